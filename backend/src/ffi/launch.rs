@@ -1,0 +1,49 @@
+//! Typed kernel launches (the unsafe part of running our NVRTC kernels).
+
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+
+/// Arguments of `bias_act_*` in `kernels/bias_act.cu`.
+pub(crate) struct BiasActArgs {
+    pub y: u64,
+    pub bias: u64,
+    pub n: i64,
+    pub channel_stride: i64,
+    pub channels: i64,
+    pub activation: i32,
+    pub param: f32,
+}
+
+/// Launches a `bias_act_*` kernel over `args.n` elements.
+pub(crate) fn bias_act(stream: &CudaStream, f: &CudaFunction, a: &BiasActArgs) -> Result<()> {
+    let threads = 256u32;
+    let blocks = ((a.n as u64).div_ceil(threads as u64)).clamp(1, 65_535 * 8) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(f);
+    b.arg(&a.y)
+        .arg(&a.bias)
+        .arg(&a.n)
+        .arg(&a.channel_stride)
+        .arg(&a.channels)
+        .arg(&a.activation)
+        .arg(&a.param);
+    // SAFETY: the argument list matches the kernel's C signature (T*, const T*, long long,
+    // long long, long long, int, float); `y` points to `n` packed elements of the kernel's
+    // type and `bias` (if non-null) to `channels` elements, as the caller checked.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
+/// Zero-fills `bytes` bytes at device address `ptr`, ordered on `stream`.
+pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result<()> {
+    stream.context().bind_to_thread()?;
+    // SAFETY: the caller guarantees `ptr..ptr+bytes` is device memory it owns on this
+    // stream's context; the memset is enqueued on `stream`.
+    unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }?;
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! The FFI layer: the only place in the crate with `unsafe` code.
+//!
+//! cuDNN is loaded at run time through [`libloading`] (never linked), with our own
+//! function table so that a missing library or symbol is an [`Error`](crate::Error)
+//! instead of a panic, and so that status codes newer than our bindings are read as
+//! plain integers. The CUDA driver and NVRTC are reached through `cudarc`, after
+//! [`crate::runtime::probe`] has checked that they can be loaded.
+
+mod api;
+mod descriptor;
+mod handle;
+pub(crate) mod launch;
+pub(crate) mod legacy;
+
+pub(crate) use api::{api, cudnn_version};
+pub use api::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
+pub(crate) use descriptor::Descriptor;
+pub(crate) use handle::CudnnHandle;
+
+/// cuDNN enums re-exported from `cudarc`'s bindings (values only: every call goes through
+/// our own loader).
+pub(crate) use cudarc::cudnn::sys as cudnn_sys;

@@ -1,0 +1,20 @@
+//! Stride helpers: layout is carried by strides (NCHW, NHWC, transposed views ...).
+
+/// Axes ordered from outermost (largest stride) to innermost. Ties keep the later axis
+/// inner, so packed NCHW gives `[0, 1, 2, 3]` and packed NHWC gives `[0, 2, 3, 1]`.
+pub fn stride_order(strides: &[i64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..strides.len()).collect();
+    order.sort_by(|&a, &b| strides[b].cmp(&strides[a]).then(a.cmp(&b)));
+    order
+}
+
+/// Packed strides for `dims` laid out in `order` (outermost first).
+pub fn packed_strides(dims: &[i64], order: &[usize]) -> Vec<i64> {
+    let mut strides = vec![0i64; dims.len()];
+    let mut acc = 1i64;
+    for &axis in order.iter().rev() {
+        strides[axis] = acc;
+        acc = acc.saturating_mul(dims[axis].max(1));
+    }
+    strides
+}

@@ -1,0 +1,165 @@
+//! The stable byte signature of a graph, the key of the plan cache.
+
+use super::{Graph, Op, PointwiseMode, Scalar};
+
+/// Execution context folded into a signature: a plan built for one GPU architecture,
+/// cuDNN version or engine policy must never be reused for another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SignatureContext {
+    /// Compute capability (major, minor).
+    pub compute_capability: (u32, u32),
+    /// cuDNN version number (e.g. 91400).
+    pub cudnn_version: u64,
+    /// Engine policy bits (mode, TF32, workspace cap class ...).
+    pub policy: u64,
+}
+
+const SIGNATURE_VERSION: u8 = 1;
+
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn list(&mut self, v: &[i64]) {
+        self.u64(v.len() as u64);
+        for &x in v {
+            self.i64(x);
+        }
+    }
+    fn tid(&mut self, g: &Graph, t: super::TensorId) {
+        self.i64(g.tensors[t.0].uid);
+    }
+    fn opt(&mut self, g: &Graph, t: Option<super::TensorId>) {
+        match t {
+            Some(t) => self.tid(g, t),
+            None => self.i64(-1),
+        }
+    }
+    fn dtype(&mut self, d: Option<super::DataType>) {
+        self.u8(d.map_or(255, |d| d.code()));
+    }
+}
+
+impl Graph {
+    /// Canonical bytes identifying everything a built plan depends on: op kinds and
+    /// attributes, every tensor's dims, strides, dtype, virtuality and pointer alignment,
+    /// the compute types, and `ctx` (GPU architecture, cuDNN version, engine policy).
+    /// Equal graphs give equal bytes; any differing field changes them. By-value scalar
+    /// *values* are excluded (they are runtime arguments), their dtype is included.
+    pub fn signature_bytes(&self, ctx: &SignatureContext) -> Vec<u8> {
+        let mut e = Enc(Vec::with_capacity(64 + 48 * self.tensors.len()));
+        e.u8(SIGNATURE_VERSION);
+        e.u64(ctx.compute_capability.0 as u64 * 100 + ctx.compute_capability.1 as u64);
+        e.u64(ctx.cudnn_version);
+        e.u64(ctx.policy);
+        e.dtype(Some(self.compute_type));
+        e.dtype(Some(self.intermediate_type));
+        e.u64(self.tensors.len() as u64);
+        for t in &self.tensors {
+            e.i64(t.uid);
+            e.dtype(t.dtype);
+            e.u8(t.is_virtual as u8 | (t.by_value.is_some() as u8) << 1);
+            e.u8(t.alignment as u8);
+            e.list(&t.dims);
+            e.list(&t.strides);
+        }
+        e.u64(self.nodes.len() as u64);
+        for n in &self.nodes {
+            match &n.op {
+                Op::ConvFprop { x, w, y, attrs }
+                | Op::ConvDgrad { dy: x, w, dx: y, attrs }
+                | Op::ConvWgrad { x, dy: w, dw: y, attrs } => {
+                    e.u8(match n.op {
+                        Op::ConvFprop { .. } => 1,
+                        Op::ConvDgrad { .. } => 2,
+                        _ => 3,
+                    });
+                    e.tid(self, *x);
+                    e.tid(self, *w);
+                    e.tid(self, *y);
+                    e.list(&attrs.pre_padding);
+                    e.list(&attrs.post_padding);
+                    e.list(&attrs.stride);
+                    e.list(&attrs.dilation);
+                    e.u8(attrs.mode as u8);
+                    e.dtype(attrs.compute);
+                }
+                Op::Matmul { a, b, c, compute } => {
+                    e.u8(4);
+                    e.tid(self, *a);
+                    e.tid(self, *b);
+                    e.tid(self, *c);
+                    e.dtype(*compute);
+                }
+                Op::Pointwise { mode, a, b, y, compute } => {
+                    e.u8(5);
+                    e.u64(mode.cudnn() as u64);
+                    if matches!(mode, PointwiseMode::Elu(_) | PointwiseMode::Swish(_)) {
+                        e.u64(mode.param().to_bits());
+                    }
+                    e.tid(self, *a);
+                    e.opt(self, *b);
+                    e.tid(self, *y);
+                    e.dtype(*compute);
+                }
+                Op::Reduction { op, x, y, compute } => {
+                    e.u8(6);
+                    e.u8(op.cudnn() as u8);
+                    e.tid(self, *x);
+                    e.tid(self, *y);
+                    e.dtype(*compute);
+                }
+                Op::ResampleFwd { x, y, index, attrs } => {
+                    e.u8(7);
+                    e.tid(self, *x);
+                    e.tid(self, *y);
+                    e.opt(self, *index);
+                    resample(&mut e, attrs);
+                }
+                Op::ResampleBwd {
+                    dy,
+                    dx,
+                    x,
+                    y,
+                    index,
+                    attrs,
+                } => {
+                    e.u8(8);
+                    e.tid(self, *dy);
+                    e.tid(self, *dx);
+                    e.opt(self, *x);
+                    e.opt(self, *y);
+                    e.opt(self, *index);
+                    resample(&mut e, attrs);
+                }
+            }
+        }
+        // Scalars: only their kind matters to the plan.
+        for t in &self.tensors {
+            if let Some(s) = t.by_value {
+                e.u8(match s {
+                    Scalar::F32(_) => 1,
+                    Scalar::F64(_) => 2,
+                    Scalar::I64(_) => 3,
+                });
+            }
+        }
+        e.0
+    }
+}
+
+fn resample(e: &mut Enc, a: &super::ResampleAttrs) {
+    e.u8(a.mode.cudnn() as u8);
+    e.list(&a.window);
+    e.list(&a.stride);
+    e.list(&a.pre_padding);
+    e.list(&a.post_padding);
+}

@@ -1,0 +1,471 @@
+//! Tensors, data types and op attributes of the graph IR.
+
+/// Element data types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataType {
+    /// IEEE f32.
+    F32,
+    /// IEEE f16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE f64.
+    F64,
+    /// i32.
+    I32,
+    /// i64.
+    I64,
+    /// u8.
+    U8,
+    /// i8 (cuDNN's max-pool index type).
+    I8,
+    /// bool (one byte).
+    Bool,
+}
+
+impl DataType {
+    /// Size of one element in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::F64 | DataType::I64 => 8,
+            DataType::F32 | DataType::I32 => 4,
+            DataType::F16 | DataType::BF16 => 2,
+            DataType::U8 | DataType::I8 | DataType::Bool => 1,
+        }
+    }
+
+    /// True for f32, f16, bf16 and f64.
+    pub fn is_float(self) -> bool {
+        matches!(self, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64)
+    }
+
+    /// The `cudnnDataType_t` value.
+    pub(crate) fn cudnn(self) -> u32 {
+        match self {
+            DataType::F32 => 0,
+            DataType::F64 => 1,
+            DataType::F16 => 2,
+            DataType::I8 => 3,
+            DataType::I32 => 4,
+            DataType::U8 => 6,
+            DataType::BF16 => 9,
+            DataType::I64 => 10,
+            DataType::Bool => 11,
+        }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        self.cudnn() as u8
+    }
+}
+
+/// Index of a tensor in its [`Graph`](super::Graph).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TensorId(pub(crate) usize);
+
+impl TensorId {
+    /// Position in the graph's tensor list.
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// A value passed by value (host memory) at execution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// An f32 scalar.
+    F32(f32),
+    /// An f64 scalar.
+    F64(f64),
+    /// An i64 scalar.
+    I64(i64),
+}
+
+impl Scalar {
+    /// The scalar's data type.
+    pub fn data_type(self) -> DataType {
+        match self {
+            Scalar::F32(_) => DataType::F32,
+            Scalar::F64(_) => DataType::F64,
+            Scalar::I64(_) => DataType::I64,
+        }
+    }
+}
+
+/// A tensor of the graph: an input, an output, or a virtual intermediate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Name used in error messages.
+    pub name: String,
+    /// Dims (empty until inferred).
+    pub dims: Vec<i64>,
+    /// Strides in elements (empty until inferred).
+    pub strides: Vec<i64>,
+    /// Element type (None until inferred).
+    pub dtype: Option<DataType>,
+    /// Unique id used in the variant pack.
+    pub uid: i64,
+    /// Virtual tensors never touch memory.
+    pub is_virtual: bool,
+    /// Pass-by-value scalar, if this is one.
+    pub by_value: Option<Scalar>,
+    /// Byte alignment of the device pointer (16, 8, 4 or 2).
+    pub alignment: u32,
+}
+
+impl Tensor {
+    /// Number of elements (None on overflow).
+    pub fn numel(&self) -> Option<i64> {
+        self.dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d))
+    }
+}
+
+/// Convolution mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ConvMode {
+    /// Cross-correlation (what frameworks call convolution).
+    #[default]
+    CrossCorrelation,
+    /// True convolution (flipped filter).
+    Convolution,
+}
+
+/// Attributes of a convolution node (one entry per spatial dim).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvAttrs {
+    /// Padding before each spatial dim.
+    pub pre_padding: Vec<i64>,
+    /// Padding after each spatial dim.
+    pub post_padding: Vec<i64>,
+    /// Filter stride.
+    pub stride: Vec<i64>,
+    /// Filter dilation.
+    pub dilation: Vec<i64>,
+    /// Convolution mode.
+    pub mode: ConvMode,
+    /// Accumulation type (default: the graph's compute type).
+    pub compute: Option<DataType>,
+}
+
+impl ConvAttrs {
+    /// Symmetric padding, stride and dilation.
+    pub fn new(padding: &[i64], stride: &[i64], dilation: &[i64]) -> Self {
+        Self {
+            pre_padding: padding.to_vec(),
+            post_padding: padding.to_vec(),
+            stride: stride.to_vec(),
+            dilation: dilation.to_vec(),
+            mode: ConvMode::CrossCorrelation,
+            compute: None,
+        }
+    }
+
+    /// Number of spatial dims.
+    pub fn spatial(&self) -> usize {
+        self.stride.len()
+    }
+}
+
+/// Elementwise modes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PointwiseMode {
+    /// a + b
+    Add,
+    /// a - b
+    Sub,
+    /// a * b
+    Mul,
+    /// a / b
+    Div,
+    /// max(a, b)
+    Max,
+    /// min(a, b)
+    Min,
+    /// e^a
+    Exp,
+    /// ln a
+    Log,
+    /// √a
+    Sqrt,
+    /// 1/√a
+    Rsqrt,
+    /// -a
+    Neg,
+    /// |a|
+    Abs,
+    /// a (a copy / cast)
+    Identity,
+    /// max(a, 0)
+    Relu,
+    /// a·Φ(a) (erf form)
+    Gelu,
+    /// GELU, tanh approximation
+    GeluTanh,
+    /// 1/(1+e^-a)
+    Sigmoid,
+    /// tanh a
+    Tanh,
+    /// ELU with the given alpha
+    Elu(f64),
+    /// a·sigmoid(beta·a) (beta = 1: SiLU)
+    Swish(f64),
+    /// dy·[x > 0] (a = dy, b = x)
+    ReluBwd,
+    /// dy·gelu'(x)
+    GeluBwd,
+    /// dy·σ'(x)
+    SigmoidBwd,
+    /// dy·tanh'(x)
+    TanhBwd,
+}
+
+impl PointwiseMode {
+    /// True when the mode takes two inputs.
+    pub fn is_binary(self) -> bool {
+        use PointwiseMode::*;
+        matches!(self, Add | Sub | Mul | Div | Max | Min) || self.is_backward()
+    }
+
+    /// True for activation-backward modes (inputs dy, x; output dx).
+    pub fn is_backward(self) -> bool {
+        use PointwiseMode::*;
+        matches!(self, ReluBwd | GeluBwd | SigmoidBwd | TanhBwd)
+    }
+
+    /// The `cudnnPointwiseMode_t` value.
+    pub(crate) fn cudnn(self) -> u32 {
+        use PointwiseMode::*;
+        match self {
+            Add => 0,
+            Mul => 1,
+            Min => 2,
+            Max => 3,
+            Sqrt => 4,
+            Div => 6,
+            Sub => 9,
+            Abs => 10,
+            Exp => 13,
+            Log => 15,
+            Neg => 16,
+            Rsqrt => 17,
+            Identity => 21,
+            Relu => 100,
+            Tanh => 101,
+            Sigmoid => 102,
+            Elu(_) => 103,
+            Gelu => 104,
+            Swish(_) => 106,
+            GeluTanh => 107,
+            ReluBwd => 200,
+            TanhBwd => 201,
+            SigmoidBwd => 202,
+            GeluBwd => 204,
+        }
+    }
+
+    pub(crate) fn param(self) -> f64 {
+        match self {
+            PointwiseMode::Elu(a) => a,
+            PointwiseMode::Swish(b) => b,
+            _ => 0.0,
+        }
+    }
+}
+
+/// Reduction operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Σ
+    Sum,
+    /// max
+    Max,
+    /// min
+    Min,
+    /// mean
+    Mean,
+}
+
+impl ReduceOp {
+    /// The `cudnnReduceTensorOp_t` value.
+    pub(crate) fn cudnn(self) -> u32 {
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Min => 2,
+            ReduceOp::Max => 3,
+            ReduceOp::Mean => 5,
+        }
+    }
+}
+
+/// Pooling modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResampleMode {
+    /// Max pooling (padding counts as -inf).
+    MaxPool,
+    /// Average pooling dividing by the full window (padding counts as 0).
+    AvgPoolIncludePadding,
+    /// Average pooling dividing by the in-bounds element count.
+    AvgPoolExcludePadding,
+}
+
+impl ResampleMode {
+    /// The `cudnnResampleMode_t` value.
+    pub(crate) fn cudnn(self) -> u32 {
+        match self {
+            ResampleMode::MaxPool => 3,
+            ResampleMode::AvgPoolIncludePadding => 2,
+            ResampleMode::AvgPoolExcludePadding => 4,
+        }
+    }
+}
+
+/// Attributes of a pooling (resample) node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResampleAttrs {
+    /// Pooling mode.
+    pub mode: ResampleMode,
+    /// Window size per spatial dim.
+    pub window: Vec<i64>,
+    /// Stride per spatial dim.
+    pub stride: Vec<i64>,
+    /// Padding before each spatial dim.
+    pub pre_padding: Vec<i64>,
+    /// Padding after each spatial dim.
+    pub post_padding: Vec<i64>,
+}
+
+impl ResampleAttrs {
+    /// Number of spatial dims.
+    pub fn spatial(&self) -> usize {
+        self.window.len()
+    }
+}
+
+/// One operation of the graph. Field names are the op's ports (inputs, then outputs).
+#[allow(missing_docs)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// y = conv(x, w)
+    ConvFprop {
+        x: TensorId,
+        w: TensorId,
+        y: TensorId,
+        attrs: ConvAttrs,
+    },
+    /// dx = conv_bwd_data(dy, w)
+    ConvDgrad {
+        dy: TensorId,
+        w: TensorId,
+        dx: TensorId,
+        attrs: ConvAttrs,
+    },
+    /// dw = conv_bwd_filter(x, dy)
+    ConvWgrad {
+        x: TensorId,
+        dy: TensorId,
+        dw: TensorId,
+        attrs: ConvAttrs,
+    },
+    /// c = a · b
+    Matmul {
+        a: TensorId,
+        b: TensorId,
+        c: TensorId,
+        compute: Option<DataType>,
+    },
+    /// y = mode(a[, b])
+    Pointwise {
+        mode: PointwiseMode,
+        a: TensorId,
+        b: Option<TensorId>,
+        y: TensorId,
+        compute: Option<DataType>,
+    },
+    /// y = reduce(x)
+    Reduction {
+        op: ReduceOp,
+        x: TensorId,
+        y: TensorId,
+        compute: Option<DataType>,
+    },
+    /// y = pool(x)
+    ResampleFwd {
+        x: TensorId,
+        y: TensorId,
+        index: Option<TensorId>,
+        attrs: ResampleAttrs,
+    },
+    /// dx = pool_bwd(dy[, x, y, index])
+    ResampleBwd {
+        dy: TensorId,
+        dx: TensorId,
+        x: Option<TensorId>,
+        y: Option<TensorId>,
+        index: Option<TensorId>,
+        attrs: ResampleAttrs,
+    },
+}
+
+impl Op {
+    /// Stable short name of the op kind.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::ConvFprop { .. } => "conv_fprop",
+            Op::ConvDgrad { .. } => "conv_dgrad",
+            Op::ConvWgrad { .. } => "conv_wgrad",
+            Op::Matmul { .. } => "matmul",
+            Op::Pointwise { .. } => "pointwise",
+            Op::Reduction { .. } => "reduction",
+            Op::ResampleFwd { .. } => "resample_fwd",
+            Op::ResampleBwd { .. } => "resample_bwd",
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Op::Pointwise { mode, .. } => format!("pointwise({mode:?})"),
+            Op::Reduction { op, .. } => format!("reduction({op:?})"),
+            Op::ResampleFwd { attrs, .. } | Op::ResampleBwd { attrs, .. } => {
+                format!("{}({:?})", self.kind_name(), attrs.mode)
+            }
+            _ => self.kind_name().to_string(),
+        }
+    }
+
+    /// Input tensors, in port order.
+    pub fn inputs(&self) -> Vec<TensorId> {
+        match self {
+            Op::ConvFprop { x, w, .. } => vec![*x, *w],
+            Op::ConvDgrad { dy, w, .. } => vec![*dy, *w],
+            Op::ConvWgrad { x, dy, .. } => vec![*x, *dy],
+            Op::Matmul { a, b, .. } => vec![*a, *b],
+            Op::Pointwise { a, b, .. } => std::iter::once(*a).chain(*b).collect(),
+            Op::Reduction { x, .. } => vec![*x],
+            Op::ResampleFwd { x, .. } => vec![*x],
+            Op::ResampleBwd { dy, x, y, index, .. } => std::iter::once(*dy).chain(*x).chain(*y).chain(*index).collect(),
+        }
+    }
+
+    /// Output tensors.
+    pub fn outputs(&self) -> Vec<TensorId> {
+        match self {
+            Op::ConvFprop { y, .. } => vec![*y],
+            Op::ConvDgrad { dx, .. } => vec![*dx],
+            Op::ConvWgrad { dw, .. } => vec![*dw],
+            Op::Matmul { c, .. } => vec![*c],
+            Op::Pointwise { y, .. } => vec![*y],
+            Op::Reduction { y, .. } => vec![*y],
+            Op::ResampleFwd { y, index, .. } => std::iter::once(*y).chain(*index).collect(),
+            Op::ResampleBwd { dx, .. } => vec![*dx],
+        }
+    }
+}
+
+/// A named node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// Name used in errors (`kind#index`).
+    pub name: String,
+    /// The operation.
+    pub op: Op,
+}

@@ -1,0 +1,64 @@
+//! The cuDNN handle kind: each pooled handle owns its plan LRU (plans are never shared
+//! between threads; they travel with their handle back to the pool).
+
+use std::sync::OnceLock;
+
+use super::pool::{DeviceThreadHandlePool, HandleKind};
+use crate::error::{Error, Result};
+use crate::ffi::CudnnHandle;
+use crate::plan::cache::{PlanLru, DEFAULT_PLAN_CACHE_CAPACITY};
+use crate::plan::engine::BuiltPlan;
+use crate::runtime::Device;
+
+/// `CUDNN_BACKEND_PLAN_CACHE_CAPACITY`: plans kept per handle (default
+/// [`DEFAULT_PLAN_CACHE_CAPACITY`]).
+pub const PLAN_CACHE_CAPACITY_ENV: &str = "CUDNN_BACKEND_PLAN_CACHE_CAPACITY";
+
+/// Creates cuDNN handles on a device's primary context and binds streams to them.
+#[derive(Debug, Default)]
+pub struct CudnnKind;
+
+/// A pooled cuDNN handle with the plans built on it.
+pub struct PooledCudnn {
+    pub(crate) handle: CudnnHandle,
+    pub(crate) plans: PlanLru<BuiltPlan>,
+}
+
+impl std::fmt::Debug for PooledCudnn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PooledCudnn({} plans)", self.plans.len())
+    }
+}
+
+fn plan_capacity() -> usize {
+    std::env::var(PLAN_CACHE_CAPACITY_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_PLAN_CACHE_CAPACITY)
+}
+
+impl HandleKind for CudnnKind {
+    type Handle = PooledCudnn;
+    type Stream = usize;
+    type Error = Error;
+
+    fn create(&self, device: usize) -> Result<PooledCudnn> {
+        let dev = Device::new(device)?;
+        dev.context().bind_to_thread()?;
+        let handle = CudnnHandle::create()?;
+        Ok(PooledCudnn {
+            handle,
+            plans: PlanLru::new(plan_capacity(), crate::plan::cache_stats().clone()),
+        })
+    }
+
+    fn bind_stream(&self, h: &mut PooledCudnn, stream: usize) -> Result<()> {
+        h.handle.set_stream(stream as *mut std::ffi::c_void)
+    }
+}
+
+/// The process-wide cuDNN handle pool.
+pub fn cudnn_pool() -> &'static DeviceThreadHandlePool<CudnnKind> {
+    static POOL: OnceLock<DeviceThreadHandlePool<CudnnKind>> = OnceLock::new();
+    POOL.get_or_init(|| DeviceThreadHandlePool::new(CudnnKind))
+}

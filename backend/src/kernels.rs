@@ -1,0 +1,67 @@
+//! CUDA C kernels for what cuDNN does not cover, compiled by NVRTC once per device
+//! (the sources live in `kernels/` and are embedded with `include_str!`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaFunction, CudaModule};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+
+use crate::error::{Error, Result};
+use crate::runtime::{check_nvrtc, Device};
+
+/// One kernel source file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelSource {
+    pub name: &'static str,
+    pub code: &'static str,
+}
+
+/// Bias add + activation, in place.
+pub(crate) const BIAS_ACT: KernelSource = KernelSource {
+    name: "bias_act.cu",
+    code: include_str!("../../kernels/bias_act.cu"),
+};
+
+type ModuleKey = (usize, &'static str);
+
+fn modules() -> &'static Mutex<HashMap<ModuleKey, Arc<CudaModule>>> {
+    static MODULES: OnceLock<Mutex<HashMap<ModuleKey, Arc<CudaModule>>>> = OnceLock::new();
+    MODULES.get_or_init(Default::default)
+}
+
+fn arch(dev: &Device) -> &'static str {
+    static ARCHS: OnceLock<Mutex<HashMap<(u32, u32), &'static str>>> = OnceLock::new();
+    let cc = dev.info().compute_capability;
+    let mut map = ARCHS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry(cc)
+        .or_insert_with(|| Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str()))
+}
+
+/// Loads `function` from `source`, compiling the source for `dev` on first use.
+pub(crate) fn function(dev: &Device, source: KernelSource, function: &str) -> Result<CudaFunction> {
+    let key = (dev.ordinal(), source.name);
+    let mut map = modules().lock().unwrap_or_else(|e| e.into_inner());
+    let module = match map.get(&key) {
+        Some(m) => m.clone(),
+        None => {
+            check_nvrtc()?;
+            let opts = CompileOptions {
+                arch: Some(arch(dev)),
+                name: Some(source.name.to_string()),
+                ..Default::default()
+            };
+            let ptx = compile_ptx_with_opts(source.code, opts).map_err(|e| Error::Nvrtc {
+                kernel: source.name,
+                log: e.to_string(),
+            })?;
+            let m = dev.context().load_module(ptx)?;
+            map.insert(key, m.clone());
+            m
+        }
+    };
+    module.load_function(function).map_err(Error::from)
+}

@@ -1,0 +1,34 @@
+//! # cudnn-backend
+//!
+//! Convolutions, pooling, matmuls and fused ops at cuDNN speed from Rust.
+//!
+//! Layers (data flows one way):
+//! - [`ops`]: framework-neutral entry points on raw device buffers (conv forward/backward,
+//!   conv+bias+activation fused, matmul (+bias+activation), pooling forward/backward);
+//! - [`graph`]: a pure-Rust graph IR with validation, shape inference and signatures;
+//! - [`plan`]: heuristics, engine filtering, autotuning and the plan cache;
+//! - [`handle`]: the thread-pooled cuDNN handle manager;
+//! - [`runtime`]: library probing, devices, streams and workspace memory;
+//! - [`reference`]: a float64 CPU reference used by tests, examples and benchmarks.
+//!
+//! cuDNN, the CUDA driver and NVRTC are loaded at run time: the crate builds on machines
+//! without CUDA, and a machine without a GPU gets a clear [`Error`] instead of a panic.
+
+#![warn(missing_docs)]
+
+mod error;
+mod ffi;
+pub mod graph;
+pub mod handle;
+mod kernels;
+pub mod ops;
+pub mod plan;
+pub mod reference;
+pub mod runtime;
+
+pub use error::{CudnnStatus, Error, Result};
+pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
+pub use runtime::Device;
+
+/// Re-export of the `cudarc` version the crate is built on (streams, device memory).
+pub use cudarc;

@@ -1,0 +1,298 @@
+//! Convolution forward, backward data, backward filter, and conv+bias+activation fused.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::fallback::bias_act_in_place;
+use super::{run, zero_fill, Activation, TensorRef};
+use crate::error::{Error, Result};
+use crate::graph::{ConvAttrs, ConvMode, Graph};
+use crate::plan::Binding;
+
+/// Convolution geometry (one entry per spatial dim) and group count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvParams {
+    /// Padding before each spatial dim.
+    pub pre_padding: Vec<i64>,
+    /// Padding after each spatial dim.
+    pub post_padding: Vec<i64>,
+    /// Stride.
+    pub stride: Vec<i64>,
+    /// Dilation.
+    pub dilation: Vec<i64>,
+    /// Groups: input channels / filter channels.
+    pub groups: i64,
+}
+
+impl ConvParams {
+    /// Symmetric padding.
+    pub fn new(padding: &[i64], stride: &[i64], dilation: &[i64], groups: i64) -> Self {
+        Self {
+            pre_padding: padding.to_vec(),
+            post_padding: padding.to_vec(),
+            stride: stride.to_vec(),
+            dilation: dilation.to_vec(),
+            groups,
+        }
+    }
+
+    /// Same, with separate padding after each spatial dim.
+    pub fn with_post_padding(mut self, post: &[i64]) -> Self {
+        self.post_padding = post.to_vec();
+        self
+    }
+
+    /// Output dims (N, K, spatial...) of a forward convolution of `x_dims` by `w_dims`.
+    pub fn output_dims(&self, x_dims: &[i64], w_dims: &[i64]) -> Result<Vec<i64>> {
+        let s = self.stride.len();
+        if x_dims.len() != s + 2 || w_dims.len() != s + 2 {
+            return Err(Error::invalid_arg(
+                "conv",
+                "dims",
+                format!("x {x_dims:?} and w {w_dims:?} need rank {}", s + 2),
+            ));
+        }
+        let mut out = vec![x_dims[0], w_dims[0]];
+        for i in 0..s {
+            let o = crate::graph::conv_output_size(
+                x_dims[i + 2],
+                w_dims[i + 2],
+                self.pre_padding[i],
+                self.post_padding[i],
+                self.stride[i],
+                self.dilation[i],
+            )
+            .ok_or_else(|| {
+                Error::invalid_arg(
+                    "conv",
+                    "w",
+                    format!("filter does not fit the padded input in spatial dim {i}"),
+                )
+            })?;
+            out.push(o);
+        }
+        Ok(out)
+    }
+
+    fn attrs(&self) -> ConvAttrs {
+        ConvAttrs {
+            pre_padding: self.pre_padding.clone(),
+            post_padding: self.post_padding.clone(),
+            stride: self.stride.clone(),
+            dilation: self.dilation.clone(),
+            mode: ConvMode::CrossCorrelation,
+            compute: None,
+        }
+    }
+
+    fn check(&self, op: &'static str, c: i64, c_per_group: i64) -> Result<()> {
+        let s = self.stride.len();
+        if self.pre_padding.len() != s || self.post_padding.len() != s || self.dilation.len() != s {
+            return Err(Error::invalid_arg(
+                op,
+                "params",
+                "padding, stride and dilation need one entry per spatial dim",
+            ));
+        }
+        if self.groups < 1 || c_per_group * self.groups != c {
+            return Err(Error::invalid_arg(
+                op,
+                "groups",
+                format!(
+                    "{} groups, but input has {c} channels and the filter {c_per_group} per group",
+                    self.groups
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn channels(t: &TensorRef, i: usize) -> i64 {
+    t.dims.get(i).copied().unwrap_or(0)
+}
+
+/// `y = conv(x, w)` (cross-correlation, as frameworks define convolution).
+pub fn conv_forward(
+    stream: &Arc<CudaStream>,
+    x: &TensorRef,
+    w: &TensorRef,
+    y: &TensorRef,
+    p: &ConvParams,
+) -> Result<()> {
+    const OP: &str = "conv_forward";
+    x.check(OP, "x")?;
+    w.check(OP, "w")?;
+    y.check(OP, "y")?;
+    p.check(OP, channels(x, 1), channels(w, 1))?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    if x.is_empty() || w.is_empty() {
+        return zero_fill(stream, y);
+    }
+    let mut g = Graph::new();
+    let (xi, wi) = (x.add_input(&mut g, "x"), w.add_input(&mut g, "w"));
+    let yi = g.conv_fprop(xi, wi, p.attrs());
+    y.bind_output(&mut g, yi);
+    run(
+        stream,
+        &mut g,
+        &[
+            Binding::new(xi, x.ptr),
+            Binding::new(wi, w.ptr),
+            Binding::new(yi, y.ptr),
+        ],
+        OP,
+    )
+}
+
+/// `dx = conv_backward_data(dy, w)`: the gradient of `conv_forward` with respect to x.
+pub fn conv_backward_data(
+    stream: &Arc<CudaStream>,
+    dy: &TensorRef,
+    w: &TensorRef,
+    dx: &TensorRef,
+    p: &ConvParams,
+) -> Result<()> {
+    const OP: &str = "conv_backward_data";
+    dy.check(OP, "dy")?;
+    w.check(OP, "w")?;
+    dx.check(OP, "dx")?;
+    p.check(OP, channels(dx, 1), channels(w, 1))?;
+    if dx.is_empty() {
+        return Ok(());
+    }
+    if dy.is_empty() || w.is_empty() {
+        return zero_fill(stream, dx);
+    }
+    let mut g = Graph::new();
+    let (dyi, wi) = (dy.add_input(&mut g, "dy"), w.add_input(&mut g, "w"));
+    let dxi = g.conv_dgrad(dyi, wi, &dx.dims, p.attrs());
+    dx.bind_output(&mut g, dxi);
+    run(
+        stream,
+        &mut g,
+        &[
+            Binding::new(dyi, dy.ptr),
+            Binding::new(wi, w.ptr),
+            Binding::new(dxi, dx.ptr),
+        ],
+        OP,
+    )
+}
+
+/// `dw = conv_backward_filter(x, dy)`: the gradient of `conv_forward` with respect to w.
+pub fn conv_backward_filter(
+    stream: &Arc<CudaStream>,
+    x: &TensorRef,
+    dy: &TensorRef,
+    dw: &TensorRef,
+    p: &ConvParams,
+) -> Result<()> {
+    const OP: &str = "conv_backward_filter";
+    x.check(OP, "x")?;
+    dy.check(OP, "dy")?;
+    dw.check(OP, "dw")?;
+    p.check(OP, channels(x, 1), channels(dw, 1))?;
+    if dw.is_empty() {
+        return Ok(());
+    }
+    if x.is_empty() || dy.is_empty() {
+        return zero_fill(stream, dw);
+    }
+    let mut g = Graph::new();
+    let (xi, dyi) = (x.add_input(&mut g, "x"), dy.add_input(&mut g, "dy"));
+    let dwi = g.conv_wgrad(xi, dyi, &dw.dims, p.attrs());
+    dw.bind_output(&mut g, dwi);
+    run(
+        stream,
+        &mut g,
+        &[
+            Binding::new(xi, x.ptr),
+            Binding::new(dyi, dy.ptr),
+            Binding::new(dwi, dw.ptr),
+        ],
+        OP,
+    )
+}
+
+/// `y = act(conv(x, w) + bias)` as ONE cuDNN graph (conv → bias add → activation, with
+/// f32 intermediates). `bias` holds K elements (dims `[K]` or `[1, K, 1, ...]`). When no
+/// engine supports the fused graph (e.g. some f32 layouts), falls back to the conv graph
+/// followed by one bias+activation kernel.
+pub fn conv_bias_act_forward(
+    stream: &Arc<CudaStream>,
+    x: &TensorRef,
+    w: &TensorRef,
+    bias: &TensorRef,
+    y: &TensorRef,
+    p: &ConvParams,
+    act: Activation,
+) -> Result<()> {
+    const OP: &str = "conv_bias_act_forward";
+    x.check(OP, "x")?;
+    w.check(OP, "w")?;
+    bias.check(OP, "bias")?;
+    y.check(OP, "y")?;
+    p.check(OP, channels(x, 1), channels(w, 1))?;
+    let k = channels(w, 0);
+    if bias.numel() != k || bias.dims.iter().filter(|&&d| d != 1).count() > 1 {
+        return Err(Error::invalid_arg(
+            OP,
+            "bias",
+            format!("needs {k} elements (one per filter), got dims {:?}", bias.dims),
+        ));
+    }
+    if bias.dtype != y.dtype {
+        return Err(Error::invalid_arg(
+            OP,
+            "bias",
+            format!("dtype {:?} differs from y's {:?}", bias.dtype, y.dtype),
+        ));
+    }
+    if y.is_empty() {
+        return Ok(());
+    }
+    if x.is_empty() || w.is_empty() {
+        zero_fill(stream, y)?;
+        return bias_act_in_place(stream, OP, y, Some(bias), 1, act);
+    }
+    // Bias as [1, K, 1, ...] matching y's rank and y's channel-stride convention.
+    let rank = y.dims.len();
+    let mut bdims = vec![1i64; rank];
+    bdims[1] = k;
+    let bstride = bias.strides[bias.dims.iter().position(|&d| d == k).unwrap_or(0)].max(1);
+    let mut bstrides = vec![k * bstride; rank];
+    bstrides[1] = bstride;
+    let b4 = TensorRef::new(&bdims, &bstrides, bias.dtype, bias.ptr);
+
+    let mut g = Graph::new();
+    let (xi, wi, bi) = (
+        x.add_input(&mut g, "x"),
+        w.add_input(&mut g, "w"),
+        b4.add_input(&mut g, "bias"),
+    );
+    let conv = g.conv_fprop(xi, wi, p.attrs());
+    let biased = g.bias_add(conv, bi);
+    let out = match act.mode() {
+        Some(m) => g.pointwise(m, biased, None),
+        None => biased,
+    };
+    y.bind_output(&mut g, out);
+    let bindings = [
+        Binding::new(xi, x.ptr),
+        Binding::new(wi, w.ptr),
+        Binding::new(bi, bias.ptr),
+        Binding::new(out, y.ptr),
+    ];
+    match run(stream, &mut g, &bindings, OP) {
+        Err(e) if e.is_not_supported() => {
+            tracing::debug!("{OP}: fused graph unsupported ({e}); running conv + bias/activation kernel");
+            conv_forward(stream, x, w, y, p)?;
+            bias_act_in_place(stream, OP, y, Some(&b4), 1, act)
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,58 @@
+//! The unfused path for fused ops no cuDNN engine supports: run the main op, then one
+//! NVRTC kernel applying bias + activation in place.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::{Activation, TensorRef};
+use crate::error::{Error, Result};
+use crate::ffi::launch::{bias_act, BiasActArgs};
+use crate::graph::DataType;
+use crate::kernels::{function, BIAS_ACT};
+use crate::runtime::Device;
+
+/// y = act(y + bias[c]) in place, where c is y's index along `channel_axis`.
+pub(crate) fn bias_act_in_place(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    y: &TensorRef,
+    bias: Option<&TensorRef>,
+    channel_axis: usize,
+    act: Activation,
+) -> Result<()> {
+    if !y.is_packed() {
+        return Err(Error::Unsupported {
+            graph: op.into(),
+            reason: "the unfused fallback needs a packed (gap-free) output".into(),
+        });
+    }
+    let name = match y.dtype {
+        DataType::F32 => "bias_act_f32",
+        DataType::F16 => "bias_act_f16",
+        DataType::BF16 => "bias_act_bf16",
+        other => return Err(Error::invalid_arg(op, "y", format!("dtype {other:?} not supported"))),
+    };
+    if let Some(b) = bias {
+        if b.dtype != y.dtype || !b.is_packed() || b.numel() != y.dims[channel_axis] {
+            return Err(Error::invalid_arg(
+                op,
+                "bias",
+                format!("needs {} packed {:?} elements", y.dims[channel_axis], y.dtype),
+            ));
+        }
+    }
+    let dev = Device::new(stream.context().ordinal())?;
+    let f = function(&dev, BIAS_ACT, name)?;
+    let (activation, param) = act.kernel_code();
+    let args = BiasActArgs {
+        y: y.ptr,
+        bias: bias.map_or(0, |b| b.ptr),
+        n: y.numel(),
+        channel_stride: y.strides[channel_axis].max(1),
+        channels: y.dims[channel_axis].max(1),
+        activation,
+        param,
+    };
+    bias_act(stream, &f, &args)
+}

@@ -1,0 +1,216 @@
+//! Max and average pooling, forward and backward: a cuDNN resample graph, or cuDNN's
+//! pooling API when no graph engine supports the layout or direction.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use super::{run, TensorRef};
+use crate::error::{Error, Result};
+use crate::ffi::legacy::{LegacyPoolMode, LegacyPooling};
+use crate::graph::{Graph, ResampleAttrs, ResampleMode};
+use crate::plan::{with_cudnn_handle, Binding};
+
+/// Pooling modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolMode {
+    /// Max pooling (padding never wins).
+    Max,
+    /// Average over the whole window, padding counted as zeros.
+    AvgIncludePadding,
+    /// Average over the in-bounds elements only.
+    AvgExcludePadding,
+}
+
+/// Pooling window geometry (one entry per spatial dim).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolParams {
+    /// Mode.
+    pub mode: PoolMode,
+    /// Window size.
+    pub window: Vec<i64>,
+    /// Stride.
+    pub stride: Vec<i64>,
+    /// Padding before each spatial dim.
+    pub pre_padding: Vec<i64>,
+    /// Padding after each spatial dim.
+    pub post_padding: Vec<i64>,
+}
+
+impl PoolParams {
+    /// Symmetric padding.
+    pub fn new(mode: PoolMode, window: &[i64], stride: &[i64], padding: &[i64]) -> Self {
+        Self {
+            mode,
+            window: window.to_vec(),
+            stride: stride.to_vec(),
+            pre_padding: padding.to_vec(),
+            post_padding: padding.to_vec(),
+        }
+    }
+
+    /// Output dims (N, C, spatial...) of pooling `x_dims`.
+    pub fn output_dims(&self, x_dims: &[i64]) -> Result<Vec<i64>> {
+        let s = self.window.len();
+        if x_dims.len() != s + 2
+            || self.stride.len() != s
+            || self.pre_padding.len() != s
+            || self.post_padding.len() != s
+        {
+            return Err(Error::invalid_arg(
+                "pool",
+                "params",
+                format!("x {x_dims:?} needs rank {} and one entry per spatial dim", s + 2),
+            ));
+        }
+        let mut out = x_dims[..2].to_vec();
+        for i in 0..s {
+            let padded = x_dims[i + 2] + self.pre_padding[i] + self.post_padding[i];
+            if self.stride[i] < 1 || padded < self.window[i] {
+                return Err(Error::invalid_arg(
+                    "pool",
+                    "window",
+                    format!("window {} exceeds padded input {padded}", self.window[i]),
+                ));
+            }
+            out.push((padded - self.window[i]) / self.stride[i] + 1);
+        }
+        Ok(out)
+    }
+
+    fn attrs(&self) -> ResampleAttrs {
+        ResampleAttrs {
+            mode: match self.mode {
+                PoolMode::Max => ResampleMode::MaxPool,
+                PoolMode::AvgIncludePadding => ResampleMode::AvgPoolIncludePadding,
+                PoolMode::AvgExcludePadding => ResampleMode::AvgPoolExcludePadding,
+            },
+            window: self.window.clone(),
+            stride: self.stride.clone(),
+            pre_padding: self.pre_padding.clone(),
+            post_padding: self.post_padding.clone(),
+        }
+    }
+
+    fn legacy(&self, x: &TensorRef, y: &TensorRef, op: &'static str, graph_err: &Error) -> Result<LegacyPooling> {
+        if self.pre_padding != self.post_padding {
+            return Err(Error::Unsupported {
+                graph: op.into(),
+                reason: format!("asymmetric padding and no graph engine ({graph_err})"),
+            });
+        }
+        Ok(LegacyPooling {
+            x_dims: x.dims.clone(),
+            x_strides: x.strides.clone(),
+            y_dims: y.dims.clone(),
+            y_strides: y.strides.clone(),
+            data_type: x.dtype.cudnn(),
+            mode: match self.mode {
+                PoolMode::Max => LegacyPoolMode::Max,
+                PoolMode::AvgIncludePadding => LegacyPoolMode::AvgIncludePadding,
+                PoolMode::AvgExcludePadding => LegacyPoolMode::AvgExcludePadding,
+            },
+            window: self.window.clone(),
+            padding: self.pre_padding.clone(),
+            stride: self.stride.clone(),
+        })
+    }
+}
+
+fn check_shapes(op: &'static str, p: &PoolParams, x: &TensorRef, y: &TensorRef) -> Result<()> {
+    let expect = p.output_dims(&x.dims)?;
+    if expect != y.dims {
+        return Err(Error::invalid_arg(
+            op,
+            "y",
+            format!("x {:?} pools to {expect:?}, got {:?}", x.dims, y.dims),
+        ));
+    }
+    if x.dtype != y.dtype {
+        return Err(Error::invalid_arg(
+            op,
+            "y",
+            format!("dtype {:?} differs from x's {:?}", y.dtype, x.dtype),
+        ));
+    }
+    Ok(())
+}
+
+/// `y = pool(x)`.
+pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorRef, p: &PoolParams) -> Result<()> {
+    const OP: &str = "pool_forward";
+    x.check(OP, "x")?;
+    y.check(OP, "y")?;
+    check_shapes(OP, p, x, y)?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    let mut g = Graph::new();
+    let xi = x.add_input(&mut g, "x");
+    let (yi, _) = g.resample_fwd(xi, p.attrs(), false);
+    y.bind_output(&mut g, yi);
+    match run(stream, &mut g, &[Binding::new(xi, x.ptr), Binding::new(yi, y.ptr)], OP) {
+        Err(e) if e.is_not_supported() => {
+            let legacy = p.legacy(x, y, OP, &e)?;
+            with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr))
+        }
+        other => other,
+    }
+}
+
+/// `dx = pool_backward(dy)`. Max pooling needs the forward's `x` and `y`; average
+/// pooling ignores them (pass `None`).
+pub fn pool_backward(
+    stream: &Arc<CudaStream>,
+    x: Option<&TensorRef>,
+    y: Option<&TensorRef>,
+    dy: &TensorRef,
+    dx: &TensorRef,
+    p: &PoolParams,
+) -> Result<()> {
+    const OP: &str = "pool_backward";
+    dy.check(OP, "dy")?;
+    dx.check(OP, "dx")?;
+    check_shapes(OP, p, dx, dy)?;
+    let (x, y) = match (x, y) {
+        (Some(x), Some(y)) => {
+            x.check(OP, "x")?;
+            y.check(OP, "y")?;
+            if x.dims != dx.dims || y.dims != dy.dims {
+                return Err(Error::invalid_arg(OP, "x", "x must match dx's dims and y dy's dims"));
+            }
+            (x, y)
+        }
+        _ if p.mode == PoolMode::Max => {
+            return Err(Error::invalid_arg(
+                OP,
+                "x",
+                "max pooling backward needs the forward's x and y",
+            ))
+        }
+        _ => (dx, dy),
+    };
+    if dx.is_empty() {
+        return Ok(());
+    }
+    let mut g = Graph::new();
+    let dyi = dy.add_input(&mut g, "dy");
+    let mut bindings = vec![Binding::new(dyi, dy.ptr)];
+    let (xi, yi) = if p.mode == PoolMode::Max {
+        let (xi, yi) = (x.add_input(&mut g, "x"), y.add_input(&mut g, "y"));
+        bindings.extend([Binding::new(xi, x.ptr), Binding::new(yi, y.ptr)]);
+        (Some(xi), Some(yi))
+    } else {
+        (None, None)
+    };
+    let dxi = g.resample_bwd(dyi, &dx.dims, p.attrs(), xi, yi, None);
+    dx.bind_output(&mut g, dxi);
+    bindings.push(Binding::new(dxi, dx.ptr));
+    match run(stream, &mut g, &bindings, OP) {
+        Err(e) if e.is_not_supported() => {
+            let legacy = p.legacy(x, y, OP, &e)?;
+            with_cudnn_handle(stream, |h| legacy.backward(h, x.ptr, y.ptr, dy.ptr, dx.ptr))
+        }
+        other => other,
+    }
+}

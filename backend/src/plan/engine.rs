@@ -1,0 +1,209 @@
+//! Heuristics, engine filtering, plan building and execution on cuDNN backend descriptors.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::cache::EngineChoice;
+use super::policy::{EnginePolicy, HeuristicMode};
+use crate::error::{Error, Result};
+use crate::ffi::cudnn_sys::{
+    cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as K,
+};
+use crate::ffi::{CudnnHandle, Descriptor};
+use crate::graph::lower::LoweredGraph;
+use crate::graph::DataType;
+
+const NOTE_TENSOR_CORE: u32 = 0;
+const NOTE_DOWN_CONVERT_INPUTS: u32 = 1;
+const NOTE_NONDETERMINISTIC: u32 = 4;
+const MAX_NOTES: usize = 16;
+const MAX_KNOBS: usize = 32;
+
+/// One engine configuration offered by heuristics, with what we read off it.
+pub(crate) struct Candidate {
+    pub(crate) cfg: Descriptor,
+    pub(crate) engine_id: i64,
+    pub(crate) knobs: Vec<(i64, i64)>,
+    pub(crate) numerical_notes: Vec<u32>,
+}
+
+/// A built execution plan and what it needs at run time.
+pub(crate) struct BuiltPlan {
+    pub(crate) plan: Descriptor,
+    pub(crate) workspace: usize,
+    pub(crate) choice: EngineChoice,
+    _config: Descriptor,
+    _graph: Arc<LoweredGraph>,
+}
+
+fn heuristic_results(graph: &LoweredGraph, mode: u32) -> Result<Vec<Descriptor>> {
+    let mut h = Descriptor::new(K::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+    h.set_desc(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &graph.op_graph)?;
+    h.set_enum(A::CUDNN_ATTR_ENGINEHEUR_MODE, T::CUDNN_TYPE_HEUR_MODE, mode)?;
+    h.finalize()?;
+    let n = h.count(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR)?;
+    h.get_descs(
+        A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+        K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+        n,
+    )
+}
+
+fn read_candidate(cfg: Descriptor) -> Result<Candidate> {
+    let engine = cfg
+        .get_descs(A::CUDNN_ATTR_ENGINECFG_ENGINE, K::CUDNN_BACKEND_ENGINE_DESCRIPTOR, 1)?
+        .pop()
+        .ok_or_else(|| Error::Unsupported {
+            graph: "engine config".into(),
+            reason: "config without engine".into(),
+        })?;
+    let engine_id = engine.get_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX)?;
+    let numerical_notes = engine.get_enums(
+        A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+        T::CUDNN_TYPE_NUMERICAL_NOTE,
+        MAX_NOTES,
+    )?;
+    let knob_descs = cfg.get_descs(
+        A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+        K::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR,
+        MAX_KNOBS,
+    )?;
+    let mut knobs = Vec::with_capacity(knob_descs.len());
+    for k in &knob_descs {
+        let ty = k.get_enums(A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T::CUDNN_TYPE_KNOB_TYPE, 1)?;
+        let value = k.get_i64(A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE)?;
+        if let Some(&ty) = ty.first() {
+            knobs.push((ty as i64, value));
+        }
+    }
+    Ok(Candidate {
+        cfg,
+        engine_id,
+        knobs,
+        numerical_notes,
+    })
+}
+
+/// Engine configs for `graph`, best first: the policy's heuristic, then the fallback list,
+/// deduplicated and filtered by the policy's numerical-note rules.
+pub(crate) fn candidates(
+    graph: &LoweredGraph,
+    policy: &EnginePolicy,
+    io_dtype: DataType,
+) -> Result<(Vec<Candidate>, Vec<String>)> {
+    let first = match policy.heuristic {
+        HeuristicMode::A => 3,
+        HeuristicMode::B => 1,
+    };
+    let mut rejected = Vec::new();
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut last_err = None;
+    for mode in [first, 2 /* fallback */] {
+        let cfgs = match heuristic_results(graph, mode) {
+            Ok(c) => c,
+            Err(e) => {
+                last_err = Some(e);
+                continue;
+            }
+        };
+        for cfg in cfgs {
+            let c = match read_candidate(cfg) {
+                Ok(c) => c,
+                Err(e) => {
+                    rejected.push(format!("unreadable config: {e}"));
+                    continue;
+                }
+            };
+            if out.iter().any(|o| o.engine_id == c.engine_id && o.knobs == c.knobs) {
+                continue;
+            }
+            let has = |n: u32| c.numerical_notes.contains(&n);
+            let reason = if policy.deterministic && has(NOTE_NONDETERMINISTIC) {
+                Some("nondeterministic")
+            } else if policy.forbid_down_convert && has(NOTE_DOWN_CONVERT_INPUTS) {
+                Some("down-converts inputs")
+            } else if !policy.allow_tf32 && io_dtype == DataType::F32 && has(NOTE_TENSOR_CORE) {
+                Some("TF32 tensor cores on f32 data")
+            } else {
+                None
+            };
+            match reason {
+                Some(r) => rejected.push(format!("engine {}: {r}", c.engine_id)),
+                None => out.push(c),
+            }
+        }
+    }
+    if out.is_empty() {
+        if let Some(e) = last_err {
+            if rejected.is_empty() {
+                return Err(e);
+            }
+        }
+    }
+    Ok((out, rejected))
+}
+
+/// Builds (finalizes) an execution plan for one engine config.
+pub(crate) fn build(
+    handle: &CudnnHandle,
+    graph: Arc<LoweredGraph>,
+    cfg: Descriptor,
+    choice: EngineChoice,
+) -> Result<BuiltPlan> {
+    let mut plan = Descriptor::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+    plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle.raw())?;
+    plan.set_desc(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &cfg)?;
+    plan.finalize()?;
+    let workspace = plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?.max(0) as usize;
+    let choice = EngineChoice {
+        workspace_bytes: workspace as u64,
+        ..choice
+    };
+    Ok(BuiltPlan {
+        plan,
+        workspace,
+        choice,
+        _config: cfg,
+        _graph: graph,
+    })
+}
+
+/// Recreates the engine config a stored [`EngineChoice`] names (engine + knobs).
+pub(crate) fn config_from_choice(graph: &LoweredGraph, choice: &EngineChoice) -> Result<Descriptor> {
+    let mut engine = Descriptor::new(K::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+    engine.set_desc(A::CUDNN_ATTR_ENGINE_OPERATION_GRAPH, &graph.op_graph)?;
+    engine.set_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX, choice.engine_id)?;
+    engine.finalize()?;
+    let mut knobs = Vec::with_capacity(choice.knobs.len());
+    for &(ty, value) in &choice.knobs {
+        let mut k = Descriptor::new(K::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)?;
+        k.set_enum(A::CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, T::CUDNN_TYPE_KNOB_TYPE, ty as u32)?;
+        k.set_i64(A::CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, value)?;
+        k.finalize()?;
+        knobs.push(k);
+    }
+    let mut cfg = Descriptor::new(K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)?;
+    cfg.set_desc(A::CUDNN_ATTR_ENGINECFG_ENGINE, &engine)?;
+    if !knobs.is_empty() {
+        let refs: Vec<&Descriptor> = knobs.iter().collect();
+        cfg.set_descs(A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, &refs)?;
+    }
+    cfg.finalize()?;
+    Ok(cfg)
+}
+
+/// Enqueues `plan` on the handle's stream with the given (uid, pointer) pairs.
+pub(crate) fn execute(
+    handle: &CudnnHandle,
+    plan: &BuiltPlan,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    workspace: u64,
+) -> Result<()> {
+    let mut vp = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+    vp.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
+    vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, ptrs)?;
+    vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
+    vp.finalize()?;
+    plan.plan.execute(handle, &vp)
+}

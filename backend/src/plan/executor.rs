@@ -1,0 +1,381 @@
+//! `execute_graph`: signature → per-handle plan LRU → (miss) shared choice cache with
+//! single flight → (miss) heuristics or autotune → build → execute.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::CudaStream;
+
+use super::cache::{EngineChoice, Signature};
+use super::engine::{self, BuiltPlan, Candidate};
+use super::persist::{dir_from_env, TuningFile, TuningKey};
+use super::policy::EnginePolicy;
+use super::{cache_stats, choice_cache, policy};
+use crate::error::{Error, Result};
+use crate::ffi::CudnnHandle;
+use crate::graph::lower::lower;
+use crate::graph::{DataType, Graph, Scalar, SignatureContext, TensorId};
+use crate::handle::cudnn_pool;
+use crate::runtime::{with_workspace, Device};
+
+/// A device pointer for one non-virtual tensor of a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The tensor.
+    pub tensor: TensorId,
+    /// Its device address (`CUdeviceptr`).
+    pub ptr: u64,
+}
+
+impl Binding {
+    /// Binds `tensor` to `ptr`.
+    pub fn new(tensor: TensorId, ptr: u64) -> Self {
+        Self { tensor, ptr }
+    }
+}
+
+/// Executes a validated graph on `device`'s default stream.
+pub fn execute_graph(device: &Device, graph: &Graph, bindings: &[Binding]) -> Result<()> {
+    execute_graph_on(device.stream(), graph, bindings)
+}
+
+fn io_dtype(graph: &Graph) -> DataType {
+    graph
+        .tensors()
+        .iter()
+        .find(|t| !t.is_virtual && t.by_value.is_none())
+        .and_then(|t| t.dtype)
+        .unwrap_or(DataType::F32)
+}
+
+fn crate_version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+fn tuning_key(dev: &Device, cudnn: usize) -> TuningKey {
+    TuningKey {
+        gpu_name: dev.info().name.clone(),
+        compute_capability: dev.info().compute_capability,
+        cudnn_version: cudnn as u64,
+        crate_version: crate_version(),
+    }
+}
+
+fn load_tuning(dev: &Device, cudnn: usize) {
+    dev.tuning_loaded.get_or_init(|| {
+        if let Some(dir) = dir_from_env() {
+            let key = tuning_key(dev, cudnn);
+            let entries = TuningFile::load(&TuningFile::path_for(&dir, &key), &key);
+            tracing::debug!("loaded {} engine choices from {}", entries.len(), dir.display());
+            choice_cache().extend(entries);
+        }
+    });
+}
+
+fn save_tuning(dev: &Device, cudnn: usize) {
+    if let Some(dir) = dir_from_env() {
+        let key = tuning_key(dev, cudnn);
+        if let Err(e) = TuningFile::save(&TuningFile::path_for(&dir, &key), &key, &choice_cache().snapshot()) {
+            tracing::warn!("could not write the tuning file in {}: {e}", dir.display());
+        }
+    }
+}
+
+/// Executes a validated graph on `stream` (any stream of the device, e.g. a framework's).
+///
+/// Every non-virtual, non-scalar tensor needs a [`Binding`] whose pointer is non-null and
+/// aligned to the tensor's declared alignment. Work is enqueued; nothing synchronizes.
+pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Binding]) -> Result<()> {
+    if !graph.is_validated() {
+        return Err(Error::InvalidGraph(
+            "execute needs a validated graph: call validate() first".into(),
+        ));
+    }
+    let dev = Device::new(stream.context().ordinal())?;
+    dev.context().bind_to_thread()?;
+    let cudnn = crate::ffi::cudnn_version()?;
+    let policy = policy();
+    let ctx = SignatureContext {
+        compute_capability: dev.info().compute_capability,
+        cudnn_version: cudnn as u64,
+        policy: policy.signature_bits(),
+    };
+    let sig = Signature::new(graph.signature_bytes(&ctx));
+    let mut scalars: Vec<[u8; 8]> = Vec::new();
+    let (uids, ptrs) = variant_pointers(graph, bindings, &mut scalars)?;
+    let run = |h: &mut crate::handle::PooledCudnn| -> Result<()> {
+        if h.plans.get(&sig).is_none() {
+            if let Some(reason) = known_unsupported(&sig) {
+                return Err(Error::Unsupported {
+                    graph: graph.describe(),
+                    reason,
+                });
+            }
+            load_tuning(&dev, cudnn);
+            let plan = plan_for(&h.handle, graph, &sig, &policy, stream, &uids, &ptrs, &dev, cudnn)?;
+            h.plans.insert(sig.clone(), plan);
+        }
+        let handle = &h.handle;
+        let plan = h.plans.peek(&sig).ok_or_else(|| Error::Cuda {
+            op: "plan cache",
+            message: "plan vanished".into(),
+        })?;
+        match with_workspace(stream, plan.workspace, |ws| {
+            engine::execute(handle, plan, &uids, &ptrs, ws)
+        }) {
+            Err(Error::OutOfMemory { .. }) if plan.workspace > 0 => {
+                // Retry with the best plan that needs less workspace.
+                let smaller = EnginePolicy {
+                    max_workspace: Some(plan.workspace as u64 - 1),
+                    ..policy
+                };
+                let plan = select_plan(handle, graph, &smaller, stream, &uids, &ptrs)?;
+                with_workspace(stream, plan.workspace, |ws| {
+                    engine::execute(handle, &plan, &uids, &ptrs, ws)
+                })?;
+                h.plans.insert(sig.clone(), plan);
+                Ok(())
+            }
+            other => other,
+        }
+    };
+    cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, run)?
+}
+
+fn variant_pointers(
+    graph: &Graph,
+    bindings: &[Binding],
+    scalars: &mut Vec<[u8; 8]>,
+) -> Result<(Vec<i64>, Vec<*mut c_void>)> {
+    let io: Vec<(usize, &crate::graph::Tensor)> = graph
+        .tensors()
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.is_virtual)
+        .collect();
+    scalars.reserve(io.len());
+    let mut uids = Vec::with_capacity(io.len());
+    let mut ptrs = Vec::with_capacity(io.len());
+    for (i, t) in io {
+        if let Some(s) = t.by_value {
+            scalars.push(match s {
+                Scalar::F32(v) => {
+                    let mut b = [0u8; 8];
+                    b[..4].copy_from_slice(&v.to_ne_bytes());
+                    b
+                }
+                Scalar::F64(v) => v.to_ne_bytes(),
+                Scalar::I64(v) => v.to_ne_bytes(),
+            });
+            uids.push(t.uid);
+            let last = scalars.len() - 1;
+            ptrs.push(scalars[last].as_mut_ptr().cast());
+            continue;
+        }
+        let b = bindings.iter().find(|b| b.tensor.index() == i).ok_or_else(|| {
+            Error::invalid_arg(
+                "execute_graph",
+                "bindings",
+                format!("no device pointer bound to tensor `{}`", t.name),
+            )
+        })?;
+        if b.ptr == 0 {
+            return Err(Error::invalid_arg(
+                "execute_graph",
+                "bindings",
+                format!("null pointer bound to `{}`", t.name),
+            ));
+        }
+        if b.ptr % t.alignment as u64 != 0 {
+            return Err(Error::invalid_arg(
+                "execute_graph",
+                "bindings",
+                format!(
+                    "pointer {:#x} of `{}` is not aligned to the declared {} bytes",
+                    b.ptr, t.name, t.alignment
+                ),
+            ));
+        }
+        uids.push(t.uid);
+        ptrs.push(b.ptr as *mut c_void);
+    }
+    Ok((uids, ptrs))
+}
+
+/// Gets a plan for `sig`: from the shared choice (single flight), else by selecting one.
+#[allow(clippy::too_many_arguments)]
+fn plan_for(
+    handle: &CudnnHandle,
+    graph: &Graph,
+    sig: &Signature,
+    policy: &EnginePolicy,
+    stream: &Arc<CudaStream>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    dev: &Device,
+    cudnn: usize,
+) -> Result<BuiltPlan> {
+    let mut built = None;
+    let (choice, _) = choice_cache().get_or_build(sig, || {
+        let start = Instant::now();
+        let plan = select_plan(handle, graph, policy, stream, uids, ptrs).inspect_err(|e| {
+            if let Error::Unsupported { reason, .. } = e {
+                remember_unsupported(sig, reason);
+            }
+        })?;
+        cache_stats()
+            .build_time_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        let choice = plan.choice.clone();
+        built = Some(plan);
+        Ok::<_, Error>(choice)
+    })?;
+    if let Some(plan) = built {
+        save_tuning(dev, cudnn);
+        return Ok(plan);
+    }
+    let lowered = Arc::new(lower(graph, handle)?);
+    match engine::config_from_choice(&lowered, &choice)
+        .and_then(|cfg| engine::build(handle, lowered, cfg, choice.clone()))
+    {
+        Ok(plan) => Ok(plan),
+        Err(e) => {
+            tracing::warn!(
+                "cached engine choice {} no longer builds ({e}); selecting again",
+                choice.engine_id
+            );
+            let plan = select_plan(handle, graph, policy, stream, uids, ptrs)?;
+            choice_cache().insert(sig.clone(), plan.choice.clone());
+            Ok(plan)
+        }
+    }
+}
+
+/// Chooses and builds a plan under `policy`: the first candidate that builds within the
+/// workspace cap, or in benchmark mode the fastest of the first `autotune_top_k`.
+pub(crate) fn select_plan(
+    handle: &CudnnHandle,
+    graph: &Graph,
+    policy: &EnginePolicy,
+    stream: &Arc<CudaStream>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+) -> Result<BuiltPlan> {
+    let lowered = Arc::new(lower(graph, handle)?);
+    let (cands, mut notes) = engine::candidates(&lowered, policy, io_dtype(graph)).map_err(|e| Error::Unsupported {
+        graph: graph.describe(),
+        reason: format!("heuristics failed: {e}"),
+    })?;
+    let want = if policy.benchmark {
+        policy.autotune_top_k.max(1) as usize
+    } else {
+        1
+    };
+    let mut built: Vec<BuiltPlan> = Vec::new();
+    for Candidate {
+        cfg, engine_id, knobs, ..
+    } in cands
+    {
+        let choice = EngineChoice {
+            engine_id,
+            knobs,
+            workspace_bytes: 0,
+            measured_ms: None,
+        };
+        match engine::build(handle, lowered.clone(), cfg, choice) {
+            Ok(p) if policy.max_workspace.is_some_and(|cap| p.workspace as u64 > cap) => {
+                notes.push(format!("engine {engine_id}: workspace {} over cap", p.workspace));
+            }
+            Ok(p) => {
+                built.push(p);
+                if built.len() >= want {
+                    break;
+                }
+            }
+            Err(e) => notes.push(format!("engine {engine_id}: {e}")),
+        }
+    }
+    if built.is_empty() {
+        notes.truncate(12);
+        return Err(Error::Unsupported {
+            graph: graph.describe(),
+            reason: if notes.is_empty() {
+                "cuDNN offered no engine".into()
+            } else {
+                notes.join("; ")
+            },
+        });
+    }
+    if built.len() == 1 {
+        return Ok(built.remove(0));
+    }
+    autotune(handle, built, stream, uids, ptrs)
+}
+
+fn autotune(
+    handle: &CudnnHandle,
+    plans: Vec<BuiltPlan>,
+    stream: &Arc<CudaStream>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+) -> Result<BuiltPlan> {
+    use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
+    const RUNS: usize = 3;
+    let mut best: Option<(f32, BuiltPlan)> = None;
+    for mut plan in plans {
+        let timed = with_workspace(stream, plan.workspace, |ws| {
+            engine::execute(handle, &plan, uids, ptrs, ws)?;
+            let start = stream.record_event(Some(CU_EVENT_DEFAULT))?;
+            for _ in 0..RUNS {
+                engine::execute(handle, &plan, uids, ptrs, ws)?;
+            }
+            let end = stream.record_event(Some(CU_EVENT_DEFAULT))?;
+            end.synchronize()?;
+            Ok(start.elapsed_ms(&end)? / RUNS as f32)
+        });
+        match timed {
+            Ok(ms) => {
+                plan.choice.measured_ms = Some(ms);
+                if best.as_ref().is_none_or(|(b, _)| ms < *b) {
+                    best = Some((ms, plan));
+                }
+            }
+            Err(e) => tracing::debug!("autotune: engine {} failed: {e}", plan.choice.engine_id),
+        }
+    }
+    best.map(|(_, p)| p).ok_or_else(|| Error::Unsupported {
+        graph: "autotune".into(),
+        reason: "every candidate failed to run".into(),
+    })
+}
+
+fn unsupported() -> &'static Mutex<HashMap<Signature, String>> {
+    static UNSUPPORTED: OnceLock<Mutex<HashMap<Signature, String>>> = OnceLock::new();
+    UNSUPPORTED.get_or_init(Default::default)
+}
+
+/// Signatures no engine supports, so repeated calls fail fast (and fallbacks run at once).
+fn known_unsupported(sig: &Signature) -> Option<String> {
+    unsupported()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(sig)
+        .cloned()
+}
+
+fn remember_unsupported(sig: &Signature, reason: &str) {
+    let mut map = unsupported().lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() < 4096 {
+        map.insert(sig.clone(), reason.to_string());
+    }
+}
+
+/// Runs `f` with this thread's pooled cuDNN handle for `stream`'s device, bound to `stream`
+/// (for cuDNN's non-graph entry points, used as fallbacks).
+pub(crate) fn with_cudnn_handle<R>(stream: &Arc<CudaStream>, f: impl FnOnce(&CudnnHandle) -> Result<R>) -> Result<R> {
+    let dev = Device::new(stream.context().ordinal())?;
+    dev.context().bind_to_thread()?;
+    cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, |h| f(&h.handle))?
+}

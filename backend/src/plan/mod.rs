@@ -1,0 +1,44 @@
+//! Plans: engine heuristics and filtering, autotuning, the plan cache (per-handle LRU of
+//! built plans + a shared single-flight map of engine choices + an optional tuning file),
+//! and graph execution.
+
+pub mod cache;
+pub(crate) mod engine;
+mod executor;
+pub mod persist;
+pub mod policy;
+
+use std::sync::{Arc, OnceLock};
+
+pub(crate) use executor::with_cudnn_handle;
+pub use executor::{execute_graph, execute_graph_on, Binding};
+pub use policy::{policy, set_policy, EnginePolicy, HeuristicMode};
+
+use cache::{CacheStats, ChoiceCache, StatsSnapshot};
+
+/// Counters shared by every plan LRU and the choice cache.
+pub(crate) fn cache_stats() -> &'static Arc<CacheStats> {
+    static STATS: OnceLock<Arc<CacheStats>> = OnceLock::new();
+    STATS.get_or_init(CacheStats::new)
+}
+
+/// The process-wide engine-choice cache.
+pub(crate) fn choice_cache() -> &'static ChoiceCache {
+    static CHOICES: OnceLock<ChoiceCache> = OnceLock::new();
+    CHOICES.get_or_init(|| ChoiceCache::with_default_capacity(cache_stats().clone()))
+}
+
+/// Hit / miss / build-time / eviction counters of the plan cache and the choice cache.
+pub fn stats() -> StatsSnapshot {
+    cache_stats().snapshot()
+}
+
+/// Resets the counters returned by [`stats`].
+pub fn reset_stats() {
+    cache_stats().reset()
+}
+
+/// Forgets every engine choice (built plans stay in their handles' LRUs).
+pub fn clear_choices() {
+    choice_cache().clear()
+}

@@ -1,0 +1,121 @@
+//! Engine selection policy: heuristic vs benchmark (autotune), determinism, TF32, workspace cap.
+
+use std::sync::RwLock;
+
+/// Which heuristic cuDNN is asked for first (the fallback list is always appended).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeuristicMode {
+    /// Mode A: fast, ranks most graph patterns well (default).
+    A,
+    /// Mode B: more accurate, more CPU time per query.
+    B,
+}
+
+/// How plans are chosen. Environment variables set the initial value (see [`EnginePolicy::from_env`]);
+/// [`set_policy`] changes it at run time (new signatures only: cached plans stay).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EnginePolicy {
+    /// Autotune: time the top candidates on the real buffers and keep the fastest
+    /// (like PyTorch's `torch.backends.cudnn.benchmark = True`).
+    pub benchmark: bool,
+    /// Exclude engines whose results may differ between runs.
+    pub deterministic: bool,
+    /// Allow TF32 tensor cores for f32 data (PyTorch's `allow_tf32`); off by default so
+    /// f32 results match f32 arithmetic.
+    pub allow_tf32: bool,
+    /// Exclude engines that down-convert inputs to a lower precision.
+    pub forbid_down_convert: bool,
+    /// Largest workspace a plan may use, in bytes (None: unlimited).
+    pub max_workspace: Option<u64>,
+    /// Heuristic queried first.
+    pub heuristic: HeuristicMode,
+    /// Candidates timed per signature in benchmark mode.
+    pub autotune_top_k: u32,
+}
+
+impl Default for EnginePolicy {
+    fn default() -> Self {
+        Self {
+            benchmark: false,
+            deterministic: false,
+            allow_tf32: false,
+            forbid_down_convert: true,
+            max_workspace: None,
+            heuristic: HeuristicMode::A,
+            autotune_top_k: 8,
+        }
+    }
+}
+
+/// `CUDNN_BACKEND_MODE`: `heuristic` (default), `benchmark`, `deterministic`, or
+/// `benchmark,deterministic`.
+pub const MODE_ENV: &str = "CUDNN_BACKEND_MODE";
+/// `CUDNN_BACKEND_ALLOW_TF32`: `1` to allow TF32 for f32 data.
+pub const TF32_ENV: &str = "CUDNN_BACKEND_ALLOW_TF32";
+/// `CUDNN_BACKEND_MAX_WORKSPACE`: workspace cap in bytes.
+pub const MAX_WORKSPACE_ENV: &str = "CUDNN_BACKEND_MAX_WORKSPACE";
+/// `CUDNN_BACKEND_HEURISTIC`: `a` (default) or `b`.
+pub const HEURISTIC_ENV: &str = "CUDNN_BACKEND_HEURISTIC";
+
+impl EnginePolicy {
+    /// The default policy with the `CUDNN_BACKEND_*` environment variables applied.
+    pub fn from_env() -> Self {
+        let mut p = Self::default();
+        if let Ok(mode) = std::env::var(MODE_ENV) {
+            for m in mode.split([',', '+']).map(|s| s.trim().to_ascii_lowercase()) {
+                match m.as_str() {
+                    "benchmark" | "autotune" => p.benchmark = true,
+                    "deterministic" => p.deterministic = true,
+                    "heuristic" | "" => {}
+                    other => tracing::warn!("{MODE_ENV}: unknown mode `{other}` ignored"),
+                }
+            }
+        }
+        if let Ok(v) = std::env::var(TF32_ENV) {
+            p.allow_tf32 = matches!(v.trim(), "1" | "true" | "yes");
+        }
+        if let Ok(v) = std::env::var(MAX_WORKSPACE_ENV) {
+            match v.trim().parse::<u64>() {
+                Ok(n) => p.max_workspace = Some(n),
+                Err(_) => tracing::warn!("{MAX_WORKSPACE_ENV}: `{v}` is not a byte count; ignored"),
+            }
+        }
+        if let Ok(v) = std::env::var(HEURISTIC_ENV) {
+            p.heuristic = if v.trim().eq_ignore_ascii_case("b") {
+                HeuristicMode::B
+            } else {
+                HeuristicMode::A
+            };
+        }
+        p
+    }
+
+    /// Bits folded into graph signatures: plans chosen under different policies never mix.
+    pub fn signature_bits(&self) -> u64 {
+        let mut bits = self.benchmark as u64
+            | (self.deterministic as u64) << 1
+            | (self.allow_tf32 as u64) << 2
+            | (self.forbid_down_convert as u64) << 3
+            | ((self.heuristic == HeuristicMode::B) as u64) << 4;
+        if let Some(cap) = self.max_workspace {
+            bits |= 1 << 5 | cap.wrapping_shl(8);
+        }
+        bits
+    }
+}
+
+static POLICY: RwLock<Option<EnginePolicy>> = RwLock::new(None);
+
+/// The current process-wide policy.
+pub fn policy() -> EnginePolicy {
+    if let Some(p) = *POLICY.read().unwrap_or_else(|e| e.into_inner()) {
+        return p;
+    }
+    let mut w = POLICY.write().unwrap_or_else(|e| e.into_inner());
+    *w.get_or_insert_with(EnginePolicy::from_env)
+}
+
+/// Replaces the process-wide policy.
+pub fn set_policy(p: EnginePolicy) {
+    *POLICY.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
+}

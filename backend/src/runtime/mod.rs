@@ -1,0 +1,11 @@
+//! Run-time discovery and device management: library probing (libcuda, libcudnn,
+//! libnvrtc), devices with their context and default stream, and per-stream workspace.
+
+mod device;
+mod probe;
+mod workspace;
+
+pub use device::{Device, DeviceInfo};
+pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
+pub(crate) use workspace::with_workspace;
+pub use workspace::workspace_bytes;

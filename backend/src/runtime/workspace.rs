@@ -1,0 +1,59 @@
+//! Per-(device, stream) growable scratch memory for cuDNN plans, reused across calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+use crate::error::{Error, Result};
+
+type Slot = Arc<Mutex<Option<CudaSlice<u8>>>>;
+
+static WORKSPACES: OnceLock<Mutex<HashMap<(usize, usize), Slot>>> = OnceLock::new();
+
+fn slot(stream: &Arc<CudaStream>) -> Slot {
+    let key = (stream.context().ordinal(), stream.cu_stream() as usize);
+    let map = WORKSPACES.get_or_init(|| Mutex::new(HashMap::new()));
+    map.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_default()
+        .clone()
+}
+
+/// Runs `f` with a device pointer to at least `bytes` of scratch memory owned by `stream`
+/// (0 when `bytes` is 0). The buffer grows when needed (freed stream-ordered, so work
+/// already queued on the stream keeps its old buffer); calls on one stream share it,
+/// which is safe because the stream orders their kernels.
+pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl FnOnce(u64) -> Result<R>) -> Result<R> {
+    if bytes == 0 {
+        return f(0);
+    }
+    let slot = slot(stream);
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.as_ref().is_none_or(|b| b.len() < bytes) {
+        *guard = None;
+        let rounded = bytes.div_ceil(1 << 20) << 20;
+        let buf = stream.alloc_zeros::<u8>(rounded).map_err(|e| Error::OutOfMemory {
+            op: "cuDNN workspace",
+            bytes: rounded,
+            message: e.to_string(),
+        })?;
+        *guard = Some(buf);
+    }
+    let buf = guard.as_ref().ok_or_else(|| Error::Cuda {
+        op: "workspace",
+        message: "lost buffer".into(),
+    })?;
+    let (ptr, _sync) = buf.device_ptr(stream);
+    f(ptr)
+}
+
+/// Bytes of workspace currently held for `stream`.
+pub fn workspace_bytes(stream: &Arc<CudaStream>) -> usize {
+    slot(stream)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map_or(0, |b| b.len())
+}

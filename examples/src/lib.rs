@@ -1,0 +1,1 @@
+//! Example programs live in this package; see the `[[example]]` targets.
