@@ -1,1 +1,148 @@
-//! Shared helpers for the integration tests.
+//! Helpers shared by the integration tests: device buffers filled from float64 data in
+//! any dtype and layout, poisoned outputs, and read-back to float64.
+
+use std::sync::Arc;
+
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::graph::DataType;
+use cudnn_backend::ops::TensorRef;
+use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
+use half::{bf16, f16};
+
+/// Memory layout of an activation tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// N, C, spatial... packed row-major.
+    Nchw,
+    /// N, spatial..., C packed (channels last).
+    Nhwc,
+}
+
+/// Strides (elements) of `dims` in `layout`.
+pub fn strides(dims: &[i64], layout: Layout) -> Vec<i64> {
+    let t = match layout {
+        Layout::Nchw => TensorRef::contiguous(dims, DataType::F32, 0),
+        Layout::Nhwc => TensorRef::channels_last(dims, DataType::F32, 0),
+    };
+    t.strides
+}
+
+/// Rounds `v` to the nearest value representable in `dtype`.
+pub fn round_to(dtype: DataType, v: f64) -> f64 {
+    match dtype {
+        DataType::F32 => v as f32 as f64,
+        DataType::F16 => f16::from_f64(v).to_f64(),
+        DataType::BF16 => bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
+}
+
+fn encode(dtype: DataType, v: &[f64]) -> Vec<u8> {
+    match dtype {
+        DataType::F32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        DataType::F16 => v.iter().flat_map(|&x| f16::from_f64(x).to_le_bytes()).collect(),
+        DataType::BF16 => v.iter().flat_map(|&x| bf16::from_f64(x).to_le_bytes()).collect(),
+        DataType::F64 => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+        other => panic!("encode: unsupported dtype {other:?}"),
+    }
+}
+
+fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
+    match dtype {
+        DataType::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        DataType::F16 => b
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        DataType::BF16 => b
+            .chunks_exact(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        DataType::F64 => b
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        other => panic!("decode: unsupported dtype {other:?}"),
+    }
+}
+
+/// A device buffer viewed as a strided tensor.
+pub struct DevTensor {
+    /// The memory (kept alive for the view).
+    pub buf: CudaSlice<u8>,
+    /// The view passed to ops.
+    pub t: TensorRef,
+    /// The logical values (rounded to the dtype) that were uploaded.
+    pub values: Vec<f64>,
+}
+
+fn to_usize(v: &[i64]) -> Vec<usize> {
+    v.iter().map(|&x| x as usize).collect()
+}
+
+/// Uploads `values` (logical row-major order) in `dtype` with the given strides; gaps in
+/// the buffer are filled with NaN bit patterns.
+pub fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], strides: &[i64], dtype: DataType) -> DevTensor {
+    let (d, s) = (to_usize(dims), to_usize(strides));
+    let len = strided_len(&d, &s).max(1);
+    let rounded: Vec<f64> = values.iter().map(|&v| round_to(dtype, v)).collect();
+    let mut host = vec![f64::NAN; len];
+    scatter_to_strided(&rounded, &d, &s, &mut host);
+    let bytes = encode(dtype, &host);
+    let buf = stream.clone_htod(&bytes).expect("upload");
+    let ptr = buf.device_ptr(stream).0;
+    DevTensor {
+        buf,
+        t: TensorRef::new(dims, strides, dtype, ptr),
+        values: rounded,
+    }
+}
+
+/// Uploads fresh random values in [-1, 1).
+pub fn random(
+    stream: &Arc<CudaStream>,
+    rng: &mut SplitMix64,
+    dims: &[i64],
+    strides: &[i64],
+    dtype: DataType,
+) -> DevTensor {
+    let n: i64 = dims.iter().product();
+    let v = rng.fill(n as usize);
+    upload(stream, &v, dims, strides, dtype)
+}
+
+/// An output buffer poisoned with NaN (every byte 0xFF), so unwritten elements show.
+pub fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], strides: &[i64], dtype: DataType) -> DevTensor {
+    let len = strided_len(&to_usize(dims), &to_usize(strides)).max(1);
+    let buf = stream.clone_htod(&vec![0xFFu8; len * dtype.size()]).expect("alloc");
+    let ptr = buf.device_ptr(stream).0;
+    DevTensor {
+        buf,
+        t: TensorRef::new(dims, strides, dtype, ptr),
+        values: Vec::new(),
+    }
+}
+
+/// Reads a tensor back in logical row-major order (synchronizes the stream).
+pub fn download(stream: &Arc<CudaStream>, t: &DevTensor) -> Vec<f64> {
+    let bytes = stream.clone_dtoh(&t.buf).expect("download");
+    let all = decode(t.t.dtype, &bytes);
+    gather_from_strided(&all, &to_usize(&t.t.dims), &to_usize(&t.t.strides))
+}
+
+/// Relative L2 error bound for results computed from `dtype` inputs
+/// (f32 1e-5, f16/bf16 1e-2).
+pub fn bound(dtype: DataType) -> f64 {
+    match dtype {
+        DataType::F32 => 1e-5,
+        _ => 1e-2,
+    }
+}
+
+/// The ops' dims as `usize` for the CPU reference.
+pub fn udims(t: &DevTensor) -> Vec<usize> {
+    to_usize(&t.t.dims)
+}

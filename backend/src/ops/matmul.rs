@@ -86,11 +86,130 @@ pub fn matmul_bias_act(
             Ok(())
         };
     }
+    for (a3, b3, c3) in batches(a, b, c) {
+        matmul3(
+            stream,
+            op,
+            &a3,
+            &b3,
+            bias_full.as_ref().map(|b| rank3_bias(b)).as_ref(),
+            &c3,
+            act,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bias `[1, .., 1, N]` as rank 3.
+fn rank3_bias(b: &TensorRef) -> TensorRef {
+    let r = b.dims.len();
+    TensorRef::new(
+        &[1, 1, b.dims[r - 1]],
+        &[b.strides[0], b.strides[0], b.strides[r - 1]],
+        b.dtype,
+        b.ptr,
+    )
+}
+
+/// Splits a broadcast batched product into rank-3 problems cuDNN runs directly: batch dims
+/// are merged when strides allow; `b` shared by every batch is folded into M; other
+/// broadcasts become one problem per batch index (all sharing one cached plan).
+fn batches(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Vec<(TensorRef, TensorRef, TensorRef)> {
+    let r = c.dims.len();
+    let nb = r - 2;
+    let esize = |t: &TensorRef| t.dtype.size() as u64;
+    // b shared by all batches, a and c packed along (batch.., M): fold batches into M.
+    let b_shared = b.dims[..nb].iter().all(|&d| d == 1);
+    if b_shared && nb > 0 && foldable(a, nb) && foldable(c, nb) {
+        let m: i64 = a.dims[..=nb].iter().product();
+        let fold = |t: &TensorRef, cols: i64| {
+            TensorRef::new(
+                &[1, m, cols],
+                &[m * t.strides[nb], t.strides[nb], t.strides[nb + 1]],
+                t.dtype,
+                t.ptr,
+            )
+        };
+        let k = a.dims[r - 1];
+        let b3 = TensorRef::new(
+            &[1, b.dims[r - 2], b.dims[r - 1]],
+            &[b.dims[r - 2] * b.dims[r - 1], b.strides[r - 2], b.strides[r - 1]],
+            b.dtype,
+            b.ptr,
+        );
+        return vec![(fold(a, k), b3, fold(c, c.dims[r - 1]))];
+    }
+    // General case: iterate over batch indices, merging the trailing batch dims where a, b
+    // and c all have matching extents and mergeable strides.
+    let batch = &c.dims[..nb];
+    let mut inner = 1i64; // merged trailing batch extent
+    let mut split = nb; // batch dims [split..nb) are merged into `inner`
+    while split > 0 {
+        let i = split - 1;
+        let same = a.dims[i] == batch[i] && b.dims[i] == batch[i];
+        let mergeable = split == nb
+            || [a, b, c]
+                .iter()
+                .all(|t| t.strides[i] == t.strides[i + 1] * t.dims[i + 1]);
+        if !same || !mergeable {
+            break;
+        }
+        inner *= batch[i];
+        split = i;
+    }
+    let inner_stride = |t: &TensorRef| {
+        if split < nb {
+            t.strides[nb - 1]
+        } else {
+            t.dims[nb] * t.strides[nb]
+        }
+    };
+    let view = |t: &TensorRef, offset: i64| {
+        TensorRef::new(
+            &[inner, t.dims[r - 2], t.dims[r - 1]],
+            &[inner_stride(t), t.strides[r - 2], t.strides[r - 1]],
+            t.dtype,
+            t.ptr + offset as u64 * esize(t),
+        )
+    };
+    let outer: Vec<i64> = batch[..split].to_vec();
+    let count: i64 = outer.iter().product();
+    (0..count)
+        .map(|flat| {
+            let (mut rem, mut oa, mut ob, mut oc) = (flat, 0i64, 0i64, 0i64);
+            for i in (0..split).rev() {
+                let idx = rem % outer[i];
+                rem /= outer[i];
+                oa += if a.dims[i] == 1 { 0 } else { idx * a.strides[i] };
+                ob += if b.dims[i] == 1 { 0 } else { idx * b.strides[i] };
+                oc += idx * c.strides[i];
+            }
+            (view(a, oa), view(b, ob), view(c, oc))
+        })
+        .collect()
+}
+
+/// True when dims `0..=nb` (batch dims and M) of `t` form one evenly strided run.
+fn foldable(t: &TensorRef, nb: usize) -> bool {
+    (0..nb).all(|i| t.strides[i] == t.strides[i + 1] * t.dims[i + 1])
+}
+
+/// One rank-3 product (+ bias + activation) as one graph, with the unfused fallback.
+fn matmul3(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    a: &TensorRef,
+    b: &TensorRef,
+    bias: Option<&TensorRef>,
+    c: &TensorRef,
+    act: Activation,
+) -> Result<()> {
+    let fused = bias.is_some() || act != Activation::Identity;
     let mut g = Graph::new();
     let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
     let mut out = g.matmul(ai, bi);
     let mut bindings = vec![Binding::new(ai, a.ptr), Binding::new(bi, b.ptr)];
-    if let Some(bias) = &bias_full {
+    if let Some(bias) = bias {
         let bt = bias.add_input(&mut g, "bias");
         bindings.push(Binding::new(bt, bias.ptr));
         out = g.bias_add(out, bt);
@@ -101,10 +220,10 @@ pub fn matmul_bias_act(
     c.bind_output(&mut g, out);
     bindings.push(Binding::new(out, c.ptr));
     match run(stream, &mut g, &bindings, op) {
-        Err(e) if e.is_not_supported() && (bias_full.is_some() || act != Activation::Identity) => {
+        Err(e) if e.is_not_supported() && fused => {
             tracing::debug!("{op}: fused graph unsupported ({e}); running matmul + bias/activation kernel");
-            matmul(stream, a, b, c)?;
-            bias_act_in_place(stream, op, c, bias_full.as_ref(), r - 1, act)
+            matmul3(stream, op, a, b, None, c, Activation::Identity)?;
+            bias_act_in_place(stream, op, c, bias, 2, act)
         }
         other => other,
     }

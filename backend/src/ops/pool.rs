@@ -92,11 +92,18 @@ impl PoolParams {
         }
     }
 
-    fn legacy(&self, x: &TensorRef, y: &TensorRef, op: &'static str, graph_err: &Error) -> Result<LegacyPooling> {
+    fn legacy(
+        &self,
+        x: &TensorRef,
+        y: &TensorRef,
+        op: &'static str,
+        graph_err: Option<&Error>,
+    ) -> Result<LegacyPooling> {
         if self.pre_padding != self.post_padding {
+            let why = graph_err.map_or("this layout/dtype has no graph engine".to_string(), |e| e.to_string());
             return Err(Error::Unsupported {
                 graph: op.into(),
-                reason: format!("asymmetric padding and no graph engine ({graph_err})"),
+                reason: format!("asymmetric padding needs a graph engine: {why}"),
             });
         }
         Ok(LegacyPooling {
@@ -136,6 +143,13 @@ fn check_shapes(op: &'static str, p: &PoolParams, x: &TensorRef, y: &TensorRef) 
     Ok(())
 }
 
+/// cuDNN's resample graphs run channels-last f32/f16 correctly; other layouts and bf16
+/// (which produced wrong results in cuDNN 9.14) use the pooling API.
+fn graph_pooling_supported(x: &TensorRef, y: &TensorRef) -> bool {
+    let channels_last = |t: &TensorRef| t.strides.get(1) == Some(&1) && t.dims.len() >= 3;
+    matches!(x.dtype, crate::graph::DataType::F32 | crate::graph::DataType::F16) && channels_last(x) && channels_last(y)
+}
+
 /// `y = pool(x)`.
 pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorRef, p: &PoolParams) -> Result<()> {
     const OP: &str = "pool_forward";
@@ -145,13 +159,17 @@ pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorRef, p: &
     if y.is_empty() {
         return Ok(());
     }
+    if !graph_pooling_supported(x, y) {
+        let legacy = p.legacy(x, y, OP, None)?;
+        return with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr));
+    }
     let mut g = Graph::new();
     let xi = x.add_input(&mut g, "x");
     let (yi, _) = g.resample_fwd(xi, p.attrs(), false);
     y.bind_output(&mut g, yi);
     match run(stream, &mut g, &[Binding::new(xi, x.ptr), Binding::new(yi, y.ptr)], OP) {
         Err(e) if e.is_not_supported() => {
-            let legacy = p.legacy(x, y, OP, &e)?;
+            let legacy = p.legacy(x, y, OP, Some(&e))?;
             with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr))
         }
         other => other,
@@ -193,24 +211,8 @@ pub fn pool_backward(
     if dx.is_empty() {
         return Ok(());
     }
-    let mut g = Graph::new();
-    let dyi = dy.add_input(&mut g, "dy");
-    let mut bindings = vec![Binding::new(dyi, dy.ptr)];
-    let (xi, yi) = if p.mode == PoolMode::Max {
-        let (xi, yi) = (x.add_input(&mut g, "x"), y.add_input(&mut g, "y"));
-        bindings.extend([Binding::new(xi, x.ptr), Binding::new(yi, y.ptr)]);
-        (Some(xi), Some(yi))
-    } else {
-        (None, None)
-    };
-    let dxi = g.resample_bwd(dyi, &dx.dims, p.attrs(), xi, yi, None);
-    dx.bind_output(&mut g, dxi);
-    bindings.push(Binding::new(dxi, dx.ptr));
-    match run(stream, &mut g, &bindings, OP) {
-        Err(e) if e.is_not_supported() => {
-            let legacy = p.legacy(x, y, OP, &e)?;
-            with_cudnn_handle(stream, |h| legacy.backward(h, x.ptr, y.ptr, dy.ptr, dx.ptr))
-        }
-        other => other,
-    }
+    // cuDNN's resample-backward graphs crash its heuristics (9.14), so backward always
+    // uses the pooling API.
+    let legacy = p.legacy(x, y, OP, None)?;
+    with_cudnn_handle(stream, |h| legacy.backward(h, x.ptr, y.ptr, dy.ptr, dx.ptr))
 }

@@ -11,7 +11,6 @@ use crate::ffi::cudnn_sys::{
 };
 use crate::ffi::{CudnnHandle, Descriptor};
 use crate::graph::lower::LoweredGraph;
-use crate::graph::DataType;
 
 const NOTE_TENSOR_CORE: u32 = 0;
 const NOTE_DOWN_CONVERT_INPUTS: u32 = 1;
@@ -85,11 +84,13 @@ fn read_candidate(cfg: Descriptor) -> Result<Candidate> {
 }
 
 /// Engine configs for `graph`, best first: the policy's heuristic, then the fallback list,
-/// deduplicated and filtered by the policy's numerical-note rules.
+/// deduplicated and filtered by the policy's numerical-note rules. `exclude_tf32` drops
+/// engines noted as using tensor cores on f32 data (meaningful for convolutions; cuDNN's
+/// matmul engines expose no non-TF32 f32 path through notes).
 pub(crate) fn candidates(
     graph: &LoweredGraph,
     policy: &EnginePolicy,
-    io_dtype: DataType,
+    exclude_tf32: bool,
 ) -> Result<(Vec<Candidate>, Vec<String>)> {
     let first = match policy.heuristic {
         HeuristicMode::A => 3,
@@ -122,7 +123,7 @@ pub(crate) fn candidates(
                 Some("nondeterministic")
             } else if policy.forbid_down_convert && has(NOTE_DOWN_CONVERT_INPUTS) {
                 Some("down-converts inputs")
-            } else if !policy.allow_tf32 && io_dtype == DataType::F32 && has(NOTE_TENSOR_CORE) {
+            } else if exclude_tf32 && has(NOTE_TENSOR_CORE) {
                 Some("TF32 tensor cores on f32 data")
             } else {
                 None

@@ -16,7 +16,7 @@ use super::{cache_stats, choice_cache, policy};
 use crate::error::{Error, Result};
 use crate::ffi::CudnnHandle;
 use crate::graph::lower::lower;
-use crate::graph::{DataType, Graph, Scalar, SignatureContext, TensorId};
+use crate::graph::{DataType, Graph, Op, Scalar, SignatureContext, TensorId};
 use crate::handle::cudnn_pool;
 use crate::runtime::{with_workspace, Device};
 
@@ -264,7 +264,12 @@ pub(crate) fn select_plan(
     ptrs: &[*mut c_void],
 ) -> Result<BuiltPlan> {
     let lowered = Arc::new(lower(graph, handle)?);
-    let (cands, mut notes) = engine::candidates(&lowered, policy, io_dtype(graph)).map_err(|e| Error::Unsupported {
+    let has_conv = graph
+        .nodes()
+        .iter()
+        .any(|n| matches!(n.op, Op::ConvFprop { .. } | Op::ConvDgrad { .. } | Op::ConvWgrad { .. }));
+    let exclude_tf32 = !policy.allow_tf32 && io_dtype(graph) == DataType::F32 && has_conv;
+    let (cands, mut notes) = engine::candidates(&lowered, policy, exclude_tf32).map_err(|e| Error::Unsupported {
         graph: graph.describe(),
         reason: format!("heuristics failed: {e}"),
     })?;

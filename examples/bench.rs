@@ -1,0 +1,1239 @@
+//! Benchmarks of the public `ops` API on one GPU, plus the host-side hot paths (handle pool,
+//! plan-cache lookup, signature hashing).
+//!
+//! ```text
+//! cargo run --release -p examples --example bench -- [--json out.json] [--quick] [--only <substring>]
+//!     [--benchmark-mode] [--allow-tf32] [--runs N] [--list]
+//! ```
+//!
+//! `--list` prints the selected case names without touching the GPU (with `--json`, it writes
+//! them with null measurements).
+//!
+//! GPU cases: warm-up, then the median of `--runs` runs, each timed with a pair of CUDA events
+//! (host-side launch cost included, as in `torch.cuda.Event` timing). Inputs are random; when one
+//! set of buffers fits in L2, runs rotate over three sets so no run reads the previous run's data
+//! from L2. `bench/compare_torch.py --rust out.json` times the same cases with PyTorch.
+
+use std::error::Error as StdError;
+use std::hint::black_box;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudnn_backend::cudarc::driver::sys::CUevent_flags;
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::graph::{ConvAttrs, DataType, Graph, SignatureContext};
+use cudnn_backend::handle::cudnn_pool;
+use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
+use cudnn_backend::plan::cache::{CacheStats, PlanLru, Signature};
+use cudnn_backend::plan::{self, EnginePolicy};
+use cudnn_backend::runtime::{self, Device};
+use half::{bf16, f16};
+
+type BoxResult<T> = Result<T, Box<dyn StdError>>;
+
+/// Batch size of the ResNet-50 conv and pooling cases.
+const BATCH: i64 = 64;
+/// Buffer sets at most this large are rotated (3 sets) so that L2 (50 MB on H100/H200) is cold.
+const L2_BYTES: usize = 50 << 20;
+/// Buffer sets rotated when one set fits in L2.
+const ROTATE_SETS: usize = 3;
+const WARMUP_RUNS: usize = 5;
+
+const USAGE: &str = "usage: bench [--json out.json] [--quick] [--only <substring>] [--benchmark-mode] \
+                     [--allow-tf32] [--runs N] [--list]";
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+#[derive(Clone, Debug)]
+struct Opts {
+    json: Option<String>,
+    quick: bool,
+    only: Option<String>,
+    benchmark_mode: bool,
+    allow_tf32: bool,
+    runs: usize,
+    list: bool,
+}
+
+impl Opts {
+    fn parse(args: impl Iterator<Item = String>) -> Result<Opts, String> {
+        let mut o = Opts {
+            json: None,
+            quick: false,
+            only: None,
+            benchmark_mode: false,
+            allow_tf32: false,
+            runs: 0,
+            list: false,
+        };
+        let mut args = args.peekable();
+        while let Some(a) = args.next() {
+            let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+            match a.as_str() {
+                "--json" => o.json = Some(value("--json")?),
+                "--only" => o.only = Some(value("--only")?),
+                "--runs" => {
+                    let v = value("--runs")?;
+                    o.runs = v.parse().map_err(|_| format!("--runs: `{v}` is not a count"))?;
+                }
+                "--quick" => o.quick = true,
+                "--benchmark-mode" => o.benchmark_mode = true,
+                "--allow-tf32" => o.allow_tf32 = true,
+                "--list" => o.list = true,
+                "-h" | "--help" => return Err(USAGE.to_string()),
+                other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+            }
+        }
+        if o.runs == 0 {
+            o.runs = if o.quick { 10 } else { 50 };
+        }
+        Ok(o)
+    }
+
+    /// Iterations of the host-side micro-benchmarks (handle pool, cache lookups).
+    fn host_iters(&self) -> usize {
+        if self.quick {
+            100_000
+        } else {
+            1_000_000
+        }
+    }
+
+    /// Back-to-back calls of the tiny-conv host-cost case.
+    fn host_cost_calls(&self) -> usize {
+        if self.quick {
+            1000
+        } else {
+            5000
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results and JSON
+
+/// Minimal JSON value (the example avoids extra dependencies).
+#[derive(Clone, Debug)]
+enum Json {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+impl Json {
+    fn opt(v: Option<f64>) -> Json {
+        v.map_or(Json::Null, Json::Num)
+    }
+
+    fn str(s: &str) -> Json {
+        Json::Str(s.to_string())
+    }
+
+    fn obj(fields: Vec<(&str, Json)>) -> Json {
+        Json::Obj(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+
+    fn write(&self, out: &mut String, indent: usize) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(x) if x.is_finite() => out.push_str(&format!("{x}")),
+            Json::Num(_) => out.push_str("null"),
+            Json::Str(s) => write_json_string(out, s),
+            Json::Arr(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    out.push_str(if i == 0 { "\n" } else { ",\n" });
+                    out.push_str(&" ".repeat(indent + 2));
+                    v.write(out, indent + 2);
+                }
+                out.push_str(&format!("\n{}]", " ".repeat(indent)));
+            }
+            Json::Obj(fields) => {
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_json_string(out, k);
+                    out.push_str(": ");
+                    v.write(out, indent);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+fn write_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// One benchmark case: metadata (set when the case list is built) and its measurements.
+#[derive(Clone, Debug, Default)]
+struct Case {
+    name: String,
+    kind: &'static str,
+    dtype: Option<&'static str>,
+    layout: Option<&'static str>,
+    shape: Vec<(&'static str, Json)>,
+    median_ms: Option<f64>,
+    tflops: Option<f64>,
+    gbps: Option<f64>,
+    us_per_call: Option<f64>,
+    ns: Option<f64>,
+    /// Why the case failed (then every measurement is None).
+    error: Option<String>,
+}
+
+impl Case {
+    fn new(name: String, kind: &'static str) -> Case {
+        Case {
+            name,
+            kind,
+            ..Case::default()
+        }
+    }
+
+    fn with_fmt(mut self, fmt: Fmt) -> Case {
+        self.dtype = Some(fmt.dtype_name());
+        self.layout = Some(fmt.layout_name());
+        self
+    }
+
+    fn with_shape(mut self, shape: Vec<(&'static str, Json)>) -> Case {
+        self.shape = shape;
+        self
+    }
+
+    /// Sets the median time and the rates derived from `flops` and `bytes`.
+    fn set_time(&mut self, ms: f64, flops: Option<f64>, bytes: Option<f64>) {
+        self.median_ms = Some(ms);
+        self.tflops = flops.map(|f| f / (ms * 1e-3) / 1e12);
+        self.gbps = bytes.map(|b| b / (ms * 1e-3) / 1e9);
+    }
+
+    fn summary(&self) -> String {
+        let mut s = String::new();
+        if let Some(ms) = self.median_ms {
+            s.push_str(&format!("{ms:10.4} ms"));
+        }
+        if let Some(t) = self.tflops {
+            s.push_str(&format!("  {t:8.2} TFLOP/s"));
+        }
+        if let Some(g) = self.gbps {
+            s.push_str(&format!("  {g:8.1} GB/s"));
+        }
+        if let Some(u) = self.us_per_call {
+            s.push_str(&format!("  {u:8.2} us/call"));
+        }
+        if let Some(n) = self.ns {
+            s.push_str(&format!("  {n:8.1} ns"));
+        }
+        s
+    }
+
+    fn to_json(&self) -> Json {
+        let shape = self.shape.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        Json::obj(vec![
+            ("name", Json::str(&self.name)),
+            ("kind", Json::str(self.kind)),
+            ("dtype", self.dtype.map_or(Json::Null, Json::str)),
+            ("layout", self.layout.map_or(Json::Null, Json::str)),
+            ("shape", Json::Obj(shape)),
+            ("median_ms", Json::opt(self.median_ms)),
+            ("tflops", Json::opt(self.tflops)),
+            ("gbps", Json::opt(self.gbps)),
+            ("us_per_call", Json::opt(self.us_per_call)),
+            ("ns", Json::opt(self.ns)),
+            ("error", self.error.as_deref().map_or(Json::Null, Json::str)),
+        ])
+    }
+}
+
+fn int(v: i64) -> Json {
+    Json::Num(v as f64)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data types, layouts, buffers
+
+/// Data type + activation layout of a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fmt {
+    dtype: DataType,
+    nhwc: bool,
+}
+
+impl Fmt {
+    const FP16_NHWC: Fmt = Fmt {
+        dtype: DataType::F16,
+        nhwc: true,
+    };
+    const BF16_NHWC: Fmt = Fmt {
+        dtype: DataType::BF16,
+        nhwc: true,
+    };
+    const FP32_NCHW: Fmt = Fmt {
+        dtype: DataType::F32,
+        nhwc: false,
+    };
+
+    fn dtype_name(self) -> &'static str {
+        dtype_name(self.dtype)
+    }
+
+    fn layout_name(self) -> &'static str {
+        if self.nhwc {
+            "nhwc"
+        } else {
+            "nchw"
+        }
+    }
+
+    fn label(self) -> String {
+        format!("{}_{}", self.dtype_name(), self.layout_name())
+    }
+
+    /// An N, C, spatial... tensor (activations and filters) in this layout, not yet backed.
+    fn image(self, dims: &[i64]) -> TensorRef {
+        if self.nhwc {
+            TensorRef::channels_last(dims, self.dtype, 0)
+        } else {
+            TensorRef::contiguous(dims, self.dtype, 0)
+        }
+    }
+
+    /// A packed row-major tensor (bias, matrices), not yet backed.
+    fn packed(self, dims: &[i64]) -> TensorRef {
+        TensorRef::contiguous(dims, self.dtype, 0)
+    }
+}
+
+fn dtype_name(dtype: DataType) -> &'static str {
+    match dtype {
+        DataType::F16 => "fp16",
+        DataType::BF16 => "bf16",
+        DataType::F32 => "fp32",
+        _ => "other",
+    }
+}
+
+fn tensor_bytes(t: &TensorRef) -> usize {
+    t.extent_elements() as usize * t.dtype.size()
+}
+
+/// xorshift64*: a tiny, fast PRNG for filling inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [-1, 1).
+    fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 23) as f32) - 1.0
+    }
+}
+
+/// `n` random elements of `dtype`, little-endian bytes.
+fn random_bytes(dtype: DataType, n: usize, rng: &mut Rng) -> BoxResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(n * dtype.size());
+    match dtype {
+        DataType::F32 => (0..n).for_each(|_| out.extend_from_slice(&rng.next_f32().to_le_bytes())),
+        DataType::F16 => (0..n).for_each(|_| out.extend_from_slice(&f16::from_f32(rng.next_f32()).to_le_bytes())),
+        DataType::BF16 => (0..n).for_each(|_| out.extend_from_slice(&bf16::from_f32(rng.next_f32()).to_le_bytes())),
+        other => return Err(format!("no random fill for {other:?}").into()),
+    }
+    Ok(out)
+}
+
+/// Device memory kept alive for the raw pointer handed to the ops.
+struct DevBuf {
+    _mem: CudaSlice<u8>,
+    ptr: u64,
+}
+
+impl DevBuf {
+    fn zeros(stream: &Arc<CudaStream>, bytes: usize) -> BoxResult<DevBuf> {
+        let mem = stream.alloc_zeros::<u8>(bytes.max(1))?;
+        let ptr = mem.device_ptr(stream).0;
+        Ok(DevBuf { _mem: mem, ptr })
+    }
+
+    fn random(stream: &Arc<CudaStream>, t: &TensorRef, rng: &mut Rng) -> BoxResult<DevBuf> {
+        let host = random_bytes(t.dtype, t.extent_elements() as usize, rng)?;
+        let mut mem = stream.alloc_zeros::<u8>(host.len().max(1))?;
+        stream.memcpy_htod(&host, &mut mem)?;
+        let ptr = mem.device_ptr(stream).0;
+        Ok(DevBuf { _mem: mem, ptr })
+    }
+}
+
+/// How a case tensor is initialised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fill {
+    Random,
+    Zero,
+}
+
+/// One or more sets of backed tensors; runs rotate over the sets.
+struct Sets {
+    _bufs: Vec<DevBuf>,
+    sets: Vec<Vec<TensorRef>>,
+}
+
+impl Sets {
+    /// Backs `protos` (dims/strides/dtype with a null pointer) with device memory: three sets when
+    /// one set fits in L2, else one.
+    fn new(stream: &Arc<CudaStream>, seed: u64, protos: &[(TensorRef, Fill)]) -> BoxResult<Sets> {
+        let set_bytes: usize = protos.iter().map(|(t, _)| tensor_bytes(t)).sum();
+        let count = if set_bytes <= L2_BYTES { ROTATE_SETS } else { 1 };
+        let mut rng = Rng::new(seed);
+        let mut bufs = Vec::new();
+        let mut sets = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut set = Vec::with_capacity(protos.len());
+            for (proto, fill) in protos {
+                let buf = match fill {
+                    Fill::Random => DevBuf::random(stream, proto, &mut rng)?,
+                    Fill::Zero => DevBuf::zeros(stream, tensor_bytes(proto))?,
+                };
+                set.push(TensorRef {
+                    ptr: buf.ptr,
+                    ..proto.clone()
+                });
+                bufs.push(buf);
+            }
+            sets.push(set);
+        }
+        stream.synchronize()?;
+        Ok(Sets { _bufs: bufs, sets })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// Warm-up, then the median over `runs` of the CUDA-event time of one `op` call; each run uses
+/// the next buffer set.
+fn time_gpu(ctx: &Ctx, sets: &Sets, mut op: impl FnMut(&[TensorRef]) -> cudnn_backend::Result<()>) -> BoxResult<f64> {
+    let stream = &ctx.stream;
+    let n = sets.sets.len();
+    for i in 0..WARMUP_RUNS.max(n) {
+        op(&sets.sets[i % n])?;
+    }
+    stream.synchronize()?;
+    let mut times = Vec::with_capacity(ctx.opts.runs);
+    for i in 0..ctx.opts.runs {
+        let set = &sets.sets[i % n];
+        let start = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        op(set)?;
+        let end = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        end.synchronize()?;
+        times.push(start.elapsed_ms(&end)? as f64);
+    }
+    Ok(median(times))
+}
+
+/// Host nanoseconds per iteration of `f` over `iters` iterations (after `iters / 10` warm-up).
+fn time_host_ns(iters: usize, mut f: impl FnMut(usize) -> BoxResult<()>) -> BoxResult<f64> {
+    for i in 0..iters / 10 {
+        f(i)?;
+    }
+    let t0 = Instant::now();
+    for i in 0..iters {
+        f(i)?;
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e9 / iters as f64)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Case definitions
+
+/// What every case gets: the device, its stream and the options.
+struct Ctx {
+    device: Arc<Device>,
+    stream: Arc<CudaStream>,
+    opts: Opts,
+}
+
+type RunFn = Box<dyn Fn(&Ctx, &mut Case) -> BoxResult<()>>;
+
+/// A case to run: its metadata and the closure measuring it.
+struct CaseDef {
+    case: Case,
+    run: RunFn,
+}
+
+impl CaseDef {
+    fn new(case: Case, run: impl Fn(&Ctx, &mut Case) -> BoxResult<()> + 'static) -> CaseDef {
+        CaseDef {
+            case,
+            run: Box::new(run),
+        }
+    }
+}
+
+/// A convolution layer: C input channels, H = W input size, K filters, R = S kernel, stride, pad.
+#[derive(Clone, Copy, Debug)]
+struct ConvLayer {
+    c: i64,
+    h: i64,
+    k: i64,
+    r: i64,
+    stride: i64,
+    pad: i64,
+}
+
+impl ConvLayer {
+    const fn new(c: i64, h: i64, k: i64, r: i64, stride: i64, pad: i64) -> ConvLayer {
+        ConvLayer {
+            c,
+            h,
+            k,
+            r,
+            stride,
+            pad,
+        }
+    }
+
+    fn name(&self) -> String {
+        let s = if self.stride != 1 {
+            format!("s{}", self.stride)
+        } else {
+            String::new()
+        };
+        format!("c{}h{}k{}r{}{s}", self.c, self.h, self.k, self.r)
+    }
+
+    fn out_size(&self) -> i64 {
+        (self.h + 2 * self.pad - self.r) / self.stride + 1
+    }
+
+    fn x_dims(&self, n: i64) -> [i64; 4] {
+        [n, self.c, self.h, self.h]
+    }
+
+    fn w_dims(&self) -> [i64; 4] {
+        [self.k, self.c, self.r, self.r]
+    }
+
+    fn y_dims(&self, n: i64) -> [i64; 4] {
+        let o = self.out_size();
+        [n, self.k, o, o]
+    }
+
+    fn params(&self) -> ConvParams {
+        ConvParams::new(&[self.pad; 2], &[self.stride; 2], &[1, 1], 1)
+    }
+
+    fn flops(&self, n: i64) -> f64 {
+        let o = self.out_size() as f64;
+        2.0 * (n * self.k * self.c * self.r * self.r) as f64 * o * o
+    }
+
+    fn shape(&self, n: i64) -> Vec<(&'static str, Json)> {
+        vec![
+            ("n", int(n)),
+            ("c", int(self.c)),
+            ("h", int(self.h)),
+            ("w", int(self.h)),
+            ("k", int(self.k)),
+            ("r", int(self.r)),
+            ("s", int(self.r)),
+            ("stride", int(self.stride)),
+            ("pad", int(self.pad)),
+            ("ho", int(self.out_size())),
+            ("wo", int(self.out_size())),
+        ]
+    }
+}
+
+/// ResNet-50 conv layers.
+const RESNET50: [ConvLayer; 6] = [
+    ConvLayer::new(64, 56, 64, 3, 1, 1),
+    ConvLayer::new(256, 56, 64, 1, 1, 0),
+    ConvLayer::new(128, 28, 128, 3, 1, 1),
+    ConvLayer::new(256, 14, 256, 3, 1, 1),
+    ConvLayer::new(512, 7, 512, 3, 1, 1),
+    ConvLayer::new(3, 224, 64, 7, 2, 3),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConvDir {
+    Fwd,
+    Dgrad,
+    Wgrad,
+    BiasRelu,
+}
+
+impl ConvDir {
+    fn kind(self) -> &'static str {
+        match self {
+            ConvDir::Fwd => "conv_fwd",
+            ConvDir::Dgrad => "conv_dgrad",
+            ConvDir::Wgrad => "conv_wgrad",
+            ConvDir::BiasRelu => "conv_bias_relu",
+        }
+    }
+}
+
+fn conv_layers(quick: bool) -> Vec<ConvLayer> {
+    if quick {
+        vec![RESNET50[0], RESNET50[3]]
+    } else {
+        RESNET50.to_vec()
+    }
+}
+
+fn conv_defs(opts: &Opts) -> Vec<CaseDef> {
+    let plain = [Fmt::FP16_NHWC, Fmt::BF16_NHWC, Fmt::FP32_NCHW];
+    let fused = [Fmt::FP16_NHWC, Fmt::BF16_NHWC];
+    let mut defs = Vec::new();
+    for dir in [ConvDir::Fwd, ConvDir::Dgrad, ConvDir::Wgrad, ConvDir::BiasRelu] {
+        let fmts: &[Fmt] = if dir == ConvDir::BiasRelu { &fused } else { &plain };
+        for &fmt in fmts {
+            for layer in conv_layers(opts.quick) {
+                let name = format!("{}/{}/{}", dir.kind(), fmt.label(), layer.name());
+                let case = Case::new(name, dir.kind()).with_fmt(fmt).with_shape(layer.shape(BATCH));
+                defs.push(CaseDef::new(case, move |ctx, case| {
+                    run_conv(ctx, case, layer, fmt, dir)
+                }));
+            }
+        }
+    }
+    defs
+}
+
+fn run_conv(ctx: &Ctx, case: &mut Case, layer: ConvLayer, fmt: Fmt, dir: ConvDir) -> BoxResult<()> {
+    let s = &ctx.stream;
+    let p = layer.params();
+    let x = fmt.image(&layer.x_dims(BATCH));
+    let w = fmt.image(&layer.w_dims());
+    let y = fmt.image(&layer.y_dims(BATCH));
+    let ms = match dir {
+        ConvDir::Fwd => {
+            let sets = Sets::new(s, 1, &[(x, Fill::Random), (w, Fill::Random), (y, Fill::Zero)])?;
+            time_gpu(ctx, &sets, |t| ops::conv_forward(s, &t[0], &t[1], &t[2], &p))?
+        }
+        ConvDir::Dgrad => {
+            let sets = Sets::new(s, 2, &[(y, Fill::Random), (w, Fill::Random), (x, Fill::Zero)])?;
+            time_gpu(ctx, &sets, |t| ops::conv_backward_data(s, &t[0], &t[1], &t[2], &p))?
+        }
+        ConvDir::Wgrad => {
+            let sets = Sets::new(s, 3, &[(x, Fill::Random), (y, Fill::Random), (w, Fill::Zero)])?;
+            time_gpu(ctx, &sets, |t| ops::conv_backward_filter(s, &t[0], &t[1], &t[2], &p))?
+        }
+        ConvDir::BiasRelu => {
+            let bias = fmt.packed(&[layer.k]);
+            let protos = [
+                (x, Fill::Random),
+                (w, Fill::Random),
+                (bias, Fill::Random),
+                (y, Fill::Zero),
+            ];
+            let sets = Sets::new(s, 4, &protos)?;
+            time_gpu(ctx, &sets, |t| {
+                ops::conv_bias_act_forward(s, &t[0], &t[1], &t[2], &t[3], &p, Activation::Relu)
+            })?
+        }
+    };
+    case.set_time(ms, Some(layer.flops(BATCH)), None);
+    Ok(())
+}
+
+fn matmul_defs(opts: &Opts) -> Vec<CaseDef> {
+    let sizes: &[i64] = if opts.quick { &[1024, 4096] } else { &[1024, 4096, 8192] };
+    let mut defs = Vec::new();
+    for dtype in [DataType::F16, DataType::BF16, DataType::F32] {
+        for &n in sizes {
+            let name = format!("matmul/{}/m{n}n{n}k{n}", dtype_name(dtype));
+            let mut case = Case::new(name, "matmul").with_shape(vec![("m", int(n)), ("n", int(n)), ("k", int(n))]);
+            case.dtype = Some(dtype_name(dtype));
+            case.layout = Some("row_major");
+            defs.push(CaseDef::new(case, move |ctx, case| {
+                run_matmul(ctx, case, dtype, n, n, n)
+            }));
+        }
+    }
+    defs
+}
+
+fn run_matmul(ctx: &Ctx, case: &mut Case, dtype: DataType, m: i64, n: i64, k: i64) -> BoxResult<()> {
+    let s = &ctx.stream;
+    let fmt = Fmt { dtype, nhwc: false };
+    let protos = [
+        (fmt.packed(&[m, k]), Fill::Random),
+        (fmt.packed(&[k, n]), Fill::Random),
+        (fmt.packed(&[m, n]), Fill::Zero),
+    ];
+    let sets = Sets::new(s, 5, &protos)?;
+    let ms = time_gpu(ctx, &sets, |t| ops::matmul(s, &t[0], &t[1], &t[2]))?;
+    case.set_time(ms, Some(2.0 * (m * n * k) as f64), None);
+    Ok(())
+}
+
+/// A pooling case: mode, window, stride, padding on an N×C×H×H input.
+#[derive(Clone, Copy, Debug)]
+struct PoolCfg {
+    mode: PoolMode,
+    window: i64,
+    stride: i64,
+    pad: i64,
+    c: i64,
+    h: i64,
+}
+
+impl PoolCfg {
+    fn mode_name(&self) -> &'static str {
+        match self.mode {
+            PoolMode::Max => "max",
+            PoolMode::AvgIncludePadding => "avg",
+            PoolMode::AvgExcludePadding => "avg_exclude_pad",
+        }
+    }
+
+    fn name(&self) -> String {
+        format!(
+            "{}_k{}s{}p{}_c{}h{}",
+            self.mode_name(),
+            self.window,
+            self.stride,
+            self.pad,
+            self.c,
+            self.h
+        )
+    }
+
+    fn params(&self) -> PoolParams {
+        PoolParams::new(self.mode, &[self.window; 2], &[self.stride; 2], &[self.pad; 2])
+    }
+
+    fn x_dims(&self) -> [i64; 4] {
+        [BATCH, self.c, self.h, self.h]
+    }
+
+    fn shape(&self) -> BoxResult<Vec<(&'static str, Json)>> {
+        let y = self.params().output_dims(&self.x_dims())?;
+        Ok(vec![
+            ("mode", Json::str(self.mode_name())),
+            ("n", int(BATCH)),
+            ("c", int(self.c)),
+            ("h", int(self.h)),
+            ("w", int(self.h)),
+            ("window", int(self.window)),
+            ("stride", int(self.stride)),
+            ("pad", int(self.pad)),
+            ("ho", int(y[2])),
+            ("wo", int(y[3])),
+        ])
+    }
+}
+
+const POOLS: [PoolCfg; 2] = [
+    PoolCfg {
+        mode: PoolMode::Max,
+        window: 3,
+        stride: 2,
+        pad: 1,
+        c: 64,
+        h: 112,
+    },
+    PoolCfg {
+        mode: PoolMode::AvgIncludePadding,
+        window: 2,
+        stride: 2,
+        pad: 0,
+        c: 256,
+        h: 56,
+    },
+];
+
+fn pool_defs() -> Vec<CaseDef> {
+    let mut defs = Vec::new();
+    for backward in [false, true] {
+        let kind = if backward { "pool_bwd" } else { "pool_fwd" };
+        for fmt in [Fmt::FP16_NHWC, Fmt::FP32_NCHW] {
+            for cfg in POOLS {
+                let name = format!("{kind}/{}/{}", fmt.label(), cfg.name());
+                let case = Case::new(name, kind)
+                    .with_fmt(fmt)
+                    .with_shape(cfg.shape().unwrap_or_default());
+                defs.push(CaseDef::new(case, move |ctx, case| {
+                    run_pool(ctx, case, cfg, fmt, backward)
+                }));
+            }
+        }
+    }
+    defs
+}
+
+fn run_pool(ctx: &Ctx, case: &mut Case, cfg: PoolCfg, fmt: Fmt, backward: bool) -> BoxResult<()> {
+    let s = &ctx.stream;
+    let p = cfg.params();
+    let x = fmt.image(&cfg.x_dims());
+    let y = fmt.image(&p.output_dims(&x.dims)?);
+    let (xb, yb) = (tensor_bytes(&x) as f64, tensor_bytes(&y) as f64);
+    let (ms, bytes) = if !backward {
+        let sets = Sets::new(s, 6, &[(x, Fill::Random), (y, Fill::Zero)])?;
+        let ms = time_gpu(ctx, &sets, |t| ops::pool_forward(s, &t[0], &t[1], &p))?;
+        (ms, xb + yb)
+    } else if cfg.mode == PoolMode::Max {
+        // x, y (the forward's real output, so argmax positions are consistent), dy, dx.
+        let protos = [
+            (x.clone(), Fill::Random),
+            (y.clone(), Fill::Zero),
+            (y, Fill::Random),
+            (x, Fill::Zero),
+        ];
+        let sets = Sets::new(s, 7, &protos)?;
+        for t in &sets.sets {
+            ops::pool_forward(s, &t[0], &t[1], &p)?;
+        }
+        let ms = time_gpu(ctx, &sets, |t| {
+            ops::pool_backward(s, Some(&t[0]), Some(&t[1]), &t[2], &t[3], &p)
+        })?;
+        (ms, 2.0 * (xb + yb))
+    } else {
+        let sets = Sets::new(s, 8, &[(y, Fill::Random), (x, Fill::Zero)])?;
+        let ms = time_gpu(ctx, &sets, |t| ops::pool_backward(s, None, None, &t[0], &t[1], &p))?;
+        (ms, xb + yb)
+    };
+    case.set_time(ms, None, Some(bytes));
+    Ok(())
+}
+
+/// The tiny conv of the host-cost case: N=1, C=8, 8x8, K=8, 3x3, pad 1, fp32 NCHW.
+const TINY: ConvLayer = ConvLayer::new(8, 8, 8, 3, 1, 1);
+
+fn host_defs(opts: &Opts) -> Vec<CaseDef> {
+    let calls = opts.host_cost_calls();
+    let iters = opts.host_iters();
+    let mut tiny_shape = TINY.shape(1);
+    tiny_shape.push(("calls", int(calls as i64)));
+    let host = Case::new(format!("host_cost/fp32_nchw/{}n1", TINY.name()), "host_cost")
+        .with_fmt(Fmt::FP32_NCHW)
+        .with_shape(tiny_shape);
+    let iters_shape = || vec![("iters", int(iters as i64))];
+    let mut lookup_shape = iters_shape();
+    lookup_shape.push(("entries", int(LOOKUP_ENTRIES as i64)));
+    vec![
+        CaseDef::new(host, move |ctx, case| run_host_cost(ctx, case, calls)),
+        CaseDef::new(
+            Case::new("handle_acquire/with_handle".into(), "handle_acquire").with_shape(iters_shape()),
+            move |ctx, case| run_handle_acquire(ctx, case, iters),
+        ),
+        CaseDef::new(
+            Case::new("cache_lookup/plan_lru_get".into(), "cache_lookup").with_shape(lookup_shape.clone()),
+            move |ctx, case| run_cache_lookup(ctx, case, iters),
+        ),
+        CaseDef::new(
+            Case::new("cache_lookup/signature_hash".into(), "cache_lookup").with_shape(lookup_shape),
+            move |ctx, case| run_signature_hash(ctx, case, iters),
+        ),
+        CaseDef::new(
+            Case::new("cache_lookup/signature_encode".into(), "cache_lookup").with_shape(iters_shape()),
+            move |ctx, case| run_signature_encode(ctx, case, iters / 10),
+        ),
+    ]
+}
+
+/// Host wall time per `conv_forward` call on the plan-cache hot path.
+fn run_host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
+    let s = &ctx.stream;
+    let fmt = Fmt::FP32_NCHW;
+    let p = TINY.params();
+    let protos = [
+        (fmt.image(&TINY.x_dims(1)), Fill::Random),
+        (fmt.image(&TINY.w_dims()), Fill::Random),
+        (fmt.image(&TINY.y_dims(1)), Fill::Zero),
+    ];
+    let sets = Sets::new(s, 9, &protos)?;
+    let t = &sets.sets[0];
+    for _ in 0..100 {
+        ops::conv_forward(s, &t[0], &t[1], &t[2], &p)?;
+    }
+    s.synchronize()?;
+    let before = plan::stats();
+    let t0 = Instant::now();
+    for _ in 0..calls {
+        ops::conv_forward(s, &t[0], &t[1], &t[2], &p)?;
+    }
+    let enqueue = t0.elapsed();
+    s.synchronize()?;
+    let total = t0.elapsed();
+    let after = plan::stats();
+    case.us_per_call = Some(enqueue.as_secs_f64() * 1e6 / calls as f64);
+    println!(
+        "    (incl. final sync {:.2} us/call; plan hits +{}, misses +{})",
+        total.as_secs_f64() * 1e6 / calls as f64,
+        after.plan_hits.saturating_sub(before.plan_hits),
+        after.plan_misses.saturating_sub(before.plan_misses)
+    );
+    Ok(())
+}
+
+fn run_handle_acquire(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<()> {
+    let stream = ctx.stream.cu_stream() as usize;
+    let device = ctx.device.ordinal();
+    let pool = cudnn_pool();
+    case.ns = Some(time_host_ns(iters, |_| {
+        pool.with_handle(device, stream, |h| {
+            black_box(h);
+        })?;
+        Ok(())
+    })?);
+    Ok(())
+}
+
+/// Entries of the LRU in the lookup benchmark.
+const LOOKUP_ENTRIES: usize = 1000;
+
+/// The signature context of this device, cuDNN and policy, as the executor builds it.
+fn signature_context(ctx: &Ctx) -> BoxResult<SignatureContext> {
+    Ok(SignatureContext {
+        compute_capability: ctx.device.info().compute_capability,
+        cudnn_version: runtime::cudnn_version()? as u64,
+        policy: plan::policy().signature_bits(),
+    })
+}
+
+/// A validated fp16 NHWC conv-forward graph whose dims vary with `i` (1000 distinct values).
+fn conv_graph(i: usize) -> BoxResult<Graph> {
+    let i = i as i64;
+    let (n, c, h, k) = (1 + i % 10, 16 * (1 + i / 10 % 10), 7 * (1 + i / 100 % 10), 64);
+    let fmt = Fmt::FP16_NHWC;
+    let layer = ConvLayer::new(c, h, k, 3, 1, 1);
+    let (x, w, y) = (
+        fmt.image(&layer.x_dims(n)),
+        fmt.image(&layer.w_dims()),
+        fmt.image(&layer.y_dims(n)),
+    );
+    let mut g = Graph::new();
+    let xi = g.tensor("x", &x.dims, &x.strides, x.dtype);
+    let wi = g.tensor("w", &w.dims, &w.strides, w.dtype);
+    g.set_alignment(xi, 16).set_alignment(wi, 16);
+    let yi = g.conv_fprop(xi, wi, ConvAttrs::new(&[1, 1], &[1, 1], &[1, 1]));
+    g.set_output(yi, y.dtype)
+        .set_dims(yi, &y.dims)
+        .set_strides(yi, &y.strides)
+        .set_alignment(yi, 16);
+    g.validate()?;
+    Ok(g)
+}
+
+fn signature_bytes_set(ctx: &Ctx) -> BoxResult<Vec<Vec<u8>>> {
+    let sctx = signature_context(ctx)?;
+    (0..LOOKUP_ENTRIES)
+        .map(|i| Ok(conv_graph(i)?.signature_bytes(&sctx)))
+        .collect()
+}
+
+fn mean_len(bytes: &[Vec<u8>]) -> f64 {
+    bytes.iter().map(Vec::len).sum::<usize>() as f64 / bytes.len().max(1) as f64
+}
+
+/// Index sequence visiting all entries in a scattered order.
+fn scattered(i: usize) -> usize {
+    (i * 7919) % LOOKUP_ENTRIES
+}
+
+fn run_cache_lookup(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<()> {
+    let bytes = signature_bytes_set(ctx)?;
+    let mut lru = PlanLru::<u64>::new(LOOKUP_ENTRIES + 24, CacheStats::new());
+    for (i, b) in bytes.iter().enumerate() {
+        lru.insert(Signature::from_bytes(b), i as u64);
+    }
+    // Separate copies, as the executor builds a fresh key per call (no pointer-equal fast path).
+    let keys: Vec<Signature> = bytes.iter().map(|b| Signature::from_bytes(b)).collect();
+    let ns = time_host_ns(iters, |i| {
+        let v = lru.get(&keys[scattered(i)]).ok_or("cache lookup missed")?;
+        black_box(*v);
+        Ok(())
+    })?;
+    case.ns = Some(ns);
+    case.shape.push(("sig_bytes", Json::Num(mean_len(&bytes))));
+    Ok(())
+}
+
+fn run_signature_hash(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<()> {
+    let bytes = signature_bytes_set(ctx)?;
+    let ns = time_host_ns(iters, |i| {
+        black_box(Signature::from_bytes(black_box(&bytes[scattered(i)])).hash64());
+        Ok(())
+    })?;
+    case.ns = Some(ns);
+    case.shape.push(("sig_bytes", Json::Num(mean_len(&bytes))));
+    Ok(())
+}
+
+/// Cost of `Graph::signature_bytes` (run on every op call before the cache lookup).
+fn run_signature_encode(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<()> {
+    let sctx = signature_context(ctx)?;
+    let g = conv_graph(0)?;
+    case.ns = Some(time_host_ns(iters, |_| {
+        black_box(g.signature_bytes(black_box(&sctx)));
+        Ok(())
+    })?);
+    case.shape = vec![("iters", int(iters as i64))];
+    Ok(())
+}
+
+/// `--only`: keeps the cases whose name contains the substring.
+fn selected(only: Option<&str>, name: &str) -> bool {
+    match only {
+        Some(s) => name.contains(s),
+        None => true,
+    }
+}
+
+fn all_defs(opts: &Opts) -> Vec<CaseDef> {
+    let mut defs = conv_defs(opts);
+    defs.extend(matmul_defs(opts));
+    defs.extend(pool_defs());
+    defs.extend(host_defs(opts));
+    defs
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Runs one case; a failure (error or panic) prints `ERROR <case>: <error>` and is recorded
+/// in the returned case's `error`.
+fn run_case(ctx: &Ctx, def: &CaseDef) -> Case {
+    let mut case = def.case.clone();
+    let outcome = catch_unwind(AssertUnwindSafe(|| (def.run)(ctx, &mut case)));
+    let err = match outcome {
+        Ok(Ok(())) => {
+            println!("{:<48} {}", case.name, case.summary());
+            return case;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(p) => format!("panicked: {}", panic_message(p.as_ref())),
+    };
+    // Surface (and clear, where possible) asynchronous errors before the next case.
+    let sync = ctx.stream.synchronize().err().map(|e| format!(" (stream: {e})"));
+    let err = format!("{err}{}", sync.unwrap_or_default());
+    println!("ERROR {}: {err}", case.name);
+    Case {
+        error: Some(err),
+        ..def.case.clone()
+    }
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.prec$}"))
+}
+
+fn print_table(cases: &[Case]) {
+    println!();
+    println!(
+        "{:<48} | {:>10} | {:>8} | {:>8} | {:>8} | {:>8}",
+        "case", "ms", "TFLOP/s", "GB/s", "us/call", "ns"
+    );
+    println!("{}", "-".repeat(48 + 5 * 11 + 10));
+    for c in cases {
+        if let Some(e) = &c.error {
+            println!("{:<48} | ERROR: {e}", c.name);
+            continue;
+        }
+        println!(
+            "{:<48} | {:>10} | {:>8} | {:>8} | {:>8} | {:>8}",
+            c.name,
+            fmt_opt(c.median_ms, 4),
+            fmt_opt(c.tflops, 2),
+            fmt_opt(c.gbps, 1),
+            fmt_opt(c.us_per_call, 2),
+            fmt_opt(c.ns, 1)
+        );
+    }
+}
+
+fn version_string(v: usize) -> String {
+    format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+}
+
+/// Header facts recorded in the JSON.
+struct RunInfo {
+    device: String,
+    compute_capability: (u32, u32),
+    cudnn_version: Option<usize>,
+    policy: EnginePolicy,
+}
+
+fn write_json(path: &str, info: &RunInfo, opts: &Opts, cases: &[Case]) -> std::io::Result<()> {
+    let (major, minor) = info.compute_capability;
+    let doc = Json::obj(vec![
+        ("device", Json::str(&info.device)),
+        ("compute_capability", Json::str(&format!("{major}.{minor}"))),
+        ("cudnn_version", Json::opt(info.cudnn_version.map(|v| v as f64))),
+        ("allow_tf32", Json::Bool(info.policy.allow_tf32)),
+        ("benchmark_mode", Json::Bool(info.policy.benchmark)),
+        ("policy", Json::str(&format!("{:?}", info.policy))),
+        ("runs", Json::Num(opts.runs as f64)),
+        ("warmup", Json::Num(WARMUP_RUNS as f64)),
+        ("quick", Json::Bool(opts.quick)),
+        ("l2_rotate_bytes", Json::Num(L2_BYTES as f64)),
+        ("cases", Json::Arr(cases.iter().map(Case::to_json).collect())),
+    ]);
+    let mut out = String::new();
+    doc.write(&mut out, 0);
+    out.push('\n');
+    std::fs::write(path, out)
+}
+
+/// Applies `--benchmark-mode` / `--allow-tf32` on top of the current (environment) policy.
+fn apply_policy(opts: &Opts) -> EnginePolicy {
+    let mut p = plan::policy();
+    p.benchmark |= opts.benchmark_mode;
+    p.allow_tf32 |= opts.allow_tf32;
+    plan::set_policy(p);
+    plan::policy()
+}
+
+fn print_header(info: &RunInfo) {
+    let (major, minor) = info.compute_capability;
+    println!("device            : {} (sm_{major}{minor})", info.device);
+    let cudnn = info
+        .cudnn_version
+        .map_or("unavailable".into(), |v| format!("{} ({v})", version_string(v)));
+    println!("cuDNN             : {cudnn}");
+    println!("policy            : {:?}", info.policy);
+    println!(
+        "benchmark mode    : {}",
+        if info.policy.benchmark {
+            "on (autotune)"
+        } else {
+            "off (heuristics)"
+        }
+    );
+    println!(
+        "TF32 for fp32     : {} (PyTorch defaults: conv ON, matmul OFF; compare_torch.py follows this run)",
+        if info.policy.allow_tf32 { "ON" } else { "OFF" }
+    );
+}
+
+/// `--list`: the case names (and, with `--json`, the case list with null measurements).
+fn list_cases(opts: &Opts, defs: &[CaseDef]) {
+    for d in defs {
+        println!("{}", d.case.name);
+    }
+    println!("{} cases", defs.len());
+    if let Some(path) = &opts.json {
+        let info = RunInfo {
+            device: "none (--list)".into(),
+            compute_capability: (0, 0),
+            cudnn_version: None,
+            policy: apply_policy(opts),
+        };
+        let cases: Vec<Case> = defs.iter().map(|d| d.case.clone()).collect();
+        match write_json(path, &info, opts, &cases) {
+            Ok(()) => println!("wrote {path}"),
+            Err(e) => println!("ERROR writing {path}: {e}"),
+        }
+    }
+}
+
+fn main() {
+    let opts = match Opts::parse(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(2);
+        }
+    };
+    let defs: Vec<CaseDef> = all_defs(&opts)
+        .into_iter()
+        .filter(|d| selected(opts.only.as_deref(), &d.case.name))
+        .collect();
+    if opts.list {
+        list_cases(&opts, &defs);
+        return;
+    }
+    let device = match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("{e}");
+            println!("no GPU: nothing to benchmark");
+            return;
+        }
+    };
+    let policy = apply_policy(&opts);
+    let info = RunInfo {
+        device: device.info().name.clone(),
+        compute_capability: device.info().compute_capability,
+        cudnn_version: runtime::cudnn_version().map_err(|e| println!("cuDNN: {e}")).ok(),
+        policy,
+    };
+    print_header(&info);
+    let ctx = Ctx {
+        stream: device.stream().clone(),
+        device,
+        opts: opts.clone(),
+    };
+    println!(
+        "cases             : {} (runs {}, warm-up {WARMUP_RUNS})\n",
+        defs.len(),
+        opts.runs
+    );
+    let t0 = Instant::now();
+    let results: Vec<Case> = defs.iter().map(|d| run_case(&ctx, d)).collect();
+    print_table(&results);
+    let st = plan::stats();
+    println!(
+        "\n{} of {} cases ok in {:.1} s; plan cache: {} hits, {} misses, {:.1} ms building",
+        results.iter().filter(|c| c.error.is_none()).count(),
+        defs.len(),
+        t0.elapsed().as_secs_f64(),
+        st.plan_hits,
+        st.plan_misses,
+        st.build_time_ns as f64 * 1e-6
+    );
+    if let Some(path) = &opts.json {
+        match write_json(path, &info, &opts, &results) {
+            Ok(()) => println!("wrote {path}"),
+            Err(e) => println!("ERROR writing {path}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! Every `ops` entry point against the float64 CPU reference, in f32, f16 and bf16, NCHW
+//! and NHWC, on ≥ 20 random shapes each (odd sizes, stride 2, dilation 2, groups, 1x1 and
+//! 7x7 filters), with outputs poisoned before each run. Needs a CUDA GPU.
+
+use std::sync::Arc;
+
+use cudnn_backend::cudarc::driver::CudaStream;
+use cudnn_backend::graph::DataType;
+use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
+use cudnn_backend::reference::{self as cpu, ConvGeometry, PoolGeometry, SplitMix64};
+use cudnn_backend::Device;
+use integration_tests::{bound, download, poisoned, random, strides, udims, upload, Layout};
+
+const DTYPES: [DataType; 3] = [DataType::F32, DataType::F16, DataType::BF16];
+const LAYOUTS: [Layout; 2] = [Layout::Nchw, Layout::Nhwc];
+const CASES: usize = 20;
+
+fn stream() -> Arc<CudaStream> {
+    Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
+}
+
+/// Collects per-case outcomes and fails the test at the end with every failure listed.
+struct Report {
+    name: &'static str,
+    f32_bound: f64,
+    runs: usize,
+    worst: Vec<(DataType, f64)>,
+    failures: Vec<String>,
+}
+
+impl Report {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            f32_bound: bound(DataType::F32),
+            runs: 0,
+            worst: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// cuDNN's f32 matmul engines run on TF32 tensor cores: the tf32 bound applies unless
+    /// the process disabled TF32 with NVIDIA_TF32_OVERRIDE=0.
+    fn tf32_matmul(mut self) -> Self {
+        if std::env::var("NVIDIA_TF32_OVERRIDE").as_deref() != Ok("0") {
+            self.f32_bound = 1e-3;
+        }
+        self
+    }
+
+    fn bound(&self, dtype: DataType) -> f64 {
+        if dtype == DataType::F32 {
+            self.f32_bound
+        } else {
+            bound(dtype)
+        }
+    }
+
+    fn check(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
+        self.runs += 1;
+        let err = cpu::rel_l2_error(out, reference);
+        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
+            Some((_, w)) => *w = w.max(err),
+            None => self.worst.push((dtype, err)),
+        }
+        let limit = self.bound(dtype);
+        // NaN compares false: an unwritten (poisoned) output fails here.
+        if err.is_nan() || err > limit {
+            self.failures
+                .push(format!("{case}: rel L2 error {err:.3e} > {limit:.0e}"));
+        }
+    }
+
+    fn error(&mut self, case: String, e: cudnn_backend::Error) {
+        self.runs += 1;
+        self.failures.push(format!("{case}: {e}"));
+    }
+
+    fn finish(self) {
+        let worst: Vec<String> = self.worst.iter().map(|(d, e)| format!("{d:?} {e:.2e}")).collect();
+        println!(
+            "{}: {} runs, {} failed; worst rel L2: {}",
+            self.name,
+            self.runs,
+            self.failures.len(),
+            worst.join(", ")
+        );
+        assert!(
+            self.failures.is_empty(),
+            "{} failures:\n{}",
+            self.name,
+            self.failures.join("\n")
+        );
+    }
+}
+
+#[derive(Clone, Debug)]
+struct ConvCase {
+    x: Vec<i64>,
+    w: Vec<i64>,
+    p: ConvParams,
+}
+
+impl ConvCase {
+    fn geometry(&self) -> ConvGeometry {
+        let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
+        ConvGeometry {
+            pre_padding: u(&self.p.pre_padding),
+            post_padding: u(&self.p.post_padding),
+            stride: u(&self.p.stride),
+            dilation: u(&self.p.dilation),
+            groups: self.p.groups as usize,
+        }
+    }
+
+    fn y(&self) -> Vec<i64> {
+        self.p.output_dims(&self.x, &self.w).expect("case geometry")
+    }
+}
+
+fn pick(rng: &mut SplitMix64, v: &[i64]) -> i64 {
+    v[rng.below(v.len() as u64) as usize]
+}
+
+/// 20 conv problems: fixed ones covering 1x1, 7x7 stride 2, groups, dilation, 1-D and 3-D,
+/// then random ones with odd sizes and asymmetric padding.
+fn conv_cases(seed: u64) -> Vec<ConvCase> {
+    let mut rng = SplitMix64::new(seed);
+    let mut cases = vec![
+        ConvCase {
+            x: vec![2, 16, 9, 9],
+            w: vec![8, 16, 1, 1],
+            p: ConvParams::new(&[0, 0], &[1, 1], &[1, 1], 1),
+        },
+        ConvCase {
+            x: vec![1, 3, 23, 23],
+            w: vec![8, 3, 7, 7],
+            p: ConvParams::new(&[3, 3], &[2, 2], &[1, 1], 1),
+        },
+        ConvCase {
+            x: vec![2, 12, 11, 11],
+            w: vec![9, 4, 3, 3],
+            p: ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 3),
+        },
+        ConvCase {
+            x: vec![1, 8, 13, 13],
+            w: vec![8, 8, 3, 3],
+            p: ConvParams::new(&[2, 2], &[1, 1], &[2, 2], 1),
+        },
+        ConvCase {
+            x: vec![3, 5, 17],
+            w: vec![7, 5, 3],
+            p: ConvParams::new(&[1], &[2], &[1], 1),
+        },
+        ConvCase {
+            x: vec![1, 4, 7, 9, 7],
+            w: vec![6, 4, 3, 3, 3],
+            p: ConvParams::new(&[1, 1, 1], &[1, 2, 1], &[1, 1, 1], 1),
+        },
+    ];
+    while cases.len() < CASES {
+        let spatial = [2usize, 2, 2, 1, 3][rng.below(5) as usize];
+        let groups = pick(&mut rng, &[1, 1, 1, 2, 4]);
+        let c = groups * pick(&mut rng, &[1, 2, 3, 4, 8]);
+        let k = groups * pick(&mut rng, &[1, 2, 3, 5]);
+        let n = pick(&mut rng, &[1, 2, 3]);
+        let (mut x, mut w) = (vec![n, c], vec![k, c / groups]);
+        let mut p = ConvParams::new(&[], &[], &[], groups);
+        for _ in 0..spatial {
+            let r = pick(&mut rng, if spatial == 3 { &[1, 3] } else { &[1, 3, 5, 7] });
+            let d = pick(&mut rng, &[1, 1, 2]);
+            let s = pick(&mut rng, &[1, 1, 2]);
+            let eff = (r - 1) * d + 1;
+            let size = eff + pick(&mut rng, if spatial == 3 { &[0, 2, 4] } else { &[0, 3, 6, 9, 12] });
+            let pre = rng.below((eff / 2 + 1) as u64) as i64;
+            let post = if rng.below(3) == 0 {
+                rng.below((eff / 2 + 1) as u64) as i64
+            } else {
+                pre
+            };
+            x.push(size);
+            w.push(r);
+            p.pre_padding.push(pre);
+            p.post_padding.push(post);
+            p.stride.push(s);
+            p.dilation.push(d);
+        }
+        cases.push(ConvCase { x, w, p });
+    }
+    cases
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ConvKind {
+    Forward,
+    BackwardData,
+    BackwardFilter,
+    BiasAct(Activation),
+}
+
+fn run_conv(
+    s: &Arc<CudaStream>,
+    rng: &mut SplitMix64,
+    kind: ConvKind,
+    dtype: DataType,
+    layout: Layout,
+    case: &ConvCase,
+) -> Result<(Vec<f64>, Vec<f64>), cudnn_backend::Error> {
+    let yd = case.y();
+    let g = case.geometry();
+    let (xs, ws, ys) = (strides(&case.x, layout), strides(&case.w, layout), strides(&yd, layout));
+    match kind {
+        ConvKind::Forward | ConvKind::BiasAct(_) => {
+            let x = random(s, rng, &case.x, &xs, dtype);
+            let w = random(s, rng, &case.w, &ws, dtype);
+            let y = poisoned(s, &yd, &ys, dtype);
+            let mut reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
+            if let ConvKind::BiasAct(act) = kind {
+                let b = random(s, rng, &[case.w[0]], &[1], dtype);
+                ops::conv_bias_act_forward(s, &x.t, &w.t, &b.t, &y.t, &case.p, act)?;
+                cpu::bias_activation(&mut reference, &udims(&y), 1, &b.values, ref_act(act));
+                return Ok((download(s, &y), reference));
+            }
+            ops::conv_forward(s, &x.t, &w.t, &y.t, &case.p)?;
+            Ok((download(s, &y), reference))
+        }
+        ConvKind::BackwardData => {
+            let dy = random(s, rng, &yd, &ys, dtype);
+            let w = random(s, rng, &case.w, &ws, dtype);
+            let dx = poisoned(s, &case.x, &xs, dtype);
+            ops::conv_backward_data(s, &dy.t, &w.t, &dx.t, &case.p)?;
+            let reference = cpu::conv_backward_data(&dy.values, &udims(&dy), &w.values, &udims(&w), &udims(&dx), &g);
+            Ok((download(s, &dx), reference))
+        }
+        ConvKind::BackwardFilter => {
+            let x = random(s, rng, &case.x, &xs, dtype);
+            let dy = random(s, rng, &yd, &ys, dtype);
+            let dw = poisoned(s, &case.w, &ws, dtype);
+            ops::conv_backward_filter(s, &x.t, &dy.t, &dw.t, &case.p)?;
+            let reference = cpu::conv_backward_filter(&x.values, &udims(&x), &dy.values, &udims(&dy), &udims(&dw), &g);
+            Ok((download(s, &dw), reference))
+        }
+    }
+}
+
+fn ref_act(a: Activation) -> cpu::Activation {
+    match a {
+        Activation::Identity => cpu::Activation::Identity,
+        Activation::Relu => cpu::Activation::Relu,
+        Activation::Gelu => cpu::Activation::Gelu,
+        Activation::GeluTanh => cpu::Activation::GeluTanh,
+        Activation::Sigmoid => cpu::Activation::Sigmoid,
+        Activation::Tanh => cpu::Activation::Tanh,
+        Activation::Elu(alpha) => cpu::Activation::Elu { alpha },
+        Activation::Swish(beta) => cpu::Activation::Swish { beta },
+    }
+}
+
+fn conv_suite(name: &'static str, kind: impl Fn(usize) -> ConvKind, seed: u64) {
+    let s = stream();
+    let mut report = Report::new(name);
+    let mut rng = SplitMix64::new(seed);
+    for dtype in DTYPES {
+        for layout in LAYOUTS {
+            for (i, case) in conv_cases(seed ^ (dtype as u64) << 8 ^ layout as u64)
+                .iter()
+                .enumerate()
+            {
+                let k = kind(i);
+                let label = format!(
+                    "{name} {dtype:?} {layout:?} #{i} {k:?} x{:?} w{:?} {:?}",
+                    case.x, case.w, case.p
+                );
+                match run_conv(&s, &mut rng, k, dtype, layout, case) {
+                    Ok((out, reference)) => report.check(label, dtype, &out, &reference),
+                    Err(e) => report.error(label, e),
+                }
+            }
+        }
+    }
+    report.finish();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv_forward_matches_reference() {
+    conv_suite("conv_forward", |_| ConvKind::Forward, 11);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv_backward_data_matches_reference() {
+    conv_suite("conv_backward_data", |_| ConvKind::BackwardData, 12);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv_backward_filter_matches_reference() {
+    conv_suite("conv_backward_filter", |_| ConvKind::BackwardFilter, 13);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv_bias_act_matches_reference() {
+    let acts = [
+        Activation::Relu,
+        Activation::Identity,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Gelu,
+    ];
+    conv_suite("conv_bias_act", |i| ConvKind::BiasAct(acts[i % acts.len()]), 14);
+}
+
+/// Matmul operand layouts: row-major or transposed storage.
+fn mat_strides(dims: &[i64], transposed: bool) -> Vec<i64> {
+    let r = dims.len();
+    let mut order: Vec<usize> = (0..r).collect();
+    if transposed {
+        order.swap(r - 2, r - 1);
+    }
+    cudnn_backend::graph::packed_strides(dims, &order)
+}
+
+fn matmul_suite(name: &'static str, with_bias: bool, seed: u64) {
+    let s = stream();
+    let mut report = Report::new(name).tf32_matmul();
+    let mut rng = SplitMix64::new(seed);
+    let acts = [
+        Activation::Relu,
+        Activation::Identity,
+        Activation::Gelu,
+        Activation::Sigmoid,
+    ];
+    for dtype in DTYPES {
+        for (ta, tb) in [(false, false), (false, true), (true, false)] {
+            for i in 0..CASES {
+                let rank = [2usize, 3, 3, 4][i % 4];
+                let (m, k, n) = (
+                    pick(&mut rng, &[1, 7, 16, 33, 64]),
+                    pick(&mut rng, &[1, 9, 16, 40, 64]),
+                    pick(&mut rng, &[3, 8, 17, 64]),
+                );
+                let mut ad = Vec::new();
+                let mut bd = Vec::new();
+                for _ in 2..rank {
+                    let (x, y) = match rng.below(3) {
+                        0 => (1, 3),
+                        1 => (2, 1),
+                        _ => (2, 2),
+                    };
+                    ad.push(x);
+                    bd.push(y);
+                }
+                ad.extend([m, k]);
+                bd.extend([k, n]);
+                let a = random(&s, &mut rng, &ad, &mat_strides(&ad, ta), dtype);
+                let b = random(&s, &mut rng, &bd, &mat_strides(&bd, tb), dtype);
+                let (mut reference, cd) = cpu::matmul(&a.values, &udims(&a), &b.values, &udims(&b));
+                let cd: Vec<i64> = cd.iter().map(|&d| d as i64).collect();
+                let c = poisoned(&s, &cd, &mat_strides(&cd, false), dtype);
+                let act = if with_bias {
+                    acts[i % acts.len()]
+                } else {
+                    Activation::Identity
+                };
+                let label = format!("{name} {dtype:?} ta={ta} tb={tb} #{i} a{ad:?} b{bd:?} {act:?}");
+                let result = if with_bias {
+                    let bias = random(&s, &mut rng, &[n], &[1], dtype);
+                    let r = ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.t, act);
+                    let cdu: Vec<usize> = cd.iter().map(|&d| d as usize).collect();
+                    cpu::bias_activation(&mut reference, &cdu, cdu.len() - 1, &bias.values, ref_act(act));
+                    r
+                } else {
+                    ops::matmul(&s, &a.t, &b.t, &c.t)
+                };
+                match result {
+                    Ok(()) => report.check(label, dtype, &download(&s, &c), &reference),
+                    Err(e) => report.error(label, e),
+                }
+            }
+        }
+    }
+    report.finish();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matmul_matches_reference() {
+    matmul_suite("matmul", false, 21);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matmul_bias_act_matches_reference() {
+    matmul_suite("matmul_bias_act", true, 22);
+}
+
+fn pool_cases(seed: u64) -> Vec<(Vec<i64>, PoolParams)> {
+    let mut rng = SplitMix64::new(seed);
+    let modes = [PoolMode::Max, PoolMode::AvgIncludePadding, PoolMode::AvgExcludePadding];
+    (0..CASES)
+        .map(|i| {
+            let spatial = [2usize, 2, 1, 3][i % 4];
+            let mode = modes[i % 3];
+            let mut x = vec![pick(&mut rng, &[1, 2, 3]), pick(&mut rng, &[1, 3, 8, 16])];
+            let mut p = PoolParams::new(mode, &[], &[], &[]);
+            for _ in 0..spatial {
+                let w = pick(&mut rng, &[1, 2, 3, 3, 4]);
+                let pad = rng.below(w as u64) as i64;
+                let pad = pad.min(w / 2);
+                x.push(w + pick(&mut rng, &[0, 3, 6, 10]));
+                p.window.push(w);
+                p.stride.push(pick(&mut rng, &[1, 2, 2, 3]));
+                p.pre_padding.push(pad);
+                p.post_padding.push(pad);
+            }
+            (x, p)
+        })
+        .collect()
+}
+
+fn pool_geometry(p: &PoolParams) -> PoolGeometry {
+    let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
+    PoolGeometry {
+        window: u(&p.window),
+        stride: u(&p.stride),
+        pre_padding: u(&p.pre_padding),
+        post_padding: u(&p.post_padding),
+        mode: match p.mode {
+            PoolMode::Max => cpu::PoolMode::Max,
+            PoolMode::AvgIncludePadding => cpu::PoolMode::AvgIncludePadding,
+            PoolMode::AvgExcludePadding => cpu::PoolMode::AvgExcludePadding,
+        },
+    }
+}
+
+/// Max-pool inputs with no ties inside any window, exactly representable in bf16:
+/// the value depends on (position mod window) through a random injection.
+fn tie_free(rng: &mut SplitMix64, dims: &[i64], window: &[i64]) -> Vec<f64> {
+    let combos: i64 = window.iter().product();
+    let mut perm: Vec<i64> = (0..combos).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let n: i64 = dims.iter().product();
+    let spatial = &dims[2..];
+    (0..n)
+        .map(|flat| {
+            let mut rem = flat;
+            let mut code = 0;
+            let mut coords = vec![0; spatial.len()];
+            for a in (0..spatial.len()).rev() {
+                coords[a] = rem % spatial[a];
+                rem /= spatial[a];
+            }
+            let nc = rem;
+            for (a, &c) in coords.iter().enumerate() {
+                code = code * window[a] + c % window[a];
+            }
+            (perm[code as usize] - combos / 2) as f64 / 8.0 + ((nc * 7) % 5 - 2) as f64
+        })
+        .collect()
+}
+
+fn pool_suite(name: &'static str, backward: bool, seed: u64) {
+    let s = stream();
+    let mut report = Report::new(name);
+    let mut rng = SplitMix64::new(seed);
+    for dtype in DTYPES {
+        for layout in LAYOUTS {
+            for (i, (xd, p)) in pool_cases(seed ^ (dtype as u64) << 8 ^ layout as u64)
+                .iter()
+                .enumerate()
+            {
+                let yd = p.output_dims(xd).expect("pool case");
+                let (xs, ys) = (strides(xd, layout), strides(&yd, layout));
+                let g = pool_geometry(p);
+                let label = format!("{name} {dtype:?} {layout:?} #{i} x{xd:?} {p:?}");
+                let x = if p.mode == PoolMode::Max {
+                    upload(&s, &tie_free(&mut rng, xd, &p.window), xd, &xs, dtype)
+                } else {
+                    random(&s, &mut rng, xd, &xs, dtype)
+                };
+                let y = poisoned(&s, &yd, &ys, dtype);
+                let fwd = ops::pool_forward(&s, &x.t, &y.t, p);
+                let outcome = fwd.and_then(|()| {
+                    if !backward {
+                        return Ok((download(&s, &y), cpu::pool_forward(&x.values, &udims(&x), &g)));
+                    }
+                    let dy = random(&s, &mut rng, &yd, &ys, dtype);
+                    let dx = poisoned(&s, xd, &xs, dtype);
+                    let (xa, ya): (Option<&TensorRef>, Option<&TensorRef>) = if p.mode == PoolMode::Max {
+                        (Some(&x.t), Some(&y.t))
+                    } else {
+                        (None, None)
+                    };
+                    ops::pool_backward(&s, xa, ya, &dy.t, &dx.t, p)?;
+                    Ok((
+                        download(&s, &dx),
+                        cpu::pool_backward(&x.values, &udims(&x), &dy.values, &g),
+                    ))
+                });
+                match outcome {
+                    Ok((out, reference)) => report.check(label, dtype, &out, &reference),
+                    Err(e) => report.error(label, e),
+                }
+            }
+        }
+    }
+    report.finish();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pool_forward_matches_reference() {
+    pool_suite("pool_forward", false, 31);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pool_backward_matches_reference() {
+    pool_suite("pool_backward", true, 32);
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the release test binaries and examples and copies them, stripped, into .gpu/
+# together with run-gpu.sh, so they can run on a CUDA machine that has no Rust toolchain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+rm -rf .gpu && mkdir -p .gpu
+cargo build --release --examples -p examples
+cargo test --release --workspace --no-run --message-format=json \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" ".gpu/test-$name"; done
+for ex in target/release/examples/*; do
+  case "$ex" in *.d|*-*) continue ;; esac
+  [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"
+done
+strip .gpu/* 2>/dev/null || true
+cp scripts/run-gpu.sh .gpu/
+[ -f bench/compare_torch.py ] && cp bench/compare_torch.py .gpu/
+du -sh .gpu && ls .gpu
