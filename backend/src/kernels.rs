@@ -42,7 +42,16 @@ fn arch(dev: &Device) -> &'static str {
 }
 
 /// Loads `function` from `source`, compiling the source for `dev` on first use.
-pub(crate) fn function(dev: &Device, source: KernelSource, function: &str) -> Result<CudaFunction> {
+pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static str) -> Result<CudaFunction> {
+    static FUNCTIONS: OnceLock<Mutex<HashMap<(usize, &'static str), CudaFunction>>> = OnceLock::new();
+    let functions = FUNCTIONS.get_or_init(Default::default);
+    if let Some(f) = functions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&(dev.ordinal(), function))
+    {
+        return Ok(f.clone());
+    }
     let key = (dev.ordinal(), source.name);
     let mut map = modules().lock().unwrap_or_else(|e| e.into_inner());
     let module = match map.get(&key) {
@@ -63,5 +72,10 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &str) -> Re
             m
         }
     };
-    module.load_function(function).map_err(Error::from)
+    let f = module.load_function(function)?;
+    functions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((dev.ordinal(), function), f.clone());
+    Ok(f)
 }

@@ -12,6 +12,7 @@ pub use validate::conv_out as conv_output_size;
 
 pub use layout::{packed_strides, stride_order};
 pub use signature::SignatureContext;
+use types::Given;
 pub use types::*;
 
 /// A graph of cuDNN operations under construction.
@@ -68,6 +69,7 @@ impl Graph {
             is_virtual: false,
             by_value: None,
             alignment: 16,
+            given: Given::ALL,
         })
     }
 
@@ -83,6 +85,7 @@ impl Graph {
             is_virtual: false,
             by_value: Some(value),
             alignment: 16,
+            given: Given::ALL,
         })
     }
 
@@ -97,6 +100,7 @@ impl Graph {
             is_virtual: true,
             by_value: None,
             alignment: 16,
+            given: Given::default(),
         })
     }
 
@@ -116,7 +120,7 @@ impl Graph {
     /// Convolution backward data: `dx` (with the given dims) from `dy` and `w`.
     pub fn conv_dgrad(&mut self, dy: TensorId, w: TensorId, dx_dims: &[i64], attrs: ConvAttrs) -> TensorId {
         let dx = self.virtual_tensor(format!("conv_dgrad#{}.dx", self.nodes.len()));
-        self.tensors[dx.0].dims = dx_dims.to_vec();
+        self.set_dims(dx, dx_dims);
         self.push_node(Op::ConvDgrad { dy, w, dx, attrs });
         dx
     }
@@ -124,7 +128,7 @@ impl Graph {
     /// Convolution backward filter: `dw` (with the given dims) from `x` and `dy`.
     pub fn conv_wgrad(&mut self, x: TensorId, dy: TensorId, dw_dims: &[i64], attrs: ConvAttrs) -> TensorId {
         let dw = self.virtual_tensor(format!("conv_wgrad#{}.dw", self.nodes.len()));
-        self.tensors[dw.0].dims = dw_dims.to_vec();
+        self.set_dims(dw, dw_dims);
         self.push_node(Op::ConvWgrad { x, dy, dw, attrs });
         dw
     }
@@ -158,7 +162,7 @@ impl Graph {
     /// Reduction of `x` to `out_dims` (each dim equal to x's or 1).
     pub fn reduction(&mut self, op: ReduceOp, x: TensorId, out_dims: &[i64]) -> TensorId {
         let y = self.virtual_tensor(format!("reduction#{}.y", self.nodes.len()));
-        self.tensors[y.0].dims = out_dims.to_vec();
+        self.set_dims(y, out_dims);
         self.push_node(Op::Reduction {
             op,
             x,
@@ -179,6 +183,7 @@ impl Graph {
         let index = with_index.then(|| {
             let i = self.virtual_tensor(format!("resample_fwd#{}.index", self.nodes.len()));
             self.tensors[i.0].dtype = Some(DataType::I8);
+            self.tensors[i.0].given.dtype = true;
             i
         });
         self.push_node(Op::ResampleFwd { x, y, index, attrs });
@@ -197,7 +202,7 @@ impl Graph {
         index: Option<TensorId>,
     ) -> TensorId {
         let dx = self.virtual_tensor(format!("resample_bwd#{}.dx", self.nodes.len()));
-        self.tensors[dx.0].dims = dx_dims.to_vec();
+        self.set_dims(dx, dx_dims);
         self.push_node(Op::ResampleBwd {
             dy,
             dx,
@@ -216,6 +221,7 @@ impl Graph {
         let tensor = &mut self.tensors[t.0];
         tensor.is_virtual = false;
         tensor.dtype = Some(dtype);
+        tensor.given.dtype = true;
         self
     }
 
@@ -223,6 +229,7 @@ impl Graph {
     pub fn set_strides(&mut self, t: TensorId, strides: &[i64]) -> &mut Self {
         self.validated = false;
         self.tensors[t.0].strides = strides.to_vec();
+        self.tensors[t.0].given.strides = true;
         self
     }
 
@@ -230,6 +237,7 @@ impl Graph {
     pub fn set_dims(&mut self, t: TensorId, dims: &[i64]) -> &mut Self {
         self.validated = false;
         self.tensors[t.0].dims = dims.to_vec();
+        self.tensors[t.0].given.dims = true;
         self
     }
 

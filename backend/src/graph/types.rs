@@ -111,6 +111,25 @@ pub struct Tensor {
     pub by_value: Option<Scalar>,
     /// Byte alignment of the device pointer (16, 8, 4 or 2).
     pub alignment: u32,
+    /// Which of dims / strides / dtype the user set (the rest is re-inferred by every
+    /// `validate()`).
+    pub(crate) given: Given,
+}
+
+/// Which tensor properties were set by the user rather than inferred.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) struct Given {
+    pub dims: bool,
+    pub strides: bool,
+    pub dtype: bool,
+}
+
+impl Given {
+    pub(crate) const ALL: Given = Given {
+        dims: true,
+        strides: true,
+        dtype: true,
+    };
 }
 
 impl Tensor {

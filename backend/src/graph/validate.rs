@@ -65,6 +65,20 @@ impl Graph {
                 producer[t.0] = Some(i);
             }
         }
+        // Forget everything a previous validate() inferred: re-infer from the user's inputs.
+        for (i, t) in self.tensors.iter_mut().enumerate() {
+            if producer[i].is_some() {
+                if !t.given.dims {
+                    t.dims.clear();
+                }
+                if !t.given.strides {
+                    t.strides.clear();
+                }
+                if !t.given.dtype {
+                    t.dtype = None;
+                }
+            }
+        }
         // Graph inputs: everything not produced by a node.
         for (i, t) in self.tensors.iter().enumerate() {
             if producer[i].is_none() {
@@ -289,6 +303,14 @@ impl Graph {
                         return Err(err(
                             node,
                             format!("x dims {:?} differ from dx dims {dxd:?}", self.dims(*x)),
+                        ));
+                    }
+                }
+                if let Some(i) = index {
+                    if self.dims(*i) != dyd.as_slice() {
+                        return Err(err(
+                            node,
+                            format!("index dims {:?} differ from dy dims {dyd:?}", self.dims(*i)),
                         ));
                     }
                 }

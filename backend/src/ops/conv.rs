@@ -53,6 +53,7 @@ impl ConvParams {
                 format!("x {x_dims:?} and w {w_dims:?} need rank {}", s + 2),
             ));
         }
+        self.check_geometry("conv")?;
         let mut out = vec![x_dims[0], w_dims[0]];
         for i in 0..s {
             let o = crate::graph::conv_output_size(
@@ -86,7 +87,7 @@ impl ConvParams {
         }
     }
 
-    fn check(&self, op: &'static str, c: i64, c_per_group: i64) -> Result<()> {
+    fn check_geometry(&self, op: &'static str) -> Result<()> {
         let s = self.stride.len();
         if self.pre_padding.len() != s || self.post_padding.len() != s || self.dilation.len() != s {
             return Err(Error::invalid_arg(
@@ -95,15 +96,24 @@ impl ConvParams {
                 "padding, stride and dilation need one entry per spatial dim",
             ));
         }
+        if self.stride.iter().chain(&self.dilation).any(|&v| v < 1) {
+            let msg = format!("stride {:?} and dilation {:?} must be >= 1", self.stride, self.dilation);
+            return Err(Error::invalid_arg(op, "params", msg));
+        }
+        if self.pre_padding.iter().chain(&self.post_padding).any(|&v| v < 0) {
+            return Err(Error::invalid_arg(op, "params", "padding must be >= 0"));
+        }
+        Ok(())
+    }
+
+    fn check(&self, op: &'static str, c: i64, c_per_group: i64) -> Result<()> {
+        self.check_geometry(op)?;
         if self.groups < 1 || c_per_group * self.groups != c {
-            return Err(Error::invalid_arg(
-                op,
-                "groups",
-                format!(
-                    "{} groups, but input has {c} channels and the filter {c_per_group} per group",
-                    self.groups
-                ),
-            ));
+            let msg = format!(
+                "{} groups, but input has {c} channels and the filter {c_per_group} per group",
+                self.groups
+            );
+            return Err(Error::invalid_arg(op, "groups", msg));
         }
         Ok(())
     }

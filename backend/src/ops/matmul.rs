@@ -92,7 +92,7 @@ pub fn matmul_bias_act(
             op,
             &a3,
             &b3,
-            bias_full.as_ref().map(|b| rank3_bias(b)).as_ref(),
+            bias_full.as_ref().map(rank3_bias).as_ref(),
             &c3,
             act,
         )?;

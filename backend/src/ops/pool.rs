@@ -63,10 +63,20 @@ impl PoolParams {
                 format!("x {x_dims:?} needs rank {} and one entry per spatial dim", s + 2),
             ));
         }
+        if self.window.iter().chain(&self.stride).any(|&v| v < 1) {
+            return Err(Error::invalid_arg(
+                "pool",
+                "params",
+                format!("window {:?} and stride {:?} must be >= 1", self.window, self.stride),
+            ));
+        }
+        if self.pre_padding.iter().chain(&self.post_padding).any(|&v| v < 0) {
+            return Err(Error::invalid_arg("pool", "params", "padding must be >= 0"));
+        }
         let mut out = x_dims[..2].to_vec();
         for i in 0..s {
             let padded = x_dims[i + 2] + self.pre_padding[i] + self.post_padding[i];
-            if self.stride[i] < 1 || padded < self.window[i] {
+            if padded < self.window[i] {
                 return Err(Error::invalid_arg(
                     "pool",
                     "window",

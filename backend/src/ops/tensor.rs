@@ -53,22 +53,33 @@ impl TensorRef {
         self.dims.contains(&0)
     }
 
-    /// Elements spanned in memory (`1 + Σ (d-1)·s`; 0 when empty).
+    /// Elements spanned in memory (`1 + Σ (d-1)·s`; 0 when empty; saturates on overflow).
     pub fn extent_elements(&self) -> i64 {
         if self.is_empty() {
             return 0;
         }
-        1 + self
-            .dims
+        self.dims
             .iter()
             .zip(&self.strides)
-            .map(|(&d, &s)| (d - 1) * s)
-            .sum::<i64>()
+            .try_fold(1i64, |acc, (&d, &s)| {
+                (d - 1).checked_mul(s).and_then(|v| acc.checked_add(v))
+            })
+            .unwrap_or(i64::MAX)
     }
 
-    /// True when the tensor covers its memory extent with no gaps or overlaps.
+    /// True when the elements tile their memory exactly: no gaps and no overlaps
+    /// (some ordering of the dims is row-major packed).
     pub fn is_packed(&self) -> bool {
-        self.extent_elements() == self.numel()
+        let mut axes: Vec<usize> = (0..self.dims.len()).filter(|&i| self.dims[i] > 1).collect();
+        axes.sort_by_key(|&i| self.strides[i]);
+        let mut expect = 1i64;
+        for i in axes {
+            if self.strides[i] != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(self.dims[i]);
+        }
+        true
     }
 
     /// Largest power of two (≤ 16) dividing the pointer: what cuDNN may assume.
@@ -101,6 +112,13 @@ impl TensorRef {
                 arg,
                 format!("negative stride {s} in {:?}: pass a copied tensor", self.strides),
             ));
+        }
+        if self.extent_elements().checked_mul(self.dtype.size() as i64).is_none() {
+            let msg = format!(
+                "dims {:?} / strides {:?} overflow a 64-bit byte extent",
+                self.dims, self.strides
+            );
+            return Err(Error::invalid_arg(op, arg, msg));
         }
         if !self.is_empty() {
             if self.ptr == 0 {

@@ -106,22 +106,25 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
     let mut scalars: Vec<[u8; 8]> = Vec::new();
     let (uids, ptrs) = variant_pointers(graph, bindings, &mut scalars)?;
     let run = |h: &mut crate::handle::PooledCudnn| -> Result<()> {
-        if h.plans.get(&sig).is_none() {
-            if let Some(reason) = known_unsupported(&sig) {
-                return Err(Error::Unsupported {
-                    graph: graph.describe(),
-                    reason,
-                });
-            }
-            load_tuning(&dev, cudnn);
-            let plan = plan_for(&h.handle, graph, &sig, &policy, stream, &uids, &ptrs, &dev, cudnn)?;
-            h.plans.insert(sig.clone(), plan);
-        }
         let handle = &h.handle;
-        let plan = h.plans.peek(&sig).ok_or_else(|| Error::Cuda {
-            op: "plan cache",
-            message: "plan vanished".into(),
-        })?;
+        let plan = match h.plans.get(&sig) {
+            Some(plan) => plan,
+            None => {
+                if let Some(reason) = known_unsupported(&sig) {
+                    return Err(Error::Unsupported {
+                        graph: graph.describe(),
+                        reason,
+                    });
+                }
+                load_tuning(&dev, cudnn);
+                let plan = plan_for(handle, graph, &sig, &policy, stream, &uids, &ptrs, &dev, cudnn)?;
+                h.plans.insert(sig.clone(), plan);
+                h.plans.peek(&sig).ok_or_else(|| Error::Cuda {
+                    op: "plan cache",
+                    message: "capacity 0".into(),
+                })?
+            }
+        };
         match with_workspace(stream, plan.workspace, |ws| {
             engine::execute(handle, plan, &uids, &ptrs, ws)
         }) {

@@ -91,16 +91,24 @@ impl EnginePolicy {
     }
 
     /// Bits folded into graph signatures: plans chosen under different policies never mix.
+    /// An FNV-1a hash of every field (so no two caps collide by truncation).
     pub fn signature_bits(&self) -> u64 {
-        let mut bits = self.benchmark as u64
-            | (self.deterministic as u64) << 1
-            | (self.allow_tf32 as u64) << 2
-            | (self.forbid_down_convert as u64) << 3
-            | ((self.heuristic == HeuristicMode::B) as u64) << 4;
-        if let Some(cap) = self.max_workspace {
-            bits |= 1 << 5 | cap.wrapping_shl(8);
-        }
-        bits
+        let fields = [
+            self.benchmark as u64,
+            self.deterministic as u64,
+            self.allow_tf32 as u64,
+            self.forbid_down_convert as u64,
+            (self.heuristic == HeuristicMode::B) as u64,
+            self.max_workspace.is_some() as u64,
+            self.max_workspace.unwrap_or(0),
+            self.autotune_top_k as u64,
+        ];
+        fields
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+            })
     }
 }
 

@@ -7,7 +7,8 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::error::{Error, Result};
 
-type Slot = Arc<Mutex<Option<CudaSlice<u8>>>>;
+/// The buffer and its device address (read once, so calls never touch cudarc's event tracking).
+type Slot = Arc<Mutex<Option<(CudaSlice<u8>, u64)>>>;
 
 static WORKSPACES: OnceLock<Mutex<HashMap<(usize, usize), Slot>>> = OnceLock::new();
 
@@ -31,7 +32,7 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
     }
     let slot = slot(stream);
     let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
-    if guard.as_ref().is_none_or(|b| b.len() < bytes) {
+    if guard.as_ref().is_none_or(|(b, _)| b.len() < bytes) {
         *guard = None;
         let rounded = bytes.div_ceil(1 << 20) << 20;
         let buf = stream.alloc_zeros::<u8>(rounded).map_err(|e| Error::OutOfMemory {
@@ -39,13 +40,10 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
             bytes: rounded,
             message: e.to_string(),
         })?;
-        *guard = Some(buf);
+        let ptr = buf.device_ptr(stream).0;
+        *guard = Some((buf, ptr));
     }
-    let buf = guard.as_ref().ok_or_else(|| Error::Cuda {
-        op: "workspace",
-        message: "lost buffer".into(),
-    })?;
-    let (ptr, _sync) = buf.device_ptr(stream);
+    let ptr = guard.as_ref().map_or(0, |(_, p)| *p);
     f(ptr)
 }
 
@@ -55,5 +53,5 @@ pub fn workspace_bytes(stream: &Arc<CudaStream>) -> usize {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .map_or(0, |b| b.len())
+        .map_or(0, |(b, _)| b.len())
 }
