@@ -16,11 +16,12 @@ run() { # name, command...
 if [[ $what == all || $what == quickstart ]]; then run quickstart "$here/quickstart"; fi
 if [[ $what == all || $what == tests ]]; then
   for t in "$here"/test-*; do
-    run "$(basename "$t")" "$t" --include-ignored --test-threads="${TEST_THREADS:-4}"
+    extra=(); [[ $t == */test-gpu_* ]] && extra=(--nocapture)
+    run "$(basename "$t")" "$t" --include-ignored --test-threads="${TEST_THREADS:-4}" "${extra[@]}"
   done
 fi
 if [[ $what == all || $what == bench ]] && [[ -x $here/bench ]]; then
   run bench "$here/bench" --json "$logs/bench.json"
 fi
-grep -h -E "^(test result|[a-z_]+: [0-9]+ runs)|FAILED|panicked" "$logs"/*.log | sort | uniq -c | sort -rn | head -40
+grep -h -E "^(test result|[a-z_]+: [0-9]+ (runs|threads)|stress:|churn:|tuning file:)|FAILED|panicked" "$logs"/*.log | sort | uniq -c | sort -rn | head -40
 printf '%s\n' "${summary[@]}"

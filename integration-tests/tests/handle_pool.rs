@@ -413,13 +413,16 @@ fn panic_inside_f_does_not_lose_the_handle() {
 fn dropped_pool_leaks_handles_and_thread_exit_is_quiet() {
     let (pool, c) = pool();
     let (tx, rx) = mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
     let p = pool.clone();
     let t = thread::spawn(move || {
         use_once(&p, 0);
         drop(p);
+        ready_tx.send(()).unwrap();
         rx.recv().unwrap();
         // Window destructor runs at exit, after the pool is gone.
     });
+    ready_rx.recv().unwrap(); // t holds its handle before the others start
     use_once(&pool, 0); // test thread's own handle
     let p2 = pool.clone();
     thread::spawn(move || {

@@ -13,6 +13,8 @@ pub(crate) enum LegacyPoolMode {
     Max = 0,
     AvgIncludePadding = 1,
     AvgExcludePadding = 2,
+    /// Max pooling whose backward pass is bitwise reproducible.
+    MaxDeterministic = 3,
 }
 
 /// One pooling problem in legacy-API terms. Dims and strides include N and C; spatial rank

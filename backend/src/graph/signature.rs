@@ -16,6 +16,18 @@ pub struct SignatureContext {
 
 const SIGNATURE_VERSION: u8 = 1;
 
+impl SignatureContext {
+    /// Appends the context's canonical bytes (used by graph and op signatures alike).
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        out.push(SIGNATURE_VERSION);
+        out.extend_from_slice(
+            &(self.compute_capability.0 as u64 * 100 + self.compute_capability.1 as u64).to_le_bytes(),
+        );
+        out.extend_from_slice(&self.cudnn_version.to_le_bytes());
+        out.extend_from_slice(&self.policy.to_le_bytes());
+    }
+}
+
 struct Enc(Vec<u8>);
 
 impl Enc {
@@ -56,10 +68,7 @@ impl Graph {
     /// *values* are excluded (they are runtime arguments), their dtype is included.
     pub fn signature_bytes(&self, ctx: &SignatureContext) -> Vec<u8> {
         let mut e = Enc(Vec::with_capacity(64 + 48 * self.tensors.len()));
-        e.u8(SIGNATURE_VERSION);
-        e.u64(ctx.compute_capability.0 as u64 * 100 + ctx.compute_capability.1 as u64);
-        e.u64(ctx.cudnn_version);
-        e.u64(ctx.policy);
+        ctx.append_to(&mut e.0);
         e.dtype(Some(self.compute_type));
         e.dtype(Some(self.intermediate_type));
         e.u64(self.tensors.len() as u64);

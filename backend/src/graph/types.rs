@@ -54,7 +54,8 @@ impl DataType {
         }
     }
 
-    pub(crate) fn code(self) -> u8 {
+    /// A one-byte code of the type (its `cudnnDataType_t` value).
+    pub fn code(self) -> u8 {
         self.cudnn() as u8
     }
 }

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{run, zero_fill, Activation, TensorRef};
+use super::{run, zero_fill, Activation, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{ConvAttrs, ConvMode, Graph};
-use crate::plan::Binding;
 
 /// Convolution geometry (one entry per spatial dim) and group count.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -123,6 +122,18 @@ fn channels(t: &TensorRef, i: usize) -> i64 {
     t.dims.get(i).copied().unwrap_or(0)
 }
 
+fn key(op: &'static str, tensors: &[&TensorRef], p: &ConvParams) -> OpKey {
+    let mut k = OpKey::new(op);
+    for t in tensors {
+        k.tensor(t);
+    }
+    k.ints(&p.pre_padding)
+        .ints(&p.post_padding)
+        .ints(&p.stride)
+        .ints(&p.dilation);
+    k
+}
+
 /// `y = conv(x, w)` (cross-correlation, as frameworks define convolution).
 pub fn conv_forward(
     stream: &Arc<CudaStream>,
@@ -142,19 +153,19 @@ pub fn conv_forward(
     if x.is_empty() || w.is_empty() {
         return zero_fill(stream, y);
     }
-    let mut g = Graph::new();
-    let (xi, wi) = (x.add_input(&mut g, "x"), w.add_input(&mut g, "w"));
-    let yi = g.conv_fprop(xi, wi, p.attrs());
-    y.bind_output(&mut g, yi);
+    let build = || {
+        let mut g = Graph::new();
+        let (xi, wi) = (x.add_input(&mut g, "x"), w.add_input(&mut g, "w"));
+        let yi = g.conv_fprop(xi, wi, p.attrs());
+        y.bind_output(&mut g, yi);
+        g
+    };
     run(
         stream,
-        &mut g,
-        &[
-            Binding::new(xi, x.ptr),
-            Binding::new(wi, w.ptr),
-            Binding::new(yi, y.ptr),
-        ],
         OP,
+        key(OP, &[x, w, y], p),
+        &[(1, x.ptr), (2, w.ptr), (3, y.ptr)],
+        &build,
     )
 }
 
@@ -177,19 +188,19 @@ pub fn conv_backward_data(
     if dy.is_empty() || w.is_empty() {
         return zero_fill(stream, dx);
     }
-    let mut g = Graph::new();
-    let (dyi, wi) = (dy.add_input(&mut g, "dy"), w.add_input(&mut g, "w"));
-    let dxi = g.conv_dgrad(dyi, wi, &dx.dims, p.attrs());
-    dx.bind_output(&mut g, dxi);
+    let build = || {
+        let mut g = Graph::new();
+        let (dyi, wi) = (dy.add_input(&mut g, "dy"), w.add_input(&mut g, "w"));
+        let dxi = g.conv_dgrad(dyi, wi, &dx.dims, p.attrs());
+        dx.bind_output(&mut g, dxi);
+        g
+    };
     run(
         stream,
-        &mut g,
-        &[
-            Binding::new(dyi, dy.ptr),
-            Binding::new(wi, w.ptr),
-            Binding::new(dxi, dx.ptr),
-        ],
         OP,
+        key(OP, &[dy, w, dx], p),
+        &[(1, dy.ptr), (2, w.ptr), (3, dx.ptr)],
+        &build,
     )
 }
 
@@ -212,19 +223,19 @@ pub fn conv_backward_filter(
     if x.is_empty() || dy.is_empty() {
         return zero_fill(stream, dw);
     }
-    let mut g = Graph::new();
-    let (xi, dyi) = (x.add_input(&mut g, "x"), dy.add_input(&mut g, "dy"));
-    let dwi = g.conv_wgrad(xi, dyi, &dw.dims, p.attrs());
-    dw.bind_output(&mut g, dwi);
+    let build = || {
+        let mut g = Graph::new();
+        let (xi, dyi) = (x.add_input(&mut g, "x"), dy.add_input(&mut g, "dy"));
+        let dwi = g.conv_wgrad(xi, dyi, &dw.dims, p.attrs());
+        dw.bind_output(&mut g, dwi);
+        g
+    };
     run(
         stream,
-        &mut g,
-        &[
-            Binding::new(xi, x.ptr),
-            Binding::new(dyi, dy.ptr),
-            Binding::new(dwi, dw.ptr),
-        ],
         OP,
+        key(OP, &[x, dy, dw], p),
+        &[(1, x.ptr), (2, dy.ptr), (3, dw.ptr)],
+        &build,
     )
 }
 
@@ -265,11 +276,7 @@ pub fn conv_bias_act_forward(
     if y.is_empty() {
         return Ok(());
     }
-    if x.is_empty() || w.is_empty() {
-        zero_fill(stream, y)?;
-        return bias_act_in_place(stream, OP, y, Some(bias), 1, act);
-    }
-    // Bias as [1, K, 1, ...] matching y's rank and y's channel-stride convention.
+    // Bias as [1, K, 1, ...] matching y's rank.
     let rank = y.dims.len();
     let mut bdims = vec![1i64; rank];
     bdims[1] = k;
@@ -277,27 +284,31 @@ pub fn conv_bias_act_forward(
     let mut bstrides = vec![k * bstride; rank];
     bstrides[1] = bstride;
     let b4 = TensorRef::new(&bdims, &bstrides, bias.dtype, bias.ptr);
-
-    let mut g = Graph::new();
-    let (xi, wi, bi) = (
-        x.add_input(&mut g, "x"),
-        w.add_input(&mut g, "w"),
-        b4.add_input(&mut g, "bias"),
-    );
-    let conv = g.conv_fprop(xi, wi, p.attrs());
-    let biased = g.bias_add(conv, bi);
-    let out = match act.mode() {
-        Some(m) => g.pointwise(m, biased, None),
-        None => biased,
+    if x.is_empty() || w.is_empty() {
+        zero_fill(stream, y)?;
+        return bias_act_in_place(stream, OP, y, Some(&b4), 1, act);
+    }
+    let build = || {
+        let mut g = Graph::new();
+        let (xi, wi, bi) = (
+            x.add_input(&mut g, "x"),
+            w.add_input(&mut g, "w"),
+            b4.add_input(&mut g, "bias"),
+        );
+        let conv = g.conv_fprop(xi, wi, p.attrs());
+        let biased = g.bias_add(conv, bi);
+        let out = match act.mode() {
+            Some(m) => g.pointwise(m, biased, None),
+            None => biased,
+        };
+        y.bind_output(&mut g, out);
+        g
     };
-    y.bind_output(&mut g, out);
-    let bindings = [
-        Binding::new(xi, x.ptr),
-        Binding::new(wi, w.ptr),
-        Binding::new(bi, bias.ptr),
-        Binding::new(out, y.ptr),
-    ];
-    match run(stream, &mut g, &bindings, OP) {
+    let y_uid = if act.mode().is_some() { 6 } else { 5 };
+    let mut k = key(OP, &[x, w, &b4, y], p);
+    k.act(act);
+    let io = [(1, x.ptr), (2, w.ptr), (3, bias.ptr), (y_uid, y.ptr)];
+    match run(stream, OP, k, &io, &build) {
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused graph unsupported ({e}); running conv + bias/activation kernel");
             conv_forward(stream, x, w, y, p)?;

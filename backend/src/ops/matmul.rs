@@ -5,10 +5,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{run, zero_fill, Activation, TensorRef};
+use super::{run, zero_fill, Activation, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::plan::Binding;
 
 fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
     a.check(op, "a")?;
@@ -205,21 +204,37 @@ fn matmul3(
     act: Activation,
 ) -> Result<()> {
     let fused = bias.is_some() || act != Activation::Identity;
-    let mut g = Graph::new();
-    let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
-    let mut out = g.matmul(ai, bi);
-    let mut bindings = vec![Binding::new(ai, a.ptr), Binding::new(bi, b.ptr)];
+    let build = || {
+        let mut g = Graph::new();
+        let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
+        let mut out = g.matmul(ai, bi);
+        if let Some(bias) = bias {
+            let bt = bias.add_input(&mut g, "bias");
+            out = g.bias_add(out, bt);
+        }
+        if let Some(m) = act.mode() {
+            out = g.pointwise(m, out, None);
+        }
+        c.bind_output(&mut g, out);
+        g
+    };
+    // uids: a 1, b 2, product 3, then bias 4 and bias-add 5, then the activation.
+    let mut io = vec![(1, a.ptr), (2, b.ptr)];
+    let mut last = 3;
     if let Some(bias) = bias {
-        let bt = bias.add_input(&mut g, "bias");
-        bindings.push(Binding::new(bt, bias.ptr));
-        out = g.bias_add(out, bt);
+        io.push((4, bias.ptr));
+        last = 5;
     }
-    if let Some(m) = act.mode() {
-        out = g.pointwise(m, out, None);
+    if act.mode().is_some() {
+        last += 1;
     }
-    c.bind_output(&mut g, out);
-    bindings.push(Binding::new(out, c.ptr));
-    match run(stream, &mut g, &bindings, op) {
+    io.push((last, c.ptr));
+    let mut key = OpKey::new(op);
+    key.tensor(a).tensor(b).tensor(c).act(act);
+    if let Some(bias) = bias {
+        key.tensor(bias);
+    }
+    match run(stream, op, key, &io, &build) {
         Err(e) if e.is_not_supported() && fused => {
             tracing::debug!("{op}: fused graph unsupported ({e}); running matmul + bias/activation kernel");
             matmul3(stream, op, a, b, None, c, Activation::Identity)?;

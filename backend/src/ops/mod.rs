@@ -17,21 +17,79 @@ pub use matmul::{matmul, matmul_bias_act};
 pub use pool::{pool_backward, pool_forward, PoolMode, PoolParams};
 pub use tensor::{Activation, TensorRef};
 
+use std::borrow::Cow;
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
-use crate::graph::Graph;
-use crate::plan::{execute_graph_on, Binding};
+use crate::graph::{Graph, SignatureContext};
+use crate::plan::execute_keyed;
 
-/// Validates `g` (mapping graph errors to argument errors of `op`) and executes it.
-fn run(stream: &Arc<CudaStream>, g: &mut Graph, bindings: &[Binding], op: &'static str) -> Result<()> {
-    g.validate().map_err(|e| match e {
-        Error::InvalidGraph(msg) => Error::invalid_arg(op, "tensors", msg),
-        other => other,
-    })?;
-    execute_graph_on(stream, g, bindings)
+/// The cache key of one op call: op name, every tensor's dims, strides, dtype and pointer
+/// alignment, and the op's parameters. Together with the execution context it is the plan
+/// signature, so a hit needs no graph at all.
+pub(crate) struct OpKey(Vec<u8>);
+
+impl OpKey {
+    pub(crate) fn new(op: &'static str) -> Self {
+        let mut v = Vec::with_capacity(320);
+        v.push(0xA5);
+        v.extend_from_slice(op.as_bytes());
+        v.push(0);
+        Self(v)
+    }
+
+    pub(crate) fn tensor(&mut self, t: &TensorRef) -> &mut Self {
+        self.0
+            .extend_from_slice(&[t.dtype.code(), t.alignment() as u8, t.dims.len() as u8]);
+        self.ints(&t.dims).ints(&t.strides)
+    }
+
+    pub(crate) fn ints(&mut self, v: &[i64]) -> &mut Self {
+        self.0.push(v.len() as u8);
+        for x in v {
+            self.0.extend_from_slice(&x.to_le_bytes());
+        }
+        self
+    }
+
+    pub(crate) fn act(&mut self, a: Activation) -> &mut Self {
+        let (code, param) = a.kernel_code();
+        self.0.push(code as u8);
+        self.0.extend_from_slice(&param.to_bits().to_le_bytes());
+        self
+    }
+
+    fn finish(self, ctx: &SignatureContext) -> Vec<u8> {
+        let mut v = self.0;
+        ctx.append_to(&mut v);
+        v
+    }
+}
+
+/// Executes one op: looks its key up in the plan cache and, on a miss only, builds and
+/// validates the graph (graph errors become argument errors of `op`). `io` lists the
+/// (uid, device pointer) pairs of the graph's non-virtual tensors in uid order.
+fn run(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    key: OpKey,
+    io: &[(i64, u64)],
+    build: &dyn Fn() -> Graph,
+) -> Result<()> {
+    let uids: Vec<i64> = io.iter().map(|&(u, _)| u).collect();
+    let ptrs: Vec<*mut c_void> = io.iter().map(|&(_, p)| p as *mut c_void).collect();
+    let graph = || {
+        let mut g = build();
+        g.validate().map_err(|e| match e {
+            Error::InvalidGraph(msg) => Error::invalid_arg(op, "tensors", msg),
+            other => other,
+        })?;
+        Ok(Cow::Owned(g))
+    };
+    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, &graph)
 }
 
 /// Zero-fills an output whose op has an empty reduction (e.g. a batch of 0 in wgrad).

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{run, TensorRef};
+use super::{run, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::legacy::{LegacyPoolMode, LegacyPooling};
 use crate::graph::{Graph, ResampleAttrs, ResampleMode};
-use crate::plan::{with_cudnn_handle, Binding};
+use crate::plan::with_cudnn_handle;
 
 /// Pooling modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -123,6 +123,8 @@ impl PoolParams {
             y_strides: y.strides.clone(),
             data_type: x.dtype.cudnn(),
             mode: match self.mode {
+                // cuDNN's plain max-pool backward uses atomics; honour deterministic mode.
+                PoolMode::Max if crate::plan::policy().deterministic => LegacyPoolMode::MaxDeterministic,
                 PoolMode::Max => LegacyPoolMode::Max,
                 PoolMode::AvgIncludePadding => LegacyPoolMode::AvgIncludePadding,
                 PoolMode::AvgExcludePadding => LegacyPoolMode::AvgExcludePadding,
@@ -173,11 +175,22 @@ pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorRef, p: &
         let legacy = p.legacy(x, y, OP, None)?;
         return with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr));
     }
-    let mut g = Graph::new();
-    let xi = x.add_input(&mut g, "x");
-    let (yi, _) = g.resample_fwd(xi, p.attrs(), false);
-    y.bind_output(&mut g, yi);
-    match run(stream, &mut g, &[Binding::new(xi, x.ptr), Binding::new(yi, y.ptr)], OP) {
+    let build = || {
+        let mut g = Graph::new();
+        let xi = x.add_input(&mut g, "x");
+        let (yi, _) = g.resample_fwd(xi, p.attrs(), false);
+        y.bind_output(&mut g, yi);
+        g
+    };
+    let mut key = OpKey::new(OP);
+    key.tensor(x)
+        .tensor(y)
+        .ints(&p.window)
+        .ints(&p.stride)
+        .ints(&p.pre_padding)
+        .ints(&p.post_padding);
+    key.ints(&[p.mode as i64]);
+    match run(stream, OP, key, &[(1, x.ptr), (2, y.ptr)], &build) {
         Err(e) if e.is_not_supported() => {
             let legacy = p.legacy(x, y, OP, Some(&e))?;
             with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr))

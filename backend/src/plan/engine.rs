@@ -31,8 +31,16 @@ pub(crate) struct BuiltPlan {
     pub(crate) plan: Descriptor,
     pub(crate) workspace: usize,
     pub(crate) choice: EngineChoice,
+    /// The variant pack of the last call, reused while the pointers repeat.
+    pack: Option<CachedPack>,
     _config: Descriptor,
     _graph: Arc<LoweredGraph>,
+}
+
+struct CachedPack {
+    ptrs: Vec<u64>,
+    workspace: u64,
+    desc: Descriptor,
 }
 
 fn heuristic_results(graph: &LoweredGraph, mode: u32) -> Result<Vec<Descriptor>> {
@@ -164,6 +172,7 @@ pub(crate) fn build(
         plan,
         workspace,
         choice,
+        pack: None,
         _config: cfg,
         _graph: graph,
     })
@@ -193,18 +202,35 @@ pub(crate) fn config_from_choice(graph: &LoweredGraph, choice: &EngineChoice) ->
     Ok(cfg)
 }
 
-/// Enqueues `plan` on the handle's stream with the given (uid, pointer) pairs.
+/// Enqueues `plan` on the handle's stream with the given (uid, pointer) pairs. The variant
+/// pack is rebuilt only when the pointers (or the workspace) differ from the last call's.
 pub(crate) fn execute(
     handle: &CudnnHandle,
-    plan: &BuiltPlan,
+    plan: &mut BuiltPlan,
     uids: &[i64],
     ptrs: &[*mut c_void],
     workspace: u64,
 ) -> Result<()> {
-    let mut vp = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
-    vp.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
-    vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, ptrs)?;
-    vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
-    vp.finalize()?;
-    plan.plan.execute(handle, &vp)
+    let same = |p: &CachedPack| {
+        p.workspace == workspace && p.ptrs.len() == ptrs.len() && p.ptrs.iter().zip(ptrs).all(|(&a, &b)| a == b as u64)
+    };
+    if !plan.pack.as_ref().is_some_and(same) {
+        let mut vp = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+        vp.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
+        vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, ptrs)?;
+        vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
+        vp.finalize()?;
+        plan.pack = Some(CachedPack {
+            ptrs: ptrs.iter().map(|&p| p as u64).collect(),
+            workspace,
+            desc: vp,
+        });
+    }
+    match &plan.pack {
+        Some(pack) => plan.plan.execute(handle, &pack.desc),
+        None => Err(Error::Cuda {
+            op: "variant pack",
+            message: "missing".into(),
+        }),
+    }
 }

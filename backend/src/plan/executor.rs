@@ -1,6 +1,7 @@
 //! `execute_graph`: signature → per-handle plan LRU → (miss) shared choice cache with
 //! single flight → (miss) heuristics or autotune → build → execute.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -93,6 +94,33 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
             "execute needs a validated graph: call validate() first".into(),
         ));
     }
+    if graph.nodes().iter().any(|n| matches!(n.op, Op::ResampleBwd { .. })) {
+        // cuDNN 9.14's heuristics crash (SIGSEGV in the runtime-compiled engines' support
+        // check) on resample-backward graphs; ops::pool_backward uses cuDNN's pooling API.
+        return Err(Error::Unsupported {
+            graph: graph.describe(),
+            reason: "resample-backward graphs are not executed (cuDNN 9.x crashes on them); use ops::pool_backward"
+                .into(),
+        });
+    }
+    let mut scalars: Vec<[u8; 8]> = Vec::new();
+    let (uids, ptrs) = variant_pointers(graph, bindings, &mut scalars)?;
+    execute_keyed(stream, |ctx| graph.signature_bytes(ctx), &uids, &ptrs, &|| {
+        Ok(Cow::Borrowed(graph))
+    })
+}
+
+/// The execution core shared by [`execute_graph_on`] and the `ops`: `key(ctx)` gives the
+/// signature bytes; `graph()` is called only on a plan-cache miss, so the hot path (hash,
+/// per-handle LRU hit, execute) never builds or validates a graph. `uids`/`ptrs` are the
+/// variant pack, in the graph's non-virtual uid order.
+pub(crate) fn execute_keyed<'g>(
+    stream: &Arc<CudaStream>,
+    key: impl FnOnce(&SignatureContext) -> Vec<u8>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    graph: &dyn Fn() -> Result<Cow<'g, Graph>>,
+) -> Result<()> {
     let dev = Device::new(stream.context().ordinal())?;
     dev.context().bind_to_thread()?;
     let cudnn = crate::ffi::cudnn_version()?;
@@ -102,31 +130,30 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
         cudnn_version: cudnn as u64,
         policy: policy.signature_bits(),
     };
-    let sig = Signature::new(graph.signature_bytes(&ctx));
-    let mut scalars: Vec<[u8; 8]> = Vec::new();
-    let (uids, ptrs) = variant_pointers(graph, bindings, &mut scalars)?;
+    let sig = Signature::new(key(&ctx));
     let run = |h: &mut crate::handle::PooledCudnn| -> Result<()> {
         let handle = &h.handle;
+        let mut fresh = None;
         let plan = match h.plans.get(&sig) {
             Some(plan) => plan,
             None => {
-                if let Some(reason) = known_unsupported(&sig) {
-                    return Err(Error::Unsupported {
-                        graph: graph.describe(),
-                        reason,
-                    });
+                if let Some(err) = known_unsupported(&sig) {
+                    return Err(err);
                 }
+                let g = graph()?;
+                check_uids(&g, uids)?;
                 load_tuning(&dev, cudnn);
-                let plan = plan_for(handle, graph, &sig, &policy, stream, &uids, &ptrs, &dev, cudnn)?;
+                let plan = plan_for(handle, &g, &sig, &policy, stream, uids, ptrs, &dev, cudnn)?;
+                fresh = Some(g);
                 h.plans.insert(sig.clone(), plan);
-                h.plans.peek(&sig).ok_or_else(|| Error::Cuda {
+                h.plans.get(&sig).ok_or_else(|| Error::Cuda {
                     op: "plan cache",
                     message: "capacity 0".into(),
                 })?
             }
         };
         match with_workspace(stream, plan.workspace, |ws| {
-            engine::execute(handle, plan, &uids, &ptrs, ws)
+            engine::execute(handle, plan, uids, ptrs, ws)
         }) {
             Err(Error::OutOfMemory { .. }) if plan.workspace > 0 => {
                 // Retry with the best plan that needs less workspace.
@@ -134,9 +161,13 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
                     max_workspace: Some(plan.workspace as u64 - 1),
                     ..policy
                 };
-                let plan = select_plan(handle, graph, &smaller, stream, &uids, &ptrs)?;
+                let g = match fresh {
+                    Some(g) => g,
+                    None => graph()?,
+                };
+                let mut plan = select_plan(handle, &g, &smaller, stream, uids, ptrs)?;
                 with_workspace(stream, plan.workspace, |ws| {
-                    engine::execute(handle, &plan, &uids, &ptrs, ws)
+                    engine::execute(handle, &mut plan, uids, ptrs, ws)
                 })?;
                 h.plans.insert(sig.clone(), plan);
                 Ok(())
@@ -145,6 +176,18 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
         }
     };
     cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, run)?
+}
+
+/// The caller's variant-pack uids must be exactly the graph's non-virtual tensors.
+fn check_uids(g: &Graph, uids: &[i64]) -> Result<()> {
+    let expect: Vec<i64> = g.tensors().iter().filter(|t| !t.is_virtual).map(|t| t.uid).collect();
+    if expect != uids {
+        return Err(Error::InvalidGraph(format!(
+            "variant pack uids {uids:?} do not match the graph's non-virtual tensors {expect:?} ({})",
+            g.describe()
+        )));
+    }
+    Ok(())
 }
 
 fn variant_pointers(
@@ -224,8 +267,8 @@ fn plan_for(
     let (choice, _) = choice_cache().get_or_build(sig, || {
         let start = Instant::now();
         let plan = select_plan(handle, graph, policy, stream, uids, ptrs).inspect_err(|e| {
-            if let Error::Unsupported { reason, .. } = e {
-                remember_unsupported(sig, reason);
+            if let Error::Unsupported { graph, reason } = e {
+                remember_unsupported(sig, graph, reason);
             }
         })?;
         cache_stats()
@@ -334,10 +377,10 @@ fn autotune(
     let mut best: Option<(f32, BuiltPlan)> = None;
     for mut plan in plans {
         let timed = with_workspace(stream, plan.workspace, |ws| {
-            engine::execute(handle, &plan, uids, ptrs, ws)?;
+            engine::execute(handle, &mut plan, uids, ptrs, ws)?;
             let start = stream.record_event(Some(CU_EVENT_DEFAULT))?;
             for _ in 0..RUNS {
-                engine::execute(handle, &plan, uids, ptrs, ws)?;
+                engine::execute(handle, &mut plan, uids, ptrs, ws)?;
             }
             let end = stream.record_event(Some(CU_EVENT_DEFAULT))?;
             end.synchronize()?;
@@ -359,24 +402,26 @@ fn autotune(
     })
 }
 
-fn unsupported() -> &'static Mutex<HashMap<Signature, String>> {
-    static UNSUPPORTED: OnceLock<Mutex<HashMap<Signature, String>>> = OnceLock::new();
+type UnsupportedMap = Mutex<HashMap<Signature, (String, String)>>;
+
+fn unsupported() -> &'static UnsupportedMap {
+    static UNSUPPORTED: OnceLock<UnsupportedMap> = OnceLock::new();
     UNSUPPORTED.get_or_init(Default::default)
 }
 
 /// Signatures no engine supports, so repeated calls fail fast (and fallbacks run at once).
-fn known_unsupported(sig: &Signature) -> Option<String> {
-    unsupported()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(sig)
-        .cloned()
+fn known_unsupported(sig: &Signature) -> Option<Error> {
+    let map = unsupported().lock().unwrap_or_else(|e| e.into_inner());
+    map.get(sig).map(|(graph, reason)| Error::Unsupported {
+        graph: graph.clone(),
+        reason: reason.clone(),
+    })
 }
 
-fn remember_unsupported(sig: &Signature, reason: &str) {
+fn remember_unsupported(sig: &Signature, graph: &str, reason: &str) {
     let mut map = unsupported().lock().unwrap_or_else(|e| e.into_inner());
     if map.len() < 4096 {
-        map.insert(sig.clone(), reason.to_string());
+        map.insert(sig.clone(), (graph.to_string(), reason.to_string()));
     }
 }
 

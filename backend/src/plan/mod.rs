@@ -10,8 +10,8 @@ pub mod policy;
 
 use std::sync::{Arc, OnceLock};
 
-pub(crate) use executor::with_cudnn_handle;
 pub use executor::{execute_graph, execute_graph_on, Binding};
+pub(crate) use executor::{execute_keyed, with_cudnn_handle};
 pub use policy::{policy, set_policy, EnginePolicy, HeuristicMode};
 
 use cache::{CacheStats, ChoiceCache, StatsSnapshot};
