@@ -15,12 +15,15 @@ use integration_tests::{random, strides, DevTensor, Layout};
 const THREADS: usize = 32;
 const OPS_PER_THREAD: usize = 500;
 
+/// Runs one op with the given inputs into the given output view.
+type RunFn = Box<dyn Fn(&Arc<CudaStream>, &[DevTensor], &TensorRef) -> cudnn_backend::Result<()> + Send + Sync>;
+
 /// One op with fixed inputs; `run` writes into the output view it is given.
 struct Job {
     name: String,
     inputs: Vec<DevTensor>,
     out: TensorRef,
-    run: Box<dyn Fn(&Arc<CudaStream>, &[DevTensor], &TensorRef) -> cudnn_backend::Result<()> + Send + Sync>,
+    run: RunFn,
 }
 
 fn bytes_of(t: &TensorRef) -> usize {
