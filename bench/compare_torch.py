@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 WARMUP = 5
+CALLS_PER_RUN = 10  # back-to-back calls per pair of events, as in the Rust bench
 ROTATE_SETS = 3
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Cases with no PyTorch counterpart (host-side internals of the Rust library).
@@ -76,21 +77,22 @@ class Bench:
         ]
 
     def time_gpu(self, fn, sets):
-        """Warm-up, then the median CUDA-event time (ms) of one call over `runs` runs."""
+        """Warm-up, then the median CUDA-event time (ms) per call over `runs` runs of
+        CALLS_PER_RUN back-to-back calls (the same method as the Rust bench)."""
         n = len(sets)
         for i in range(max(WARMUP, n)):
             fn(*sets[i % n])
         torch.cuda.synchronize()
         times = []
         for i in range(self.runs):
-            args = sets[i % n]
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(*args)
+            for k in range(CALLS_PER_RUN):
+                fn(*sets[(i * CALLS_PER_RUN + k) % n])
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(start.elapsed_time(end) / CALLS_PER_RUN)
         return statistics.median(times)
 
 
@@ -267,11 +269,13 @@ def configure(rust):
     torch.backends.cudnn.benchmark = True
     try:
         torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
+        # cuDNN's f32 matmul engines compute in TF32 (the Rust side has no IEEE-f32 matmul
+        # engine), so compare with TF32 cuBLAS.
+        torch.backends.cuda.matmul.allow_tf32 = True
     except Exception:  # newer releases: the fp32_precision API
         precision = "tf32" if tf32 else "ieee"
         torch.backends.cudnn.conv.fp32_precision = precision
-        torch.backends.cuda.matmul.fp32_precision = precision
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
     torch.manual_seed(0)
     return tf32
 
@@ -350,7 +354,7 @@ def main():
     print(f"torch             : {torch.__version__}, cuDNN {torch.backends.cudnn.version()} "
           f"(rust run: cuDNN {rust.get('cudnn_version')})")
     print(f"cudnn.benchmark   : True (rust benchmark_mode: {rust.get('benchmark_mode')})")
-    print(f"TF32              : conv {tf32}, matmul {tf32} (from the rust run's allow_tf32)")
+    print(f"TF32              : conv {tf32} (from the rust run's allow_tf32), matmul True (cuDNN's f32 matmul is TF32)")
     print(f"runs              : {b.runs} (warm-up {WARMUP})\n")
 
     cases = [c for c in rust.get("cases", []) if not args.only or args.only in c["name"]]

@@ -448,8 +448,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Warm-up, then the median over `runs` of the CUDA-event time of one `op` call; each run uses
-/// the next buffer set.
+/// Calls timed back to back between one pair of CUDA events (the per-call time is their mean),
+/// so that host launch overhead overlaps GPU work as in a real training step.
+const CALLS_PER_RUN: usize = 10;
+
+/// Warm-up, then the median over `runs` of the CUDA-event time per `op` call, each run being
+/// [`CALLS_PER_RUN`] back-to-back calls that cycle through the buffer sets.
 fn time_gpu(ctx: &Ctx, sets: &Sets, mut op: impl FnMut(&[TensorRef]) -> cudnn_backend::Result<()>) -> BoxResult<f64> {
     let stream = &ctx.stream;
     let n = sets.sets.len();
@@ -459,12 +463,13 @@ fn time_gpu(ctx: &Ctx, sets: &Sets, mut op: impl FnMut(&[TensorRef]) -> cudnn_ba
     stream.synchronize()?;
     let mut times = Vec::with_capacity(ctx.opts.runs);
     for i in 0..ctx.opts.runs {
-        let set = &sets.sets[i % n];
         let start = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        op(set)?;
+        for k in 0..CALLS_PER_RUN {
+            op(&sets.sets[(i * CALLS_PER_RUN + k) % n])?;
+        }
         let end = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         end.synchronize()?;
-        times.push(start.elapsed_ms(&end)? as f64);
+        times.push(start.elapsed_ms(&end)? as f64 / CALLS_PER_RUN as f64);
     }
     Ok(median(times))
 }

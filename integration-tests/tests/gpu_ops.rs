@@ -522,3 +522,50 @@ fn pool_forward_matches_reference() {
 fn pool_backward_matches_reference() {
     pool_suite("pool_backward", true, 32);
 }
+
+/// Repeated calls with identical pointers reuse the plan's variant pack: results must follow
+/// the buffers' current contents, on the crate's stream and on the legacy default stream.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn repeated_calls_track_new_input_data() {
+    let dev = Device::new(0).expect("these tests need a CUDA GPU");
+    let mut report = Report::new("repeated_calls");
+    let mut rng = SplitMix64::new(41);
+    for (label, s) in [
+        ("device stream", dev.stream().clone()),
+        ("legacy default stream", dev.context().default_stream()),
+    ] {
+        let (xd, wd) = ([2i64, 8, 10, 10], [16i64, 8, 3, 3]);
+        let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
+        let yd = p.output_dims(&xd, &wd).unwrap();
+        let (xs, ws, ys) = (
+            strides(&xd, Layout::Nhwc),
+            strides(&wd, Layout::Nhwc),
+            strides(&yd, Layout::Nhwc),
+        );
+        let mut x = random(&s, &mut rng, &xd, &xs, DataType::F16);
+        let w = random(&s, &mut rng, &wd, &ws, DataType::F16);
+        let y = poisoned(&s, &yd, &ys, DataType::F16);
+        let g = ConvCase {
+            x: xd.to_vec(),
+            w: wd.to_vec(),
+            p: p.clone(),
+        }
+        .geometry();
+        for i in 0..6 {
+            // New values in the same buffer (same device pointer).
+            let fresh = random(&s, &mut rng, &xd, &xs, DataType::F16);
+            s.memcpy_dtod(&fresh.buf, &mut x.buf).unwrap();
+            x.values = fresh.values;
+            ops::conv_forward(&s, &x.t, &w.t, &y.t, &p).expect("conv");
+            let reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
+            report.check(
+                format!("{label} call {i}"),
+                DataType::F16,
+                &download(&s, &y),
+                &reference,
+            );
+        }
+    }
+    report.finish();
+}

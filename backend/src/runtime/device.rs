@@ -64,7 +64,9 @@ impl Device {
             sm_count: context.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
             total_memory: context.total_mem()?,
         };
-        let stream = context.default_stream();
+        // A dedicated stream (not the legacy default stream): it can be captured into CUDA
+        // graphs and does not serialize with unrelated work on the null stream.
+        let stream = context.new_stream()?;
         let dev = Arc::new(Device {
             ordinal,
             context,
@@ -85,7 +87,8 @@ impl Device {
         &self.context
     }
 
-    /// The stream the crate uses when the caller passes none.
+    /// The device's own stream (created by the crate, non-blocking), used when the caller
+    /// passes none.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
