@@ -19,6 +19,6 @@ for ex in target/release/examples/*; do
   [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"
 done
 strip .gpu/* 2>/dev/null || true
-cp scripts/run-gpu.sh .gpu/
+cp scripts/run-gpu.sh scripts/sanitize-gpu.sh .gpu/
 [ -f bench/compare_torch.py ] && cp bench/compare_torch.py .gpu/
 du -sh .gpu && ls .gpu
