@@ -856,8 +856,11 @@ fn host_defs(opts: &Opts) -> Vec<CaseDef> {
     let iters_shape = || vec![("iters", int(iters as i64))];
     let mut lookup_shape = iters_shape();
     lookup_shape.push(("entries", int(LOOKUP_ENTRIES as i64)));
+    let mut host_plain = host.clone();
+    host_plain.name = format!("{}/no_graph_replay", host.name);
     vec![
-        CaseDef::new(host, move |ctx, case| run_host_cost(ctx, case, calls)),
+        CaseDef::new(host, move |ctx, case| run_host_cost(ctx, case, calls, true)),
+        CaseDef::new(host_plain, move |ctx, case| run_host_cost(ctx, case, calls, false)),
         CaseDef::new(
             Case::new("handle_acquire/with_handle".into(), "handle_acquire").with_shape(iters_shape()),
             move |ctx, case| run_handle_acquire(ctx, case, iters),
@@ -877,8 +880,20 @@ fn host_defs(opts: &Opts) -> Vec<CaseDef> {
     ]
 }
 
-/// Host wall time per `conv_forward` call on the plan-cache hot path.
-fn run_host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
+/// Host wall time per `conv_forward` call on the plan-cache hot path, with or without CUDA
+/// graph replay of the repeated call.
+fn run_host_cost(ctx: &Ctx, case: &mut Case, calls: usize, replay: bool) -> BoxResult<()> {
+    let saved = plan::policy();
+    plan::set_policy(EnginePolicy {
+        graph_replay: replay,
+        ..saved
+    });
+    let result = host_cost(ctx, case, calls);
+    plan::set_policy(saved);
+    result
+}
+
+fn host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
     let s = &ctx.stream;
     let fmt = Fmt::FP32_NCHW;
     let p = TINY.params();

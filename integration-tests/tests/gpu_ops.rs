@@ -523,8 +523,9 @@ fn pool_backward_matches_reference() {
     pool_suite("pool_backward", true, 32);
 }
 
-/// Repeated calls with identical pointers reuse the plan's variant pack: results must follow
-/// the buffers' current contents, on the crate's stream and on the legacy default stream.
+/// Repeated calls with identical pointers reuse the plan's variant pack and, from the third
+/// call, replay a captured CUDA graph: results must follow the buffers' current contents, on
+/// the crate's stream and on the legacy default stream, and new pointers must be honoured.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn repeated_calls_track_new_input_data() {
@@ -566,6 +567,16 @@ fn repeated_calls_track_new_input_data() {
                 &reference,
             );
         }
+        // A new output buffer after the replay: the call must write there, not to the old one.
+        let y2 = poisoned(&s, &yd, &ys, DataType::F16);
+        ops::conv_forward(&s, &x.t, &w.t, &y2.t, &p).expect("conv into a new buffer");
+        let reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
+        report.check(
+            format!("{label} new output buffer"),
+            DataType::F16,
+            &download(&s, &y2),
+            &reference,
+        );
     }
     report.finish();
 }

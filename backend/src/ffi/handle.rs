@@ -27,8 +27,9 @@ impl CudnnHandle {
         Ok(Self { raw })
     }
 
-    /// Binds `stream` (a `CUstream`) to the handle.
-    pub(crate) fn set_stream(&mut self, stream: *mut c_void) -> Result<()> {
+    /// Binds `stream` (a `CUstream`) to the handle. (`&self`: the handle is `!Sync`, so only
+    /// its one owner can call this.)
+    pub(crate) fn set_stream(&self, stream: *mut c_void) -> Result<()> {
         let api = api()?;
         // SAFETY: the handle is live; the stream belongs to the handle's device context.
         let status = unsafe { (api.set_stream)(self.raw, stream) };

@@ -11,6 +11,7 @@ mod descriptor;
 mod handle;
 pub(crate) mod launch;
 pub(crate) mod legacy;
+pub(crate) mod replay;
 
 pub(crate) use api::{api, cudnn_version};
 pub use api::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};

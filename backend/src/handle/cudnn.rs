@@ -22,6 +22,9 @@ pub struct CudnnKind;
 pub struct PooledCudnn {
     pub(crate) handle: CudnnHandle,
     pub(crate) plans: PlanLru<BuiltPlan>,
+    /// A stream only this handle uses, for capturing repeated executions as CUDA graphs
+    /// (created on first need).
+    pub(crate) capture_stream: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
 }
 
 impl std::fmt::Debug for PooledCudnn {
@@ -47,6 +50,7 @@ impl HandleKind for CudnnKind {
         dev.context().bind_to_thread()?;
         let handle = CudnnHandle::create()?;
         Ok(PooledCudnn {
+            capture_stream: None,
             handle,
             plans: PlanLru::new(plan_capacity(), crate::plan::cache_stats().clone()),
         })

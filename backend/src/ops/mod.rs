@@ -89,7 +89,7 @@ fn run(
         })?;
         Ok(Cow::Owned(g))
     };
-    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, &graph)
+    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, true, &graph)
 }
 
 /// Zero-fills an output whose op has an empty reduction (e.g. a batch of 0 in wgrad).

@@ -3,12 +3,15 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use cudarc::driver::CudaStream;
+
 use super::cache::EngineChoice;
 use super::policy::{EnginePolicy, HeuristicMode};
 use crate::error::{Error, Result};
 use crate::ffi::cudnn_sys::{
     cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as K,
 };
+use crate::ffi::replay::Replay;
 use crate::ffi::{CudnnHandle, Descriptor};
 use crate::graph::lower::LoweredGraph;
 
@@ -41,7 +44,14 @@ struct CachedPack {
     ptrs: Vec<u64>,
     workspace: u64,
     desc: Descriptor,
+    /// Consecutive calls that reused this pack.
+    repeats: u32,
+    replay: Option<Replay>,
+    capture_failed: bool,
 }
+
+/// Identical consecutive calls after which an execution is captured into a CUDA graph.
+pub(crate) const REPLAY_AFTER: u32 = 2;
 
 fn heuristic_results(graph: &LoweredGraph, mode: u32) -> Result<Vec<Descriptor>> {
     let mut h = Descriptor::new(K::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
@@ -202,35 +212,64 @@ pub(crate) fn config_from_choice(graph: &LoweredGraph, choice: &EngineChoice) ->
     Ok(cfg)
 }
 
-/// Enqueues `plan` on the handle's stream with the given (uid, pointer) pairs. The variant
-/// pack is rebuilt only when the pointers (or the workspace) differ from the last call's.
+/// Enqueues `plan` on `stream` (the handle's bound stream) with the given (uid, pointer)
+/// pairs. The variant pack is rebuilt only when the pointers or workspace differ from the
+/// last call's. With `capture_on` (a stream private to the handle), a call repeated exactly
+/// [`REPLAY_AFTER`] times is captured into a CUDA graph and later repeats launch the graph;
+/// new pointers drop it. A failed capture is remembered and the plan runs normally.
 pub(crate) fn execute(
     handle: &CudnnHandle,
     plan: &mut BuiltPlan,
     uids: &[i64],
     ptrs: &[*mut c_void],
     workspace: u64,
+    stream: &CudaStream,
+    capture_on: Option<&Arc<CudaStream>>,
 ) -> Result<()> {
     let same = |p: &CachedPack| {
         p.workspace == workspace && p.ptrs.len() == ptrs.len() && p.ptrs.iter().zip(ptrs).all(|(&a, &b)| a == b as u64)
     };
-    if !plan.pack.as_ref().is_some_and(same) {
-        let mut vp = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
-        vp.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
-        vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, ptrs)?;
-        vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
-        vp.finalize()?;
-        plan.pack = Some(CachedPack {
-            ptrs: ptrs.iter().map(|&p| p as u64).collect(),
-            workspace,
-            desc: vp,
-        });
+    match plan.pack.as_mut() {
+        Some(p) if same(p) => p.repeats = p.repeats.saturating_add(1),
+        _ => {
+            let mut vp = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+            vp.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
+            vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, ptrs)?;
+            vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
+            vp.finalize()?;
+            plan.pack = Some(CachedPack {
+                ptrs: ptrs.iter().map(|&p| p as u64).collect(),
+                workspace,
+                desc: vp,
+                repeats: 0,
+                replay: None,
+                capture_failed: false,
+            });
+        }
     }
-    match &plan.pack {
-        Some(pack) => plan.plan.execute(handle, &pack.desc),
-        None => Err(Error::Cuda {
+    let Some(pack) = plan.pack.as_mut() else {
+        return Err(Error::Cuda {
             op: "variant pack",
             message: "missing".into(),
-        }),
+        });
+    };
+    if let Some(graph) = &pack.replay {
+        return graph.launch(stream);
     }
+    if let Some(private) = capture_on {
+        if !pack.capture_failed && pack.repeats >= REPLAY_AFTER {
+            match Replay::capture(private, stream, handle, &plan.plan, &pack.desc) {
+                Ok(graph) => {
+                    graph.launch(stream)?;
+                    pack.replay = Some(graph);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::debug!("engine {}: not replayed as a CUDA graph: {e}", plan.choice.engine_id);
+                    pack.capture_failed = true;
+                }
+            }
+        }
+    }
+    plan.plan.execute(handle, &pack.desc)
 }

@@ -105,20 +105,29 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
     }
     let mut scalars: Vec<[u8; 8]> = Vec::new();
     let (uids, ptrs) = variant_pointers(graph, bindings, &mut scalars)?;
-    execute_keyed(stream, |ctx| graph.signature_bytes(ctx), &uids, &ptrs, &|| {
-        Ok(Cow::Borrowed(graph))
-    })
+    // A captured graph would freeze by-value scalars, so graphs with scalars never replay.
+    let replayable = graph.tensors().iter().all(|t| t.by_value.is_none());
+    execute_keyed(
+        stream,
+        |ctx| graph.signature_bytes(ctx),
+        &uids,
+        &ptrs,
+        replayable,
+        &|| Ok(Cow::Borrowed(graph)),
+    )
 }
 
 /// The execution core shared by [`execute_graph_on`] and the `ops`: `key(ctx)` gives the
 /// signature bytes; `graph()` is called only on a plan-cache miss, so the hot path (hash,
 /// per-handle LRU hit, execute) never builds or validates a graph. `uids`/`ptrs` are the
-/// variant pack, in the graph's non-virtual uid order.
+/// variant pack, in the graph's non-virtual uid order. `replayable`: the execution may be
+/// captured as a CUDA graph when it repeats (false when the graph has by-value scalars).
 pub(crate) fn execute_keyed<'g>(
     stream: &Arc<CudaStream>,
     key: impl FnOnce(&SignatureContext) -> Vec<u8>,
     uids: &[i64],
     ptrs: &[*mut c_void],
+    replayable: bool,
     graph: &dyn Fn() -> Result<Cow<'g, Graph>>,
 ) -> Result<()> {
     let dev = Device::new(stream.context().ordinal())?;
@@ -132,9 +141,14 @@ pub(crate) fn execute_keyed<'g>(
     };
     let sig = Signature::new(key(&ctx));
     let run = |h: &mut crate::handle::PooledCudnn| -> Result<()> {
-        let handle = &h.handle;
+        let crate::handle::PooledCudnn {
+            handle,
+            plans,
+            capture_stream,
+        } = h;
+        let handle = &*handle;
         let mut fresh = None;
-        let plan = match h.plans.get(&sig) {
+        let plan = match plans.get(&sig) {
             Some(plan) => plan,
             None => {
                 if let Some(err) = known_unsupported(&sig) {
@@ -145,15 +159,20 @@ pub(crate) fn execute_keyed<'g>(
                 load_tuning(&dev, cudnn);
                 let plan = plan_for(handle, &g, &sig, &policy, stream, uids, ptrs, &dev, cudnn)?;
                 fresh = Some(g);
-                h.plans.insert(sig.clone(), plan);
-                h.plans.get(&sig).ok_or_else(|| Error::Cuda {
+                plans.insert(sig.clone(), plan);
+                plans.get(&sig).ok_or_else(|| Error::Cuda {
                     op: "plan cache",
                     message: "capacity 0".into(),
                 })?
             }
         };
+        let replay = replayable && policy.graph_replay;
+        if replay && capture_stream.is_none() {
+            *capture_stream = Some(dev.context().new_stream()?);
+        }
+        let capture_on = if replay { capture_stream.as_ref() } else { None };
         match with_workspace(stream, plan.workspace, |ws| {
-            engine::execute(handle, plan, uids, ptrs, ws)
+            engine::execute(handle, plan, uids, ptrs, ws, stream, capture_on)
         }) {
             Err(Error::OutOfMemory { .. }) if plan.workspace > 0 => {
                 // Retry with the best plan that needs less workspace.
@@ -167,9 +186,9 @@ pub(crate) fn execute_keyed<'g>(
                 };
                 let mut plan = select_plan(handle, &g, &smaller, stream, uids, ptrs)?;
                 with_workspace(stream, plan.workspace, |ws| {
-                    engine::execute(handle, &mut plan, uids, ptrs, ws)
+                    engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)
                 })?;
-                h.plans.insert(sig.clone(), plan);
+                plans.insert(sig.clone(), plan);
                 Ok(())
             }
             other => other,
@@ -377,10 +396,10 @@ fn autotune(
     let mut best: Option<(f32, BuiltPlan)> = None;
     for mut plan in plans {
         let timed = with_workspace(stream, plan.workspace, |ws| {
-            engine::execute(handle, &mut plan, uids, ptrs, ws)?;
+            engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)?;
             let start = stream.record_event(Some(CU_EVENT_DEFAULT))?;
             for _ in 0..RUNS {
-                engine::execute(handle, &mut plan, uids, ptrs, ws)?;
+                engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)?;
             }
             let end = stream.record_event(Some(CU_EVENT_DEFAULT))?;
             end.synchronize()?;

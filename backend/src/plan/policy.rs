@@ -31,6 +31,9 @@ pub struct EnginePolicy {
     pub heuristic: HeuristicMode,
     /// Candidates timed per signature in benchmark mode.
     pub autotune_top_k: u32,
+    /// Replay an execution repeated with identical pointers from a CUDA graph captured on a
+    /// stream private to the handle (one graph launch instead of cuDNN's launch sequence).
+    pub graph_replay: bool,
 }
 
 impl Default for EnginePolicy {
@@ -43,6 +46,7 @@ impl Default for EnginePolicy {
             max_workspace: None,
             heuristic: HeuristicMode::A,
             autotune_top_k: 8,
+            graph_replay: true,
         }
     }
 }
@@ -54,6 +58,8 @@ pub const MODE_ENV: &str = "CUDNN_BACKEND_MODE";
 pub const TF32_ENV: &str = "CUDNN_BACKEND_ALLOW_TF32";
 /// `CUDNN_BACKEND_MAX_WORKSPACE`: workspace cap in bytes.
 pub const MAX_WORKSPACE_ENV: &str = "CUDNN_BACKEND_MAX_WORKSPACE";
+/// `CUDNN_BACKEND_GRAPH_REPLAY`: `0` to never replay repeated executions as CUDA graphs.
+pub const GRAPH_REPLAY_ENV: &str = "CUDNN_BACKEND_GRAPH_REPLAY";
 /// `CUDNN_BACKEND_HEURISTIC`: `a` (default) or `b`.
 pub const HEURISTIC_ENV: &str = "CUDNN_BACKEND_HEURISTIC";
 
@@ -80,6 +86,9 @@ impl EnginePolicy {
                 Err(_) => tracing::warn!("{MAX_WORKSPACE_ENV}: `{v}` is not a byte count; ignored"),
             }
         }
+        if let Ok(v) = std::env::var(GRAPH_REPLAY_ENV) {
+            p.graph_replay = !matches!(v.trim(), "0" | "false" | "no");
+        }
         if let Ok(v) = std::env::var(HEURISTIC_ENV) {
             p.heuristic = if v.trim().eq_ignore_ascii_case("b") {
                 HeuristicMode::B
@@ -91,7 +100,8 @@ impl EnginePolicy {
     }
 
     /// Bits folded into graph signatures: plans chosen under different policies never mix.
-    /// An FNV-1a hash of every field (so no two caps collide by truncation).
+    /// An FNV-1a hash of every field that affects the choice of plan (not `graph_replay`,
+    /// which only changes how a plan is launched).
     pub fn signature_bits(&self) -> u64 {
         let fields = [
             self.benchmark as u64,
