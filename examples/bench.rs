@@ -919,10 +919,13 @@ fn host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
     let after = plan::stats();
     case.us_per_call = Some(enqueue.as_secs_f64() * 1e6 / calls as f64);
     println!(
-        "    (incl. final sync {:.2} us/call; plan hits +{}, misses +{})",
+        "    (incl. final sync {:.2} us/call; plan hits +{}, misses +{}; graph replays +{}, captures +{}, failed +{})",
         total.as_secs_f64() * 1e6 / calls as f64,
         after.plan_hits.saturating_sub(before.plan_hits),
-        after.plan_misses.saturating_sub(before.plan_misses)
+        after.plan_misses.saturating_sub(before.plan_misses),
+        after.replay_launches.saturating_sub(before.replay_launches),
+        after.replay_captures.saturating_sub(before.replay_captures),
+        after.replay_failures.saturating_sub(before.replay_failures)
     );
     Ok(())
 }

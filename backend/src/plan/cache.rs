@@ -184,6 +184,12 @@ pub struct CacheStats {
     pub choice_evictions: AtomicU64,
     /// Total time spent in builders run by [`ChoiceCache::get_or_build`], in nanoseconds.
     pub build_time_ns: AtomicU64,
+    /// Repeated executions captured into CUDA graphs.
+    pub replay_captures: AtomicU64,
+    /// Captures that failed (the plan then runs without replay).
+    pub replay_failures: AtomicU64,
+    /// Executions served by launching a captured graph.
+    pub replay_launches: AtomicU64,
 }
 
 /// Plain copy of [`CacheStats`] at one moment.
@@ -207,6 +213,12 @@ pub struct StatsSnapshot {
     pub choice_evictions: u64,
     /// See [`CacheStats::build_time_ns`].
     pub build_time_ns: u64,
+    /// See [`CacheStats::replay_captures`].
+    pub replay_captures: u64,
+    /// See [`CacheStats::replay_failures`].
+    pub replay_failures: u64,
+    /// See [`CacheStats::replay_launches`].
+    pub replay_launches: u64,
 }
 
 impl CacheStats {
@@ -228,6 +240,9 @@ impl CacheStats {
             choice_waits: r(&self.choice_waits),
             choice_evictions: r(&self.choice_evictions),
             build_time_ns: r(&self.build_time_ns),
+            replay_captures: r(&self.replay_captures),
+            replay_failures: r(&self.replay_failures),
+            replay_launches: r(&self.replay_launches),
         }
     }
 
@@ -243,6 +258,9 @@ impl CacheStats {
             &self.choice_waits,
             &self.choice_evictions,
             &self.build_time_ns,
+            &self.replay_captures,
+            &self.replay_failures,
+            &self.replay_launches,
         ] {
             c.store(0, Ordering::Relaxed);
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::cache::EngineChoice;
+use super::cache_stats;
 use super::policy::{EnginePolicy, HeuristicMode};
 use crate::error::{Error, Result};
 use crate::ffi::cudnn_sys::{
@@ -253,23 +254,33 @@ pub(crate) fn execute(
             message: "missing".into(),
         });
     };
+    let Some(private) = capture_on else {
+        // Replay is off for this call: drop any graph so the plan runs as cuDNN launches it.
+        pack.replay = None;
+        return plan.plan.execute(handle, &pack.desc);
+    };
     if let Some(graph) = &pack.replay {
+        bump(&cache_stats().replay_launches);
         return graph.launch(stream);
     }
-    if let Some(private) = capture_on {
-        if !pack.capture_failed && pack.repeats >= REPLAY_AFTER {
-            match Replay::capture(private, stream, handle, &plan.plan, &pack.desc) {
-                Ok(graph) => {
-                    graph.launch(stream)?;
-                    pack.replay = Some(graph);
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::debug!("engine {}: not replayed as a CUDA graph: {e}", plan.choice.engine_id);
-                    pack.capture_failed = true;
-                }
+    if !pack.capture_failed && pack.repeats >= REPLAY_AFTER {
+        match Replay::capture(private, stream, handle, &plan.plan, &pack.desc) {
+            Ok(graph) => {
+                bump(&cache_stats().replay_captures);
+                graph.launch(stream)?;
+                pack.replay = Some(graph);
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::debug!("engine {}: not replayed as a CUDA graph: {e}", plan.choice.engine_id);
+                pack.capture_failed = true;
+                bump(&cache_stats().replay_failures);
             }
         }
     }
     plan.plan.execute(handle, &pack.desc)
+}
+
+fn bump(counter: &std::sync::atomic::AtomicU64) {
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
