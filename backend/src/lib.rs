@@ -20,7 +20,7 @@ mod error;
 mod ffi;
 pub mod graph;
 pub mod handle;
-mod kernels;
+pub mod kernels;
 pub mod ops;
 pub mod plan;
 pub mod reference;

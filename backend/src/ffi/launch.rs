@@ -47,3 +47,33 @@ pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result
     unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }?;
     Ok(())
 }
+
+/// Most dims a kernel layout carries (`struct Layout` in `kernels/common.cuh`).
+pub(crate) const MAX_KERNEL_RANK: usize = 8;
+
+/// A strided view of up to [`MAX_KERNEL_RANK`] dims, passed to kernels by value; offsets and
+/// strides are in elements. Matches `struct Layout` in `kernels/common.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KernelLayout {
+    pub rank: i32,
+    pub pad: i32,
+    pub shape: [i64; MAX_KERNEL_RANK],
+    pub strides: [i64; MAX_KERNEL_RANK],
+    pub offset: i64,
+}
+
+// SAFETY: `KernelLayout` is plain old data with a `#[repr(C)]` layout identical to the CUDA
+// `struct Layout` (two i32, two i64[8], one i64: no padding differences), valid for any bits.
+unsafe impl cudarc::driver::DeviceRepr for KernelLayout {}
+
+/// Grid for a grid-stride loop over `n` items with 256 threads per block.
+pub(crate) fn grid_for(n: u64) -> LaunchConfig {
+    let threads = 256u32;
+    let blocks = n.div_ceil(threads as u64).clamp(1, 65_535 * 8) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}

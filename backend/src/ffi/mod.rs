@@ -10,6 +10,8 @@ mod api;
 mod descriptor;
 mod handle;
 pub(crate) mod launch;
+pub(crate) mod launch_elementwise;
+pub(crate) mod launch_reduce;
 pub(crate) mod legacy;
 pub(crate) mod replay;
 

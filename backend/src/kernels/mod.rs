@@ -1,11 +1,16 @@
 //! CUDA C kernels for what cuDNN does not cover, compiled by NVRTC once per device
-//! (the sources live in `kernels/` and are embedded with `include_str!`).
+//! (the sources live in the repository's `kernels/` folder and are embedded with
+//! `include_str!`; `kernels/common.cuh` is prepended to every source that asks for it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+
+pub mod elementwise;
+pub(crate) mod layout;
+pub mod reduce;
 
 use crate::error::{Error, Result};
 use crate::runtime::{check_nvrtc, Device};
@@ -15,12 +20,18 @@ use crate::runtime::{check_nvrtc, Device};
 pub(crate) struct KernelSource {
     pub name: &'static str,
     pub code: &'static str,
+    /// Whether `kernels/common.cuh` is prepended.
+    pub common: bool,
 }
+
+/// Shared CUDA definitions (layouts, f16/bf16 conversions).
+pub(crate) const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
 /// Bias add + activation, in place.
 pub(crate) const BIAS_ACT: KernelSource = KernelSource {
     name: "bias_act.cu",
-    code: include_str!("../../kernels/bias_act.cu"),
+    code: include_str!("../../../kernels/bias_act.cu"),
+    common: false,
 };
 
 type ModuleKey = (usize, &'static str);
@@ -63,7 +74,12 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
                 name: Some(source.name.to_string()),
                 ..Default::default()
             };
-            let ptx = compile_ptx_with_opts(source.code, opts).map_err(|e| Error::Nvrtc {
+            let code = if source.common {
+                format!("{COMMON}\n{}", source.code)
+            } else {
+                source.code.to_string()
+            };
+            let ptx = compile_ptx_with_opts(code, opts).map_err(|e| Error::Nvrtc {
                 kernel: source.name,
                 log: e.to_string(),
             })?;

@@ -1,0 +1,1 @@
+//! Typed launches of the elementwise kernels (`kernels/elementwise.cu`).

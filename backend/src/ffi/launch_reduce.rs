@@ -1,0 +1,1 @@
+//! Typed launches of the reduction and scan kernels (`kernels/reduce.cu`).

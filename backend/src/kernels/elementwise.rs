@@ -1,0 +1,1 @@
+//! Elementwise kernels on strided views: fill, copy/cast, unary, binary, compare, where.

@@ -1,0 +1,1 @@
+//! Reductions (sum, prod, mean, max, min, argmax, argmin, any, all) and scans along one axis.
