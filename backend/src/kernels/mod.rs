@@ -69,20 +69,7 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
         Some(m) => m.clone(),
         None => {
             check_nvrtc()?;
-            let opts = CompileOptions {
-                arch: Some(arch(dev)),
-                name: Some(source.name.to_string()),
-                ..Default::default()
-            };
-            let code = if source.common {
-                format!("{COMMON}\n{}", source.code)
-            } else {
-                source.code.to_string()
-            };
-            let ptx = compile_ptx_with_opts(code, opts).map_err(|e| Error::Nvrtc {
-                kernel: source.name,
-                log: e.to_string(),
-            })?;
+            let ptx = compile(source, arch(dev))?;
             let m = dev.context().load_module(ptx)?;
             map.insert(key, m.clone());
             m
@@ -94,4 +81,56 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
         .unwrap_or_else(|e| e.into_inner())
         .insert((dev.ordinal(), function), f.clone());
     Ok(f)
+}
+
+/// Fill, copy/cast, unary, binary, compare and where on strided views.
+pub(crate) const ELEMENTWISE: KernelSource = KernelSource {
+    name: "elementwise.cu",
+    code: include_str!("../../../kernels/elementwise.cu"),
+    common: true,
+};
+
+/// Reductions, arg-reductions and scans along one axis.
+pub(crate) const REDUCE: KernelSource = KernelSource {
+    name: "reduce.cu",
+    code: include_str!("../../../kernels/reduce.cu"),
+    common: true,
+};
+
+/// Every kernel source, for the compile check.
+pub(crate) const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE];
+
+/// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
+fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {
+    let code = if source.common {
+        format!("{COMMON}\n{}", source.code)
+    } else {
+        source.code.to_string()
+    };
+    let opts = CompileOptions {
+        arch: Some(arch),
+        name: Some(source.name.to_string()),
+        ..Default::default()
+    };
+    compile_ptx_with_opts(code, opts).map_err(|e| Error::Nvrtc {
+        kernel: source.name,
+        log: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Needs only libnvrtc (no GPU): every source must compile for Hopper.
+    #[test]
+    #[ignore = "needs libnvrtc on the loader path"]
+    fn every_kernel_source_compiles() {
+        check_nvrtc().expect("libnvrtc");
+        let failures: Vec<String> = ALL_SOURCES
+            .iter()
+            .filter_map(|s| compile(*s, "sm_90").err().map(|e| e.to_string()))
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
 }

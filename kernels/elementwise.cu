@@ -1,0 +1,1 @@
+// Elementwise kernels on strided views (see backend/src/kernels/elementwise.rs).

@@ -1,0 +1,1 @@
+// Reductions and scans along one axis (see backend/src/kernels/reduce.rs).
