@@ -1,1 +1,410 @@
-// Elementwise kernels on strided views (see backend/src/kernels/elementwise.rs).
+// Elementwise kernels on strided views (see backend/src/kernels/elementwise.rs):
+// fill, copy/cast, unary, binary, compare and where. `common.cuh` is prepended.
+//
+// Every kernel runs a grid-stride loop over the `n` items of the (coalesced, broadcast)
+// output shape; each operand has its own `Layout` (0 strides for broadcast dims). One entry
+// point per dtype family, the operation picked by an `int op` argument whose values match
+// the Rust enums (`UnaryOp`, `BinaryOp`, `CompareOp`) in declaration order. f16/bf16 are
+// computed in f32 and rounded on store; integers are computed in i64 (wrapping) and
+// truncated to their width on store.
+
+// Element offset of linear index `i`, with a fast path for the common rank <= 1 case
+// (rank 0 has shape/strides zeroed by the host: offset only).
+__device__ __forceinline__ i64 off(const Layout& l, i64 i) {
+    return l.rank <= 1 ? l.offset + i * l.strides[0] : offset_of(l, i);
+}
+
+// Dtype codes of `cast` (match `dtype_code` in elementwise.rs).
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#define DT_F64 3
+#define DT_I32 4
+#define DT_I64 5
+#define DT_U8 6
+#define DT_I8 7
+#define DT_BOOL 8
+
+// ---------------------------------------------------------------------------------------
+// fill / copy (bit patterns by element size)
+
+#define FILL_COPY(B, T)                                                                        \
+    extern "C" __global__ void fill_b##B(T* out, Layout lo, i64 n, u64 bits) {                 \
+        T v = (T)bits;                                                                         \
+        FOR_EACH(i, n) { out[off(lo, i)] = v; }                                                \
+    }                                                                                          \
+    extern "C" __global__ void copy_b##B(const T* src, T* dst, Layout ls, Layout ld, i64 n) {  \
+        FOR_EACH(i, n) { dst[off(ld, i)] = src[off(ls, i)]; }                                  \
+    }
+
+FILL_COPY(1, u8)
+FILL_COPY(2, u16)
+FILL_COPY(4, u32)
+FILL_COPY(8, u64)
+
+// ---------------------------------------------------------------------------------------
+// cast: one kernel, runtime switch on the dtype codes
+
+__device__ __forceinline__ bool dt_is_float(int dt) { return dt <= DT_F64; }
+
+__device__ __forceinline__ double load_f64(const void* p, int dt, i64 o) {
+    switch (dt) {
+        case DT_F32: return (double)((const float*)p)[o];
+        case DT_F16: return (double)f16_to_f32(((const u16*)p)[o]);
+        case DT_BF16: return (double)bf16_to_f32(((const u16*)p)[o]);
+        case DT_F64: return ((const double*)p)[o];
+        case DT_I32: return (double)((const i32*)p)[o];
+        case DT_I64: return (double)((const i64*)p)[o];
+        case DT_U8: return (double)((const u8*)p)[o];
+        case DT_I8: return (double)((const i8*)p)[o];
+        default: return ((const u8*)p)[o] != 0 ? 1.0 : 0.0;
+    }
+}
+
+__device__ __forceinline__ i64 load_i64(const void* p, int dt, i64 o) {
+    switch (dt) {
+        case DT_I32: return (i64)((const i32*)p)[o];
+        case DT_I64: return ((const i64*)p)[o];
+        case DT_U8: return (i64)((const u8*)p)[o];
+        case DT_I8: return (i64)((const i8*)p)[o];
+        default: return ((const u8*)p)[o] != 0 ? 1 : 0;
+    }
+}
+
+__device__ __forceinline__ void store_i64(void* p, int dt, i64 o, i64 v) {
+    switch (dt) {
+        case DT_I32: ((i32*)p)[o] = (i32)(u32)(u64)v; break;
+        case DT_I64: ((i64*)p)[o] = v; break;
+        case DT_U8: ((u8*)p)[o] = (u8)(u64)v; break;
+        case DT_I8: ((i8*)p)[o] = (i8)(u8)(u64)v; break;
+        default: ((u8*)p)[o] = v != 0 ? 1 : 0; break;
+    }
+}
+
+// f64 -> f16 with a single rounding.
+__device__ __forceinline__ u16 f64_to_f16(double v) {
+    u16 h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(v));
+    return h;
+}
+
+// f64 -> bf16 with a single rounding: round to f32 by round-to-odd (enough extra bits),
+// then to bf16 to nearest even.
+__device__ __forceinline__ u16 f64_to_bf16(double v) {
+    float f = __double2float_rz(v);
+    if ((double)f != v && f == f) f = __uint_as_float(__float_as_uint(f) | 1u);
+    return f32_to_bf16(f);
+}
+
+__device__ __forceinline__ void store_f64(void* p, int dt, i64 o, double v) {
+    switch (dt) {
+        case DT_F32: ((float*)p)[o] = (float)v; break;
+        case DT_F16: ((u16*)p)[o] = f64_to_f16(v); break;
+        case DT_BF16: ((u16*)p)[o] = f64_to_bf16(v); break;
+        case DT_F64: ((double*)p)[o] = v; break;
+        case DT_BOOL: ((u8*)p)[o] = v != 0.0 ? 1 : 0; break;  // NaN != 0
+        default: {
+            // float -> int: truncate toward zero (cvt.rzi saturates to i64), NaN -> 0,
+            // then wrap to the destination width.
+            i64 t = v != v ? 0 : (i64)v;
+            store_i64(p, dt, o, t);
+        }
+    }
+}
+
+extern "C" __global__ void cast(const void* src, int sdt, void* dst, int ddt, Layout ls, Layout ld, i64 n) {
+    bool int_to_int = !dt_is_float(sdt) && !dt_is_float(ddt);
+    FOR_EACH(i, n) {
+        i64 so = off(ls, i), dof = off(ld, i);
+        if (int_to_int) {
+            store_i64(dst, ddt, dof, load_i64(src, sdt, so));
+        } else if (ddt == DT_F32 && !dt_is_float(sdt)) {
+            // int -> f32 with one rounding (not through f64).
+            ((float*)dst)[dof] = (float)load_i64(src, sdt, so);
+        } else {
+            store_f64(dst, ddt, dof, load_f64(src, sdt, so));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// unary
+
+// Op codes (order of `UnaryOp`).
+#define U_NEG 0
+#define U_ABS 1
+#define U_EXP 2
+#define U_LOG 3
+#define U_LOG1P 4
+#define U_EXPM1 5
+#define U_SQRT 6
+#define U_RSQRT 7
+#define U_RECIP 8
+#define U_SIN 9
+#define U_COS 10
+#define U_TAN 11
+#define U_TANH 12
+#define U_SIGMOID 13
+#define U_RELU 14
+#define U_GELU 15
+#define U_ERF 16
+#define U_FLOOR 17
+#define U_CEIL 18
+#define U_ROUND 19
+#define U_TRUNC 20
+#define U_SIGN 21
+#define U_SQUARE 22
+#define U_ADD_SCALAR 23
+#define U_MUL_SCALAR 24
+#define U_POW_SCALAR 25
+#define U_CLAMP 26
+#define U_LEAKY_RELU 27
+
+// Float unary math in CT (float or double); SUF is `f` for the float functions.
+#define UNARY_FLOAT_MATH(NAME, CT, SUF)                                                        \
+    __device__ __forceinline__ CT NAME(int op, CT x, CT p0, CT p1) {                           \
+        switch (op) {                                                                          \
+            case U_NEG: return -x;                                                             \
+            case U_ABS: return fabs##SUF(x);                                                   \
+            case U_EXP: return exp##SUF(x);                                                    \
+            case U_LOG: return log##SUF(x);                                                    \
+            case U_LOG1P: return log1p##SUF(x);                                                \
+            case U_EXPM1: return expm1##SUF(x);                                                \
+            case U_SQRT: return sqrt##SUF(x);                                                  \
+            case U_RSQRT: return rsqrt##SUF(x);                                                \
+            case U_RECIP: return (CT)1 / x;                                                    \
+            case U_SIN: return sin##SUF(x);                                                    \
+            case U_COS: return cos##SUF(x);                                                    \
+            case U_TAN: return tan##SUF(x);                                                    \
+            case U_TANH: return tanh##SUF(x);                                                  \
+            case U_SIGMOID: return (CT)1 / ((CT)1 + exp##SUF(-x));                             \
+            case U_RELU: return x < (CT)0 ? (CT)0 : x;                                         \
+            case U_GELU: return (CT)0.5 * x * ((CT)1 + erf##SUF(x * (CT)0.70710678118654752440)); \
+            case U_ERF: return erf##SUF(x);                                                    \
+            case U_FLOOR: return floor##SUF(x);                                                \
+            case U_CEIL: return ceil##SUF(x);                                                  \
+            case U_ROUND: return rint##SUF(x);                                                 \
+            case U_TRUNC: return trunc##SUF(x);                                                \
+            case U_SIGN: return x > (CT)0 ? (CT)1 : (x < (CT)0 ? (CT)-1 : x);                  \
+            case U_SQUARE: return x * x;                                                       \
+            case U_ADD_SCALAR: return x + p0;                                                  \
+            case U_MUL_SCALAR: return x * p0;                                                  \
+            case U_POW_SCALAR: return pow##SUF(x, p0);                                         \
+            case U_CLAMP: { CT t = x < p0 ? p0 : x; return t > p1 ? p1 : t; }                  \
+            case U_LEAKY_RELU: return x < (CT)0 ? x * p0 : x;                                  \
+            default: return x;                                                                 \
+        }                                                                                      \
+    }
+
+UNARY_FLOAT_MATH(unary_math_f32, float, f)
+UNARY_FLOAT_MATH(unary_math_f64, double, )
+
+// Integer unary ops (computed in i64, wrapping; the host allows only these).
+__device__ __forceinline__ i64 unary_math_int(int op, i64 x, i64 p0, i64 p1) {
+    switch (op) {
+        case U_NEG: return (i64)(0ull - (u64)x);
+        case U_ABS: return x < 0 ? (i64)(0ull - (u64)x) : x;
+        case U_SIGN: return x > 0 ? 1 : (x < 0 ? -1 : 0);
+        case U_SQUARE: return (i64)((u64)x * (u64)x);
+        case U_ADD_SCALAR: return (i64)((u64)x + (u64)p0);
+        case U_MUL_SCALAR: return (i64)((u64)x * (u64)p0);
+        case U_CLAMP: { i64 t = x < p0 ? p0 : x; return t > p1 ? p1 : t; }  // min(max(x, lo), hi)
+        default: return x;
+    }
+}
+
+// Float-family unary: storage T, loaded to compute type CT with LOAD, stored with STORE.
+#define UNARY_FLOAT(DT, T, CT, MATH, LOAD, STORE)                                              \
+    extern "C" __global__ void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,       \
+                                          int op, double p0, double p1) {                      \
+        CT q0 = (CT)p0, q1 = (CT)p1;                                                           \
+        FOR_EACH(i, n) {                                                                       \
+            CT v = LOAD(x[off(lx, i)]);                                                        \
+            y[off(ly, i)] = STORE(MATH(op, v, q0, q1));                                        \
+        }                                                                                      \
+    }
+
+// Integer unary: scalars arrive as i64 (converted on the host).
+#define UNARY_INT(DT, T)                                                                       \
+    extern "C" __global__ void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,       \
+                                          int op, i64 p0, i64 p1) {                            \
+        FOR_EACH(i, n) {                                                                       \
+            i64 v = (i64)x[off(lx, i)];                                                        \
+            y[off(ly, i)] = (T)unary_math_int(op, v, p0, p1);                                  \
+        }                                                                                      \
+    }
+
+#define ID(v) (v)
+
+UNARY_FLOAT(f32, float, float, unary_math_f32, ID, ID)
+UNARY_FLOAT(f16, u16, float, unary_math_f32, f16_to_f32, f32_to_f16)
+UNARY_FLOAT(bf16, u16, float, unary_math_f32, bf16_to_f32, f32_to_bf16)
+UNARY_FLOAT(f64, double, double, unary_math_f64, ID, ID)
+UNARY_INT(i64, i64)
+UNARY_INT(i32, i32)
+UNARY_INT(i8, i8)
+UNARY_INT(u8, u8)
+
+// ---------------------------------------------------------------------------------------
+// binary
+
+// Op codes (order of `BinaryOp`).
+#define B_ADD 0
+#define B_SUB 1
+#define B_MUL 2
+#define B_DIV 3
+#define B_REM 4
+#define B_POW 5
+#define B_MAX 6
+#define B_MIN 7
+#define B_ATAN2 8
+#define B_AND 9
+#define B_OR 10
+#define B_XOR 11
+
+#define BINARY_FLOAT_MATH(NAME, CT, SUF)                                                       \
+    __device__ __forceinline__ CT NAME(int op, CT a, CT b) {                                   \
+        switch (op) {                                                                          \
+            case B_ADD: return a + b;                                                          \
+            case B_SUB: return a - b;                                                          \
+            case B_MUL: return a * b;                                                          \
+            case B_DIV: return a / b;                                                          \
+            case B_REM: {                                                                      \
+                CT r = fmod##SUF(a, b);                                                        \
+                if (r != (CT)0 && ((r < (CT)0) != (b < (CT)0))) r += b;                        \
+                return r;                                                                      \
+            }                                                                                  \
+            case B_POW: return pow##SUF(a, b);                                                 \
+            case B_MAX: return (a > b || a != a) ? a : b;                                      \
+            case B_MIN: return (a < b || a != a) ? a : b;                                      \
+            case B_ATAN2: return atan2##SUF(a, b);                                             \
+            default: return a;                                                                 \
+        }                                                                                      \
+    }
+
+BINARY_FLOAT_MATH(binary_math_f32, float, f)
+BINARY_FLOAT_MATH(binary_math_f64, double, )
+
+// Integer power by squaring (wrapping); negative exponents give 0 except for bases 1 / -1.
+__device__ __forceinline__ i64 ipow(i64 a, i64 e) {
+    if (e < 0) {
+        if (a == 1) return 1;
+        if (a == -1) return (e & 1) ? -1 : 1;
+        return 0;
+    }
+    u64 r = 1, base = (u64)a;
+    while (e > 0) {
+        if (e & 1) r *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return (i64)r;
+}
+
+__device__ __forceinline__ i64 binary_math_int(int op, i64 a, i64 b) {
+    switch (op) {
+        case B_ADD: return (i64)((u64)a + (u64)b);
+        case B_SUB: return (i64)((u64)a - (u64)b);
+        case B_MUL: return (i64)((u64)a * (u64)b);
+        case B_DIV:
+            if (b == 0) return 0;
+            if (b == -1) return (i64)(0ull - (u64)a);  // no overflow trap on MIN / -1
+            return a / b;                               // truncates toward zero
+        case B_REM: {
+            if (b == 0 || b == -1) return 0;
+            i64 r = a % b;
+            if (r != 0 && ((r < 0) != (b < 0))) r += b;  // sign of the divisor
+            return r;
+        }
+        case B_POW: return ipow(a, b);
+        case B_MAX: return a > b ? a : b;
+        case B_MIN: return a < b ? a : b;
+        case B_AND: return a & b;
+        case B_OR: return a | b;
+        case B_XOR: return a ^ b;
+        default: return a;
+    }
+}
+
+#define BINARY_FLOAT(DT, T, CT, MATH, LOAD, STORE)                                             \
+    extern "C" __global__ void binary_##DT(const T* a, const T* b, T* out, Layout la,          \
+                                           Layout lb, Layout lo, i64 n, int op) {              \
+        FOR_EACH(i, n) {                                                                       \
+            CT x = LOAD(a[off(la, i)]);                                                        \
+            CT y = LOAD(b[off(lb, i)]);                                                        \
+            out[off(lo, i)] = STORE(MATH(op, x, y));                                           \
+        }                                                                                      \
+    }
+
+#define BINARY_INT(DT, T)                                                                      \
+    extern "C" __global__ void binary_##DT(const T* a, const T* b, T* out, Layout la,          \
+                                           Layout lb, Layout lo, i64 n, int op) {              \
+        FOR_EACH(i, n) {                                                                       \
+            i64 x = (i64)a[off(la, i)];                                                        \
+            i64 y = (i64)b[off(lb, i)];                                                        \
+            out[off(lo, i)] = (T)binary_math_int(op, x, y);                                    \
+        }                                                                                      \
+    }
+
+BINARY_FLOAT(f32, float, float, binary_math_f32, ID, ID)
+BINARY_FLOAT(f16, u16, float, binary_math_f32, f16_to_f32, f32_to_f16)
+BINARY_FLOAT(bf16, u16, float, binary_math_f32, bf16_to_f32, f32_to_bf16)
+BINARY_FLOAT(f64, double, double, binary_math_f64, ID, ID)
+BINARY_INT(i64, i64)
+BINARY_INT(i32, i32)
+BINARY_INT(i8, i8)
+BINARY_INT(u8, u8)
+
+// ---------------------------------------------------------------------------------------
+// compare (output one byte 0/1; NaN compares false except Ne)
+
+#define C_EQ 0
+#define C_NE 1
+#define C_LT 2
+#define C_LE 3
+#define C_GT 4
+#define C_GE 5
+
+#define COMPARE(DT, T, CT, LOAD)                                                               \
+    extern "C" __global__ void compare_##DT(const T* a, const T* b, u8* out, Layout la,        \
+                                            Layout lb, Layout lo, i64 n, int op) {             \
+        FOR_EACH(i, n) {                                                                       \
+            CT x = (CT)LOAD(a[off(la, i)]);                                                    \
+            CT y = (CT)LOAD(b[off(lb, i)]);                                                    \
+            bool r;                                                                            \
+            switch (op) {                                                                      \
+                case C_EQ: r = x == y; break;                                                  \
+                case C_NE: r = x != y; break;                                                  \
+                case C_LT: r = x < y; break;                                                   \
+                case C_LE: r = x <= y; break;                                                  \
+                case C_GT: r = x > y; break;                                                   \
+                default: r = x >= y; break;                                                    \
+            }                                                                                  \
+            out[off(lo, i)] = r ? 1 : 0;                                                       \
+        }                                                                                      \
+    }
+
+COMPARE(f32, float, float, ID)
+COMPARE(f16, u16, float, f16_to_f32)
+COMPARE(bf16, u16, float, bf16_to_f32)
+COMPARE(f64, double, double, ID)
+COMPARE(i64, i64, i64, ID)
+COMPARE(i32, i32, i64, ID)
+COMPARE(i8, i8, i64, ID)
+COMPARE(u8, u8, i64, ID)
+
+// ---------------------------------------------------------------------------------------
+// where (out = cond != 0 ? a : b), by element size
+
+#define WHERE(B, T)                                                                            \
+    extern "C" __global__ void where_b##B(const u8* cond, const T* a, const T* b, T* out,      \
+                                          Layout lc, Layout la, Layout lb, Layout lo, i64 n) { \
+        FOR_EACH(i, n) {                                                                       \
+            out[off(lo, i)] = cond[off(lc, i)] != 0 ? a[off(la, i)] : b[off(lb, i)];           \
+        }                                                                                      \
+    }
+
+WHERE(1, u8)
+WHERE(2, u16)
+WHERE(4, u32)
+WHERE(8, u64)

@@ -204,3 +204,11 @@ impl CudnnApi {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 }
+
+/// Whether the dynamic loader can load `name` (the library is unloaded again at once;
+/// cudarc keeps its own handle when it loads the library later).
+pub(crate) fn can_load(name: &str) -> bool {
+    // SAFETY: loading a system library only runs its initialisers, which have no
+    // preconditions; the handle is dropped immediately.
+    unsafe { libloading::Library::new(name) }.is_ok()
+}

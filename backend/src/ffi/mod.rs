@@ -15,7 +15,7 @@ pub(crate) mod launch_reduce;
 pub(crate) mod legacy;
 pub(crate) mod replay;
 
-pub(crate) use api::{api, cudnn_version};
+pub(crate) use api::{api, can_load, cudnn_version};
 pub use api::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
 pub(crate) use descriptor::Descriptor;
 pub(crate) use handle::CudnnHandle;

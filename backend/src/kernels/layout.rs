@@ -34,28 +34,6 @@ pub(crate) fn broadcast_strides(op: &'static str, dims: &[i64], strides: &[i64],
     Ok(out)
 }
 
-/// The broadcast shape of several operand shapes (numpy rules), or an error naming `op`.
-pub(crate) fn broadcast_shape(op: &'static str, shapes: &[&[i64]]) -> Result<Vec<i64>> {
-    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
-    let mut out = vec![1i64; rank];
-    for s in shapes {
-        let lead = rank - s.len();
-        for (i, &d) in s.iter().enumerate() {
-            let o = &mut out[lead + i];
-            if *o == 1 {
-                *o = d;
-            } else if d != 1 && d != *o {
-                return Err(Error::invalid_arg(
-                    op,
-                    "shape",
-                    format!("shapes {shapes:?} do not broadcast"),
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Merges adjacent dims of `shape` whose strides chain in every operand and drops size-1
 /// dims: the same elements in the same order, in as few dims as possible.
 pub(crate) fn coalesce(shape: &[i64], strides: &[Vec<i64>]) -> (Vec<i64>, Vec<Vec<i64>>) {
@@ -129,8 +107,6 @@ mod tests {
 
     #[test]
     fn broadcast_rules() {
-        assert_eq!(broadcast_shape("t", &[&[2, 1, 4], &[3, 1]]).unwrap(), vec![2, 3, 4]);
-        assert!(broadcast_shape("t", &[&[2, 3], &[4, 3]]).is_err());
         assert_eq!(
             broadcast_strides("t", &[3, 1], &[1, 1], &[2, 3, 4]).unwrap(),
             vec![0, 1, 0]

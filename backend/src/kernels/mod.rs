@@ -98,7 +98,8 @@ pub(crate) const REDUCE: KernelSource = KernelSource {
 };
 
 /// Every kernel source, for the compile check.
-pub(crate) const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE];
+#[cfg(test)]
+const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE];
 
 /// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
 fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {

@@ -6,11 +6,7 @@ use std::sync::OnceLock;
 use crate::error::{Error, Result};
 
 fn first_loadable(names: &[String]) -> Option<String> {
-    names.iter().find_map(|n| {
-        // SAFETY: loading a system library only runs its initialisers; we drop it at once
-        // (cudarc keeps its own handle open when it loads the library later).
-        unsafe { libloading::Library::new(n) }.ok().map(|_| n.clone())
-    })
+    names.iter().find(|n| crate::ffi::can_load(n)).cloned()
 }
 
 fn probe(

@@ -1,0 +1,1068 @@
+//! The elementwise kernels (`cudnn_backend::kernels::elementwise`) against straightforward
+//! CPU computations in f64/i64: every op of every family in every dtype it supports, on
+//! packed, transposed, broadcast (`[1, n]`, `[m, 1]`, missing leading dims, scalars),
+//! gapped-output and rank 1..5 layouts, with poisoned outputs. Needs a CUDA GPU.
+
+use std::sync::Arc;
+
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::graph::DataType;
+use cudnn_backend::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
+use cudnn_backend::ops::TensorRef;
+use cudnn_backend::reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::Device;
+use half::{bf16, f16};
+use integration_tests::{round_to, strides, Layout};
+
+use DataType::*;
+
+const ALL: [DataType; 9] = [F32, F16, BF16, F64, I32, I64, U8, I8, Bool];
+const FLOATS: [DataType; 4] = [F32, F16, BF16, F64];
+const INTS: [DataType; 4] = [I32, I64, U8, I8];
+
+fn stream() -> Arc<CudaStream> {
+    Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
+}
+
+// ---------------------------------------------------------------------------------------
+// Host <-> device in every dtype (values carried as f64: ints stay below 2^53 here)
+
+/// `v` converted to `dtype` the way the kernels convert (floats: rounded; ints: truncated
+/// toward zero, NaN -> 0, wrapped to the width; bool: `!= 0`).
+fn to_dtype(dtype: DataType, v: f64) -> f64 {
+    if dtype.is_float() {
+        return round_to(dtype, v);
+    }
+    if dtype == Bool {
+        return (v != 0.0) as u8 as f64;
+    }
+    wrap(dtype, if v.is_nan() { 0 } else { v as i64 })
+}
+
+/// `v` wrapped to the integer `dtype`'s width.
+fn wrap(dtype: DataType, v: i64) -> f64 {
+    match dtype {
+        I32 => v as i32 as f64,
+        I64 => v as f64,
+        U8 => v as u8 as f64,
+        I8 => v as i8 as f64,
+        Bool => (v != 0) as u8 as f64,
+        _ => unreachable!(),
+    }
+}
+
+fn encode(dtype: DataType, v: &[f64]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| -> Vec<u8> {
+            match dtype {
+                F32 => (x as f32).to_le_bytes().to_vec(),
+                F16 => f16::from_f64(x).to_le_bytes().to_vec(),
+                BF16 => bf16::from_f64(x).to_le_bytes().to_vec(),
+                F64 => x.to_le_bytes().to_vec(),
+                I32 => (x as i32).to_le_bytes().to_vec(),
+                I64 => (x as i64).to_le_bytes().to_vec(),
+                U8 | Bool => vec![x as i64 as u8],
+                I8 => vec![x as i64 as i8 as u8],
+            }
+        })
+        .collect()
+}
+
+fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
+    b.chunks_exact(dtype.size())
+        .map(|c| match dtype {
+            F32 => f32::from_le_bytes(c.try_into().unwrap()) as f64,
+            F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
+            BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+            F64 => f64::from_le_bytes(c.try_into().unwrap()),
+            I32 => i32::from_le_bytes(c.try_into().unwrap()) as f64,
+            I64 => i64::from_le_bytes(c.try_into().unwrap()) as f64,
+            // A poisoned (unwritten) bool shows as NaN.
+            Bool if c[0] > 1 => f64::NAN,
+            U8 | Bool => c[0] as f64,
+            I8 => c[0] as i8 as f64,
+        })
+        .collect()
+}
+
+struct Dev {
+    buf: CudaSlice<u8>,
+    t: TensorRef,
+    /// Logical values (already converted to the dtype).
+    values: Vec<f64>,
+}
+
+fn us(v: &[i64]) -> Vec<usize> {
+    v.iter().map(|&x| x as usize).collect()
+}
+
+fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dtype: DataType) -> Dev {
+    let values: Vec<f64> = values.iter().map(|&v| to_dtype(dtype, v)).collect();
+    let len = strided_len(&us(dims), &us(st)).max(1);
+    let mut host = vec![if dtype.is_float() { f64::NAN } else { 77.0 }; len];
+    scatter_to_strided(&values, &us(dims), &us(st), &mut host);
+    let buf = stream.clone_htod(&encode(dtype, &host)).expect("upload");
+    let ptr = buf.device_ptr(stream).0;
+    Dev {
+        buf,
+        t: TensorRef::new(dims, st, dtype, ptr),
+        values,
+    }
+}
+
+/// An output filled with 0xFF (NaN for floats, an invalid bool) or 0xA5 (ints).
+fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType) -> Dev {
+    let len = strided_len(&us(dims), &us(st)).max(1);
+    let byte = if dtype.is_float() || dtype == Bool { 0xFF } else { 0xA5 };
+    let buf = stream.clone_htod(&vec![byte; len * dtype.size()]).expect("alloc");
+    let ptr = buf.device_ptr(stream).0;
+    Dev {
+        buf,
+        t: TensorRef::new(dims, st, dtype, ptr),
+        values: Vec::new(),
+    }
+}
+
+fn download(stream: &Arc<CudaStream>, d: &Dev) -> Vec<f64> {
+    let bytes = stream.clone_dtoh(&d.buf).expect("download");
+    gather_from_strided(&decode(d.t.dtype, &bytes), &us(&d.t.dims), &us(&d.t.strides))
+}
+
+/// Row-major index -> the broadcast input's logical index.
+fn bcast_index(i: usize, out: &[i64], dims: &[i64]) -> usize {
+    let lead = out.len() - dims.len();
+    let (mut rem, mut idx, mut mul) = (i, 0usize, 1usize);
+    for d in (0..out.len()).rev() {
+        let c = rem % out[d] as usize;
+        rem /= out[d] as usize;
+        if d >= lead {
+            let n = dims[d - lead] as usize;
+            if n != 1 {
+                idx += c * mul;
+            }
+            mul *= n;
+        }
+    }
+    idx
+}
+
+fn bcast(d: &Dev, out: &[i64]) -> Vec<f64> {
+    let n: i64 = out.iter().product();
+    (0..n as usize)
+        .map(|i| d.values[bcast_index(i, out, &d.t.dims)])
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Layout cases
+
+#[derive(Clone, Debug)]
+struct Case {
+    out: (Vec<i64>, Vec<i64>),
+    ins: Vec<(Vec<i64>, Vec<i64>)>,
+}
+
+fn packed(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    (dims.to_vec(), TensorRef::contiguous(dims, F32, 0).strides)
+}
+
+/// Strides of `dims` stored with the dim order reversed (a full transpose).
+fn reversed(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    let mut s = vec![0i64; dims.len()];
+    let mut acc = 1;
+    for (d, &n) in dims.iter().enumerate() {
+        s[d] = acc;
+        acc *= n;
+    }
+    (dims.to_vec(), s)
+}
+
+/// Seven layouts; input `k` (0..3) of each case gets a different pattern.
+fn cases() -> Vec<Case> {
+    let p = packed;
+    vec![
+        Case {
+            out: p(&[17]),
+            ins: vec![p(&[17]), p(&[1]), p(&[17])],
+        },
+        Case {
+            out: p(&[5, 7]),
+            ins: vec![reversed(&[5, 7]), p(&[5, 7]), (vec![5, 7], vec![14, 2])],
+        },
+        Case {
+            out: p(&[6, 9]),
+            ins: vec![p(&[1, 9]), p(&[6, 1]), p(&[6, 9])],
+        },
+        Case {
+            out: p(&[4, 3, 5]),
+            ins: vec![p(&[3, 5]), p(&[4, 1, 5]), p(&[])],
+        },
+        Case {
+            out: p(&[2, 3, 2, 3, 4]),
+            ins: vec![reversed(&[2, 3, 2, 3, 4]), p(&[3, 1, 3, 4]), p(&[2, 3, 2, 3, 4])],
+        },
+        Case {
+            out: (vec![3, 4], vec![8, 2]),
+            ins: vec![reversed(&[3, 4]), p(&[4]), p(&[3, 1])],
+        },
+        Case {
+            out: (vec![2, 3, 4, 5], strides(&[2, 3, 4, 5], Layout::Nhwc)),
+            ins: vec![
+                p(&[2, 3, 4, 5]),
+                p(&[3, 1, 5]),
+                (vec![2, 3, 4, 5], strides(&[2, 3, 4, 5], Layout::Nhwc)),
+            ],
+        },
+    ]
+}
+
+fn numel(dims: &[i64]) -> usize {
+    dims.iter().product::<i64>() as usize
+}
+
+// ---------------------------------------------------------------------------------------
+// Report
+
+struct Report {
+    name: &'static str,
+    runs: usize,
+    worst: Vec<(DataType, f64)>,
+    failures: Vec<String>,
+}
+
+impl Report {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            runs: 0,
+            worst: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// Relative L2 check with `limit`.
+    fn close(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64], limit: f64) {
+        self.runs += 1;
+        let err = rel_l2_error(out, reference);
+        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
+            Some((_, w)) => *w = w.max(err),
+            None => self.worst.push((dtype, err)),
+        }
+        if err.is_nan() || err > limit {
+            self.failures
+                .push(format!("{case}: rel L2 error {err:.3e} > {limit:.0e}"));
+        }
+    }
+
+    /// Exact equality (NaN in `out` always fails: poisoned outputs show).
+    fn exact(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
+        self.runs += 1;
+        // NaN != NaN: a poisoned (unwritten) output never matches.
+        let bad = out.iter().zip(reference).position(|(o, r)| o != r);
+        let mismatches = out.iter().zip(reference).filter(|(o, r)| o != r).count();
+        if self.worst.iter().all(|(d, _)| *d != dtype) {
+            self.worst.push((dtype, 0.0));
+        }
+        if let Some(w) = self.worst.iter_mut().find(|(d, _)| *d == dtype) {
+            w.1 = w.1.max(mismatches as f64);
+        }
+        if out.len() != reference.len() {
+            self.failures
+                .push(format!("{case}: {} values, expected {}", out.len(), reference.len()));
+        } else if let Some(i) = bad {
+            self.failures.push(format!(
+                "{case}: {mismatches} mismatches, first at {i}: got {} expected {}",
+                out[i], reference[i]
+            ));
+        }
+    }
+
+    fn error(&mut self, case: String, e: cudnn_backend::Error) {
+        self.runs += 1;
+        self.failures.push(format!("{case}: {e}"));
+    }
+
+    fn finish(self, exact: bool) {
+        let worst: Vec<String> = self
+            .worst
+            .iter()
+            .map(|(d, e)| {
+                if exact {
+                    format!("{d:?} {e} mismatches")
+                } else {
+                    format!("{d:?} {e:.2e}")
+                }
+            })
+            .collect();
+        println!(
+            "elementwise {}: {} cases, {} failed, worst err {}",
+            self.name,
+            self.runs,
+            self.failures.len(),
+            worst.join(", ")
+        );
+        assert!(
+            self.failures.is_empty(),
+            "{} failures:\n{}",
+            self.name,
+            self.failures.join("\n")
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Random inputs (never zero unless asked)
+
+fn nonzero_f(rng: &mut SplitMix64, scale: f64) -> f64 {
+    loop {
+        let v = rng.next_f64() * scale;
+        if v != 0.0 {
+            return v;
+        }
+    }
+}
+
+/// A random nonzero value representable in `dtype` (ints in a dtype-friendly range).
+fn rand_val(rng: &mut SplitMix64, dtype: DataType) -> f64 {
+    match dtype {
+        Bool => 1.0 - (rng.below(2) as f64), // bool: zeros are values
+        U8 => 1.0 + rng.below(255) as f64,
+        I8 => {
+            let v = rng.below(200) as i64 - 100;
+            if v == 0 {
+                7.0
+            } else {
+                v as f64
+            }
+        }
+        I32 | I64 => {
+            let v = rng.below(2001) as i64 - 1000;
+            if v == 0 {
+                13.0
+            } else {
+                v as f64
+            }
+        }
+        _ => nonzero_f(rng, 1.0),
+    }
+}
+
+fn rand_vec(rng: &mut SplitMix64, n: usize, mut g: impl FnMut(&mut SplitMix64) -> f64) -> Vec<f64> {
+    (0..n).map(|_| g(rng)).collect()
+}
+
+fn float_bound(dtype: DataType, transcendental: bool) -> f64 {
+    match (dtype, transcendental) {
+        (F32, false) => 1e-6,
+        (F32, true) => 1e-5,
+        (F64, _) => 1e-12,
+        _ => 1e-2,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// fill
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fill_every_dtype_and_layout() {
+    let s = stream();
+    let mut r = Report::new("fill");
+    let mut all = cases();
+    all.push(Case {
+        out: packed(&[1000, 1031]),
+        ins: vec![],
+    });
+    for case in &all {
+        for dtype in ALL {
+            for value in [1.5, -2.75, 300.25] {
+                let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
+                let name = format!("fill {dtype:?} {value} {:?}", case.out);
+                if let Err(e) = ew::fill(&s, &out.t, value) {
+                    r.error(name, e);
+                    continue;
+                }
+                let got = download(&s, &out);
+                r.exact(name, dtype, &got, &vec![to_dtype(dtype, value); numel(&case.out.0)]);
+            }
+        }
+    }
+    r.finish(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// copy / cast
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn copy_and_cast_every_dtype_pair() {
+    let s = stream();
+    let mut r = Report::new("copy/cast");
+    let mut rng = SplitMix64::new(11);
+    for case in cases() {
+        for src_t in ALL {
+            for dst_t in ALL {
+                let (dims, st) = &case.ins[0];
+                let n = numel(dims);
+                // Floats with fractions and magnitudes that wrap u8/i8; ints in range.
+                let vals = rand_vec(&mut rng, n, |g| {
+                    if src_t.is_float() {
+                        nonzero_f(g, 300.0)
+                    } else {
+                        rand_val(g, src_t)
+                    }
+                });
+                let src = upload(&s, &vals, dims, st, src_t);
+                let dst = poisoned(&s, &case.out.0, &case.out.1, dst_t);
+                let name = format!("copy {src_t:?}->{dst_t:?} {case:?}");
+                if let Err(e) = ew::copy(&s, &src.t, &dst.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let want: Vec<f64> = bcast(&src, &case.out.0)
+                    .into_iter()
+                    .map(|v| to_dtype(dst_t, v))
+                    .collect();
+                r.exact(name, dst_t, &download(&s, &dst), &want);
+            }
+        }
+    }
+    r.finish(true);
+}
+
+/// i64 values above 2^53 survive int -> int casts bit-exactly (no trip through f64).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cast_large_i64_exactly() {
+    let s = stream();
+    let mut r = Report::new("cast i64");
+    let big: Vec<i64> = vec![
+        (1 << 62) + 12345,
+        -(1 << 60) - 7,
+        i64::MAX,
+        i64::MIN + 3,
+        (1 << 53) + 1,
+        -((1 << 53) + 1),
+        0x1234_5678_9abc_def1,
+        -2,
+    ];
+    let bytes: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let src_buf = s.clone_htod(&bytes).expect("upload");
+    let src = TensorRef::contiguous(&[big.len() as i64], I64, src_buf.device_ptr(&s).0);
+    for dst_t in [I64, I32, U8, I8, Bool] {
+        let dst_buf = s.clone_htod(&vec![0xA5u8; big.len() * dst_t.size()]).expect("alloc");
+        let dst = TensorRef::contiguous(&[big.len() as i64], dst_t, dst_buf.device_ptr(&s).0);
+        let name = format!("cast I64->{dst_t:?}");
+        if let Err(e) = ew::copy(&s, &src, &dst) {
+            r.error(name, e);
+            continue;
+        }
+        let out = s.clone_dtoh(&dst_buf).expect("download");
+        let got: Vec<i64> = out
+            .chunks_exact(dst_t.size())
+            .map(|c| match dst_t {
+                I64 => i64::from_le_bytes(c.try_into().unwrap()),
+                I32 => i32::from_le_bytes(c.try_into().unwrap()) as i64,
+                I8 => c[0] as i8 as i64,
+                _ => c[0] as i64,
+            })
+            .collect();
+        let want: Vec<i64> = big
+            .iter()
+            .map(|&v| match dst_t {
+                I64 => v,
+                I32 => v as i32 as i64,
+                I8 => v as i8 as i64,
+                U8 => v as u8 as i64,
+                _ => (v != 0) as i64,
+            })
+            .collect();
+        let (g, w): (Vec<f64>, Vec<f64>) = got
+            .iter()
+            .zip(&want)
+            .map(|(&g, &w)| if g == w { (0.0, 0.0) } else { (1.0, 0.0) })
+            .unzip();
+        r.exact(format!("{name}: got {got:?}, want {want:?}"), dst_t, &g, &w);
+    }
+    // And back: i32 -> i64 sign-extends, f64 2^60 -> i64 exactly.
+    let vals: Vec<f64> = vec![(1u64 << 60) as f64, -((1u64 << 55) as f64), 3.9, -3.9];
+    let src = upload(&s, &vals, &[4], &[1], F64);
+    let dst_buf = s.clone_htod(&[0u8; 32]).expect("alloc");
+    let dst = TensorRef::contiguous(&[4], I64, dst_buf.device_ptr(&s).0);
+    match ew::copy(&s, &src.t, &dst) {
+        Err(e) => r.error("cast F64->I64".into(), e),
+        Ok(()) => {
+            let out = s.clone_dtoh(&dst_buf).expect("download");
+            let got: Vec<i64> = out
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            let want = [1i64 << 60, -(1i64 << 55), 3, -3];
+            let ok = got == want;
+            r.exact(
+                format!("cast F64->I64: got {got:?}, want {want:?}"),
+                I64,
+                &[ok as u8 as f64],
+                &[1.0],
+            );
+        }
+    }
+    r.finish(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// unary
+
+const FLOAT_UNARY: [UnaryOp; 28] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Log1p,
+    UnaryOp::Expm1,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Recip,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+    UnaryOp::Tan,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Relu,
+    UnaryOp::Gelu,
+    UnaryOp::Erf,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Trunc,
+    UnaryOp::Sign,
+    UnaryOp::Square,
+    UnaryOp::AddScalar(0.375),
+    UnaryOp::MulScalar(-1.25),
+    UnaryOp::PowScalar(1.7),
+    UnaryOp::Clamp { min: -0.4, max: 0.55 },
+    UnaryOp::LeakyRelu(0.125),
+];
+
+fn erf(x: f64) -> f64 {
+    // Abramowitz-Stegun 7.1.26 is too coarse; use the series / continued fraction split.
+    if x.abs() < 2.5 {
+        // Maclaurin series: converges fast for |x| < 2.5.
+        let mut sum = x;
+        let mut term = x;
+        let x2 = x * x;
+        for n in 1..200 {
+            term *= -x2 / n as f64;
+            let add = term / (2 * n + 1) as f64;
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc continued fraction (Lentz) for larger |x|.
+        let ax = x.abs();
+        let mut f = ax;
+        for k in (1..60).rev() {
+            f = ax + (k as f64 / 2.0) / f;
+        }
+        let erfc = (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt());
+        (1.0 - erfc).copysign(x)
+    }
+}
+
+fn unary_ref(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Expm1 => x.exp_m1(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Recip => 1.0 / x,
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tan => x.tan(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        UnaryOp::Erf => erf(x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        UnaryOp::Square => x * x,
+        UnaryOp::AddScalar(s) => x + s,
+        UnaryOp::MulScalar(s) => x * s,
+        UnaryOp::PowScalar(p) => x.powf(p),
+        UnaryOp::Clamp { min, max } => x.max(min).min(max),
+        UnaryOp::LeakyRelu(a) => {
+            if x < 0.0 {
+                x * a
+            } else {
+                x
+            }
+        }
+    }
+}
+
+fn unary_int_ref(op: UnaryOp, x: i64) -> i64 {
+    let t = |v: f64| v as i64;
+    match op {
+        UnaryOp::Neg => x.wrapping_neg(),
+        UnaryOp::Abs => x.wrapping_abs(),
+        UnaryOp::Sign => x.signum(),
+        UnaryOp::Square => x.wrapping_mul(x),
+        UnaryOp::AddScalar(s) => x.wrapping_add(t(s)),
+        UnaryOp::MulScalar(s) => x.wrapping_mul(t(s)),
+        UnaryOp::Clamp { min, max } => x.max(t(min)).min(t(max)),
+        _ => unreachable!(),
+    }
+}
+
+/// Inputs suited to `op`'s domain, never zero.
+fn unary_input(op: UnaryOp, g: &mut SplitMix64) -> f64 {
+    match op {
+        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::PowScalar(_) => 0.05 + 2.0 * nonzero_f(g, 1.0).abs(),
+        UnaryOp::Recip => {
+            let v = nonzero_f(g, 1.0);
+            v.signum() * (0.2 + v.abs())
+        }
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => {
+            // Multiples of 0.25 (exact in every float dtype): halves test ties-to-even.
+            let k = g.below(41) as i64 - 20;
+            if k == 0 {
+                0.75
+            } else {
+                k as f64 * 0.25
+            }
+        }
+        UnaryOp::Log1p => nonzero_f(g, 0.9),
+        UnaryOp::Exp | UnaryOp::Expm1 | UnaryOp::Sigmoid | UnaryOp::Gelu | UnaryOp::Erf => nonzero_f(g, 3.0),
+        _ => nonzero_f(g, 1.0),
+    }
+}
+
+fn transcendental(op: UnaryOp) -> bool {
+    !matches!(
+        op,
+        UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Recip
+            | UnaryOp::Relu
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Trunc
+            | UnaryOp::Sign
+            | UnaryOp::Square
+            | UnaryOp::AddScalar(_)
+            | UnaryOp::MulScalar(_)
+            | UnaryOp::Clamp { .. }
+            | UnaryOp::LeakyRelu(_)
+    )
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn unary_every_op_and_dtype() {
+    let s = stream();
+    let mut r = Report::new("unary");
+    let mut rng = SplitMix64::new(22);
+    for case in cases() {
+        let (dims, st) = &case.ins[0];
+        let n = numel(dims);
+        for dtype in FLOATS {
+            for op in FLOAT_UNARY {
+                let vals = rand_vec(&mut rng, n, |g| unary_input(op, g));
+                let x = upload(&s, &vals, dims, st, dtype);
+                let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
+                let name = format!("unary {op:?} {dtype:?} {case:?}");
+                if let Err(e) = ew::unary(&s, op, &x.t, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let want: Vec<f64> = bcast(&x, &case.out.0).into_iter().map(|v| unary_ref(op, v)).collect();
+                let got = download(&s, &out);
+                r.close(name, dtype, &got, &want, float_bound(dtype, transcendental(op)));
+            }
+        }
+        for dtype in INTS {
+            let clamp = if dtype == U8 {
+                UnaryOp::Clamp { min: 20.9, max: 200.2 }
+            } else {
+                UnaryOp::Clamp { min: -50.5, max: 60.7 }
+            };
+            for op in [
+                UnaryOp::Neg,
+                UnaryOp::Abs,
+                UnaryOp::Sign,
+                UnaryOp::Square,
+                UnaryOp::AddScalar(3.7),
+                UnaryOp::MulScalar(-2.0),
+                clamp,
+            ] {
+                let vals = rand_vec(&mut rng, n, |g| rand_val(g, dtype));
+                let x = upload(&s, &vals, dims, st, dtype);
+                let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
+                let name = format!("unary {op:?} {dtype:?} {case:?}");
+                if let Err(e) = ew::unary(&s, op, &x.t, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let want: Vec<f64> = bcast(&x, &case.out.0)
+                    .into_iter()
+                    .map(|v| wrap(dtype, unary_int_ref(op, v as i64)))
+                    .collect();
+                r.exact(name, dtype, &download(&s, &out), &want);
+            }
+        }
+    }
+    // Ops an int dtype does not support are refused.
+    let x = upload(&s, &[1.0, 2.0], &[2], &[1], I32);
+    if ew::unary(&s, UnaryOp::Exp, &x.t, &x.t).is_ok() {
+        r.failures.push("unary Exp on I32 was accepted".into());
+    }
+    r.finish(false);
+}
+
+// ---------------------------------------------------------------------------------------
+// binary
+
+const FLOAT_BINARY: [BinaryOp; 9] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Rem,
+    BinaryOp::Pow,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Atan2,
+];
+const INT_BINARY: [BinaryOp; 11] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Rem,
+    BinaryOp::Pow,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::BitAnd,
+    BinaryOp::BitOr,
+    BinaryOp::BitXor,
+];
+
+fn binary_ref(op: BinaryOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Rem => {
+            let r = a % b;
+            if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+                r + b
+            } else {
+                r
+            }
+        }
+        BinaryOp::Pow => a.powf(b),
+        BinaryOp::Max => a.max(b),
+        BinaryOp::Min => a.min(b),
+        BinaryOp::Atan2 => a.atan2(b),
+        _ => unreachable!(),
+    }
+}
+
+fn ipow(a: i64, e: i64) -> i64 {
+    if e < 0 {
+        return match a {
+            1 => 1,
+            -1 => {
+                if e & 1 == 1 {
+                    -1
+                } else {
+                    1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let mut r = 1i64;
+    for _ in 0..e {
+        r = r.wrapping_mul(a);
+    }
+    r
+}
+
+fn binary_int_ref(op: BinaryOp, a: i64, b: i64) -> i64 {
+    match op {
+        BinaryOp::Add => a.wrapping_add(b),
+        BinaryOp::Sub => a.wrapping_sub(b),
+        BinaryOp::Mul => a.wrapping_mul(b),
+        BinaryOp::Div => {
+            if b == 0 {
+                0
+            } else {
+                a.wrapping_div(b)
+            }
+        }
+        BinaryOp::Rem => {
+            if b == 0 {
+                0
+            } else {
+                let r = a.wrapping_rem(b);
+                if r != 0 && ((r < 0) != (b < 0)) {
+                    r + b
+                } else {
+                    r
+                }
+            }
+        }
+        BinaryOp::Pow => ipow(a, b),
+        BinaryOp::Max => a.max(b),
+        BinaryOp::Min => a.min(b),
+        BinaryOp::BitAnd => a & b,
+        BinaryOp::BitOr => a | b,
+        BinaryOp::BitXor => a ^ b,
+        BinaryOp::Atan2 => unreachable!(),
+    }
+}
+
+fn binary_inputs(op: BinaryOp, dtype: DataType, g: &mut SplitMix64) -> (f64, f64) {
+    if dtype.is_float() {
+        let a = nonzero_f(g, 2.0);
+        let b = nonzero_f(g, 1.0);
+        match op {
+            BinaryOp::Pow => (0.05 + a.abs(), b * 2.0),
+            BinaryOp::Div | BinaryOp::Rem => (a, b.signum() * (0.25 + b.abs())),
+            _ => (a, b),
+        }
+    } else if dtype == Bool {
+        (rand_val(g, Bool), rand_val(g, Bool))
+    } else {
+        match op {
+            BinaryOp::Pow => {
+                let base = g.below(9) as f64 - 4.0;
+                let e = g.below(9) as f64 - 3.0;
+                if dtype == U8 {
+                    (base.abs() + 1.0, e.abs())
+                } else {
+                    (if base == 0.0 { 3.0 } else { base }, e)
+                }
+            }
+            // Include division by zero (must give 0, not trap).
+            BinaryOp::Div | BinaryOp::Rem => {
+                let a = rand_val(g, dtype);
+                let b = if g.below(8) == 0 {
+                    0.0
+                } else {
+                    let v = rand_val(g, dtype);
+                    if dtype == U8 {
+                        v % 17.0 + 1.0
+                    } else {
+                        v % 37.0 + if v < 0.0 { -1.0 } else { 1.0 }
+                    }
+                };
+                (a, b)
+            }
+            _ => (rand_val(g, dtype), rand_val(g, dtype)),
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn binary_every_op_and_dtype() {
+    let s = stream();
+    let mut r = Report::new("binary");
+    let mut rng = SplitMix64::new(33);
+    let mut all = cases();
+    all.push(Case {
+        out: packed(&[1000, 1031]),
+        ins: vec![packed(&[1000, 1031]), packed(&[1031])],
+    });
+    for (ci, case) in all.iter().enumerate() {
+        let big = ci == all.len() - 1;
+        for dtype in ALL {
+            if big && dtype != F32 {
+                continue;
+            }
+            let ops: &[BinaryOp] = match dtype {
+                _ if dtype.is_float() => &FLOAT_BINARY,
+                Bool => &[BinaryOp::BitAnd, BinaryOp::BitOr, BinaryOp::BitXor],
+                _ => &INT_BINARY,
+            };
+            for &op in ops {
+                if big && op != BinaryOp::Add {
+                    continue;
+                }
+                let (da, sa) = &case.ins[0];
+                let (db, sb) = &case.ins[1];
+                let (na, nb) = (numel(da), numel(db));
+                // Draw pairs, then split: a's and b's values from one generator call.
+                let pairs: Vec<(f64, f64)> = (0..na.max(nb)).map(|_| binary_inputs(op, dtype, &mut rng)).collect();
+                let av: Vec<f64> = pairs[..na].iter().map(|p| p.0).collect();
+                let bv: Vec<f64> = pairs[..nb].iter().map(|p| p.1).collect();
+                let a = upload(&s, &av, da, sa, dtype);
+                let b = upload(&s, &bv, db, sb, dtype);
+                let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
+                let name = format!("binary {op:?} {dtype:?}");
+                if let Err(e) = ew::binary(&s, op, &a.t, &b.t, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let (ab, bb) = (bcast(&a, &case.out.0), bcast(&b, &case.out.0));
+                let got = download(&s, &out);
+                if dtype.is_float() {
+                    let want: Vec<f64> = ab.iter().zip(&bb).map(|(&x, &y)| binary_ref(op, x, y)).collect();
+                    let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2);
+                    r.close(format!("{name} {case:?}"), dtype, &got, &want, float_bound(dtype, tr));
+                } else {
+                    let want: Vec<f64> = ab
+                        .iter()
+                        .zip(&bb)
+                        .map(|(&x, &y)| wrap(dtype, binary_int_ref(op, x as i64, y as i64)))
+                        .collect();
+                    r.exact(format!("{name} {case:?}"), dtype, &got, &want);
+                }
+            }
+        }
+    }
+    r.finish(false);
+}
+
+// ---------------------------------------------------------------------------------------
+// compare
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn compare_every_op_and_dtype() {
+    let s = stream();
+    let mut r = Report::new("compare");
+    let mut rng = SplitMix64::new(44);
+    let ops = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ];
+    for case in cases() {
+        for dtype in ALL {
+            for op in ops {
+                for out_t in [Bool, U8] {
+                    if out_t == U8 && op != CompareOp::Le {
+                        continue;
+                    }
+                    // Few distinct values so that equality happens; NaN for floats.
+                    let mut draw = |g: &mut SplitMix64| -> f64 {
+                        if dtype.is_float() {
+                            if g.below(10) == 0 {
+                                f64::NAN
+                            } else {
+                                (g.below(8) as f64 - 3.5) * 0.5
+                            }
+                        } else if dtype == Bool {
+                            g.below(2) as f64
+                        } else {
+                            1.0 + g.below(4) as f64 - if dtype == U8 { 0.0 } else { 2.0 }
+                        }
+                    };
+                    let (da, sa) = &case.ins[0];
+                    let (db, sb) = &case.ins[1];
+                    let av = rand_vec(&mut rng, numel(da), &mut draw);
+                    let bv = rand_vec(&mut rng, numel(db), &mut draw);
+                    let a = upload(&s, &av, da, sa, dtype);
+                    let b = upload(&s, &bv, db, sb, dtype);
+                    let out = poisoned(&s, &case.out.0, &case.out.1, out_t);
+                    let name = format!("compare {op:?} {dtype:?}->{out_t:?} {case:?}");
+                    if let Err(e) = ew::compare(&s, op, &a.t, &b.t, &out.t) {
+                        r.error(name, e);
+                        continue;
+                    }
+                    let want: Vec<f64> = bcast(&a, &case.out.0)
+                        .iter()
+                        .zip(bcast(&b, &case.out.0))
+                        .map(|(&x, y)| {
+                            (match op {
+                                CompareOp::Eq => x == y,
+                                CompareOp::Ne => x != y,
+                                CompareOp::Lt => x < y,
+                                CompareOp::Le => x <= y,
+                                CompareOp::Gt => x > y,
+                                CompareOp::Ge => x >= y,
+                            }) as u8 as f64
+                        })
+                        .collect();
+                    r.exact(name, dtype, &download(&s, &out), &want);
+                }
+            }
+        }
+    }
+    r.finish(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// where
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn where_every_dtype() {
+    let s = stream();
+    let mut r = Report::new("where");
+    let mut rng = SplitMix64::new(55);
+    for case in cases() {
+        for dtype in ALL {
+            for cond_t in [Bool, U8] {
+                if cond_t == U8 && !matches!(dtype, F32 | I64) {
+                    continue;
+                }
+                // Operand order: cond takes pattern 1, a pattern 0, b pattern 2.
+                let (dc, sc) = &case.ins[1];
+                let (da, sa) = &case.ins[0];
+                let (db, sb) = &case.ins[2];
+                let cv = rand_vec(&mut rng, numel(dc), |g| {
+                    if cond_t == U8 {
+                        g.below(4) as f64 // 0..3: any nonzero is true
+                    } else {
+                        g.below(2) as f64
+                    }
+                });
+                let av = rand_vec(&mut rng, numel(da), |g| rand_val(g, dtype));
+                let bv = rand_vec(&mut rng, numel(db), |g| rand_val(g, dtype));
+                let c = upload(&s, &cv, dc, sc, cond_t);
+                let a = upload(&s, &av, da, sa, dtype);
+                let b = upload(&s, &bv, db, sb, dtype);
+                let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
+                let name = format!("where {dtype:?} cond {cond_t:?} {case:?}");
+                if let Err(e) = ew::where_(&s, &c.t, &a.t, &b.t, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let (cb, ab, bb) = (bcast(&c, &case.out.0), bcast(&a, &case.out.0), bcast(&b, &case.out.0));
+                let want: Vec<f64> = (0..cb.len())
+                    .map(|i| if cb[i] != 0.0 { ab[i] } else { bb[i] })
+                    .collect();
+                r.exact(name, dtype, &download(&s, &out), &want);
+            }
+        }
+    }
+    r.finish(true);
+}
