@@ -148,24 +148,17 @@ pub(crate) fn execute_keyed<'g>(
         } = h;
         let handle = &*handle;
         let mut fresh = None;
-        let plan = match plans.get(&sig) {
-            Some(plan) => plan,
-            None => {
-                if let Some(err) = known_unsupported(&sig) {
-                    return Err(err);
-                }
-                let g = graph()?;
-                check_uids(&g, uids)?;
-                load_tuning(&dev, cudnn);
-                let plan = plan_for(handle, &g, &sig, &policy, stream, uids, ptrs, &dev, cudnn)?;
-                fresh = Some(g);
-                plans.insert(sig.clone(), plan);
-                plans.get(&sig).ok_or_else(|| Error::Cuda {
-                    op: "plan cache",
-                    message: "capacity 0".into(),
-                })?
+        let plan = plans.get_or_try_insert_with(&sig, || {
+            if let Some(err) = known_unsupported(&sig) {
+                return Err(err);
             }
-        };
+            let g = graph()?;
+            check_uids(&g, uids)?;
+            load_tuning(&dev, cudnn);
+            let plan = plan_for(handle, &g, &sig, &policy, stream, uids, ptrs, &dev, cudnn)?;
+            fresh = Some(g);
+            Ok(plan)
+        })?;
         let replay = replayable && policy.graph_replay;
         if replay && capture_stream.is_none() {
             *capture_stream = Some(dev.context().new_stream()?);

@@ -15,7 +15,9 @@ fn probe(
 ) -> std::result::Result<String, Vec<String>> {
     cache
         .get_or_init(|| {
-            let names = cudarc::get_lib_name_candidates(lib);
+            let mut names = cudarc::get_lib_name_candidates(lib);
+            let mut seen = std::collections::HashSet::new();
+            names.retain(|n| seen.insert(n.clone()));
             first_loadable(&names).ok_or(names)
         })
         .clone()
@@ -76,7 +78,10 @@ pub struct RuntimeReport {
 pub fn report() -> RuntimeReport {
     RuntimeReport {
         driver: check_driver().map_err(|e| e.to_string()),
-        devices: device_count().map_err(|e| e.to_string()),
+        devices: match check_driver() {
+            Ok(_) => device_count().map_err(|e| e.to_string()),
+            Err(_) => Err("no driver (see above)".into()),
+        },
         cudnn: crate::ffi::api()
             .map(|a| (a.version, a.path.clone()))
             .map_err(|e| e.to_string()),
