@@ -1,6 +1,8 @@
 //! The persistent tuning cache across processes: a second process finds the first one's
-//! engine choices in the tuning file, skips autotuning, and its first call of the shape is
-//! faster. Needs a CUDA GPU. The parent test runs this binary twice as child processes.
+//! engine choices in the tuning file and skips autotuning (asserted through the build
+//! counter; both first-call times are printed — timings are reported, not asserted, since
+//! a loaded machine could invert them). Needs a CUDA GPU. The parent test runs this binary
+//! twice as child processes.
 
 use std::process::Command;
 use std::time::Instant;
@@ -77,8 +79,4 @@ fn first_call_is_faster_in_a_second_process() {
     assert_eq!(files.len(), 1, "one tuning file written");
     assert_eq!(first_builds, 1, "process 1 selected an engine");
     assert_eq!(second_builds, 0, "process 2 reused the saved choice");
-    assert!(
-        second_ms < first_ms,
-        "second process first call {second_ms} ms not faster than {first_ms} ms"
-    );
 }

@@ -246,8 +246,11 @@ fn different_keys_build_in_parallel() {
     for t in threads {
         t.join().unwrap();
     }
-    assert!(max_running.load(Ordering::SeqCst) >= 2);
-    assert!(start.elapsed() < Duration::from_millis(700), "builds serialized");
+    assert!(
+        max_running.load(Ordering::SeqCst) >= 2,
+        "builds of different keys never overlapped"
+    );
+    let _ = start; // wall time is not asserted: a loaded machine stretches it
     assert_eq!(cache.len(), 8);
     assert_eq!(cache.stats().snapshot().choice_builds, 8);
 }
@@ -287,22 +290,24 @@ fn builder_error_does_not_hang_waiters() {
 #[test]
 fn builder_panic_does_not_hang_waiters() {
     let cache = Arc::new(ChoiceCache::new(100, CacheStats::new()));
-    let barrier = Arc::new(Barrier::new(4));
+    // The other threads start only once thread 0 is inside its builder, so thread 0 is
+    // always the builder and they are always waiters (no timing assumption).
+    let building = Arc::new(Barrier::new(4));
     let threads: Vec<_> = (0..4)
         .map(|i| {
-            let (cache, barrier) = (cache.clone(), barrier.clone());
+            let (cache, building) = (cache.clone(), building.clone());
             thread::spawn(move || {
-                barrier.wait();
                 if i == 0 {
                     let r = catch_unwind(AssertUnwindSafe(|| {
                         cache.get_or_build(&sig(9), || -> Result<EngineChoice, ()> {
+                            building.wait();
                             thread::sleep(Duration::from_millis(30));
                             panic!("builder panicked")
                         })
                     }));
                     r.is_err()
                 } else {
-                    thread::sleep(Duration::from_millis(5));
+                    building.wait();
                     let (v, _) = cache.get_or_build(&sig(9), || Ok::<_, ()>(choice(4))).unwrap();
                     v == choice(4)
                 }
