@@ -18,3 +18,27 @@ pub fn packed_strides(dims: &[i64], order: &[usize]) -> Vec<i64> {
     }
     strides
 }
+
+/// True when two distinct indices of the view may share an address. Dims are sorted by
+/// |stride|; each must step past everything the smaller ones span. Exact for packed,
+/// sliced, permuted and flipped views; conservative (true) for exotic ones and on overflow.
+pub fn may_overlap(dims: &[i64], strides: &[i64]) -> bool {
+    let mut axes: Vec<(i64, i64)> = dims
+        .iter()
+        .zip(strides)
+        .filter(|(&d, _)| d > 1)
+        .map(|(&d, &s)| (d, s.saturating_abs()))
+        .collect();
+    axes.sort_by_key(|&(_, s)| s);
+    let mut span = 0i64; // largest offset reachable with the smaller dims
+    for (d, s) in axes {
+        if s <= span {
+            return true;
+        }
+        span = match (d - 1).checked_mul(s).and_then(|v| v.checked_add(span)) {
+            Some(v) => v,
+            None => return true,
+        };
+    }
+    false
+}

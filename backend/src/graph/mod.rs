@@ -10,7 +10,7 @@ mod types;
 mod validate;
 pub use validate::conv_out as conv_output_size;
 
-pub use layout::{packed_strides, stride_order};
+pub use layout::{may_overlap, packed_strides, stride_order};
 pub use signature::SignatureContext;
 use types::Given;
 pub use types::*;

@@ -1,6 +1,6 @@
 //! `Graph::validate`: shape/dtype inference and consistency checks, all on the CPU.
 
-use super::layout::{packed_strides, stride_order};
+use super::layout::{may_overlap, packed_strides, stride_order};
 use super::{ConvAttrs, DataType, Graph, Op, ResampleAttrs, ResampleMode, TensorId};
 use crate::error::{Error, Result};
 
@@ -458,17 +458,11 @@ fn check_alignment(name: &str, alignment: u32, dtype: DataType) -> Result<()> {
 }
 
 fn check_no_overlap(node: &str, name: &str, dims: &[i64], strides: &[i64]) -> Result<()> {
-    let mut axes: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] > 1).collect();
-    axes.sort_by_key(|&i| strides[i]);
-    let mut need = 1i64;
-    for &i in &axes {
-        if strides[i] < need {
-            return Err(err(
-                node,
-                format!("output `{name}` strides {strides:?} overlap for dims {dims:?}"),
-            ));
-        }
-        need = strides[i].saturating_mul(dims[i]);
+    if may_overlap(dims, strides) {
+        return Err(err(
+            node,
+            format!("output `{name}` strides {strides:?} overlap for dims {dims:?}"),
+        ));
     }
     Ok(())
 }

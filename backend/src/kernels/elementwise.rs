@@ -17,7 +17,7 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_elementwise::{self as launch, UnaryParams};
-use crate::graph::DataType;
+use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{function, ELEMENTWISE};
 use crate::ops::TensorRef;
@@ -299,30 +299,14 @@ fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i6
     Ok(numel)
 }
 
-/// Checks that no two elements of `out` share an address: sorted by stride, each dim's
-/// stride must exceed the span of all smaller ones (so a 0 stride on a dim > 1 fails).
+/// Checks that no two elements of `out` share an address (see [`may_overlap`]).
 fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    let mut dims: Vec<(i64, i64)> = t
-        .dims
-        .iter()
-        .zip(&t.strides)
-        .filter(|(&d, _)| d > 1)
-        .map(|(&d, &s)| (d, s.unsigned_abs() as i64))
-        .collect();
-    dims.sort_by_key(|&(_, s)| s);
-    let mut span = 0i64;
-    for (d, s) in dims {
-        if s <= span {
-            return Err(Error::invalid_arg(
-                op,
-                arg,
-                format!(
-                    "output dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-                    t.dims, t.strides
-                ),
-            ));
-        }
-        span = span.saturating_add((d - 1).saturating_mul(s));
+    if may_overlap(&t.dims, &t.strides) {
+        let msg = format!(
+            "output dims {:?} with strides {:?} overlap (a 0 or too small stride)",
+            t.dims, t.strides
+        );
+        return Err(Error::invalid_arg(op, arg, msg));
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_reduce::{launch_rows, RowArgs, REDUCE_THREADS};
-use crate::graph::DataType;
+use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{function, REDUCE};
 use crate::ops::TensorRef;
@@ -133,25 +133,6 @@ pub(crate) fn entry(kind: Kind, dtype: DataType) -> &'static str {
         Kind::Arg => pick!("argreduce"),
         Kind::Scan => pick!("scan"),
     }
-}
-
-/// True when two distinct indices of the view may share an address. Exact for views
-/// whose dims, sorted by stride, each step past everything the smaller ones span
-/// (every packed, sliced or permuted view); conservative otherwise.
-pub(crate) fn may_overlap(dims: &[i64], strides: &[i64]) -> bool {
-    let mut axes: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] > 1).collect();
-    axes.sort_by_key(|&i| strides[i]);
-    let mut span = 0i64; // largest offset reachable with the smaller dims
-    for i in axes {
-        if strides[i] <= span {
-            return true;
-        }
-        span = match (dims[i] - 1).checked_mul(strides[i]).and_then(|v| v.checked_add(span)) {
-            Some(v) => v,
-            None => return true,
-        };
-    }
-    false
 }
 
 /// Threads per row of a reduction: one for short rows, a warp for medium ones, the whole
