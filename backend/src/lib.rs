@@ -9,7 +9,9 @@
 //! - [`plan`]: heuristics, engine filtering, autotuning and the plan cache;
 //! - [`handle`]: the thread-pooled cuDNN handle manager;
 //! - [`runtime`]: library probing, devices, streams and workspace memory;
-//! - [`reference`]: a float64 CPU reference used by tests, examples and benchmarks.
+//! - [`reference`]: a float64 CPU reference used by tests, examples and benchmarks;
+//! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
+//! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views.
 //!
 //! cuDNN, the CUDA driver and NVRTC are loaded at run time: the crate builds on machines
 //! without CUDA, and a machine without a GPU gets a clear [`Error`] instead of a panic.
@@ -25,6 +27,7 @@ pub mod ops;
 pub mod plan;
 pub mod reference;
 pub mod runtime;
+pub mod view;
 
 pub use error::{CudnnStatus, Error, Result};
 pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
