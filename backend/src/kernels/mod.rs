@@ -54,12 +54,13 @@ fn arch(dev: &Device) -> &'static str {
 
 /// Loads `function` from `source`, compiling the source for `dev` on first use.
 pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static str) -> Result<CudaFunction> {
-    static FUNCTIONS: OnceLock<Mutex<HashMap<(usize, &'static str), CudaFunction>>> = OnceLock::new();
+    type FunctionKey = (usize, &'static str, &'static str);
+    static FUNCTIONS: OnceLock<Mutex<HashMap<FunctionKey, CudaFunction>>> = OnceLock::new();
     let functions = FUNCTIONS.get_or_init(Default::default);
     if let Some(f) = functions
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(&(dev.ordinal(), function))
+        .get(&(dev.ordinal(), source.name, function))
     {
         return Ok(f.clone());
     }
@@ -79,7 +80,7 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
     functions
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert((dev.ordinal(), function), f.clone());
+        .insert((dev.ordinal(), source.name, function), f.clone());
     Ok(f)
 }
 
