@@ -11,6 +11,8 @@ mod descriptor;
 mod handle;
 pub(crate) mod launch;
 pub(crate) mod launch_elementwise;
+pub(crate) mod launch_index;
+pub(crate) mod launch_random;
 pub(crate) mod launch_reduce;
 pub(crate) mod legacy;
 pub(crate) mod replay;

@@ -9,7 +9,9 @@ use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
 pub mod elementwise;
+pub mod index;
 pub(crate) mod layout;
+pub mod random;
 pub mod reduce;
 
 use crate::error::{Error, Result};
@@ -98,9 +100,23 @@ pub(crate) const REDUCE: KernelSource = KernelSource {
     common: true,
 };
 
+/// Gather, scatter-add, index-select and index-add along one axis.
+pub(crate) const INDEX: KernelSource = KernelSource {
+    name: "index.cu",
+    code: include_str!("../../../kernels/index.cu"),
+    common: true,
+};
+
+/// Philox4x32-10 uniform, normal, bernoulli and uniform_int on strided outputs.
+pub(crate) const RANDOM: KernelSource = KernelSource {
+    name: "random.cu",
+    code: include_str!("../../../kernels/random.cu"),
+    common: true,
+};
+
 /// Every kernel source, for the compile check.
 #[cfg(test)]
-const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE];
+const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE, INDEX, RANDOM];
 
 /// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
 fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {

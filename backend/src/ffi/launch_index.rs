@@ -1,0 +1,89 @@
+//! Typed launches of the index kernels (`kernels/index.cu`).
+//!
+//! Each function's argument list mirrors one kernel's C signature; the callers in
+//! `kernels::index` have validated dtypes, shapes and the layouts beforehand, so every
+//! element a kernel touches lies inside the views the caller was handed (indices outside
+//! the indexed axis are skipped by the kernels themselves).
+
+use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+
+use crate::error::Result;
+use crate::ffi::launch::{grid_for, KernelLayout};
+
+/// The indexed axis of an index kernel: indices must lie in `0..len`; one step along it
+/// is `stride` elements of the indexed operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexAxis {
+    pub stride: i64,
+    pub len: i64,
+}
+
+/// Launches `gather_b{1,2,4,8}(const T* x, const void* idx, int idx64, T* out, Layout lx,
+/// Layout li, Layout lo, i64 axis_stride, i64 axis_len, i64 n)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    x: u64,
+    idx: u64,
+    idx64: bool,
+    out: u64,
+    layouts: &[KernelLayout; 3],
+    axis: IndexAxis,
+    n: i64,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&idx)
+        .arg(&idx64)
+        .arg(&out)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(&axis.stride)
+        .arg(&axis.len)
+        .arg(&n);
+    // SAFETY: the arguments match `gather_bN(const T*, const void*, int, T*, Layout,
+    // Layout, Layout, long long, long long, long long)`; the indices and output views are
+    // in bounds for every item < n, `idx64` names the indices' element type, and x is read
+    // only at `offset + k * axis_stride` with `0 <= k < axis_len`, inside its view
+    // (validated by the caller).
+    unsafe { b.launch(grid_for(n as u64)) }?;
+    Ok(())
+}
+
+/// Launches `scatter_add_<dt>(T* target, const void* idx, int idx64, const T* values,
+/// Layout lt, Layout li, Layout lv, i64 axis_stride, i64 axis_len, i64 n)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_add(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    target: u64,
+    idx: u64,
+    idx64: bool,
+    values: u64,
+    layouts: &[KernelLayout; 3],
+    axis: IndexAxis,
+    n: i64,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&target)
+        .arg(&idx)
+        .arg(&idx64)
+        .arg(&values)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(&axis.stride)
+        .arg(&axis.len)
+        .arg(&n);
+    // SAFETY: the arguments match `scatter_add_<dt>(T*, const void*, int, const T*,
+    // Layout, Layout, Layout, long long, long long, long long)`; the indices and values
+    // views are in bounds for every item < n, `idx64` names the indices' element type, and
+    // the target is updated (atomically) only at `offset + k * axis_stride` with
+    // `0 <= k < axis_len`, inside its view (validated by the caller).
+    unsafe { b.launch(grid_for(n as u64)) }?;
+    Ok(())
+}

@@ -1,0 +1,770 @@
+//! Index kernels on strided views: gather, scatter-add, index-select and index-add along
+//! one axis.
+//!
+//! Every function takes the stream first, validates all its arguments, and only enqueues
+//! work (it never synchronizes). Indices are `I64` or `I32`; every operand may be
+//! arbitrarily strided (negative strides included), and the written operand (`out` or
+//! `target`) must not overlap itself (no 0 stride on a dim > 1) nor alias the other
+//! operands. Empty iteration shapes return `Ok(())` at once after validation.
+//!
+//! **Bounds are the caller's responsibility.** Index values are only known on the device,
+//! so they are not validated: an index outside `0..dim` (negative included) never reads
+//! or writes out of bounds, but its item is skipped. `gather` / `index_select` leave that
+//! output element unwritten, `scatter_add` / `index_add` add nothing for it.
+//!
+//! Host work is split in two: a pure `plan_*` function (validation, layouts, kernel
+//! choice) that needs no device, and the launch of the planned kernel (`kernels/index.cu`:
+//! `gather_b{1,2,4,8}` by element size, `scatter_add_<dt>` per dtype; `index_select` and
+//! `index_add` run the same kernels with the 1-D indices broadcast along the axis).
+//! The adds use atomics (f32/f64/i32/i64 natively, f16/bf16 by compare-and-swap on the
+//! containing 32-bit word), so float sums with duplicate indices are not bit-reproducible.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
+use crate::error::{Error, Result};
+use crate::ffi::launch::KernelLayout;
+use crate::ffi::launch_index::{self as launch, IndexAxis};
+use crate::graph::{may_overlap, DataType};
+use crate::kernels::layout::{coalesce, kernel_layout};
+use crate::kernels::{function, INDEX};
+use crate::ops::TensorRef;
+use crate::runtime::Device;
+
+// ---------------------------------------------------------------------------------------
+// Plans (pure host logic)
+
+/// What every index op launches: the indexed operand, the indices and the third operand
+/// (`out` or `values`), in that order, over one iteration shape of `n` items.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct IndexPlan {
+    pub entry: &'static str,
+    /// Whether the indices are `I64` (else `I32`).
+    pub idx64: bool,
+    /// Layouts of (indexed operand with stride 0 on the axis, indices, out/values).
+    pub layouts: [KernelLayout; 3],
+    pub axis: IndexAxis,
+    pub n: i64,
+}
+
+/// `gather_b{1,2,4,8}` by element size.
+fn gather_entry(dtype: DataType) -> &'static str {
+    match dtype.size() {
+        1 => "gather_b1",
+        2 => "gather_b2",
+        4 => "gather_b4",
+        _ => "gather_b8",
+    }
+}
+
+/// `scatter_add_<dt>` for the dtypes the adds support.
+fn add_entry(op: &'static str, arg: &'static str, dtype: DataType) -> Result<&'static str> {
+    Ok(match dtype {
+        DataType::F32 => "scatter_add_f32",
+        DataType::F16 => "scatter_add_f16",
+        DataType::BF16 => "scatter_add_bf16",
+        DataType::F64 => "scatter_add_f64",
+        DataType::I32 => "scatter_add_i32",
+        DataType::I64 => "scatter_add_i64",
+        _ => {
+            return Err(Error::invalid_arg(
+                op,
+                arg,
+                format!("dtype {dtype:?} is not supported (F32, F16, BF16, F64, I32 or I64)"),
+            ))
+        }
+    })
+}
+
+/// Checks one operand's own consistency; returns its element count.
+fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
+    if t.dims.len() != t.strides.len() {
+        return Err(Error::invalid_arg(
+            op,
+            arg,
+            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
+        ));
+    }
+    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
+        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
+    }
+    let numel = t
+        .dims
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
+    if numel > 0 && t.ptr == 0 {
+        return Err(Error::invalid_arg(op, arg, "null device pointer"));
+    }
+    Ok(numel)
+}
+
+/// Checks that no two elements of the written operand share an address.
+fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
+    if may_overlap(&t.dims, &t.strides) {
+        let msg = format!(
+            "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
+            t.dims, t.strides
+        );
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    Ok(())
+}
+
+/// Checks the indices' dtype; returns whether they are `I64`.
+fn check_index_dtype(op: &'static str, indices: &TensorRef) -> Result<bool> {
+    match indices.dtype {
+        DataType::I64 => Ok(true),
+        DataType::I32 => Ok(false),
+        d => Err(Error::invalid_arg(
+            op,
+            "indices",
+            format!("dtype {d:?} is not I64 or I32"),
+        )),
+    }
+}
+
+fn check_axis(op: &'static str, axis: usize, rank: usize, arg: &'static str) -> Result<()> {
+    if axis >= rank {
+        return Err(Error::invalid_arg(
+            op,
+            "axis",
+            format!("axis {axis} is out of range for {arg} of rank {rank}"),
+        ));
+    }
+    Ok(())
+}
+
+fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType, of: &str) -> Result<()> {
+    if t.dtype != want {
+        return Err(Error::invalid_arg(
+            op,
+            arg,
+            format!("dtype {:?} differs from {of}'s {want:?}", t.dtype),
+        ));
+    }
+    Ok(())
+}
+
+/// `dims` with `dims[axis]` replaced by `len`.
+fn with_axis(dims: &[i64], axis: usize, len: i64) -> Vec<i64> {
+    let mut d = dims.to_vec();
+    d[axis] = len;
+    d
+}
+
+/// Checks the element-wise form's indices against the indexed operand (`data`): same
+/// rank and no larger off the axis.
+fn check_elementwise_indices(
+    op: &'static str,
+    data_arg: &'static str,
+    data: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+) -> Result<()> {
+    if indices.dims.len() != data.dims.len() {
+        return Err(Error::invalid_arg(
+            op,
+            "indices",
+            format!(
+                "rank {} ({:?}) differs from {data_arg}'s rank {} ({:?})",
+                indices.dims.len(),
+                indices.dims,
+                data.dims.len(),
+                data.dims
+            ),
+        ));
+    }
+    check_axis(op, axis, data.dims.len(), data_arg)?;
+    for (d, (&i, &x)) in indices.dims.iter().zip(&data.dims).enumerate() {
+        if d != axis && i > x {
+            return Err(Error::invalid_arg(
+                op,
+                "indices",
+                format!(
+                    "dims {:?} exceed {data_arg}'s {:?} at dim {d} (only the axis {axis} may be larger)",
+                    indices.dims, data.dims
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the 1-D form's indices are 1-D; returns their length.
+fn check_vector_indices(op: &'static str, indices: &TensorRef) -> Result<i64> {
+    if indices.dims.len() != 1 {
+        return Err(Error::invalid_arg(
+            op,
+            "indices",
+            format!("must be 1-D, got dims {:?}", indices.dims),
+        ));
+    }
+    Ok(indices.dims[0])
+}
+
+/// Merges the dims of the iteration `shape` jointly over the three operands' strides and
+/// packs the layouts; the indexed operand `data` gets stride 0 on `axis` (the kernel adds
+/// `index * axis.stride`).
+fn layouts(
+    op: &'static str,
+    shape: &[i64],
+    data: &TensorRef,
+    axis: usize,
+    idx_strides: Vec<i64>,
+    other_strides: Vec<i64>,
+) -> Result<([KernelLayout; 3], IndexAxis)> {
+    let ax = IndexAxis {
+        stride: data.strides[axis],
+        len: data.dims[axis],
+    };
+    let data_strides = with_axis(&data.strides, axis, 0);
+    let (shape, strides) = coalesce(shape, &[data_strides, idx_strides, other_strides]);
+    let mut out = [KernelLayout::default(); 3];
+    for (l, s) in out.iter_mut().zip(&strides) {
+        *l = kernel_layout(op, &shape, s)?;
+    }
+    Ok((out, ax))
+}
+
+/// Strides of 1-D indices broadcast along `axis` of a rank-`rank` iteration shape.
+fn vector_index_strides(indices: &TensorRef, axis: usize, rank: usize) -> Vec<i64> {
+    let mut s = vec![0i64; rank];
+    s[axis] = indices.strides[0];
+    s
+}
+
+pub(crate) fn plan_gather(
+    x: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    out: &TensorRef,
+) -> Result<Option<IndexPlan>> {
+    const OP: &str = "gather";
+    check_tensor(OP, "x", x)?;
+    check_tensor(OP, "indices", indices)?;
+    let n = check_tensor(OP, "out", out)?;
+    let idx64 = check_index_dtype(OP, indices)?;
+    check_elementwise_indices(OP, "x", x, axis, indices)?;
+    same_dtype(OP, "out", out, x.dtype, "x")?;
+    if out.dims != indices.dims {
+        return Err(Error::invalid_arg(
+            OP,
+            "out",
+            format!("dims {:?} differ from the indices' {:?}", out.dims, indices.dims),
+        ));
+    }
+    check_no_overlap(OP, "out", out)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let (layouts, axis) = layouts(OP, &out.dims, x, axis, indices.strides.clone(), out.strides.clone())?;
+    Ok(Some(IndexPlan {
+        entry: gather_entry(x.dtype),
+        idx64,
+        layouts,
+        axis,
+        n,
+    }))
+}
+
+pub(crate) fn plan_scatter_add(
+    target: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<Option<IndexPlan>> {
+    const OP: &str = "scatter_add";
+    check_tensor(OP, "target", target)?;
+    check_tensor(OP, "indices", indices)?;
+    let n = check_tensor(OP, "values", values)?;
+    let entry = add_entry(OP, "target", target.dtype)?;
+    let idx64 = check_index_dtype(OP, indices)?;
+    check_elementwise_indices(OP, "target", target, axis, indices)?;
+    same_dtype(OP, "values", values, target.dtype, "target")?;
+    if values.dims != indices.dims {
+        return Err(Error::invalid_arg(
+            OP,
+            "values",
+            format!("dims {:?} differ from the indices' {:?}", values.dims, indices.dims),
+        ));
+    }
+    check_no_overlap(OP, "target", target)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let (layouts, axis) = layouts(
+        OP,
+        &values.dims,
+        target,
+        axis,
+        indices.strides.clone(),
+        values.strides.clone(),
+    )?;
+    Ok(Some(IndexPlan {
+        entry,
+        idx64,
+        layouts,
+        axis,
+        n,
+    }))
+}
+
+pub(crate) fn plan_index_select(
+    x: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    out: &TensorRef,
+) -> Result<Option<IndexPlan>> {
+    const OP: &str = "index_select";
+    check_tensor(OP, "x", x)?;
+    check_tensor(OP, "indices", indices)?;
+    let n = check_tensor(OP, "out", out)?;
+    let idx64 = check_index_dtype(OP, indices)?;
+    let k = check_vector_indices(OP, indices)?;
+    check_axis(OP, axis, x.dims.len(), "x")?;
+    same_dtype(OP, "out", out, x.dtype, "x")?;
+    let want = with_axis(&x.dims, axis, k);
+    if out.dims != want {
+        return Err(Error::invalid_arg(
+            OP,
+            "out",
+            format!(
+                "dims {:?} differ from {want:?} (x's dims with axis {axis} set to the index count)",
+                out.dims
+            ),
+        ));
+    }
+    check_no_overlap(OP, "out", out)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let idx_strides = vector_index_strides(indices, axis, out.dims.len());
+    let (layouts, axis) = layouts(OP, &out.dims, x, axis, idx_strides, out.strides.clone())?;
+    Ok(Some(IndexPlan {
+        entry: gather_entry(x.dtype),
+        idx64,
+        layouts,
+        axis,
+        n,
+    }))
+}
+
+pub(crate) fn plan_index_add(
+    target: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<Option<IndexPlan>> {
+    const OP: &str = "index_add";
+    check_tensor(OP, "target", target)?;
+    check_tensor(OP, "indices", indices)?;
+    let n = check_tensor(OP, "values", values)?;
+    let entry = add_entry(OP, "target", target.dtype)?;
+    let idx64 = check_index_dtype(OP, indices)?;
+    let k = check_vector_indices(OP, indices)?;
+    check_axis(OP, axis, target.dims.len(), "target")?;
+    same_dtype(OP, "values", values, target.dtype, "target")?;
+    let want = with_axis(&target.dims, axis, k);
+    if values.dims != want {
+        return Err(Error::invalid_arg(
+            OP,
+            "values",
+            format!(
+                "dims {:?} differ from {want:?} (target's dims with axis {axis} set to the index count)",
+                values.dims
+            ),
+        ));
+    }
+    check_no_overlap(OP, "target", target)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let idx_strides = vector_index_strides(indices, axis, values.dims.len());
+    let (layouts, axis) = layouts(OP, &values.dims, target, axis, idx_strides, values.strides.clone())?;
+    Ok(Some(IndexPlan {
+        entry,
+        idx64,
+        layouts,
+        axis,
+        n,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Public API
+
+fn kernel(stream: &Arc<CudaStream>, entry: &'static str) -> Result<cudarc::driver::CudaFunction> {
+    let dev = Device::new(stream.context().ordinal())?;
+    function(&dev, INDEX, entry)
+}
+
+/// `out[i_0, .., i_r] = x[i_0, .., indices[i_0, .., i_r], .., i_r]` with the index at
+/// position `axis`. `indices` (`I64` or `I32`) has `x`'s rank and dims no larger than
+/// `x`'s off the axis; `out` has the indices' dims and `x`'s dtype (any dtype). An index
+/// outside `0..x.dims[axis]` leaves its output element unwritten (bounds are the
+/// caller's responsibility).
+pub fn gather(
+    stream: &Arc<CudaStream>,
+    x: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    out: &TensorRef,
+) -> Result<()> {
+    let Some(p) = plan_gather(x, axis, indices, out)? else {
+        return Ok(());
+    };
+    let f = kernel(stream, p.entry)?;
+    launch::gather(
+        stream,
+        &f,
+        x.ptr,
+        indices.ptr,
+        p.idx64,
+        out.ptr,
+        &p.layouts,
+        p.axis,
+        p.n,
+    )
+}
+
+/// `target[i_0, .., indices[i_0, .., i_r], .., i_r] += values[i_0, .., i_r]` (in place,
+/// the index at position `axis`; duplicate indices accumulate). `indices` (`I64` or `I32`)
+/// has `target`'s rank and dims no larger than `target`'s off the axis; `values` has the
+/// indices' dims and `target`'s dtype (F32, F16, BF16, F64, I32 or I64; ints wrap). An
+/// index outside `0..target.dims[axis]` adds nothing (bounds are the caller's
+/// responsibility).
+pub fn scatter_add(
+    stream: &Arc<CudaStream>,
+    target: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<()> {
+    let Some(p) = plan_scatter_add(target, axis, indices, values)? else {
+        return Ok(());
+    };
+    let f = kernel(stream, p.entry)?;
+    launch::scatter_add(
+        stream,
+        &f,
+        target.ptr,
+        indices.ptr,
+        p.idx64,
+        values.ptr,
+        &p.layouts,
+        p.axis,
+        p.n,
+    )
+}
+
+/// `out.select(axis, i) = x.select(axis, indices[i])`: `out` has `x`'s dims with
+/// `dims[axis]` replaced by the length of the 1-D `indices` (`I64` or `I32`), and `x`'s
+/// dtype (any dtype). An index outside `0..x.dims[axis]` leaves its output slice
+/// unwritten (bounds are the caller's responsibility).
+pub fn index_select(
+    stream: &Arc<CudaStream>,
+    x: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    out: &TensorRef,
+) -> Result<()> {
+    let Some(p) = plan_index_select(x, axis, indices, out)? else {
+        return Ok(());
+    };
+    let f = kernel(stream, p.entry)?;
+    launch::gather(
+        stream,
+        &f,
+        x.ptr,
+        indices.ptr,
+        p.idx64,
+        out.ptr,
+        &p.layouts,
+        p.axis,
+        p.n,
+    )
+}
+
+/// `target.select(axis, indices[i]) += values.select(axis, i)` (in place; duplicate
+/// indices accumulate): `values` has `target`'s dims with `dims[axis]` replaced by the
+/// length of the 1-D `indices` (`I64` or `I32`), and `target`'s dtype (F32, F16, BF16,
+/// F64, I32 or I64; ints wrap). An index outside `0..target.dims[axis]` adds nothing
+/// (bounds are the caller's responsibility).
+pub fn index_add(
+    stream: &Arc<CudaStream>,
+    target: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<()> {
+    let Some(p) = plan_index_add(target, axis, indices, values)? else {
+        return Ok(());
+    };
+    let f = kernel(stream, p.entry)?;
+    launch::scatter_add(
+        stream,
+        &f,
+        target.ptr,
+        indices.ptr,
+        p.idx64,
+        values.ptr,
+        &p.layouts,
+        p.axis,
+        p.n,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use DataType::*;
+
+    const P: u64 = 0x1000;
+
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
+        TensorRef::contiguous(dims, dtype, P)
+    }
+
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
+        TensorRef::new(dims, strides, dtype, P)
+    }
+
+    fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
+        match r {
+            Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn entry_names_by_dtype() {
+        let i = t(&[2, 3], I64);
+        for (d, e) in [
+            (Bool, "gather_b1"),
+            (U8, "gather_b1"),
+            (I8, "gather_b1"),
+            (F16, "gather_b2"),
+            (BF16, "gather_b2"),
+            (F32, "gather_b4"),
+            (I32, "gather_b4"),
+            (F64, "gather_b8"),
+            (I64, "gather_b8"),
+        ] {
+            assert_eq!(
+                plan_gather(&t(&[4, 3], d), 0, &i, &t(&[2, 3], d))
+                    .unwrap()
+                    .unwrap()
+                    .entry,
+                e
+            );
+            let v = t(&[3], I32);
+            let p = plan_index_select(&t(&[4, 3], d), 0, &v, &t(&[3, 3], d))
+                .unwrap()
+                .unwrap();
+            assert_eq!((p.entry, p.idx64), (e, false));
+        }
+        for (d, e) in [
+            (F32, "scatter_add_f32"),
+            (F16, "scatter_add_f16"),
+            (BF16, "scatter_add_bf16"),
+            (F64, "scatter_add_f64"),
+            (I32, "scatter_add_i32"),
+            (I64, "scatter_add_i64"),
+        ] {
+            let p = plan_scatter_add(&t(&[4, 3], d), 0, &i, &t(&[2, 3], d))
+                .unwrap()
+                .unwrap();
+            assert_eq!((p.entry, p.idx64), (e, true));
+            let v = t(&[5], I64);
+            assert_eq!(
+                plan_index_add(&t(&[4, 3], d), 1, &v, &t(&[4, 5], d))
+                    .unwrap()
+                    .unwrap()
+                    .entry,
+                e
+            );
+        }
+        for d in [U8, I8, Bool] {
+            let (op, arg, why) = invalid(plan_scatter_add(&t(&[4], d), 0, &t(&[4], I64), &t(&[4], d)));
+            assert_eq!((op, arg), ("scatter_add", "target"));
+            assert!(why.contains(&format!("{d:?}")), "{why}");
+            assert_eq!(
+                invalid(plan_index_add(&t(&[4], d), 0, &t(&[4], I64), &t(&[4], d))).1,
+                "target"
+            );
+        }
+    }
+
+    #[test]
+    fn gather_layouts_zero_the_axis_and_carry_its_stride() {
+        // x [5, 7] transposed, gather along axis 1 with indices [5, 3].
+        let x = ts(&[5, 7], &[1, 5], F32);
+        let p = plan_gather(&x, 1, &t(&[5, 3], I32), &t(&[5, 3], F32)).unwrap().unwrap();
+        assert_eq!(p.axis, IndexAxis { stride: 5, len: 7 });
+        assert_eq!(p.n, 15);
+        assert_eq!(p.layouts[0].rank, 2);
+        assert_eq!(&p.layouts[0].strides[..2], &[1, 0]);
+        assert_eq!(&p.layouts[1].strides[..2], &[3, 1]);
+        assert_eq!(&p.layouts[2].strides[..2], &[3, 1]);
+        assert!(!p.idx64);
+        // Along axis 0 of a packed [4, 6] with full-width indices: all merge into one dim
+        // except that x's zero axis stride keeps two.
+        let p = plan_gather(&t(&[4, 6], F16), 0, &t(&[2, 6], I64), &t(&[2, 6], F16))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.axis, IndexAxis { stride: 6, len: 4 });
+        assert_eq!((p.layouts[0].rank, &p.layouts[0].strides[..2]), (2, &[0i64, 1][..]));
+        // Smaller indices than x off the axis are allowed; x keeps its own strides.
+        let p = plan_gather(&t(&[4, 6], F32), 1, &t(&[2, 3], I64), &t(&[2, 3], F32))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&p.layouts[0].strides[..2], &[6, 0]);
+        assert_eq!(p.axis, IndexAxis { stride: 1, len: 6 });
+    }
+
+    #[test]
+    fn select_broadcasts_the_vector_indices() {
+        let idx = ts(&[4], &[2], I64);
+        let p = plan_index_select(&t(&[3, 5, 2], BF16), 1, &idx, &t(&[3, 4, 2], BF16))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.n, 24);
+        assert_eq!(p.axis, IndexAxis { stride: 2, len: 5 });
+        assert_eq!(p.layouts[1].rank, 3);
+        assert_eq!(&p.layouts[1].strides[..3], &[0, 2, 0]);
+        assert_eq!(&p.layouts[0].strides[..3], &[10, 0, 1]);
+        let p = plan_index_add(&t(&[6, 2], F32), 0, &t(&[3], I32), &ts(&[3, 2], &[1, 3], F32))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.axis, IndexAxis { stride: 2, len: 6 });
+        assert_eq!(&p.layouts[2].strides[..2], &[1, 3]);
+        assert_eq!(&p.layouts[1].strides[..2], &[1, 0]);
+    }
+
+    #[test]
+    fn argument_errors_name_the_argument() {
+        let x = t(&[4, 3], F32);
+        let i = t(&[2, 3], I64);
+        let o = t(&[2, 3], F32);
+        // index dtype
+        let (op, arg, why) = invalid(plan_gather(&x, 0, &t(&[2, 3], F32), &o));
+        assert_eq!((op, arg), ("gather", "indices"));
+        assert!(why.contains("F32"), "{why}");
+        // axis
+        let (_, arg, why) = invalid(plan_gather(&x, 2, &i, &o));
+        assert_eq!(arg, "axis");
+        assert!(why.contains("rank 2"), "{why}");
+        assert_eq!(invalid(plan_index_select(&x, 5, &t(&[2], I32), &o)).1, "axis");
+        assert_eq!(invalid(plan_index_add(&x, 2, &t(&[2], I32), &o)).1, "axis");
+        // rank / off-axis dims
+        assert_eq!(invalid(plan_gather(&x, 0, &t(&[6], I64), &t(&[6], F32))).1, "indices");
+        assert_eq!(
+            invalid(plan_gather(&x, 0, &t(&[2, 4], I64), &t(&[2, 4], F32))).1,
+            "indices"
+        );
+        assert!(plan_gather(&x, 0, &t(&[9, 3], I64), &t(&[9, 3], F32)).is_ok());
+        assert_eq!(
+            invalid(plan_scatter_add(&x, 1, &t(&[5, 3], I64), &t(&[5, 3], F32))).1,
+            "indices"
+        );
+        // out/values dims and dtypes
+        assert_eq!(invalid(plan_gather(&x, 0, &i, &t(&[3, 3], F32))).1, "out");
+        assert_eq!(invalid(plan_gather(&x, 0, &i, &t(&[2, 3], F16))).1, "out");
+        assert_eq!(invalid(plan_scatter_add(&x, 0, &i, &t(&[2, 2], F32))).1, "values");
+        assert_eq!(invalid(plan_scatter_add(&x, 0, &i, &t(&[2, 3], F64))).1, "values");
+        assert_eq!(invalid(plan_index_select(&x, 0, &t(&[2, 1], I64), &o)).1, "indices");
+        let (_, arg, why) = invalid(plan_index_select(&x, 1, &t(&[2], I64), &t(&[4, 3], F32)));
+        assert_eq!(arg, "out");
+        assert!(why.contains("[4, 2]"), "{why}");
+        assert_eq!(
+            invalid(plan_index_add(&x, 0, &t(&[2], I64), &t(&[2, 4], F32))).1,
+            "values"
+        );
+        assert_eq!(
+            invalid(plan_index_add(&x, 0, &t(&[2], I64), &t(&[2, 3], I32))).1,
+            "values"
+        );
+        // dims/strides mismatch, negative dims, null pointers
+        assert_eq!(invalid(plan_gather(&ts(&[4, 3], &[3], F32), 0, &i, &o)).1, "x");
+        assert_eq!(
+            invalid(plan_gather(&x, 0, &ts(&[-2, 3], &[3, 1], I64), &o)).1,
+            "indices"
+        );
+        assert_eq!(
+            invalid(plan_gather(&x, 0, &i, &TensorRef::contiguous(&[2, 3], F32, 0))).1,
+            "out"
+        );
+        assert_eq!(
+            invalid(plan_scatter_add(&TensorRef::contiguous(&[4, 3], F32, 0), 0, &i, &o)).1,
+            "target"
+        );
+    }
+
+    #[test]
+    fn written_operands_must_not_overlap() {
+        let x = t(&[4, 3], F32);
+        let i = t(&[2, 3], I64);
+        let (_, arg, why) = invalid(plan_gather(&x, 0, &i, &ts(&[2, 3], &[0, 1], F32)));
+        assert_eq!(arg, "out");
+        assert!(why.contains("overlap"), "{why}");
+        assert_eq!(
+            invalid(plan_scatter_add(&ts(&[4, 3], &[1, 1], F32), 0, &i, &t(&[2, 3], F32))).1,
+            "target"
+        );
+        assert_eq!(
+            invalid(plan_index_add(
+                &ts(&[4, 3], &[0, 1], F32),
+                0,
+                &t(&[2], I64),
+                &t(&[2, 3], F32)
+            ))
+            .1,
+            "target"
+        );
+        // Broadcast (0-stride) inputs are fine; so are negative strides.
+        assert!(plan_gather(
+            &ts(&[4, 3], &[0, 1], F32),
+            0,
+            &ts(&[2, 3], &[0, 0], I64),
+            &t(&[2, 3], F32)
+        )
+        .is_ok());
+        assert!(plan_scatter_add(&ts(&[4, 3], &[-3, 1], F32), 0, &i, &ts(&[2, 3], &[0, 1], F32)).is_ok());
+    }
+
+    #[test]
+    fn empty_iterations_plan_nothing_but_still_validate() {
+        let x = t(&[4, 3], F32);
+        assert!(plan_gather(&x, 0, &t(&[0, 3], I64), &t(&[0, 3], F32))
+            .unwrap()
+            .is_none());
+        assert!(plan_index_select(&x, 1, &t(&[0], I32), &t(&[4, 0], F32))
+            .unwrap()
+            .is_none());
+        assert!(
+            plan_index_add(&x, 0, &t(&[0], I64), &TensorRef::contiguous(&[0, 3], F32, 0))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            plan_scatter_add(&t(&[0, 3], I32), 0, &t(&[2, 3], I64), &t(&[2, 3], I32))
+                .unwrap()
+                .is_some()
+        );
+        invalid(plan_gather(&x, 0, &t(&[0, 3], F32), &t(&[0, 3], F32)));
+        invalid(plan_index_add(&t(&[0], U8), 0, &t(&[0], I64), &t(&[0], U8)));
+        invalid(plan_index_select(&x, 0, &t(&[0], I64), &t(&[0, 4], F32)));
+    }
+
+    #[test]
+    fn too_many_dims_is_an_error() {
+        let dims = [2i64; 9];
+        let strides: Vec<i64> = (0..9).map(|i| 1i64 << (2 * (8 - i))).collect();
+        let x = ts(&dims, &strides, F32);
+        let (_, _, why) = invalid(plan_gather(&x, 0, &t(&dims, I64), &t(&dims, F32)));
+        assert!(why.contains("at most 8"), "{why}");
+    }
+}

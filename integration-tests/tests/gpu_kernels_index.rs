@@ -1,0 +1,647 @@
+//! The index kernels (`cudnn_backend::kernels::index`) against straightforward CPU
+//! computations in f64: gather and index_select in every dtype, scatter_add and index_add
+//! in every dtype they support (with duplicate indices), I64 and I32 indices, packed,
+//! transposed and gapped layouts, poisoned outputs, and out-of-range indices (skipped).
+//! Needs a CUDA GPU.
+
+use std::sync::Arc;
+
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::graph::DataType;
+use cudnn_backend::kernels::index as ix;
+use cudnn_backend::ops::TensorRef;
+use cudnn_backend::reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::Device;
+use half::{bf16, f16};
+use integration_tests::round_to;
+
+use DataType::*;
+
+const ALL: [DataType; 9] = [F32, F16, BF16, F64, I32, I64, U8, I8, Bool];
+const ADD: [DataType; 6] = [F32, F16, BF16, F64, I32, I64];
+const INDEX_TYPES: [DataType; 2] = [I64, I32];
+
+fn stream() -> Arc<CudaStream> {
+    Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
+}
+
+// ---------------------------------------------------------------------------------------
+// Host <-> device in every dtype (values carried as f64: ints stay below 2^53 here)
+
+/// `v` as stored in `dtype` (floats rounded; ints and bool are generated in range).
+fn to_dtype(dtype: DataType, v: f64) -> f64 {
+    if dtype.is_float() {
+        round_to(dtype, v)
+    } else {
+        v
+    }
+}
+
+fn encode(dtype: DataType, v: &[f64]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| -> Vec<u8> {
+            match dtype {
+                F32 => (x as f32).to_le_bytes().to_vec(),
+                F16 => f16::from_f64(x).to_le_bytes().to_vec(),
+                BF16 => bf16::from_f64(x).to_le_bytes().to_vec(),
+                F64 => x.to_le_bytes().to_vec(),
+                I32 => (x as i32).to_le_bytes().to_vec(),
+                I64 => (x as i64).to_le_bytes().to_vec(),
+                U8 | Bool => vec![x as i64 as u8],
+                I8 => vec![x as i64 as i8 as u8],
+            }
+        })
+        .collect()
+}
+
+fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
+    b.chunks_exact(dtype.size())
+        .map(|c| match dtype {
+            F32 => f32::from_le_bytes(c.try_into().unwrap()) as f64,
+            F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
+            BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+            F64 => f64::from_le_bytes(c.try_into().unwrap()),
+            I32 => i32::from_le_bytes(c.try_into().unwrap()) as f64,
+            I64 => i64::from_le_bytes(c.try_into().unwrap()) as f64,
+            // A poisoned (unwritten) bool shows as NaN.
+            Bool if c[0] > 1 => f64::NAN,
+            U8 | Bool => c[0] as f64,
+            I8 => c[0] as i8 as f64,
+        })
+        .collect()
+}
+
+struct Dev {
+    buf: CudaSlice<u8>,
+    t: TensorRef,
+    /// Logical values (row-major, already converted to the dtype).
+    values: Vec<f64>,
+}
+
+fn us(v: &[i64]) -> Vec<usize> {
+    v.iter().map(|&x| x as usize).collect()
+}
+
+fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dtype: DataType) -> Dev {
+    let values: Vec<f64> = values.iter().map(|&v| to_dtype(dtype, v)).collect();
+    let len = strided_len(&us(dims), &us(st)).max(1);
+    let mut host = vec![if dtype.is_float() { f64::NAN } else { 77.0 }; len];
+    scatter_to_strided(&values, &us(dims), &us(st), &mut host);
+    let buf = stream.clone_htod(&encode(dtype, &host)).expect("upload");
+    let ptr = buf.device_ptr(stream).0;
+    Dev {
+        buf,
+        t: TensorRef::new(dims, st, dtype, ptr),
+        values,
+    }
+}
+
+/// Byte an output is poisoned with: 0xFF (NaN for floats, an invalid bool) or 0xA5 (ints).
+fn poison_byte(dtype: DataType) -> u8 {
+    if dtype.is_float() || dtype == Bool {
+        0xFF
+    } else {
+        0xA5
+    }
+}
+
+fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType) -> Dev {
+    let len = strided_len(&us(dims), &us(st)).max(1);
+    let buf = stream
+        .clone_htod(&vec![poison_byte(dtype); len * dtype.size()])
+        .expect("alloc");
+    let ptr = buf.device_ptr(stream).0;
+    Dev {
+        buf,
+        t: TensorRef::new(dims, st, dtype, ptr),
+        values: Vec::new(),
+    }
+}
+
+fn download(stream: &Arc<CudaStream>, d: &Dev) -> Vec<f64> {
+    let bytes = stream.clone_dtoh(&d.buf).expect("download");
+    gather_from_strided(&decode(d.t.dtype, &bytes), &us(&d.t.dims), &us(&d.t.strides))
+}
+
+fn numel(dims: &[i64]) -> usize {
+    dims.iter().product::<i64>() as usize
+}
+
+/// Coordinates of row-major index `i` in `dims`.
+fn coords(mut i: usize, dims: &[i64]) -> Vec<usize> {
+    let mut c = vec![0usize; dims.len()];
+    for d in (0..dims.len()).rev() {
+        let n = dims[d] as usize;
+        c[d] = i % n;
+        i /= n;
+    }
+    c
+}
+
+/// Row-major index of `c` in `dims`.
+fn linear(c: &[usize], dims: &[i64]) -> usize {
+    c.iter().zip(dims).fold(0, |acc, (&x, &n)| acc * n as usize + x)
+}
+
+// ---------------------------------------------------------------------------------------
+// Layouts
+
+fn packed(dims: &[i64]) -> Vec<i64> {
+    TensorRef::contiguous(dims, F32, 0).strides
+}
+
+/// Strides of `dims` stored with the dim order reversed (a full transpose).
+fn reversed(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![0i64; dims.len()];
+    let mut acc = 1;
+    for (d, &n) in dims.iter().enumerate() {
+        s[d] = acc;
+        acc *= n;
+    }
+    s
+}
+
+/// Packed strides with a gap of one element between neighbours (every stride doubled).
+fn gapped(dims: &[i64]) -> Vec<i64> {
+    packed(dims).iter().map(|s| s * 2).collect()
+}
+
+/// One layout case: the indexed operand (x or target), the axis, and the iteration
+/// operands (indices, out or values).
+#[derive(Clone, Debug)]
+struct Case {
+    data: (Vec<i64>, Vec<i64>),
+    axis: usize,
+    /// Element-wise form: the indices' dims; 1-D form: `[k]`.
+    idx: (Vec<i64>, Vec<i64>),
+    /// Strides of out/values (dims are implied).
+    other: Vec<i64>,
+}
+
+/// Cases for gather / scatter_add (indices of the data's rank).
+fn elementwise_cases() -> Vec<Case> {
+    let c = |dd: &[i64], ds: Vec<i64>, axis, id: &[i64], is: Vec<i64>, os: Vec<i64>| Case {
+        data: (dd.to_vec(), ds),
+        axis,
+        idx: (id.to_vec(), is),
+        other: os,
+    };
+    vec![
+        c(&[17], packed(&[17]), 0, &[23], packed(&[23]), packed(&[23])),
+        c(
+            &[5, 7],
+            reversed(&[5, 7]),
+            1,
+            &[5, 4],
+            reversed(&[5, 4]),
+            packed(&[5, 4]),
+        ),
+        c(
+            &[6, 9],
+            packed(&[6, 9]),
+            0,
+            &[10, 9],
+            packed(&[10, 9]),
+            reversed(&[10, 9]),
+        ),
+        c(
+            &[4, 3, 5],
+            reversed(&[4, 3, 5]),
+            1,
+            &[4, 6, 2],
+            packed(&[4, 6, 2]),
+            gapped(&[4, 6, 2]),
+        ),
+        c(
+            &[2, 3, 2, 3, 4],
+            reversed(&[2, 3, 2, 3, 4]),
+            4,
+            &[2, 3, 2, 3, 7],
+            packed(&[2, 3, 2, 3, 7]),
+            reversed(&[2, 3, 2, 3, 7]),
+        ),
+        c(&[3, 4], gapped(&[3, 4]), 0, &[2, 4], reversed(&[2, 4]), gapped(&[2, 4])),
+        c(
+            &[300, 257],
+            packed(&[300, 257]),
+            0,
+            &[700, 257],
+            packed(&[700, 257]),
+            packed(&[700, 257]),
+        ),
+    ]
+}
+
+/// Cases for index_select / index_add (1-D indices of length k).
+fn vector_cases() -> Vec<Case> {
+    let c = |dd: &[i64], ds: Vec<i64>, axis, k: i64, is: i64, os: Vec<i64>| Case {
+        data: (dd.to_vec(), ds),
+        axis,
+        idx: (vec![k], vec![is]),
+        other: os,
+    };
+    vec![
+        c(&[17], packed(&[17]), 0, 29, 1, packed(&[29])),
+        c(&[5, 7], reversed(&[5, 7]), 1, 11, 2, packed(&[5, 11])),
+        c(&[6, 9], packed(&[6, 9]), 0, 4, 1, reversed(&[4, 9])),
+        c(&[4, 3, 5], reversed(&[4, 3, 5]), 1, 8, 3, gapped(&[4, 8, 5])),
+        c(
+            &[2, 3, 2, 3, 4],
+            packed(&[2, 3, 2, 3, 4]),
+            2,
+            5,
+            1,
+            reversed(&[2, 3, 5, 3, 4]),
+        ),
+        c(&[3, 4], gapped(&[3, 4]), 1, 9, 1, gapped(&[3, 9])),
+        c(&[500, 129], packed(&[500, 129]), 0, 1200, 1, packed(&[1200, 129])),
+    ]
+}
+
+/// The out/values dims of a case.
+fn other_dims(case: &Case, vector: bool) -> Vec<i64> {
+    if vector {
+        let mut d = case.data.0.clone();
+        d[case.axis] = case.idx.0[0];
+        d
+    } else {
+        case.idx.0.clone()
+    }
+}
+
+/// The data element read or updated by iteration item `i` (row-major over `dims`).
+fn data_index(case: &Case, vector: bool, dims: &[i64], idx: &[f64], i: usize) -> Option<usize> {
+    let mut c = coords(i, dims);
+    let k = if vector { idx[c[case.axis]] } else { idx[i] };
+    if k < 0.0 || k >= case.data.0[case.axis] as f64 {
+        return None;
+    }
+    c[case.axis] = k as usize;
+    Some(linear(&c, &case.data.0))
+}
+
+// ---------------------------------------------------------------------------------------
+// Report
+
+struct Report {
+    name: &'static str,
+    runs: usize,
+    worst: Vec<(DataType, f64)>,
+    failures: Vec<String>,
+}
+
+impl Report {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            runs: 0,
+            worst: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// Relative L2 check with `limit`.
+    fn close(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64], limit: f64) {
+        self.runs += 1;
+        let err = rel_l2_error(out, reference);
+        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
+            Some((_, w)) => *w = w.max(err),
+            None => self.worst.push((dtype, err)),
+        }
+        if err.is_nan() || err > limit {
+            self.failures
+                .push(format!("{case}: rel L2 error {err:.3e} > {limit:.0e}"));
+        }
+    }
+
+    /// Exact equality (NaN in `out` always fails: poisoned outputs show).
+    fn exact(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
+        self.runs += 1;
+        let bad = out.iter().zip(reference).position(|(o, r)| o != r);
+        let mismatches = out.iter().zip(reference).filter(|(o, r)| o != r).count();
+        if self.worst.iter().all(|(d, _)| *d != dtype) {
+            self.worst.push((dtype, 0.0));
+        }
+        if let Some(w) = self.worst.iter_mut().find(|(d, _)| *d == dtype) {
+            w.1 = w.1.max(mismatches as f64);
+        }
+        if out.len() != reference.len() {
+            self.failures
+                .push(format!("{case}: {} values, expected {}", out.len(), reference.len()));
+        } else if let Some(i) = bad {
+            self.failures.push(format!(
+                "{case}: {mismatches} mismatches, first at {i}: got {} expected {}",
+                out[i], reference[i]
+            ));
+        }
+    }
+
+    fn error(&mut self, case: String, e: cudnn_backend::Error) {
+        self.runs += 1;
+        self.failures.push(format!("{case}: {e}"));
+    }
+
+    fn finish(self, exact: bool) {
+        let worst: Vec<String> = self
+            .worst
+            .iter()
+            .map(|(d, e)| {
+                if exact {
+                    format!("{d:?} {e} mismatches")
+                } else {
+                    format!("{d:?} {e:.2e}")
+                }
+            })
+            .collect();
+        println!(
+            "index {}: {} cases, {} failed, worst err {}",
+            self.name,
+            self.runs,
+            self.failures.len(),
+            worst.join(", ")
+        );
+        assert!(
+            self.failures.is_empty(),
+            "{} failures:\n{}",
+            self.name,
+            self.failures.join("\n")
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Random inputs
+
+/// A random value representable in `dtype` (ints in a dtype-friendly range).
+fn rand_val(rng: &mut SplitMix64, dtype: DataType) -> f64 {
+    match dtype {
+        Bool => rng.below(2) as f64,
+        U8 => rng.below(256) as f64,
+        I8 => rng.below(256) as f64 - 128.0,
+        I32 | I64 => rng.below(2001) as f64 - 1000.0,
+        _ => rng.next_f64(),
+    }
+}
+
+fn rand_vec(rng: &mut SplitMix64, n: usize, dtype: DataType) -> Vec<f64> {
+    (0..n).map(|_| rand_val(rng, dtype)).collect()
+}
+
+/// `n` random indices in `0..len` (repeats included).
+fn rand_indices(rng: &mut SplitMix64, n: usize, len: i64) -> Vec<f64> {
+    (0..n).map(|_| rng.below(len as u64) as f64).collect()
+}
+
+/// Tolerance of the atomic adds (summation order differs from the CPU's; f16/bf16 round
+/// after every add).
+fn add_bound(dtype: DataType) -> f64 {
+    match dtype {
+        F32 => 1e-5,
+        F64 => 1e-12,
+        F16 => 1e-2,
+        _ => 3e-2,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// gather / index_select
+
+fn run_gather(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool) {
+    let cases = if vector { vector_cases() } else { elementwise_cases() };
+    for case in &cases {
+        let odims = other_dims(case, vector);
+        for dtype in ALL {
+            for it in INDEX_TYPES {
+                let x = upload(
+                    s,
+                    &rand_vec(rng, numel(&case.data.0), dtype),
+                    &case.data.0,
+                    &case.data.1,
+                    dtype,
+                );
+                let idx_vals = rand_indices(rng, numel(&case.idx.0), case.data.0[case.axis]);
+                let idx = upload(s, &idx_vals, &case.idx.0, &case.idx.1, it);
+                let out = poisoned(s, &odims, &case.other, dtype);
+                let name = format!("{dtype:?} idx {it:?} {case:?}");
+                let res = if vector {
+                    ix::index_select(s, &x.t, case.axis, &idx.t, &out.t)
+                } else {
+                    ix::gather(s, &x.t, case.axis, &idx.t, &out.t)
+                };
+                if let Err(e) = res {
+                    r.error(name, e);
+                    continue;
+                }
+                let want: Vec<f64> = (0..numel(&odims))
+                    .map(|i| x.values[data_index(case, vector, &odims, &idx.values, i).expect("in range")])
+                    .collect();
+                r.exact(name, dtype, &download(s, &out), &want);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gather_every_dtype_and_layout() {
+    let s = stream();
+    let mut r = Report::new("gather");
+    run_gather(&mut r, &s, &mut SplitMix64::new(21), false);
+    r.finish(true);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn index_select_every_dtype_and_layout() {
+    let s = stream();
+    let mut r = Report::new("index_select");
+    run_gather(&mut r, &s, &mut SplitMix64::new(22), true);
+    r.finish(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// scatter_add / index_add
+
+fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool) {
+    let cases = if vector { vector_cases() } else { elementwise_cases() };
+    for case in &cases {
+        let odims = other_dims(case, vector);
+        for dtype in ADD {
+            for it in INDEX_TYPES {
+                let target = upload(
+                    s,
+                    &rand_vec(rng, numel(&case.data.0), dtype),
+                    &case.data.0,
+                    &case.data.1,
+                    dtype,
+                );
+                // Indices drawn from a third of the axis: many duplicates.
+                let len = case.data.0[case.axis];
+                let idx_vals = rand_indices(rng, numel(&case.idx.0), (len / 3).max(1));
+                let idx = upload(s, &idx_vals, &case.idx.0, &case.idx.1, it);
+                let values = upload(s, &rand_vec(rng, numel(&odims), dtype), &odims, &case.other, dtype);
+                let name = format!("{dtype:?} idx {it:?} {case:?}");
+                let res = if vector {
+                    ix::index_add(s, &target.t, case.axis, &idx.t, &values.t)
+                } else {
+                    ix::scatter_add(s, &target.t, case.axis, &idx.t, &values.t)
+                };
+                if let Err(e) = res {
+                    r.error(name, e);
+                    continue;
+                }
+                let mut want = target.values.clone();
+                for (i, v) in values.values.iter().enumerate() {
+                    want[data_index(case, vector, &odims, &idx.values, i).expect("in range")] += v;
+                }
+                let got = download(s, &target);
+                if dtype.is_float() {
+                    r.close(name, dtype, &got, &want, add_bound(dtype));
+                } else {
+                    r.exact(name, dtype, &got, &want);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scatter_add_every_dtype_with_duplicates() {
+    let s = stream();
+    let mut r = Report::new("scatter_add");
+    run_add(&mut r, &s, &mut SplitMix64::new(31), false);
+    r.finish(false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn index_add_every_dtype_with_duplicates() {
+    let s = stream();
+    let mut r = Report::new("index_add");
+    run_add(&mut r, &s, &mut SplitMix64::new(32), true);
+    r.finish(false);
+}
+
+// ---------------------------------------------------------------------------------------
+// Out-of-range indices
+
+/// Negative and too-large indices are skipped: gather/index_select leave the output
+/// poisoned there, the adds add nothing (and nothing outside the operands is touched).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn out_of_range_indices_are_skipped() {
+    let s = stream();
+    let mut r = Report::new("out of range");
+    let mut rng = SplitMix64::new(41);
+    let poison = decode(I32, &[0xA5; 4])[0];
+    let (xd, xs) = (vec![4i64, 6], packed(&[4, 6]));
+    for it in INDEX_TYPES {
+        let x = upload(&s, &rand_vec(&mut rng, 24, I32), &xd, &xs, I32);
+        // gather along axis 1 with indices [4, 5]: some -1, 6, 100, -100.
+        let bad = [-1.0, 6.0, 100.0, -100.0];
+        let idx_vals: Vec<f64> = (0..20)
+            .map(|i| if i % 3 == 0 { bad[i % 4] } else { rng.below(6) as f64 })
+            .collect();
+        let idx = upload(&s, &idx_vals, &[4, 5], &packed(&[4, 5]), it);
+        let out = poisoned(&s, &[4, 5], &packed(&[4, 5]), I32);
+        let case = Case {
+            data: (xd.clone(), xs.clone()),
+            axis: 1,
+            idx: (vec![4, 5], packed(&[4, 5])),
+            other: packed(&[4, 5]),
+        };
+        match ix::gather(&s, &x.t, 1, &idx.t, &out.t) {
+            Err(e) => r.error(format!("gather {it:?}"), e),
+            Ok(()) => {
+                let want: Vec<f64> = (0..20)
+                    .map(|i| data_index(&case, false, &[4, 5], &idx.values, i).map_or(poison, |j| x.values[j]))
+                    .collect();
+                r.exact(format!("gather {it:?}"), I32, &download(&s, &out), &want);
+            }
+        }
+        // scatter_add with the same indices: skipped items add nothing.
+        let target = upload(&s, &rand_vec(&mut rng, 24, I32), &xd, &xs, I32);
+        let values = upload(&s, &rand_vec(&mut rng, 20, I32), &[4, 5], &packed(&[4, 5]), I32);
+        match ix::scatter_add(&s, &target.t, 1, &idx.t, &values.t) {
+            Err(e) => r.error(format!("scatter_add {it:?}"), e),
+            Ok(()) => {
+                let mut want = target.values.clone();
+                for (i, v) in values.values.iter().enumerate() {
+                    if let Some(j) = data_index(&case, false, &[4, 5], &idx.values, i) {
+                        want[j] += v;
+                    }
+                }
+                r.exact(format!("scatter_add {it:?}"), I32, &download(&s, &target), &want);
+            }
+        }
+        // index_select / index_add along axis 0 with 1-D indices [7].
+        let vidx_vals = [2.0, -1.0, 0.0, 4.0, 3.0, -7.0, 1.0];
+        let vidx = upload(&s, &vidx_vals, &[7], &[1], it);
+        let vcase = Case {
+            data: (xd.clone(), xs.clone()),
+            axis: 0,
+            idx: (vec![7], vec![1]),
+            other: packed(&[7, 6]),
+        };
+        let out = poisoned(&s, &[7, 6], &packed(&[7, 6]), I32);
+        match ix::index_select(&s, &x.t, 0, &vidx.t, &out.t) {
+            Err(e) => r.error(format!("index_select {it:?}"), e),
+            Ok(()) => {
+                let want: Vec<f64> = (0..42)
+                    .map(|i| data_index(&vcase, true, &[7, 6], &vidx.values, i).map_or(poison, |j| x.values[j]))
+                    .collect();
+                r.exact(format!("index_select {it:?}"), I32, &download(&s, &out), &want);
+            }
+        }
+        let target = upload(&s, &rand_vec(&mut rng, 24, I32), &xd, &xs, I32);
+        let values = upload(&s, &rand_vec(&mut rng, 42, I32), &[7, 6], &packed(&[7, 6]), I32);
+        match ix::index_add(&s, &target.t, 0, &vidx.t, &values.t) {
+            Err(e) => r.error(format!("index_add {it:?}"), e),
+            Ok(()) => {
+                let mut want = target.values.clone();
+                for (i, v) in values.values.iter().enumerate() {
+                    if let Some(j) = data_index(&vcase, true, &[7, 6], &vidx.values, i) {
+                        want[j] += v;
+                    }
+                }
+                r.exact(format!("index_add {it:?}"), I32, &download(&s, &target), &want);
+            }
+        }
+    }
+    r.finish(true);
+}
+
+/// f16/bf16 atomics on neighbouring elements (both halves of one 32-bit word) under heavy
+/// contention: every value lands on one of the first 4 elements.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn half_atomics_share_words_correctly() {
+    let s = stream();
+    let mut r = Report::new("half atomics");
+    let mut rng = SplitMix64::new(51);
+    for dtype in [F16, BF16] {
+        for it in INDEX_TYPES {
+            let n = 1024usize;
+            // +-1 on ~256 items per element: every partial sum stays well below 256 in
+            // magnitude, so it is exact in f16 and bf16 whatever the order.
+            let target = upload(&s, &[0.0; 8], &[8], &[1], dtype);
+            let idx_vals = rand_indices(&mut rng, n, 4);
+            let idx = upload(&s, &idx_vals, &[n as i64], &[1], it);
+            let vals: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+            let values = upload(&s, &vals, &[n as i64], &[1], dtype);
+            let name = format!("{dtype:?} idx {it:?}");
+            match ix::scatter_add(&s, &target.t, 0, &idx.t, &values.t) {
+                Err(e) => r.error(name, e),
+                Ok(()) => {
+                    let mut want = vec![0.0; 8];
+                    for (k, v) in idx_vals.iter().zip(&vals) {
+                        want[*k as usize] += v;
+                    }
+                    r.exact(name, dtype, &download(&s, &target), &want);
+                }
+            }
+        }
+    }
+    r.finish(true);
+}
