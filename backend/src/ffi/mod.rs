@@ -12,8 +12,10 @@ mod handle;
 pub(crate) mod launch;
 pub(crate) mod launch_elementwise;
 pub(crate) mod launch_index;
+pub(crate) mod launch_pool;
 pub(crate) mod launch_random;
 pub(crate) mod launch_reduce;
+pub(crate) mod launch_sort;
 pub(crate) mod legacy;
 pub(crate) mod replay;
 

@@ -11,8 +11,10 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 pub mod elementwise;
 pub mod index;
 pub(crate) mod layout;
+pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod sort;
 
 use crate::error::{Error, Result};
 use crate::runtime::{check_nvrtc, Device};
@@ -114,9 +116,23 @@ pub(crate) const RANDOM: KernelSource = KernelSource {
     common: true,
 };
 
+/// Stable bitonic sort of rows along one axis (values and/or i64 indices).
+pub(crate) const SORT: KernelSource = KernelSource {
+    name: "sort.cu",
+    code: include_str!("../../../kernels/sort.cu"),
+    common: true,
+};
+
+/// 2-D max (with indices), average and adaptive average pooling, forward and backward.
+pub(crate) const POOL: KernelSource = KernelSource {
+    name: "pool.cu",
+    code: include_str!("../../../kernels/pool.cu"),
+    common: true,
+};
+
 /// Every kernel source, for the compile check.
 #[cfg(test)]
-const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE, INDEX, RANDOM];
+const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE, INDEX, RANDOM, SORT, POOL];
 
 /// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
 fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {
