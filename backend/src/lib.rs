@@ -9,7 +9,7 @@
 //! - [`plan`]: heuristics, engine filtering, autotuning and the plan cache;
 //! - [`handle`]: the thread-pooled cuDNN handle manager;
 //! - [`runtime`]: library probing, devices, streams and workspace memory;
-//! - [`reference`]: a float64 CPU reference used by tests, examples and benchmarks;
+//! - [`reference`](mod@reference): a float64 CPU reference used by tests, examples and benchmarks;
 //! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
 //! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views.
 //!

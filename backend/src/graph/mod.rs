@@ -1,7 +1,7 @@
 //! A pure-Rust graph IR modelled on cudnn-frontend v1: tensors and nodes, `validate()`
 //! (shape/dtype inference and checks, CPU only), a stable [signature](Graph::signature_bytes)
 //! for the plan cache, and lowering to cuDNN backend descriptors (the only part that
-//! touches FFI, in [`lower`]).
+//! touches FFI, in the private `lower` module).
 
 mod layout;
 pub(crate) mod lower;

@@ -229,7 +229,7 @@ pub enum PointwiseMode {
     Elu(f64),
     /// a·sigmoid(beta·a) (beta = 1: SiLU)
     Swish(f64),
-    /// dy·[x > 0] (a = dy, b = x)
+    /// dy·(x > 0) (a = dy, b = x)
     ReluBwd,
     /// dy·gelu'(x)
     GeluBwd,

@@ -1,7 +1,7 @@
 //! Reductions (sum, prod, mean, max, min, any, all), arg-reductions (argmax, argmin) and
 //! inclusive scans (cumsum, cumprod, cummax, cummin) along one axis, on strided views.
 //!
-//! Every call is validated and turned into a [`RowPlan`] by pure host code: the problem is
+//! Every call is validated and turned into a `RowPlan` by pure host code: the problem is
 //! viewed as `n_out` rows of `len` elements, with the input's reduced axis moved last (so
 //! row `o`, element `k` is the input's row-major index `o * len + k` of that permuted view),
 //! dims merged where strides allow. The plan is then launched on the caller's stream; nothing
