@@ -11,9 +11,11 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 pub mod elementwise;
 pub mod index;
 pub(crate) mod layout;
+pub mod linalg;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod resize;
 pub mod sort;
 
 use crate::error::{Error, Result};
@@ -130,9 +132,24 @@ pub(crate) const POOL: KernelSource = KernelSource {
     common: true,
 };
 
+/// Nearest, bilinear and bicubic interpolation (forward and backward) and bilinear grid
+/// sampling.
+pub(crate) const RESIZE: KernelSource = KernelSource {
+    name: "resize.cu",
+    code: include_str!("../../../kernels/resize.cu"),
+    common: true,
+};
+
+/// Integer matmul, 3-vector cross product, symmetric int8 quantize / dequantize.
+pub(crate) const LINALG: KernelSource = KernelSource {
+    name: "linalg.cu",
+    code: include_str!("../../../kernels/linalg.cu"),
+    common: true,
+};
+
 /// Every kernel source, for the compile check.
 #[cfg(test)]
-const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE, INDEX, RANDOM, SORT, POOL];
+const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE, INDEX, RANDOM, SORT, POOL, RESIZE, LINALG];
 
 /// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
 fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {
