@@ -50,3 +50,67 @@ __device__ __forceinline__ u16 f32_to_bf16(float v) {
 // Grid-stride loop over n items.
 #define FOR_EACH(i, n) \
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// ---- Shared by the families that address rank-4 views or add atomically into halfs. ----
+
+// Logical coordinates of row-major index `i` in a rank-4 layout's shape.
+__device__ __forceinline__ void coords4(const Layout& l, i64 i, i64& b, i64& c, i64& h, i64& w) {
+    w = i % l.shape[3];
+    i /= l.shape[3];
+    h = i % l.shape[2];
+    i /= l.shape[2];
+    c = i % l.shape[1];
+    b = i / l.shape[1];
+}
+
+__device__ __forceinline__ i64 off4(const Layout& l, i64 b, i64 c, i64 h, i64 w) {
+    return b * l.strides[0] + c * l.strides[1] + h * l.strides[2] + w * l.strides[3];
+}
+
+// Element access by dtype: `T` is the stored type, `A` the accumulator.
+struct DF32 {
+    typedef float T;
+    typedef float A;
+    static __device__ __forceinline__ A ld(const T* p, i64 o) { return p[o]; }
+    static __device__ __forceinline__ void st(T* p, i64 o, A v) { p[o] = v; }
+    static __device__ __forceinline__ void add(T* p, A v) { atomicAdd(p, v); }
+};
+struct DF64 {
+    typedef double T;
+    typedef double A;
+    static __device__ __forceinline__ A ld(const T* p, i64 o) { return p[o]; }
+    static __device__ __forceinline__ void st(T* p, i64 o, A v) { p[o] = v; }
+    static __device__ __forceinline__ void add(T* p, A v) { atomicAdd(p, v); }
+};
+
+// f16 (BF = false) or bf16 (BF = true) add by CAS on the aligned 32-bit word that holds
+// the element; the sum is computed in f32 and rounded to nearest even.
+template <bool BF>
+__device__ __forceinline__ void atomic_add_half(u16* p, float v) {
+    u32* w = (u32*)((u64)p & ~(u64)3);
+    u32 shift = ((u64)p & 2) ? 16u : 0u;
+    u32 old = *w, assumed;
+    do {
+        assumed = old;
+        u16 h = (u16)(assumed >> shift);
+        float f = (BF ? bf16_to_f32(h) : f16_to_f32(h)) + v;
+        u16 r = BF ? f32_to_bf16(f) : f32_to_f16(f);
+        u32 next = (assumed & ~(0xffffu << shift)) | ((u32)r << shift);
+        old = atomicCAS(w, assumed, next);
+    } while (old != assumed);
+}
+
+struct DF16 {
+    typedef u16 T;
+    typedef float A;
+    static __device__ __forceinline__ A ld(const T* p, i64 o) { return f16_to_f32(p[o]); }
+    static __device__ __forceinline__ void st(T* p, i64 o, A v) { p[o] = f32_to_f16(v); }
+    static __device__ __forceinline__ void add(T* p, A v) { atomic_add_half<false>(p, v); }
+};
+struct DBF16 {
+    typedef u16 T;
+    typedef float A;
+    static __device__ __forceinline__ A ld(const T* p, i64 o) { return bf16_to_f32(p[o]); }
+    static __device__ __forceinline__ void st(T* p, i64 o, A v) { p[o] = f32_to_bf16(v); }
+    static __device__ __forceinline__ void add(T* p, A v) { atomic_add_half<true>(p, v); }
+};

@@ -10,6 +10,7 @@
 //! merging, kernel choice) that needs no device, and the launch of the planned kernel
 //! (`kernels/elementwise.cu`, one entry point per dtype family with the op as an argument).
 
+use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -17,11 +18,10 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_elementwise::{self as launch, UnaryParams};
-use crate::graph::{may_overlap, DataType};
+use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
-use crate::kernels::{function, ELEMENTWISE};
+use crate::kernels::{stream_function, ELEMENTWISE};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 /// A unary operation (the kernels' `op` code is the declaration order).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -276,41 +276,6 @@ fn sized_entry(family: &str, dtype: DataType) -> &'static str {
     }
 }
 
-/// Checks one operand's own consistency; returns its element count.
-fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != t.strides.len() {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
-        ));
-    }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
-    }
-    let numel = t
-        .dims
-        .iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
-        return Err(Error::invalid_arg(op, arg, "null device pointer"));
-    }
-    Ok(numel)
-}
-
-/// Checks that no two elements of `out` share an address (see [`may_overlap`]).
-fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    if may_overlap(&t.dims, &t.strides) {
-        let msg = format!(
-            "output dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-            t.dims, t.strides
-        );
-        return Err(Error::invalid_arg(op, arg, msg));
-    }
-    Ok(())
-}
-
 /// Validates `out` and `inputs`, broadcasts the inputs to `out.dims`, merges dims jointly
 /// and packs the layouts (inputs in order, then `out`). `None` when `out` is empty.
 fn prepare(
@@ -345,17 +310,6 @@ fn array<const N: usize>(v: Vec<KernelLayout>) -> [KernelLayout; N] {
     let mut a = [KernelLayout::default(); N];
     a.copy_from_slice(&v);
     a
-}
-
-fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType) -> Result<()> {
-    if t.dtype != want {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {:?} differs from the output's {want:?}", t.dtype),
-        ));
-    }
-    Ok(())
 }
 
 /// What `fill` launches.
@@ -441,7 +395,7 @@ fn int_param(v: f64) -> i64 {
 }
 
 pub(crate) fn plan_unary(op: UnaryOp, x: &TensorRef, out: &TensorRef) -> Result<Option<UnaryPlan>> {
-    same_dtype("unary", "x", x, out.dtype)?;
+    same_dtype("unary", "x", x, out.dtype, "the output")?;
     let dtype = out.dtype;
     let params = if dtype.is_float() {
         let (p0, p1) = op.params();
@@ -476,8 +430,8 @@ pub(crate) struct BinaryPlan {
 }
 
 pub(crate) fn plan_binary(op: BinaryOp, a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<Option<BinaryPlan>> {
-    same_dtype("binary", "a", a, out.dtype)?;
-    same_dtype("binary", "b", b, out.dtype)?;
+    same_dtype("binary", "a", a, out.dtype, "the output")?;
+    same_dtype("binary", "b", b, out.dtype, "the output")?;
     let dtype = out.dtype;
     let ok = if dtype.is_float() {
         !op.is_bitwise()
@@ -510,7 +464,7 @@ pub(crate) fn plan_compare(op: CompareOp, a: &TensorRef, b: &TensorRef, out: &Te
             format!("dtype {:?} is not Bool or U8", out.dtype),
         ));
     }
-    same_dtype("compare", "b", b, a.dtype).map_err(|_| {
+    same_dtype("compare", "b", b, a.dtype, "the output").map_err(|_| {
         Error::invalid_arg(
             "compare",
             "b",
@@ -542,8 +496,8 @@ pub(crate) fn plan_where(cond: &TensorRef, a: &TensorRef, b: &TensorRef, out: &T
             format!("dtype {:?} is not Bool or U8", cond.dtype),
         ));
     }
-    same_dtype("where", "a", a, out.dtype)?;
-    same_dtype("where", "b", b, out.dtype)?;
+    same_dtype("where", "a", a, out.dtype, "the output")?;
+    same_dtype("where", "b", b, out.dtype, "the output")?;
     let prepared = prepare("where", "out", out, &[("cond", cond), ("a", a), ("b", b)])?;
     Ok(prepared.map(|(l, n)| WherePlan {
         entry: sized_entry("where", out.dtype),
@@ -555,18 +509,13 @@ pub(crate) fn plan_where(cond: &TensorRef, a: &TensorRef, b: &TensorRef, out: &T
 // ---------------------------------------------------------------------------------------
 // Public API
 
-fn kernel(stream: &Arc<CudaStream>, entry: &'static str) -> Result<cudarc::driver::CudaFunction> {
-    let dev = Device::new(stream.context().ordinal())?;
-    function(&dev, ELEMENTWISE, entry)
-}
-
 /// Sets every element of `out` to `value` converted to `out.dtype` (ints: truncated toward
 /// zero, NaN -> 0, wrapped to the width; bool: `value != 0`).
 pub fn fill(stream: &Arc<CudaStream>, out: &TensorRef, value: f64) -> Result<()> {
     let Some(p) = plan_fill(out, value)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     launch::fill(stream, &f, out.ptr, &p.layout, p.n, p.bits)
 }
 
@@ -577,7 +526,7 @@ pub fn copy(stream: &Arc<CudaStream>, src: &TensorRef, dst: &TensorRef) -> Resul
     let Some(p) = plan_copy(src, dst)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     match p.cast {
         Some((s, d)) => launch::cast(stream, &f, src.ptr, s, dst.ptr, d, &p.layouts, p.n),
         None => launch::copy(stream, &f, src.ptr, dst.ptr, &p.layouts, p.n),
@@ -591,7 +540,7 @@ pub fn unary(stream: &Arc<CudaStream>, op: UnaryOp, x: &TensorRef, out: &TensorR
     let Some(p) = plan_unary(op, x, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     launch::unary(stream, &f, x.ptr, out.ptr, &p.layouts, p.n, p.op, p.params)
 }
 
@@ -601,7 +550,7 @@ pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorR
     let Some(p) = plan_binary(op, a, b, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op)
 }
 
@@ -611,7 +560,7 @@ pub fn compare(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, b: &Tenso
     let Some(p) = plan_compare(op, a, b, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op)
 }
 
@@ -621,7 +570,7 @@ pub fn where_(stream: &Arc<CudaStream>, cond: &TensorRef, a: &TensorRef, b: &Ten
     let Some(p) = plan_where(cond, a, b, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     launch::where_(stream, &f, cond.ptr, a.ptr, b.ptr, out.ptr, &p.layouts, p.n)
 }
 

@@ -19,6 +19,7 @@
 //! The adds use atomics (f32/f64/i32/i64 natively, f16/bf16 by compare-and-swap on the
 //! containing 32-bit word), so float sums with duplicate indices are not bit-reproducible.
 
+use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -26,11 +27,10 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_index::{self as launch, IndexAxis};
-use crate::graph::{may_overlap, DataType};
+use crate::graph::DataType;
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{function, INDEX};
+use crate::kernels::{stream_function, INDEX};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 // ---------------------------------------------------------------------------------------
 // Plans (pure host logic)
@@ -77,41 +77,6 @@ fn add_entry(op: &'static str, arg: &'static str, dtype: DataType) -> Result<&'s
     })
 }
 
-/// Checks one operand's own consistency; returns its element count.
-fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != t.strides.len() {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
-        ));
-    }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
-    }
-    let numel = t
-        .dims
-        .iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
-        return Err(Error::invalid_arg(op, arg, "null device pointer"));
-    }
-    Ok(numel)
-}
-
-/// Checks that no two elements of the written operand share an address.
-fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    if may_overlap(&t.dims, &t.strides) {
-        let msg = format!(
-            "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-            t.dims, t.strides
-        );
-        return Err(Error::invalid_arg(op, arg, msg));
-    }
-    Ok(())
-}
-
 /// Checks the indices' dtype; returns whether they are `I64`.
 fn check_index_dtype(op: &'static str, indices: &TensorRef) -> Result<bool> {
     match indices.dtype {
@@ -131,17 +96,6 @@ fn check_axis(op: &'static str, axis: usize, rank: usize, arg: &'static str) -> 
             op,
             "axis",
             format!("axis {axis} is out of range for {arg} of rank {rank}"),
-        ));
-    }
-    Ok(())
-}
-
-fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType, of: &str) -> Result<()> {
-    if t.dtype != want {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {:?} differs from {of}'s {want:?}", t.dtype),
         ));
     }
     Ok(())
@@ -395,11 +349,6 @@ pub(crate) fn plan_index_add(
 // ---------------------------------------------------------------------------------------
 // Public API
 
-fn kernel(stream: &Arc<CudaStream>, entry: &'static str) -> Result<cudarc::driver::CudaFunction> {
-    let dev = Device::new(stream.context().ordinal())?;
-    function(&dev, INDEX, entry)
-}
-
 /// `out[i_0, .., i_r] = x[i_0, .., indices[i_0, .., i_r], .., i_r]` with the index at
 /// position `axis`. `indices` (`I64` or `I32`) has `x`'s rank and dims no larger than
 /// `x`'s off the axis; `out` has the indices' dims and `x`'s dtype (any dtype). An index
@@ -415,7 +364,7 @@ pub fn gather(
     let Some(p) = plan_gather(x, axis, indices, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, INDEX, p.entry)?;
     launch::gather(
         stream,
         &f,
@@ -445,7 +394,7 @@ pub fn scatter_add(
     let Some(p) = plan_scatter_add(target, axis, indices, values)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, INDEX, p.entry)?;
     launch::scatter_add(
         stream,
         &f,
@@ -473,7 +422,7 @@ pub fn index_select(
     let Some(p) = plan_index_select(x, axis, indices, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, INDEX, p.entry)?;
     launch::gather(
         stream,
         &f,
@@ -502,7 +451,7 @@ pub fn index_add(
     let Some(p) = plan_index_add(target, axis, indices, values)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, INDEX, p.entry)?;
     launch::scatter_add(
         stream,
         &f,

@@ -20,6 +20,7 @@
 //! reduced by one thread block, so a per-tensor scale of a large tensor is one block's
 //! work.
 
+use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -27,60 +28,13 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_linalg::{self as launch, MatmulShape};
-use crate::graph::{may_overlap, DataType};
+use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
-use crate::kernels::{function, LINALG};
+use crate::kernels::{stream_function, LINALG};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 // ---------------------------------------------------------------------------------------
 // Shared checks
-
-/// Checks one operand's own consistency; returns its element count.
-fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != t.strides.len() {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
-        ));
-    }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
-    }
-    let numel = t
-        .dims
-        .iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
-        return Err(Error::invalid_arg(op, arg, "null device pointer"));
-    }
-    Ok(numel)
-}
-
-/// Checks that no two elements of the written operand share an address.
-fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    if may_overlap(&t.dims, &t.strides) {
-        let msg = format!(
-            "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-            t.dims, t.strides
-        );
-        return Err(Error::invalid_arg(op, arg, msg));
-    }
-    Ok(())
-}
-
-fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType, of: &str) -> Result<()> {
-    if t.dtype != want {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {:?} differs from {of}'s {want:?}", t.dtype),
-        ));
-    }
-    Ok(())
-}
 
 /// Float dtype suffix of the cross and quant kernels.
 fn float_suffix(op: &'static str, arg: &'static str, dtype: DataType) -> Result<&'static str> {
@@ -527,11 +481,6 @@ pub(crate) fn plan_dequantize(
 // ---------------------------------------------------------------------------------------
 // Public API
 
-fn kernel(stream: &Arc<CudaStream>, entry: &'static str) -> Result<cudarc::driver::CudaFunction> {
-    let dev = Device::new(stream.context().ordinal())?;
-    function(&dev, LINALG, entry)
-}
-
 /// `c[.., M, N] = a[.., M, K] · b[.., K, N]` on `I64` or `I32` (all three the same dtype)
 /// with wrapping arithmetic accumulated in 64 bits (an `I32` result is the wrapped 32-bit
 /// sum). One rank ≥ 2 for all three; batch dims of `a` and `b` are 1 or c's (broadcast, as
@@ -540,7 +489,7 @@ pub fn int_matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Te
     let Some(p) = plan_int_matmul(a, b, c)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, LINALG, p.entry)?;
     launch::int_matmul(stream, &f, [a.ptr, b.ptr, c.ptr], &p.batch_layouts, &p.shape)
 }
 
@@ -551,7 +500,7 @@ pub fn cross3(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, axis: usiz
     let Some(p) = plan_cross3(a, b, axis, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, LINALG, p.entry)?;
     launch::cross3(stream, &f, [a.ptr, b.ptr, out.ptr], &p.layouts, p.axis_strides, p.n)
 }
 
@@ -570,8 +519,8 @@ pub fn quantize_symmetric_i8(
     let Some(p) = plan_quantize(x, block, scales, out)? else {
         return Ok(());
     };
-    let fs = kernel(stream, p.scales_entry)?;
-    let fq = kernel(stream, p.entry)?;
+    let fs = stream_function(stream, LINALG, p.scales_entry)?;
+    let fq = stream_function(stream, LINALG, p.entry)?;
     launch::quant_scales(stream, &fs, x.ptr, scales.ptr, p.block, p.nblocks)?;
     launch::quantize(stream, &fq, x.ptr, scales.ptr, out.ptr, p.block, p.n)
 }
@@ -589,7 +538,7 @@ pub fn dequantize_symmetric_i8(
     let Some(p) = plan_dequantize(q, block, scales, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, p.entry)?;
+    let f = stream_function(stream, LINALG, p.entry)?;
     launch::dequantize(stream, &f, q.ptr, scales.ptr, out.ptr, p.block, p.n)
 }
 

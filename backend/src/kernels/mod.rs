@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
+pub(crate) mod check;
 pub mod elementwise;
 pub mod index;
 pub(crate) mod layout;
@@ -56,6 +57,15 @@ fn arch(dev: &Device) -> &'static str {
         .unwrap_or_else(|e| e.into_inner());
     map.entry(cc)
         .or_insert_with(|| Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str()))
+}
+
+/// [`function`] on the device of `stream`.
+pub(crate) fn stream_function(
+    stream: &cudarc::driver::CudaStream,
+    source: KernelSource,
+    name: &'static str,
+) -> Result<CudaFunction> {
+    function(&*Device::new(stream.context().ordinal())?, source, name)
 }
 
 /// Loads `function` from `source`, compiling the source for `dev` on first use.

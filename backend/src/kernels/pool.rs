@@ -21,6 +21,7 @@
 //! `maxpool2d_{fwd,bwd}_<dt>`, `avgpool2d_{fwd,bwd}_<dt>`,
 //! `adaptive_avgpool2d_{fwd,bwd}_<dt>` and `pool_zero_b{2,4,8}`).
 
+use crate::kernels::check::{check_no_overlap, check_rank4, float_slot, same_dtype, view_layout};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -28,11 +29,9 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_pool::{self as launch, PoolWindow};
-use crate::graph::{may_overlap, DataType};
-use crate::kernels::layout::kernel_layout;
-use crate::kernels::{function, POOL};
+use crate::graph::DataType;
+use crate::kernels::{stream_function, POOL};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 /// 2-D pooling geometry, `[height, width]` each (PyTorch's `max_pool2d` / `avg_pool2d`
 /// arguments).
@@ -200,21 +199,6 @@ const ADAPTIVE_BWD: [&str; 4] = [
     "adaptive_avgpool2d_bwd_f64",
 ];
 
-/// Position of `dtype` in the entry tables (F32, F16, BF16, F64).
-fn dtype_slot(op: &'static str, arg: &'static str, dtype: DataType) -> Result<usize> {
-    match dtype {
-        DataType::F32 => Ok(0),
-        DataType::F16 => Ok(1),
-        DataType::BF16 => Ok(2),
-        DataType::F64 => Ok(3),
-        d => Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {d:?} is not supported (F32, F16, BF16 or F64)"),
-        )),
-    }
-}
-
 /// `pool_zero_b{2,4,8}` by element size (float dtypes only reach here).
 fn zero_entry(dtype: DataType) -> &'static str {
     match dtype.size() {
@@ -222,59 +206,6 @@ fn zero_entry(dtype: DataType) -> &'static str {
         4 => "pool_zero_b4",
         _ => "pool_zero_b8",
     }
-}
-
-/// Checks one rank-4 operand's own consistency; returns its element count.
-fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != 4 {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("rank {} ({:?}) is not 4 ([N, C, H, W])", t.dims.len(), t.dims),
-        ));
-    }
-    if t.strides.len() != 4 {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
-        ));
-    }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
-    }
-    let numel = t
-        .dims
-        .iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
-        return Err(Error::invalid_arg(op, arg, "null device pointer"));
-    }
-    Ok(numel)
-}
-
-/// Checks that no two elements of the written operand share an address.
-fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    if may_overlap(&t.dims, &t.strides) {
-        let msg = format!(
-            "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-            t.dims, t.strides
-        );
-        return Err(Error::invalid_arg(op, arg, msg));
-    }
-    Ok(())
-}
-
-fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType, of: &str) -> Result<()> {
-    if t.dtype != want {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {:?} differs from {of}'s {want:?}", t.dtype),
-        ));
-    }
-    Ok(())
 }
 
 fn expect_dims(op: &'static str, arg: &'static str, t: &TensorRef, want: &[i64], why: &str) -> Result<()> {
@@ -286,10 +217,6 @@ fn expect_dims(op: &'static str, arg: &'static str, t: &TensorRef, want: &[i64],
         ));
     }
     Ok(())
-}
-
-fn layout(op: &'static str, t: &TensorRef) -> Result<KernelLayout> {
-    kernel_layout(op, &t.dims, &t.strides)
 }
 
 /// `[N, C, OH, OW]` for input `x` under `p`.
@@ -316,10 +243,10 @@ pub(crate) fn plan_max_pool2d(
     indices: &TensorRef,
 ) -> Result<Option<MaxPlan>> {
     const OP: &str = "max_pool2d_with_indices";
-    check_tensor(OP, "x", x)?;
-    let n = check_tensor(OP, "out", out)?;
-    check_tensor(OP, "indices", indices)?;
-    let slot = dtype_slot(OP, "x", x.dtype)?;
+    check_rank4(OP, "x", x)?;
+    let n = check_rank4(OP, "out", out)?;
+    check_rank4(OP, "indices", indices)?;
+    let slot = float_slot(OP, "x", x.dtype)?;
     same_dtype(OP, "out", out, x.dtype, "x")?;
     if indices.dtype != DataType::I64 {
         return Err(Error::invalid_arg(
@@ -338,7 +265,7 @@ pub(crate) fn plan_max_pool2d(
     }
     Ok(Some(MaxPlan {
         entry: MAX_FWD[slot],
-        layouts: [layout(OP, x)?, layout(OP, out)?, layout(OP, indices)?],
+        layouts: [view_layout(OP, x)?, view_layout(OP, out)?, view_layout(OP, indices)?],
         window: p.window(),
         n,
     }))
@@ -350,10 +277,10 @@ pub(crate) fn plan_max_pool2d_backward(
     dx: &TensorRef,
 ) -> Result<Option<MaxBackwardPlan>> {
     const OP: &str = "max_pool2d_backward";
-    check_tensor(OP, "indices", indices)?;
-    let n = check_tensor(OP, "dy", dy)?;
-    let zero_n = check_tensor(OP, "dx", dx)?;
-    let slot = dtype_slot(OP, "dx", dx.dtype)?;
+    check_rank4(OP, "indices", indices)?;
+    let n = check_rank4(OP, "dy", dy)?;
+    let zero_n = check_rank4(OP, "dx", dx)?;
+    let slot = float_slot(OP, "dx", dx.dtype)?;
     same_dtype(OP, "dy", dy, dx.dtype, "dx")?;
     if indices.dtype != DataType::I64 {
         return Err(Error::invalid_arg(
@@ -378,7 +305,7 @@ pub(crate) fn plan_max_pool2d_backward(
         zero_entry: zero_entry(dx.dtype),
         zero_n,
         entry: MAX_BWD[slot],
-        layouts: [layout(OP, indices)?, layout(OP, dy)?, layout(OP, dx)?],
+        layouts: [view_layout(OP, indices)?, view_layout(OP, dy)?, view_layout(OP, dx)?],
         n,
     }))
 }
@@ -390,9 +317,9 @@ pub(crate) fn plan_avg_pool2d(
     out: &TensorRef,
 ) -> Result<Option<AvgPlan>> {
     const OP: &str = "avg_pool2d";
-    check_tensor(OP, "x", x)?;
-    let n = check_tensor(OP, "out", out)?;
-    let slot = dtype_slot(OP, "x", x.dtype)?;
+    check_rank4(OP, "x", x)?;
+    let n = check_rank4(OP, "out", out)?;
+    let slot = float_slot(OP, "x", x.dtype)?;
     same_dtype(OP, "out", out, x.dtype, "x")?;
     check_avg_geometry(OP, p)?;
     let want = pooled_dims(OP, "x", x, p)?;
@@ -403,7 +330,7 @@ pub(crate) fn plan_avg_pool2d(
     }
     Ok(Some(AvgPlan {
         entry: AVG_FWD[slot],
-        layouts: [layout(OP, x)?, layout(OP, out)?],
+        layouts: [view_layout(OP, x)?, view_layout(OP, out)?],
         window: p.window(),
         count_include_pad,
         n,
@@ -417,9 +344,9 @@ pub(crate) fn plan_avg_pool2d_backward(
     dx: &TensorRef,
 ) -> Result<Option<AvgPlan>> {
     const OP: &str = "avg_pool2d_backward";
-    check_tensor(OP, "dy", dy)?;
-    let n = check_tensor(OP, "dx", dx)?;
-    let slot = dtype_slot(OP, "dx", dx.dtype)?;
+    check_rank4(OP, "dy", dy)?;
+    let n = check_rank4(OP, "dx", dx)?;
+    let slot = float_slot(OP, "dx", dx.dtype)?;
     same_dtype(OP, "dy", dy, dx.dtype, "dx")?;
     check_avg_geometry(OP, p)?;
     let want = pooled_dims(OP, "dx", dx, p)?;
@@ -430,7 +357,7 @@ pub(crate) fn plan_avg_pool2d_backward(
     }
     Ok(Some(AvgPlan {
         entry: AVG_BWD[slot],
-        layouts: [layout(OP, dy)?, layout(OP, dx)?],
+        layouts: [view_layout(OP, dy)?, view_layout(OP, dx)?],
         window: p.window(),
         count_include_pad,
         n,
@@ -469,9 +396,9 @@ fn check_adaptive(
 
 pub(crate) fn plan_adaptive_avg_pool2d(x: &TensorRef, out: &TensorRef) -> Result<Option<AvgPlan>> {
     const OP: &str = "adaptive_avg_pool2d";
-    check_tensor(OP, "x", x)?;
-    let n = check_tensor(OP, "out", out)?;
-    let slot = dtype_slot(OP, "x", x.dtype)?;
+    check_rank4(OP, "x", x)?;
+    let n = check_rank4(OP, "out", out)?;
+    let slot = float_slot(OP, "x", x.dtype)?;
     same_dtype(OP, "out", out, x.dtype, "x")?;
     check_adaptive(OP, ("x", x), ("out", out))?;
     check_no_overlap(OP, "out", out)?;
@@ -480,7 +407,7 @@ pub(crate) fn plan_adaptive_avg_pool2d(x: &TensorRef, out: &TensorRef) -> Result
     }
     Ok(Some(AvgPlan {
         entry: ADAPTIVE_FWD[slot],
-        layouts: [layout(OP, x)?, layout(OP, out)?],
+        layouts: [view_layout(OP, x)?, view_layout(OP, out)?],
         window: PoolWindow::default(),
         count_include_pad: false,
         n,
@@ -489,9 +416,9 @@ pub(crate) fn plan_adaptive_avg_pool2d(x: &TensorRef, out: &TensorRef) -> Result
 
 pub(crate) fn plan_adaptive_avg_pool2d_backward(dy: &TensorRef, dx: &TensorRef) -> Result<Option<AvgPlan>> {
     const OP: &str = "adaptive_avg_pool2d_backward";
-    check_tensor(OP, "dy", dy)?;
-    let n = check_tensor(OP, "dx", dx)?;
-    let slot = dtype_slot(OP, "dx", dx.dtype)?;
+    check_rank4(OP, "dy", dy)?;
+    let n = check_rank4(OP, "dx", dx)?;
+    let slot = float_slot(OP, "dx", dx.dtype)?;
     same_dtype(OP, "dy", dy, dx.dtype, "dx")?;
     check_adaptive(OP, ("dx", dx), ("dy", dy))?;
     check_no_overlap(OP, "dx", dx)?;
@@ -500,7 +427,7 @@ pub(crate) fn plan_adaptive_avg_pool2d_backward(dy: &TensorRef, dx: &TensorRef) 
     }
     Ok(Some(AvgPlan {
         entry: ADAPTIVE_BWD[slot],
-        layouts: [layout(OP, dy)?, layout(OP, dx)?],
+        layouts: [view_layout(OP, dy)?, view_layout(OP, dx)?],
         window: PoolWindow::default(),
         count_include_pad: false,
         n,
@@ -509,11 +436,6 @@ pub(crate) fn plan_adaptive_avg_pool2d_backward(dy: &TensorRef, dx: &TensorRef) 
 
 // ---------------------------------------------------------------------------------------
 // Public API
-
-fn kernel(stream: &Arc<CudaStream>, entry: &'static str) -> Result<cudarc::driver::CudaFunction> {
-    let dev = Device::new(stream.context().ordinal())?;
-    function(&dev, POOL, entry)
-}
 
 /// Max pooling of `x` `[N, C, H, W]` into `out` `[N, C, OH, OW]` (`OH, OW` from
 /// [`Pool2d::output_hw`]; same dtype) and `indices` (`I64`, same dims): the flat index
@@ -529,7 +451,7 @@ pub fn max_pool2d_with_indices(
     let Some(plan) = plan_max_pool2d(x, p, out, indices)? else {
         return Ok(());
     };
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, POOL, plan.entry)?;
     launch::max_forward(
         stream,
         &f,
@@ -555,8 +477,8 @@ pub fn max_pool2d_backward(
     let Some(plan) = plan_max_pool2d_backward(indices, dy, dx)? else {
         return Ok(());
     };
-    let z = kernel(stream, plan.zero_entry)?;
-    let f = kernel(stream, plan.entry)?;
+    let z = stream_function(stream, POOL, plan.zero_entry)?;
+    let f = stream_function(stream, POOL, plan.entry)?;
     launch::zero(stream, &z, dx.ptr, &plan.layouts[2], plan.zero_n)?;
     if plan.n == 0 {
         return Ok(());
@@ -578,7 +500,7 @@ pub fn avg_pool2d(
     let Some(plan) = plan_avg_pool2d(x, p, count_include_pad, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, POOL, plan.entry)?;
     launch::avg(
         stream,
         &f,
@@ -604,7 +526,7 @@ pub fn avg_pool2d_backward(
     let Some(plan) = plan_avg_pool2d_backward(dy, p, count_include_pad, dx)? else {
         return Ok(());
     };
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, POOL, plan.entry)?;
     launch::avg(
         stream,
         &f,
@@ -624,7 +546,7 @@ pub fn adaptive_avg_pool2d(stream: &Arc<CudaStream>, x: &TensorRef, out: &Tensor
     let Some(plan) = plan_adaptive_avg_pool2d(x, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, POOL, plan.entry)?;
     launch::adaptive(stream, &f, x.ptr, out.ptr, &plan.layouts, plan.n)
 }
 
@@ -634,7 +556,7 @@ pub fn adaptive_avg_pool2d_backward(stream: &Arc<CudaStream>, dy: &TensorRef, dx
     let Some(plan) = plan_adaptive_avg_pool2d_backward(dy, dx)? else {
         return Ok(());
     };
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, POOL, plan.entry)?;
     launch::adaptive(stream, &f, dy.ptr, dx.ptr, &plan.layouts, plan.n)
 }
 
@@ -741,15 +663,15 @@ mod tests {
             let a = plan_avg_pool2d(&x, &p, true, &o).unwrap().unwrap();
             assert_eq!(
                 (a.entry, a.count_include_pad),
-                (AVG_FWD[dtype_slot("t", "x", d).unwrap()], true)
+                (AVG_FWD[float_slot("t", "x", d).unwrap()], true)
             );
             assert_eq!(a.entry, format!("avgpool2d_fwd_{s}"));
             let a = plan_avg_pool2d_backward(&o, &p, false, &x).unwrap().unwrap();
-            assert_eq!((a.entry, a.n), (AVG_BWD[dtype_slot("t", "x", d).unwrap()], 384));
+            assert_eq!((a.entry, a.n), (AVG_BWD[float_slot("t", "x", d).unwrap()], 384));
             assert_eq!(a.entry, format!("avgpool2d_bwd_{s}"));
             let o = t(&[2, 3, 3, 5], d);
             let a = plan_adaptive_avg_pool2d(&x, &o).unwrap().unwrap();
-            assert_eq!((a.entry, a.n), (ADAPTIVE_FWD[dtype_slot("t", "x", d).unwrap()], 90));
+            assert_eq!((a.entry, a.n), (ADAPTIVE_FWD[float_slot("t", "x", d).unwrap()], 90));
             assert_eq!(a.entry, format!("adaptive_avgpool2d_fwd_{s}"));
             let a = plan_adaptive_avg_pool2d_backward(&o, &x).unwrap().unwrap();
             assert_eq!(a.entry, format!("adaptive_avgpool2d_bwd_{s}"));

@@ -43,9 +43,8 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_random::{self as launch, RandomTarget};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{function, RANDOM};
+use crate::kernels::{stream_function, RANDOM};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 // ---------------------------------------------------------------------------------------
 // Philox4x32-10
@@ -423,8 +422,7 @@ fn run(stream: &Arc<CudaStream>, gen: &mut Philox, out: &TensorRef, plan: Option
     let Some(p) = plan else {
         return Ok(());
     };
-    let dev = Device::new(stream.context().ordinal())?;
-    let f = function(&dev, RANDOM, p.entry)?;
+    let f = stream_function(stream, RANDOM, p.entry)?;
     let at = gen.advance(p.n as u64);
     let t = RandomTarget {
         out: out.ptr,

@@ -21,9 +21,8 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_reduce::{launch_rows, RowArgs, REDUCE_THREADS};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{function, REDUCE};
+use crate::kernels::{stream_function, REDUCE};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 /// A reduction along one axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -421,8 +420,7 @@ pub(crate) fn plan_scan(op: ScanOp, x: &TensorRef, axis: usize, out: &TensorRef)
 
 fn launch(stream: &Arc<CudaStream>, plan: Option<RowPlan>) -> Result<()> {
     let Some(plan) = plan else { return Ok(()) };
-    let dev = Device::new(stream.context().ordinal())?;
-    let f = function(&dev, REDUCE, plan.entry)?;
+    let f = stream_function(stream, REDUCE, plan.entry)?;
     launch_rows(stream, &f, &plan.args)
 }
 

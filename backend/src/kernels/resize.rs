@@ -27,6 +27,7 @@
 //! `interp_{nearest,bilinear,bicubic}_{fwd,bwd}_<dt>`, `grid_sample_<dt>` and
 //! `resize_zero_b{2,4,8}`).
 
+use crate::kernels::check::{check_no_overlap, check_rank4, float_slot, same_dtype, view_layout};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -34,11 +35,9 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_resize as launch;
-use crate::graph::{may_overlap, DataType};
-use crate::kernels::layout::kernel_layout;
-use crate::kernels::{function, RESIZE};
+use crate::graph::DataType;
+use crate::kernels::{stream_function, RESIZE};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 /// Interpolation algorithm (Burn's `InterpolateMode` without Lanczos3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,21 +132,6 @@ const GRID: [&str; 4] = [
     "grid_sample_f64",
 ];
 
-/// Position of `dtype` in the entry tables (F32, F16, BF16, F64).
-fn dtype_slot(op: &'static str, arg: &'static str, dtype: DataType) -> Result<usize> {
-    match dtype {
-        DataType::F32 => Ok(0),
-        DataType::F16 => Ok(1),
-        DataType::BF16 => Ok(2),
-        DataType::F64 => Ok(3),
-        d => Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {d:?} is not supported (F32, F16, BF16 or F64)"),
-        )),
-    }
-}
-
 /// `resize_zero_b{2,4,8}` by element size (float dtypes only reach here).
 fn zero_entry(dtype: DataType) -> &'static str {
     match dtype.size() {
@@ -155,63 +139,6 @@ fn zero_entry(dtype: DataType) -> &'static str {
         4 => "resize_zero_b4",
         _ => "resize_zero_b8",
     }
-}
-
-/// Checks one rank-4 operand's own consistency; returns its element count.
-fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != 4 {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("rank {} ({:?}) is not 4", t.dims.len(), t.dims),
-        ));
-    }
-    if t.strides.len() != 4 {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
-        ));
-    }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
-    }
-    let numel = t
-        .dims
-        .iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
-        return Err(Error::invalid_arg(op, arg, "null device pointer"));
-    }
-    Ok(numel)
-}
-
-/// Checks that no two elements of the written operand share an address.
-fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    if may_overlap(&t.dims, &t.strides) {
-        let msg = format!(
-            "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-            t.dims, t.strides
-        );
-        return Err(Error::invalid_arg(op, arg, msg));
-    }
-    Ok(())
-}
-
-fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType, of: &str) -> Result<()> {
-    if t.dtype != want {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("dtype {:?} differs from {of}'s {want:?}", t.dtype),
-        ));
-    }
-    Ok(())
-}
-
-fn layout(op: &'static str, t: &TensorRef) -> Result<KernelLayout> {
-    kernel_layout(op, &t.dims, &t.strides)
 }
 
 /// Checks the (input-sized, output-sized) pair: same N and C; when the output-sized side
@@ -250,9 +177,9 @@ pub(crate) fn plan_interpolate(
     out: &TensorRef,
 ) -> Result<Option<InterpPlan>> {
     const OP: &str = "interpolate";
-    check_tensor(OP, "x", x)?;
-    let n = check_tensor(OP, "out", out)?;
-    let slot = dtype_slot(OP, "x", x.dtype)?;
+    check_rank4(OP, "x", x)?;
+    let n = check_rank4(OP, "out", out)?;
+    let slot = float_slot(OP, "x", x.dtype)?;
     same_dtype(OP, "out", out, x.dtype, "x")?;
     check_pair(OP, ("x", x), ("out", out, n))?;
     check_no_overlap(OP, "out", out)?;
@@ -263,7 +190,7 @@ pub(crate) fn plan_interpolate(
         zero_entry: None,
         zero_n: 0,
         entry: FWD[mode.slot()][slot],
-        layouts: [layout(OP, x)?, layout(OP, out)?],
+        layouts: [view_layout(OP, x)?, view_layout(OP, out)?],
         align_corners,
         n,
     }))
@@ -276,16 +203,16 @@ pub(crate) fn plan_interpolate_backward(
     dx: &TensorRef,
 ) -> Result<Option<InterpPlan>> {
     const OP: &str = "interpolate_backward";
-    let dy_n = check_tensor(OP, "dy", dy)?;
-    let dx_n = check_tensor(OP, "dx", dx)?;
-    let slot = dtype_slot(OP, "dx", dx.dtype)?;
+    let dy_n = check_rank4(OP, "dy", dy)?;
+    let dx_n = check_rank4(OP, "dx", dx)?;
+    let slot = float_slot(OP, "dx", dx.dtype)?;
     same_dtype(OP, "dy", dy, dx.dtype, "dx")?;
     check_pair(OP, ("dx", dx), ("dy", dy, dy_n))?;
     check_no_overlap(OP, "dx", dx)?;
     if dx_n == 0 {
         return Ok(None);
     }
-    let layouts = [layout(OP, dy)?, layout(OP, dx)?];
+    let layouts = [view_layout(OP, dy)?, view_layout(OP, dx)?];
     let entry = BWD[mode.slot()][slot];
     Ok(Some(match mode {
         // Gather over dx: every element is written, no zero-fill.
@@ -315,10 +242,10 @@ pub(crate) fn plan_grid_sample_2d(
     out: &TensorRef,
 ) -> Result<Option<GridSamplePlan>> {
     const OP: &str = "grid_sample_2d";
-    check_tensor(OP, "x", x)?;
-    check_tensor(OP, "grid", grid)?;
-    let n = check_tensor(OP, "out", out)?;
-    let slot = dtype_slot(OP, "x", x.dtype)?;
+    check_rank4(OP, "x", x)?;
+    check_rank4(OP, "grid", grid)?;
+    let n = check_rank4(OP, "out", out)?;
+    let slot = float_slot(OP, "x", x.dtype)?;
     same_dtype(OP, "grid", grid, x.dtype, "x")?;
     same_dtype(OP, "out", out, x.dtype, "x")?;
     if grid.dims[0] != x.dims[0] || grid.dims[3] != 2 {
@@ -343,7 +270,7 @@ pub(crate) fn plan_grid_sample_2d(
     }
     Ok(Some(GridSamplePlan {
         entry: GRID[slot],
-        layouts: [layout(OP, x)?, layout(OP, grid)?, layout(OP, out)?],
+        layouts: [view_layout(OP, x)?, view_layout(OP, grid)?, view_layout(OP, out)?],
         align_corners,
         n,
     }))
@@ -352,15 +279,10 @@ pub(crate) fn plan_grid_sample_2d(
 // ---------------------------------------------------------------------------------------
 // Public API
 
-fn kernel(stream: &Arc<CudaStream>, entry: &'static str) -> Result<cudarc::driver::CudaFunction> {
-    let dev = Device::new(stream.context().ordinal())?;
-    function(&dev, RESIZE, entry)
-}
-
 fn run(stream: &Arc<CudaStream>, plan: &InterpPlan, src: u64, dst: u64) -> Result<()> {
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, RESIZE, plan.entry)?;
     if let Some(z) = plan.zero_entry {
-        let z = kernel(stream, z)?;
+        let z = stream_function(stream, RESIZE, z)?;
         launch::zero(stream, &z, dst, &plan.layouts[1], plan.zero_n)?;
     }
     if plan.n == 0 {
@@ -415,7 +337,7 @@ pub fn grid_sample_2d(
     let Some(plan) = plan_grid_sample_2d(x, grid, align_corners, out)? else {
         return Ok(());
     };
-    let f = kernel(stream, plan.entry)?;
+    let f = stream_function(stream, RESIZE, plan.entry)?;
     launch::grid_sample(
         stream,
         &f,
@@ -607,7 +529,7 @@ mod tests {
             let g = plan_grid_sample_2d(&x, &t(&[2, 6, 7, 2], d), false, &t(&[2, 3, 6, 7], d))
                 .unwrap()
                 .unwrap();
-            assert_eq!((g.entry, g.n), (GRID[dtype_slot("t", "x", d).unwrap()], 252));
+            assert_eq!((g.entry, g.n), (GRID[float_slot("t", "x", d).unwrap()], 252));
             assert_eq!(g.entry, format!("grid_sample_{s}"));
         }
         for d in [I32, I64, U8, Bool] {

@@ -22,6 +22,7 @@
 //! kernel (`kernels/sort.cu`: `sort_rows_<dt>`, a bitonic sort of (key, index) pairs padded
 //! to a power of two with sentinels that sort after every element).
 
+use crate::kernels::check::check_tensor;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -31,9 +32,8 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_sort::{self as launch, SortRows};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{function, SORT};
+use crate::kernels::{stream_function, SORT};
 use crate::ops::TensorRef;
-use crate::runtime::Device;
 
 /// Longest row (length of the sorted axis) one launch sorts.
 pub const MAX_SORT_LEN: i64 = 4096;
@@ -74,29 +74,6 @@ fn entry(dtype: DataType) -> &'static str {
         DataType::U8 => "sort_rows_u8",
         DataType::Bool => "sort_rows_bool",
     }
-}
-
-/// Checks one operand's own consistency; returns its element count.
-fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != t.strides.len() {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("{} dims but {} strides", t.dims.len(), t.strides.len()),
-        ));
-    }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
-    }
-    let numel = t
-        .dims
-        .iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
-        return Err(Error::invalid_arg(op, arg, "null device pointer"));
-    }
-    Ok(numel)
 }
 
 /// Checks an output: its own consistency, `want` dtype, x's dims, no self-overlap, and
@@ -226,8 +203,7 @@ pub fn sort(
     let Some(p) = plan_sort(x, axis, descending, values_out, indices_out)? else {
         return Ok(());
     };
-    let dev = Device::new(stream.context().ordinal())?;
-    let f = function(&dev, SORT, p.entry)?;
+    let f = stream_function(stream, SORT, p.entry)?;
     // A pointer of 0 tells the kernel not to write that output.
     let values = values_out.map_or(0, |t| t.ptr);
     let indices = indices_out.map_or(0, |t| t.ptr);

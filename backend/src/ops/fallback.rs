@@ -9,8 +9,7 @@ use super::{Activation, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch::{bias_act, BiasActArgs};
 use crate::graph::DataType;
-use crate::kernels::{function, BIAS_ACT};
-use crate::runtime::Device;
+use crate::kernels::{stream_function, BIAS_ACT};
 
 /// y = act(y + bias[c]) in place, where c is y's index along `channel_axis`.
 pub(crate) fn bias_act_in_place(
@@ -42,8 +41,7 @@ pub(crate) fn bias_act_in_place(
             ));
         }
     }
-    let dev = Device::new(stream.context().ordinal())?;
-    let f = function(&dev, BIAS_ACT, name)?;
+    let f = stream_function(stream, BIAS_ACT, name)?;
     let (activation, param) = act.kernel_code();
     let args = BiasActArgs {
         y: y.ptr,

@@ -1,0 +1,79 @@
+//! Argument checks shared by every kernel family: each returns an `InvalidArgument` error
+//! naming the op and the argument.
+
+use crate::error::{Error, Result};
+use crate::ffi::launch::KernelLayout;
+use crate::graph::{may_overlap, DataType};
+use crate::kernels::layout::kernel_layout;
+use crate::ops::TensorRef;
+
+/// Checks one operand's own consistency (dims vs strides, no negative dims, an element
+/// count that fits i64, a non-null pointer when non-empty); returns its element count.
+pub(crate) fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
+    if t.dims.len() != t.strides.len() {
+        let msg = format!("{} dims but {} strides", t.dims.len(), t.strides.len());
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
+        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
+    }
+    let numel = t
+        .dims
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
+    if numel > 0 && t.ptr == 0 {
+        return Err(Error::invalid_arg(op, arg, "null device pointer"));
+    }
+    Ok(numel)
+}
+
+/// [`check_tensor`] for an `[N, C, H, W]` operand.
+pub(crate) fn check_rank4(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
+    if t.dims.len() != 4 {
+        let msg = format!("rank {} ({:?}) is not 4 ([N, C, H, W])", t.dims.len(), t.dims);
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    check_tensor(op, arg, t)
+}
+
+/// Checks that no two elements of a written operand share an address.
+pub(crate) fn check_no_overlap(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
+    if may_overlap(&t.dims, &t.strides) {
+        let msg = format!(
+            "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
+            t.dims, t.strides
+        );
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    Ok(())
+}
+
+/// Checks that `t` has dtype `want`, the dtype of the operand named `of`.
+pub(crate) fn same_dtype(op: &'static str, arg: &'static str, t: &TensorRef, want: DataType, of: &str) -> Result<()> {
+    if t.dtype != want {
+        let msg = format!("dtype {:?} differs from {of}'s {want:?}", t.dtype);
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    Ok(())
+}
+
+/// Position of a float dtype in per-dtype entry tables ordered F32, F16, BF16, F64.
+pub(crate) fn float_slot(op: &'static str, arg: &'static str, dtype: DataType) -> Result<usize> {
+    match dtype {
+        DataType::F32 => Ok(0),
+        DataType::F16 => Ok(1),
+        DataType::BF16 => Ok(2),
+        DataType::F64 => Ok(3),
+        d => Err(Error::invalid_arg(
+            op,
+            arg,
+            format!("dtype {d:?} is not supported (F32, F16, BF16 or F64)"),
+        )),
+    }
+}
+
+/// The operand's own dims and strides as a [`KernelLayout`] (no merging).
+pub(crate) fn view_layout(op: &'static str, t: &TensorRef) -> Result<KernelLayout> {
+    kernel_layout(op, &t.dims, &t.strides)
+}
