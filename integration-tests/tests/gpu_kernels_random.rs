@@ -723,8 +723,10 @@ fn uniform_never_returns_high() {
             let (_, hi_c) = clamp_bounds(dtype, low, high);
             let top = v.iter().filter(|&&x| x == hi_c).count();
             r.check(case.clone(), bad == 0, format!("{bad} values outside [{low}, {high})"));
-            if dtype == F16 || dtype == BF16 {
+            if (dtype == F16 || dtype == BF16) && high != 0.0 {
                 // Without the clamp these would have been `high`: the top value must occur.
+                // (Below 0 the half types have subnormals finer than an f32 uniform's step,
+                // so `high == 0` never rounds up and its top value is practically unreachable.)
                 r.check(case, top > 0, "the largest value below high never occurs".into());
             }
         }
