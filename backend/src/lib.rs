@@ -18,6 +18,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "burn")]
+pub mod burn;
 mod error;
 mod ffi;
 pub mod graph;

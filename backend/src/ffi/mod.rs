@@ -19,6 +19,7 @@ pub(crate) mod launch_reduce;
 pub(crate) mod launch_resize;
 pub(crate) mod launch_sort;
 pub(crate) mod legacy;
+pub(crate) mod memory;
 pub(crate) mod replay;
 
 pub(crate) use api::{api, can_load, cudnn_version};

@@ -5,7 +5,7 @@ mod device;
 mod probe;
 mod workspace;
 
-pub use device::{Device, DeviceInfo};
+pub use device::{Device, DeviceInfo, MAX_DEVICES};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
 pub(crate) use workspace::with_workspace;
 pub use workspace::workspace_bytes;

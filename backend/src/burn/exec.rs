@@ -1,0 +1,186 @@
+//! Tensor-level building blocks shared by the op traits: allocation of results, fills,
+//! casts, elementwise unary/binary/compare/where with broadcasting, and scalars. Each
+//! enqueues on the tensor's device stream and panics with the op's name on an engine error.
+
+use std::sync::Arc;
+
+use burn_backend::{BoolDType, BoolStore, DType, Scalar};
+
+use super::tensor::{engine_dtype, expect, CudnnTensor};
+use crate::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
+use crate::runtime;
+use crate::view::ViewLayout;
+
+/// `dtype` filled with `value` (converted like a cast: ints truncate, bool is `!= 0`).
+pub(crate) fn full(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, value: f64, op: &str) -> CudnnTensor {
+    let out = CudnnTensor::empty(device, dims, dtype, op);
+    expect(op, ew::fill(device.stream(), &out.tref(), value));
+    out
+}
+
+/// A Burn scalar as the `f64` the kernels take.
+pub(crate) fn scalar_f64(s: Scalar) -> f64 {
+    match s {
+        Scalar::Float(v) => v,
+        Scalar::Int(v) => v as f64,
+        Scalar::UInt(v) => v as f64,
+        Scalar::Bool(v) => v as u8 as f64,
+    }
+}
+
+/// A one-element tensor of `dtype` holding `value`, broadcastable against rank `rank`.
+pub(crate) fn scalar_tensor(like: &CudnnTensor, dtype: DType, value: f64, op: &str) -> CudnnTensor {
+    let dims = vec![1i64; like.rank()];
+    full(like.device(), &dims, dtype, value, op)
+}
+
+/// Writes `src` (any strides, any dtype) into the view `dst`, converting the dtype.
+pub(crate) fn copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) {
+    check_same_device(op, src, dst);
+    expect(op, ew::copy(src.stream(), &src.tref(), &dst.tref()));
+}
+
+/// A packed copy of `src` as `dtype`.
+pub(crate) fn copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+    let out = src.empty_like(dtype, op);
+    copy_into(src, &out, op);
+    out
+}
+
+/// `t` converted to `dtype`; the same tensor (a view) when the dtype already matches.
+pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+    if t.dtype == dtype {
+        return t;
+    }
+    if engine_dtype(op, t.dtype) == engine_dtype(op, dtype) {
+        return t.with_dtype(dtype);
+    }
+    copy_to_new(&t, dtype, op)
+}
+
+/// The numpy-style broadcast of two dim lists (panics naming `op` when incompatible).
+pub(crate) fn broadcast_dims(op: &str, a: &[i64], b: &[i64]) -> Vec<i64> {
+    let rank = a.len().max(b.len());
+    let at = |d: &[i64], i: usize| -> i64 {
+        let pad = rank - d.len();
+        if i < pad {
+            1
+        } else {
+            d[i - pad]
+        }
+    };
+    (0..rank)
+        .map(|i| {
+            let (x, y) = (at(a, i), at(b, i));
+            match (x, y) {
+                _ if x == y => x,
+                (1, _) => y,
+                (_, 1) => x,
+                _ => panic!("cudnn-backend: {op}: shapes {a:?} and {b:?} cannot be broadcast together"),
+            }
+        })
+        .collect()
+}
+
+/// Panics unless both tensors live on the same GPU.
+pub(crate) fn check_same_device(op: &str, a: &CudnnTensor, b: &CudnnTensor) {
+    let (x, y) = (a.device().ordinal(), b.device().ordinal());
+    assert!(
+        x == y,
+        "cudnn-backend: {op}: tensors are on different devices (GPU {x} and GPU {y}); move one with `to_device` first"
+    );
+}
+
+/// Panics unless both tensors have the same dtype (as Burn's reference backend does).
+pub(crate) fn check_same_dtype(op: &str, a: &CudnnTensor, b: &CudnnTensor) {
+    assert!(
+        engine_dtype(op, a.dtype) == engine_dtype(op, b.dtype),
+        "cudnn-backend: {op}: data type mismatch ({:?} and {:?})",
+        a.dtype,
+        b.dtype
+    );
+}
+
+/// Elementwise `op(x)` into a new packed tensor of `x`'s dtype (or into `x` itself when
+/// it is the only view of its buffer).
+pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> CudnnTensor {
+    let out = if x.is_exclusive() {
+        x.clone()
+    } else {
+        x.empty_like(x.dtype, name)
+    };
+    expect(name, ew::unary(x.stream(), op, &x.tref(), &out.tref()));
+    out
+}
+
+/// Elementwise `op(a, b)` with broadcasting into a new packed tensor of `a`'s dtype.
+pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -> CudnnTensor {
+    check_same_device(name, &a, &b);
+    check_same_dtype(name, &a, &b);
+    let dims = broadcast_dims(name, a.dims(), b.dims());
+    let out = if a.is_exclusive() && a.dims() == dims.as_slice() {
+        a.clone()
+    } else if b.is_exclusive() && b.dims() == dims.as_slice() && b.dtype == a.dtype {
+        b.clone()
+    } else {
+        a.empty_on(&dims, a.dtype, name)
+    };
+    expect(name, ew::binary(a.stream(), op, &a.tref(), &b.tref(), &out.tref()));
+    out
+}
+
+/// `op(a, s)` for a scalar `s`, through a broadcast one-element operand.
+pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) -> CudnnTensor {
+    let b = scalar_tensor(&a, a.dtype, s, name);
+    binary(a, b, op, name)
+}
+
+/// The bool dtype a comparison produces for Burn's requested `out` dtype.
+pub(crate) fn bool_dtype(op: &str, out: BoolDType) -> DType {
+    let dtype = DType::Bool(out);
+    if matches!(out, BoolStore::U32) {
+        panic!("cudnn-backend: {op}: bool storage {out:?} is not supported (use Bool(Native) or Bool(U8))");
+    }
+    dtype
+}
+
+/// Elementwise comparison with broadcasting, into a new bool tensor.
+pub(crate) fn compare(a: CudnnTensor, b: CudnnTensor, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
+    check_same_device(name, &a, &b);
+    check_same_dtype(name, &a, &b);
+    let dims = broadcast_dims(name, a.dims(), b.dims());
+    let out = a.empty_on(&dims, bool_dtype(name, out), name);
+    expect(name, ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tref()));
+    out
+}
+
+/// Comparison against a scalar.
+pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
+    let b = scalar_tensor(&a, a.dtype, s, name);
+    compare(a, b, op, out, name)
+}
+
+/// `cond ? a : b` elementwise with broadcasting; the result has `a`'s dtype.
+pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
+    check_same_device(name, &cond, &a);
+    check_same_device(name, &a, &b);
+    check_same_dtype(name, &a, &b);
+    let dims = broadcast_dims(name, &broadcast_dims(name, cond.dims(), a.dims()), b.dims());
+    let out = a.empty_on(&dims, a.dtype, name);
+    expect(
+        name,
+        ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tref()),
+    );
+    out
+}
+
+/// A view of `t` broadcast to `dims` (stride 0 on the expanded dims).
+pub(crate) fn expand(t: CudnnTensor, dims: &[i64], op: &str) -> CudnnTensor {
+    let layout: ViewLayout = expect(op, t.layout.expand(dims));
+    t.with_layout(layout)
+}
+
+/// An uninitialised packed tensor on a Burn device.
+pub(crate) fn empty(device: &super::CudnnDevice, shape: &burn_backend::Shape, dtype: DType, op: &str) -> CudnnTensor {
+    CudnnTensor::empty(&device.open(), &super::tensor::to_dims(shape), dtype, op)
+}

@@ -1,0 +1,121 @@
+//! Device buffers behind Burn tensors: allocation, host transfers, per-device set-up.
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{CudaSlice, CudaStream};
+
+use crate::error::{Error, Result};
+use crate::ffi::memory::{alloc_uninit, retain_pool_memory, trim_pool};
+use crate::runtime::{self, MAX_DEVICES};
+
+static PREPARED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+
+/// One-time per-device set-up for Burn: keep freed memory in the stream-ordered pool.
+pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
+    let slot = &PREPARED[dev.ordinal()];
+    if slot.get().is_none() {
+        retain_pool_memory(dev.stream())?;
+        let _ = slot.set(());
+    }
+    Ok(())
+}
+
+/// Releases the unused memory the device's pool keeps.
+pub(crate) fn release_cached_memory(dev: &Arc<runtime::Device>) -> Result<()> {
+    trim_pool(dev.stream())
+}
+
+/// A device allocation shared by every view of one tensor. Freed (stream-ordered, on the
+/// device's stream) when the last view drops.
+pub(crate) struct Storage {
+    buf: Option<CudaSlice<u8>>,
+    ptr: u64,
+    bytes: usize,
+    device: Arc<runtime::Device>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({} bytes on GPU {})", self.bytes, self.device.ordinal())
+    }
+}
+
+impl Storage {
+    /// `bytes` of uninitialised memory (no allocation for 0 bytes).
+    pub(crate) fn alloc(device: &Arc<runtime::Device>, bytes: usize, op: &'static str) -> Result<Arc<Storage>> {
+        if bytes == 0 {
+            return Ok(Arc::new(Storage {
+                buf: None,
+                ptr: 0,
+                bytes,
+                device: device.clone(),
+            }));
+        }
+        let stream = device.stream();
+        let buf = alloc_uninit(stream, bytes, op)?;
+        let ptr = device_ptr(stream, &buf);
+        Ok(Arc::new(Storage {
+            buf: Some(buf),
+            ptr,
+            bytes,
+            device: device.clone(),
+        }))
+    }
+
+    /// A copy of host bytes.
+    pub(crate) fn from_host(device: &Arc<runtime::Device>, data: &[u8], op: &'static str) -> Result<Arc<Storage>> {
+        if data.is_empty() {
+            return Self::alloc(device, 0, op);
+        }
+        let stream = device.stream();
+        let buf = stream.clone_htod(data).map_err(|e| Error::OutOfMemory {
+            op,
+            bytes: data.len(),
+            message: e.to_string(),
+        })?;
+        let ptr = device_ptr(stream, &buf);
+        Ok(Arc::new(Storage {
+            buf: Some(buf),
+            ptr,
+            bytes: data.len(),
+            device: device.clone(),
+        }))
+    }
+
+    /// Copies `len` bytes starting `start` bytes into the buffer to the host (waits for
+    /// the stream).
+    pub(crate) fn read(&self, start: usize, len: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        if len == 0 {
+            return Ok(out);
+        }
+        let buf = self
+            .buf
+            .as_ref()
+            .ok_or_else(|| Error::invalid_arg("into_data", "tensor", "empty buffer"))?;
+        let stream = self.device.stream();
+        stream.memcpy_dtoh(&buf.slice(start..start + len), &mut out)?;
+        stream.synchronize()?;
+        Ok(out)
+    }
+
+    /// Device address of the first byte (0 for an empty buffer).
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The device the memory lives on.
+    pub(crate) fn device(&self) -> &Arc<runtime::Device> {
+        &self.device
+    }
+}
+
+fn device_ptr(stream: &Arc<CudaStream>, buf: &CudaSlice<u8>) -> u64 {
+    use cudarc::driver::DevicePtr;
+    buf.device_ptr(stream).0
+}

@@ -1,0 +1,85 @@
+//! The Burn 0.21 backend (feature `burn`): [`Cudnn`].
+//!
+//! ```no_run
+//! use burn_backend::Backend;
+//! use cudnn_backend::burn::{Cudnn, CudnnDevice};
+//! let device = CudnnDevice::default(); // GPU 0
+//! assert!(Cudnn::name(&device).starts_with("cudnn"));
+//! ```
+//!
+//! Convolutions (1-D/2-D/3-D, transposed, and their backward passes), pooling and matmuls
+//! run as cuDNN graphs through [`crate::ops`] (handle pool, plan cache); every other op
+//! runs in the NVRTC kernels of [`crate::kernels`]. Ops enqueue on the device's stream and
+//! never wait; [`Backend::sync`] and reading data wait.
+
+pub(crate) mod data;
+mod device;
+pub(crate) mod exec;
+mod memory;
+mod ops;
+mod random;
+mod tensor;
+
+use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError};
+
+pub use device::{CudnnDevice, DEVICE_TYPE_ID};
+pub use tensor::{CudnnQTensor, CudnnTensor};
+
+/// The cuDNN backend for Burn: `type B = burn::backend::Autodiff<Cudnn>;`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cudnn;
+
+impl BackendTypes for Cudnn {
+    type Device = CudnnDevice;
+    type FloatTensorPrimitive = CudnnTensor;
+    type FloatElem = f32;
+    type IntTensorPrimitive = CudnnTensor;
+    type IntElem = i64;
+    type BoolTensorPrimitive = CudnnTensor;
+    type BoolElem = bool;
+    type QuantizedTensorPrimitive = CudnnQTensor;
+}
+
+impl Backend for Cudnn {
+    fn name(device: &Self::Device) -> String {
+        format!("cudnn<gpu:{}>", device.index)
+    }
+
+    fn seed(_device: &Self::Device, seed: u64) {
+        random::seed(seed);
+    }
+
+    fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
+        let dev = device
+            .try_open()
+            .map_err(|e| ExecutionError::WithContext { reason: e.to_string() })?;
+        dev.synchronize().map_err(|e| ExecutionError::WithContext {
+            reason: format!("cudnn-backend: synchronizing GPU {}: {e}", device.index),
+        })
+    }
+
+    fn memory_cleanup(device: &Self::Device) {
+        if let Ok(dev) = device.try_open() {
+            if let Err(e) = memory::release_cached_memory(&dev) {
+                tracing::warn!("cudnn-backend: releasing cached memory of GPU {}: {e}", device.index);
+            }
+        }
+    }
+
+    fn dtype_usage(_device: &Self::Device, dtype: DType) -> DTypeUsageSet {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => DTypeUsage::general() | DTypeUsage::Accelerated,
+            DType::Flex32 | DType::F64 | DType::I64 | DType::I32 | DType::I8 | DType::U8 => DTypeUsage::general(),
+            DType::Bool(BoolStore::Native | BoolStore::U8) => DTypeUsage::general(),
+            DType::QFloat(scheme) if ops::qtensor::supports_scheme(&scheme) => DTypeUsage::general(),
+            _ => DTypeUsageSet::empty(),
+        }
+    }
+
+    fn device_count(type_id: u16) -> usize {
+        if type_id != DEVICE_TYPE_ID {
+            return 0;
+        }
+        crate::runtime::device_count().unwrap_or(0)
+    }
+}
