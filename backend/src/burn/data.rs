@@ -9,7 +9,11 @@ use crate::view::ViewLayout;
 
 /// Uploads `data`; a dtype the backend cannot hold is first converted to `fallback`.
 pub(crate) fn from_data(data: TensorData, device: &CudnnDevice, fallback: DType, op: &str) -> CudnnTensor {
-    let data = if storage_type(data.dtype).is_some() { data } else { data.convert_dtype(fallback) };
+    let data = if storage_type(data.dtype).is_some() {
+        data
+    } else {
+        data.convert_dtype(fallback)
+    };
     let dev = device.open();
     let storage = expect(op, Storage::from_host(&dev, data.as_bytes(), "from_data"));
     CudnnTensor {
@@ -43,5 +47,10 @@ pub(crate) fn to_device(t: CudnnTensor, device: &CudnnDevice) -> CudnnTensor {
     let dtype = t.dtype;
     let shape = to_shape(t.dims());
     let bytes = t.read_bytes();
-    from_data(TensorData::from_bytes_vec(bytes, shape, dtype), device, dtype, "to_device")
+    from_data(
+        TensorData::from_bytes_vec(bytes, shape, dtype),
+        device,
+        dtype,
+        "to_device",
+    )
 }

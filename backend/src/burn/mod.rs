@@ -15,9 +15,12 @@
 pub(crate) mod data;
 mod device;
 pub(crate) mod exec;
+pub(crate) mod math;
 mod memory;
+pub(crate) mod nn;
 mod ops;
 mod random;
+pub(crate) mod structure;
 mod tensor;
 
 use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError};

@@ -124,7 +124,7 @@ impl TensorRef {
             if self.ptr == 0 {
                 return Err(Error::invalid_arg(op, arg, "null device pointer"));
             }
-            if self.ptr % self.dtype.size() as u64 != 0 {
+            if !self.ptr.is_multiple_of(self.dtype.size() as u64) {
                 return Err(Error::invalid_arg(
                     op,
                     arg,

@@ -1,19 +1,173 @@
-//! Module ops (`ModuleOps`): convolutions, pooling, linear, interpolation.
+//! Module ops (`ModuleOps`): convolutions, pooling, linear, interpolation, embeddings,
+//! deformable convolution, attention and real FFTs. The work lives in
+//! [`crate::burn::nn`]; this file maps Burn's arguments onto it.
 
+use burn_backend::ops::attention::attention_fallback;
 use burn_backend::ops::*;
-use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::*;
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
-use crate::burn::{Cudnn, CudnnDevice};
+use crate::burn::nn::{self, ConvGeom, ConvTransposeGeom, PoolArgs};
+use crate::burn::Cudnn;
+
+fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeom {
+    ConvGeom {
+        stride: o.stride.to_vec(),
+        padding: o.padding.to_vec(),
+        dilation: o.dilation.to_vec(),
+        groups: o.groups,
+    }
+}
+
+fn transpose_geom<const N: usize>(o: &ConvTransposeOptions<N>) -> ConvTransposeGeom {
+    ConvTransposeGeom {
+        stride: o.stride.to_vec(),
+        padding: o.padding.to_vec(),
+        padding_out: o.padding_out.to_vec(),
+        dilation: o.dilation.to_vec(),
+        groups: o.groups,
+    }
+}
+
+/// Burn's 1-D pooling arguments as 2-D ones over `[N, C, 1, L]`.
+fn pool_1d(kernel: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool) -> PoolArgs {
+    PoolArgs {
+        kernel: [1, kernel],
+        stride: [1, stride],
+        padding: [0, padding],
+        dilation: [1, dilation],
+        ceil_mode,
+    }
+}
+
+fn pool_2d(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    ceil_mode: bool,
+) -> PoolArgs {
+    PoolArgs {
+        kernel,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+    }
+}
 
 impl ModuleOps<Cudnn> for Cudnn {
+    fn embedding(weights: FloatTensor<Cudnn>, indices: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
+        nn::embedding(weights, indices)
+    }
+
+    fn embedding_backward(
+        weights: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        indices: IntTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::embedding_backward(&weights, output_grad, indices)
+    }
+
+    fn linear(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        bias: Option<FloatTensor<Cudnn>>,
+    ) -> FloatTensor<Cudnn> {
+        nn::linear(x, weight, bias)
+    }
+
+    fn linear_x_backward(weight: FloatTensor<Cudnn>, output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
+        nn::linear_x_backward(weight, output_grad)
+    }
+
+    fn linear_weight_backward(x: FloatTensor<Cudnn>, output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
+        nn::linear_weight_backward(x, output_grad)
+    }
+
+    fn linear_bias_backward(output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
+        nn::linear_bias_backward(output_grad)
+    }
+
+    fn conv1d(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        bias: Option<FloatTensor<Cudnn>>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv("conv1d", x, weight, bias, &conv_geom(&options))
+    }
+
+    fn conv1d_x_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_x_backward("conv1d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+    }
+
+    fn conv1d_weight_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_weight_backward(
+            "conv1d_weight_backward",
+            x,
+            weight.dims(),
+            output_grad,
+            &conv_geom(&options),
+        )
+    }
+
+    fn conv1d_bias_backward(
+        _x: FloatTensor<Cudnn>,
+        _bias: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_bias_backward("conv1d_bias_backward", output_grad)
+    }
+
     fn conv2d(
         x: FloatTensor<Cudnn>,
         weight: FloatTensor<Cudnn>,
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        todo!("conv2d")
+        nn::conv("conv2d", x, weight, bias, &conv_geom(&options))
+    }
+
+    fn conv2d_x_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_x_backward("conv2d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+    }
+
+    fn conv2d_weight_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_weight_backward(
+            "conv2d_weight_backward",
+            x,
+            weight.dims(),
+            output_grad,
+            &conv_geom(&options),
+        )
+    }
+
+    fn conv2d_bias_backward(
+        _x: FloatTensor<Cudnn>,
+        _bias: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_bias_backward("conv2d_bias_backward", output_grad)
     }
 
     fn deform_conv2d(
@@ -24,7 +178,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        todo!("deform_conv2d")
+        nn::deform_conv2d(x, offset, weight, mask, bias, &options)
     }
 
     fn deform_conv2d_backward(
@@ -36,7 +190,8 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Cudnn> {
-        todo!("deform_conv2d_backward")
+        let g = nn::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, &options);
+        DeformConv2dBackward::new(g.x, g.offset, g.weight, g.mask, g.bias)
     }
 
     fn conv3d(
@@ -45,7 +200,84 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        todo!("conv3d")
+        nn::conv("conv3d", x, weight, bias, &conv_geom(&options))
+    }
+
+    fn conv3d_x_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_x_backward("conv3d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+    }
+
+    fn conv3d_weight_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvOptions<3>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_weight_backward(
+            "conv3d_weight_backward",
+            x,
+            weight.dims(),
+            output_grad,
+            &conv_geom(&options),
+        )
+    }
+
+    fn conv3d_bias_backward(
+        _x: FloatTensor<Cudnn>,
+        _bias: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_bias_backward("conv3d_bias_backward", output_grad)
+    }
+
+    fn conv_transpose1d(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        bias: Option<FloatTensor<Cudnn>>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose("conv_transpose1d", x, weight, bias, &transpose_geom(&options))
+    }
+
+    fn conv_transpose1d_x_backward(
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose_x_backward(
+            "conv_transpose1d_x_backward",
+            weight,
+            output_grad,
+            &transpose_geom(&options),
+        )
+    }
+
+    fn conv_transpose1d_weight_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose_weight_backward(
+            "conv_transpose1d_weight_backward",
+            x,
+            weight.dims(),
+            output_grad,
+            &transpose_geom(&options),
+        )
+    }
+
+    fn conv_transpose1d_bias_backward(
+        _x: FloatTensor<Cudnn>,
+        _bias: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_bias_backward("conv_transpose1d_bias_backward", output_grad)
     }
 
     fn conv_transpose2d(
@@ -54,7 +286,43 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        todo!("conv_transpose2d")
+        nn::conv_transpose("conv_transpose2d", x, weight, bias, &transpose_geom(&options))
+    }
+
+    fn conv_transpose2d_x_backward(
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose_x_backward(
+            "conv_transpose2d_x_backward",
+            weight,
+            output_grad,
+            &transpose_geom(&options),
+        )
+    }
+
+    fn conv_transpose2d_weight_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose_weight_backward(
+            "conv_transpose2d_weight_backward",
+            x,
+            weight.dims(),
+            output_grad,
+            &transpose_geom(&options),
+        )
+    }
+
+    fn conv_transpose2d_bias_backward(
+        _x: FloatTensor<Cudnn>,
+        _bias: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_bias_backward("conv_transpose2d_bias_backward", output_grad)
     }
 
     fn conv_transpose3d(
@@ -63,7 +331,75 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        todo!("conv_transpose3d")
+        nn::conv_transpose("conv_transpose3d", x, weight, bias, &transpose_geom(&options))
+    }
+
+    fn conv_transpose3d_x_backward(
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose_x_backward(
+            "conv_transpose3d_x_backward",
+            weight,
+            output_grad,
+            &transpose_geom(&options),
+        )
+    }
+
+    fn conv_transpose3d_weight_backward(
+        x: FloatTensor<Cudnn>,
+        weight: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+        options: ConvTransposeOptions<3>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_transpose_weight_backward(
+            "conv_transpose3d_weight_backward",
+            x,
+            weight.dims(),
+            output_grad,
+            &transpose_geom(&options),
+        )
+    }
+
+    fn conv_transpose3d_bias_backward(
+        _x: FloatTensor<Cudnn>,
+        _bias: FloatTensor<Cudnn>,
+        output_grad: FloatTensor<Cudnn>,
+    ) -> FloatTensor<Cudnn> {
+        nn::conv_bias_backward("conv_transpose3d_bias_backward", output_grad)
+    }
+
+    fn unfold4d(x: FloatTensor<Cudnn>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Cudnn> {
+        nn::unfold4d(x, kernel_size, options.stride, options.padding, options.dilation)
+    }
+
+    fn avg_pool1d(
+        x: FloatTensor<Cudnn>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Cudnn> {
+        const OP: &str = "avg_pool1d";
+        let a = pool_1d(kernel_size, stride, padding, 1, ceil_mode);
+        nn::as_1d(&nn::avg_pool2d(nn::as_2d(&x, OP), &a, count_include_pad), OP)
+    }
+
+    fn avg_pool1d_backward(
+        x: FloatTensor<Cudnn>,
+        grad: FloatTensor<Cudnn>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Cudnn> {
+        const OP: &str = "avg_pool1d_backward";
+        let a = pool_1d(kernel_size, stride, padding, 1, ceil_mode);
+        let dx = nn::avg_pool2d_backward(&nn::as_2d(&x, OP), nn::as_2d(&grad, OP), &a, count_include_pad);
+        nn::as_1d(&dx, OP)
     }
 
     fn avg_pool2d(
@@ -74,7 +410,8 @@ impl ModuleOps<Cudnn> for Cudnn {
         count_include_pad: bool,
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
-        todo!("avg_pool2d")
+        let a = pool_2d(kernel_size, stride, padding, [1, 1], ceil_mode);
+        nn::avg_pool2d(x, &a, count_include_pad)
     }
 
     fn avg_pool2d_backward(
@@ -86,15 +423,70 @@ impl ModuleOps<Cudnn> for Cudnn {
         count_include_pad: bool,
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
-        todo!("avg_pool2d_backward")
+        let a = pool_2d(kernel_size, stride, padding, [1, 1], ceil_mode);
+        nn::avg_pool2d_backward(&x, grad, &a, count_include_pad)
     }
 
     fn adaptive_avg_pool2d(x: FloatTensor<Cudnn>, output_size: [usize; 2]) -> FloatTensor<Cudnn> {
-        todo!("adaptive_avg_pool2d")
+        nn::adaptive_avg_pool2d(x, output_size)
     }
 
     fn adaptive_avg_pool2d_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        todo!("adaptive_avg_pool2d_backward")
+        nn::adaptive_avg_pool2d_backward(&x, grad)
+    }
+
+    fn adaptive_avg_pool1d(x: FloatTensor<Cudnn>, output_size: usize) -> FloatTensor<Cudnn> {
+        const OP: &str = "adaptive_avg_pool1d";
+        nn::as_1d(&nn::adaptive_avg_pool2d(nn::as_2d(&x, OP), [1, output_size]), OP)
+    }
+
+    fn adaptive_avg_pool1d_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
+        const OP: &str = "adaptive_avg_pool1d_backward";
+        let dx = nn::adaptive_avg_pool2d_backward(&nn::as_2d(&x, OP), nn::as_2d(&grad, OP));
+        nn::as_1d(&dx, OP)
+    }
+
+    fn max_pool1d(
+        x: FloatTensor<Cudnn>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+    ) -> FloatTensor<Cudnn> {
+        const OP: &str = "max_pool1d";
+        let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
+        nn::as_1d(&nn::max_pool2d(nn::as_2d(&x, OP), &a), OP)
+    }
+
+    fn max_pool1d_with_indices(
+        x: FloatTensor<Cudnn>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+    ) -> MaxPool1dWithIndices<Cudnn> {
+        const OP: &str = "max_pool1d_with_indices";
+        let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
+        let (out, idx) = nn::max_pool2d_with_indices(nn::as_2d(&x, OP), &a);
+        // Flat indices h·W + w with h = 0 are the positions along L.
+        MaxPool1dWithIndices::new(nn::as_1d(&out, OP), nn::as_1d(&idx, OP))
+    }
+
+    fn max_pool1d_with_indices_backward(
+        x: FloatTensor<Cudnn>,
+        _kernel_size: usize,
+        _stride: usize,
+        _padding: usize,
+        _dilation: usize,
+        _ceil_mode: bool,
+        output_grad: FloatTensor<Cudnn>,
+        indices: IntTensor<Cudnn>,
+    ) -> MaxPool1dBackward<Cudnn> {
+        const OP: &str = "max_pool1d_with_indices_backward";
+        let dx = nn::max_pool2d_backward(&nn::as_2d(&x, OP), nn::as_2d(&output_grad, OP), nn::as_2d(&indices, OP));
+        MaxPool1dBackward::new(nn::as_1d(&dx, OP))
     }
 
     fn max_pool2d(
@@ -105,7 +497,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
-        todo!("max_pool2d")
+        nn::max_pool2d(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode))
     }
 
     fn max_pool2d_with_indices(
@@ -116,33 +508,34 @@ impl ModuleOps<Cudnn> for Cudnn {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Cudnn> {
-        todo!("max_pool2d_with_indices")
+        let (out, idx) = nn::max_pool2d_with_indices(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode));
+        MaxPool2dWithIndices::new(out, idx)
     }
 
     fn max_pool2d_with_indices_backward(
         x: FloatTensor<Cudnn>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        dilation: [usize; 2],
-        ceil_mode: bool,
+        _kernel_size: [usize; 2],
+        _stride: [usize; 2],
+        _padding: [usize; 2],
+        _dilation: [usize; 2],
+        _ceil_mode: bool,
         output_grad: FloatTensor<Cudnn>,
         indices: IntTensor<Cudnn>,
     ) -> MaxPool2dBackward<Cudnn> {
-        todo!("max_pool2d_with_indices_backward")
+        MaxPool2dBackward::new(nn::max_pool2d_backward(&x, output_grad, indices))
     }
 
     fn interpolate(x: FloatTensor<Cudnn>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Cudnn> {
-        todo!("interpolate")
+        nn::interpolate(x, output_size, &options)
     }
 
     fn interpolate_backward(
         x: FloatTensor<Cudnn>,
         grad: FloatTensor<Cudnn>,
-        output_size: [usize; 2],
+        _output_size: [usize; 2],
         options: InterpolateOptions,
     ) -> FloatTensor<Cudnn> {
-        todo!("interpolate_backward")
+        nn::interpolate_backward(&x, grad, &options)
     }
 
     fn attention(
@@ -153,11 +546,11 @@ impl ModuleOps<Cudnn> for Cudnn {
         attn_bias: Option<FloatTensor<Cudnn>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Cudnn> {
-        todo!("attention")
+        attention_fallback::<Cudnn>(query, key, value, mask, attn_bias, options)
     }
 
     fn rfft(signal: FloatTensor<Cudnn>, dim: usize, n: Option<usize>) -> (FloatTensor<Cudnn>, FloatTensor<Cudnn>) {
-        todo!("rfft")
+        nn::rfft(signal, dim, n)
     }
 
     fn irfft(
@@ -166,6 +559,6 @@ impl ModuleOps<Cudnn> for Cudnn {
         dim: usize,
         n: Option<usize>,
     ) -> FloatTensor<Cudnn> {
-        todo!("irfft")
+        nn::irfft(spectrum_re, spectrum_im, dim, n)
     }
 }

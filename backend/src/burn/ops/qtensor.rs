@@ -1,16 +1,279 @@
 //! Quantized tensor ops (`QTensorOps`).
+//!
+//! Supported, as in burn-ndarray 0.21: symmetric int8 quantization (`Q8S`, range
+//! `[-127, 127]`, and `Q8F`, range `[-128, 127]`), one f32 scale per tensor
+//! (`QuantLevel::Tensor`) or per block of `block_size.num_elements()` consecutive elements in
+//! row-major order (`QuantLevel::Block`), values stored natively as i8 (`QuantStore::Native`).
+//! `q = clamp(round(x / scale), a, b)` (round half away from zero) and `x' = scale * q`, where a
+//! zero scale counts as 0.1 (burn-ndarray's `valid_scale`). The primitive keeps the scales as
+//! given (what `q_into_data` returns); the 0.1 substitution happens where they are used.
+//!
+//! Layout ops (reshape, permute, expand, flip, select, slice, ...) act on the int8 values
+//! directly when the scales stay valid: always for a per-tensor scale, and for per-block
+//! scales when the op keeps every element's row-major position (reshape, or a permute/expand
+//! that is a no-op on the order). Otherwise a per-block tensor goes through dequantize →
+//! float op → dynamic re-quantization with the same scheme (burn-ndarray keeps the old
+//! scales, which no longer match the blocks). Arithmetic ops keep Burn's defaults.
 
 use burn_backend::ops::*;
-use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
-use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
+use burn_backend::quantization::{
+    QuantLevel, QuantMode, QuantParam, QuantScheme, QuantStore, QuantValue, QuantizationParametersPrimitive,
+    QuantizedBytes,
+};
+use burn_backend::tensor::{FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::*;
 use std::future::Future;
 
-use crate::burn::{Cudnn, CudnnDevice};
+use super::transaction::{catch_read, read_batch};
+use crate::burn::tensor::{expect, to_dims, CudnnTensor};
+use crate::burn::{data, exec, Cudnn, CudnnDevice, CudnnQTensor};
+use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::kernels::{linalg, reduce};
+use crate::view::ViewLayout;
+
+/// Whether the backend implements quantization scheme `scheme` (what burn-ndarray 0.21
+/// supports): symmetric, per-tensor or per-block, Q8F or Q8S values, native i8 storage,
+/// f32 scales.
+pub(crate) fn supports_scheme(scheme: &QuantScheme) -> bool {
+    let level_ok = match scheme.level {
+        QuantLevel::Tensor => true,
+        QuantLevel::Block(block) => block.num_elements() > 0,
+    };
+    level_ok
+        && matches!(scheme.mode, QuantMode::Symmetric)
+        && matches!(scheme.value, QuantValue::Q8F | QuantValue::Q8S)
+        && matches!(scheme.store, QuantStore::Native)
+        && matches!(scheme.param, QuantParam::F32)
+}
+
+/// Panics: `scheme` is not supported by `op`.
+fn unsupported(op: &str, scheme: &QuantScheme) -> ! {
+    panic!(
+        "cudnn-backend: quantization scheme {scheme:?} not supported by {op}; supported: symmetric Q8F/Q8S \
+         per-tensor or per-block with native storage"
+    )
+}
+
+/// Panics unless `scheme` is supported (see [`supports_scheme`]).
+fn check_scheme(op: &str, scheme: &QuantScheme) {
+    if !supports_scheme(scheme) {
+        unsupported(op, scheme);
+    }
+}
+
+/// `(block, nblocks)`: elements per scale and number of scales for `n` elements (per
+/// tensor: one scale for all of them). Panics when the block size does not divide `n`.
+fn blocks(op: &str, scheme: &QuantScheme, n: i64) -> (Option<usize>, i64) {
+    match scheme.level {
+        QuantLevel::Tensor => (None, 1),
+        QuantLevel::Block(block_size) => {
+            let block = block_size.num_elements() as i64;
+            assert!(
+                block > 0 && n % block == 0,
+                "cudnn-backend: {op}: {n} elements are not a multiple of the quantization block {block_size:?} \
+                 ({block} elements); use a block size that divides the tensor or QuantLevel::Tensor"
+            );
+            (Some(block as usize), n / block)
+        }
+    }
+}
+
+/// The quantized range `(a, b)` of the scheme's values.
+fn q_range(scheme: &QuantScheme) -> (f64, f64) {
+    let (a, b) = scheme.value.range();
+    (a as f64, b as f64)
+}
+
+/// `scales` (F32) with zeros replaced by 0.1, as burn-ndarray's `valid_scale` does.
+fn valid_scales(scales: &CudnnTensor, op: &str) -> CudnnTensor {
+    let zero = exec::compare_scalar(scales.clone(), 0.0, CompareOp::Eq, BoolStore::Native, op);
+    let fallback = exec::scalar_tensor(scales, DType::F32, 0.1, op);
+    exec::where_(zero, fallback, scales.clone(), op)
+}
+
+/// `x` as a packed F32 tensor.
+fn packed_f32(x: CudnnTensor, op: &str) -> CudnnTensor {
+    exec::cast(x, DType::F32, op).contiguous()
+}
+
+/// Quantizes `x` (any float dtype, converted to f32) with the given raw `scales` (one per
+/// tensor or per block; any float dtype and shape with that many elements).
+fn quantize_with(x: CudnnTensor, scheme: &QuantScheme, scales: CudnnTensor, op: &str) -> CudnnQTensor {
+    check_scheme(op, scheme);
+    let x = packed_f32(x, op);
+    let dims = x.dims().to_vec();
+    let n = x.numel();
+    let (block, nblocks) = blocks(op, scheme, n);
+    assert!(
+        scales.numel() == nblocks,
+        "cudnn-backend: {op}: {} scales given ({:?}) for {nblocks} {} of {dims:?}",
+        scales.numel(),
+        scales.dims(),
+        if block.is_some() {
+            "blocks"
+        } else {
+            "tensor (per-tensor scale)"
+        }
+    );
+    let scales = packed_f32(scales, op).reshape(&[nblocks]);
+    let values = if n == 0 {
+        x.empty_like(DType::I8, op)
+    } else {
+        let width = block.map_or(n, |b| b as i64);
+        let valid = valid_scales(&scales, op).reshape(&[nblocks, 1]);
+        let (a, b) = q_range(scheme);
+        // y = clamp(x / scale, a, b); clamping first keeps ±inf finite and commutes with
+        // rounding since a and b are integers. NaN stays NaN (then becomes 0 in the cast).
+        let y = exec::binary(x.reshape(&[nblocks, width]), valid, BinaryOp::Div, op);
+        let y = exec::unary(y, UnaryOp::Clamp { min: a, max: b }, op);
+        // Round half away from zero exactly: t = trunc(y); y - t is exact and in (-1, 1), so
+        // trunc(2 (y - t)) is ±1 exactly when |y - t| >= 0.5 (with y's sign), else 0.
+        let t = exec::unary(y.clone(), UnaryOp::Trunc, op);
+        let frac = exec::binary(y, t.clone(), BinaryOp::Sub, op);
+        let frac = exec::unary(frac, UnaryOp::MulScalar(2.0), op);
+        let carry = exec::unary(frac, UnaryOp::Trunc, op);
+        let q = exec::binary(t, carry, BinaryOp::Add, op);
+        exec::cast(q, DType::I8, op).reshape(&dims)
+    };
+    CudnnQTensor {
+        values,
+        scales,
+        scheme: *scheme,
+    }
+}
+
+/// The dynamic scales of `x` (packed F32): per block, `(2 * max|x|) / (b - a)` with
+/// `[a, b]` the quantized range — Burn's `compute_q_params` for min/max calibration.
+fn dynamic_scales(x: &CudnnTensor, scheme: &QuantScheme, op: &str) -> CudnnTensor {
+    let n = x.numel();
+    let (block, nblocks) = blocks(op, scheme, n);
+    if n == 0 {
+        return exec::full(x.device(), &[nblocks], DType::F32, 0.0, op);
+    }
+    let width = block.map_or(n, |b| b as i64);
+    let abs = exec::unary(x.clone(), UnaryOp::Abs, op).reshape(&[nblocks, width]);
+    let max_abs = abs.empty_on(&[nblocks, 1], DType::F32, op);
+    expect(
+        op,
+        reduce::reduce(abs.stream(), reduce::ReduceOp::Max, &abs.tref(), 1, &max_abs.tref()),
+    );
+    let (a, b) = q_range(scheme);
+    let range = exec::unary(max_abs, UnaryOp::MulScalar(2.0), op);
+    exec::binary_scalar(range, b - a, BinaryOp::Div, op).reshape(&[nblocks])
+}
+
+/// Quantizes `x` with scales computed from its own values (min/max calibration).
+fn quantize_dynamic_impl(x: CudnnTensor, scheme: &QuantScheme, op: &str) -> CudnnQTensor {
+    check_scheme(op, scheme);
+    let x = packed_f32(x, op);
+    let scales = dynamic_scales(&x, scheme, op);
+    quantize_with(x, scheme, scales, op)
+}
+
+/// `scale * q` as a packed tensor of float dtype `dtype`.
+fn dequantize_impl(t: CudnnQTensor, dtype: DType, op: &str) -> CudnnTensor {
+    let values = t.values.contiguous();
+    let (block, _) = blocks(op, &t.scheme, values.numel());
+    let scales = valid_scales(&t.scales, op);
+    let out = values.empty_like(dtype, op);
+    expect(
+        op,
+        linalg::dequantize_symmetric_i8(values.stream(), &values.tref(), block, &scales.tref(), &out.tref()),
+    );
+    out
+}
+
+/// A view op on the values (`layout` maps the values' layout to the result's). Per-block
+/// scales stay valid when the view enumerates the same packed elements in the same order;
+/// otherwise the op runs on the dequantized tensor, which is then re-quantized.
+fn view_op(
+    t: CudnnQTensor,
+    op: &str,
+    layout: impl Fn(&ViewLayout) -> crate::error::Result<ViewLayout>,
+) -> CudnnQTensor {
+    let new = expect(op, layout(&t.values.layout));
+    let old = &t.values.layout;
+    let same_order =
+        old.is_contiguous() && new.is_contiguous() && old.offset == new.offset && old.numel() == new.numel();
+    if matches!(t.scheme.level, QuantLevel::Tensor) || same_order {
+        let values = t.values.with_layout(new);
+        return CudnnQTensor { values, ..t };
+    }
+    let scheme = t.scheme;
+    let x = dequantize_impl(t, DType::F32, op);
+    let moved = expect(op, layout(&x.layout));
+    quantize_dynamic_impl(x.with_layout(moved), &scheme, op)
+}
+
+/// An op that moves elements (flip, select, slice): applied to the int8 values for a
+/// per-tensor scale, else to the dequantized tensor, then re-quantized.
+fn gather_op(
+    t: CudnnQTensor,
+    op: &str,
+    on_values: impl FnOnce(CudnnTensor) -> CudnnTensor,
+    on_floats: impl FnOnce(CudnnTensor) -> CudnnTensor,
+) -> CudnnQTensor {
+    if matches!(t.scheme.level, QuantLevel::Tensor) {
+        let CudnnQTensor { values, scales, scheme } = t;
+        let values = on_values(values);
+        return CudnnQTensor { values, scales, scheme };
+    }
+    let scheme = t.scheme;
+    let x = dequantize_impl(t, DType::F32, op);
+    quantize_dynamic_impl(on_floats(x), &scheme, op)
+}
+
+/// The `TensorData` burn-ndarray's `q_into_data` builds: the i8 values in row-major order
+/// followed by the f32 scales (`TensorData::quantized`).
+pub(crate) fn q_data(shape: Shape, scheme: QuantScheme, values: Vec<u8>, scales: Vec<u8>) -> TensorData {
+    let values: Vec<i8> = values.into_iter().map(|v| v as i8).collect();
+    let scales: Vec<f32> = scales
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    TensorData::quantized(values, shape, scheme, &scales)
+}
 
 impl QTensorOps<Cudnn> for Cudnn {
+    /// Accepts the 8-bit schemes burn-ndarray loads: native or `PackedU32(0)` storage (stored
+    /// natively from then on).
     fn q_from_data(data: TensorData, device: &CudnnDevice) -> QuantizedTensor<Cudnn> {
-        todo!("q_from_data")
+        const OP: &str = "q_from_data";
+        let DType::QFloat(scheme) = data.dtype else {
+            panic!(
+                "cudnn-backend: {OP}: expected DType::QFloat data, got {:?}; use float_from_data for float data",
+                data.dtype
+            )
+        };
+        let native = scheme.with_store(QuantStore::Native);
+        if !matches!(scheme.store, QuantStore::Native | QuantStore::PackedU32(0)) || !supports_scheme(&native) {
+            unsupported(OP, &scheme);
+        }
+        let shape = data.shape.clone();
+        let n = data.num_elements();
+        let (_, nblocks) = blocks(OP, &native, n as i64);
+        let q_bytes = QuantizedBytes {
+            bytes: data.into_bytes(),
+            scheme,
+            num_elements: n,
+        };
+        let (mut values, qparams) = q_bytes.into_vec_i8();
+        // Packed storage pads the values to whole u32 words.
+        values.truncate(n);
+        assert!(
+            values.len() == n && qparams.scales.len() == nblocks as usize,
+            "cudnn-backend: {OP}: data holds {} values and {} scales, expected {n} and {nblocks}",
+            values.len(),
+            qparams.scales.len()
+        );
+        let values = data::from_data(TensorData::new(values, shape), device, DType::I8, OP);
+        let nscales = qparams.scales.len();
+        let scales = data::from_data(TensorData::new(qparams.scales, [nscales]), device, DType::F32, OP);
+        CudnnQTensor {
+            values,
+            scales,
+            scheme: native,
+        }
     }
 
     fn quantize(
@@ -18,56 +281,207 @@ impl QTensorOps<Cudnn> for Cudnn {
         scheme: &QuantScheme,
         qparams: QuantizationParametersPrimitive<Cudnn>,
     ) -> QuantizedTensor<Cudnn> {
-        todo!("quantize")
+        quantize_with(tensor, scheme, qparams.scales, "quantize")
+    }
+
+    /// Min/max calibration on the device (same scales as Burn's default, fewer launches).
+    fn quantize_dynamic(tensor: FloatTensor<Cudnn>, scheme: &QuantScheme) -> QuantizedTensor<Cudnn> {
+        quantize_dynamic_impl(tensor, scheme, "quantize_dynamic")
     }
 
     fn dequantize(tensor: QuantizedTensor<Cudnn>, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        todo!("dequantize")
+        dequantize_impl(tensor, dtype.into(), "dequantize")
     }
 
     fn q_device(tensor: &QuantizedTensor<Cudnn>) -> CudnnDevice {
-        todo!("q_device")
+        tensor.values.burn_device()
     }
 
     fn q_to_device(tensor: QuantizedTensor<Cudnn>, device: &CudnnDevice) -> QuantizedTensor<Cudnn> {
-        todo!("q_to_device")
+        CudnnQTensor {
+            values: data::to_device(tensor.values, device),
+            scales: data::to_device(tensor.scales, device),
+            scheme: tensor.scheme,
+        }
     }
 
+    /// Row-major order is unchanged, so per-block scales stay valid.
     fn q_reshape(tensor: QuantizedTensor<Cudnn>, shape: Shape) -> QuantizedTensor<Cudnn> {
-        todo!("q_reshape")
+        let values = tensor.values.reshape(&to_dims(&shape));
+        CudnnQTensor { values, ..tensor }
     }
 
+    /// Values and scales come back with one transfer and one synchronisation.
     fn q_into_data(tensor: QuantizedTensor<Cudnn>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        std::future::ready::<Result<TensorData, ExecutionError>>(todo!("q_into_data"))
+        std::future::ready(catch_read("q_into_data", move || {
+            let shape = tensor.shape();
+            let mut bytes = read_batch(&[tensor.values, tensor.scales], "q_into_data").into_iter();
+            let values = bytes.next().unwrap_or_default();
+            let scales = bytes.next().unwrap_or_default();
+            q_data(shape, tensor.scheme, values, scales)
+        }))
     }
 
     fn q_expand(tensor: QuantizedTensor<Cudnn>, shape: Shape) -> QuantizedTensor<Cudnn> {
-        todo!("q_expand")
+        let dims = to_dims(&shape);
+        view_op(tensor, "q_expand", |l| l.expand(&dims))
     }
 
     fn q_swap_dims(tensor: QuantizedTensor<Cudnn>, dim1: usize, dim2: usize) -> QuantizedTensor<Cudnn> {
-        todo!("q_swap_dims")
+        view_op(tensor, "q_swap_dims", |l| l.transpose(dim1, dim2))
     }
 
     fn q_permute(tensor: QuantizedTensor<Cudnn>, axes: &[usize]) -> QuantizedTensor<Cudnn> {
-        todo!("q_permute")
+        view_op(tensor, "q_permute", |l| l.permute(axes))
     }
 
     fn q_flip(tensor: QuantizedTensor<Cudnn>, axes: &[usize]) -> QuantizedTensor<Cudnn> {
-        todo!("q_flip")
+        gather_op(
+            tensor,
+            "q_flip",
+            |v| Cudnn::int_flip(v, axes),
+            |x| Cudnn::float_flip(x, axes),
+        )
     }
 
     fn q_select(tensor: QuantizedTensor<Cudnn>, dim: usize, indices: IntTensor<Cudnn>) -> QuantizedTensor<Cudnn> {
-        todo!("q_select")
+        let idx = indices.clone();
+        gather_op(
+            tensor,
+            "q_select",
+            |v| Cudnn::int_select(v, dim, idx),
+            |x| Cudnn::float_select(x, dim, indices),
+        )
     }
 
     fn q_slice(tensor: QuantizedTensor<Cudnn>, slices: &[Slice]) -> QuantizedTensor<Cudnn> {
-        todo!("q_slice")
+        gather_op(
+            tensor,
+            "q_slice",
+            |v| Cudnn::int_slice(v, slices),
+            |x| Cudnn::float_slice(x, slices),
+        )
     }
 }
 
-/// Whether the backend implements quantization scheme `scheme`.
-pub(crate) fn supports_scheme(scheme: &burn_backend::quantization::QuantScheme) -> bool {
-    let _ = scheme;
-    false
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f32 op sequence `quantize_with` enqueues (div, clamp, trunc, sub, mul 2, trunc,
+    /// add, cast), replayed on the host: every step is an exact IEEE f32 operation.
+    fn composed(x: f32, scale: f32, (a, b): (f32, f32)) -> i8 {
+        let y = x / scale;
+        let y = if y < a { a } else { y };
+        let y = if y > b { b } else { y };
+        let t = y.trunc();
+        let carry = ((y - t) * 2.0).trunc();
+        let q = t + carry;
+        if q.is_nan() {
+            0
+        } else {
+            q as i8
+        }
+    }
+
+    /// burn-ndarray's `quantize_one`.
+    fn reference(x: f32, scale: f32, (a, b): (f32, f32)) -> i8 {
+        (x / scale).round().clamp(a, b) as i8
+    }
+
+    #[test]
+    fn composed_rounding_matches_ndarray() {
+        let ranges = [QuantValue::Q8S.range(), QuantValue::Q8F.range()];
+        let edges = [
+            0.0f32,
+            -0.0,
+            0.5,
+            -0.5,
+            0.499_999_97,
+            -0.499_999_97,
+            1.5,
+            2.5,
+            -2.5,
+            126.5,
+            127.5,
+            -127.5,
+            -128.5,
+            -129.0,
+            1e30,
+            -1e30,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+            1.0e-40,
+        ];
+        for range in ranges {
+            for &x in &edges {
+                for scale in [1.0f32, 0.1, 0.003_937_008, 7.5] {
+                    assert_eq!(
+                        composed(x, scale, range),
+                        reference(x, scale, range),
+                        "x={x} scale={scale}"
+                    );
+                }
+            }
+            // Pseudo-random bit patterns (finite values only; ndarray panics on NaN).
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..200_000 {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let x = f32::from_bits((state >> 32) as u32);
+                // Bias towards the interesting range |x| < 300.
+                let x = if state & 1 == 0 {
+                    x
+                } else {
+                    (x.to_bits() % 600_000) as f32 / 1000.0 - 300.0
+                };
+                if x.is_nan() {
+                    continue;
+                }
+                assert_eq!(composed(x, 1.0, range), reference(x, 1.0, range), "x={x}");
+            }
+        }
+    }
+
+    #[test]
+    fn supported_schemes_match_ndarray() {
+        let base = QuantScheme::default().with_store(QuantStore::Native);
+        for value in [QuantValue::Q8F, QuantValue::Q8S] {
+            assert!(supports_scheme(&base.with_value(value)));
+            assert!(supports_scheme(
+                &base.with_value(value).with_level(QuantLevel::block([32]))
+            ));
+        }
+        assert!(!supports_scheme(&QuantScheme::default()), "PackedU32 storage");
+        assert!(!supports_scheme(&base.with_value(QuantValue::Q4S)));
+        assert!(!supports_scheme(&base.with_param(QuantParam::BF16)));
+    }
+
+    #[test]
+    fn block_counts() {
+        let block = QuantScheme::default().with_level(QuantLevel::block([2, 4]));
+        assert_eq!(blocks("t", &block, 24), (Some(8), 3));
+        assert_eq!(blocks("t", &QuantScheme::default(), 24), (None, 1));
+        let r = std::panic::catch_unwind(|| blocks("q_slice", &block, 12));
+        let msg = r.unwrap_err().downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.starts_with("cudnn-backend: q_slice: 12 elements"), "{msg}");
+    }
+
+    #[test]
+    fn data_layout_is_ndarrays() {
+        let scheme = QuantScheme::default().with_store(QuantStore::Native);
+        let scale = 0.25f32;
+        let data = q_data(
+            Shape::new([3]),
+            scheme,
+            vec![1, 0xff, 0x81],
+            scale.to_le_bytes().to_vec(),
+        );
+        let want = TensorData::quantized(vec![1i8, -1, -127], [3], scheme, &[scale]);
+        assert_eq!(data.as_bytes(), want.as_bytes());
+        assert_eq!(data.dtype, want.dtype);
+        assert_eq!(data.shape, want.shape);
+    }
 }

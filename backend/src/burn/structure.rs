@@ -1,0 +1,773 @@
+//! Shape, indexing, creation and cast ops shared by the float, int and bool op traits.
+//!
+//! Every function here is dtype-agnostic: the float, int and bool trait methods call the same
+//! function with their op name (used in panic messages). Views (permute, swap, transpose,
+//! expand, unfold, reshape of viewable layouts, slices whose strides stay non-negative) share
+//! the buffer; everything else runs in the kernels of [`crate::kernels`] on the tensor's
+//! stream. The only host read is the element count of [`argwhere`] (its output shape depends
+//! on the data).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use burn_backend::ops::{GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_backend::{BoolStore, DType, IntDType, Scalar, Shape, Slice};
+
+use super::exec::{self, check_same_device, check_same_dtype};
+use super::tensor::{expect, to_dims, CudnnTensor};
+use super::CudnnDevice;
+use crate::graph::{packed_strides, DataType};
+use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
+use crate::kernels::reduce::{self as red, ReduceOp, ScanOp};
+use crate::kernels::{index as ix, resize};
+use crate::ops::TensorRef;
+use crate::runtime;
+use crate::view::ViewLayout;
+
+// ---------------------------------------------------------------------------------------
+// Creation
+
+/// Largest magnitude up to which every integer is exact in an `f64`.
+const F64_EXACT: i64 = 1 << 53;
+
+/// Writes the scalar `s` into every element of `out` (a writable view). Integer scalars are
+/// converted exactly (wrapping to the width of an integer dtype), also beyond 2^53 for I64.
+fn fill_scalar(out: &CudnnTensor, s: Scalar, op: &str) {
+    let stream = out.stream();
+    let kind = out.kind();
+    let int = match s {
+        Scalar::Int(v) => Some(v),
+        Scalar::UInt(v) => Some(v as i64),
+        _ => None,
+    };
+    let value = match (int, kind) {
+        (Some(v), DataType::I64) if !(-F64_EXACT..=F64_EXACT).contains(&v) => {
+            // The kernels take the value as f64: write the two 32-bit halves separately
+            // (little-endian), each exact as an i32.
+            let r = out.tref();
+            let strides: Vec<i64> = r.strides.iter().map(|&s| s * 2).collect();
+            let low = TensorRef::new(&r.dims, &strides, DataType::I32, r.ptr);
+            let high = TensorRef::new(&r.dims, &strides, DataType::I32, r.ptr + 4);
+            expect(op, ew::fill(stream, &low, v as i32 as f64));
+            expect(op, ew::fill(stream, &high, (v >> 32) as i32 as f64));
+            return;
+        }
+        (Some(v), DataType::I32) => v as i32 as f64,
+        (Some(v), DataType::I8) => v as i8 as f64,
+        (Some(v), DataType::U8) => v as u8 as f64,
+        _ => exec::scalar_f64(s),
+    };
+    expect(op, ew::fill(stream, &out.tref(), value));
+}
+
+/// A packed tensor of `shape` and `dtype` on `device`, every element `value`.
+pub(crate) fn full(device: &CudnnDevice, shape: &Shape, dtype: DType, value: Scalar, op: &str) -> CudnnTensor {
+    let out = CudnnTensor::empty(&device.open(), &to_dims(shape), dtype, op);
+    fill_scalar(&out, value, op);
+    out
+}
+
+/// A one-element tensor of `like`'s dtype and rank holding `value` (broadcasts against `like`).
+fn scalar_like(like: &CudnnTensor, value: Scalar, op: &str) -> CudnnTensor {
+    let out = like.empty_on(&vec![1; like.rank()], like.dtype, op);
+    fill_scalar(&out, value, op);
+    out
+}
+
+/// `start, start + step, …` below `range.end` as a 1-D tensor of `dtype`, computed on the
+/// device: a cumulative sum of `step`s plus `start - step` (exact integer arithmetic,
+/// wrapping to the width of `dtype`).
+pub(crate) fn arange(
+    device: &Arc<runtime::Device>,
+    range: Range<i64>,
+    step: usize,
+    dtype: DType,
+    op: &str,
+) -> CudnnTensor {
+    assert!(step > 0, "cudnn-backend: {op}: step must be positive, got 0");
+    let len = if range.end > range.start {
+        ((range.end as i128 - range.start as i128 + step as i128 - 1) / step as i128) as i64
+    } else {
+        0
+    };
+    let steps = exec::full(device, &[len], dtype, step as f64, op);
+    let out = CudnnTensor::empty(device, &[len], dtype, op);
+    expect(
+        op,
+        red::scan(out.stream(), ScanOp::CumSum, &steps.tref(), 0, &out.tref()),
+    );
+    let shift = range.start.wrapping_sub(step as i64);
+    if shift != 0 {
+        let s = out.empty_on(&[1], dtype, op);
+        fill_scalar(&s, Scalar::Int(shift), op);
+        let r = out.tref();
+        expect(op, ew::binary(out.stream(), BinaryOp::Add, &r, &s.tref(), &r));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Views
+
+/// `t` under `shape` (row-major order): a view when the strides allow, else a packed copy.
+pub(crate) fn reshape(t: CudnnTensor, shape: &Shape) -> CudnnTensor {
+    t.reshape(&to_dims(shape))
+}
+
+/// Dims `a` and `b` swapped (a view).
+pub(crate) fn swap_dims(t: CudnnTensor, a: usize, b: usize, op: &str) -> CudnnTensor {
+    let layout = expect(op, t.layout.transpose(a, b));
+    t.with_layout(layout)
+}
+
+/// The last two dims swapped (a view; rank < 2 is returned unchanged).
+pub(crate) fn transpose(t: CudnnTensor, op: &str) -> CudnnTensor {
+    let rank = t.rank();
+    if rank < 2 {
+        return t;
+    }
+    swap_dims(t, rank - 2, rank - 1, op)
+}
+
+/// Dim `i` of the result is dim `axes[i]` of `t` (a view).
+pub(crate) fn permute(t: CudnnTensor, axes: &[usize], op: &str) -> CudnnTensor {
+    let layout = expect(op, t.layout.permute(axes));
+    t.with_layout(layout)
+}
+
+/// `t` broadcast to `shape` (a view with stride 0 on the expanded dims).
+pub(crate) fn expand(t: CudnnTensor, shape: &Shape, op: &str) -> CudnnTensor {
+    exec::expand(t, &to_dims(shape), op)
+}
+
+/// Windows of `size` every `step` along `dim`: that dim becomes the window count and a
+/// trailing dim of `size` is appended (a view; no window when `size` exceeds the dim).
+pub(crate) fn unfold(t: CudnnTensor, dim: usize, size: usize, step: usize, op: &str) -> CudnnTensor {
+    assert!(
+        dim < t.rank(),
+        "cudnn-backend: {op}: dim {dim} out of range for rank {}",
+        t.rank()
+    );
+    let (size, step) = (size as i64, step as i64);
+    if size > t.dims()[dim] && step > 0 {
+        let mut dims = t.dims().to_vec();
+        dims[dim] = 0;
+        dims.push(size);
+        return t.with_layout(ViewLayout {
+            offset: t.layout.offset,
+            ..ViewLayout::contiguous(&dims)
+        });
+    }
+    let layout = expect(op, t.layout.unfold(dim, size, step));
+    t.with_layout(layout)
+}
+
+// ---------------------------------------------------------------------------------------
+// Slices and flips (signed strides)
+
+/// A strided view whose strides may be negative: what slices with negative steps and flips
+/// read or write.
+struct SignedView {
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    /// Element offset of element (0, …, 0) from the buffer start.
+    offset: i64,
+}
+
+impl SignedView {
+    /// The same view as `layout`.
+    fn of(layout: &ViewLayout) -> Self {
+        Self {
+            dims: layout.dims.clone(),
+            strides: layout.strides.clone(),
+            offset: layout.offset,
+        }
+    }
+
+    /// The view as a [`ViewLayout`] when no stride that matters (dim > 1) is negative.
+    fn as_layout(&self) -> Option<ViewLayout> {
+        if self.dims.iter().zip(&self.strides).any(|(&d, &s)| d > 1 && s < 0) {
+            return None;
+        }
+        Some(ViewLayout {
+            dims: self.dims.clone(),
+            strides: self.strides.iter().map(|s| s.abs()).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// The view as a kernel operand over `t`'s buffer.
+    fn tref(&self, t: &CudnnTensor) -> TensorRef {
+        let kind = t.kind();
+        let ptr = t.storage.ptr() as i64 + self.offset * kind.size() as i64;
+        TensorRef::new(&self.dims, &self.strides, kind, ptr as u64)
+    }
+}
+
+/// The view of `layout` that Burn's `slices` select (missing trailing slices take whole dims;
+/// negative start/end count from the end; a negative step walks the range backwards from its
+/// last element, as ndarray does).
+fn slice_view(layout: &ViewLayout, slices: &[Slice], op: &str) -> SignedView {
+    assert!(
+        slices.len() <= layout.dims.len(),
+        "cudnn-backend: {op}: {} slices given for a tensor of rank {}",
+        slices.len(),
+        layout.dims.len()
+    );
+    let mut v = SignedView::of(layout);
+    for (d, s) in slices.iter().enumerate() {
+        let n = v.dims[d] as usize;
+        let range = s.to_range(n);
+        let len = s.output_size(n) as i64;
+        let first = match len {
+            0 => 0,
+            _ if s.step > 0 => range.start as i64,
+            _ => range.end as i64 - 1,
+        };
+        v.offset += first * v.strides[d];
+        v.dims[d] = len;
+        v.strides[d] *= s.step as i64;
+    }
+    v
+}
+
+/// A packed copy of the signed view `v` of `t`.
+fn copy_view(t: &CudnnTensor, v: &SignedView, op: &str) -> CudnnTensor {
+    let out = t.empty_on(&v.dims, t.dtype, op);
+    expect(op, ew::copy(t.stream(), &v.tref(t), &out.tref()));
+    out
+}
+
+/// Burn's `slice`: a view for non-negative resulting strides, else a packed copy read
+/// through negative strides.
+pub(crate) fn slice(t: CudnnTensor, slices: &[Slice], op: &str) -> CudnnTensor {
+    let v = slice_view(&t.layout, slices, op);
+    match v.as_layout() {
+        Some(layout) => t.with_layout(layout),
+        None => copy_view(&t, &v, op),
+    }
+}
+
+/// `t` itself when it is the only view of its packed buffer and already of `dtype` (an op may
+/// then write into it), else a packed copy converted to `dtype`.
+fn owned(t: CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+    if t.dtype == dtype && t.is_exclusive() {
+        return t;
+    }
+    exec::copy_to_new(&t, dtype, op)
+}
+
+/// Burn's `slice_assign`: `t` with the sliced region replaced by `value` (broadcast to the
+/// region). Functional: `t` is copied first unless nothing else can see its buffer.
+pub(crate) fn slice_assign(t: CudnnTensor, slices: &[Slice], value: CudnnTensor, op: &str) -> CudnnTensor {
+    check_same_device(op, &t, &value);
+    check_same_dtype(op, &t, &value);
+    let dtype = t.dtype;
+    let out = owned(t, dtype, op);
+    let dst = slice_view(&out.layout, slices, op);
+    expect(op, ew::copy(out.stream(), &value.tref(), &dst.tref(&out)));
+    out
+}
+
+/// `layout` reversed along `axes` (dims of one element or stride 0 are left as they are).
+fn flip_view(layout: &ViewLayout, axes: &[usize], op: &str) -> SignedView {
+    let mut v = SignedView::of(layout);
+    for &a in axes {
+        assert!(
+            a < v.dims.len(),
+            "cudnn-backend: {op}: axis {a} out of range for rank {}",
+            v.dims.len()
+        );
+        if v.dims[a] > 1 && v.strides[a] > 0 {
+            v.offset += (v.dims[a] - 1) * v.strides[a];
+            v.strides[a] = -v.strides[a];
+        }
+    }
+    v
+}
+
+/// Elements reversed along `axes` (a packed copy read through negative strides; `t` itself
+/// when every flipped dim has one element or stride 0).
+pub(crate) fn flip(t: CudnnTensor, axes: &[usize], op: &str) -> CudnnTensor {
+    let v = flip_view(&t.layout, axes, op);
+    match v.as_layout() {
+        Some(layout) => t.with_layout(layout),
+        None => copy_view(&t, &v, op),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Concatenation and repetition
+
+/// `t` repeated `times` along `dim` (tiled: `[a, b]` → `[a, b, a, b]`): one copy of a
+/// broadcast view into a packed `[.., times, len, ..]` buffer, viewed as `[.., times·len, ..]`.
+pub(crate) fn repeat_dim(t: CudnnTensor, dim: usize, times: usize, op: &str) -> CudnnTensor {
+    assert!(
+        dim < t.rank(),
+        "cudnn-backend: {op}: dim {dim} out of range for rank {}",
+        t.rank()
+    );
+    if times == 1 {
+        return t;
+    }
+    let mut tiled = t.dims().to_vec();
+    tiled.insert(dim, times as i64);
+    let src = expect(op, t.layout.unsqueeze(dim).and_then(|l| l.expand(&tiled)));
+    let out = t.empty_on(&tiled, t.dtype, op);
+    exec::copy_into(&t.with_layout(src), &out, op);
+    let mut dims = t.dims().to_vec();
+    dims[dim] *= times as i64;
+    out.reshape(&dims)
+}
+
+/// `tensors` joined along `dim` (one copy per input into its slice of the output).
+pub(crate) fn cat(tensors: Vec<CudnnTensor>, dim: usize, op: &str) -> CudnnTensor {
+    let mut tensors = tensors;
+    if tensors.len() == 1 {
+        if let Some(t) = tensors.pop() {
+            return t;
+        }
+    }
+    let Some(first) = tensors.first() else {
+        panic!("cudnn-backend: {op}: no tensors to concatenate; pass at least one");
+    };
+    let rank = first.rank();
+    assert!(
+        dim < rank,
+        "cudnn-backend: {op}: dim {dim} out of range for rank {rank}"
+    );
+    let mut dims = first.dims().to_vec();
+    dims[dim] = 0;
+    for t in &tensors {
+        check_same_device(op, first, t);
+        check_same_dtype(op, first, t);
+        let same = t.rank() == rank && (0..rank).all(|d| d == dim || t.dims()[d] == first.dims()[d]);
+        assert!(
+            same,
+            "cudnn-backend: {op}: shapes {:?} and {:?} differ outside dim {dim}",
+            first.dims(),
+            t.dims()
+        );
+        dims[dim] += t.dims()[dim];
+    }
+    let out = first.empty_on(&dims, first.dtype, op);
+    let mut start = 0;
+    for t in &tensors {
+        let len = t.dims()[dim];
+        if t.numel() > 0 {
+            let region = expect(op, out.layout.slice(dim, start, start + len, 1));
+            exec::copy_into(t, &out.with_layout(region), op);
+        }
+        start += len;
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Casts and masks
+
+/// `t` converted to `dtype` (a view when the storage type already matches; float → int
+/// truncates toward zero, anything → bool is `!= 0`).
+pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+    exec::cast(t, dtype, op)
+}
+
+/// `cond ? a : b` elementwise with broadcasting, written into `b` when it is the only view of
+/// its buffer and already has the output dims.
+fn where_into_b(cond: &CudnnTensor, a: &CudnnTensor, b: CudnnTensor, op: &str) -> CudnnTensor {
+    check_same_device(op, cond, a);
+    check_same_device(op, a, &b);
+    check_same_dtype(op, a, &b);
+    let dims = exec::broadcast_dims(op, &exec::broadcast_dims(op, cond.dims(), a.dims()), b.dims());
+    let out = if b.is_exclusive() && b.dims() == dims.as_slice() {
+        b.clone()
+    } else {
+        b.empty_on(&dims, b.dtype, op)
+    };
+    expect(
+        op,
+        ew::where_(b.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tref()),
+    );
+    out
+}
+
+/// Burn's `mask_where`: `value` where `mask` is true, else `t` (broadcast together).
+pub(crate) fn mask_where(t: CudnnTensor, mask: CudnnTensor, value: CudnnTensor, op: &str) -> CudnnTensor {
+    where_into_b(&mask, &value, t, op)
+}
+
+/// Burn's `mask_fill`: `value` where `mask` is true, else `t`.
+pub(crate) fn mask_fill(t: CudnnTensor, mask: CudnnTensor, value: Scalar, op: &str) -> CudnnTensor {
+    let fill = scalar_like(&t, value, op);
+    where_into_b(&mask, &fill, t, op)
+}
+
+// ---------------------------------------------------------------------------------------
+// Gather / scatter / select
+
+/// Indices in a dtype the index kernels read (I64 or I32 as given, others converted to I64).
+fn index_tensor(indices: CudnnTensor, op: &str) -> CudnnTensor {
+    match indices.kind() {
+        DataType::I64 | DataType::I32 => indices,
+        _ => exec::copy_to_new(&indices, DType::I64, op),
+    }
+}
+
+/// The dtype the atomic adds run in for `t`: its own when supported, else I32 (narrow ints
+/// and bool; bool results are `!= 0`, so adding is a logical or).
+fn accumulation_dtype(t: &CudnnTensor) -> DType {
+    match t.kind() {
+        DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64 | DataType::I32 | DataType::I64 => t.dtype,
+        _ => DType::I32,
+    }
+}
+
+/// Burn's `gather`: `out[.., i, ..] = t[.., indices[.., i, ..], ..]` along `dim`; `out` has
+/// the indices' dims and `t`'s dtype.
+pub(crate) fn gather(dim: usize, t: CudnnTensor, indices: CudnnTensor, op: &str) -> CudnnTensor {
+    check_same_device(op, &t, &indices);
+    let indices = index_tensor(indices, op);
+    let out = t.empty_on(indices.dims(), t.dtype, op);
+    expect(op, ix::gather(t.stream(), &t.tref(), dim, &indices.tref(), &out.tref()));
+    out
+}
+
+/// Burn's `select`: the slices of `t` along `dim` at the 1-D `indices`, in their order.
+pub(crate) fn select(t: CudnnTensor, dim: usize, indices: CudnnTensor, op: &str) -> CudnnTensor {
+    check_same_device(op, &t, &indices);
+    assert!(
+        dim < t.rank(),
+        "cudnn-backend: {op}: dim {dim} out of range for rank {}",
+        t.rank()
+    );
+    let indices = index_tensor(indices, op);
+    let mut dims = t.dims().to_vec();
+    dims[dim] = indices.numel();
+    let out = t.empty_on(&dims, t.dtype, op);
+    expect(
+        op,
+        ix::index_select(t.stream(), &t.tref(), dim, &indices.tref(), &out.tref()),
+    );
+    out
+}
+
+/// Which accumulate kernel [`accumulate`] runs.
+#[derive(Clone, Copy)]
+enum Accumulate {
+    /// Element-wise indices (`scatter_add` / `scatter_or`).
+    Scatter,
+    /// 1-D indices of whole slices (`select_add` / `select_or`).
+    Select,
+}
+
+/// `t` with `value` added at `indices` along `dim` (duplicates accumulate; for bool tensors
+/// the sum is read back as `!= 0`, i.e. a logical or). Functional: `t` is copied first unless
+/// nothing else can see its buffer.
+fn accumulate(
+    kind: Accumulate,
+    dim: usize,
+    t: CudnnTensor,
+    indices: CudnnTensor,
+    value: CudnnTensor,
+    op: &str,
+) -> CudnnTensor {
+    check_same_device(op, &t, &indices);
+    check_same_device(op, &t, &value);
+    check_same_dtype(op, &t, &value);
+    let dtype = t.dtype;
+    let work = accumulation_dtype(&t);
+    let target = owned(t, work, op);
+    let value = exec::cast(value, work, op);
+    let indices = index_tensor(indices, op);
+    let stream = target.stream();
+    let r = match kind {
+        Accumulate::Scatter => ix::scatter_add(stream, &target.tref(), dim, &indices.tref(), &value.tref()),
+        Accumulate::Select => ix::index_add(stream, &target.tref(), dim, &indices.tref(), &value.tref()),
+    };
+    expect(op, r);
+    exec::cast(target, dtype, op)
+}
+
+/// Burn's `scatter_add` (and `bool_scatter_or`).
+pub(crate) fn scatter_add(
+    dim: usize,
+    t: CudnnTensor,
+    indices: CudnnTensor,
+    value: CudnnTensor,
+    op: &str,
+) -> CudnnTensor {
+    accumulate(Accumulate::Scatter, dim, t, indices, value, op)
+}
+
+/// Burn's `select_add` (and `bool_select_or`).
+pub(crate) fn select_add(
+    t: CudnnTensor,
+    dim: usize,
+    indices: CudnnTensor,
+    value: CudnnTensor,
+    op: &str,
+) -> CudnnTensor {
+    accumulate(Accumulate::Select, dim, t, indices, value, op)
+}
+
+/// For `indices` `[.., K]` into `data_dims`, the row index of each index tuple into `data`
+/// viewed as `[prod(data_dims[..K]), prod(data_dims[K..])]`: a 1-D I64 tensor of
+/// `prod(indices.dims[..-1])` elements, plus K. Computed on the device (a scaled copy per
+/// column, then a row sum).
+fn nd_rows(indices: &CudnnTensor, data_dims: &[i64], op: &str) -> (CudnnTensor, usize) {
+    let rank = indices.rank();
+    assert!(rank >= 1, "cudnn-backend: {op}: indices need at least one dim");
+    let k = indices.dims()[rank - 1] as usize;
+    assert!(
+        k <= data_dims.len(),
+        "cudnn-backend: {op}: index tuples of {k} coordinates for data of rank {}",
+        data_dims.len()
+    );
+    let n: i64 = indices.dims()[..rank - 1].iter().product();
+    if k == 0 || n == 0 {
+        return (exec::full(indices.device(), &[n], DType::I64, 0.0, op), k);
+    }
+    let tuples = exec::copy_to_new(indices, DType::I64, op).reshape(&[n, k as i64]);
+    let stream = tuples.stream();
+    for j in 0..k {
+        let scale: i64 = data_dims[j + 1..k].iter().product();
+        if scale != 1 {
+            let col = expect(op, tuples.layout.slice(1, j as i64, j as i64 + 1, 1));
+            let col = tuples.with_layout(col).tref();
+            expect(op, ew::unary(stream, UnaryOp::MulScalar(scale as f64), &col, &col));
+        }
+    }
+    if k == 1 {
+        return (tuples.reshape(&[n]), k);
+    }
+    let rows = tuples.empty_on(&[n, 1], DType::I64, op);
+    expect(op, red::reduce(stream, ReduceOp::Sum, &tuples.tref(), 1, &rows.tref()));
+    (rows.reshape(&[n]), k)
+}
+
+/// Burn's `gather_nd`: `out[b.., s..] = data[indices[b.., :], s..]`, shaped
+/// `indices.dims[..-1] ++ data.dims[K..]`.
+pub(crate) fn gather_nd(data: CudnnTensor, indices: CudnnTensor, op: &str) -> CudnnTensor {
+    check_same_device(op, &data, &indices);
+    let data_dims = data.dims().to_vec();
+    let (rows, k) = nd_rows(&indices, &data_dims, op);
+    let outer: i64 = data_dims[..k].iter().product();
+    let inner: i64 = data_dims[k..].iter().product();
+    let table = data.reshape(&[outer, inner]);
+    let out = table.empty_on(&[rows.numel(), inner], table.dtype, op);
+    expect(
+        op,
+        ix::index_select(out.stream(), &table.tref(), 0, &rows.tref(), &out.tref()),
+    );
+    let mut dims = indices.dims()[..indices.rank() - 1].to_vec();
+    dims.extend_from_slice(&data_dims[k..]);
+    out.reshape(&dims)
+}
+
+/// Burn's `scatter_nd`: `data` with the slices at the index tuples of `indices` updated by
+/// `values` (`indices.dims[..-1] ++ data.dims[K..]`) through `reduction`.
+///
+/// `Add` accumulates duplicate tuples exactly. `Assign`, `Mul`, `Min` and `Max` compute each
+/// updated slice from `data` and its value, then write it: exact when the index tuples are
+/// unique (as ONNX `ScatterND` requires); slices named by several tuples receive the sum of
+/// their candidates.
+pub(crate) fn scatter_nd(
+    data: CudnnTensor,
+    indices: CudnnTensor,
+    values: CudnnTensor,
+    reduction: IndexingUpdateOp,
+    op: &str,
+) -> CudnnTensor {
+    check_same_device(op, &data, &indices);
+    check_same_device(op, &data, &values);
+    check_same_dtype(op, &data, &values);
+    let dtype = data.dtype;
+    let work = accumulation_dtype(&data);
+    let data_dims = data.dims().to_vec();
+    let (rows, k) = nd_rows(&indices, &data_dims, op);
+    let outer: i64 = data_dims[..k].iter().product();
+    let inner: i64 = data_dims[k..].iter().product();
+    let n = rows.numel();
+    let values = exec::cast(values, work, op).reshape(&[n, inner]);
+    let stream = rows.stream().clone();
+    if let IndexingUpdateOp::Add = reduction {
+        let out = owned(data, work, op).reshape(&[outer, inner]);
+        expect(op, ix::index_add(&stream, &out.tref(), 0, &rows.tref(), &values.tref()));
+        return exec::cast(out.reshape(&data_dims), dtype, op);
+    }
+    let table = exec::cast(data, work, op).reshape(&[outer, inner]);
+    let updates = match reduction {
+        IndexingUpdateOp::Mul | IndexingUpdateOp::Min | IndexingUpdateOp::Max => {
+            let bop = match reduction {
+                IndexingUpdateOp::Mul => BinaryOp::Mul,
+                IndexingUpdateOp::Min => BinaryOp::Min,
+                _ => BinaryOp::Max,
+            };
+            let current = table.empty_on(&[n, inner], work, op);
+            expect(
+                op,
+                ix::index_select(&stream, &table.tref(), 0, &rows.tref(), &current.tref()),
+            );
+            let r = current.tref();
+            expect(op, ew::binary(&stream, bop, &r, &values.tref(), &r));
+            current
+        }
+        _ => values,
+    };
+    // Rows hit by some tuple take the scattered updates, the others keep `data`.
+    let sums = exec::full(table.device(), &[outer, inner], work, 0.0, op);
+    expect(
+        op,
+        ix::index_add(&stream, &sums.tref(), 0, &rows.tref(), &updates.tref()),
+    );
+    let hits = exec::full(table.device(), &[outer, 1], DType::I32, 0.0, op);
+    let one = exec::full(table.device(), &[1, 1], DType::I32, 1.0, op);
+    let ones = exec::expand(one, &[n, 1], op);
+    expect(op, ix::index_add(&stream, &hits.tref(), 0, &rows.tref(), &ones.tref()));
+    let hit = exec::copy_to_new(&hits, DType::Bool(BoolStore::Native), op);
+    let out = where_into_b(&hit, &sums, table, op);
+    exec::cast(out.reshape(&data_dims), dtype, op)
+}
+
+// ---------------------------------------------------------------------------------------
+// Grid sampling and argwhere
+
+/// Burn's `float_grid_sample_2d`: bilinear with zeros padding in the resize kernel; other
+/// paddings through Burn's reference composition of our ops (still on the device).
+pub(crate) fn grid_sample_2d(x: CudnnTensor, grid: CudnnTensor, options: GridSampleOptions, op: &str) -> CudnnTensor {
+    match (&options.mode, &options.padding_mode) {
+        (InterpolateMode::Bilinear, GridSamplePaddingMode::Zeros) => {}
+        (InterpolateMode::Bilinear, _) => {
+            return burn_backend::ops::grid_sample::float_grid_sample_2d_ref::<super::Cudnn>(x, grid, options)
+        }
+        (mode, _) => {
+            panic!("cudnn-backend: {op}: interpolation mode {mode:?} is not supported; use InterpolateMode::Bilinear")
+        }
+    }
+    check_same_device(op, &x, &grid);
+    assert!(
+        x.rank() == 4 && grid.rank() == 4,
+        "cudnn-backend: {op}: expects x [N, C, H, W] and grid [N, H_out, W_out, 2], got {:?} and {:?}",
+        x.dims(),
+        grid.dims()
+    );
+    let (xd, gd) = (x.dims(), grid.dims());
+    let out = x.empty_on(&[xd[0], xd[1], gd[1], gd[2]], x.dtype, op);
+    expect(
+        op,
+        resize::grid_sample_2d(x.stream(), &x.tref(), &grid.tref(), options.align_corners, &out.tref()),
+    );
+    out
+}
+
+/// Burn's `bool_argwhere`: the coordinates `[count, rank]` of the true elements in row-major
+/// order, as `out_dtype`. A running count of the true elements gives each its output row
+/// (one host read of the total sizes the output), then the coordinates are scattered there.
+pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> CudnnTensor {
+    let dims = mask.dims().to_vec();
+    let rank = dims.len() as i64;
+    let n = mask.numel();
+    let dtype: DType = out_dtype.into();
+    if n == 0 {
+        return mask.empty_on(&[0, rank], dtype, op);
+    }
+    let stream = mask.stream().clone();
+    let flags = exec::copy_to_new(&mask, DType::I64, op).reshape(&[n]);
+    let rows = flags.empty_like(DType::I64, op);
+    expect(op, red::scan(&stream, ScanOp::CumSum, &flags.tref(), 0, &rows.tref()));
+    let last = expect(op, rows.layout.slice(0, n - 1, n, 1));
+    let bytes = rows.with_layout(last).read_bytes();
+    let count = i64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+    if count == 0 {
+        return mask.empty_on(&[0, rank], dtype, op);
+    }
+    // Row of each true element: its running count - 1; false elements get -1 (skipped).
+    let r = rows.tref();
+    expect(op, ew::binary(&stream, BinaryOp::Mul, &r, &flags.tref(), &r));
+    expect(op, ew::unary(&stream, UnaryOp::AddScalar(-1.0), &r, &r));
+    // Coordinates of every element: dim j's arange broadcast over the other dims.
+    let coords = mask.empty_on(&[n, rank], DType::I64, op);
+    let longest = dims.iter().copied().max().unwrap_or(1);
+    let ramp = arange(mask.device(), 0..longest, 1, DType::I64, op);
+    let order: Vec<usize> = (0..dims.len()).collect();
+    let packed = packed_strides(&dims, &order);
+    let coord_strides: Vec<i64> = packed.iter().map(|s| s * rank).collect();
+    for j in 0..dims.len() {
+        let mut src_strides = vec![0i64; dims.len()];
+        src_strides[j] = 1;
+        let src = TensorRef::new(&dims, &src_strides, DataType::I64, ramp.tref().ptr);
+        let dst = TensorRef::new(&dims, &coord_strides, DataType::I64, coords.tref().ptr + 8 * j as u64);
+        expect(op, ew::copy(&stream, &src, &dst));
+    }
+    let out = exec::full(mask.device(), &[count, rank], DType::I64, 0.0, op);
+    expect(op, ix::index_add(&stream, &out.tref(), 0, &rows.tref(), &coords.tref()));
+    exec::cast(out, dtype, op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Buffer offsets of the view's elements in row-major order.
+    fn offsets(v: &SignedView) -> Vec<i64> {
+        let n: i64 = v.dims.iter().product();
+        (0..n)
+            .map(|mut i| {
+                let mut off = v.offset;
+                for (&d, &s) in v.dims.iter().zip(&v.strides).rev() {
+                    off += (i % d) * s;
+                    i /= d;
+                }
+                off
+            })
+            .collect()
+    }
+
+    #[test]
+    fn slices_follow_ndarray_semantics() {
+        let row = ViewLayout::contiguous(&[6]);
+        let cases: [(Slice, Vec<i64>); 7] = [
+            (Slice::new(1, Some(4), 1), vec![1, 2, 3]),
+            (Slice::new(0, None, 2), vec![0, 2, 4]),
+            (Slice::new(-2, None, 1), vec![4, 5]),
+            (Slice::new(0, Some(-1), 1), vec![0, 1, 2, 3, 4]),
+            // Negative steps walk backwards from the last element of the range.
+            (Slice::new(0, None, -1), vec![5, 4, 3, 2, 1, 0]),
+            (Slice::new(0, Some(5), -2), vec![4, 2, 0]),
+            (Slice::new(4, Some(2), 1), vec![]),
+        ];
+        for (s, want) in cases {
+            let v = slice_view(&row, &[s], "test");
+            assert_eq!(offsets(&v), want, "{s:?}");
+            assert_eq!(v.as_layout().is_some(), s.step > 0 || want.len() <= 1, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn slices_of_a_transposed_view_with_missing_trailing_slices() {
+        // [3, 4] transposed to [4, 3]: element (i, j) at j * 4 + i.
+        let t = ViewLayout::contiguous(&[3, 4]).transpose(0, 1).unwrap();
+        let v = slice_view(&t, &[Slice::new(0, None, -2)], "test");
+        assert_eq!(v.dims, vec![2, 3]);
+        assert_eq!(offsets(&v), vec![3, 7, 11, 1, 5, 9]);
+        let v = slice_view(&t, &[Slice::new(1, Some(3), 1), Slice::new(1, None, 1)], "test");
+        let layout = v.as_layout().unwrap();
+        assert_eq!((layout.dims.clone(), layout.offset), (vec![2, 2], 5));
+        assert_eq!(offsets(&v), vec![5, 9, 6, 10]);
+    }
+
+    #[test]
+    fn flips_reverse_only_dims_that_change() {
+        let v = flip_view(&ViewLayout::contiguous(&[2, 3]), &[1], "test");
+        assert_eq!(offsets(&v), vec![2, 1, 0, 5, 4, 3]);
+        let v = flip_view(&ViewLayout::contiguous(&[2, 3]), &[0, 1], "test");
+        assert_eq!(offsets(&v), vec![5, 4, 3, 2, 1, 0]);
+        // Size-1 and broadcast dims: nothing to reverse, so the flip stays a view.
+        let e = ViewLayout::contiguous(&[1, 3]).expand(&[4, 3]).unwrap();
+        assert!(flip_view(&e, &[0], "test").as_layout().is_some());
+        assert!(flip_view(&ViewLayout::contiguous(&[1, 3]), &[0], "test")
+            .as_layout()
+            .is_some());
+    }
+}
