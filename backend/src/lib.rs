@@ -11,7 +11,9 @@
 //! - [`runtime`]: library probing, devices, streams and workspace memory;
 //! - [`reference`](mod@reference): a float64 CPU reference used by tests, examples and benchmarks;
 //! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
-//! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views.
+//! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views;
+//! - `candle` (feature `candle`): Candle custom ops, the `CudnnExt` trait and candle-nn-style
+//!   layers (feature `candle-cuda` runs them on Candle's CUDA tensors).
 //!
 //! cuDNN, the CUDA driver and NVRTC are loaded at run time: the crate builds on machines
 //! without CUDA, and a machine without a GPU gets a clear [`Error`] instead of a panic.
@@ -20,6 +22,8 @@
 
 #[cfg(feature = "burn")]
 pub mod burn;
+#[cfg(feature = "candle")]
+pub mod candle;
 mod error;
 mod ffi;
 pub mod graph;

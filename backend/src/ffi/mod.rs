@@ -7,6 +7,8 @@
 //! [`crate::runtime::probe`] has checked that they can be loaded.
 
 mod api;
+#[cfg(feature = "candle-cuda")]
+pub(crate) mod candle_interop;
 mod descriptor;
 mod handle;
 pub(crate) mod launch;
@@ -19,6 +21,7 @@ pub(crate) mod launch_reduce;
 pub(crate) mod launch_resize;
 pub(crate) mod launch_sort;
 pub(crate) mod legacy;
+#[cfg_attr(not(feature = "burn"), allow(dead_code))] // used by the Burn backend
 pub(crate) mod memory;
 pub(crate) mod replay;
 

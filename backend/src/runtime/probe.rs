@@ -9,13 +9,41 @@ fn first_loadable(names: &[String]) -> Option<String> {
     names.iter().find(|n| crate::ffi::can_load(n)).cloned()
 }
 
+/// The file names cudarc's loader tries for `lib` (the same list as
+/// `cudarc::get_lib_name_candidates`, which exists only when cudarc loads libraries at run
+/// time: with the `candle-cuda` feature, Candle makes cudarc link them instead).
+fn lib_name_candidates(lib: &str) -> Vec<String> {
+    use std::env::consts::{DLL_PREFIX as P, DLL_SUFFIX as S};
+    let w = usize::BITS;
+    let (major, minor) = (13, 0); // the workspace's `cuda-13000` feature
+    vec![
+        format!("{P}{lib}{S}"),
+        format!("{P}{lib}{w}{S}"),
+        format!("{P}{lib}{w}_{major}{S}"),
+        format!("{P}{lib}{w}_{major}{minor}{S}"),
+        format!("{P}{lib}{w}_{major}{minor}_0{S}"),
+        format!("{P}{lib}{w}_{major}0_{minor}{S}"),
+        format!("{P}{lib}{w}_10{S}"),
+        format!("{P}{lib}{w}_11{S}"),
+        format!("{P}{lib}{w}_12{S}"),
+        format!("{P}{lib}{w}_{major}0_0{S}"),
+        format!("{P}{lib}{w}_9{S}"),
+        format!("{P}{lib}{S}.{major}"),
+        format!("{P}{lib}{S}.12"),
+        format!("{P}{lib}{S}.11"),
+        format!("{P}{lib}{S}.10"),
+        format!("{P}{lib}{S}.9"),
+        format!("{P}{lib}{S}.1"),
+    ]
+}
+
 fn probe(
     lib: &'static str,
     cache: &'static OnceLock<std::result::Result<String, Vec<String>>>,
 ) -> std::result::Result<String, Vec<String>> {
     cache
         .get_or_init(|| {
-            let mut names = cudarc::get_lib_name_candidates(lib);
+            let mut names = lib_name_candidates(lib);
             let mut seen = std::collections::HashSet::new();
             names.retain(|n| seen.insert(n.clone()));
             first_loadable(&names).ok_or(names)

@@ -1,0 +1,50 @@
+//! Candle 0.11 integration (feature `candle`; on `Device::Cuda` tensors with `candle-cuda`).
+//!
+//! - [`CudnnExt`]: an extension trait on [`candle_core::Tensor`] with cuDNN convolutions
+//!   (1-D/2-D/3-D and N-d, any padding, stride, dilation and groups — one grouped graph),
+//!   transposed convolution, conv + bias + activation as one fused graph, matmul
+//!   (+ bias + activation), max/average pooling, layer/RMS/batch norm and scaled dot-product
+//!   attention.
+//! - [`ops`]: the Candle `CustomOp`s behind it. Every op has a `cuda_fwd` that runs our cuDNN
+//!   graph on **Candle's own stream** with Candle's memory (no copies: device pointers are read
+//!   through cudarc's `DevicePtr` guards, kept alive until the graph is enqueued; outputs are
+//!   allocated on Candle's stream and wrapped in a `CudaStorage`), a `cpu_fwd` (a float64
+//!   reference: correct, not fast, so the same program runs on `Device::Cpu`), and a `bwd` that
+//!   Candle's autograd uses, composed of our own ops (conv dgrad/wgrad graphs, pooling
+//!   backward), so training runs through cuDNN too.
+//! - [`nn`]: layers loading the same `VarBuilder` names as candle-nn's (`weight`, `bias`,
+//!   `running_mean`, `running_var`), so a candle-nn model switches by changing imports.
+//!
+//! Layout: Candle tensors are logically NCHW. An input whose strides are channels-last (an
+//! NHWC buffer viewed as NCHW, e.g. `x_nhwc.permute((0, 3, 1, 2))`) runs channels-last, and the
+//! output is produced channels-last too (again an NCHW-shaped view), so a chain of layers stays
+//! NHWC without copies. Any other packed layout (a transposed matrix, a permuted tensor) is
+//! passed to cuDNN through its strides; layouts with gaps, overlaps or broadcast (stride 0)
+//! dims are copied once (`Tensor::contiguous`) before the op.
+//!
+//! Dtypes: f32, f16 and bf16 on CUDA; the CPU reference also takes f64. Norms and attention
+//! compose Candle's own ops around our matmuls (this crate has no cuDNN norm/SDPA graphs yet);
+//! see [`CudnnExt::cudnn_layer_norm`] and [`CudnnExt::cudnn_sdpa`].
+//!
+//! Errors are values: the crate's [`Error`](crate::Error) converts into `candle_core::Error`.
+
+mod cpu;
+#[cfg(feature = "candle-cuda")]
+mod cuda;
+mod ext;
+pub mod nn;
+pub mod ops;
+
+pub use crate::ops::{Activation, ConvParams, PoolMode};
+pub use ext::{Conv1dParams, Conv2dParams, Conv3dParams, ConvTranspose2dParams, CudnnExt};
+
+impl From<crate::Error> for candle_core::Error {
+    fn from(e: crate::Error) -> Self {
+        candle_core::Error::wrap(e)
+    }
+}
+
+/// Shorthand for an argument error of `op` as a Candle error.
+pub(crate) fn arg_err(op: &'static str, arg: &'static str, reason: impl Into<String>) -> candle_core::Error {
+    crate::Error::invalid_arg(op, arg, reason).into()
+}

@@ -1,0 +1,139 @@
+//! The Candle custom ops and the tensor-level functions that apply them.
+//!
+//! Each op struct implements Candle's `CustomOp1/2/3`: `cpu_fwd` (float64 reference),
+//! `cuda_fwd` (our cuDNN graph on Candle's stream, feature `candle-cuda`) and `bwd` (made of
+//! these same ops, so gradients run through cuDNN's dgrad/wgrad/pooling-backward too).
+//! The free functions ([`conv`], [`matmul`], [`pool`], ...) validate the arguments, pick
+//! the memory format, make a single copy of inputs whose layout cuDNN cannot take, apply
+//! the op with autograd tracking and return logically-shaped (NCHW) tensors.
+
+mod act;
+mod conv;
+mod matmul;
+mod pool;
+
+pub use conv::{
+    conv, conv_backward_data, conv_backward_filter, conv_bias_act, conv_transpose, Conv, ConvBackwardData,
+    ConvBackwardFilter, ConvBiasAct,
+};
+pub use matmul::{matmul, matmul_bias_act, Matmul, MatmulBiasAct};
+pub use pool::{pool, pool_backward, Pool, PoolBackwardAvg, PoolBackwardMax};
+
+use candle_core::{Layout, Result, Tensor};
+
+/// Row-major (`channels_last == false`) or channels-last packed strides for logical `dims`
+/// (N, C, spatial...).
+pub(crate) fn packed_strides(dims: &[usize], channels_last: bool) -> Vec<i64> {
+    let r = dims.len();
+    let mut order: Vec<usize> = (0..r).collect();
+    if channels_last && r >= 3 {
+        order = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
+    }
+    let mut strides = vec![0i64; r];
+    let mut acc = 1i64;
+    for &i in order.iter().rev() {
+        strides[i] = acc;
+        acc *= dims[i] as i64;
+    }
+    strides
+}
+
+/// The dims in memory order: (N, spatial..., C) when channels-last.
+pub(crate) fn physical_dims(dims: &[usize], channels_last: bool) -> Vec<usize> {
+    if !channels_last || dims.len() < 3 {
+        return dims.to_vec();
+    }
+    let mut v = vec![dims[0]];
+    v.extend_from_slice(&dims[2..]);
+    v.push(dims[1]);
+    v
+}
+
+/// A physically-shaped op result back as the logical (N, C, spatial...) view.
+pub(crate) fn logical(t: Tensor, channels_last: bool) -> Result<Tensor> {
+    let r = t.rank();
+    if !channels_last || r < 3 {
+        return Ok(t);
+    }
+    let perm: Vec<usize> = std::iter::once(0)
+        .chain(std::iter::once(r - 1))
+        .chain(1..r - 1)
+        .collect();
+    t.permute(perm)
+}
+
+/// True when `dims`/`strides` equal the given packed strides, ignoring size-1 dims.
+fn strides_match(dims: &[usize], strides: &[usize], expect: &[i64]) -> bool {
+    dims.iter()
+        .zip(strides)
+        .zip(expect)
+        .all(|((&d, &s), &e)| d <= 1 || s as i64 == e)
+}
+
+/// True when the layout is channels-last packed and not also row-major packed (a layout
+/// that is both, e.g. with one channel, counts as row-major).
+pub(crate) fn is_channels_last(l: &Layout) -> bool {
+    let dims = l.dims();
+    dims.len() >= 3
+        && strides_match(dims, l.stride(), &packed_strides(dims, true))
+        && !strides_match(dims, l.stride(), &packed_strides(dims, false))
+}
+
+/// True when some ordering of the dims is row-major packed: no gaps, overlaps or
+/// broadcast dims (such views go to cuDNN through their strides).
+pub(crate) fn is_packed(l: &Layout) -> bool {
+    let mut axes: Vec<usize> = (0..l.dims().len()).filter(|&i| l.dims()[i] > 1).collect();
+    axes.sort_by_key(|&i| l.stride()[i]);
+    let mut expect = 1usize;
+    for i in axes {
+        if l.stride()[i] != expect {
+            return false;
+        }
+        expect *= l.dims()[i];
+    }
+    true
+}
+
+/// `t` stored in the given memory format (channels-last or row-major): itself when it already
+/// is, else one copy (cuDNN engines want the tensors of one convolution in one format).
+pub(crate) fn in_format(t: &Tensor, channels_last: bool) -> Result<Tensor> {
+    let (dims, strides) = (t.dims(), t.stride());
+    if dims.len() < 3 || strides_match(dims, strides, &packed_strides(dims, channels_last)) {
+        return Ok(t.clone());
+    }
+    if !channels_last {
+        return t.contiguous();
+    }
+    let r = dims.len();
+    let to_last: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
+    logical(t.permute(to_last)?.contiguous()?, true)
+}
+
+/// `t` itself when its layout is packed, else one contiguous copy.
+pub(crate) fn packed(t: &Tensor) -> Result<Tensor> {
+    if is_packed(t.layout()) {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
+    }
+}
+
+/// Checks that all tensors share one dtype.
+pub(crate) fn same_dtype(op: &'static str, ts: &[(&'static str, candle_core::DType)]) -> Result<()> {
+    let first = ts[0].1;
+    for &(name, d) in &ts[1..] {
+        if d != first {
+            return Err(super::arg_err(
+                op,
+                name,
+                format!("dtype {d:?} differs from {}'s {first:?}", ts[0].0),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// usize dims as i64.
+pub(crate) fn idims(d: &[usize]) -> Vec<i64> {
+    d.iter().map(|&x| x as i64).collect()
+}

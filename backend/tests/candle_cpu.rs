@@ -1,0 +1,769 @@
+//! CPU tests of the Candle feature (run on CI, no GPU): the `cpu_fwd` reference paths against
+//! naive float64 code and Candle's own CPU ops, gradients against Candle's autograd of its own
+//! ops, NHWC and strided inputs, parameter validation, and VarBuilder compatibility with
+//! candle-nn.
+#![cfg(feature = "candle")]
+
+use candle_core::{DType, Device, Module, ModuleT, Result, Tensor, Var, D};
+use candle_nn::{Optimizer, VarBuilder, VarMap};
+use cudnn_backend::candle::nn as cnn;
+use cudnn_backend::candle::{
+    Activation, Conv1dParams, Conv2dParams, Conv3dParams, ConvParams, ConvTranspose2dParams, CudnnExt,
+};
+use cudnn_backend::reference::SplitMix64;
+
+fn rand_t(rng: &mut SplitMix64, dims: &[usize]) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+    Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+}
+
+fn vals(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap()
+}
+
+fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let (a, b) = (vals(a), vals(b));
+    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den.max(1e-300)).sqrt()
+}
+
+fn assert_close(a: &Tensor, b: &Tensor, tol: f64, what: &str) {
+    let e = rel_err(a, b);
+    assert!(e <= tol, "{what}: relative L2 error {e:e} > {tol:e}");
+}
+
+/// Naive 2-D convolution (cross-correlation) with groups, for checking the op.
+#[allow(clippy::too_many_arguments)]
+fn naive_conv2d(x: &Tensor, w: &Tensor, pad: [usize; 2], stride: [usize; 2], dil: [usize; 2], groups: usize) -> Tensor {
+    let (n, c, h, wd) = x.dims4().unwrap();
+    let (k, cg, kh, kw) = w.dims4().unwrap();
+    let (xv, wv) = (vals(x), vals(w));
+    let oh = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) / stride[0] + 1;
+    let ow = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) / stride[1] + 1;
+    let kg = k / groups;
+    let mut y = vec![0.0; n * k * oh * ow];
+    for b in 0..n {
+        for o in 0..k {
+            let g = o / kg;
+            for i in 0..oh {
+                for j in 0..ow {
+                    let mut acc = 0.0;
+                    for cc in 0..cg {
+                        let ch = g * cg + cc;
+                        for r in 0..kh {
+                            for s in 0..kw {
+                                let yy = (i * stride[0] + r * dil[0]) as isize - pad[0] as isize;
+                                let xx = (j * stride[1] + s * dil[1]) as isize - pad[1] as isize;
+                                if yy < 0 || xx < 0 || yy >= h as isize || xx >= wd as isize {
+                                    continue;
+                                }
+                                acc += xv[((b * c + ch) * h + yy as usize) * wd + xx as usize]
+                                    * wv[((o * cg + cc) * kh + r) * kw + s];
+                            }
+                        }
+                    }
+                    y[((b * k + o) * oh + i) * ow + j] = acc;
+                }
+            }
+        }
+    }
+    Tensor::from_vec(y, (n, k, oh, ow), &Device::Cpu).unwrap()
+}
+
+#[test]
+fn conv2d_matches_naive_reference_and_candle() {
+    let mut rng = SplitMix64::new(1);
+    for case in 0..12 {
+        let groups = [1, 2, 4][case % 3];
+        let (n, h, w) = (1 + case % 2, 5 + case % 4, 6 + case % 3);
+        let c = groups * (1 + case % 2);
+        let k = groups * (1 + (case / 2) % 3);
+        let (kh, kw) = (1 + case % 3, 1 + (case + 1) % 3);
+        let pad = [case % 2, (case / 2) % 2];
+        let stride = [1 + case % 2, 1 + (case / 3) % 2];
+        let dil = [1 + (case / 4) % 2, 1];
+        let x = rand_t(&mut rng, &[n, c, h, w]);
+        let wt = rand_t(&mut rng, &[k, c / groups, kh, kw]);
+        let p = Conv2dParams {
+            padding: pad,
+            stride,
+            dilation: dil,
+            groups,
+        };
+        let Ok(y) = x.cudnn_conv2d(&wt, p) else {
+            continue; // filter larger than the padded input in this combination
+        };
+        assert_close(
+            &y,
+            &naive_conv2d(&x, &wt, pad, stride, dil, groups),
+            1e-12,
+            "conv2d vs naive",
+        );
+        if pad[0] == pad[1] && stride[0] == stride[1] && dil[0] == dil[1] {
+            let c_ref = x.conv2d(&wt, pad[0], stride[0], dil[0], groups).unwrap();
+            assert_close(&y, &c_ref, 1e-12, "conv2d vs candle");
+        }
+    }
+}
+
+#[test]
+fn conv1d_and_conv3d_match_references() {
+    let mut rng = SplitMix64::new(2);
+    let x = rand_t(&mut rng, &[2, 4, 11]);
+    let w = rand_t(&mut rng, &[6, 2, 3]);
+    let p = Conv1dParams {
+        padding: 1,
+        stride: 2,
+        dilation: 2,
+        groups: 2,
+    };
+    let y = x.cudnn_conv1d(&w, p).unwrap();
+    assert_close(&y, &x.conv1d(&w, 1, 2, 2, 2).unwrap(), 1e-12, "conv1d vs candle");
+
+    // 3-D with a depth-1 filter equals a 2-D conv per depth slice.
+    let x = rand_t(&mut rng, &[1, 3, 4, 6, 5]);
+    let w = rand_t(&mut rng, &[2, 3, 1, 3, 3]);
+    let p = Conv3dParams {
+        padding: [0, 1, 1],
+        ..Default::default()
+    };
+    let y = x.cudnn_conv3d(&w, p).unwrap();
+    assert_eq!(y.dims(), &[1, 2, 4, 6, 5]);
+    let w2 = w.squeeze(2).unwrap();
+    for d in 0..4 {
+        let xs = x.narrow(2, d, 1).unwrap().squeeze(2).unwrap();
+        let ys = y.narrow(2, d, 1).unwrap().squeeze(2).unwrap();
+        assert_close(&ys, &xs.conv2d(&w2, 1, 1, 1, 1).unwrap(), 1e-12, "conv3d slice");
+    }
+}
+
+#[test]
+fn asymmetric_padding_through_conv_params() {
+    let mut rng = SplitMix64::new(3);
+    let x = rand_t(&mut rng, &[1, 2, 5, 5]);
+    let w = rand_t(&mut rng, &[3, 2, 2, 2]);
+    // pre (0, 1), post (1, 0) == pad the input explicitly then convolve without padding.
+    let p = ConvParams::new(&[0, 1], &[1, 1], &[1, 1], 1).with_post_padding(&[1, 0]);
+    let y = x.cudnn_conv(&w, &p).unwrap();
+    let xp = x.pad_with_zeros(2, 0, 1).unwrap().pad_with_zeros(3, 1, 0).unwrap();
+    assert_close(&y, &xp.conv2d(&w, 0, 1, 1, 1).unwrap(), 1e-12, "asymmetric padding");
+}
+
+#[test]
+fn conv_transpose2d_matches_candle() {
+    let mut rng = SplitMix64::new(4);
+    for (stride, pad, out_pad, dil) in [(1, 0, 0, 1), (2, 1, 1, 1), (2, 0, 1, 2), (3, 1, 2, 1)] {
+        let x = rand_t(&mut rng, &[2, 3, 4, 5]);
+        let w = rand_t(&mut rng, &[3, 2, 3, 3]);
+        let p = ConvTranspose2dParams {
+            padding: [pad; 2],
+            output_padding: [out_pad; 2],
+            stride: [stride; 2],
+            dilation: [dil; 2],
+            groups: 1,
+        };
+        let y = x.cudnn_conv_transpose2d(&w, p).unwrap();
+        let r = x.conv_transpose2d(&w, pad, out_pad, stride, dil).unwrap();
+        assert_close(&y, &r, 1e-12, "conv_transpose2d");
+    }
+}
+
+#[test]
+fn fused_conv_bias_act_matches_composition() {
+    let mut rng = SplitMix64::new(5);
+    let x = rand_t(&mut rng, &[2, 4, 6, 6]);
+    let w = rand_t(&mut rng, &[5, 4, 3, 3]);
+    let b = rand_t(&mut rng, &[5]);
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let z = x
+        .conv2d(&w, 1, 1, 1, 1)
+        .unwrap()
+        .broadcast_add(&b.reshape((1, 5, 1, 1)).unwrap())
+        .unwrap();
+    for (act, r) in [
+        (Activation::Identity, z.clone()),
+        (Activation::Relu, z.relu().unwrap()),
+        (Activation::Tanh, z.tanh().unwrap()),
+        (Activation::Gelu, z.gelu_erf().unwrap()),
+        (Activation::Swish(1.0), z.silu().unwrap()),
+    ] {
+        let y = x.cudnn_conv2d_bias_act(&w, &b, p, act).unwrap();
+        assert_close(&y, &r, 1e-6, &format!("conv_bias_act {act:?}"));
+    }
+}
+
+#[test]
+fn matmul_and_fused_matmul_match_candle() {
+    let mut rng = SplitMix64::new(6);
+    let a = rand_t(&mut rng, &[3, 4, 5]);
+    let b = rand_t(&mut rng, &[3, 5, 6]);
+    assert_close(&a.cudnn_matmul(&b).unwrap(), &a.matmul(&b).unwrap(), 1e-12, "matmul");
+    // Broadcast batch and a transposed (strided) operand.
+    let b1 = rand_t(&mut rng, &[1, 6, 5]);
+    let r = a
+        .matmul(&b1.t().unwrap().broadcast_as((3, 5, 6)).unwrap().contiguous().unwrap())
+        .unwrap();
+    assert_close(
+        &a.cudnn_matmul(&b1.t().unwrap()).unwrap(),
+        &r,
+        1e-12,
+        "broadcast transposed matmul",
+    );
+    // Rank 2 against rank 3.
+    let a2 = rand_t(&mut rng, &[4, 5]);
+    let r = a2.broadcast_as((3, 4, 5)).unwrap().matmul(&b).unwrap();
+    assert_close(&a2.cudnn_matmul(&b).unwrap(), &r, 1e-12, "rank-2 · rank-3");
+    let bias = rand_t(&mut rng, &[6]);
+    let y = a.cudnn_matmul_bias_act(&b, &bias, Activation::Relu).unwrap();
+    let r = a.matmul(&b).unwrap().broadcast_add(&bias).unwrap().relu().unwrap();
+    assert_close(&y, &r, 1e-12, "matmul_bias_act");
+}
+
+#[test]
+fn pooling_matches_candle() {
+    let mut rng = SplitMix64::new(7);
+    let x = rand_t(&mut rng, &[2, 3, 8, 7]);
+    let y = x.cudnn_max_pool2d([2, 3], [2, 2], [0, 0]).unwrap();
+    assert_close(&y, &x.max_pool2d_with_stride((2, 3), (2, 2)).unwrap(), 0.0, "max pool");
+    let y = x.cudnn_avg_pool2d([3, 2], [1, 2], [0, 0], true).unwrap();
+    assert_close(
+        &y,
+        &x.avg_pool2d_with_stride((3, 2), (1, 2)).unwrap(),
+        1e-12,
+        "avg pool",
+    );
+    // Padding: include vs exclude differ only at the borders.
+    let inc = x.cudnn_avg_pool2d([3, 3], [1, 1], [1, 1], true).unwrap();
+    let exc = x.cudnn_avg_pool2d([3, 3], [1, 1], [1, 1], false).unwrap();
+    let centre = |t: &Tensor| t.narrow(2, 1, 6).unwrap().narrow(3, 1, 5).unwrap();
+    assert_close(&centre(&inc), &centre(&exc), 1e-12, "avg pool interior");
+    let corner = vals(&exc.narrow(2, 0, 1).unwrap().narrow(3, 0, 1).unwrap());
+    let xv = vals(&x);
+    let expect = (xv[0] + xv[1] + xv[7] + xv[8]) / 4.0;
+    assert!((corner[0] - expect).abs() < 1e-12);
+    // Padded max pool equals max over -inf padded input.
+    let y = x.cudnn_max_pool2d([3, 3], [2, 2], [1, 1]).unwrap();
+    let xp = x
+        .pad_with_same(2, 1, 1)
+        .unwrap()
+        .pad_with_same(3, 1, 1)
+        .unwrap()
+        .max_pool2d_with_stride((3, 3), (2, 2))
+        .unwrap();
+    assert_close(&y, &xp, 0.0, "padded max pool");
+}
+
+#[test]
+fn channels_last_inputs_give_channels_last_outputs_with_the_same_values() {
+    let mut rng = SplitMix64::new(8);
+    let x_nhwc = rand_t(&mut rng, &[2, 6, 5, 4]); // N H W C
+    let x = x_nhwc.permute((0, 3, 1, 2)).unwrap(); // NCHW view, channels-last strides
+    let w = rand_t(&mut rng, &[3, 4, 3, 3]);
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let y = x.cudnn_conv2d(&w, p).unwrap();
+    assert_eq!(y.dims(), &[2, 3, 6, 5]);
+    assert_eq!(y.stride(), &[90, 1, 15, 3], "channels-last output");
+    let r = x.contiguous().unwrap().cudnn_conv2d(&w, p).unwrap();
+    assert!(r.is_contiguous());
+    assert_close(&y, &r, 1e-12, "NHWC vs NCHW");
+    let yp = y.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).unwrap();
+    assert_eq!(yp.stride()[1], 1, "pooling keeps channels-last");
+    assert_close(&yp, &r.max_pool2d(2).unwrap(), 0.0, "NHWC pool");
+}
+
+#[test]
+fn strided_and_half_inputs() {
+    let mut rng = SplitMix64::new(9);
+    let big = rand_t(&mut rng, &[2, 3, 9, 9]);
+    let x = big.narrow(2, 1, 6).unwrap().narrow(3, 2, 6).unwrap(); // gaps: copied once
+    let w = rand_t(&mut rng, &[4, 3, 3, 3]);
+    let y = x.cudnn_conv2d(&w, Conv2dParams::default()).unwrap();
+    assert_close(
+        &y,
+        &x.contiguous().unwrap().conv2d(&w, 0, 1, 1, 1).unwrap(),
+        1e-12,
+        "strided",
+    );
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let (xh, wh) = (x.to_dtype(dt).unwrap(), w.to_dtype(dt).unwrap());
+        let y = xh.cudnn_conv2d(&wh, Conv2dParams::default()).unwrap();
+        assert_eq!(y.dtype(), dt);
+        let r = xh
+            .to_dtype(DType::F64)
+            .unwrap()
+            .conv2d(&wh.to_dtype(DType::F64).unwrap(), 0, 1, 1, 1)
+            .unwrap();
+        let tol = if dt == DType::F32 { 1e-6 } else { 1e-2 };
+        assert_close(&y, &r, tol, &format!("{dt:?} conv"));
+    }
+}
+
+fn grads_of(vars: &[&Var], loss: &Tensor) -> Vec<Tensor> {
+    let g = loss.backward().unwrap();
+    vars.iter()
+        .map(|v| g.get(v.as_tensor()).expect("gradient").clone())
+        .collect()
+}
+
+#[test]
+fn conv_gradients_match_candles_conv2d() {
+    let mut rng = SplitMix64::new(10);
+    for (groups, stride, pad, dil) in [(1, 1, 1, 1), (2, 2, 0, 1), (1, 1, 2, 2)] {
+        let x = Var::from_tensor(&rand_t(&mut rng, &[2, 4, 7, 7])).unwrap();
+        let w = Var::from_tensor(&rand_t(&mut rng, &[6, 4 / groups, 3, 3])).unwrap();
+        let t = rand_t(&mut rng, &[1]); // weights the loss so dy is not all ones
+        let p = Conv2dParams {
+            padding: [pad; 2],
+            stride: [stride; 2],
+            dilation: [dil; 2],
+            groups,
+        };
+        let ours = x.as_tensor().cudnn_conv2d(w.as_tensor(), p).unwrap();
+        let theirs = x.as_tensor().conv2d(w.as_tensor(), pad, stride, dil, groups).unwrap();
+        let lw = rand_t(&mut rng, ours.dims());
+        let loss = |y: &Tensor| (y * &lw).unwrap().sum_all().unwrap().broadcast_mul(&t).unwrap();
+        let g1 = grads_of(&[&x, &w], &loss(&ours));
+        let g2 = grads_of(&[&x, &w], &loss(&theirs));
+        assert_close(&g1[0], &g2[0], 1e-10, "dx");
+        assert_close(&g1[1], &g2[1], 1e-10, "dw");
+    }
+}
+
+#[test]
+fn channels_last_gradients_match_nchw() {
+    let mut rng = SplitMix64::new(17);
+    let xn = rand_t(&mut rng, &[2, 5, 6, 4]); // N H W C
+    let xv = Var::from_tensor(&xn).unwrap(); // the variable holds NHWC data
+    let x = xv.as_tensor().permute((0, 3, 1, 2)).unwrap();
+    let w = Var::from_tensor(&rand_t(&mut rng, &[3, 4, 3, 3])).unwrap();
+    let b = Var::from_tensor(&rand_t(&mut rng, &[3])).unwrap();
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let y = x
+        .cudnn_conv2d_bias_act(w.as_tensor(), b.as_tensor(), p, Activation::Tanh)
+        .unwrap();
+    let y = y.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).unwrap();
+    assert_eq!(y.stride()[1], 1, "channels-last through the chain");
+    let lw = rand_t(&mut rng, y.dims());
+    let g1 = grads_of(&[&xv, &w, &b], &(&y * &lw).unwrap().sum_all().unwrap());
+    let (xc, wc, bc) = (
+        x.contiguous().unwrap(),
+        w.as_tensor().clone(),
+        b.as_tensor().reshape((1, 3, 1, 1)).unwrap(),
+    );
+    let xc = Var::from_tensor(&xc).unwrap();
+    let z = xc
+        .as_tensor()
+        .conv2d(&wc, 1, 1, 1, 1)
+        .unwrap()
+        .broadcast_add(&bc)
+        .unwrap()
+        .tanh()
+        .unwrap();
+    let z = z.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).unwrap();
+    assert_close(&y, &z, 1e-12, "NHWC chain forward");
+    let g2 = grads_of(&[&xc], &(&z * &lw).unwrap().sum_all().unwrap());
+    assert_close(&g1[0].permute((0, 3, 1, 2)).unwrap(), &g2[0], 1e-10, "NHWC chain dx");
+}
+
+#[test]
+fn conv_transpose_fused_matmul_and_pool_gradients() {
+    let mut rng = SplitMix64::new(11);
+    // Transposed convolution.
+    let x = Var::from_tensor(&rand_t(&mut rng, &[2, 3, 4, 4])).unwrap();
+    let w = Var::from_tensor(&rand_t(&mut rng, &[3, 2, 3, 3])).unwrap();
+    let p = ConvTranspose2dParams {
+        padding: [1, 1],
+        output_padding: [1, 1],
+        stride: [2, 2],
+        ..Default::default()
+    };
+    let ours = x.as_tensor().cudnn_conv_transpose2d(w.as_tensor(), p).unwrap();
+    let theirs = x.as_tensor().conv_transpose2d(w.as_tensor(), 1, 1, 2, 1).unwrap();
+    let lw = rand_t(&mut rng, ours.dims());
+    let g1 = grads_of(&[&x, &w], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let g2 = grads_of(&[&x, &w], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    assert_close(&g1[0], &g2[0], 1e-10, "conv_transpose dx");
+    assert_close(&g1[1], &g2[1], 1e-10, "conv_transpose dw");
+
+    // Conv + bias + activation (output-based and recomputed derivatives).
+    for act in [
+        Activation::Relu,
+        Activation::Sigmoid,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Swish(1.0),
+    ] {
+        let x = Var::from_tensor(&rand_t(&mut rng, &[2, 3, 5, 5])).unwrap();
+        let w = Var::from_tensor(&rand_t(&mut rng, &[4, 3, 3, 3])).unwrap();
+        let b = Var::from_tensor(&rand_t(&mut rng, &[4])).unwrap();
+        let p = Conv2dParams {
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let ours = x
+            .as_tensor()
+            .cudnn_conv2d_bias_act(w.as_tensor(), b.as_tensor(), p, act)
+            .unwrap();
+        let z = x
+            .as_tensor()
+            .conv2d(w.as_tensor(), 1, 1, 1, 1)
+            .unwrap()
+            .broadcast_add(&b.as_tensor().reshape((1, 4, 1, 1)).unwrap())
+            .unwrap();
+        let theirs = match act {
+            Activation::Relu => z.relu(),
+            Activation::Sigmoid => candle_nn::ops::sigmoid(&z),
+            Activation::Gelu => z.gelu_erf(),
+            Activation::GeluTanh => z.gelu(),
+            _ => z.silu(),
+        }
+        .unwrap();
+        let lw = rand_t(&mut rng, ours.dims());
+        let g1 = grads_of(&[&x, &w, &b], &(&ours * &lw).unwrap().sum_all().unwrap());
+        let g2 = grads_of(&[&x, &w, &b], &(&theirs * &lw).unwrap().sum_all().unwrap());
+        for (i, name) in ["dx", "dw", "db"].iter().enumerate() {
+            assert_close(&g1[i], &g2[i], 1e-6, &format!("conv_bias_act {act:?} {name}"));
+        }
+    }
+
+    // Matmul with broadcast batch, and matmul + bias + tanh.
+    let a = Var::from_tensor(&rand_t(&mut rng, &[3, 4, 5])).unwrap();
+    let b = Var::from_tensor(&rand_t(&mut rng, &[1, 5, 6])).unwrap();
+    let bias = Var::from_tensor(&rand_t(&mut rng, &[6])).unwrap();
+    let ours = a
+        .as_tensor()
+        .cudnn_matmul_bias_act(b.as_tensor(), bias.as_tensor(), Activation::Tanh)
+        .unwrap();
+    let theirs = a
+        .as_tensor()
+        .broadcast_matmul(b.as_tensor())
+        .unwrap()
+        .broadcast_add(bias.as_tensor())
+        .unwrap()
+        .tanh()
+        .unwrap();
+    let lw = rand_t(&mut rng, ours.dims());
+    let g1 = grads_of(&[&a, &b, &bias], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let g2 = grads_of(&[&a, &b, &bias], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    for i in 0..3 {
+        assert_close(&g1[i], &g2[i], 1e-10, "matmul_bias_act grads");
+    }
+
+    // Max and average pooling.
+    let x = Var::from_tensor(&rand_t(&mut rng, &[2, 3, 8, 8])).unwrap();
+    let ours = x.as_tensor().cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).unwrap();
+    // Candle 0.11's own max_pool2d backward scales the gradient by 1/(kh·kw), so the
+    // reference is the same pooling written as reshape + max (whose backward is exact).
+    let theirs = x
+        .as_tensor()
+        .reshape((2, 3, 4, 2, 4, 2))
+        .unwrap()
+        .max_keepdim(5)
+        .unwrap()
+        .max_keepdim(3)
+        .unwrap()
+        .reshape((2, 3, 4, 4))
+        .unwrap();
+    assert_close(&ours, &theirs, 0.0, "max pool via reshape");
+    let lw = rand_t(&mut rng, ours.dims());
+    let g1 = grads_of(&[&x], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let g2 = grads_of(&[&x], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    assert_close(&g1[0], &g2[0], 1e-12, "max pool dx");
+    let ours = x.as_tensor().cudnn_avg_pool2d([2, 2], [2, 2], [0, 0], true).unwrap();
+    let theirs = x.as_tensor().avg_pool2d(2).unwrap();
+    let lw = rand_t(&mut rng, ours.dims());
+    let g1 = grads_of(&[&x], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let g2 = grads_of(&[&x], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    assert_close(&g1[0], &g2[0], 1e-12, "avg pool dx");
+    // Overlapping padded windows (Candle has no backward for those): a depthwise conv with
+    // a constant 1/9 filter is the same average (padding counted).
+    let ours = x.as_tensor().cudnn_avg_pool2d([3, 3], [2, 2], [1, 1], true).unwrap();
+    let box_w = (Tensor::ones((3, 1, 3, 3), DType::F64, &Device::Cpu).unwrap() / 9.0).unwrap();
+    let theirs = x.as_tensor().conv2d(&box_w, 1, 2, 1, 3).unwrap();
+    assert_close(&ours, &theirs, 1e-12, "avg pool as conv");
+    let lw = rand_t(&mut rng, ours.dims());
+    let g1 = grads_of(&[&x], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let g2 = grads_of(&[&x], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    assert_close(&g1[0], &g2[0], 1e-12, "avg pool dx");
+}
+
+#[test]
+fn norms_and_attention_match_candle() {
+    let mut rng = SplitMix64::new(12);
+    let f32 = |t: Tensor| t.to_dtype(DType::F32).unwrap(); // candle-nn's fused norms take no f64
+    let x = f32(rand_t(&mut rng, &[2, 3, 8]));
+    let w = f32(rand_t(&mut rng, &[8]));
+    let b = f32(rand_t(&mut rng, &[8]));
+    let r = candle_nn::LayerNorm::new(w.clone(), b.clone(), 1e-5)
+        .forward(&x)
+        .unwrap();
+    assert_close(&x.cudnn_layer_norm(&w, Some(&b), 1e-5).unwrap(), &r, 1e-6, "layer norm");
+    let r = candle_nn::RmsNorm::new(w.clone(), 1e-5).forward(&x).unwrap();
+    assert_close(&x.cudnn_rms_norm(&w, 1e-5).unwrap(), &r, 1e-6, "rms norm");
+
+    let (q, k, v) = (
+        rand_t(&mut rng, &[2, 2, 5, 4]),
+        rand_t(&mut rng, &[2, 2, 7, 4]),
+        rand_t(&mut rng, &[2, 2, 7, 3]),
+    );
+    let scale = 0.5;
+    let s = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
+    let r = candle_nn::ops::softmax(&s, D::Minus1).unwrap().matmul(&v).unwrap();
+    assert_close(&q.cudnn_sdpa(&k, &v, None, scale).unwrap(), &r, 1e-10, "sdpa");
+    // A causal-style U8 mask (keep j <= i + 2) equals an additive -inf mask.
+    let keep: Vec<u8> = (0..5).flat_map(|i| (0..7).map(move |j| u8::from(j <= i + 2))).collect();
+    let keep = Tensor::from_vec(keep, (5, 7), &Device::Cpu).unwrap();
+    let add = keep
+        .to_dtype(DType::F64)
+        .unwrap()
+        .affine(1.0, -1.0)
+        .unwrap()
+        .affine(1e30, 0.0)
+        .unwrap();
+    let y1 = q.cudnn_sdpa(&k, &v, Some(&keep), scale).unwrap();
+    let y2 = q.cudnn_sdpa(&k, &v, Some(&add), scale).unwrap();
+    assert_close(&y1, &y2, 1e-10, "masked sdpa");
+}
+
+#[test]
+fn invalid_arguments_are_errors_not_panics() {
+    let mut rng = SplitMix64::new(13);
+    let x = rand_t(&mut rng, &[1, 4, 5, 5]);
+    let err = |r: Result<Tensor>| r.expect_err("must fail").to_string();
+    // groups that do not divide the channels
+    let w = rand_t(&mut rng, &[3, 2, 3, 3]);
+    let e = err(x.cudnn_conv2d(
+        &w,
+        Conv2dParams {
+            groups: 2,
+            ..Default::default()
+        },
+    ));
+    assert!(e.contains("groups"), "{e}");
+    // filter larger than the input
+    let w = rand_t(&mut rng, &[2, 4, 7, 7]);
+    let e = err(x.cudnn_conv2d(&w, Conv2dParams::default()));
+    assert!(e.contains("does not fit"), "{e}");
+    // wrong rank
+    let w = rand_t(&mut rng, &[2, 4, 3]);
+    assert!(err(x.cudnn_conv2d(&w, Conv2dParams::default())).contains("rank"));
+    // zero stride
+    let w = rand_t(&mut rng, &[2, 4, 3, 3]);
+    let e = err(x.cudnn_conv2d(
+        &w,
+        Conv2dParams {
+            stride: [0, 1],
+            ..Default::default()
+        },
+    ));
+    assert!(e.contains("stride"), "{e}");
+    // bias of the wrong size
+    let b = rand_t(&mut rng, &[3]);
+    let e = err(x.cudnn_conv2d_bias_act(&w, &b, Conv2dParams::default(), Activation::Relu));
+    assert!(e.contains("bias") || e.contains("`b`"), "{e}");
+    // dtype mismatch
+    let e = err(x
+        .to_dtype(DType::F32)
+        .unwrap()
+        .cudnn_conv2d(&w, Conv2dParams::default()));
+    assert!(e.contains("dtype"), "{e}");
+    // unsupported dtype
+    let xi = x.to_dtype(DType::U32).unwrap();
+    let e = err(xi.cudnn_conv2d(&w.to_dtype(DType::U32).unwrap(), Conv2dParams::default()));
+    assert!(e.contains("not supported"), "{e}");
+    // matmul inner dims
+    let e = err(rand_t(&mut rng, &[3, 4]).cudnn_matmul(&rand_t(&mut rng, &[5, 2])));
+    assert!(e.contains("inner"), "{e}");
+    // matmul batch dims that do not broadcast
+    let e = err(rand_t(&mut rng, &[2, 3, 4]).cudnn_matmul(&rand_t(&mut rng, &[3, 4, 2])));
+    assert!(e.contains("broadcast"), "{e}");
+    // pooling: padding as large as the window, window larger than the input
+    assert!(err(x.cudnn_max_pool2d([2, 2], [1, 1], [2, 2])).contains("padding"));
+    assert!(err(x.cudnn_max_pool2d([9, 9], [1, 1], [0, 0])).contains("window"));
+    // transposed conv: output padding too large
+    let w = rand_t(&mut rng, &[4, 2, 3, 3]);
+    let p = ConvTranspose2dParams {
+        output_padding: [1, 1],
+        ..Default::default()
+    };
+    assert!(err(x.cudnn_conv_transpose2d(&w, p)).contains("output_padding"));
+    // The error is our crate's, wrapped.
+    let e = x.cudnn_matmul(&rand_t(&mut rng, &[1, 4, 3, 5])).unwrap_err();
+    assert!(e.to_string().contains("invalid argument"), "{e}");
+}
+
+#[test]
+fn layers_load_candle_nn_varbuilder_names() {
+    let dev = Device::Cpu;
+    let map = VarMap::new();
+    let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
+    let cfg = candle_nn::Conv2dConfig {
+        padding: 1,
+        groups: 2,
+        ..Default::default()
+    };
+    // candle-nn's layers create the variables...
+    let c_conv = candle_nn::conv2d(4, 6, 3, cfg, vb.pp("conv")).unwrap();
+    let c_lin = candle_nn::linear(12, 5, vb.pp("fc")).unwrap();
+    let c_bn = candle_nn::batch_norm(6, 1e-5, vb.pp("bn")).unwrap();
+    let c_ln = candle_nn::layer_norm(12, 1e-5, vb.pp("ln")).unwrap();
+    let c_rms = candle_nn::rms_norm(12, 1e-5, vb.pp("rms")).unwrap();
+    let n_vars = map.all_vars().len();
+    // ...and ours load exactly those (no new variable appears).
+    let o_conv = cnn::Conv2d::new(vb.pp("conv"), 4, 6, 3, cfg).unwrap();
+    let o_lin = cnn::linear(12, 5, vb.pp("fc")).unwrap();
+    let o_bn = cnn::batch_norm(6, 1e-5, vb.pp("bn")).unwrap();
+    let o_ln = cnn::layer_norm(12, 1e-5, vb.pp("ln")).unwrap();
+    let o_rms = cnn::rms_norm(12, 1e-5, vb.pp("rms")).unwrap();
+    assert_eq!(map.all_vars().len(), n_vars, "our layers created new variables");
+    let mut names: Vec<String> = map.data().lock().unwrap().keys().cloned().collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "bn.bias",
+            "bn.running_mean",
+            "bn.running_var",
+            "bn.weight",
+            "conv.bias",
+            "conv.weight",
+            "fc.bias",
+            "fc.weight",
+            "ln.bias",
+            "ln.weight",
+            "rms.weight"
+        ]
+    );
+
+    let mut rng = SplitMix64::new(14);
+    let x = rand_t(&mut rng, &[2, 4, 5, 5]).to_dtype(DType::F32).unwrap();
+    assert_close(
+        &o_conv.forward(&x).unwrap(),
+        &c_conv.forward(&x).unwrap(),
+        1e-6,
+        "Conv2d",
+    );
+    let y = c_conv.forward(&x).unwrap();
+    assert_close(
+        &o_bn.forward_t(&y, false).unwrap(),
+        &c_bn.forward_t(&y, false).unwrap(),
+        1e-6,
+        "BatchNorm eval",
+    );
+    assert_close(
+        &o_bn.forward_t(&y, true).unwrap(),
+        &c_bn.forward_t(&y, true).unwrap(),
+        1e-5,
+        "BatchNorm train",
+    );
+    let h = rand_t(&mut rng, &[2, 3, 12]).to_dtype(DType::F32).unwrap();
+    assert_close(&o_lin.forward(&h).unwrap(), &c_lin.forward(&h).unwrap(), 1e-6, "Linear");
+    assert_close(
+        &o_ln.forward(&h).unwrap(),
+        &c_ln.forward(&h).unwrap(),
+        1e-5,
+        "LayerNorm",
+    );
+    assert_close(
+        &o_rms.forward(&h).unwrap(),
+        &c_rms.forward(&h).unwrap(),
+        1e-5,
+        "RmsNorm",
+    );
+}
+
+#[test]
+fn layers_load_from_a_candle_nn_checkpoint() {
+    // Save a candle-nn model's VarMap, load it into ours through a fresh VarBuilder.
+    let dev = Device::Cpu;
+    let map = VarMap::new();
+    let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
+    let c_conv = candle_nn::conv2d(3, 4, 3, Default::default(), vb.pp("features.0")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    map.save(&path).unwrap();
+    // SAFETY: the file was just written by this test and is not modified while mapped.
+    let vb2 = unsafe { VarBuilder::from_mmaped_safetensors(&[&path], DType::F32, &dev) }.unwrap();
+    let o_conv = cnn::conv2d(3, 4, 3, Default::default(), vb2.pp("features.0")).unwrap();
+    let mut rng = SplitMix64::new(15);
+    let x = rand_t(&mut rng, &[1, 3, 6, 6]).to_dtype(DType::F32).unwrap();
+    assert_close(
+        &o_conv.forward(&x).unwrap(),
+        &c_conv.forward(&x).unwrap(),
+        1e-6,
+        "checkpoint",
+    );
+}
+
+/// A small CNN of our layers trains on the CPU: the loss falls.
+#[test]
+fn small_cnn_trains_on_cpu() {
+    let dev = Device::Cpu;
+    let map = VarMap::new();
+    let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
+    let conv1 = cnn::conv2d(
+        1,
+        4,
+        3,
+        candle_nn::Conv2dConfig {
+            padding: 1,
+            ..Default::default()
+        },
+        vb.pp("c1"),
+    )
+    .unwrap()
+    .with_activation(Activation::Relu);
+    let bn = cnn::batch_norm(4, 1e-5, vb.pp("bn")).unwrap();
+    let fc = cnn::linear(4 * 4 * 4, 2, vb.pp("fc")).unwrap();
+    let mut opt = candle_nn::SGD::new(map.all_vars(), 0.05).unwrap();
+    // Two classes: a bright top half or a bright bottom half.
+    let mut rng = SplitMix64::new(16);
+    let n = 16;
+    let mut xs = vec![0f32; n * 64];
+    let mut ys = vec![0u32; n];
+    for i in 0..n {
+        ys[i] = (i % 2) as u32;
+        for p in 0..64 {
+            let top = p < 32;
+            let on = top == (ys[i] == 0);
+            xs[i * 64 + p] = if on { 1.0 } else { 0.0 } + 0.1 * (rng.next_f64() as f32 - 0.5);
+        }
+    }
+    let x = Tensor::from_vec(xs, (n, 1, 8, 8), &dev).unwrap();
+    let y = Tensor::from_vec(ys, n, &dev).unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..15 {
+        let h = conv1.forward(&x).unwrap();
+        let h = bn.forward_t(&h, true).unwrap();
+        let h = h
+            .cudnn_max_pool2d([2, 2], [2, 2], [0, 0])
+            .unwrap()
+            .flatten_from(1)
+            .unwrap();
+        let logits = fc.forward(&h).unwrap();
+        let loss = candle_nn::loss::cross_entropy(&logits, &y).unwrap();
+        losses.push(loss.to_scalar::<f32>().unwrap());
+        opt.backward_step(&loss).unwrap();
+    }
+    assert!(
+        losses.last().unwrap() < &(losses[0] * 0.5),
+        "loss did not fall: {losses:?}"
+    );
+}

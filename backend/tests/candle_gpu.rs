@@ -1,0 +1,861 @@
+//! GPU tests of the Candle feature (feature `candle-cuda`, a CUDA GPU with cuDNN 9):
+//! every op against a float64 reference on random shapes per dtype, gradients against
+//! Candle's own CUDA ops, a CNN of our layers training, several threads on one device, and a
+//! ResNet-50 conv benchmark against Candle's conv2d (its JSON feeds bench/compare_torch.py).
+//!
+//! Run: `cargo test --release -p cudnn-backend --features candle-cuda --test candle_gpu --
+//! --include-ignored --test-threads=1 --nocapture` (see scripts/setup-candle-cuda.sh).
+#![cfg(feature = "candle-cuda")]
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Module, ModuleT, Result, Tensor, Var};
+use candle_nn::{Optimizer, VarBuilder, VarMap};
+use cudnn_backend::candle::nn as cnn;
+use cudnn_backend::candle::{Activation, Conv1dParams, Conv2dParams, Conv3dParams, ConvTranspose2dParams, CudnnExt};
+use cudnn_backend::reference::SplitMix64;
+
+const CASES: usize = 20;
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+fn gpu() -> Device {
+    Device::new_cuda(0).expect("needs a CUDA GPU")
+}
+
+fn rand_cpu(rng: &mut SplitMix64, dims: &[usize]) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+    Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+}
+
+fn r(rng: &mut SplitMix64, lo: usize, hi: usize) -> usize {
+    lo + rng.below((hi - lo + 1) as u64) as usize
+}
+
+fn vals(t: &Tensor) -> Vec<f64> {
+    t.to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap()
+}
+
+fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let (a, b) = (vals(a), vals(b));
+    if a.iter().any(|x| !x.is_finite()) {
+        return f64::INFINITY;
+    }
+    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den.max(1e-300)).sqrt()
+}
+
+/// An input of a random case: float64 values and whether it is stored channels-last.
+struct In(Tensor, bool);
+
+fn to_gpu(i: &In, dt: DType, dev: &Device) -> Tensor {
+    let t = i.0.to_dtype(dt).unwrap().to_device(dev).unwrap();
+    if i.1 && t.rank() >= 3 {
+        let r = t.rank();
+        let to_last: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
+        let back: Vec<usize> = std::iter::once(0)
+            .chain(std::iter::once(r - 1))
+            .chain(1..r - 1)
+            .collect();
+        t.permute(to_last).unwrap().contiguous().unwrap().permute(back).unwrap()
+    } else {
+        t
+    }
+}
+
+fn tol(dt: DType, f32_tol: f64) -> f64 {
+    match dt {
+        DType::F32 => f32_tol,
+        DType::F16 => 1e-2,
+        _ => 2e-2,
+    }
+}
+
+/// Runs `f` on `CASES` random cases per dtype on the GPU and on the CPU in float64 (on the
+/// GPU inputs rounded to the dtype), and checks the relative L2 error. Prints the worst.
+fn check<P>(
+    name: &str,
+    f32_tol: f64,
+    mut gen: impl FnMut(&mut SplitMix64) -> Option<(Vec<In>, P, String)>,
+    f: impl Fn(&[Tensor], &P) -> Result<Tensor>,
+) {
+    let dev = gpu();
+    let mut rng = SplitMix64::new(name.bytes().map(u64::from).sum());
+    for dt in DTYPES {
+        let (mut done, mut worst, mut worst_case) = (0, 0f64, String::new());
+        let mut tries = 0;
+        while done < CASES {
+            tries += 1;
+            assert!(tries < 50 * CASES, "{name}: the generator rarely makes a valid case");
+            let Some((inputs, prm, desc)) = gen(&mut rng) else {
+                continue;
+            };
+            let g: Vec<Tensor> = inputs.iter().map(|i| to_gpu(i, dt, &dev)).collect();
+            let c: Vec<Tensor> = g
+                .iter()
+                .map(|t| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap())
+                .collect();
+            let y = f(&g, &prm).unwrap_or_else(|e| panic!("{name} {dt:?} {desc}: {e}"));
+            assert_eq!(y.dtype(), dt, "{name}: output dtype");
+            let want = f(&c, &prm).unwrap();
+            let e = rel_err(&y, &want);
+            assert!(e <= tol(dt, f32_tol), "{name} {dt:?} {desc}: relative L2 error {e:e}");
+            if e >= worst {
+                (worst, worst_case) = (e, desc);
+            }
+            done += 1;
+        }
+        println!("{name:<22} {dt:?}: {CASES} shapes, max rel L2 {worst:.2e} ({worst_case})");
+    }
+}
+
+fn act_of(i: usize) -> Activation {
+    [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::Gelu,
+        Activation::Swish(1.0),
+    ][i % 6]
+}
+
+fn conv2d_case(rng: &mut SplitMix64) -> Option<(Vec<In>, Conv2dParams, String)> {
+    let groups = [1, 1, 2, 4][r(rng, 0, 3)];
+    let depthwise = groups > 1 && rng.below(3) == 0;
+    let cg = if depthwise { 1 } else { r(rng, 1, 8) };
+    let kg = r(rng, 1, 8);
+    let (n, h, w) = (r(rng, 1, 4), r(rng, 4, 20), r(rng, 4, 20));
+    let (kh, kw) = (r(rng, 1, 5), r(rng, 1, 5));
+    let p = Conv2dParams {
+        padding: [r(rng, 0, 2), r(rng, 0, 2)],
+        stride: [r(rng, 1, 3), r(rng, 1, 3)],
+        dilation: [r(rng, 1, 2), r(rng, 1, 2)],
+        groups,
+    };
+    if h + 2 * p.padding[0] < p.dilation[0] * (kh - 1) + 1 || w + 2 * p.padding[1] < p.dilation[1] * (kw - 1) + 1 {
+        return None;
+    }
+    let cl = rng.below(2) == 1;
+    let x = In(rand_cpu(rng, &[n, cg * groups, h, w]), cl);
+    let wt = In(rand_cpu(rng, &[kg * groups, cg, kh, kw]), cl);
+    let desc = format!("x {:?} w {:?} {p:?} nhwc={cl}", x.0.dims(), wt.0.dims());
+    Some((vec![x, wt], p, desc))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv2d_matches_f64_reference() {
+    check("conv2d", 1e-4, conv2d_case, |t, p| t[0].cudnn_conv2d(&t[1], *p));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv2d_gradients_match_f64_reference() {
+    check(
+        "conv2d dgrad+wgrad",
+        1e-4,
+        |rng| {
+            let (mut v, p, d) = conv2d_case(rng)?;
+            let y = v[0].0.cudnn_conv2d(&v[1].0, p).ok()?;
+            v.push(In(rand_cpu(rng, y.dims()), v[0].1));
+            Some((v, p, d))
+        },
+        |t, p| {
+            let (x, w) = (Var::from_tensor(&t[0])?, Var::from_tensor(&t[1])?);
+            let y = x.as_tensor().cudnn_conv2d(w.as_tensor(), *p)?;
+            let loss = (y.to_dtype(DType::F32)? * t[2].to_dtype(DType::F32)?)?.sum_all()?;
+            let g = loss.backward()?;
+            let dx = g.get(x.as_tensor()).unwrap().flatten_all()?;
+            let dw = g.get(w.as_tensor()).unwrap().flatten_all()?;
+            Tensor::cat(&[dx, dw], 0)
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv1d_conv3d_and_transpose_match_f64_reference() {
+    check(
+        "conv1d",
+        1e-4,
+        |rng| {
+            let g = r(rng, 1, 3);
+            let (n, c, k, l, kw) = (
+                r(rng, 1, 4),
+                g * r(rng, 1, 6),
+                g * r(rng, 1, 6),
+                r(rng, 8, 40),
+                r(rng, 1, 5),
+            );
+            let p = Conv1dParams {
+                padding: r(rng, 0, 2),
+                stride: r(rng, 1, 3),
+                dilation: r(rng, 1, 2),
+                groups: g,
+            };
+            if l + 2 * p.padding < p.dilation * (kw - 1) + 1 {
+                return None;
+            }
+            let cl = rng.below(2) == 1;
+            let d = format!("x [{n},{c},{l}] k {k} win {kw} {p:?} nlc={cl}");
+            Some((
+                vec![
+                    In(rand_cpu(rng, &[n, c, l]), cl),
+                    In(rand_cpu(rng, &[k, c / g, kw]), cl),
+                ],
+                p,
+                d,
+            ))
+        },
+        |t, p| t[0].cudnn_conv1d(&t[1], *p),
+    );
+    check(
+        "conv3d",
+        1e-4,
+        |rng| {
+            let g = r(rng, 1, 2);
+            let (n, c, k) = (r(rng, 1, 2), g * r(rng, 1, 4), g * r(rng, 1, 4));
+            let (d, h, w) = (r(rng, 3, 8), r(rng, 3, 8), r(rng, 3, 8));
+            let win = r(rng, 1, 3);
+            let p = Conv3dParams {
+                padding: [r(rng, 0, 1); 3],
+                stride: [1, r(rng, 1, 2), 1],
+                dilation: [1; 3],
+                groups: g,
+            };
+            let cl = rng.below(2) == 1;
+            let desc = format!("x [{n},{c},{d},{h},{w}] k {k} win {win} {p:?} ndhwc={cl}");
+            Some((
+                vec![
+                    In(rand_cpu(rng, &[n, c, d, h, w]), cl),
+                    In(rand_cpu(rng, &[k, c / g, win, win, win]), cl),
+                ],
+                p,
+                desc,
+            ))
+        },
+        |t, p| t[0].cudnn_conv3d(&t[1], *p),
+    );
+    check(
+        "conv_transpose2d",
+        1e-4,
+        |rng| {
+            let g = r(rng, 1, 2);
+            let (n, c, k, h, w, win) = (
+                r(rng, 1, 3),
+                g * r(rng, 1, 6),
+                r(rng, 1, 6),
+                r(rng, 2, 12),
+                r(rng, 2, 12),
+                r(rng, 1, 4),
+            );
+            let s = r(rng, 1, 3);
+            let p = ConvTranspose2dParams {
+                padding: [r(rng, 0, (win - 1).min(1)); 2],
+                output_padding: [r(rng, 0, s - 1); 2],
+                stride: [s; 2],
+                dilation: [1; 2],
+                groups: g,
+            };
+            let cl = rng.below(2) == 1;
+            let desc = format!("x [{n},{c},{h},{w}] out {} win {win} {p:?} nhwc={cl}", k * g);
+            Some((
+                vec![
+                    In(rand_cpu(rng, &[n, c, h, w]), cl),
+                    In(rand_cpu(rng, &[c, k, win, win]), false),
+                ],
+                p,
+                desc,
+            ))
+        },
+        |t, p| t[0].cudnn_conv_transpose2d(&t[1], *p),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_conv_bias_act_matches_f64_reference() {
+    let mut which = 0usize;
+    check(
+        "conv2d_bias_act",
+        1e-4,
+        |rng| {
+            let (mut v, p, d) = conv2d_case(rng)?;
+            let k = v[1].0.dims()[0];
+            v.push(In(rand_cpu(rng, &[k]), false));
+            which += 1;
+            let act = act_of(which);
+            Some((v, (p, act), format!("{d} {act:?}")))
+        },
+        |t, (p, act)| t[0].cudnn_conv2d_bias_act(&t[1], &t[2], *p, *act),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matmuls_match_f64_reference() {
+    let mut i = 0usize;
+    let mut gen = |rng: &mut SplitMix64| {
+        let (m, k, n) = (r(rng, 1, 96), r(rng, 1, 96), r(rng, 1, 96));
+        let nb = r(rng, 0, 2);
+        let mut ad: Vec<usize> = (0..nb).map(|_| r(rng, 1, 4)).collect();
+        let mut bd = ad.clone();
+        if nb > 0 && rng.below(2) == 1 {
+            bd[0] = 1; // broadcast
+        }
+        let bt = rng.below(2) == 1; // b stored transposed
+        ad.extend([m, k]);
+        let bshape: Vec<usize> = bd.iter().copied().chain(if bt { [n, k] } else { [k, n] }).collect();
+        i += 1;
+        let act = act_of(i);
+        let d = format!("a {ad:?} b {bshape:?} transposed={bt} {act:?}");
+        Some((
+            vec![
+                In(rand_cpu(rng, &ad), false),
+                In(rand_cpu(rng, &bshape), false),
+                In(rand_cpu(rng, &[n]), false),
+            ],
+            (bt, act),
+            d,
+        ))
+    };
+    let b_of = |t: &[Tensor], bt: bool| if bt { t[1].t().unwrap() } else { t[1].clone() };
+    // f32 matmuls run on TF32 tensor cores (see README).
+    check("matmul", 5e-3, &mut gen, |t, (bt, _)| t[0].cudnn_matmul(&b_of(t, *bt)));
+    check("matmul_bias_act", 5e-3, &mut gen, |t, (bt, act)| {
+        t[0].cudnn_matmul_bias_act(&b_of(t, *bt), &t[2], *act)
+    });
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pooling_matches_f64_reference() {
+    let gen = |rng: &mut SplitMix64| {
+        let (n, c, h, w) = (r(rng, 1, 4), r(rng, 1, 16), r(rng, 4, 24), r(rng, 4, 24));
+        let k = r(rng, 1, 4);
+        let s = r(rng, 1, 3);
+        let pad = r(rng, 0, k / 2);
+        let cl = rng.below(2) == 1;
+        let d = format!("x [{n},{c},{h},{w}] k {k} s {s} pad {pad} nhwc={cl}");
+        Some((vec![In(rand_cpu(rng, &[n, c, h, w]), cl)], (k, s, pad), d))
+    };
+    check("max_pool2d", 1e-6, gen, |t, &(k, s, p)| {
+        t[0].cudnn_max_pool2d([k, k], [s, s], [p, p])
+    });
+    check("avg_pool2d incl", 1e-5, gen, |t, &(k, s, p)| {
+        t[0].cudnn_avg_pool2d([k, k], [s, s], [p, p], true)
+    });
+    check("avg_pool2d excl", 1e-5, gen, |t, &(k, s, p)| {
+        t[0].cudnn_avg_pool2d([k, k], [s, s], [p, p], false)
+    });
+    check("max_pool2d backward", 1e-5, gen, |t, &(k, s, p)| {
+        let x = Var::from_tensor(&t[0])?;
+        let y = x.as_tensor().cudnn_max_pool2d([k, k], [s, s], [p, p])?;
+        let lw = Tensor::arange(0f32, y.elem_count() as f32, y.device())?
+            .reshape(y.shape())?
+            .cos()?;
+        let g = (y.to_dtype(DType::F32)? * lw)?.sum_all()?.backward()?;
+        Ok(g.get(x.as_tensor()).unwrap().clone())
+    });
+    check("avg_pool2d backward", 1e-5, gen, |t, &(k, s, p)| {
+        let x = Var::from_tensor(&t[0])?;
+        let y = x.as_tensor().cudnn_avg_pool2d([k, k], [s, s], [p, p], false)?;
+        let lw = Tensor::arange(0f32, y.elem_count() as f32, y.device())?
+            .reshape(y.shape())?
+            .cos()?;
+        let g = (y.to_dtype(DType::F32)? * lw)?.sum_all()?.backward()?;
+        Ok(g.get(x.as_tensor()).unwrap().clone())
+    });
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn norms_and_sdpa_match_f64_reference() {
+    let gen = |rng: &mut SplitMix64| {
+        let (b, l, h) = (r(rng, 1, 4), r(rng, 1, 32), r(rng, 2, 256));
+        let d = format!("x [{b},{l},{h}]");
+        Some((
+            vec![
+                In(rand_cpu(rng, &[b, l, h]), false),
+                In(rand_cpu(rng, &[h]), false),
+                In(rand_cpu(rng, &[h]), false),
+            ],
+            (),
+            d,
+        ))
+    };
+    check("layer_norm", 1e-5, gen, |t, _| {
+        t[0].cudnn_layer_norm(&t[1], Some(&t[2]), 1e-5)
+    });
+    check("rms_norm", 1e-5, gen, |t, _| t[0].cudnn_rms_norm(&t[1], 1e-5));
+    check(
+        "batch_norm",
+        1e-5,
+        |rng| {
+            let (n, c, h, w) = (r(rng, 1, 4), r(rng, 1, 32), r(rng, 1, 16), r(rng, 1, 16));
+            let var = rand_cpu(rng, &[c]).abs().unwrap();
+            let cl = rng.below(2) == 1;
+            let v = vec![
+                In(rand_cpu(rng, &[n, c, h, w]), cl),
+                In(rand_cpu(rng, &[c]), false),
+                In(var, false),
+                In(rand_cpu(rng, &[c]), false),
+                In(rand_cpu(rng, &[c]), false),
+            ];
+            Some((v, (), format!("x [{n},{c},{h},{w}] nhwc={cl}")))
+        },
+        |t, _| t[0].cudnn_batch_norm(&t[1], &t[2], Some(&t[3]), Some(&t[4]), 1e-5),
+    );
+    check(
+        "sdpa",
+        5e-3,
+        |rng| {
+            let (b, h, lq, lk, d) = (
+                r(rng, 1, 2),
+                r(rng, 1, 4),
+                r(rng, 1, 64),
+                r(rng, 1, 64),
+                [8, 16, 32, 64][r(rng, 0, 3)],
+            );
+            let desc = format!("q [{b},{h},{lq},{d}] k/v len {lk}");
+            let v = vec![
+                In(rand_cpu(rng, &[b, h, lq, d]), false),
+                In(rand_cpu(rng, &[b, h, lk, d]), false),
+                In(rand_cpu(rng, &[b, h, lk, d]), false),
+                In(rand_cpu(rng, &[lq, lk]), false),
+            ];
+            Some((v, 1.0 / (d as f64).sqrt(), desc))
+        },
+        |t, &scale| t[0].cudnn_sdpa(&t[1], &t[2], Some(&t[3]), scale),
+    );
+}
+
+fn grads(vars: &[&Var], loss: &Tensor) -> Vec<Tensor> {
+    let g = loss.backward().unwrap();
+    vars.iter()
+        .map(|v| g.get(v.as_tensor()).expect("gradient").clone())
+        .collect()
+}
+
+fn close(a: &Tensor, b: &Tensor, tol: f64, what: &str) {
+    let e = rel_err(a, b);
+    println!("{what:<36} rel L2 {e:.2e}");
+    assert!(e <= tol, "{what}: relative L2 error {e:e} > {tol:e}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gradients_match_candles_own_cuda_ops() {
+    let dev = gpu();
+    let mut rng = SplitMix64::new(21);
+    let g32 =
+        |rng: &mut SplitMix64, d: &[usize]| rand_cpu(rng, d).to_dtype(DType::F32).unwrap().to_device(&dev).unwrap();
+    for (groups, stride, pad, dil) in [(1, 1, 1, 1), (2, 2, 0, 1), (1, 1, 2, 2), (4, 1, 1, 1)] {
+        let x = Var::from_tensor(&g32(&mut rng, &[4, 8, 17, 15])).unwrap();
+        let w = Var::from_tensor(&g32(&mut rng, &[12, 8 / groups, 3, 3])).unwrap();
+        let p = Conv2dParams {
+            padding: [pad; 2],
+            stride: [stride; 2],
+            dilation: [dil; 2],
+            groups,
+        };
+        let ours = x.as_tensor().cudnn_conv2d(w.as_tensor(), p).unwrap();
+        let theirs = x.as_tensor().conv2d(w.as_tensor(), pad, stride, dil, groups).unwrap();
+        close(
+            &ours,
+            &theirs,
+            1e-4,
+            &format!("conv2d fwd g{groups} s{stride} p{pad} d{dil}"),
+        );
+        let lw = g32(&mut rng, ours.dims());
+        let a = grads(&[&x, &w], &(&ours * &lw).unwrap().sum_all().unwrap());
+        let b = grads(&[&x, &w], &(&theirs * &lw).unwrap().sum_all().unwrap());
+        close(&a[0], &b[0], 1e-4, "conv2d dx");
+        close(&a[1], &b[1], 1e-4, "conv2d dw");
+    }
+    // Transposed convolution.
+    let x = Var::from_tensor(&g32(&mut rng, &[2, 6, 9, 9])).unwrap();
+    let w = Var::from_tensor(&g32(&mut rng, &[6, 4, 3, 3])).unwrap();
+    let p = ConvTranspose2dParams {
+        padding: [1, 1],
+        output_padding: [1, 1],
+        stride: [2, 2],
+        ..Default::default()
+    };
+    let ours = x.as_tensor().cudnn_conv_transpose2d(w.as_tensor(), p).unwrap();
+    let theirs = x.as_tensor().conv_transpose2d(w.as_tensor(), 1, 1, 2, 1).unwrap();
+    close(&ours, &theirs, 1e-4, "conv_transpose2d fwd");
+    let lw = g32(&mut rng, ours.dims());
+    let a = grads(&[&x, &w], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let b = grads(&[&x, &w], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    close(&a[0], &b[0], 1e-4, "conv_transpose2d dx");
+    close(&a[1], &b[1], 1e-4, "conv_transpose2d dw");
+    // Fused conv + bias + GELU vs Candle's conv2d + broadcast_add + gelu_erf.
+    let x = Var::from_tensor(&g32(&mut rng, &[2, 8, 12, 12])).unwrap();
+    let w = Var::from_tensor(&g32(&mut rng, &[16, 8, 3, 3])).unwrap();
+    let bias = Var::from_tensor(&g32(&mut rng, &[16])).unwrap();
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let ours = x
+        .as_tensor()
+        .cudnn_conv2d_bias_act(w.as_tensor(), bias.as_tensor(), p, Activation::Gelu)
+        .unwrap();
+    let theirs = x
+        .as_tensor()
+        .conv2d(w.as_tensor(), 1, 1, 1, 1)
+        .unwrap()
+        .broadcast_add(&bias.as_tensor().reshape((1, 16, 1, 1)).unwrap())
+        .unwrap()
+        .gelu_erf()
+        .unwrap();
+    close(&ours, &theirs, 1e-4, "conv_bias_gelu fwd");
+    let lw = g32(&mut rng, ours.dims());
+    let a = grads(&[&x, &w, &bias], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let b = grads(&[&x, &w, &bias], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    for (i, n) in ["dx", "dw", "db"].iter().enumerate() {
+        close(&a[i], &b[i], 1e-4, &format!("conv_bias_gelu {n}"));
+    }
+    // Matmul (TF32 on our side).
+    let a_ = Var::from_tensor(&g32(&mut rng, &[3, 64, 48])).unwrap();
+    let b_ = Var::from_tensor(&g32(&mut rng, &[3, 48, 80])).unwrap();
+    let ours = a_.as_tensor().cudnn_matmul(b_.as_tensor()).unwrap();
+    let theirs = a_.as_tensor().matmul(b_.as_tensor()).unwrap();
+    close(&ours, &theirs, 5e-3, "matmul fwd");
+    let lw = g32(&mut rng, ours.dims());
+    let ga = grads(&[&a_, &b_], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let gb = grads(&[&a_, &b_], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    close(&ga[0], &gb[0], 5e-3, "matmul da");
+    close(&ga[1], &gb[1], 5e-3, "matmul db");
+    // Pooling (Candle's max_pool2d backward divides by the window size, so compare with the
+    // same pooling written as reshape + max; Candle's avg_pool2d backward needs k == stride).
+    let x = Var::from_tensor(&g32(&mut rng, &[2, 8, 16, 16])).unwrap();
+    let ours = x.as_tensor().cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).unwrap();
+    let theirs = x
+        .as_tensor()
+        .reshape((2, 8, 8, 2, 8, 2))
+        .unwrap()
+        .max_keepdim(5)
+        .unwrap()
+        .max_keepdim(3)
+        .unwrap()
+        .reshape((2, 8, 8, 8))
+        .unwrap();
+    close(&ours, &theirs, 0.0, "max_pool2d fwd");
+    let lw = g32(&mut rng, ours.dims());
+    let a = grads(&[&x], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let b = grads(&[&x], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    close(&a[0], &b[0], 1e-6, "max_pool2d dx");
+    let ours = x.as_tensor().cudnn_avg_pool2d([2, 2], [2, 2], [0, 0], true).unwrap();
+    let theirs = x.as_tensor().avg_pool2d(2).unwrap();
+    let lw = g32(&mut rng, ours.dims());
+    let a = grads(&[&x], &(&ours * &lw).unwrap().sum_all().unwrap());
+    let b = grads(&[&x], &(&theirs * &lw).unwrap().sum_all().unwrap());
+    close(&a[0], &b[0], 1e-6, "avg_pool2d dx");
+}
+
+/// Synthetic two-class images: a bright square in the top-left or the bottom-right quadrant.
+fn toy_data(dev: &Device, n: usize, seed: u64) -> (Tensor, Tensor) {
+    let mut rng = SplitMix64::new(seed);
+    let mut xs = vec![0f32; n * 16 * 16];
+    let mut ys = vec![0u32; n];
+    for i in 0..n {
+        ys[i] = (i % 2) as u32;
+        let (oy, ox) = if ys[i] == 0 {
+            (r(&mut rng, 0, 4), r(&mut rng, 0, 4))
+        } else {
+            (r(&mut rng, 8, 12), r(&mut rng, 8, 12))
+        };
+        for p in 0..256 {
+            xs[i * 256 + p] = 0.2 * (rng.next_f64() as f32 - 0.5);
+        }
+        for yy in oy..oy + 4 {
+            for xx in ox..ox + 4 {
+                xs[i * 256 + yy * 16 + xx] += 1.0;
+            }
+        }
+    }
+    (
+        Tensor::from_vec(xs, (n, 1, 16, 16), dev).unwrap(),
+        Tensor::from_vec(ys, n, dev).unwrap(),
+    )
+}
+
+/// A candle-nn style CNN whose layers are ours (changed imports only) trains on the GPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cnn_of_our_layers_trains_on_the_gpu() {
+    let dev = gpu();
+    let map = VarMap::new();
+    let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
+    let cfg = cnn::Conv2dConfig {
+        padding: 1,
+        ..Default::default()
+    };
+    let c1 = cnn::conv2d(1, 16, 3, cfg, vb.pp("c1"))
+        .unwrap()
+        .with_activation(Activation::Relu);
+    let bn1 = cnn::batch_norm(16, 1e-5, vb.pp("bn1")).unwrap();
+    let c2 = cnn::conv2d(16, 32, 3, cfg, vb.pp("c2"))
+        .unwrap()
+        .with_activation(Activation::Relu);
+    let fc1 = cnn::linear(32 * 4 * 4, 64, vb.pp("fc1"))
+        .unwrap()
+        .with_activation(Activation::Relu);
+    let fc2 = cnn::linear(64, 2, vb.pp("fc2")).unwrap();
+    let mut opt = candle_nn::AdamW::new_lr(map.all_vars(), 1e-3).unwrap();
+    let (x, y) = toy_data(&dev, 64, 5);
+    let mut losses = Vec::new();
+    for _ in 0..40 {
+        let h = c1.forward(&x).unwrap();
+        let h = bn1.forward_t(&h, true).unwrap();
+        let h = h.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).unwrap();
+        let h = c2.forward(&h).unwrap();
+        let h = h
+            .cudnn_avg_pool2d([2, 2], [2, 2], [0, 0], true)
+            .unwrap()
+            .flatten_from(1)
+            .unwrap();
+        let logits = fc2.forward(&fc1.forward(&h).unwrap()).unwrap();
+        let loss = candle_nn::loss::cross_entropy(&logits, &y).unwrap();
+        losses.push(loss.to_scalar::<f32>().unwrap());
+        opt.backward_step(&loss).unwrap();
+    }
+    println!(
+        "training loss: first {:.4}, last {:.4}",
+        losses[0],
+        losses[losses.len() - 1]
+    );
+    assert!(
+        losses[losses.len() - 1] < 0.3 * losses[0],
+        "loss did not fall: {losses:?}"
+    );
+}
+
+/// The same model built with candle-nn's layers and with ours, from one VarMap, gives the
+/// same loss and gradients (a model switches by changing imports).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn candle_nn_model_switches_to_our_layers() {
+    let dev = gpu();
+    let map = VarMap::new();
+    let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
+    let cfg = candle_nn::Conv2dConfig {
+        padding: 1,
+        ..Default::default()
+    };
+    let theirs_c = candle_nn::conv2d(1, 8, 3, cfg, vb.pp("c")).unwrap();
+    let theirs_l = candle_nn::linear(8 * 16 * 16, 2, vb.pp("l")).unwrap();
+    let ours_c = cnn::conv2d(1, 8, 3, cfg, vb.pp("c")).unwrap();
+    let ours_l = cnn::linear(8 * 16 * 16, 2, vb.pp("l")).unwrap();
+    let (x, y) = toy_data(&dev, 8, 6);
+    let loss = |c: &dyn Module, l: &dyn Module| {
+        let h = c.forward(&x).unwrap().relu().unwrap().flatten_from(1).unwrap();
+        candle_nn::loss::cross_entropy(&l.forward(&h).unwrap(), &y).unwrap()
+    };
+    let (a, b) = (loss(&ours_c, &ours_l), loss(&theirs_c, &theirs_l));
+    close(&a, &b, 1e-3, "loss ours vs candle-nn");
+    let (ga, gb) = (a.backward().unwrap(), b.backward().unwrap());
+    for v in map.all_vars() {
+        close(
+            ga.get(v.as_tensor()).unwrap(),
+            gb.get(v.as_tensor()).unwrap(),
+            5e-3,
+            "gradient ours vs candle-nn",
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn several_threads_share_one_candle_device() {
+    let dev = gpu();
+    let mut rng = SplitMix64::new(31);
+    let mut cases = Vec::new();
+    for t in 0..6 {
+        let x = rand_cpu(&mut rng, &[2, 8 * (1 + t % 3), 14, 14])
+            .to_dtype(DType::F16)
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let w = rand_cpu(&mut rng, &[16, 8 * (1 + t % 3), 3, 3])
+            .to_dtype(DType::F16)
+            .unwrap()
+            .to_device(&dev)
+            .unwrap();
+        let p = Conv2dParams {
+            padding: [1, 1],
+            ..Default::default()
+        };
+        let want = x.cudnn_conv2d(&w, p).unwrap();
+        cases.push((x, w, want));
+    }
+    let cases = Arc::new(cases);
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let cases = cases.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let (x, w, want) = &cases[(t + i) % cases.len()];
+                    let y = x
+                        .cudnn_conv2d(
+                            w,
+                            Conv2dParams {
+                                padding: [1, 1],
+                                ..Default::default()
+                            },
+                        )
+                        .unwrap();
+                    let e = rel_err(&y, want);
+                    assert!(e < 1e-3, "thread {t} iteration {i}: {e}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("worker panicked");
+    }
+    let stats = cudnn_backend::plan::stats();
+    println!("plan cache after the threads: {stats:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// ResNet-50 conv benchmark: ours vs Candle's conv2d on the same tensors.
+
+/// (c, h, k, r, stride, pad) of ResNet-50's conv layers (the same as examples/bench.rs).
+const RESNET50: [(usize, usize, usize, usize, usize, usize); 6] = [
+    (64, 56, 64, 3, 1, 1),
+    (256, 56, 64, 1, 1, 0),
+    (128, 28, 128, 3, 1, 1),
+    (256, 14, 256, 3, 1, 1),
+    (512, 7, 512, 3, 1, 1),
+    (3, 224, 64, 7, 2, 3),
+];
+const BATCH: usize = 64;
+const RUNS: usize = 30;
+const CALLS: usize = 10;
+
+/// A uniform random tensor made on the GPU, optionally channels-last.
+fn on_gpu(dev: &Device, dims: &[usize], dt: DType, channels_last: bool) -> Tensor {
+    let t = Tensor::rand(-1f32, 1f32, dims, dev).unwrap().to_dtype(dt).unwrap();
+    if channels_last && dims.len() == 4 {
+        t.permute((0, 2, 3, 1))
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .permute((0, 3, 1, 2))
+            .unwrap()
+    } else {
+        t
+    }
+}
+
+fn time_ms(dev: &Device, mut f: impl FnMut() -> Result<Tensor>) -> Result<f64> {
+    let Device::Cuda(cd) = dev else { panic!("cuda device") };
+    let stream = cd.cuda_stream();
+    for _ in 0..5 {
+        f()?;
+    }
+    dev.synchronize()?;
+    let flags = Some(cudnn_backend::cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut times = Vec::new();
+    for _ in 0..RUNS {
+        let start = stream.record_event(flags).map_err(candle_core::Error::wrap)?;
+        for _ in 0..CALLS {
+            f()?;
+        }
+        let end = stream.record_event(flags).map_err(candle_core::Error::wrap)?;
+        end.synchronize().map_err(candle_core::Error::wrap)?;
+        times.push(start.elapsed_ms(&end).map_err(candle_core::Error::wrap)? as f64 / CALLS as f64);
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Ok(times[times.len() / 2])
+}
+
+/// Prints ours vs Candle's conv2d (median ms per call, CUDA events) on ResNet-50 shapes and
+/// writes `$CANDLE_BENCH_JSON` (default `candle_bench.json`) in the format of
+/// `examples/bench.rs --json`, so `python3 bench/compare_torch.py --rust candle_bench.json`
+/// times PyTorch on the same cases.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bench_resnet50_convs_vs_candle() {
+    let dev = gpu();
+    let mut cases = Vec::new();
+    println!("{:<44} {:>10} {:>10} {:>8}", "case", "ours ms", "candle ms", "speedup");
+    for (dt, layout) in [
+        (DType::F32, "nchw"),
+        (DType::F16, "nchw"),
+        (DType::F16, "nhwc"),
+        (DType::BF16, "nhwc"),
+    ] {
+        for &(c, h, k, rr, stride, pad) in &RESNET50 {
+            let nhwc = layout == "nhwc";
+            let x = on_gpu(&dev, &[BATCH, c, h, h], dt, nhwc);
+            let w = on_gpu(&dev, &[k, c, rr, rr], dt, nhwc);
+            let b = on_gpu(&dev, &[k], dt, false);
+            let p = Conv2dParams {
+                padding: [pad; 2],
+                stride: [stride; 2],
+                ..Default::default()
+            };
+            let ho = (h + 2 * pad - rr) / stride + 1;
+            let flops = 2.0 * (BATCH * k * c * rr * rr * ho * ho) as f64;
+            let dname = match dt {
+                DType::F32 => "fp32",
+                DType::F16 => "fp16",
+                _ => "bf16",
+            };
+            for kind in ["conv_fwd", "conv_bias_relu"] {
+                let name = format!("{kind}/{dname}_{layout}/c{c}_h{h}_k{k}_r{rr}_s{stride}");
+                let ours = if kind == "conv_fwd" {
+                    time_ms(&dev, || x.cudnn_conv2d(&w, p))
+                } else {
+                    time_ms(&dev, || x.cudnn_conv2d_bias_act(&w, &b, p, Activation::Relu))
+                }
+                .unwrap();
+                let theirs = if kind == "conv_fwd" {
+                    time_ms(&dev, || x.conv2d(&w, pad, stride, 1, 1))
+                } else {
+                    time_ms(&dev, || {
+                        x.conv2d(&w, pad, stride, 1, 1)?
+                            .broadcast_add(&b.reshape((1, k, 1, 1))?)?
+                            .relu()
+                    })
+                };
+                let theirs = theirs.ok();
+                println!(
+                    "{name:<44} {ours:>10.4} {:>10} {:>8}",
+                    theirs.map_or("error".into(), |t| format!("{t:.4}")),
+                    theirs.map_or("-".into(), |t| format!("{:.2}x", t / ours))
+                );
+                cases.push(format!(
+                    "{{\"name\": \"{name}\", \"kind\": \"{kind}\", \"dtype\": \"{dname}\", \"layout\": \"{layout}\", \
+                     \"shape\": {{\"n\": {BATCH}, \"c\": {c}, \"h\": {h}, \"w\": {h}, \"k\": {k}, \"r\": {rr}, \"s\": {rr}, \
+                     \"stride\": {stride}, \"pad\": {pad}, \"ho\": {ho}, \"wo\": {ho}}}, \"median_ms\": {ours}, \
+                     \"tflops\": {}, \"candle_median_ms\": {}}}",
+                    flops / (ours * 1e-3) / 1e12,
+                    theirs.map_or("null".into(), |t| t.to_string())
+                ));
+            }
+        }
+    }
+    let path = std::env::var("CANDLE_BENCH_JSON").unwrap_or_else(|_| "candle_bench.json".into());
+    let doc = format!(
+        "{{\"device\": \"cuda:0\", \"runs\": {RUNS}, \"allow_tf32\": false, \"benchmark_mode\": false, \
+         \"source\": \"candle_gpu bench_resnet50_convs_vs_candle\", \"cases\": [\n{}\n]}}\n",
+        cases.join(",\n")
+    );
+    std::fs::write(&path, doc).unwrap();
+    println!("wrote {path}");
+}
