@@ -18,7 +18,10 @@ for ex in target/release/examples/*; do
   case "$ex" in *.d|*-*) continue ;; esac
   [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"
 done
+# The Burn program outside the workspace (uses the shared target dir).
+cargo build --release --manifest-path external/burn-app/Cargo.toml --target-dir target
+cp target/release/burn-app .gpu/burn-app
 strip .gpu/* 2>/dev/null || true
 cp scripts/run-gpu.sh scripts/sanitize-gpu.sh .gpu/
-[ -f bench/compare_torch.py ] && cp bench/compare_torch.py .gpu/
+cp bench/compare_torch.py bench/train_torch.py .gpu/
 du -sh .gpu && ls .gpu
