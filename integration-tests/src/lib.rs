@@ -9,6 +9,8 @@ use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
 use half::{bf16, f16};
 
+pub mod burn_ref;
+
 /// Memory layout of an activation tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {

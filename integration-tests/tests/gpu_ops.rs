@@ -312,6 +312,50 @@ fn conv_bias_act_matches_reference() {
     conv_suite("conv_bias_act", |i| ConvKind::BiasAct(acts[i % acts.len()]), 14);
 }
 
+/// Grouped, dilated, strided, asymmetric geometries with every activation: the fused graph
+/// (or its unfused fallback) must be right for each, in both layouts.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv_bias_act_grouped_dilated_every_activation() {
+    let s = stream();
+    let mut report = Report::new("conv_bias_act_grouped");
+    let mut rng = SplitMix64::new(15);
+    let acts = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Elu(0.5),
+        Activation::Swish(1.0),
+    ];
+    let geometries = [
+        (vec![4, 10, 20, 18], vec![16, 5, 2, 3], [2, 1], [2, 1], [1, 2], 2),
+        (vec![4, 10, 20, 18], vec![16, 10, 2, 3], [2, 1], [2, 1], [1, 2], 1),
+        (vec![2, 8, 9, 9], vec![8, 2, 3, 3], [1, 1], [1, 1], [1, 1], 4),
+    ];
+    for dtype in DTYPES {
+        for layout in LAYOUTS {
+            for (x, w, pad, stride, dil, groups) in &geometries {
+                for act in acts {
+                    let case = ConvCase {
+                        x: x.clone(),
+                        w: w.clone(),
+                        p: ConvParams::new(pad, stride, dil, *groups),
+                    };
+                    let label = format!("{dtype:?} {layout:?} x{x:?} w{w:?} g{groups} {act:?}");
+                    match run_conv(&s, &mut rng, ConvKind::BiasAct(act), dtype, layout, &case) {
+                        Ok((out, reference)) => report.check(label, dtype, &out, &reference),
+                        Err(e) => report.error(label, e),
+                    }
+                }
+            }
+        }
+    }
+    report.finish();
+}
+
 /// Matmul operand layouts: row-major or transposed storage.
 fn mat_strides(dims: &[i64], transposed: bool) -> Vec<i64> {
     let r = dims.len();
