@@ -1,5 +1,6 @@
 // Index kernels on strided views (see backend/src/kernels/index.rs): gather, index_select,
-// scatter_add and index_add. `common.cuh` is prepended.
+// scatter_add and index_add, plus gather_nd and scatter_nd (at the end of the file).
+// `common.cuh` is prepended.
 //
 // Every kernel runs a grid-stride loop over the `n` items of one iteration shape (the
 // indices' dims for gather/scatter_add, the output's or values' dims for index_select /
@@ -71,3 +72,255 @@ extern "C" __global__ void scatter_add_i32 SCATTER_ADD_ARGS(i32) { SCATTER_ADD_B
 extern "C" __global__ void scatter_add_i64 SCATTER_ADD_ARGS(i64) { SCATTER_ADD_BODY(NATIVE_ADD) }
 extern "C" __global__ void scatter_add_f16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(F16_ADD) }
 extern "C" __global__ void scatter_add_bf16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(BF16_ADD) }
+
+// ---------------------------------------------------------------------------------------
+// gather_nd / scatter_nd
+//
+// Index tuples of K coordinates address the first K dims of the indexed operand (`data`);
+// each tuple selects a slice `data[c_0, .., c_{K-1}, ...]`. The kernels run a grid-stride
+// loop over the `n` items of the joint shape `tuple dims ++ slice dims`, with a `Layout`
+// over it for: the indexed operand (stride 0 on the tuple dims), the indices (pointing at
+// a tuple's first coordinate; stride 0 on the slice dims) and out/values. `lk` describes
+// the K indexed dims (rank K, their lengths and strides in data); coordinate j of a tuple
+// lies `j * kstride` after its first one. A tuple with a coordinate outside
+// `[0, lk.shape[j])` (negative included) is skipped: gather_nd writes zeros for it,
+// scatter_nd leaves the target unchanged.
+
+// Adds the offset of the tuple whose first coordinate is at `oi` to `off`; false when a
+// coordinate is out of range.
+__device__ __forceinline__ bool nd_offset(const void* idx, int idx64, i64 oi, i64 kstride, const Layout& lk,
+                                          i64& off) {
+    for (int j = 0; j < lk.rank; ++j) {
+        i64 c = load_index(idx, idx64, oi + j * kstride);
+        if (c < 0 || c >= lk.shape[j]) return false;
+        off += c * lk.strides[j];
+    }
+    return true;
+}
+
+// gather_nd_b{1,2,4,8}(const T* x, const void* idx, int idx64, T* out, Layout lx,
+//                      Layout li, Layout lo, Layout lk, i64 kstride, i64 n): bit copies.
+#define GATHER_ND(B, T)                                                                       \
+    extern "C" __global__ void gather_nd_b##B(const T* x, const void* idx, int idx64, T* out, \
+                                              Layout lx, Layout li, Layout lo, Layout lk,     \
+                                              i64 kstride, i64 n) {                           \
+        FOR_EACH(i, n) {                                                                      \
+            i64 ox = loff(lx, i);                                                             \
+            T v = 0;                                                                          \
+            if (nd_offset(idx, idx64, loff(li, i), kstride, lk, ox)) v = x[ox];               \
+            out[loff(lo, i)] = v;                                                             \
+        }                                                                                     \
+    }
+
+GATHER_ND(1, u8)
+GATHER_ND(2, u16)
+GATHER_ND(4, u32)
+GATHER_ND(8, u64)
+
+// scatter_nd update ops (the `op` argument; `ScatterNdOp` on the host).
+#define ND_ASSIGN 0
+#define ND_ADD 1
+#define ND_MUL 2
+#define ND_MIN 3
+#define ND_MAX 4
+
+// Element types of scatter_nd: storage `T`, compute type `C` (f32 for halfs, i64 for every
+// int: the result is truncated to the width of `T`, so ints wrap), the conversions, and the
+// raw bits of `T` for compare-and-swap.
+struct NdF32 {
+    typedef float T;
+    typedef float C;
+    static __device__ __forceinline__ C get(T v) { return v; }
+    static __device__ __forceinline__ T put(C v) { return v; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)__float_as_uint(v); }
+    static __device__ __forceinline__ T unbits(u64 b) { return __uint_as_float((u32)b); }
+};
+struct NdF64 {
+    typedef double T;
+    typedef double C;
+    static __device__ __forceinline__ C get(T v) { return v; }
+    static __device__ __forceinline__ T put(C v) { return v; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)__double_as_longlong(v); }
+    static __device__ __forceinline__ T unbits(u64 b) { return __longlong_as_double((i64)b); }
+};
+struct NdF16 {
+    typedef u16 T;
+    typedef float C;
+    static __device__ __forceinline__ C get(T v) { return f16_to_f32(v); }
+    static __device__ __forceinline__ T put(C v) { return f32_to_f16(v); }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (u16)b; }
+};
+struct NdBF16 {
+    typedef u16 T;
+    typedef float C;
+    static __device__ __forceinline__ C get(T v) { return bf16_to_f32(v); }
+    static __device__ __forceinline__ T put(C v) { return f32_to_bf16(v); }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (u16)b; }
+};
+struct NdI32 {
+    typedef i32 T;
+    typedef i64 C;
+    static __device__ __forceinline__ C get(T v) { return (C)v; }
+    static __device__ __forceinline__ T put(C v) { return (T)(u32)(u64)v; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)(u32)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (T)(u32)b; }
+};
+struct NdI64 {
+    typedef i64 T;
+    typedef i64 C;
+    static __device__ __forceinline__ C get(T v) { return v; }
+    static __device__ __forceinline__ T put(C v) { return v; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (T)b; }
+};
+struct NdI8 {
+    typedef i8 T;
+    typedef i64 C;
+    static __device__ __forceinline__ C get(T v) { return (C)v; }
+    static __device__ __forceinline__ T put(C v) { return (T)(u8)(u64)v; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)(u8)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (T)(u8)b; }
+};
+struct NdU8 {
+    typedef u8 T;
+    typedef i64 C;
+    static __device__ __forceinline__ C get(T v) { return (C)v; }
+    static __device__ __forceinline__ T put(C v) { return (T)(u64)v; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (T)b; }
+};
+// Bool (0 or 1 in a byte): any non-zero result is true, so Add is a logical or, Mul and
+// Min a logical and, Max a logical or.
+struct NdBool {
+    typedef u8 T;
+    typedef i64 C;
+    static __device__ __forceinline__ C get(T v) { return (C)v; }
+    static __device__ __forceinline__ T put(C v) { return v != 0 ? 1 : 0; }
+    static __device__ __forceinline__ u64 bits(T v) { return (u64)v; }
+    static __device__ __forceinline__ T unbits(u64 b) { return (T)b; }
+};
+
+__device__ __forceinline__ float nd_add(float a, float b) { return a + b; }
+__device__ __forceinline__ double nd_add(double a, double b) { return a + b; }
+__device__ __forceinline__ i64 nd_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+__device__ __forceinline__ float nd_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ double nd_mul(double a, double b) { return a * b; }
+__device__ __forceinline__ i64 nd_mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+
+// The updated element from the current one and the value, as burn-ndarray computes it:
+// Min/Max replace only when the value compares strictly less/greater, so a NaN value never
+// replaces and a NaN element stays.
+template <int OP, typename C>
+__device__ __forceinline__ C nd_combine(C cur, C v) {
+    if (OP == ND_ADD) return nd_add(cur, v);
+    if (OP == ND_MUL) return nd_mul(cur, v);
+    if (OP == ND_MIN) return v < cur ? v : cur;
+    return v > cur ? v : cur;
+}
+
+// Atomic read-modify-write of one element by compare-and-swap: on the element itself for
+// 4- and 8-byte types, on the aligned 32-bit word that holds it for 1- and 2-byte types
+// (the other bytes of the word are preserved; a concurrent change to them retries).
+// Returns at once when the update would not change the element.
+template <typename D, int OP>
+__device__ __forceinline__ void nd_cas(typename D::T* p, typename D::C v) {
+    typedef typename D::T T;
+    if (sizeof(T) == 8) {
+        u64* w = (u64*)p;
+        u64 old = *(volatile u64*)w, assumed;
+        do {
+            assumed = old;
+            u64 next = D::bits(D::put(nd_combine<OP>(D::get(D::unbits(assumed)), v)));
+            if (next == assumed) return;
+            old = atomicCAS(w, assumed, next);
+        } while (old != assumed);
+    } else if (sizeof(T) == 4) {
+        u32* w = (u32*)p;
+        u32 old = *(volatile u32*)w, assumed;
+        do {
+            assumed = old;
+            u32 next = (u32)D::bits(D::put(nd_combine<OP>(D::get(D::unbits(assumed)), v)));
+            if (next == assumed) return;
+            old = atomicCAS(w, assumed, next);
+        } while (old != assumed);
+    } else {
+        u32* w = (u32*)((u64)p & ~(u64)3);
+        u32 shift = (u32)((u64)p & 3) * 8u;
+        u32 mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+        u32 old = *(volatile u32*)w, assumed;
+        do {
+            assumed = old;
+            T cur = D::unbits((u64)((assumed & mask) >> shift));
+            u32 r = (u32)D::bits(D::put(nd_combine<OP>(D::get(cur), v)));
+            u32 next = (assumed & ~mask) | ((r << shift) & mask);
+            if (next == assumed) return;
+            old = atomicCAS(w, assumed, next);
+        } while (old != assumed);
+    }
+}
+
+// One atomic update; native atomics where the hardware has them, else `nd_cas`.
+template <typename D, int OP>
+__device__ __forceinline__ void nd_update(typename D::T* p, typename D::T v) {
+    nd_cas<D, OP>(p, D::get(v));
+}
+template <>
+__device__ __forceinline__ void nd_update<NdF32, ND_ADD>(float* p, float v) { atomicAdd(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdF64, ND_ADD>(double* p, double v) { atomicAdd(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdI32, ND_ADD>(i32* p, i32 v) { atomicAdd(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdI32, ND_MIN>(i32* p, i32 v) { atomicMin(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdI32, ND_MAX>(i32* p, i32 v) { atomicMax(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdI64, ND_ADD>(i64* p, i64 v) { atomic_add(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdI64, ND_MIN>(i64* p, i64 v) { atomicMin(p, v); }
+template <>
+__device__ __forceinline__ void nd_update<NdI64, ND_MAX>(i64* p, i64 v) { atomicMax(p, v); }
+
+// Assign is a plain store: with duplicate tuples each element ends up holding one of its
+// candidates (unspecified which, like PyTorch's `index_put_` without accumulate). The
+// other ops are order-independent (up to float rounding for Add and Mul).
+template <typename D>
+__device__ __forceinline__ void scatter_nd_body(typename D::T* target, const void* idx, int idx64,
+                                                const typename D::T* values, const Layout& lt, const Layout& li,
+                                                const Layout& lv, const Layout& lk, i64 kstride, int op, i64 n) {
+    FOR_EACH(i, n) {
+        i64 ot = loff(lt, i);
+        if (!nd_offset(idx, idx64, loff(li, i), kstride, lk, ot)) continue;
+        typename D::T v = values[loff(lv, i)];
+        typename D::T* p = target + ot;
+        switch (op) {
+            case ND_ASSIGN: *p = v; break;
+            case ND_ADD: nd_update<D, ND_ADD>(p, v); break;
+            case ND_MUL: nd_update<D, ND_MUL>(p, v); break;
+            case ND_MIN: nd_update<D, ND_MIN>(p, v); break;
+            default: nd_update<D, ND_MAX>(p, v); break;
+        }
+    }
+}
+
+// scatter_nd_<dt>(T* target, const void* idx, int idx64, const T* values, Layout lt,
+//                 Layout li, Layout lv, Layout lk, i64 kstride, int op, i64 n)
+#define SCATTER_ND(NAME, D)                                                                   \
+    extern "C" __global__ void scatter_nd_##NAME(D::T* target, const void* idx, int idx64,    \
+                                                 const D::T* values, Layout lt, Layout li,    \
+                                                 Layout lv, Layout lk, i64 kstride, int op,   \
+                                                 i64 n) {                                     \
+        scatter_nd_body<D>(target, idx, idx64, values, lt, li, lv, lk, kstride, op, n);       \
+    }
+
+SCATTER_ND(f32, NdF32)
+SCATTER_ND(f64, NdF64)
+SCATTER_ND(f16, NdF16)
+SCATTER_ND(bf16, NdBF16)
+SCATTER_ND(i32, NdI32)
+SCATTER_ND(i64, NdI64)
+SCATTER_ND(i8, NdI8)
+SCATTER_ND(u8, NdU8)
+SCATTER_ND(bool, NdBool)

@@ -1,6 +1,6 @@
 // Linear-algebra and quantization kernels (see backend/src/kernels/linalg.rs): integer
-// batched matmul, 3-vector cross product, and symmetric int8 quantize / dequantize.
-// `common.cuh` is prepended.
+// and exact float batched matmul, 3-vector cross product, and symmetric int8 quantize /
+// dequantize. `common.cuh` is prepended.
 
 // ---------------------------------------------------------------------------------------
 // int_matmul: c[z, m, n] = sum_k a[z, m, k] * b[z, k, n] with wrapping (two's complement)
@@ -46,6 +46,61 @@
 
 INT_MATMUL(i64, i64)
 INT_MATMUL(i32, i32)
+
+// ---------------------------------------------------------------------------------------
+// matmul: the float counterpart of int_matmul (same tiling, batching and strides), with
+// every product and sum computed in double (no TF32, no reduced precision) and rounded
+// once to T at the store. Products of f32 / f16 / bf16 values are exact in double, so the
+// result is the exact sum up to double rounding; f64 is an ordinary FMA-accumulated GEMM.
+
+__device__ __forceinline__ double mm_ld_f32(float v) { return (double)v; }
+__device__ __forceinline__ double mm_ld_f64(double v) { return v; }
+__device__ __forceinline__ double mm_ld_f16(u16 v) { return (double)f16_to_f32(v); }
+__device__ __forceinline__ double mm_ld_bf16(u16 v) { return (double)bf16_to_f32(v); }
+__device__ __forceinline__ float mm_st_f32(double v) { return (float)v; }
+__device__ __forceinline__ double mm_st_f64(double v) { return v; }
+__device__ __forceinline__ u16 mm_st_f16(double v) { return f32_to_f16((float)v); }
+__device__ __forceinline__ u16 mm_st_bf16(double v) { return f32_to_bf16((float)v); }
+
+#define FLOAT_MATMUL(DT, T)                                                                   \
+    extern "C" __global__ void matmul_##DT(const T* a, const T* b, T* c, Layout la,           \
+                                           Layout lb, Layout lc, i64 batches, i64 M, i64 N,   \
+                                           i64 K, i64 sam, i64 sak, i64 sbk, i64 sbn,         \
+                                           i64 scm, i64 scn) {                                \
+        __shared__ double as_[MM_TILE][MM_TILE + 1];                                          \
+        __shared__ double bs_[MM_TILE][MM_TILE + 1];                                          \
+        const int tx = threadIdx.x, ty = threadIdx.y;                                         \
+        const i64 mt = (M + MM_TILE - 1) / MM_TILE, nt = (N + MM_TILE - 1) / MM_TILE;         \
+        for (i64 z = blockIdx.z; z < batches; z += gridDim.z) {                               \
+            const T* ab = a + offset_of(la, z);                                               \
+            const T* bb = b + offset_of(lb, z);                                               \
+            T* cb = c + offset_of(lc, z);                                                     \
+            for (i64 ti = blockIdx.y; ti < mt; ti += gridDim.y) {                             \
+                for (i64 tj = blockIdx.x; tj < nt; tj += gridDim.x) {                         \
+                    const i64 row = ti * MM_TILE + ty, col = tj * MM_TILE + tx;               \
+                    double acc = 0.0;                                                         \
+                    for (i64 k0 = 0; k0 < K; k0 += MM_TILE) {                                 \
+                        const i64 ka = k0 + tx, kb = k0 + ty;                                 \
+                        as_[ty][tx] =                                                         \
+                            (row < M && ka < K) ? mm_ld_##DT(ab[row * sam + ka * sak]) : 0.0; \
+                        bs_[ty][tx] =                                                         \
+                            (kb < K && col < N) ? mm_ld_##DT(bb[kb * sbk + col * sbn]) : 0.0; \
+                        __syncthreads();                                                      \
+                        _Pragma("unroll") for (int kk = 0; kk < MM_TILE; ++kk) {              \
+                            acc = fma(as_[ty][kk], bs_[kk][tx], acc);                         \
+                        }                                                                     \
+                        __syncthreads();                                                      \
+                    }                                                                         \
+                    if (row < M && col < N) cb[row * scm + col * scn] = mm_st_##DT(acc);      \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+FLOAT_MATMUL(f32, float)
+FLOAT_MATMUL(f64, double)
+FLOAT_MATMUL(f16, u16)
+FLOAT_MATMUL(bf16, u16)
 
 // ---------------------------------------------------------------------------------------
 // cross3: out = a x b along one axis of size 3. The layouts run over out's dims with the

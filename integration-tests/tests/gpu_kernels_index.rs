@@ -1,14 +1,15 @@
 //! The index kernels (`cudnn_backend::kernels::index`) against straightforward CPU
 //! computations in f64: gather and index_select in every dtype, scatter_add and index_add
-//! in every dtype they support (with duplicate indices), I64 and I32 indices, packed,
-//! transposed and gapped layouts, poisoned outputs, and out-of-range indices (skipped).
-//! Needs a CUDA GPU.
+//! in every dtype they support (with duplicate indices), gather_nd in every dtype and
+//! scatter_nd with every update op in every dtype (with duplicate index tuples, NaN for
+//! min/max, wrapping ints), I64 and I32 indices, packed, transposed and gapped layouts,
+//! poisoned outputs, and out-of-range indices (skipped). Needs a CUDA GPU.
 
 use std::sync::Arc;
 
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudnn_backend::graph::DataType;
-use cudnn_backend::kernels::index as ix;
+use cudnn_backend::kernels::index::{self as ix, ScatterNdOp};
 use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
 use cudnn_backend::Device;
@@ -637,6 +638,426 @@ fn half_atomics_share_words_correctly() {
                     let mut want = vec![0.0; 8];
                     for (k, v) in idx_vals.iter().zip(&vals) {
                         want[*k as usize] += v;
+                    }
+                    r.exact(name, dtype, &download(&s, &target), &want);
+                }
+            }
+        }
+    }
+    r.finish(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// gather_nd / scatter_nd
+
+const ND_OPS: [ScatterNdOp; 5] = [
+    ScatterNdOp::Assign,
+    ScatterNdOp::Add,
+    ScatterNdOp::Mul,
+    ScatterNdOp::Min,
+    ScatterNdOp::Max,
+];
+
+/// One nd case: data (dims, strides), indices (dims `[.., K]`, strides), strides of
+/// out/values (dims `indices.dims[..-1] ++ data.dims[K..]`).
+#[derive(Clone, Debug)]
+struct NdCase {
+    data: (Vec<i64>, Vec<i64>),
+    idx: (Vec<i64>, Vec<i64>),
+    other: Vec<i64>,
+}
+
+impl NdCase {
+    fn k(&self) -> usize {
+        *self.idx.0.last().expect("indices have a last dim") as usize
+    }
+
+    fn tuples(&self) -> usize {
+        numel(&self.idx.0[..self.idx.0.len() - 1])
+    }
+
+    fn other_dims(&self) -> Vec<i64> {
+        let r = self.idx.0.len();
+        [&self.idx.0[..r - 1], &self.data.0[self.k()..]].concat()
+    }
+
+    /// The data element that item `i` of out/values reads or updates, from the logical
+    /// (row-major `[tuples, K]`) index values; `None` for a tuple out of range.
+    fn data_index(&self, idx: &[f64], i: usize) -> Option<usize> {
+        let k = self.k();
+        let slice = &self.data.0[k..];
+        let inner = numel(slice);
+        let (t, s) = (i / inner, i % inner);
+        let mut c = Vec::with_capacity(self.data.0.len());
+        for j in 0..k {
+            let v = idx[t * k + j];
+            if v < 0.0 || v >= self.data.0[j] as f64 {
+                return None;
+            }
+            c.push(v as usize);
+        }
+        c.extend(coords(s, slice));
+        Some(linear(&c, &self.data.0))
+    }
+}
+
+fn nd_cases() -> Vec<NdCase> {
+    let c = |dd: &[i64], ds: Vec<i64>, id: &[i64], is: Vec<i64>, os: Vec<i64>| NdCase {
+        data: (dd.to_vec(), ds),
+        idx: (id.to_vec(), is),
+        other: os,
+    };
+    vec![
+        // K = 1: rows of a packed matrix.
+        c(
+            &[6, 5, 4],
+            packed(&[6, 5, 4]),
+            &[10, 1],
+            packed(&[10, 1]),
+            packed(&[10, 5, 4]),
+        ),
+        // K = 2 into transposed data, transposed indices, gapped values.
+        c(
+            &[6, 5, 4],
+            reversed(&[6, 5, 4]),
+            &[3, 4, 2],
+            reversed(&[3, 4, 2]),
+            gapped(&[3, 4, 4]),
+        ),
+        // K = rank: single elements, many duplicates.
+        c(&[7, 3], packed(&[7, 3]), &[50, 2], packed(&[50, 2]), packed(&[50])),
+        // K = 0: every tuple is the whole (gapped) tensor.
+        c(&[5, 4], gapped(&[5, 4]), &[3, 0], packed(&[3, 0]), reversed(&[3, 5, 4])),
+        // Rank 4 data, K = 3, rank-3 indices.
+        c(
+            &[2, 3, 4, 5],
+            packed(&[2, 3, 4, 5]),
+            &[2, 2, 3],
+            packed(&[2, 2, 3]),
+            packed(&[2, 2, 5]),
+        ),
+        // Rank-1 indices: one tuple.
+        c(&[4, 9], reversed(&[4, 9]), &[1], vec![1], vec![2]),
+        // Larger: neighbouring narrow elements under contention.
+        c(
+            &[40, 33],
+            packed(&[40, 33]),
+            &[300, 1],
+            packed(&[300, 1]),
+            packed(&[300, 33]),
+        ),
+    ]
+}
+
+/// Random index tuples for `case`: coordinate j in `0..max(1, dims[j] / 2)` (duplicates)
+/// or `0..dims[j]` (few duplicates).
+fn rand_tuples(rng: &mut SplitMix64, case: &NdCase, dups: bool) -> Vec<f64> {
+    let k = case.k();
+    (0..case.tuples() * k)
+        .map(|i| {
+            let n = case.data.0[i % k];
+            let n = if dups { (n / 2).max(1) } else { n };
+            rng.below(n as u64) as f64
+        })
+        .collect()
+}
+
+/// `v` wrapped to the integer `dtype` (Bool: `!= 0`).
+fn wrap(dtype: DataType, v: i64) -> f64 {
+    match dtype {
+        I8 => v as i8 as f64,
+        U8 => v as u8 as f64,
+        I32 => v as i32 as f64,
+        Bool => (v != 0) as i64 as f64,
+        _ => v as f64,
+    }
+}
+
+/// burn-ndarray's update of `cur` by `v` (floats in f64; ints wrapping; Bool as 0/1).
+fn nd_apply(op: ScatterNdOp, dtype: DataType, cur: f64, v: f64) -> f64 {
+    let float = dtype.is_float();
+    match op {
+        ScatterNdOp::Assign => v,
+        ScatterNdOp::Add if float => cur + v,
+        ScatterNdOp::Add => wrap(dtype, (cur as i64).wrapping_add(v as i64)),
+        ScatterNdOp::Mul if float => cur * v,
+        ScatterNdOp::Mul => wrap(dtype, (cur as i64).wrapping_mul(v as i64)),
+        ScatterNdOp::Min => {
+            if v < cur {
+                v
+            } else {
+                cur
+            }
+        }
+        ScatterNdOp::Max => {
+            if v > cur {
+                v
+            } else {
+                cur
+            }
+        }
+    }
+}
+
+/// Values for `op`: factors near ±1 for float Mul, small ints for int Mul (no i64
+/// overflow in f64), some NaN for float Min/Max, else the usual random values.
+fn nd_values(rng: &mut SplitMix64, n: usize, dtype: DataType, op: ScatterNdOp) -> Vec<f64> {
+    (0..n)
+        .map(|_| match op {
+            ScatterNdOp::Mul if dtype.is_float() => {
+                let m = 1.0 + rng.next_f64() * 0.5;
+                if rng.below(2) == 0 {
+                    m
+                } else {
+                    -m
+                }
+            }
+            ScatterNdOp::Mul if matches!(dtype, I32 | I64) => rng.below(7) as f64 - 3.0,
+            ScatterNdOp::Min | ScatterNdOp::Max if dtype.is_float() && rng.below(10) == 0 => f64::NAN,
+            _ => rand_val(rng, dtype),
+        })
+        .collect()
+}
+
+/// NaN mapped to a finite marker so exact comparisons treat NaN as equal to NaN.
+fn nan_marked(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|&x| if x.is_nan() { 1e300 } else { x }).collect()
+}
+
+fn run_gather_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64) {
+    for case in &nd_cases() {
+        let odims = case.other_dims();
+        for dtype in ALL {
+            for it in INDEX_TYPES {
+                let x = upload(
+                    s,
+                    &rand_vec(rng, numel(&case.data.0), dtype),
+                    &case.data.0,
+                    &case.data.1,
+                    dtype,
+                );
+                // Full range plus some tuples out of range (-1 or the dim): zeros.
+                let k = case.k();
+                let idx_vals: Vec<f64> = rand_tuples(rng, case, false)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| match rng.below(12) {
+                        0 => -1.0,
+                        1 => case.data.0[i % k] as f64,
+                        _ => v,
+                    })
+                    .collect();
+                let idx = upload(s, &idx_vals, &case.idx.0, &case.idx.1, it);
+                let out = poisoned(s, &odims, &case.other, dtype);
+                let name = format!("{dtype:?} idx {it:?} {case:?}");
+                if let Err(e) = ix::gather_nd(s, &x.t, &idx.t, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let want: Vec<f64> = (0..numel(&odims))
+                    .map(|i| case.data_index(&idx.values, i).map_or(0.0, |j| x.values[j]))
+                    .collect();
+                r.exact(name, dtype, &download(s, &out), &want);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gather_nd_every_dtype_and_layout() {
+    let s = stream();
+    let mut r = Report::new("gather_nd");
+    run_gather_nd(&mut r, &s, &mut SplitMix64::new(61));
+    r.finish(true);
+}
+
+/// scatter_nd of `op` over every case, dtype and index type, with duplicate tuples
+/// (`dups`); Assign checks that every element holds one of its candidates.
+fn run_scatter_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, op: ScatterNdOp, dups: bool) {
+    for case in &nd_cases() {
+        let vdims = case.other_dims();
+        for dtype in ALL {
+            for it in INDEX_TYPES {
+                let mut data = rand_vec(rng, numel(&case.data.0), dtype);
+                if dtype.is_float() && matches!(op, ScatterNdOp::Min | ScatterNdOp::Max) {
+                    for v in data.iter_mut().step_by(7) {
+                        *v = f64::NAN;
+                    }
+                }
+                let target = upload(s, &data, &case.data.0, &case.data.1, dtype);
+                let idx = upload(s, &rand_tuples(rng, case, dups), &case.idx.0, &case.idx.1, it);
+                let values = upload(s, &nd_values(rng, numel(&vdims), dtype, op), &vdims, &case.other, dtype);
+                let name = format!("{op:?} {dtype:?} idx {it:?} dups {dups} {case:?}");
+                if let Err(e) = ix::scatter_nd(s, &target.t, &idx.t, &values.t, op) {
+                    r.error(name, e);
+                    continue;
+                }
+                let got = download(s, &target);
+                let mut want = target.values.clone();
+                let mut candidates: Vec<Vec<f64>> = vec![Vec::new(); want.len()];
+                for (i, &v) in values.values.iter().enumerate() {
+                    let j = case.data_index(&idx.values, i).expect("in range");
+                    want[j] = nd_apply(op, dtype, want[j], v);
+                    candidates[j].push(v);
+                }
+                let exact =
+                    !dtype.is_float() || matches!(op, ScatterNdOp::Assign | ScatterNdOp::Min | ScatterNdOp::Max);
+                if op == ScatterNdOp::Assign {
+                    // Any candidate may win a duplicated element.
+                    for (j, c) in candidates.iter().enumerate() {
+                        if c.iter().any(|&v| v.to_bits() == got[j].to_bits()) {
+                            want[j] = got[j];
+                        }
+                    }
+                }
+                if exact {
+                    r.exact(name, dtype, &nan_marked(&got), &nan_marked(&want));
+                } else {
+                    r.close(name, dtype, &got, &want, add_bound(dtype));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scatter_nd_every_op_and_dtype_with_duplicates() {
+    let s = stream();
+    let mut rng = SplitMix64::new(62);
+    for op in ND_OPS {
+        let mut r = Report::new("scatter_nd");
+        run_scatter_nd(&mut r, &s, &mut rng, op, true);
+        println!("scatter_nd {op:?} (duplicate tuples):");
+        r.finish(!matches!(op, ScatterNdOp::Add | ScatterNdOp::Mul));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scatter_nd_every_op_and_dtype_few_duplicates() {
+    let s = stream();
+    let mut rng = SplitMix64::new(63);
+    for op in ND_OPS {
+        let mut r = Report::new("scatter_nd");
+        run_scatter_nd(&mut r, &s, &mut rng, op, false);
+        println!("scatter_nd {op:?} (full-range tuples):");
+        r.finish(!matches!(op, ScatterNdOp::Add | ScatterNdOp::Mul));
+    }
+}
+
+/// Tuples with a coordinate out of range: gather_nd writes zeros, scatter_nd updates
+/// nothing (every op), and nothing outside the operands is touched.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nd_out_of_range_tuples_are_skipped() {
+    let s = stream();
+    let mut r = Report::new("nd out of range");
+    let mut rng = SplitMix64::new(64);
+    let case = NdCase {
+        data: (vec![4, 6, 3], packed(&[4, 6, 3])),
+        idx: (vec![12, 2], packed(&[12, 2])),
+        other: packed(&[12, 3]),
+    };
+    let bad = [-1.0, 4.0, 100.0, -100.0];
+    for it in INDEX_TYPES {
+        let idx_vals: Vec<f64> = (0..24)
+            .map(|i| {
+                if i % 5 == 0 {
+                    bad[i % 4]
+                } else {
+                    rng.below(if i % 2 == 0 { 4 } else { 6 }) as f64
+                }
+            })
+            .collect();
+        let idx = upload(&s, &idx_vals, &case.idx.0, &case.idx.1, it);
+        let x = upload(&s, &rand_vec(&mut rng, 72, I32), &case.data.0, &case.data.1, I32);
+        let out = poisoned(&s, &[12, 3], &case.other, I32);
+        match ix::gather_nd(&s, &x.t, &idx.t, &out.t) {
+            Err(e) => r.error(format!("gather_nd {it:?}"), e),
+            Ok(()) => {
+                let want: Vec<f64> = (0..36)
+                    .map(|i| case.data_index(&idx.values, i).map_or(0.0, |j| x.values[j]))
+                    .collect();
+                assert!(want.len() == 36 && (0..36).any(|i| case.data_index(&idx.values, i).is_none()));
+                r.exact(format!("gather_nd {it:?}"), I32, &download(&s, &out), &want);
+            }
+        }
+        for op in ND_OPS {
+            let target = upload(&s, &rand_vec(&mut rng, 72, I32), &case.data.0, &case.data.1, I32);
+            let values = upload(&s, &nd_values(&mut rng, 36, I32, op), &[12, 3], &case.other, I32);
+            let name = format!("scatter_nd {op:?} {it:?}");
+            match ix::scatter_nd(&s, &target.t, &idx.t, &values.t, op) {
+                Err(e) => r.error(name, e),
+                Ok(()) => {
+                    let got = download(&s, &target);
+                    let mut want = target.values.clone();
+                    let mut hit = vec![Vec::new(); want.len()];
+                    for (i, &v) in values.values.iter().enumerate() {
+                        if let Some(j) = case.data_index(&idx.values, i) {
+                            want[j] = nd_apply(op, I32, want[j], v);
+                            hit[j].push(v);
+                        }
+                    }
+                    if op == ScatterNdOp::Assign {
+                        // Any candidate may win a duplicated element.
+                        for (j, c) in hit.iter().enumerate() {
+                            if c.contains(&got[j]) {
+                                want[j] = got[j];
+                            }
+                        }
+                    }
+                    r.exact(name, I32, &got, &want);
+                }
+            }
+        }
+    }
+    r.finish(true);
+}
+
+/// Sub-word compare-and-swap under heavy contention: 1024 updates land on the first 4 of
+/// 8 elements (all in one or two 32-bit words) for the 1- and 2-byte dtypes, every op but
+/// Assign; the untouched neighbours must keep their values.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nd_narrow_atomics_share_words_correctly() {
+    let s = stream();
+    let mut r = Report::new("nd narrow atomics");
+    let mut rng = SplitMix64::new(65);
+    for dtype in [U8, I8, Bool, F16, BF16] {
+        for op in [ScatterNdOp::Add, ScatterNdOp::Mul, ScatterNdOp::Min, ScatterNdOp::Max] {
+            let n = 1024usize;
+            let data: Vec<f64> = (0..8)
+                .map(|i| if dtype == Bool { (i % 2) as f64 } else { i as f64 })
+                .collect();
+            let target = upload(&s, &data, &[8], &[1], dtype);
+            let idx_vals = rand_indices(&mut rng, n, 4);
+            let idx = upload(&s, &idx_vals, &[n as i64, 1], &[1, 1], I64);
+            // Adds of +-1 (partial sums stay exact in f16/bf16), multiplications by +-1,
+            // random values for min/max.
+            let vals: Vec<f64> = (0..n)
+                .map(|i| match (op, dtype) {
+                    (ScatterNdOp::Add | ScatterNdOp::Mul, Bool) => (i % 3 != 0) as i64 as f64,
+                    (ScatterNdOp::Add | ScatterNdOp::Mul, U8) => 1.0 + (i % 2) as f64 * 254.0,
+                    (ScatterNdOp::Add | ScatterNdOp::Mul, _) => {
+                        if i % 2 == 0 {
+                            1.0
+                        } else {
+                            -1.0
+                        }
+                    }
+                    _ => rand_val(&mut rng, dtype),
+                })
+                .collect();
+            let values = upload(&s, &vals, &[n as i64], &[1], dtype);
+            let name = format!("{op:?} {dtype:?}");
+            match ix::scatter_nd(&s, &target.t, &idx.t, &values.t, op) {
+                Err(e) => r.error(name, e),
+                Ok(()) => {
+                    let mut want = target.values.clone();
+                    for (k, &v) in idx_vals.iter().zip(&values.values) {
+                        want[*k as usize] = nd_apply(op, dtype, want[*k as usize], v);
                     }
                     r.exact(name, dtype, &download(&s, &target), &want);
                 }

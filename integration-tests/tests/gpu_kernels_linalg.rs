@@ -1,6 +1,8 @@
 //! The linalg kernels (`cudnn_backend::kernels::linalg`) against straightforward CPU
 //! computations: integer matmul exactly (broadcast batches, transposed and gapped
-//! operands, I64 and I32 with wrap-around), the cross product in every float dtype, and
+//! operands, I64 and I32 with wrap-around), the float matmul in every float dtype within
+//! one rounding of the f64 product (broadcast and stride-0 batches, transposed and gapped
+//! operands; no TF32), the cross product in every float dtype, and
 //! symmetric int8 quantization exactly against a CPU implementation of burn's formula
 //! (per tensor and per block), with dequantize(quantize(x)) within scale / 2 of x.
 //! Outputs are poisoned first. Needs a CUDA GPU.
@@ -289,6 +291,144 @@ fn int_matmul_exact_with_broadcast_transpose_and_wrap() {
         }
     }
     r.finish("mismatches");
+}
+
+// ---------------------------------------------------------------------------------------
+// matmul (exact float GEMM)
+
+/// CPU `a · b` in f64 with broadcast batches: the products' sums and the sums of their
+/// magnitudes (the scale a rounding error is measured against).
+fn cpu_float_matmul(a: &[f64], ad: &[i64], b: &[f64], bd: &[i64], cd: &[i64]) -> (Vec<f64>, Vec<f64>) {
+    let r = cd.len();
+    let (m, n, k) = (cd[r - 2] as usize, cd[r - 1] as usize, ad[r - 1] as usize);
+    let nb = numel(&cd[..r - 2]);
+    let (mut out, mut mag) = (Vec::with_capacity(numel(cd)), Vec::with_capacity(numel(cd)));
+    for z in 0..nb {
+        let bc = coords(z, &cd[..r - 2]);
+        let base = |dims: &[i64]| {
+            bc.iter()
+                .zip(&dims[..r - 2])
+                .fold(0usize, |acc, (&c, &d)| acc * d as usize + if d == 1 { 0 } else { c })
+        };
+        let (ab, bb) = (base(ad) * m * k, base(bd) * k * n);
+        for i in 0..m {
+            for j in 0..n {
+                let (mut acc, mut abs) = (0.0f64, 0.0f64);
+                for kk in 0..k {
+                    let p = a[ab + i * k + kk] * b[bb + kk * n + j];
+                    acc += p;
+                    abs += p.abs();
+                }
+                out.push(acc);
+                mag.push(abs);
+            }
+        }
+    }
+    (out, mag)
+}
+
+/// `dims` with every batch dim (all but the last two) set to 1.
+fn unit_batches(dims: &[i64]) -> Vec<i64> {
+    let r = dims.len();
+    dims.iter()
+        .enumerate()
+        .map(|(i, &d)| if i + 2 < r { 1 } else { d })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn float_matmul_exact_with_broadcast_and_strides() {
+    let s = stream();
+    let mut rng = SplitMix64::new(44);
+    let mut r = Report::new("matmul");
+    let mut shapes: Vec<(Vec<i64>, Vec<i64>, Vec<i64>)> = [
+        (&[4, 5][..], &[5, 6][..], &[4, 6][..]),
+        (&[2, 3, 17, 33], &[2, 3, 33, 19], &[2, 3, 17, 19]),
+        (&[2, 1, 16, 7], &[1, 3, 7, 18], &[2, 3, 16, 18]),
+        (&[5, 8, 4], &[1, 4, 6], &[5, 8, 6]),
+        (&[1, 4, 5], &[3, 5, 6], &[3, 4, 6]),
+        (&[70, 130], &[130, 90], &[70, 90]),
+        (&[2, 1000], &[1000, 9], &[2, 9]),
+        (&[3, 0], &[0, 4], &[3, 4]),
+        (&[1, 1], &[1, 1], &[1, 1]),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_vec(), b.to_vec(), c.to_vec()))
+    .collect();
+    // Random shapes: 0-2 batch dims, each broadcast on one side at random.
+    for _ in 0..8 {
+        let nb = rng.below(3) as usize;
+        let (m, n, k) = (
+            1 + rng.below(40) as i64,
+            1 + rng.below(40) as i64,
+            1 + rng.below(70) as i64,
+        );
+        let (mut ad, mut bd, mut cd) = (vec![], vec![], vec![]);
+        for _ in 0..nb {
+            let d = 1 + rng.below(4) as i64;
+            let side = rng.below(3);
+            ad.push(if side == 1 { 1 } else { d });
+            bd.push(if side == 2 { 1 } else { d });
+            cd.push(d);
+        }
+        ad.extend([m, k]);
+        bd.extend([k, n]);
+        cd.extend([m, n]);
+        shapes.push((ad, bd, cd));
+    }
+    for dtype in FLOATS {
+        // One rounding to the dtype, measured against the sum of |products| (floored at
+        // the smallest normal value, below which the rounding step is absolute).
+        let (limit, floor) = match dtype {
+            F32 => (2e-7, f32::MIN_POSITIVE as f64),
+            F64 => (1e-13, f64::MIN_POSITIVE),
+            F16 => (1e-3, 6.103515625e-5),
+            _ => (8e-3, f32::MIN_POSITIVE as f64),
+        };
+        for (ad, bd, cd) in &shapes {
+            for layout in ["packed", "transposed", "gapped", "expanded"] {
+                // "expanded": a's batch dims are stride-0 views of one matrix.
+                let expanded = layout == "expanded" && ad.len() > 2;
+                let a_logical = if expanded { unit_batches(ad) } else { ad.clone() };
+                let av = rng.fill(numel(&a_logical));
+                let bv = rng.fill(numel(bd));
+                let (sa, sb, sc) = match layout {
+                    "transposed" => (transposed(ad), transposed(bd), transposed(cd)),
+                    "gapped" => (gapped(ad), transposed(bd), gapped(cd)),
+                    _ => (packed(&a_logical), packed(bd), packed(cd)),
+                };
+                let mut a = upload(&s, &av, &a_logical, &sa, dtype);
+                if expanded {
+                    let mut st = sa.clone();
+                    st[..ad.len() - 2].fill(0);
+                    a.t = TensorRef::new(ad, &st, dtype, a.t.ptr);
+                }
+                let b = upload(&s, &bv, bd, &sb, dtype);
+                let c = poisoned(&s, cd, &sc, dtype);
+                let case = format!("{dtype:?} {ad:?}x{bd:?} {layout}");
+                if let Err(e) = la::matmul(&s, &a.t, &b.t, &c.t) {
+                    r.error(case, e);
+                    continue;
+                }
+                let (want, mag) = cpu_float_matmul(&a.values, &a_logical, &b.values, bd, cd);
+                let got = download(&s, &c);
+                let worst = got
+                    .iter()
+                    .zip(want.iter().zip(&mag))
+                    .map(|(&g, (&w, &m))| (g - w).abs() / m.max(floor))
+                    .fold(0.0f64, |acc, e| {
+                        if e.is_nan() || acc.is_nan() {
+                            f64::NAN
+                        } else {
+                            acc.max(e)
+                        }
+                    });
+                r.within(case, worst, limit);
+            }
+        }
+    }
+    r.finish("error relative to sum |a·b|");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 //! The sort kernel (`cudnn_backend::kernels::sort`) against a CPU stable sort: every
 //! dtype, ascending and descending, many ties (small ints), NaN, ±inf and ±0 for floats,
-//! row lengths 1 to 4096, the axis first, in the middle and last, packed, transposed and
-//! gapped layouts, poisoned outputs; values (bit for bit) and indices must match exactly.
-//! Needs a CUDA GPU.
+//! row lengths 1 to 4096 (one block per row) and 4097 to 100 000 (chunk sort + merge
+//! passes), the axis first, in the middle and last, packed, transposed and gapped layouts,
+//! poisoned outputs; values (bit for bit) and indices must match exactly. Needs a CUDA GPU.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -414,20 +414,148 @@ fn many_rows_loop_over_the_grid() {
     r.finish();
 }
 
+/// Row lengths around the merge thresholds: 2 chunks (one merge pass, the second run
+/// short or full), 3 to 5 chunks (an odd run left over), up to 25 chunks (5 passes).
+const LONG_LENS: [i64; 8] = [4097, 5000, 8192, 8193, 12_289, 16_385, 40_000, 100_000];
+
+/// Long rows: the axis alone, last of `[2, len]` (packed) and first of `[len, 2]`
+/// (transposed input, gapped values, transposed indices).
+fn long_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for len in LONG_LENS {
+        out.push(Case {
+            dims: vec![len],
+            axis: 0,
+            x: vec![1],
+            values: vec![1],
+            indices: vec![1],
+        });
+        let dims = vec![2, len];
+        out.push(Case {
+            x: packed(&dims),
+            values: packed(&dims),
+            indices: packed(&dims),
+            dims,
+            axis: 1,
+        });
+        if len <= 16_385 {
+            let dims = vec![len, 2];
+            out.push(Case {
+                x: reversed(&dims),
+                values: gapped(&dims),
+                indices: reversed(&dims),
+                dims,
+                axis: 0,
+            });
+        }
+    }
+    out
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn rows_longer_than_4096_are_rejected() {
+fn long_rows_every_dtype_and_layout() {
     let s = stream();
-    let dims = [2i64, 4097];
-    let x = upload(&s, &vec![1.0; 2 * 4097], &dims, &packed(&dims), F32);
-    let v = poisoned(&s, &dims, &packed(&dims), F32);
-    let res = so::sort(&s, &x.t, 1, false, Some(&v.t), None);
-    println!("sort long rows: {res:?}");
-    match res {
-        Err(cudnn_backend::Error::InvalidArgument { arg, reason, .. }) => {
-            assert_eq!(arg, "x");
-            assert!(reason.contains("longer than 4096"), "{reason}");
+    let mut r = Report::new("long rows values+indices");
+    run(&mut r, &s, &mut SplitMix64::new(35), &long_cases(), (true, true));
+    r.finish();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn long_rows_values_only_and_indices_only() {
+    let s = stream();
+    let some: Vec<Case> = long_cases()
+        .into_iter()
+        .filter(|c| c.dims.len() == 2 && numel(&c.dims) <= 2 * 16_385)
+        .collect();
+    let mut r = Report::new("long rows values only");
+    run(&mut r, &s, &mut SplitMix64::new(36), &some, (true, false));
+    r.finish();
+    let mut r = Report::new("long rows indices only");
+    run(&mut r, &s, &mut SplitMix64::new(37), &some, (false, true));
+    r.finish();
+}
+
+/// Long rows made only of ties (one value, or two alternating) and already sorted /
+/// reverse-sorted rows: the merge must keep the original order of equal keys.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn long_rows_ties_and_presorted() {
+    let s = stream();
+    let mut r = Report::new("long rows ties");
+    for len in [4097i64, 12_289, 65_536, 100_000] {
+        let n = len as usize;
+        let rows: [(&str, Vec<f64>); 5] = [
+            ("constant", vec![1.0; n]),
+            ("alternating", (0..n).map(|i| (i % 2) as f64).collect()),
+            ("ascending", (0..n).map(|i| (i / 3) as f64).collect()),
+            ("descending", (0..n).map(|i| ((n - i) / 3) as f64).collect()),
+            (
+                "nan and inf",
+                (0..n).map(|i| [f64::NAN, f64::INFINITY, -0.0, 0.0][i % 4]).collect(),
+            ),
+        ];
+        for (what, vals) in rows {
+            for dtype in [F32, I32, BF16] {
+                if !dtype.is_float() && what == "nan and inf" {
+                    continue;
+                }
+                for descending in [false, true] {
+                    let dims = [len];
+                    let x = upload(&s, &vals, &dims, &[1], dtype);
+                    let v = poisoned(&s, &dims, &[1], dtype);
+                    let i = poisoned(&s, &dims, &[1], I64);
+                    let name = format!("{what} {dtype:?} len {len} desc {descending}");
+                    if let Err(e) = so::sort(&s, &x.t, 0, descending, Some(&v.t), Some(&i.t)) {
+                        r.error(name, e);
+                        continue;
+                    }
+                    let (want_v, want_i) = reference(&x.values, &dims, 0, descending);
+                    r.exact(format!("{name} values"), &download(&s, &v), &want_v);
+                    r.exact(format!("{name} indices"), &download(&s, &i), &want_i);
+                }
+            }
         }
-        other => panic!("expected InvalidArgument, got {other:?}"),
     }
+    r.finish();
+}
+
+/// Many long rows (the chunk grid loops over rows * chunks blocks).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn many_long_rows() {
+    let s = stream();
+    let mut r = Report::new("many long rows");
+    let dims = vec![300, 9000];
+    let case = Case {
+        x: packed(&dims),
+        values: packed(&dims),
+        indices: packed(&dims),
+        dims,
+        axis: 1,
+    };
+    let mut rng = SplitMix64::new(38);
+    for dtype in [F32, I64] {
+        for descending in [false, true] {
+            let x = upload(
+                &s,
+                &rand_vec(&mut rng, numel(&case.dims), dtype),
+                &case.dims,
+                &case.x,
+                dtype,
+            );
+            let v = poisoned(&s, &case.dims, &case.values, dtype);
+            let i = poisoned(&s, &case.dims, &case.indices, I64);
+            let name = format!("{dtype:?} desc {descending} {:?}", case.dims);
+            if let Err(e) = so::sort(&s, &x.t, case.axis, descending, Some(&v.t), Some(&i.t)) {
+                r.error(name, e);
+                continue;
+            }
+            let (want_v, want_i) = reference(&x.values, &case.dims, case.axis, descending);
+            r.exact(format!("{name} values"), &download(&s, &v), &want_v);
+            r.exact(format!("{name} indices"), &download(&s, &i), &want_i);
+        }
+    }
+    r.finish();
 }

@@ -451,12 +451,6 @@ fn sort_raw(
     name: &str,
 ) -> (Option<CudnnTensor>, Option<CudnnTensor>) {
     check_dim(name, x, dim);
-    let len = x.dims()[dim];
-    assert!(
-        len <= MAX_SORT_LEN,
-        "cudnn-backend: {name}: sorting rows longer than {MAX_SORT_LEN} elements is not supported (dim {dim} has \
-         {len}); sort on the host (into_data) or split the dim"
-    );
     let v = values.then(|| x.empty_like(x.dtype, name));
     let i = indices.then(|| x.empty_like(DType::I64, name));
     let (vr, ir) = (v.as_ref().map(|t| t.tref()), i.as_ref().map(|t| t.tref()));
@@ -526,9 +520,9 @@ fn pad_cols(t: CudnnTensor, p: i64, fill: f64, name: &str) -> CudnnTensor {
 }
 
 /// The `k` largest entries along `dim`, largest first, ties by lowest index: the values
-/// (when `values`) and their I64 positions. Rows up to [`MAX_SORT_LEN`] are sorted once;
-/// longer rows are cut into chunks of that length whose top `k` survive, repeatedly, until
-/// one chunk is left (`k` up to half the chunk length).
+/// (when `values`) and their I64 positions. Rows up to [`MAX_SORT_LEN`] are sorted once, and
+/// so are longer rows when `k` exceeds half that length; otherwise long rows are cut into
+/// chunks of that length whose top `k` survive, repeatedly, until one chunk is left.
 fn topk_raw(x: CudnnTensor, dim: usize, k: usize, values: bool, name: &str) -> (Option<CudnnTensor>, CudnnTensor) {
     check_dim(name, &x, dim);
     let len = x.dims()[dim];
@@ -537,18 +531,12 @@ fn topk_raw(x: CudnnTensor, dim: usize, k: usize, values: bool, name: &str) -> (
         k <= len,
         "cudnn-backend: {name}: k = {k} exceeds the size {len} of dim {dim}"
     );
-    if len <= MAX_SORT_LEN {
+    let chunk = MAX_SORT_LEN;
+    if len <= chunk || k > chunk / 2 {
         let (v, i) = sort_raw(&x, dim, true, values, true, name);
         let i = take_front(i.expect("indices"), dim, k, name);
         return (v.map(|v| take_front(v, dim, k, name)), i);
     }
-    let chunk = MAX_SORT_LEN;
-    assert!(
-        k <= chunk / 2,
-        "cudnn-backend: {name}: top-k with k = {k} > {} on rows longer than {chunk} elements (dim {dim} has \
-         {len}) is not supported; use a smaller k or sort on the host",
-        chunk / 2
-    );
     // Move `dim` last and flatten the other dims into rows: [rows, len].
     let rank = x.rank();
     let mut perm: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
@@ -688,18 +676,19 @@ fn positive_unit_strides(mut t: TensorRef) -> TensorRef {
     t
 }
 
-/// Float batched matmul on cuDNN. Expanded batch dims are not materialised: they are
-/// broadcast by the matmul, and the result is expanded back when both sides were.
+/// Float batched matmul: cuDNN for F32/F16/BF16, the exact GEMM kernel for F64. Expanded
+/// batch dims are not materialised: they are broadcast by the matmul, and the result is
+/// expanded back when both sides were. Operands cuDNN's engines cannot take directly
+/// (neither row-major nor transposed matrices, interleaved batches) are copied once.
 pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
     exec::check_same_device(name, &a, &b);
     exec::check_same_dtype(name, &a, &b);
-    assert!(
-        a.kind() != DataType::F64,
-        "cudnn-backend: {name}: F64 is not supported by cuDNN matmul; cast to F32 first"
-    );
+    if a.kind() == DataType::F64 {
+        return exact_matmul(&a, &b, name);
+    }
     let full = matmul_dims(name, &a, &b);
-    let a = squash_expanded_batch(a).cudnn_ready();
-    let b = squash_expanded_batch(b).cudnn_ready();
+    let a = squash_expanded_batch(a).matmul_ready();
+    let b = squash_expanded_batch(b).matmul_ready();
     let dims = matmul_dims(name, &a, &b);
     let out = a.empty_on(&dims, a.dtype, name);
     let (ar, br) = (positive_unit_strides(a.tref()), positive_unit_strides(b.tref()));
@@ -709,6 +698,19 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnT
     } else {
         exec::expand(out, &full, name)
     }
+}
+
+/// Float batched matmul `a[.., M, K] · b[.., K, N]` (one rank >= 2, batch dims broadcast)
+/// with the exact GEMM kernel (products and sums in f64, one rounding to the dtype; any
+/// strides, no copies). For F64 and for results that must not carry TF32 error; much
+/// slower than cuDNN on large products.
+pub(crate) fn exact_matmul(a: &CudnnTensor, b: &CudnnTensor, name: &str) -> CudnnTensor {
+    exec::check_same_device(name, a, b);
+    exec::check_same_dtype(name, a, b);
+    let dims = matmul_dims(name, a, b);
+    let out = a.empty_on(&dims, a.dtype, name);
+    expect(name, linalg::matmul(a.stream(), &a.tref(), &b.tref(), &out.tref()));
+    out
 }
 
 /// Integer batched matmul (wrapping; I8/U8 computed in I32 and wrapped back).

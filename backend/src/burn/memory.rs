@@ -2,10 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{CudaSlice, CudaStream};
-
 use crate::error::{Error, Result};
-use crate::ffi::memory::{alloc_uninit, retain_pool_memory, trim_pool};
+use crate::ffi::memory::{retain_pool_memory, trim_pool, DeviceBuffer};
 use crate::runtime::{self, MAX_DEVICES};
 
 static PREPARED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
@@ -28,7 +26,7 @@ pub(crate) fn release_cached_memory(dev: &Arc<runtime::Device>) -> Result<()> {
 /// A device allocation shared by every view of one tensor. Freed (stream-ordered, on the
 /// device's stream) when the last view drops.
 pub(crate) struct Storage {
-    buf: Option<CudaSlice<u8>>,
+    buf: Option<DeviceBuffer>,
     ptr: u64,
     bytes: usize,
     device: Arc<runtime::Device>,
@@ -51,9 +49,8 @@ impl Storage {
                 device: device.clone(),
             }));
         }
-        let stream = device.stream();
-        let buf = alloc_uninit(stream, bytes, op)?;
-        let ptr = device_ptr(stream, &buf);
+        let buf = DeviceBuffer::alloc(device.stream(), bytes, op)?;
+        let ptr = buf.ptr();
         Ok(Arc::new(Storage {
             buf: Some(buf),
             ptr,
@@ -67,13 +64,8 @@ impl Storage {
         if data.is_empty() {
             return Self::alloc(device, 0, op);
         }
-        let stream = device.stream();
-        let buf = stream.clone_htod(data).map_err(|e| Error::OutOfMemory {
-            op,
-            bytes: data.len(),
-            message: e.to_string(),
-        })?;
-        let ptr = device_ptr(stream, &buf);
+        let buf = DeviceBuffer::upload(device.stream(), data, op)?;
+        let ptr = buf.ptr();
         Ok(Arc::new(Storage {
             buf: Some(buf),
             ptr,
@@ -93,9 +85,7 @@ impl Storage {
             .buf
             .as_ref()
             .ok_or_else(|| Error::invalid_arg("into_data", "tensor", "empty buffer"))?;
-        let stream = self.device.stream();
-        stream.memcpy_dtoh(&buf.slice(start..start + len), &mut out)?;
-        stream.synchronize()?;
+        buf.read(start, &mut out)?;
         Ok(out)
     }
 
@@ -113,9 +103,4 @@ impl Storage {
     pub(crate) fn device(&self) -> &Arc<runtime::Device> {
         &self.device
     }
-}
-
-fn device_ptr(stream: &Arc<CudaStream>, buf: &CudaSlice<u8>) -> u64 {
-    use cudarc::driver::DevicePtr;
-    buf.device_ptr(stream).0
 }

@@ -9,6 +9,7 @@
 
 mod deform;
 mod fft;
+mod lanczos;
 
 pub(crate) use deform::{deform_conv2d, deform_conv2d_backward};
 pub(crate) use fft::{irfft, rfft};
@@ -440,11 +441,31 @@ fn fold_rows(t: CudnnTensor) -> CudnnTensor {
     t.reshape(&[m, k])
 }
 
+/// `a · b` for rank-2 operands: the exact GEMM for F64 (cuDNN has no F64 matmul), else
+/// cuDNN on [`CudnnTensor::matmul_ready`] views.
+fn matmul2(a: CudnnTensor, b: CudnnTensor, op: &str) -> CudnnTensor {
+    if a.dtype == DType::F64 {
+        return super::math::exact_matmul(&a, &b, op);
+    }
+    let (a, b) = (a.matmul_ready(), b.matmul_ready());
+    let c = a.empty_on(&[a.dims()[0], b.dims()[1]], a.dtype, op);
+    expect(op, ops::matmul(c.stream(), &a.tref(), &b.tref(), &c.tref()));
+    c
+}
+
+/// Panics unless `t` holds a float dtype the linear layers take (F32, Flex32, F16, BF16
+/// on cuDNN; F64 on the exact GEMM kernel).
+fn require_linear_float(op: &str, t: &CudnnTensor) {
+    if t.dtype != DType::F64 {
+        require_cudnn_float(op, t);
+    }
+}
+
 /// `x [.., K] · w [K, N] (+ bias [N])` as one cuDNN matmul graph with leading dims
-/// folded into M.
+/// folded into M (F64: the exact GEMM kernel, then the bias add).
 pub(crate) fn linear(x: CudnnTensor, w: CudnnTensor, bias: Option<CudnnTensor>) -> CudnnTensor {
     const OP: &str = "linear";
-    require_cudnn_float(OP, &x);
+    require_linear_float(OP, &x);
     check_pair(OP, &x, &w);
     assert!(
         w.rank() == 2,
@@ -453,8 +474,21 @@ pub(crate) fn linear(x: CudnnTensor, w: CudnnTensor, bias: Option<CudnnTensor>) 
     );
     let lead: Vec<i64> = x.dims()[..x.rank().saturating_sub(1)].to_vec();
     let n = w.dims()[1];
-    let x2 = fold_rows(x).cudnn_ready();
-    let w = w.cudnn_ready();
+    let mut dims = lead;
+    dims.push(n);
+    if x.dtype == DType::F64 {
+        let y = matmul2(fold_rows(x), w, OP);
+        let y = match bias {
+            Some(b) => {
+                check_pair(OP, &y, &b);
+                exec::binary(y, b.reshape(&[1, n]), BinaryOp::Add, OP)
+            }
+            None => y,
+        };
+        return y.reshape(&dims);
+    }
+    let x2 = fold_rows(x).matmul_ready();
+    let w = w.matmul_ready();
     let y = x2.empty_on(&[x2.dims()[0], n], x2.dtype, OP);
     let b = bias.map(|b| {
         check_pair(OP, &y, &b);
@@ -471,8 +505,6 @@ pub(crate) fn linear(x: CudnnTensor, w: CudnnTensor, bias: Option<CudnnTensor>) 
             Activation::Identity,
         ),
     );
-    let mut dims = lead;
-    dims.push(n);
     y.reshape(&dims)
 }
 
@@ -484,14 +516,11 @@ fn t2(t: &CudnnTensor, op: &str) -> CudnnTensor {
 /// `dy [.., N] · wᵀ` → `[.., K]` (gradient of [`linear`] with respect to `x`).
 pub(crate) fn linear_x_backward(w: CudnnTensor, dy: CudnnTensor) -> CudnnTensor {
     const OP: &str = "linear_x_backward";
-    require_cudnn_float(OP, &dy);
+    require_linear_float(OP, &dy);
     check_pair(OP, &dy, &w);
     let lead: Vec<i64> = dy.dims()[..dy.rank().saturating_sub(1)].to_vec();
     let k = w.dims()[0];
-    let dy2 = fold_rows(dy).cudnn_ready();
-    let wt = t2(&w.cudnn_ready(), OP);
-    let dx = dy2.empty_on(&[dy2.dims()[0], k], dy2.dtype, OP);
-    expect(OP, ops::matmul(dx.stream(), &dy2.tref(), &wt.tref(), &dx.tref()));
+    let dx = matmul2(fold_rows(dy), t2(&w, OP), OP);
     let mut dims = lead;
     dims.push(k);
     dx.reshape(&dims)
@@ -501,15 +530,10 @@ pub(crate) fn linear_x_backward(w: CudnnTensor, dy: CudnnTensor) -> CudnnTensor 
 /// [`linear`] with respect to its weight; one GEMM).
 pub(crate) fn linear_weight_backward(x: CudnnTensor, dy: CudnnTensor) -> CudnnTensor {
     const OP: &str = "linear_weight_backward";
-    require_cudnn_float(OP, &x);
+    require_linear_float(OP, &x);
     check_pair(OP, &x, &dy);
-    let x2 = fold_rows(x).cudnn_ready();
-    let dy2 = fold_rows(dy).cudnn_ready();
-    let (k, n) = (x2.dims()[1], dy2.dims()[1]);
-    let xt = t2(&x2, OP);
-    let dw = x2.empty_on(&[k, n], x2.dtype, OP);
-    expect(OP, ops::matmul(dw.stream(), &xt.tref(), &dy2.tref(), &dw.tref()));
-    dw
+    let xt = t2(&fold_rows(x), OP);
+    matmul2(xt, fold_rows(dy), OP)
 }
 
 /// `dy [.., N]` summed over every dim but the last → `[N]`.
@@ -846,9 +870,8 @@ fn interp_mode(op: &str, mode: &burn_backend::ops::InterpolateMode) -> KMode {
         M::Nearest => KMode::Nearest,
         M::Bilinear => KMode::Bilinear,
         M::Bicubic => KMode::Bicubic,
-        M::Lanczos3 => panic!(
-            "cudnn-backend: {op}: interpolation mode Lanczos3 is not supported; use Nearest, Bilinear or Bicubic"
-        ),
+        // Lanczos3 runs as two exact GEMMs (`lanczos` module) before the kernels are asked.
+        M::Lanczos3 => panic!("cudnn-backend: {op}: the resize kernels have no Lanczos3 mode; use nn::lanczos"),
     }
 }
 
@@ -860,6 +883,9 @@ pub(crate) fn interpolate(
 ) -> CudnnTensor {
     const OP: &str = "interpolate";
     require_float(OP, &x);
+    if matches!(options.mode, burn_backend::ops::InterpolateMode::Lanczos3) {
+        return lanczos::lanczos3_interpolate(x, size, options.align_corners);
+    }
     let mode = interp_mode(OP, &options.mode);
     let d = x.dims();
     assert!(d.len() == 4, "cudnn-backend: {OP}: input {d:?} must be [N, C, H, W]");
@@ -879,6 +905,9 @@ pub(crate) fn interpolate_backward(
 ) -> CudnnTensor {
     const OP: &str = "interpolate_backward";
     require_float(OP, &dy);
+    if matches!(options.mode, burn_backend::ops::InterpolateMode::Lanczos3) {
+        return lanczos::lanczos3_interpolate_backward(x.dims(), dy, options.align_corners);
+    }
     let mode = interp_mode(OP, &options.mode);
     let dx = dy.empty_on(x.dims(), dy.dtype, OP);
     expect(

@@ -12,14 +12,14 @@ use std::sync::Arc;
 
 use burn_backend::ops::{GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
 use burn_backend::tensor::IndexingUpdateOp;
-use burn_backend::{BoolStore, DType, IntDType, Scalar, Shape, Slice};
+use burn_backend::{DType, IntDType, Scalar, Shape, Slice};
 
 use super::exec::{self, check_same_device, check_same_dtype};
 use super::tensor::{expect, to_dims, CudnnTensor};
 use super::CudnnDevice;
 use crate::graph::{packed_strides, DataType};
 use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
-use crate::kernels::reduce::{self as red, ReduceOp, ScanOp};
+use crate::kernels::reduce::{self as red, ScanOp};
 use crate::kernels::{index as ix, resize};
 use crate::ops::TensorRef;
 use crate::runtime;
@@ -511,67 +511,46 @@ pub(crate) fn select_add(
     accumulate(Accumulate::Select, dim, t, indices, value, op)
 }
 
-/// For `indices` `[.., K]` into `data_dims`, the row index of each index tuple into `data`
-/// viewed as `[prod(data_dims[..K]), prod(data_dims[K..])]`: a 1-D I64 tensor of
-/// `prod(indices.dims[..-1])` elements, plus K. Computed on the device (a scaled copy per
-/// column, then a row sum).
-fn nd_rows(indices: &CudnnTensor, data_dims: &[i64], op: &str) -> (CudnnTensor, usize) {
-    let rank = indices.rank();
-    assert!(rank >= 1, "cudnn-backend: {op}: indices need at least one dim");
-    let k = indices.dims()[rank - 1] as usize;
+/// The dims of `gather_nd`'s output / `scatter_nd`'s values for `indices` `[.., K]` into
+/// `data_dims`: `indices.dims[..-1] ++ data_dims[K..]`.
+fn nd_dims(indices: &CudnnTensor, data_dims: &[i64], op: &str) -> Vec<i64> {
+    let Some((&k, tuple_dims)) = indices.dims().split_last() else {
+        panic!("cudnn-backend: {op}: indices need at least one dim (the last holds the index tuples)");
+    };
     assert!(
-        k <= data_dims.len(),
+        k as usize <= data_dims.len(),
         "cudnn-backend: {op}: index tuples of {k} coordinates for data of rank {}",
         data_dims.len()
     );
-    let n: i64 = indices.dims()[..rank - 1].iter().product();
-    if k == 0 || n == 0 {
-        return (exec::full(indices.device(), &[n], DType::I64, 0.0, op), k);
-    }
-    let tuples = exec::copy_to_new(indices, DType::I64, op).reshape(&[n, k as i64]);
-    let stream = tuples.stream();
-    for j in 0..k {
-        let scale: i64 = data_dims[j + 1..k].iter().product();
-        if scale != 1 {
-            let col = expect(op, tuples.layout.slice(1, j as i64, j as i64 + 1, 1));
-            let col = tuples.with_layout(col).tref();
-            expect(op, ew::unary(stream, UnaryOp::MulScalar(scale as f64), &col, &col));
-        }
-    }
-    if k == 1 {
-        return (tuples.reshape(&[n]), k);
-    }
-    let rows = tuples.empty_on(&[n, 1], DType::I64, op);
-    expect(op, red::reduce(stream, ReduceOp::Sum, &tuples.tref(), 1, &rows.tref()));
-    (rows.reshape(&[n]), k)
+    [tuple_dims, &data_dims[k as usize..]].concat()
 }
 
 /// Burn's `gather_nd`: `out[b.., s..] = data[indices[b.., :], s..]`, shaped
-/// `indices.dims[..-1] ++ data.dims[K..]`.
+/// `indices.dims[..-1] ++ data.dims[K..]` (one kernel on the strided views). A tuple with a
+/// coordinate out of range (where burn-ndarray panics) yields a slice of zeros.
 pub(crate) fn gather_nd(data: CudnnTensor, indices: CudnnTensor, op: &str) -> CudnnTensor {
     check_same_device(op, &data, &indices);
-    let data_dims = data.dims().to_vec();
-    let (rows, k) = nd_rows(&indices, &data_dims, op);
-    let outer: i64 = data_dims[..k].iter().product();
-    let inner: i64 = data_dims[k..].iter().product();
-    let table = data.reshape(&[outer, inner]);
-    let out = table.empty_on(&[rows.numel(), inner], table.dtype, op);
+    let indices = index_tensor(indices, op);
+    let dims = nd_dims(&indices, data.dims(), op);
+    let out = data.empty_on(&dims, data.dtype, op);
     expect(
         op,
-        ix::index_select(out.stream(), &table.tref(), 0, &rows.tref(), &out.tref()),
+        ix::gather_nd(out.stream(), &data.tref(), &indices.tref(), &out.tref()),
     );
-    let mut dims = indices.dims()[..indices.rank() - 1].to_vec();
-    dims.extend_from_slice(&data_dims[k..]);
-    out.reshape(&dims)
+    out
 }
 
 /// Burn's `scatter_nd`: `data` with the slices at the index tuples of `indices` updated by
-/// `values` (`indices.dims[..-1] ++ data.dims[K..]`) through `reduction`.
+/// `values` (`indices.dims[..-1] ++ data.dims[K..]`) through `reduction`, in one kernel
+/// (atomic updates; functional: `data` is copied first unless nothing else can see its
+/// buffer).
 ///
-/// `Add` accumulates duplicate tuples exactly. `Assign`, `Mul`, `Min` and `Max` compute each
-/// updated slice from `data` and its value, then write it: exact when the index tuples are
-/// unique (as ONNX `ScatterND` requires); slices named by several tuples receive the sum of
-/// their candidates.
+/// Duplicate tuples: `Add`, `Mul`, `Min` and `Max` combine every candidate, in an order that
+/// only affects float rounding of `Add`/`Mul` (`Min`/`Max` follow burn-ndarray: a NaN value
+/// never replaces, a NaN element stays). `Assign` leaves each element holding one of its
+/// candidates, unspecified which (like PyTorch's `index_put_` without `accumulate`;
+/// burn-ndarray keeps the last). A tuple with a coordinate out of range (where burn-ndarray
+/// panics) updates nothing.
 pub(crate) fn scatter_nd(
     data: CudnnTensor,
     indices: CudnnTensor,
@@ -582,52 +561,22 @@ pub(crate) fn scatter_nd(
     check_same_device(op, &data, &indices);
     check_same_device(op, &data, &values);
     check_same_dtype(op, &data, &values);
-    let dtype = data.dtype;
-    let work = accumulation_dtype(&data);
-    let data_dims = data.dims().to_vec();
-    let (rows, k) = nd_rows(&indices, &data_dims, op);
-    let outer: i64 = data_dims[..k].iter().product();
-    let inner: i64 = data_dims[k..].iter().product();
-    let n = rows.numel();
-    let values = exec::cast(values, work, op).reshape(&[n, inner]);
-    let stream = rows.stream().clone();
-    if let IndexingUpdateOp::Add = reduction {
-        let out = owned(data, work, op).reshape(&[outer, inner]);
-        expect(op, ix::index_add(&stream, &out.tref(), 0, &rows.tref(), &values.tref()));
-        return exec::cast(out.reshape(&data_dims), dtype, op);
-    }
-    let table = exec::cast(data, work, op).reshape(&[outer, inner]);
-    let updates = match reduction {
-        IndexingUpdateOp::Mul | IndexingUpdateOp::Min | IndexingUpdateOp::Max => {
-            let bop = match reduction {
-                IndexingUpdateOp::Mul => BinaryOp::Mul,
-                IndexingUpdateOp::Min => BinaryOp::Min,
-                _ => BinaryOp::Max,
-            };
-            let current = table.empty_on(&[n, inner], work, op);
-            expect(
-                op,
-                ix::index_select(&stream, &table.tref(), 0, &rows.tref(), &current.tref()),
-            );
-            let r = current.tref();
-            expect(op, ew::binary(&stream, bop, &r, &values.tref(), &r));
-            current
-        }
-        _ => values,
+    let indices = index_tensor(indices, op);
+    nd_dims(&indices, data.dims(), op);
+    let update = match reduction {
+        IndexingUpdateOp::Assign => ix::ScatterNdOp::Assign,
+        IndexingUpdateOp::Add => ix::ScatterNdOp::Add,
+        IndexingUpdateOp::Mul => ix::ScatterNdOp::Mul,
+        IndexingUpdateOp::Min => ix::ScatterNdOp::Min,
+        IndexingUpdateOp::Max => ix::ScatterNdOp::Max,
     };
-    // Rows hit by some tuple take the scattered updates, the others keep `data`.
-    let sums = exec::full(table.device(), &[outer, inner], work, 0.0, op);
+    let dtype = data.dtype;
+    let out = owned(data, dtype, op);
     expect(
         op,
-        ix::index_add(&stream, &sums.tref(), 0, &rows.tref(), &updates.tref()),
+        ix::scatter_nd(out.stream(), &out.tref(), &indices.tref(), &values.tref(), update),
     );
-    let hits = exec::full(table.device(), &[outer, 1], DType::I32, 0.0, op);
-    let one = exec::full(table.device(), &[1, 1], DType::I32, 1.0, op);
-    let ones = exec::expand(one, &[n, 1], op);
-    expect(op, ix::index_add(&stream, &hits.tref(), 0, &rows.tref(), &ones.tref()));
-    let hit = exec::copy_to_new(&hits, DType::Bool(BoolStore::Native), op);
-    let out = where_into_b(&hit, &sums, table, op);
-    exec::cast(out.reshape(&data_dims), dtype, op)
+    out
 }
 
 // ---------------------------------------------------------------------------------------

@@ -218,14 +218,67 @@ impl CudnnTensor {
         packed.with_layout(layout)
     }
 
-    /// A view cuDNN accepts: positive strides without overlap (any dim order, so
-    /// channels-last views go straight in); otherwise a packed copy.
+    /// A view cuDNN's convolution and pooling engines handle reliably: packed row-major
+    /// (`NCHW..`) or, at rank >= 3, packed channels-last (`NHWC`, `NDHWC`: dim 1 innermost),
+    /// with every size-1 dim given the stride of that packed layout; any other layout
+    /// (other dim orders, gaps, broadcasts) becomes one packed row-major copy. (Some
+    /// engines, notably half-precision ones, return wrong results for other dim orders.)
     pub(crate) fn cudnn_ready(self) -> Self {
-        let r = self.tref();
-        if r.is_packed() && r.strides.iter().zip(&r.dims).all(|(&s, &d)| s > 0 || d == 1) {
-            return self;
+        let dims = &self.layout.dims;
+        let r = dims.len();
+        if self.numel() == 0 {
+            let layout = ViewLayout {
+                offset: self.layout.offset,
+                ..ViewLayout::contiguous(dims)
+            };
+            return self.with_layout(layout);
+        }
+        let row_major: Vec<usize> = (0..r).collect();
+        let mut orders = vec![row_major];
+        if r >= 3 {
+            let mut channels_last = vec![0];
+            channels_last.extend(2..r);
+            channels_last.push(1);
+            orders.push(channels_last);
+        }
+        for order in &orders {
+            if let Some(strides) = packed_strides_in(dims, &self.layout.strides, order) {
+                let layout = ViewLayout {
+                    strides,
+                    ..self.layout.clone()
+                };
+                return self.with_layout(layout);
+            }
         }
         super::exec::copy_to_new(&self, self.dtype, "cudnn input")
+    }
+
+    /// A view cuDNN's matmul engines handle reliably, for an operand `[batch.., R, C]` of
+    /// rank >= 2: the matrix row-major (`stride[-1] == 1`, `stride[-2] >= C`) or transposed
+    /// (`stride[-2] == 1`, `stride[-1] >= R`), and every batch dim of size > 1 strided past
+    /// the whole matrix (so each batch is a separate, non-interleaved matrix); size-1 dims get
+    /// strides that satisfy this. Anything else (e.g. a batch dim innermost, gapped columns,
+    /// stride-0 batch dims: squash those to size 1 first) becomes one packed row-major copy.
+    pub(crate) fn matmul_ready(self) -> Self {
+        let r = self.rank();
+        assert!(
+            r >= 2,
+            "cudnn-backend: matmul: operand {:?} needs rank >= 2",
+            self.dims()
+        );
+        if self.numel() == 0 {
+            return self;
+        }
+        match matmul_strides(&self.layout.dims, &self.layout.strides) {
+            Some(strides) => {
+                let layout = ViewLayout {
+                    strides,
+                    ..self.layout.clone()
+                };
+                self.with_layout(layout)
+            }
+            None => super::exec::copy_to_new(&self, self.dtype, "matmul input"),
+        }
     }
 
     /// Bytes of the packed view, read to the host (waits for the device's stream).
@@ -236,6 +289,61 @@ impl CudnnTensor {
         let len = t.numel() as usize * elem;
         expect("into_data", t.storage.read(start, len))
     }
+}
+
+/// The strides of `dims` packed in dim order `order` (outermost first), when `strides`
+/// equal them on every dim of size > 1; `None` otherwise.
+fn packed_strides_in(dims: &[i64], strides: &[i64], order: &[usize]) -> Option<Vec<i64>> {
+    let mut packed = vec![0i64; dims.len()];
+    let mut next = 1i64;
+    for &d in order.iter().rev() {
+        if dims[d] != 1 && strides[d] != next {
+            return None;
+        }
+        packed[d] = next;
+        next *= dims[d];
+    }
+    Some(packed)
+}
+
+/// The normalised strides [`CudnnTensor::matmul_ready`] accepts for a non-empty operand of
+/// `dims` (rank >= 2) with `strides`, or `None` when it needs a copy.
+fn matmul_strides(dims: &[i64], strides: &[i64]) -> Option<Vec<i64>> {
+    let r = dims.len();
+    let (rows, cols) = (dims[r - 2], dims[r - 1]);
+    let (sr, sc) = (strides[r - 2], strides[r - 1]);
+    // Row-major: unit column stride, rows at least a row apart.
+    let row_major = {
+        let sc = if cols == 1 { 1 } else { sc };
+        let sr = if rows == 1 { cols } else { sr };
+        (sc == 1 && sr >= cols).then_some((sr, sc))
+    };
+    // Transposed: unit row stride, columns at least a column apart.
+    let transposed = || {
+        let sr = if rows == 1 { 1 } else { sr };
+        let sc = if cols == 1 { rows } else { sc };
+        (sr == 1 && sc >= rows).then_some((sr, sc))
+    };
+    let (sr, sc) = row_major.or_else(transposed)?;
+    let span = (rows - 1) * sr + (cols - 1) * sc + 1;
+    let mut out = strides.to_vec();
+    out[r - 2] = sr;
+    out[r - 1] = sc;
+    let mut extent = span;
+    for i in 0..r - 2 {
+        if dims[i] != 1 {
+            if strides[i] < span {
+                return None;
+            }
+            extent = extent.max(dims[i] * strides[i]);
+        }
+    }
+    for i in 0..r - 2 {
+        if dims[i] == 1 {
+            out[i] = extent;
+        }
+    }
+    Some(out)
 }
 
 /// A quantized tensor: the int8 values and their f32 scales (one per tensor or per block).
@@ -266,5 +374,56 @@ impl TensorMetadata for CudnnQTensor {
 impl QTensorPrimitive for CudnnQTensor {
     fn scheme(&self) -> &QuantScheme {
         &self.scheme
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cudnn_layouts_are_row_major_or_channels_last() {
+        let rm: Vec<usize> = vec![0, 1, 2, 3];
+        let cl: Vec<usize> = vec![0, 2, 3, 1];
+        // NCHW packed; size-1 dims get the packed stride whatever they had.
+        assert_eq!(
+            packed_strides_in(&[2, 3, 4, 5], &[60, 20, 5, 1], &rm),
+            Some(vec![60, 20, 5, 1])
+        );
+        assert_eq!(
+            packed_strides_in(&[1, 3, 1, 5], &[0, 5, 99, 1], &rm),
+            Some(vec![15, 5, 5, 1])
+        );
+        // NHWC packed matches channels-last only.
+        let nhwc = [60, 1, 15, 3];
+        assert_eq!(packed_strides_in(&[2, 3, 4, 5], &nhwc, &rm), None);
+        assert_eq!(packed_strides_in(&[2, 3, 4, 5], &nhwc, &cl), Some(nhwc.to_vec()));
+        // Fully reversed (the conformance suite's permuted view) and gapped: neither.
+        let rev = [1, 2, 6, 24];
+        assert_eq!(packed_strides_in(&[2, 3, 4, 5], &rev, &rm), None);
+        assert_eq!(packed_strides_in(&[2, 3, 4, 5], &rev, &cl), None);
+        assert_eq!(packed_strides_in(&[2, 3, 4, 5], &[120, 40, 10, 2], &rm), None);
+    }
+
+    #[test]
+    fn matmul_operands_are_row_major_or_transposed_with_outer_batches() {
+        // Row-major, transposed, and a gapped leading dimension pass unchanged.
+        assert_eq!(matmul_strides(&[2, 4, 5], &[20, 5, 1]), Some(vec![20, 5, 1]));
+        assert_eq!(matmul_strides(&[2, 4, 5], &[20, 1, 4]), Some(vec![20, 1, 4]));
+        assert_eq!(matmul_strides(&[4, 5], &[8, 1]), Some(vec![8, 1]));
+        // The reversed permutation of [2, 4, 5] (batch innermost): copy.
+        assert_eq!(matmul_strides(&[2, 4, 5], &[1, 2, 8]), None);
+        // Batch dim interleaved with a transposed matrix: copy.
+        assert_eq!(matmul_strides(&[3, 5, 6], &[6, 18, 1]), None);
+        // Gapped columns and stride-0 batches: copy.
+        assert_eq!(matmul_strides(&[4, 5], &[10, 2]), None);
+        assert_eq!(matmul_strides(&[3, 4, 5], &[0, 5, 1]), None);
+        // Size-1 dims are normalised: a row vector, a column vector, a unit batch.
+        assert_eq!(matmul_strides(&[1, 5], &[0, 1]), Some(vec![5, 1]));
+        assert_eq!(matmul_strides(&[4, 1], &[1, 0]), Some(vec![1, 1]));
+        assert_eq!(matmul_strides(&[1, 4, 5], &[0, 1, 4]), Some(vec![20, 1, 4]));
+        assert_eq!(matmul_strides(&[2, 1, 4, 5], &[20, 7, 5, 1]), Some(vec![20, 40, 5, 1]));
+        // A strided row vector reads as a transposed matrix with a gapped leading dim.
+        assert_eq!(matmul_strides(&[1, 5], &[9, 3]), Some(vec![1, 3]));
     }
 }

@@ -87,3 +87,83 @@ pub(crate) fn scatter_add(
     unsafe { b.launch(grid_for(n as u64)) }?;
     Ok(())
 }
+
+/// Launches `gather_nd_b{1,2,4,8}(const T* x, const void* idx, int idx64, T* out, Layout lx,
+/// Layout li, Layout lo, Layout lk, i64 kstride, i64 n)` (`layouts` = `[lx, li, lo]`,
+/// `indexed` = `lk`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_nd(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    x: u64,
+    idx: u64,
+    idx64: bool,
+    out: u64,
+    layouts: &[KernelLayout; 3],
+    indexed: &KernelLayout,
+    coord_stride: i64,
+    n: i64,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&idx)
+        .arg(&idx64)
+        .arg(&out)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(indexed)
+        .arg(&coord_stride)
+        .arg(&n);
+    // SAFETY: the arguments match `gather_nd_bN(const T*, const void*, int, T*, Layout,
+    // Layout, Layout, Layout, long long, long long)`; the output view and the first
+    // coordinate of every index tuple are in bounds for every item < n, the other
+    // `indexed.rank - 1` coordinates lie `coord_stride` apart inside the indices' view,
+    // `idx64` names the indices' element type, and x is read only at coordinates the
+    // kernel checked against `indexed.shape`, inside its view (validated by the caller).
+    unsafe { b.launch(grid_for(n as u64)) }?;
+    Ok(())
+}
+
+/// Launches `scatter_nd_<dt>(T* target, const void* idx, int idx64, const T* values,
+/// Layout lt, Layout li, Layout lv, Layout lk, i64 kstride, int op, i64 n)`
+/// (`layouts` = `[lt, li, lv]`, `indexed` = `lk`, `op` the kernel's update-op code).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_nd(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    target: u64,
+    idx: u64,
+    idx64: bool,
+    values: u64,
+    layouts: &[KernelLayout; 3],
+    indexed: &KernelLayout,
+    coord_stride: i64,
+    op: i32,
+    n: i64,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&target)
+        .arg(&idx)
+        .arg(&idx64)
+        .arg(&values)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(indexed)
+        .arg(&coord_stride)
+        .arg(&op)
+        .arg(&n);
+    // SAFETY: the arguments match `scatter_nd_<dt>(T*, const void*, int, const T*, Layout,
+    // Layout, Layout, Layout, long long, int, long long)`; the values view and the first
+    // coordinate of every index tuple are in bounds for every item < n, the other
+    // coordinates lie `coord_stride` apart inside the indices' view, `idx64` names the
+    // indices' element type, and the target is updated only at coordinates the kernel
+    // checked against `indexed.shape`, inside its view (validated by the caller). Sub-word
+    // updates compare-and-swap the aligned 32-bit word holding the element, which lies in
+    // the same (at least 256-byte aligned) allocation.
+    unsafe { b.launch(grid_for(n as u64)) }?;
+    Ok(())
+}

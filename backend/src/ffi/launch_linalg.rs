@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, KernelLayout};
 
-/// Side of the square output tile (and thread block) of `int_matmul_*`.
+/// Side of the square output tile (and thread block) of `int_matmul_*` and `matmul_*`.
 pub(crate) const MM_TILE: u32 = 16;
 
 /// Threads per block of `quant_scales_*` (`QS_THREADS` in the kernel).
@@ -29,10 +29,10 @@ pub(crate) struct MatmulShape {
     pub strides: [i64; 6],
 }
 
-/// Launches `int_matmul_<dt>(const T* a, const T* b, T* c, Layout la, Layout lb, Layout lc,
-/// i64 batches, i64 M, i64 N, i64 K, i64 sam, i64 sak, i64 sbk, i64 sbn, i64 scm,
-/// i64 scn)` with 16x16 blocks.
-pub(crate) fn int_matmul(
+/// Launches `int_matmul_<dt>` or `matmul_<dt>` (one signature: `(const T* a, const T* b,
+/// T* c, Layout la, Layout lb, Layout lc, i64 batches, i64 M, i64 N, i64 K, i64 sam,
+/// i64 sak, i64 sbk, i64 sbn, i64 scm, i64 scn)`) with 16x16 blocks.
+pub(crate) fn batched_matmul(
     stream: &CudaStream,
     f: &CudaFunction,
     ptrs: [u64; 3],
@@ -59,8 +59,9 @@ pub(crate) fn int_matmul(
     for st in &s.strides {
         b.arg(st);
     }
-    // SAFETY: the arguments match `int_matmul_<dt>(const T*, const T*, T*, Layout, Layout,
-    // Layout, long long x 10)`; the batch layouts give each operand's base offset for every
+    // SAFETY: the arguments match `int_matmul_<dt>` / `matmul_<dt>(const T*, const T*, T*,
+    // Layout, Layout, Layout, long long x 10)` (T the dtype of all three operands, checked
+    // by the caller's plan); the batch layouts give each operand's base offset for every
     // batch index < batches, and from there a is read at m*sam + k*sak (m < M, k < K),
     // b at k*sbk + n*sbn and c written at m*scm + n*scn, all inside the views validated by
     // the caller; the kernel's 16x16 shared tiles match the 16x16 block.

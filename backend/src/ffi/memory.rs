@@ -3,21 +3,101 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaSlice, CudaStream};
+use cudarc::driver::{sys, CudaStream};
 
 use crate::error::{Error, Result};
 
-/// Allocates `bytes` of uninitialised device memory, ordered on `stream`
-/// (`cuMemAllocAsync` when the device supports it). `op` names the caller in the error.
-pub(crate) fn alloc_uninit(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<CudaSlice<u8>> {
-    // SAFETY: the buffer holds plain bytes (every bit pattern is a valid `u8`) and is only
-    // reached through the tensor that owns it; like `torch.empty`, its contents are
-    // unspecified until a kernel writes them, and no host code reads it before that.
-    unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| Error::OutOfMemory {
-        op,
-        bytes,
-        message: e.to_string(),
-    })
+/// A raw stream-ordered device allocation for framework tensors.
+///
+/// Unlike `cudarc::driver::CudaSlice` it records no CUDA events: every use of the buffer is
+/// ordered on the one stream it was allocated on (the device stream that all framework ops
+/// use), so allocation and release are one driver call each (`cuMemAllocAsync` /
+/// `cuMemFreeAsync`), which matters for frameworks that create thousands of tensors a step.
+pub(crate) struct DeviceBuffer {
+    ptr: u64,
+    bytes: usize,
+    stream: Arc<CudaStream>,
+}
+
+impl DeviceBuffer {
+    /// `bytes` (> 0) of uninitialised memory, ordered on `stream`. `op` names the caller.
+    pub(crate) fn alloc(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<Self> {
+        let ctx = stream.context();
+        ctx.bind_to_thread()?;
+        let oom = |e: cudarc::driver::DriverError| Error::OutOfMemory {
+            op,
+            bytes,
+            message: e.to_string(),
+        };
+        let ptr = if ctx.has_async_alloc() {
+            // SAFETY: the context is current on this thread and `cu_stream()` is a live stream
+            // of it; the returned memory is plain bytes, only reached through this buffer, and
+            // (like `torch.empty`) unspecified until a kernel writes it.
+            unsafe { cudarc::driver::result::malloc_async(stream.cu_stream(), bytes.max(1)) }.map_err(oom)?
+        } else {
+            // SAFETY: as above, with a synchronous allocation.
+            unsafe { cudarc::driver::result::malloc_sync(bytes.max(1)) }.map_err(oom)?
+        };
+        Ok(Self {
+            ptr,
+            bytes,
+            stream: stream.clone(),
+        })
+    }
+
+    /// A device copy of `data` (non-empty).
+    pub(crate) fn upload(stream: &Arc<CudaStream>, data: &[u8], op: &'static str) -> Result<Self> {
+        let buf = Self::alloc(stream, data.len(), op)?;
+        // SAFETY: `buf` holds at least `data.len()` bytes; the copy is ordered on the
+        // buffer's stream, and a copy from pageable host memory returns only once `data`
+        // has been consumed, so `data` may be dropped afterwards.
+        unsafe { cudarc::driver::result::memcpy_htod_async(buf.ptr, data, stream.cu_stream()) }?;
+        Ok(buf)
+    }
+
+    /// Copies `out.len()` bytes starting `start` bytes into the buffer to the host, after
+    /// all work queued on the stream, and waits for them.
+    pub(crate) fn read(&self, start: usize, out: &mut [u8]) -> Result<()> {
+        if start + out.len() > self.bytes {
+            return Err(Error::invalid_arg(
+                "read",
+                "range",
+                format!("{start}+{} exceeds the {}-byte buffer", out.len(), self.bytes),
+            ));
+        }
+        self.stream.context().bind_to_thread()?;
+        // SAFETY: the source range lies inside this allocation (checked above) and `out` is
+        // a writable host slice of exactly the copied length; the stream is synchronised
+        // before `out` is used.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(out, self.ptr + start as u64, self.stream.cu_stream())
+        }?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Device address of the first byte.
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let ctx = self.stream.context();
+        if ctx.bind_to_thread().is_err() {
+            return;
+        }
+        if ctx.has_async_alloc() {
+            // SAFETY: `ptr` came from `malloc_async` and is freed once; the free is ordered
+            // after every kernel queued on the stream that may still read or write it.
+            let _ = unsafe { cudarc::driver::result::free_async(self.ptr, self.stream.cu_stream()) };
+        } else {
+            let _ = self.stream.synchronize();
+            // SAFETY: `ptr` came from `malloc_sync`, is freed once, and no queued work uses it.
+            let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+        }
+    }
 }
 
 /// Keeps freed blocks in the device's default memory pool instead of returning them to

@@ -1,5 +1,6 @@
 //! Index kernels on strided views: gather, scatter-add, index-select and index-add along
-//! one axis.
+//! one axis, and the multi-dimensional [`gather_nd`] / [`scatter_nd`] (index tuples into
+//! the leading dims, with an update op: assign, add, mul, min or max).
 //!
 //! Every function takes the stream first, validates all its arguments, and only enqueues
 //! work (it never synchronizes). Indices are `I64` or `I32`; every operand may be
@@ -10,14 +11,19 @@
 //! **Bounds are the caller's responsibility.** Index values are only known on the device,
 //! so they are not validated: an index outside `0..dim` (negative included) never reads
 //! or writes out of bounds, but its item is skipped. `gather` / `index_select` leave that
-//! output element unwritten, `scatter_add` / `index_add` add nothing for it.
+//! output element unwritten, `scatter_add` / `index_add` add nothing for it; an index tuple
+//! of `gather_nd` with a coordinate out of range yields a zero slice, one of `scatter_nd`
+//! updates nothing.
 //!
 //! Host work is split in two: a pure `plan_*` function (validation, layouts, kernel
 //! choice) that needs no device, and the launch of the planned kernel (`kernels/index.cu`:
 //! `gather_b{1,2,4,8}` by element size, `scatter_add_<dt>` per dtype; `index_select` and
-//! `index_add` run the same kernels with the 1-D indices broadcast along the axis).
+//! `index_add` run the same kernels with the 1-D indices broadcast along the axis;
+//! `gather_nd_b{1,2,4,8}` and `scatter_nd_<dt>`).
 //! The adds use atomics (f32/f64/i32/i64 natively, f16/bf16 by compare-and-swap on the
 //! containing 32-bit word), so float sums with duplicate indices are not bit-reproducible.
+//! `scatter_nd` updates atomically too (native add/min/max where the hardware has them,
+//! compare-and-swap loops otherwise, on the containing 32-bit word for 1- and 2-byte types).
 
 use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
 use std::sync::Arc;
@@ -346,6 +352,173 @@ pub(crate) fn plan_index_add(
     }))
 }
 
+/// How [`scatter_nd`] combines a value with the element it lands on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScatterNdOp {
+    /// Overwrite. With duplicate index tuples each element ends up holding one of its
+    /// candidate values, unspecified which (like PyTorch's `index_put_` without
+    /// `accumulate`).
+    Assign,
+    /// `element + value` (ints wrap; Bool: logical or).
+    Add,
+    /// `element * value` (ints wrap; Bool: logical and).
+    Mul,
+    /// `value` when `value < element`, else `element` (a NaN value never replaces, a NaN
+    /// element stays, as burn-ndarray).
+    Min,
+    /// `value` when `value > element`, else `element` (NaN as for `Min`).
+    Max,
+}
+
+impl ScatterNdOp {
+    /// The kernel's `op` code (`ND_ASSIGN` .. `ND_MAX` in `kernels/index.cu`).
+    fn code(self) -> i32 {
+        match self {
+            ScatterNdOp::Assign => 0,
+            ScatterNdOp::Add => 1,
+            ScatterNdOp::Mul => 2,
+            ScatterNdOp::Min => 3,
+            ScatterNdOp::Max => 4,
+        }
+    }
+}
+
+/// What [`gather_nd`] and [`scatter_nd`] launch over the `n` items of the joint shape
+/// `tuple dims ++ slice dims`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NdPlan {
+    pub entry: &'static str,
+    /// Whether the indices are `I64` (else `I32`).
+    pub idx64: bool,
+    /// Layouts of (indexed operand with stride 0 on the tuple dims, a tuple's first
+    /// coordinate with stride 0 on the slice dims, out/values).
+    pub layouts: [KernelLayout; 3],
+    /// The K indexed dims of the indexed operand: their lengths and strides.
+    pub indexed: KernelLayout,
+    /// Stride between the coordinates of one index tuple.
+    pub coord_stride: i64,
+    pub n: i64,
+}
+
+/// `scatter_nd_<dt>` (every dtype is supported).
+fn scatter_nd_entry(dtype: DataType) -> &'static str {
+    match dtype {
+        DataType::F32 => "scatter_nd_f32",
+        DataType::F16 => "scatter_nd_f16",
+        DataType::BF16 => "scatter_nd_bf16",
+        DataType::F64 => "scatter_nd_f64",
+        DataType::I32 => "scatter_nd_i32",
+        DataType::I64 => "scatter_nd_i64",
+        DataType::I8 => "scatter_nd_i8",
+        DataType::U8 => "scatter_nd_u8",
+        DataType::Bool => "scatter_nd_bool",
+    }
+}
+
+/// `gather_nd_b{1,2,4,8}` by element size.
+fn gather_nd_entry(dtype: DataType) -> &'static str {
+    match dtype.size() {
+        1 => "gather_nd_b1",
+        2 => "gather_nd_b2",
+        4 => "gather_nd_b4",
+        _ => "gather_nd_b8",
+    }
+}
+
+/// Validates the operands of the nd forms (`data` indexed by `indices` `[.., K]`, `other`
+/// of dims `indices.dims[..-1] ++ data.dims[K..]` and data's dtype, `written` not
+/// self-overlapping) and plans the launch; `None` when there is nothing to do.
+fn plan_nd(
+    op: &'static str,
+    entry: &'static str,
+    (data_arg, data): (&'static str, &TensorRef),
+    indices: &TensorRef,
+    (other_arg, other): (&'static str, &TensorRef),
+    written: (&'static str, &TensorRef),
+) -> Result<Option<NdPlan>> {
+    check_tensor(op, data_arg, data)?;
+    check_tensor(op, "indices", indices)?;
+    let n = check_tensor(op, other_arg, other)?;
+    let idx64 = check_index_dtype(op, indices)?;
+    same_dtype(op, other_arg, other, data.dtype, data_arg)?;
+    let Some((&k, tuple_dims)) = indices.dims.split_last() else {
+        return Err(Error::invalid_arg(
+            op,
+            "indices",
+            "must have at least one dim (the last one holds the index tuples)",
+        ));
+    };
+    let k = k as usize;
+    if k > data.dims.len() {
+        return Err(Error::invalid_arg(
+            op,
+            "indices",
+            format!(
+                "tuples of {k} coordinates ({:?}) exceed {data_arg}'s rank {} ({:?})",
+                indices.dims,
+                data.dims.len(),
+                data.dims
+            ),
+        ));
+    }
+    let slice_dims = &data.dims[k..];
+    let want = [tuple_dims, slice_dims].concat();
+    if other.dims != want {
+        return Err(Error::invalid_arg(
+            op,
+            other_arg,
+            format!(
+                "dims {:?} differ from {want:?} (the indices' dims without the last, then {data_arg}'s dims from {k})",
+                other.dims
+            ),
+        ));
+    }
+    check_no_overlap(op, written.0, written.1)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let tuples = tuple_dims.len();
+    let data_strides = [vec![0; tuples], data.strides[k..].to_vec()].concat();
+    let idx_strides = [indices.strides[..tuples].to_vec(), vec![0; slice_dims.len()]].concat();
+    let (shape, strides) = coalesce(&want, &[data_strides, idx_strides, other.strides.clone()]);
+    let mut layouts = [KernelLayout::default(); 3];
+    for (l, s) in layouts.iter_mut().zip(&strides) {
+        *l = kernel_layout(op, &shape, s)?;
+    }
+    Ok(Some(NdPlan {
+        entry,
+        idx64,
+        layouts,
+        indexed: kernel_layout(op, &data.dims[..k], &data.strides[..k])?,
+        coord_stride: indices.strides[tuples],
+        n,
+    }))
+}
+
+pub(crate) fn plan_gather_nd(x: &TensorRef, indices: &TensorRef, out: &TensorRef) -> Result<Option<NdPlan>> {
+    const OP: &str = "gather_nd";
+    plan_nd(
+        OP,
+        gather_nd_entry(x.dtype),
+        ("x", x),
+        indices,
+        ("out", out),
+        ("out", out),
+    )
+}
+
+pub(crate) fn plan_scatter_nd(target: &TensorRef, indices: &TensorRef, values: &TensorRef) -> Result<Option<NdPlan>> {
+    const OP: &str = "scatter_nd";
+    plan_nd(
+        OP,
+        scatter_nd_entry(target.dtype),
+        ("target", target),
+        indices,
+        ("values", values),
+        ("target", target),
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // Public API
 
@@ -461,6 +634,63 @@ pub fn index_add(
         values.ptr,
         &p.layouts,
         p.axis,
+        p.n,
+    )
+}
+
+/// `out[b.., s..] = x[indices[b.., 0], .., indices[b.., K - 1], s..]`: `indices` (`I64`
+/// or `I32`) has dims `[.., K]` with `K <= x`'s rank; `out` has dims
+/// `indices.dims[..-1] ++ x.dims[K..]` and `x`'s dtype (any dtype). An index tuple with a
+/// coordinate outside `0..x.dims[j]` yields a slice of zeros (bounds are the caller's
+/// responsibility).
+pub fn gather_nd(stream: &Arc<CudaStream>, x: &TensorRef, indices: &TensorRef, out: &TensorRef) -> Result<()> {
+    let Some(p) = plan_gather_nd(x, indices, out)? else {
+        return Ok(());
+    };
+    let f = stream_function(stream, INDEX, p.entry)?;
+    launch::gather_nd(
+        stream,
+        &f,
+        x.ptr,
+        indices.ptr,
+        p.idx64,
+        out.ptr,
+        &p.layouts,
+        &p.indexed,
+        p.coord_stride,
+        p.n,
+    )
+}
+
+/// `target[indices[b.., 0], .., indices[b.., K - 1], s..] op= values[b.., s..]` (in place):
+/// `indices` (`I64` or `I32`) has dims `[.., K]` with `K <= target`'s rank; `values` has
+/// dims `indices.dims[..-1] ++ target.dims[K..]` and `target`'s dtype (any dtype). Duplicate
+/// tuples combine through `op` in an unspecified order: `Add`, `Mul`, `Min` and `Max` are
+/// order-independent (up to float rounding for `Add` and `Mul`); with `Assign` each element
+/// receives one of its candidates (see [`ScatterNdOp`]). An index tuple with a coordinate
+/// outside `0..target.dims[j]` updates nothing (bounds are the caller's responsibility).
+pub fn scatter_nd(
+    stream: &Arc<CudaStream>,
+    target: &TensorRef,
+    indices: &TensorRef,
+    values: &TensorRef,
+    op: ScatterNdOp,
+) -> Result<()> {
+    let Some(p) = plan_scatter_nd(target, indices, values)? else {
+        return Ok(());
+    };
+    let f = stream_function(stream, INDEX, p.entry)?;
+    launch::scatter_nd(
+        stream,
+        &f,
+        target.ptr,
+        indices.ptr,
+        p.idx64,
+        values.ptr,
+        &p.layouts,
+        &p.indexed,
+        p.coord_stride,
+        op.code(),
         p.n,
     )
 }
@@ -714,6 +944,139 @@ mod tests {
         let strides: Vec<i64> = (0..9).map(|i| 1i64 << (2 * (8 - i))).collect();
         let x = ts(&dims, &strides, F32);
         let (_, _, why) = invalid(plan_gather(&x, 0, &t(&dims, I64), &t(&dims, F32)));
+        assert!(why.contains("at most 8"), "{why}");
+    }
+    #[test]
+    fn nd_entries_by_dtype() {
+        let i = t(&[5, 2], I64);
+        for (d, g, sc) in [
+            (F32, "gather_nd_b4", "scatter_nd_f32"),
+            (F16, "gather_nd_b2", "scatter_nd_f16"),
+            (BF16, "gather_nd_b2", "scatter_nd_bf16"),
+            (F64, "gather_nd_b8", "scatter_nd_f64"),
+            (I32, "gather_nd_b4", "scatter_nd_i32"),
+            (I64, "gather_nd_b8", "scatter_nd_i64"),
+            (I8, "gather_nd_b1", "scatter_nd_i8"),
+            (U8, "gather_nd_b1", "scatter_nd_u8"),
+            (Bool, "gather_nd_b1", "scatter_nd_bool"),
+        ] {
+            let p = plan_gather_nd(&t(&[4, 3, 6], d), &i, &t(&[5, 6], d)).unwrap().unwrap();
+            assert_eq!((p.entry, p.idx64), (g, true));
+            let p = plan_scatter_nd(&t(&[4, 3, 6], d), &t(&[5, 2], I32), &t(&[5, 6], d))
+                .unwrap()
+                .unwrap();
+            assert_eq!((p.entry, p.idx64), (sc, false));
+        }
+        let codes: Vec<i32> = [
+            ScatterNdOp::Assign,
+            ScatterNdOp::Add,
+            ScatterNdOp::Mul,
+            ScatterNdOp::Min,
+            ScatterNdOp::Max,
+        ]
+        .iter()
+        .map(|o| o.code())
+        .collect();
+        assert_eq!(codes, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn nd_layouts_split_tuple_and_slice_dims() {
+        // data [4, 3, 6] (transposed storage), indices [2, 5, 2] packed, out [2, 5, 6].
+        let data = ts(&[4, 3, 6], &[1, 4, 12], F32);
+        let p = plan_gather_nd(&data, &t(&[2, 5, 2], I64), &t(&[2, 5, 6], F32))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.n, 60);
+        assert_eq!(p.coord_stride, 1);
+        assert_eq!(p.indexed.rank, 2);
+        assert_eq!(
+            (&p.indexed.shape[..2], &p.indexed.strides[..2]),
+            (&[4i64, 3][..], &[1i64, 4][..])
+        );
+        // The two tuple dims merge (indices and out chain; data has 0 strides there).
+        assert_eq!(p.layouts[0].rank, 2);
+        assert_eq!(&p.layouts[0].shape[..2], &[10, 6]);
+        assert_eq!(&p.layouts[0].strides[..2], &[0, 12]);
+        assert_eq!(&p.layouts[1].strides[..2], &[2, 0]);
+        assert_eq!(&p.layouts[2].strides[..2], &[6, 1]);
+        // K = rank: the slices are single elements; indices transposed ([3, 2] stored as
+        // [2, 3]): coordinates 3 apart.
+        let p = plan_scatter_nd(&t(&[4, 3], I32), &ts(&[3, 2], &[1, 3], I64), &t(&[3], I32))
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.n, p.coord_stride), (3, 3));
+        assert_eq!((p.layouts[1].rank, p.layouts[1].strides[0]), (1, 1));
+        assert_eq!(
+            (&p.indexed.shape[..2], &p.indexed.strides[..2]),
+            (&[4i64, 3][..], &[3i64, 1][..])
+        );
+        // K = 0: every tuple is the whole tensor; rank-1 indices: one tuple.
+        let p = plan_scatter_nd(&t(&[4, 3], F64), &t(&[5, 0], I64), &t(&[5, 4, 3], F64))
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.indexed.rank, p.n), (0, 60));
+        assert_eq!(&p.layouts[0].strides[..2], &[0, 1]);
+        let p = plan_gather_nd(&t(&[4, 3], U8), &t(&[1], I32), &t(&[3], U8))
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.indexed.rank, p.n, p.layouts[1].rank), (1, 3, 1));
+        assert_eq!(p.layouts[1].strides[0], 0);
+    }
+
+    #[test]
+    fn nd_argument_errors_name_the_argument() {
+        let x = t(&[4, 3], F32);
+        let i = t(&[5, 1], I64);
+        let (op, arg, why) = invalid(plan_gather_nd(&x, &t(&[5, 3], I64), &t(&[5], F32)));
+        assert_eq!((op, arg), ("gather_nd", "indices"));
+        assert!(why.contains("rank 2"), "{why}");
+        assert_eq!(invalid(plan_gather_nd(&x, &t(&[], I64), &t(&[], F32))).1, "indices");
+        assert_eq!(
+            invalid(plan_gather_nd(&x, &t(&[5, 1], F32), &t(&[5, 3], F32))).1,
+            "indices"
+        );
+        let (_, arg, why) = invalid(plan_gather_nd(&x, &i, &t(&[5, 4], F32)));
+        assert_eq!(arg, "out");
+        assert!(why.contains("[5, 3]"), "{why}");
+        assert_eq!(invalid(plan_gather_nd(&x, &i, &t(&[5, 3], F16))).1, "out");
+        assert_eq!(invalid(plan_gather_nd(&x, &i, &ts(&[5, 3], &[0, 1], F32))).1, "out");
+        let (op, arg, _) = invalid(plan_scatter_nd(&x, &i, &t(&[5, 3], I32)));
+        assert_eq!((op, arg), ("scatter_nd", "values"));
+        assert_eq!(
+            invalid(plan_scatter_nd(&ts(&[4, 3], &[0, 1], F32), &i, &t(&[5, 3], F32))).1,
+            "target"
+        );
+        assert_eq!(
+            invalid(plan_scatter_nd(
+                &TensorRef::contiguous(&[4, 3], F32, 0),
+                &i,
+                &t(&[5, 3], F32)
+            ))
+            .1,
+            "target"
+        );
+        // Broadcast values and indices are fine, and so is an empty target with tuples
+        // (all out of range).
+        assert!(plan_scatter_nd(&x, &ts(&[5, 1], &[0, 0], I64), &ts(&[5, 3], &[0, 1], F32)).is_ok());
+        assert!(plan_scatter_nd(&t(&[0, 3], F32), &i, &t(&[5, 3], F32))
+            .unwrap()
+            .is_some());
+        // Nothing to do: no tuples or empty slices.
+        assert!(plan_scatter_nd(&x, &t(&[0, 1], I64), &t(&[0, 3], F32))
+            .unwrap()
+            .is_none());
+        assert!(plan_gather_nd(&t(&[4, 0], F32), &i, &t(&[5, 0], F32))
+            .unwrap()
+            .is_none());
+        // Too many dims after merging.
+        let dims = [2i64; 9];
+        let strides: Vec<i64> = (0..9).map(|i| 1i64 << (2 * (8 - i))).collect();
+        let (_, _, why) = invalid(plan_gather_nd(
+            &ts(&dims, &strides, F32),
+            &t(&[3, 1], I64),
+            &t(&[3, 2, 2, 2, 2, 2, 2, 2, 2], F32),
+        ));
         assert!(why.contains("at most 8"), "{why}");
     }
 }

@@ -1,5 +1,6 @@
-//! Linear-algebra and quantization kernels: integer batched matmul, the 3-vector cross
-//! product, and symmetric int8 quantize / dequantize (per tensor or per block).
+//! Linear-algebra and quantization kernels: integer and exact float batched matmul, the
+//! 3-vector cross product, and symmetric int8 quantize / dequantize (per tensor or per
+//! block).
 //!
 //! Every function takes the stream first, validates all its arguments, and only enqueues
 //! work (it never synchronizes). Written operands must not overlap themselves (no 0 or too
@@ -7,7 +8,7 @@
 //!
 //! Host work is split in two: a pure `plan_*` function (validation, layouts, kernel
 //! choice) that needs no device, and the launch of the planned kernels
-//! (`kernels/linalg.cu`: `int_matmul_{i64,i32}`, `cross3_<dt>`, and
+//! (`kernels/linalg.cu`: `int_matmul_{i64,i32}`, `matmul_<dt>`, `cross3_<dt>`, and
 //! `quant_scales_<dt>` + `quantize_<dt>` / `dequantize_<dt>`).
 //!
 //! **Quantization** follows burn's symmetric int8 scheme (`QuantValue::Q8S`, range
@@ -62,22 +63,19 @@ fn broadcast(op: &'static str, arg: &'static str, t: &TensorRef, shape: &[i64]) 
 }
 
 // ---------------------------------------------------------------------------------------
-// int_matmul
+// int_matmul and matmul
 
-/// The planned `int_matmul_<dt>` launch.
+/// The planned `int_matmul_<dt>` or `matmul_<dt>` launch.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct IntMatmulPlan {
+pub(crate) struct MatmulPlan {
     pub entry: &'static str,
     /// Batch layouts of (a, b, c) over the coalesced batch shape (stride 0 where broadcast).
     pub batch_layouts: [KernelLayout; 3],
     pub shape: MatmulShape,
 }
 
-pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<Option<IntMatmulPlan>> {
+pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<Option<MatmulPlan>> {
     const OP: &str = "int_matmul";
-    check_tensor(OP, "a", a)?;
-    check_tensor(OP, "b", b)?;
-    let numel = check_tensor(OP, "c", c)?;
     let entry = match a.dtype {
         DataType::I64 => "int_matmul_i64",
         DataType::I32 => "int_matmul_i32",
@@ -89,12 +87,37 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
             ))
         }
     };
-    same_dtype(OP, "b", b, a.dtype, "a")?;
-    same_dtype(OP, "c", c, a.dtype, "a")?;
+    plan_batched_matmul(OP, entry, a, b, c)
+}
+
+pub(crate) fn plan_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<Option<MatmulPlan>> {
+    const OP: &str = "matmul";
+    let entry = match float_suffix(OP, "a", a.dtype)? {
+        "f32" => "matmul_f32",
+        "f16" => "matmul_f16",
+        "bf16" => "matmul_bf16",
+        _ => "matmul_f64",
+    };
+    plan_batched_matmul(OP, entry, a, b, c)
+}
+
+/// Shared validation and layout of the batched matmuls (`entry` chosen from a's dtype).
+fn plan_batched_matmul(
+    op: &'static str,
+    entry: &'static str,
+    a: &TensorRef,
+    b: &TensorRef,
+    c: &TensorRef,
+) -> Result<Option<MatmulPlan>> {
+    check_tensor(op, "a", a)?;
+    check_tensor(op, "b", b)?;
+    let numel = check_tensor(op, "c", c)?;
+    same_dtype(op, "b", b, a.dtype, "a")?;
+    same_dtype(op, "c", c, a.dtype, "a")?;
     let r = c.dims.len();
     if r < 2 {
         return Err(Error::invalid_arg(
-            OP,
+            op,
             "c",
             format!("rank {r} ({:?}) is below 2", c.dims),
         ));
@@ -102,7 +125,7 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
     for (arg, t) in [("a", a), ("b", b)] {
         if t.dims.len() != r {
             return Err(Error::invalid_arg(
-                OP,
+                op,
                 arg,
                 format!(
                     "rank {} ({:?}) differs from c's rank {r} ({:?})",
@@ -116,7 +139,7 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
     let (m, n, k) = (c.dims[r - 2], c.dims[r - 1], a.dims[r - 1]);
     if a.dims[r - 2] != m {
         return Err(Error::invalid_arg(
-            OP,
+            op,
             "a",
             format!(
                 "M = {} differs from c's {m} (a {:?}, c {:?})",
@@ -128,7 +151,7 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
     }
     if b.dims[r - 2] != k {
         return Err(Error::invalid_arg(
-            OP,
+            op,
             "b",
             format!(
                 "K = {} differs from a's {k} (a {:?}, b {:?})",
@@ -140,7 +163,7 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
     }
     if b.dims[r - 1] != n {
         return Err(Error::invalid_arg(
-            OP,
+            op,
             "b",
             format!(
                 "N = {} differs from c's {n} (b {:?}, c {:?})",
@@ -157,7 +180,7 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
         for (d, (&td, &cd)) in t.dims[..r - 2].iter().zip(batch).enumerate() {
             if td != cd && td != 1 {
                 return Err(Error::invalid_arg(
-                    OP,
+                    op,
                     arg,
                     format!(
                         "batch dim {d} is {td}, neither 1 nor c's {cd} ({arg} {:?}, c {:?})",
@@ -170,16 +193,16 @@ pub(crate) fn plan_int_matmul(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Re
         batch_strides.insert(batch_strides.len() - 1, s);
     }
     // batch_strides is now [a, b, c].
-    check_no_overlap(OP, "c", c)?;
+    check_no_overlap(op, "c", c)?;
     if numel == 0 {
         return Ok(None);
     }
     let (bshape, bstrides) = coalesce(batch, &batch_strides);
     let mut batch_layouts = [KernelLayout::default(); 3];
     for (l, s) in batch_layouts.iter_mut().zip(&bstrides) {
-        *l = kernel_layout(OP, &bshape, s)?;
+        *l = kernel_layout(op, &bshape, s)?;
     }
-    Ok(Some(IntMatmulPlan {
+    Ok(Some(MatmulPlan {
         entry,
         batch_layouts,
         shape: MatmulShape {
@@ -490,7 +513,20 @@ pub fn int_matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Te
         return Ok(());
     };
     let f = stream_function(stream, LINALG, p.entry)?;
-    launch::int_matmul(stream, &f, [a.ptr, b.ptr, c.ptr], &p.batch_layouts, &p.shape)
+    launch::batched_matmul(stream, &f, [a.ptr, b.ptr, c.ptr], &p.batch_layouts, &p.shape)
+}
+
+/// `c[.., M, N] = a[.., M, K] · b[.., K, N]` on F32, F64, F16 or BF16 (all three the same
+/// dtype), computed exactly: every product and partial sum in f64 (no TF32, no reduced
+/// precision), rounded once to c's dtype. Shapes, broadcast batch dims (size 1 or stride 0)
+/// and arbitrary strides as [`int_matmul`]; `K = 0` writes zeros. A simple tiled kernel:
+/// for accuracy-critical or F64 products, not a replacement for cuDNN's fast matmul.
+pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
+    let Some(p) = plan_matmul(a, b, c)? else {
+        return Ok(());
+    };
+    let f = stream_function(stream, LINALG, p.entry)?;
+    launch::batched_matmul(stream, &f, [a.ptr, b.ptr, c.ptr], &p.batch_layouts, &p.shape)
 }
 
 /// `out = a × b`, the 3-vector cross product along `axis` (where `out` has size 3; `a`
@@ -644,6 +680,64 @@ mod tests {
         assert!(why.contains("overlap"), "{why}");
         assert_eq!(
             invalid(plan_int_matmul(&a, &b, &TensorRef::contiguous(&[4, 6], I64, 0))).1,
+            "c"
+        );
+    }
+
+    #[test]
+    fn float_matmul_plans_every_float_dtype() {
+        for (d, e) in [
+            (F32, "matmul_f32"),
+            (F64, "matmul_f64"),
+            (F16, "matmul_f16"),
+            (BF16, "matmul_bf16"),
+        ] {
+            // a [3, 4, 5] expanded (stride 0) over the batch, b [1, 5, 6] transposed.
+            let a = ts(&[3, 4, 5], &[0, 5, 1], d);
+            let b = ts(&[1, 5, 6], &[30, 1, 5], d);
+            let c = t(&[3, 4, 6], d);
+            let p = plan_matmul(&a, &b, &c).unwrap().unwrap();
+            assert_eq!(p.entry, e);
+            assert_eq!(
+                p.shape,
+                MatmulShape {
+                    batches: 3,
+                    m: 4,
+                    n: 6,
+                    k: 5,
+                    strides: [5, 1, 1, 5, 6, 1],
+                }
+            );
+            assert_eq!(p.batch_layouts[0].rank, 1);
+            assert_eq!(
+                (
+                    p.batch_layouts[0].strides[0],
+                    p.batch_layouts[1].strides[0],
+                    p.batch_layouts[2].strides[0]
+                ),
+                (0, 0, 24)
+            );
+        }
+        assert!(plan_matmul(&t(&[0, 5], F32), &t(&[5, 6], F32), &t(&[0, 6], F32))
+            .unwrap()
+            .is_none());
+        let (op, arg, why) = invalid(plan_matmul(&t(&[4, 5], I64), &t(&[5, 6], I64), &t(&[4, 6], I64)));
+        assert_eq!((op, arg), ("matmul", "a"));
+        assert!(why.contains("I64"), "{why}");
+        assert_eq!(
+            invalid(plan_matmul(&t(&[4, 5], F32), &t(&[5, 6], F16), &t(&[4, 6], F32))).1,
+            "b"
+        );
+        let (op, arg, why) = invalid(plan_matmul(&t(&[4, 5], F64), &t(&[4, 6], F64), &t(&[4, 6], F64)));
+        assert_eq!((op, arg), ("matmul", "b"));
+        assert!(why.contains("K = 4"), "{why}");
+        assert_eq!(
+            invalid(plan_matmul(
+                &t(&[4, 5], F32),
+                &t(&[5, 6], F32),
+                &ts(&[4, 6], &[0, 1], F32)
+            ))
+            .1,
             "c"
         );
     }

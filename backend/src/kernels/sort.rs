@@ -13,14 +13,19 @@
 //! +0.0 are equal. F16 and BF16 compare through f32; values are copied bit-exactly from
 //! the input.
 //!
-//! **Limits.** One block sorts one row in shared memory, so a row (the length of `axis`)
-//! may hold at most [`MAX_SORT_LEN`] = 4096 elements; longer rows are rejected with
-//! [`Error::InvalidArgument`] ("not supported yet").
+//! **Row length.** Rows (the length of `axis`) of up to [`MAX_SORT_LEN`] = 4096 elements
+//! are sorted by one block in shared memory. Longer rows (up to `i32::MAX` elements) are
+//! merge-sorted: chunks of [`MAX_SORT_LEN`] are sorted the same way into scratch memory
+//! (12 bytes per element of x, 24 when more than one merge pass runs; allocated
+//! stream-ordered for the call and released after it), then runs are merged pairwise in
+//! `ceil(log2(len / 4096))` passes, the last one writing the outputs. The order is the
+//! same either way.
 //!
 //! Host work is split in two: a pure `plan_sort` (validation, layouts, kernel choice,
-//! block and shared-memory size) that needs no device, and the launch of the planned
-//! kernel (`kernels/sort.cu`: `sort_rows_<dt>`, a bitonic sort of (key, index) pairs padded
-//! to a power of two with sentinels that sort after every element).
+//! block and shared-memory size, merge passes) that needs no device, and the launch of the
+//! planned kernels (`kernels/sort.cu`: `sort_rows_<dt>`, a bitonic sort of (key, index)
+//! pairs padded to a power of two with sentinels that sort after every element; for long
+//! rows `sort_chunks_<dt>` and `merge_runs_b{1,2,4,8}`, a merge-path merge of sorted runs).
 
 use crate::kernels::check::check_tensor;
 use std::sync::Arc;
@@ -29,14 +34,23 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
-use crate::ffi::launch_sort::{self as launch, SortRows};
+use crate::ffi::launch_sort::{self as launch, MergePass, SortRows};
+use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{stream_function, SORT};
 use crate::ops::TensorRef;
 
-/// Longest row (length of the sorted axis) one launch sorts.
+/// Longest row (length of the sorted axis) one block sorts in shared memory; longer rows
+/// are merge-sorted from chunks of this length (`SORT_CHUNK` in `kernels/sort.cu`).
 pub const MAX_SORT_LEN: i64 = 4096;
+
+/// Longest row [`sort`] accepts (row positions are i32 in the merge scratch).
+const MAX_MERGE_LEN: i64 = i32::MAX as i64;
+
+/// Outputs per thread of a merge pass (`MERGE_ITEMS` in `kernels/sort.cu`; divides
+/// [`MAX_SORT_LEN`]).
+const MERGE_ITEMS: i64 = 8;
 
 /// Bytes of shared memory per padded element: an 8-byte key and a 4-byte index.
 const SHARED_BYTES_PER_ELEMENT: i64 = 8 + 4;
@@ -59,6 +73,41 @@ pub(crate) struct SortPlan {
     pub rows: SortRows,
     pub write_values: bool,
     pub write_indices: bool,
+    /// For rows longer than [`MAX_SORT_LEN`]: the chunk sort and merge passes (`rows` then
+    /// describes the chunk sort: `padded` = [`MAX_SORT_LEN`]).
+    pub merge: Option<MergeSort>,
+}
+
+/// The long-row path of a [`SortPlan`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MergeSort {
+    /// `sort_chunks_<dt>`.
+    pub chunk_entry: &'static str,
+    /// `merge_runs_b{1,2,4,8}` by element size.
+    pub merge_entry: &'static str,
+    /// Chunks of [`MAX_SORT_LEN`] per row.
+    pub chunks: i64,
+    /// Merge passes (widths `MAX_SORT_LEN * 2^p`); the last writes the outputs.
+    pub passes: u32,
+    /// Scratch (keys, indices) array pairs: 1 for a single pass, else 2 (ping-pong).
+    pub pairs: usize,
+    /// Elements of one scratch array (`rows * len`).
+    pub elements: i64,
+}
+
+impl MergeSort {
+    /// Bytes of scratch: `pairs` u64 key arrays, then `pairs` i32 index arrays.
+    pub fn scratch_bytes(&self) -> usize {
+        self.pairs * self.elements as usize * (8 + 4)
+    }
+
+    /// Device addresses of scratch pair `k` (keys, indices) in a buffer at `base`.
+    pub fn pair(&self, base: u64, k: usize) -> (u64, u64) {
+        let n = self.elements as u64;
+        let keys = base + 8 * n * k as u64;
+        let idx = base + 8 * n * self.pairs as u64 + 4 * n * k as u64;
+        (keys, idx)
+    }
 }
 
 /// `sort_rows_<dt>` (every dtype is supported).
@@ -73,6 +122,31 @@ fn entry(dtype: DataType) -> &'static str {
         DataType::I8 => "sort_rows_i8",
         DataType::U8 => "sort_rows_u8",
         DataType::Bool => "sort_rows_bool",
+    }
+}
+
+/// `sort_chunks_<dt>`.
+fn chunk_entry(dtype: DataType) -> &'static str {
+    match dtype {
+        DataType::F32 => "sort_chunks_f32",
+        DataType::F16 => "sort_chunks_f16",
+        DataType::BF16 => "sort_chunks_bf16",
+        DataType::F64 => "sort_chunks_f64",
+        DataType::I64 => "sort_chunks_i64",
+        DataType::I32 => "sort_chunks_i32",
+        DataType::I8 => "sort_chunks_i8",
+        DataType::U8 => "sort_chunks_u8",
+        DataType::Bool => "sort_chunks_bool",
+    }
+}
+
+/// `merge_runs_b{1,2,4,8}` by element size.
+fn merge_entry(dtype: DataType) -> &'static str {
+    match dtype.size() {
+        1 => "merge_runs_b1",
+        2 => "merge_runs_b2",
+        4 => "merge_runs_b4",
+        _ => "merge_runs_b8",
     }
 }
 
@@ -145,11 +219,11 @@ pub(crate) fn plan_sort(
         check_output(OP, "indices_out", i, DataType::I64, x)?;
     }
     let len = x.dims[axis];
-    if len > MAX_SORT_LEN {
+    if len > MAX_MERGE_LEN {
         return Err(Error::invalid_arg(
             OP,
             "x",
-            format!("rows longer than {MAX_SORT_LEN} are not supported yet (axis {axis} has {len})"),
+            format!("rows longer than {MAX_MERGE_LEN} elements are not supported (axis {axis} has {len})"),
         ));
     }
     if numel == 0 || (values_out.is_none() && indices_out.is_none()) {
@@ -165,7 +239,20 @@ pub(crate) fn plan_sort(
         kernel_layout(OP, &shape, &merged[1])?,
         kernel_layout(OP, &shape, &merged[2])?,
     ];
-    let padded = (len as u64).next_power_of_two() as i64;
+    let rows = numel / len;
+    let merge = (len > MAX_SORT_LEN).then(|| {
+        let chunks = (len + MAX_SORT_LEN - 1) / MAX_SORT_LEN;
+        let passes = (chunks as u64).next_power_of_two().trailing_zeros();
+        MergeSort {
+            chunk_entry: chunk_entry(x.dtype),
+            merge_entry: merge_entry(x.dtype),
+            chunks,
+            passes,
+            pairs: if passes > 1 { 2 } else { 1 },
+            elements: numel,
+        }
+    });
+    let padded = (len.min(MAX_SORT_LEN) as u64).next_power_of_two() as i64;
     Ok(Some(SortPlan {
         entry,
         layouts,
@@ -173,14 +260,64 @@ pub(crate) fn plan_sort(
         rows: SortRows {
             len,
             padded,
-            rows: numel / len,
+            rows,
             descending,
             threads: padded.clamp(32, MAX_THREADS) as u32,
             shared_bytes: (padded * SHARED_BYTES_PER_ELEMENT) as u32,
         },
         write_values: values_out.is_some(),
         write_indices: indices_out.is_some(),
+        merge,
     }))
+}
+
+/// Enqueues the long-row path of `p`: the chunk sort into scratch memory, then the merge
+/// passes, the last one writing `values` / `indices` (0 when not written). The scratch
+/// buffer is freed stream-ordered after the last pass.
+fn merge_sort(stream: &Arc<CudaStream>, p: &SortPlan, m: &MergeSort, x: u64, values: u64, indices: u64) -> Result<()> {
+    let chunk_fn = stream_function(stream, SORT, m.chunk_entry)?;
+    let merge_fn = stream_function(stream, SORT, m.merge_entry)?;
+    let scratch = DeviceBuffer::alloc(stream, m.scratch_bytes(), "sort")?;
+    let pair = |k: usize| m.pair(scratch.ptr(), k);
+    let (keys, idx) = pair(0);
+    launch::sort_chunks(
+        stream,
+        &chunk_fn,
+        x,
+        keys,
+        idx,
+        &p.layouts[0],
+        p.axis_strides[0],
+        m.chunks,
+        &p.rows,
+    )?;
+    let mut width = MAX_SORT_LEN;
+    for pass in 0..m.passes {
+        let last = pass + 1 == m.passes;
+        let src = pair(pass as usize % 2);
+        let dst = (!last).then(|| pair((pass as usize + 1) % 2));
+        let merge = MergePass {
+            len: p.rows.len,
+            width,
+            rows: p.rows.rows,
+            items: MERGE_ITEMS,
+        };
+        launch::merge_runs(
+            stream,
+            &merge_fn,
+            x,
+            src,
+            dst,
+            values,
+            indices,
+            &p.layouts,
+            &p.axis_strides,
+            &merge,
+        )?;
+        width *= 2;
+    }
+    drop(scratch);
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -189,9 +326,10 @@ pub(crate) fn plan_sort(
 /// Sorts every row of `x` along `axis` (rows: all combinations of the other indices),
 /// writing the sorted values to `values_out` (x's dims and dtype) and/or the original
 /// positions along `axis` to `indices_out` (x's dims, `I64`). The sort is stable (ties
-/// keep their order, also when `descending`), NaN sorts as the largest value, and rows
-/// may hold at most [`MAX_SORT_LEN`] elements. dtypes: F32, F16, BF16, F64, I64, I32, I8,
-/// U8, Bool. With neither output nothing is enqueued.
+/// keep their order, also when `descending`) and NaN sorts as the largest value. Rows
+/// longer than [`MAX_SORT_LEN`] elements are merge-sorted through scratch memory allocated
+/// for the call (see the module docs). dtypes: F32, F16, BF16, F64, I64, I32, I8, U8,
+/// Bool. With neither output nothing is enqueued.
 pub fn sort(
     stream: &Arc<CudaStream>,
     x: &TensorRef,
@@ -203,10 +341,13 @@ pub fn sort(
     let Some(p) = plan_sort(x, axis, descending, values_out, indices_out)? else {
         return Ok(());
     };
-    let f = stream_function(stream, SORT, p.entry)?;
     // A pointer of 0 tells the kernel not to write that output.
     let values = values_out.map_or(0, |t| t.ptr);
     let indices = indices_out.map_or(0, |t| t.ptr);
+    if let Some(m) = &p.merge {
+        return merge_sort(stream, &p, m, x.ptr, values, indices);
+    }
+    let f = stream_function(stream, SORT, p.entry)?;
     launch::sort_rows(stream, &f, x.ptr, values, indices, &p.layouts, &p.axis_strides, &p.rows)
 }
 
@@ -375,15 +516,83 @@ mod tests {
     }
 
     #[test]
-    fn long_rows_are_not_supported_yet() {
-        let x = t(&[2, 4097], F32, P);
-        let (_, arg, why) = invalid(plan_sort(&x, 1, false, Some(&t(&[2, 4097], F32, Q)), None));
-        assert_eq!(arg, "x");
-        assert!(why.contains("longer than 4096"), "{why}");
-        // The limit is on the sorted axis only.
-        assert!(plan_sort(&x, 0, false, Some(&t(&[2, 4097], F32, Q)), None)
+    fn long_rows_are_merge_sorted() {
+        // Short rows: no merge.
+        let p = plan_sort(&t(&[2, 4096], F32, P), 1, false, Some(&t(&[2, 4096], F32, Q)), None)
             .unwrap()
-            .is_some());
+            .unwrap();
+        assert!(p.merge.is_none());
+        for (len, chunks, passes, pairs) in [
+            (4097, 2, 1, 1),
+            (8192, 2, 1, 1),
+            (8193, 3, 2, 2),
+            (16384, 4, 2, 2),
+            (16385, 5, 3, 2),
+            (100_000, 25, 5, 2),
+        ] {
+            let x = t(&[3, len], F16, P);
+            let p = plan_sort(&x, 1, true, Some(&t(&[3, len], F16, Q)), Some(&t(&[3, len], I64, R)))
+                .unwrap()
+                .unwrap();
+            let m = p.merge.clone().expect("merge");
+            assert_eq!(
+                (m.chunks, m.passes, m.pairs, m.elements),
+                (chunks, passes, pairs, 3 * len),
+                "len {len}"
+            );
+            assert_eq!((m.chunk_entry, m.merge_entry), ("sort_chunks_f16", "merge_runs_b2"));
+            // Merging `passes` times doubles the run width from 4096 to cover the row.
+            assert!(MAX_SORT_LEN << m.passes >= len && MAX_SORT_LEN << (m.passes - 1) < len);
+            // The chunk sort uses the full-chunk block.
+            assert_eq!(
+                (
+                    p.rows.padded,
+                    p.rows.threads,
+                    p.rows.shared_bytes,
+                    p.rows.rows,
+                    p.rows.len
+                ),
+                (4096, 1024, 4096 * 12, 3, len)
+            );
+            assert_eq!(m.scratch_bytes(), pairs * 3 * len as usize * 12);
+            // Scratch pairs: keys first (8-byte aligned), then the i32 indices.
+            let n = 3 * len as u64;
+            assert_eq!(m.pair(0x1000, 0), (0x1000, 0x1000 + 8 * n * pairs as u64));
+            if pairs == 2 {
+                assert_eq!(m.pair(0x1000, 1), (0x1000 + 8 * n, 0x1000 + 8 * n * 2 + 4 * n));
+            }
+        }
+        for (d, e) in [
+            (F32, "merge_runs_b4"),
+            (F64, "merge_runs_b8"),
+            (I8, "merge_runs_b1"),
+            (Bool, "merge_runs_b1"),
+        ] {
+            let p = plan_sort(&t(&[5000], d, P), 0, false, None, Some(&t(&[5000], I64, R)))
+                .unwrap()
+                .unwrap();
+            assert_eq!(p.merge.expect("merge").merge_entry, e);
+        }
+        // The sorted axis only counts: long rows along axis 0.
+        let p = plan_sort(&t(&[4097, 2], I32, P), 1, false, Some(&t(&[4097, 2], I32, Q)), None)
+            .unwrap()
+            .unwrap();
+        assert!(p.merge.is_none());
+        let p = plan_sort(&t(&[4097, 2], I32, P), 0, false, Some(&t(&[4097, 2], I32, Q)), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.merge.map(|m| (m.chunks, m.chunk_entry)), Some((2, "sort_chunks_i32")));
+        // Rows beyond i32 positions are rejected.
+        let huge = 1i64 << 31;
+        let (_, arg, why) = invalid(plan_sort(
+            &ts(&[huge], &[0], F32, P),
+            0,
+            false,
+            None,
+            Some(&t(&[huge], I64, R)),
+        ));
+        assert_eq!(arg, "x");
+        assert!(why.contains("longer than 2147483647"), "{why}");
     }
 
     #[test]

@@ -1,17 +1,20 @@
 //! Real discrete Fourier transforms (`rfft`, `irfft`) with PyTorch's conventions
-//! (`torch.fft.rfft` / `irfft`, norm "backward"), as cuDNN matmuls of the signal against
-//! cos/sin matrices built on the device. O(n²) work; the matrices are generated in column
-//! blocks of at most [`MAX_BLOCK`] elements so memory stays bounded for long signals.
+//! (`torch.fft.rfft` / `irfft`, norm "backward"), as matmuls of the signal against cos/sin
+//! matrices built on the device. The matmuls run on the exact GEMM kernel
+//! ([`linalg::matmul`]: f64 products and sums, no TF32), so F32 transforms carry only the
+//! twiddles' f32 rounding; F64 is supported too. O(n²) work; the matrices are generated in
+//! column blocks of at most [`MAX_BLOCK`] elements so memory stays bounded for long
+//! signals.
 
 use std::f64::consts::PI;
 
 use burn_backend::DType;
 
-use super::{arange, check_pair, fill, narrow, require_cudnn_float, view};
+use super::{arange, check_pair, fill, narrow, require_float, view};
 use crate::burn::exec;
 use crate::burn::tensor::{expect, CudnnTensor};
 use crate::kernels::elementwise::{BinaryOp, UnaryOp};
-use crate::ops;
+use crate::kernels::linalg;
 
 /// Most elements of one generated twiddle block.
 const MAX_BLOCK: i64 = 1 << 24;
@@ -76,16 +79,16 @@ fn with_cols(out: &CudnnTensor, c0: i64, cols: i64, op: &str, write: impl FnOnce
     exec::copy_into(&tmp, &narrow(out, op, 1, c0, c0 + cols), op);
 }
 
-/// `c = a · b`.
+/// `c = a · b` on the exact GEMM kernel (any strides).
 fn matmul(a: &CudnnTensor, b: &CudnnTensor, c: &CudnnTensor, op: &str) {
-    expect(op, ops::matmul(c.stream(), &a.tref(), &b.tref(), &c.tref()));
+    expect(op, linalg::matmul(c.stream(), &a.tref(), &b.tref(), &c.tref()));
 }
 
 /// Real FFT along `dim` (length `n`, default the signal's): `(re, im)` with `n / 2 + 1`
 /// bins, `X[k] = Σ x[t] e^{-2πi kt/n}`.
 pub(crate) fn rfft(signal: CudnnTensor, dim: usize, n: Option<usize>) -> (CudnnTensor, CudnnTensor) {
     const OP: &str = "rfft";
-    require_cudnn_float(OP, &signal);
+    require_float(OP, &signal);
     let dtype = signal.dtype;
     let (x, inv) = move_last(&signal, dim, OP);
     let len = x.dims()[x.rank() - 1];
@@ -97,7 +100,7 @@ pub(crate) fn rfft(signal: CudnnTensor, dim: usize, n: Option<usize>) -> (CudnnT
     let x = fit_last(x, n, OP);
     let lead: Vec<i64> = x.dims()[..x.rank() - 1].to_vec();
     let rows: i64 = lead.iter().product();
-    let x2 = x.reshape(&[rows, n]).cudnn_ready();
+    let x2 = x.reshape(&[rows, n]);
     let bins = n / 2 + 1;
     let re = x2.empty_on(&[rows, bins], dtype, OP);
     let im = x2.empty_on(&[rows, bins], dtype, OP);
@@ -125,7 +128,7 @@ pub(crate) fn rfft(signal: CudnnTensor, dim: usize, n: Option<usize>) -> (CudnnT
 /// PyTorch.
 pub(crate) fn irfft(re: CudnnTensor, im: CudnnTensor, dim: usize, n: Option<usize>) -> CudnnTensor {
     const OP: &str = "irfft";
-    require_cudnn_float(OP, &re);
+    require_float(OP, &re);
     check_pair(OP, &re, &im);
     assert!(
         re.dims() == im.dims(),
@@ -145,11 +148,7 @@ pub(crate) fn irfft(re: CudnnTensor, im: CudnnTensor, dim: usize, n: Option<usiz
     let used = m.min(n / 2 + 1);
     let lead: Vec<i64> = xr.dims()[..xr.rank() - 1].to_vec();
     let rows: i64 = lead.iter().product();
-    let fold = |t: CudnnTensor| {
-        narrow(&t, OP, t.rank() - 1, 0, used)
-            .reshape(&[rows, used])
-            .cudnn_ready()
-    };
+    let fold = |t: CudnnTensor| narrow(&t, OP, t.rank() - 1, 0, used).reshape(&[rows, used]);
     let (xr, xi) = (fold(xr), fold(xi));
     // Per-bin weights c_k / n as a [used, 1] column.
     let coef = exec::full(xr.device(), &[used, 1], DType::F64, 2.0 / n as f64, OP);
