@@ -8,7 +8,7 @@
 //! zero scale counts as 0.1 (burn-ndarray's `valid_scale`). The primitive keeps the scales as
 //! given (what `q_into_data` returns); the 0.1 substitution happens where they are used.
 //!
-//! Layout ops (reshape, permute, expand, flip, select, slice, ...) act on the int8 values
+//! Layout ops (reshape, permute, expand, flip, select, slice, gather, ...) act on the int8 values
 //! directly when the scales stay valid: always for a per-tensor scale, and for per-block
 //! scales when the op keeps every element's row-major position (reshape, or a permute/expand
 //! that is a no-op on the order). Otherwise a per-block tensor goes through dequantize →
@@ -205,7 +205,7 @@ fn view_op(
     quantize_dynamic_impl(x.with_layout(moved), &scheme, op)
 }
 
-/// An op that moves elements (flip, select, slice): applied to the int8 values for a
+/// An op that moves elements (flip, select, slice, gather): applied to the int8 values for a
 /// per-tensor scale, else to the dequantized tensor, then re-quantized.
 fn gather_op(
     t: CudnnQTensor,
@@ -351,6 +351,20 @@ impl QTensorOps<Cudnn> for Cudnn {
             "q_select",
             |v| Cudnn::int_select(v, dim, idx),
             |x| Cudnn::float_select(x, dim, indices),
+        )
+    }
+
+    /// Gathers the int8 values and keeps the scale for a per-tensor scheme (as burn-ndarray
+    /// does), so `q_max_dim`, `q_min_dim`, `q_max_abs_dim` and their `_with_indices` forms
+    /// (Burn's defaults: arg-reduction then `q_gather`) return the selected elements exactly,
+    /// not dynamically re-quantized ones.
+    fn q_gather(dim: usize, tensor: QuantizedTensor<Cudnn>, indices: IntTensor<Cudnn>) -> QuantizedTensor<Cudnn> {
+        let idx = indices.clone();
+        gather_op(
+            tensor,
+            "q_gather",
+            |v| Cudnn::int_gather(dim, v, idx),
+            |x| Cudnn::float_gather(dim, x, indices),
         )
     }
 
