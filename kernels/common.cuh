@@ -12,7 +12,7 @@ typedef long long i64;
 // Strided view of up to 8 dims (matches `KernelLayout` on the host): offsets in elements.
 struct Layout {
     int rank;
-    int pad_;
+    int index32;  // 1: fewer than 2^31 elements, so 32-bit index arithmetic is exact
     i64 shape[8];
     i64 strides[8];
     i64 offset;
@@ -20,6 +20,18 @@ struct Layout {
 
 // Element offset of the row-major linear index `i` of the view's logical shape.
 __device__ __forceinline__ i64 offset_of(const Layout& l, i64 i) {
+    if (l.rank == 1) return l.offset + i * l.strides[0];
+    if (l.index32) {
+        // 32-bit division is several times cheaper than 64-bit; offsets stay 64-bit.
+        unsigned int j = (unsigned int)i;
+        i64 off = l.offset;
+        for (int d = l.rank - 1; d >= 0; --d) {
+            unsigned int n = (unsigned int)l.shape[d];
+            off += (i64)(j % n) * l.strides[d];
+            j /= n;
+        }
+        return off;
+    }
     i64 off = l.offset;
     for (int d = l.rank - 1; d >= 0; --d) {
         i64 n = l.shape[d];

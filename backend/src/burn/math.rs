@@ -317,9 +317,49 @@ fn keep_dim(x: &CudnnTensor, dim: usize) -> Vec<i64> {
 /// `op` over `dim`, keeping it with size 1, into a new tensor of `dtype`.
 fn reduce_dim_as(x: CudnnTensor, dim: usize, op: ReduceOp, dtype: DType, name: &str) -> CudnnTensor {
     check_dim(name, &x, dim);
+    if let Some(chunks) = split_chunks(&x, dim, op, dtype) {
+        // Few long rows (e.g. batch-norm statistics: one row per channel): reduce chunks of
+        // each row in parallel, then the partial results. A pure view splits the axis.
+        let len = x.dims()[dim];
+        let mut layout = x.layout.clone();
+        let stride = layout.strides[dim];
+        layout.dims[dim] = chunks;
+        layout.strides[dim] = stride * (len / chunks);
+        layout.dims.insert(dim + 1, len / chunks);
+        layout.strides.insert(dim + 1, stride);
+        let split = x.with_layout(layout);
+        let partial = reduce_dim_as(split, dim + 1, op, dtype, name);
+        let mut partial_dims = x.dims().to_vec();
+        partial_dims[dim] = chunks;
+        let partial = partial.reshape(&partial_dims);
+        return reduce_dim_as(partial, dim, op, dtype, name);
+    }
     let out = x.empty_on(&keep_dim(&x, dim), dtype, name);
     expect(name, reduce::reduce(x.stream(), op, &x.tref(), dim, &out.tref()));
     out
+}
+
+/// How many chunks to split a reduction over `dim` into: `Some(c)` when the rows are long
+/// and too few to fill the GPU (one block per row would leave most SMs idle), for ops whose
+/// partial results combine exactly the same way (sum, mean of equal chunks, max, min, product)
+/// in dtypes that need no intermediate widening.
+fn split_chunks(x: &CudnnTensor, dim: usize, op: ReduceOp, dtype: DType) -> Option<i64> {
+    let splittable = matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod);
+    let wide = matches!(x.dtype, DType::F32 | DType::F64 | DType::I64 | DType::I32);
+    let len = x.dims()[dim];
+    if !splittable || !wide || dtype != x.dtype || len < 1 << 16 {
+        return None;
+    }
+    let rows = x.numel() / len;
+    if rows >= 1024 {
+        return None;
+    }
+    // The largest power-of-two chunk count that leaves chunks of at least 1024 elements.
+    let mut chunks = 1i64;
+    while chunks < 1024 && len % (chunks * 2) == 0 && len / (chunks * 2) >= 1024 {
+        chunks *= 2;
+    }
+    (chunks > 1).then_some(chunks)
 }
 
 /// `op` over every element into a tensor of shape `[1]` and `dtype`.
@@ -692,7 +732,16 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnT
     let dims = matmul_dims(name, &a, &b);
     let out = a.empty_on(&dims, a.dtype, name);
     let (ar, br) = (positive_unit_strides(a.tref()), positive_unit_strides(b.tref()));
-    expect(name, crate::ops::matmul(a.stream(), &ar, &br, &out.tref()));
+    let out = match crate::ops::matmul(a.stream(), &ar, &br, &out.tref()) {
+        Ok(()) => out,
+        // Degenerate products (an inner or outer dim of 1 with unusual strides) for which
+        // cuDNN has no engine run in the exact GEMM kernel instead.
+        Err(e) if e.is_not_supported() => {
+            tracing::debug!("{name}: cuDNN has no engine ({e}); using the exact GEMM kernel");
+            exact_matmul(&a, &b, name)
+        }
+        Err(e) => expect(name, Err(e)),
+    };
     if dims == full {
         out
     } else {

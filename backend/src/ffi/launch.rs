@@ -57,7 +57,8 @@ pub(crate) const MAX_KERNEL_RANK: usize = 8;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct KernelLayout {
     pub rank: i32,
-    pub pad: i32,
+    /// 1 when the view has fewer than 2^31 elements, so kernels may index it in 32 bits.
+    pub index32: i32,
     pub shape: [i64; MAX_KERNEL_RANK],
     pub strides: [i64; MAX_KERNEL_RANK],
     pub offset: i64,
