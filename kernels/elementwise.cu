@@ -14,6 +14,54 @@ __device__ __forceinline__ i64 off(const Layout& l, i64 i) {
     return l.rank <= 1 ? l.offset + i * l.strides[0] : offset_of(l, i);
 }
 
+// Offsets of linear index `i` in several operands that share one (jointly coalesced) shape:
+// the coordinates are computed once, from the last operand's shape, and dotted with each
+// operand's strides (one division per dim instead of one per dim and operand; 32-bit when
+// the view is small enough).
+#define SHARED_COORDS(LAST, ACC)                                                               \
+    if (LAST.index32) {                                                                        \
+        unsigned int j = (unsigned int)i;                                                      \
+        for (int d = LAST.rank - 1; d >= 0; --d) {                                             \
+            unsigned int n = (unsigned int)LAST.shape[d];                                      \
+            i64 c = (i64)(j % n);                                                              \
+            j /= n;                                                                            \
+            ACC                                                                                \
+        }                                                                                      \
+    } else {                                                                                   \
+        i64 j = i;                                                                             \
+        for (int d = LAST.rank - 1; d >= 0; --d) {                                             \
+            i64 n = LAST.shape[d];                                                             \
+            i64 c = j % n;                                                                     \
+            j /= n;                                                                            \
+            ACC                                                                                \
+        }                                                                                      \
+    }
+
+__device__ __forceinline__ void off2(const Layout& l0, const Layout& l1, i64 i, i64& o0, i64& o1) {
+    o0 = l0.offset;
+    o1 = l1.offset;
+    if (l1.rank <= 1) {
+        o0 += i * l0.strides[0];
+        o1 += i * l1.strides[0];
+        return;
+    }
+    SHARED_COORDS(l1, o0 += c * l0.strides[d]; o1 += c * l1.strides[d];)
+}
+
+__device__ __forceinline__ void off3(const Layout& l0, const Layout& l1, const Layout& l2, i64 i, i64& o0,
+                                     i64& o1, i64& o2) {
+    o0 = l0.offset;
+    o1 = l1.offset;
+    o2 = l2.offset;
+    if (l2.rank <= 1) {
+        o0 += i * l0.strides[0];
+        o1 += i * l1.strides[0];
+        o2 += i * l2.strides[0];
+        return;
+    }
+    SHARED_COORDS(l2, o0 += c * l0.strides[d]; o1 += c * l1.strides[d]; o2 += c * l2.strides[d];)
+}
+
 // Dtype codes of `cast` (match `dtype_code` in elementwise.rs).
 #define DT_F32 0
 #define DT_F16 1
@@ -34,7 +82,11 @@ __device__ __forceinline__ i64 off(const Layout& l, i64 i) {
         FOR_EACH(i, n) { out[off(lo, i)] = v; }                                                \
     }                                                                                          \
     extern "C" __global__ void copy_b##B(const T* src, T* dst, Layout ls, Layout ld, i64 n) {  \
-        FOR_EACH(i, n) { dst[off(ld, i)] = src[off(ls, i)]; }                                  \
+        FOR_EACH(i, n) {                                                                       \
+            i64 so, dof;                                                                       \
+            off2(ls, ld, i, so, dof);                                                          \
+            dst[dof] = src[so];                                                                \
+        }                                                                                      \
     }
 
 FILL_COPY(1, u8)
@@ -219,8 +271,9 @@ __device__ __forceinline__ i64 unary_math_int(int op, i64 x, i64 p0, i64 p1) {
                                           int op, double p0, double p1) {                      \
         CT q0 = (CT)p0, q1 = (CT)p1;                                                           \
         FOR_EACH(i, n) {                                                                       \
-            CT v = LOAD(x[off(lx, i)]);                                                        \
-            y[off(ly, i)] = STORE(MATH(op, v, q0, q1));                                        \
+            i64 ox, oy;                                                                        \
+            off2(lx, ly, i, ox, oy);                                                           \
+            y[oy] = STORE(MATH(op, LOAD(x[ox]), q0, q1));                                      \
         }                                                                                      \
     }
 
@@ -229,8 +282,9 @@ __device__ __forceinline__ i64 unary_math_int(int op, i64 x, i64 p0, i64 p1) {
     extern "C" __global__ void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,       \
                                           int op, i64 p0, i64 p1) {                            \
         FOR_EACH(i, n) {                                                                       \
-            i64 v = (i64)x[off(lx, i)];                                                        \
-            y[off(ly, i)] = (T)unary_math_int(op, v, p0, p1);                                  \
+            i64 ox, oy;                                                                        \
+            off2(lx, ly, i, ox, oy);                                                           \
+            y[oy] = (T)unary_math_int(op, (i64)x[ox], p0, p1);                                 \
         }                                                                                      \
     }
 
@@ -330,9 +384,9 @@ __device__ __forceinline__ i64 binary_math_int(int op, i64 a, i64 b) {
     extern "C" __global__ void binary_##DT(const T* a, const T* b, T* out, Layout la,          \
                                            Layout lb, Layout lo, i64 n, int op) {              \
         FOR_EACH(i, n) {                                                                       \
-            CT x = LOAD(a[off(la, i)]);                                                        \
-            CT y = LOAD(b[off(lb, i)]);                                                        \
-            out[off(lo, i)] = STORE(MATH(op, x, y));                                           \
+            i64 oa, ob, oo;                                                                    \
+            off3(la, lb, lo, i, oa, ob, oo);                                                   \
+            out[oo] = STORE(MATH(op, LOAD(a[oa]), LOAD(b[ob])));                               \
         }                                                                                      \
     }
 
@@ -340,9 +394,9 @@ __device__ __forceinline__ i64 binary_math_int(int op, i64 a, i64 b) {
     extern "C" __global__ void binary_##DT(const T* a, const T* b, T* out, Layout la,          \
                                            Layout lb, Layout lo, i64 n, int op) {              \
         FOR_EACH(i, n) {                                                                       \
-            i64 x = (i64)a[off(la, i)];                                                        \
-            i64 y = (i64)b[off(lb, i)];                                                        \
-            out[off(lo, i)] = (T)binary_math_int(op, x, y);                                    \
+            i64 oa, ob, oo;                                                                    \
+            off3(la, lb, lo, i, oa, ob, oo);                                                   \
+            out[oo] = (T)binary_math_int(op, (i64)a[oa], (i64)b[ob]);                          \
         }                                                                                      \
     }
 
