@@ -23,7 +23,10 @@ impl Split {
     /// Images `start..start + n` (NCHW) and their labels.
     pub fn batch(&self, start: usize, n: usize) -> (&[f32], &[i64]) {
         let px = 3 * SIDE * SIDE;
-        (&self.images[start * px..(start + n) * px], &self.labels[start..start + n])
+        (
+            &self.images[start * px..(start + n) * px],
+            &self.labels[start..start + n],
+        )
     }
 }
 

@@ -166,9 +166,11 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--help" | "-h" => {
-                return Err("flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
+                return Err(
+                    "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
                             --train N --test N --out DIR"
-                    .into())
+                        .into(),
+                )
             }
             other => return Err(format!("unknown flag {other}")),
         }
@@ -300,14 +302,24 @@ fn plot(h: &History, path: &std::path::Path) -> Result<(), String> {
         let top = top.max(1e-6);
         for q in 0..=4 {
             let y = top * q as f64 / 4.0;
-            let style = if q == 0 || q == 4 { BLACK.stroke_width(2) } else { BLACK.mix(0.2).stroke_width(1) };
-            chart.draw_series(LineSeries::new([(1.0, y), (epochs, y)], style)).map_err(|e| err(&e))?;
+            let style = if q == 0 || q == 4 {
+                BLACK.stroke_width(2)
+            } else {
+                BLACK.mix(0.2).stroke_width(1)
+            };
+            chart
+                .draw_series(LineSeries::new([(1.0, y), (epochs, y)], style))
+                .map_err(|e| err(&e))?;
         }
         for x in [1.0, epochs] {
-            chart.draw_series(LineSeries::new([(x, 0.0), (x, top)], BLACK.stroke_width(2))).map_err(|e| err(&e))?;
+            chart
+                .draw_series(LineSeries::new([(x, 0.0), (x, top)], BLACK.stroke_width(2)))
+                .map_err(|e| err(&e))?;
         }
         let points = || values.iter().enumerate().map(|(i, &v)| (i as f64 + 1.0, v));
-        chart.draw_series(LineSeries::new(points(), color.stroke_width(3))).map_err(|e| err(&e))?;
+        chart
+            .draw_series(LineSeries::new(points(), color.stroke_width(3)))
+            .map_err(|e| err(&e))?;
         chart
             .draw_series(points().map(|p| Circle::new(p, 5, color.filled())))
             .map_err(|e| err(&e))?;

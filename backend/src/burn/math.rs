@@ -344,7 +344,10 @@ fn reduce_dim_as(x: CudnnTensor, dim: usize, op: ReduceOp, dtype: DType, name: &
 /// partial results combine exactly the same way (sum, mean of equal chunks, max, min, product)
 /// in dtypes that need no intermediate widening.
 fn split_chunks(x: &CudnnTensor, dim: usize, op: ReduceOp, dtype: DType) -> Option<i64> {
-    let splittable = matches!(op, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod);
+    let splittable = matches!(
+        op,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
+    );
     let wide = matches!(x.dtype, DType::F32 | DType::F64 | DType::I64 | DType::I32);
     let len = x.dims()[dim];
     if !splittable || !wide || dtype != x.dtype || len < 1 << 16 {

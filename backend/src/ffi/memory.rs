@@ -69,9 +69,7 @@ impl DeviceBuffer {
         // SAFETY: the source range lies inside this allocation (checked above) and `out` is
         // a writable host slice of exactly the copied length; the stream is synchronised
         // before `out` is used.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(out, self.ptr + start as u64, self.stream.cu_stream())
-        }?;
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(out, self.ptr + start as u64, self.stream.cu_stream()) }?;
         self.stream.synchronize()?;
         Ok(())
     }

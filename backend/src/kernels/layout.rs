@@ -79,7 +79,10 @@ pub(crate) fn kernel_layout(op: &'static str, shape: &[i64], strides: &[i64]) ->
             ),
         ));
     }
-    let small = shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).is_some_and(|n| n < 1 << 31);
+    let small = shape
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .is_some_and(|n| n < 1 << 31);
     let mut l = KernelLayout {
         rank: shape.len() as i32,
         index32: small as i32,
