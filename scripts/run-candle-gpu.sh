@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# Runs the Candle GPU check binary (see bundle-candle-gpu.sh) on a CUDA machine: every test,
-# including the #[ignore]d GPU ones, then the ResNet-50 benchmark against PyTorch when torch
-# is importable. Usage: run-candle-gpu.sh LOG_DIR [extra test-binary arguments, e.g. a filter]
-# The binary links (by soname) libcuda.so.1, libcudart.so.13, libcublas.so.13, libcurand.so.10
-# and libnvrtc.so.13, and loads libcudnn.so.9 at run time: all must be on the loader path.
-# CUDA_LIB_DIRS (colon-separated) is prepended to LD_LIBRARY_PATH.
+# Runs the Candle bundle (see bundle-candle-gpu.sh) on a CUDA machine.
+#   run-candle-gpu.sh LOG_DIR [extra test-binary arguments, e.g. a filter]
+#       every test of the Candle GPU check binary, including the #[ignore]d GPU ones, then the
+#       ResNet-50 benchmark against PyTorch when torch is importable (logs: candle_gpu.log, ...)
+#   run-candle-gpu.sh LOG_DIR train [extra train_candle flags, e.g. --dtype bf16]
+#       train_candle --epochs 3 (checkpoint and curves in LOG_DIR/train/, log in
+#       train_candle.log); prints its last line (test accuracy, images/s)
+# The binaries link (by soname) libcuda.so.1, libcudart.so.13, libcublas.so.13, libcurand.so.10
+# and libnvrtc.so.13, and load libcudnn.so.9 at run time: all must be on the loader path.
+# CUDA_LIB_DIRS (colon-separated) replaces the default directories prepended to LD_LIBRARY_PATH;
+# CUDNN_BACKEND_CUDNN_LIB=/path/to/libcudnn.so.9 picks a cuDNN explicitly (the loaded one is
+# printed at the start of the test log).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 logs="$(mkdir -p "${1:?log dir}" && cd "$1" && pwd)"; shift
-bin="$logs/candle_gpu"
-xz -dc "$here/candle_gpu.xz" >"$bin" && chmod +x "$bin"
+mode=tests
+if [[ ${1:-} == train ]]; then mode=train; shift; fi
 default_dirs="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib:/usr/local/cuda/targets/x86_64-linux/lib"
 export LD_LIBRARY_PATH="${CUDA_LIB_DIRS:-$default_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$bin" | grep "not found"; then
-  echo "missing libraries above: set CUDA_LIB_DIRS" >&2
-  exit 2
-fi
+unpack() { # name: decompresses the binary into LOG_DIR and checks that its libraries resolve
+  xz -dc "$here/$1.xz" >"$logs/$1" && chmod +x "$logs/$1" || exit 2
+  if ldd "$logs/$1" | grep "not found"; then
+    echo "missing libraries above: set CUDA_LIB_DIRS" >&2
+    exit 2
+  fi
+}
 cd "$logs"
-CANDLE_BENCH_JSON="$logs/candle_bench.json" "$bin" --include-ignored --test-threads=1 --nocapture "$@" 2>&1 \
+if [[ $mode == train ]]; then
+  unpack train_candle
+  "$logs/train_candle" --epochs 3 --out "$logs/train" "$@" 2>&1 | tee "$logs/train_candle.log"
+  rc=${PIPESTATUS[0]}
+  echo "last line: $(tail -n 1 "$logs/train_candle.log")"
+  exit "$rc"
+fi
+unpack candle_gpu
+CANDLE_BENCH_JSON="$logs/candle_bench.json" "$logs/candle_gpu" --include-ignored --test-threads=1 --nocapture "$@" 2>&1 \
   | tee "$logs/candle_gpu.log"
 rc=${PIPESTATUS[0]}
 py="${PYTHON:-/opt/torch/.venv/bin/python}"

@@ -1,5 +1,6 @@
 //! Per-(device, stream) growable scratch memory for cuDNN plans, reused across calls.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -12,8 +13,26 @@ type Slot = Arc<Mutex<Option<(CudaSlice<u8>, u64)>>>;
 
 static WORKSPACES: OnceLock<Mutex<HashMap<(usize, usize), Slot>>> = OnceLock::new();
 
+/// `CU_STREAM_PER_THREAD`: one handle value that names a different stream in every thread
+/// (Candle's `Device::new_cuda` uses it). Its buffers are kept per thread: shared, two threads'
+/// kernels would use one buffer at once on their two streams.
+const PER_THREAD_STREAM: usize = 0x2;
+
+thread_local! {
+    /// This thread's per-thread-stream slots by device ordinal. Dropped when the thread exits,
+    /// which frees the buffers on that thread's own stream, after its queued work.
+    static PER_THREAD: RefCell<HashMap<usize, Slot>> = RefCell::new(HashMap::new());
+}
+
 fn slot(stream: &Arc<CudaStream>) -> Slot {
-    let key = (stream.context().ordinal(), stream.cu_stream() as usize);
+    let ordinal = stream.context().ordinal();
+    if stream.cu_stream() as usize == PER_THREAD_STREAM {
+        // `try_with` fails only while this thread's locals are being destroyed.
+        if let Ok(s) = PER_THREAD.try_with(|m| m.borrow_mut().entry(ordinal).or_default().clone()) {
+            return s;
+        }
+    }
+    let key = (ordinal, stream.cu_stream() as usize);
     let map = WORKSPACES.get_or_init(|| Mutex::new(HashMap::new()));
     map.lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -137,3 +137,52 @@ pub(crate) fn same_dtype(op: &'static str, ts: &[(&'static str, candle_core::DTy
 pub(crate) fn idims(d: &[usize]) -> Vec<i64> {
     d.iter().map(|&x| x as i64).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+
+    use super::*;
+    use crate::ops::{ConvParams, TensorRef};
+
+    fn refs(t: &Tensor) -> (Vec<i64>, Vec<i64>) {
+        (idims(t.dims()), idims(t.stride()))
+    }
+
+    /// The channels-last case that failed on the GPU (`conv2d_bias_act` F32, x [4, 10, 20, 18],
+    /// w [16, 5, 2, 3], padding [2, 1], stride [2, 1], dilation [1, 2], 2 groups, NHWC) hands
+    /// `conv_bias_act_forward` exactly the views the engine-level test passes for it
+    /// (`TensorRef::channels_last` for x, w and y, bias [16] stride [1]), and Candle gets the
+    /// output back as the NCHW view of an NHWC buffer.
+    #[test]
+    fn channels_last_conv_views_match_the_engine_tests_tensor_refs() {
+        let cpu = Device::Cpu;
+        let nhwc = |d: [usize; 4]| {
+            Tensor::zeros((d[0], d[2], d[3], d[1]), DType::F32, &cpu)
+                .unwrap()
+                .permute((0, 3, 1, 2))
+                .unwrap()
+        };
+        let want = |d: &[usize]| {
+            let r = TensorRef::channels_last(&idims(d), crate::graph::DataType::F32, 0);
+            (r.dims, r.strides)
+        };
+        let x = packed(&nhwc([4, 10, 20, 18])).unwrap();
+        assert!(is_channels_last(x.layout()));
+        assert_eq!(refs(&x), want(&[4, 10, 20, 18]));
+        let w = in_format(&nhwc([16, 5, 2, 3]), true).unwrap();
+        assert_eq!(refs(&w), want(&[16, 5, 2, 3]));
+        // A row-major filter is copied to the same KRSC view.
+        let w_rm = Tensor::zeros((16, 5, 2, 3), DType::F32, &cpu).unwrap();
+        assert_eq!(refs(&in_format(&w_rm, true).unwrap()), want(&[16, 5, 2, 3]));
+        let p = ConvParams::new(&[2, 1], &[2, 1], &[1, 2], 2);
+        let y = super::conv::conv_out_dims("test", &p, x.dims(), w.dims()).unwrap();
+        assert_eq!(y, [4, 16, 12, 16]);
+        assert_eq!(packed_strides(&y, true), want(&y).1);
+        assert_eq!(physical_dims(&y, true), [4, 12, 16, 16]);
+        let back = logical(Tensor::zeros(physical_dims(&y, true), DType::F32, &cpu).unwrap(), true).unwrap();
+        assert_eq!(refs(&back), want(&y));
+        let b = packed(&Tensor::zeros(16, DType::F32, &cpu).unwrap()).unwrap();
+        assert_eq!(refs(&b), (vec![16], vec![1]));
+    }
+}

@@ -1,0 +1,479 @@
+//! Trains the small ResNet-style CNN of `train_burn` on the same procedurally drawn "shapes"
+//! set (examples/shapes.rs) with Candle: candle-nn's `VarMap`/`VarBuilder` and optimizers, our
+//! layers (`cudnn_backend::candle::nn` Conv2d, BatchNorm, Linear) and our pooling
+//! (`CudnnExt`), in a plain training loop. Reports test accuracy and training throughput, and
+//! writes a safetensors checkpoint and a PNG of the loss/accuracy curves.
+//!
+//! ```sh
+//! cargo run --release -p examples --features candle-cuda --example train_candle -- --epochs 5
+//! cargo run -p examples --features candle --example train_candle -- --device cpu --epochs 1 --train 256 --test 128
+//! ```
+//! Flags: `--device gpu|cpu` (default: the GPU when one is usable, else Candle's CPU device),
+//! `--epochs N`, `--batch-size N`, `--dtype f32|f16|bf16` (compute dtype; the weights and the
+//! optimizer state stay f32), `--benchmark` (cuDNN autotuning, like
+//! `torch.backends.cudnn.benchmark`), `--optimizer adamw|sgd`, `--lr X`, `--train N` /
+//! `--test N` (set sizes), `--out DIR`.
+//!
+//! On the CPU our ops run their float64 reference implementations: correct but slow, meant for
+//! checking a program without a GPU (use small `--train`/`--test`).
+
+#[path = "shapes.rs"]
+#[allow(dead_code)] // Split::batch: this example slices device tensors instead
+mod shapes;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Module, ModuleT, Result, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
+use cudnn_backend::candle::nn::{
+    batch_norm, conv2d_no_bias, linear, BatchNorm, BatchNormConfig, Conv2d, Conv2dConfig, Linear,
+};
+use cudnn_backend::candle::{Conv2dParams, CudnnExt};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// conv (no bias) → batch norm.
+#[derive(Clone)]
+struct ConvBn {
+    conv: Conv2d,
+    bn: BatchNorm,
+}
+
+impl ConvBn {
+    fn new(cin: usize, cout: usize, kernel: usize, vb: VarBuilder) -> Result<Self> {
+        let cfg = Conv2dConfig {
+            padding: kernel / 2,
+            ..Default::default()
+        };
+        Ok(Self {
+            conv: conv2d_no_bias(cin, cout, kernel, cfg, vb.pp("conv"))?,
+            bn: batch_norm(cout, BatchNormConfig::default(), vb.pp("bn"))?,
+        })
+    }
+
+    /// The same layer computing in `dt`: the filter cast (autograd flows back to the f32
+    /// variable); batch norm keeps f32 parameters and statistics for any input dtype.
+    fn cast(&self, dt: DType) -> Result<Self> {
+        Ok(Self {
+            conv: Conv2d::from_weights(self.conv.weight().to_dtype(dt)?, None, *self.conv.config()),
+            bn: self.bn.clone(),
+        })
+    }
+
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        self.bn.forward_t(&self.conv.forward(x)?, train)
+    }
+}
+
+/// A residual block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)).
+#[derive(Clone)]
+struct Residual {
+    a: ConvBn,
+    b: ConvBn,
+    shortcut: Option<ConvBn>,
+}
+
+impl Residual {
+    fn new(cin: usize, cout: usize, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            a: ConvBn::new(cin, cout, 3, vb.pp("a"))?,
+            b: ConvBn::new(cout, cout, 3, vb.pp("b"))?,
+            shortcut: if cin != cout {
+                Some(ConvBn::new(cin, cout, 1, vb.pp("shortcut"))?)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn cast(&self, dt: DType) -> Result<Self> {
+        Ok(Self {
+            a: self.a.cast(dt)?,
+            b: self.b.cast(dt)?,
+            shortcut: self.shortcut.as_ref().map(|s| s.cast(dt)).transpose()?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let skip = match &self.shortcut {
+            Some(s) => s.forward(x, train)?,
+            None => x.clone(),
+        };
+        let y = self.b.forward(&self.a.forward(x, train)?.relu()?, train)?;
+        (y + skip)?.relu()
+    }
+}
+
+/// stem → block(32) → maxpool → block(64) → maxpool → block(128) → global avg pool → linear.
+#[derive(Clone)]
+struct Net {
+    stem: ConvBn,
+    block1: Residual,
+    block2: Residual,
+    block3: Residual,
+    head: Linear,
+}
+
+impl Net {
+    fn new(vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            stem: ConvBn::new(3, 32, 3, vb.pp("stem"))?,
+            block1: Residual::new(32, 32, vb.pp("block1"))?,
+            block2: Residual::new(32, 64, vb.pp("block2"))?,
+            block3: Residual::new(64, 128, vb.pp("block3"))?,
+            head: linear(128, shapes::CLASSES, vb.pp("head"))?,
+        })
+    }
+
+    /// The network computing in `dt` (a no-op for f32): called once per step, so the
+    /// optimizer updates the f32 variables and every step casts them afresh.
+    fn cast(&self, dt: DType) -> Result<Self> {
+        if dt == DType::F32 {
+            return Ok(self.clone());
+        }
+        let b = self.head.bias().map(|b| b.to_dtype(dt)).transpose()?;
+        Ok(Self {
+            stem: self.stem.cast(dt)?,
+            block1: self.block1.cast(dt)?,
+            block2: self.block2.cast(dt)?,
+            block3: self.block3.cast(dt)?,
+            head: Linear::new(self.head.weight().to_dtype(dt)?, b),
+        })
+    }
+
+    /// Logits (N, classes) in f32 for images (N, 3, 32, 32) in the compute dtype.
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let max_pool = |x: Tensor| x.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]);
+        let x = self.stem.forward(x, train)?.relu()?;
+        let x = max_pool(self.block1.forward(&x, train)?)?;
+        let x = max_pool(self.block2.forward(&x, train)?)?;
+        let x = self.block3.forward(&x, train)?;
+        let (_, _, h, w) = x.dims4()?;
+        let x = x.cudnn_avg_pool2d([h, w], [h, w], [0, 0], true)?.flatten_from(1)?;
+        self.head.forward(&x)?.to_dtype(DType::F32)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Optim {
+    AdamW,
+    Sgd,
+}
+
+/// candle-nn's optimizer of the run, over every variable of the `VarMap` (the batch norms'
+/// running statistics get no gradient, so the optimizers leave them alone).
+enum Trainer {
+    AdamW(AdamW),
+    Sgd(SGD),
+}
+
+impl Trainer {
+    fn step(&mut self, grads: &candle_core::backprop::GradStore) -> Result<()> {
+        match self {
+            Trainer::AdamW(o) => o.step(grads),
+            Trainer::Sgd(o) => o.step(grads),
+        }
+    }
+}
+
+struct Args {
+    gpu: Option<bool>,
+    epochs: usize,
+    batch: usize,
+    dtype: DType,
+    benchmark: bool,
+    optimizer: Optim,
+    lr: Option<f64>,
+    train: usize,
+    test: usize,
+    out: PathBuf,
+}
+
+fn parse_args() -> std::result::Result<Args, String> {
+    let mut a = Args {
+        gpu: None,
+        epochs: 5,
+        batch: 128,
+        dtype: DType::F32,
+        benchmark: false,
+        optimizer: Optim::AdamW,
+        lr: None,
+        train: 10_000,
+        test: 2_000,
+        out: PathBuf::from("out/train_candle"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--device" => {
+                a.gpu = Some(match value()?.as_str() {
+                    "gpu" | "cuda" => true,
+                    "cpu" => false,
+                    other => return Err(format!("--device {other}: use gpu or cpu")),
+                })
+            }
+            "--epochs" => a.epochs = number(value()?)?,
+            "--batch-size" => a.batch = number(value()?)?,
+            "--train" => a.train = number(value()?)?,
+            "--test" => a.test = number(value()?)?,
+            "--out" => a.out = PathBuf::from(value()?),
+            "--benchmark" => a.benchmark = true,
+            "--lr" => a.lr = Some(value()?.parse::<f64>().map_err(|e| format!("--lr: {e}"))?),
+            "--optimizer" => {
+                a.optimizer = match value()?.as_str() {
+                    "adamw" | "adam" => Optim::AdamW,
+                    "sgd" => Optim::Sgd,
+                    other => return Err(format!("--optimizer {other}: use adamw or sgd")),
+                }
+            }
+            "--dtype" => {
+                a.dtype = match value()?.as_str() {
+                    "f32" => DType::F32,
+                    "f16" => DType::F16,
+                    "bf16" => DType::BF16,
+                    other => return Err(format!("--dtype {other}: use f32, f16 or bf16")),
+                }
+            }
+            "--help" | "-h" => {
+                return Err(
+                    "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
+                            --optimizer adamw|sgd --lr X --train N --test N --out DIR"
+                        .into(),
+                )
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if a.batch == 0 || a.epochs == 0 || a.test == 0 {
+        return Err("--batch-size, --epochs and --test must be positive".into());
+    }
+    Ok(a)
+}
+
+/// Per-epoch history.
+#[derive(Default)]
+struct History {
+    loss: Vec<f64>,
+    accuracy: Vec<f64>,
+}
+
+/// The images (N, 3, 32, 32) and labels (N, u32) of a split on `dev`.
+fn to_device(split: &shapes::Split, dev: &Device) -> Result<(Tensor, Tensor)> {
+    let n = split.labels.len();
+    let x = Tensor::from_slice(&split.images, (n, 3, shapes::SIDE, shapes::SIDE), dev)?;
+    let labels: Vec<u32> = split.labels.iter().map(|&l| l as u32).collect();
+    Ok((x, Tensor::from_vec(labels, n, dev)?))
+}
+
+/// Test accuracy in [0, 1] (inference mode: batch norm uses its running statistics).
+fn evaluate(net: &Net, x: &Tensor, y: &Tensor, batch: usize, dt: DType) -> Result<f64> {
+    let n = y.dim(0)?;
+    let mut correct = Tensor::zeros((), DType::F32, x.device())?;
+    let mut start = 0;
+    while start < n {
+        let m = batch.min(n - start);
+        let logits = net.forward(&x.narrow(0, start, m)?.to_dtype(dt)?, false)?;
+        let hits = logits
+            .argmax(1)?
+            .eq(&y.narrow(0, start, m)?)?
+            .to_dtype(DType::F32)?
+            .sum_all()?;
+        correct = (correct + hits)?;
+        start += m;
+    }
+    Ok(correct.to_scalar::<f32>()? as f64 / n as f64)
+}
+
+/// Trains and reports; returns (test accuracy, images/s of the last epoch).
+fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64), String> {
+    let err = |e: candle_core::Error| e.to_string();
+    if dev.is_cuda() {
+        dev.set_seed(2024).map_err(err)?; // Candle's CPU device draws from an unseeded generator
+    }
+    let train = shapes::generate(args.train, 1);
+    let test = shapes::generate(args.test, 2);
+    let steps = train.labels.len() / args.batch;
+    if steps == 0 {
+        return Err(format!("--batch-size {} is larger than the training set", args.batch));
+    }
+    let varmap = VarMap::new();
+    let net = Net::new(VarBuilder::from_varmap(&varmap, DType::F32, dev)).map_err(err)?;
+    let mut optim = match args.optimizer {
+        Optim::AdamW => {
+            let params = ParamsAdamW {
+                lr: args.lr.unwrap_or(1e-3),
+                weight_decay: 0.0,
+                ..Default::default()
+            };
+            Trainer::AdamW(AdamW::new(varmap.all_vars(), params).map_err(err)?)
+        }
+        Optim::Sgd => Trainer::Sgd(SGD::new(varmap.all_vars(), args.lr.unwrap_or(0.05)).map_err(err)?),
+    };
+    // Both sets live on the device; batches are views (no copies).
+    let (train_x, train_y) = to_device(&train, dev).map_err(err)?;
+    let (test_x, test_y) = to_device(&test, dev).map_err(err)?;
+    let mut history = History::default();
+    let mut last_rate = 0.0;
+    for epoch in 1..=args.epochs {
+        let bar = ProgressBar::new(steps as u64).with_style(
+            ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
+                .map_err(|e| e.to_string())?
+                .progress_chars("=> "),
+        );
+        bar.set_message(format!("{epoch}/{}", args.epochs));
+        let started = Instant::now();
+        let mut loss_sum = Tensor::zeros((), DType::F32, dev).map_err(err)?;
+        for step in 0..steps {
+            let step_result = (|| -> Result<Tensor> {
+                let x = train_x.narrow(0, step * args.batch, args.batch)?.to_dtype(args.dtype)?;
+                let y = train_y.narrow(0, step * args.batch, args.batch)?;
+                let logits = net.cast(args.dtype)?.forward(&x, true)?;
+                let loss = candle_nn::loss::cross_entropy(&logits, &y)?;
+                optim.step(&loss.backward()?)?;
+                loss.detach().to_dtype(DType::F32)
+            })();
+            loss_sum = (loss_sum + step_result.map_err(err)?).map_err(err)?;
+            bar.inc(1);
+        }
+        let mean_loss = loss_sum.to_scalar::<f32>().map_err(err)? as f64 / steps as f64;
+        dev.synchronize().map_err(err)?;
+        let seconds = started.elapsed().as_secs_f64();
+        last_rate = (steps * args.batch) as f64 / seconds;
+        let accuracy = evaluate(
+            &net.cast(args.dtype).map_err(err)?,
+            &test_x,
+            &test_y,
+            args.batch,
+            args.dtype,
+        )
+        .map_err(err)?;
+        let summary = format!(
+            "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {last_rate:.0} images/s",
+            args.epochs,
+            accuracy * 100.0
+        );
+        if bar.is_hidden() {
+            println!("epoch {summary}"); // no terminal (e.g. a log file): one line per epoch
+        }
+        bar.finish_with_message(summary);
+        if !mean_loss.is_finite() {
+            return Err(format!("epoch {epoch}: the training loss is {mean_loss}"));
+        }
+        history.loss.push(mean_loss);
+        history.accuracy.push(accuracy);
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let checkpoint = args.out.join("model.safetensors");
+    varmap
+        .save(&checkpoint)
+        .map_err(|e| format!("saving {}: {e}", checkpoint.display()))?;
+    let png = args.out.join("curves.png");
+    plot(&history, &png)?;
+    let accuracy = *history.accuracy.last().unwrap_or(&0.0);
+    println!("checkpoint: {}, curves: {}", checkpoint.display(), png.display());
+    println!(
+        "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s",
+        args.dtype,
+        args.batch,
+        accuracy * 100.0
+    );
+    Ok((accuracy, last_rate))
+}
+
+/// Two panels: mean training loss and test accuracy per epoch (the style of train_burn's).
+fn plot(h: &History, path: &std::path::Path) -> std::result::Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (800, 400)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (left, right) = root.split_horizontally(400);
+    let epochs = h.loss.len().max(2) as f64;
+    for (area, values, color, top) in [
+        (&left, &h.loss, RED, h.loss.iter().cloned().fold(0.0, f64::max) * 1.1),
+        (&right, &h.accuracy, BLUE, 1.0),
+    ] {
+        let mut chart = ChartBuilder::on(area)
+            .margin(20)
+            .build_cartesian_2d(1.0..epochs, 0.0..top.max(1e-6) * 1.02)
+            .map_err(|e| err(&e))?;
+        // Text needs a font backend, which this build leaves out: a frame and quarter lines
+        // stand in for the axes (left panel: loss from 0 to 1.1x its maximum; right: accuracy 0-1).
+        let top = top.max(1e-6);
+        for q in 0..=4 {
+            let y = top * q as f64 / 4.0;
+            let style = if q == 0 || q == 4 {
+                BLACK.stroke_width(2)
+            } else {
+                BLACK.mix(0.2).stroke_width(1)
+            };
+            chart
+                .draw_series(LineSeries::new([(1.0, y), (epochs, y)], style))
+                .map_err(|e| err(&e))?;
+        }
+        for x in [1.0, epochs] {
+            chart
+                .draw_series(LineSeries::new([(x, 0.0), (x, top)], BLACK.stroke_width(2)))
+                .map_err(|e| err(&e))?;
+        }
+        let points = || values.iter().enumerate().map(|(i, &v)| (i as f64 + 1.0, v));
+        chart
+            .draw_series(LineSeries::new(points(), color.stroke_width(3)))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(points().map(|p| Circle::new(p, 5, color.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}
+
+/// Candle's CUDA device 0 when it opens and our cuDNN ops run on it (one tiny convolution).
+fn open_gpu() -> std::result::Result<Device, String> {
+    let dev = Device::new_cuda(0).map_err(|e| e.to_string())?;
+    let x = Tensor::ones((1, 1, 3, 3), DType::F32, &dev).map_err(|e| e.to_string())?;
+    x.cudnn_conv2d(&x, Conv2dParams::default())
+        .and_then(|y| y.flatten_all()?.to_vec1::<f32>())
+        .map_err(|e| format!("cuDNN: {e}"))?;
+    Ok(dev)
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("train_candle: {e}");
+            std::process::exit(2);
+        }
+    };
+    let gpu = match args.gpu {
+        Some(false) => None,
+        Some(true) => match open_gpu() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("train_candle: --device gpu, but {e}");
+                std::process::exit(2);
+            }
+        },
+        None => match open_gpu() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                println!("note: no usable GPU ({e}); training on Candle's CPU device (float64 reference ops: slow)");
+                None
+            }
+        },
+    };
+    if args.benchmark {
+        let mut policy = cudnn_backend::plan::policy();
+        policy.benchmark = true;
+        cudnn_backend::plan::set_policy(policy);
+    }
+    let result = match &gpu {
+        Some(dev) => run(dev, &args, "gpu (cudnn)"),
+        None => run(&Device::Cpu, &args, "cpu (candle)"),
+    };
+    if let Err(e) = result {
+        eprintln!("train_candle: {e}");
+        std::process::exit(1);
+    }
+}
