@@ -350,9 +350,10 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
         )
         .map_err(err)?;
         let summary = format!(
-            "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {last_rate:.0} images/s",
+            "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {} images/s",
             args.epochs,
-            accuracy * 100.0
+            accuracy * 100.0,
+            rate(last_rate)
         );
         if bar.is_hidden() {
             println!("epoch {summary}"); // no terminal (e.g. a log file): one line per epoch
@@ -374,12 +375,22 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     let accuracy = *history.accuracy.last().unwrap_or(&0.0);
     println!("checkpoint: {}, curves: {}", checkpoint.display(), png.display());
     println!(
-        "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s",
+        "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {} images/s",
         args.dtype,
         args.batch,
-        accuracy * 100.0
+        accuracy * 100.0,
+        rate(last_rate)
     );
     Ok((accuracy, last_rate))
+}
+
+/// Images per second: whole numbers, with decimals below 10 (the CPU reference ops).
+fn rate(r: f64) -> String {
+    if r < 10.0 {
+        format!("{r:.2}")
+    } else {
+        format!("{r:.0}")
+    }
 }
 
 /// Two panels: mean training loss and test accuracy per epoch (the style of train_burn's).
