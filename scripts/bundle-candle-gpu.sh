@@ -3,6 +3,8 @@
 # train_candle example (examples/train_candle.rs, examples feature `candle-cuda`), and writes them
 # stripped and xz-compressed to .gpu-candle/{candle_gpu,train_candle}.xz (git-ignored) together
 # with run-candle-gpu.sh, for a CUDA machine without a Rust toolchain or nvcc.
+# The check binary is built with CANDLE_TEST_FEATURES (default `candle-cudnn`: Candle's own conv2d
+# then uses cuDNN, the fair baseline for the benchmark; `candle-cuda` leaves Candle's kernels).
 # Needs scripts/setup-candle-cuda.sh (run here once). Usage: scripts/bundle-candle-gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ for line in sys.stdin:
         print(m["executable"])
 ' "$1"
 }
-tests="$(cargo test --release -p cudnn-backend --no-default-features --features candle-cuda --test candle_gpu \
+tests="$(cargo test --release -p cudnn-backend --no-default-features --features "${CANDLE_TEST_FEATURES:-candle-cudnn}" --test candle_gpu \
   --no-run --message-format=json | executable candle_gpu)"
 train="$(cargo build --release -p examples --features candle-cuda --example train_candle \
   --message-format=json | executable train_candle)"

@@ -767,3 +767,254 @@ fn small_cnn_trains_on_cpu() {
         "loss did not fall: {losses:?}"
     );
 }
+
+/// The error of `r` as text (it must be one; an `Ok` fails the test).
+fn err_text(what: &str, r: Result<Tensor>) -> String {
+    match r {
+        Ok(t) => panic!("{what}: returned a {:?} tensor instead of an error", t.dims()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Asserts `r` is an error whose message names one of `names`.
+fn assert_rejected(what: &str, r: Result<Tensor>, names: &[&str]) {
+    let e = err_text(what, r);
+    assert!(
+        names.iter().any(|n| e.contains(n)),
+        "{what}: the error names none of {names:?}: {e}"
+    );
+}
+
+#[test]
+fn bad_shapes_and_dtypes_are_errors_naming_the_op() {
+    let mut rng = SplitMix64::new(21);
+    let x = rand_t(&mut rng, &[2, 4, 6, 6]);
+    // Mismatched shapes.
+    let w = rand_t(&mut rng, &[3, 5, 3, 3]);
+    assert_rejected(
+        "conv2d channel mismatch",
+        x.cudnn_conv2d(&w, Conv2dParams::default()),
+        &["conv"],
+    );
+    let w1 = rand_t(&mut rng, &[3, 4, 3]);
+    assert_rejected(
+        "conv1d on a rank-4 input",
+        x.cudnn_conv1d(&w1, Conv1dParams::default()),
+        &["conv"],
+    );
+    let a = rand_t(&mut rng, &[3, 4]);
+    assert_rejected(
+        "matmul inner dims",
+        a.cudnn_matmul(&rand_t(&mut rng, &[5, 4])),
+        &["matmul"],
+    );
+    assert_rejected(
+        "matmul of a vector",
+        a.cudnn_matmul(&rand_t(&mut rng, &[4])),
+        &["matmul"],
+    );
+    let w = rand_t(&mut rng, &[3, 4, 3, 3]);
+    let bias = rand_t(&mut rng, &[2]);
+    assert_rejected(
+        "matmul_bias_act bias length",
+        a.cudnn_matmul_bias_act(&rand_t(&mut rng, &[4, 5]), &bias, Activation::Relu),
+        &["matmul"],
+    );
+    assert_rejected(
+        "conv2d_bias_act bias length",
+        x.cudnn_conv2d_bias_act(&w, &bias, Conv2dParams::default(), Activation::Identity),
+        &["conv"],
+    );
+    assert_rejected(
+        "pool on a rank-2 input",
+        a.cudnn_max_pool2d([2, 2], [1, 1], [0, 0]),
+        &["pool"],
+    );
+    // Mixed dtypes.
+    let w16 = w.to_dtype(DType::F16).unwrap();
+    assert_rejected(
+        "conv2d f64 x f16",
+        x.cudnn_conv2d(&w16, Conv2dParams::default()),
+        &["conv"],
+    );
+    let a32 = a.to_dtype(DType::F32).unwrap();
+    assert_rejected(
+        "matmul f32 x f64",
+        a32.cudnn_matmul(&rand_t(&mut rng, &[4, 2])),
+        &["matmul"],
+    );
+    let b16 = rand_t(&mut rng, &[3]).to_dtype(DType::BF16).unwrap();
+    assert_rejected(
+        "conv2d_bias_act with a bf16 bias",
+        x.cudnn_conv2d_bias_act(&w, &b16, Conv2dParams::default(), Activation::Relu),
+        &["conv"],
+    );
+    assert_rejected(
+        "matmul of i64",
+        a.to_dtype(DType::I64)
+            .unwrap()
+            .cudnn_matmul(&rand_t(&mut rng, &[4, 2]).to_dtype(DType::I64).unwrap()),
+        &["matmul"],
+    );
+}
+
+#[test]
+fn invalid_conv_params_are_errors_naming_the_op() {
+    let mut rng = SplitMix64::new(22);
+    let x = rand_t(&mut rng, &[1, 6, 7, 7]);
+    let w = rand_t(&mut rng, &[4, 3, 3, 3]);
+    let with = |f: fn(&mut Conv2dParams)| {
+        let mut p = Conv2dParams {
+            groups: 2,
+            ..Default::default()
+        };
+        f(&mut p);
+        p
+    };
+    // The valid baseline (2 groups of 3 channels) works.
+    x.cudnn_conv2d(&w, with(|_| {})).expect("grouped conv");
+    let cases: [(&str, Conv2dParams); 5] = [
+        ("groups 0", with(|p| p.groups = 0)),
+        ("groups not dividing the channels", with(|p| p.groups = 4)),
+        ("zero stride", with(|p| p.stride = [1, 0])),
+        ("zero dilation", with(|p| p.dilation = [0, 1])),
+        ("dilated filter larger than the input", with(|p| p.dilation = [4, 4])),
+    ];
+    for (what, p) in cases {
+        assert_rejected(what, x.cudnn_conv2d(&w, p), &["conv"]);
+    }
+    // Pooling with zero stride or an empty window.
+    assert_rejected(
+        "pool zero stride",
+        x.cudnn_max_pool2d([2, 2], [0, 1], [0, 0]),
+        &["pool"],
+    );
+    assert_rejected(
+        "pool empty window",
+        x.cudnn_max_pool2d([0, 2], [1, 1], [0, 0]),
+        &["pool"],
+    );
+    // Transposed conv with zero stride.
+    let wt = rand_t(&mut rng, &[6, 2, 3, 3]);
+    let p = ConvTranspose2dParams {
+        stride: [0, 1],
+        ..Default::default()
+    };
+    assert_rejected(
+        "conv_transpose2d zero stride",
+        x.cudnn_conv_transpose2d(&wt, p),
+        &["conv"],
+    );
+}
+
+#[test]
+fn zero_sized_dims_give_empty_or_zero_results() {
+    let mut rng = SplitMix64::new(23);
+    let w = rand_t(&mut rng, &[4, 3, 3, 3]);
+    // Batch 0.
+    let x0 = Tensor::zeros((0, 3, 6, 6), DType::F64, &Device::Cpu).unwrap();
+    let y = x0.cudnn_conv2d(&w, Conv2dParams::default()).expect("conv2d batch 0");
+    assert_eq!(y.dims(), &[0, 4, 4, 4]);
+    let y = x0.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]).expect("pool batch 0");
+    assert_eq!(y.dims(), &[0, 3, 3, 3]);
+    // Zero output channels.
+    let x = rand_t(&mut rng, &[2, 3, 6, 6]);
+    let wk0 = Tensor::zeros((0, 3, 3, 3), DType::F64, &Device::Cpu).unwrap();
+    let y = x
+        .cudnn_conv2d(&wk0, Conv2dParams::default())
+        .expect("conv2d with 0 filters");
+    assert_eq!(y.dims(), &[2, 0, 4, 4]);
+    // Zero input channels: a sum over nothing.
+    let xc0 = Tensor::zeros((2, 0, 5, 5), DType::F64, &Device::Cpu).unwrap();
+    let wc0 = Tensor::zeros((3, 0, 3, 3), DType::F64, &Device::Cpu).unwrap();
+    let y = xc0
+        .cudnn_conv2d(
+            &wc0,
+            Conv2dParams {
+                padding: [1, 1],
+                ..Default::default()
+            },
+        )
+        .expect("conv2d with 0 channels");
+    assert_eq!(y.dims(), &[2, 3, 5, 5]);
+    assert!(vals(&y).iter().all(|&v| v == 0.0), "conv over 0 channels must be 0");
+    // Matmuls: k = 0 gives zeros, m = 0 or n = 0 gives empty results.
+    let z = |d: &[usize]| Tensor::zeros(d, DType::F32, &Device::Cpu).unwrap();
+    let y = z(&[3, 0]).cudnn_matmul(&z(&[0, 2])).expect("matmul k = 0");
+    assert_eq!(y.dims(), &[3, 2]);
+    assert!(vals(&y).iter().all(|&v| v == 0.0), "matmul with k = 0 must be 0");
+    let y = z(&[0, 4]).cudnn_matmul(&rand_t(&mut rng, &[4, 2]).to_dtype(DType::F32).unwrap());
+    assert_eq!(y.expect("matmul m = 0").dims(), &[0, 2]);
+    let y = z(&[2, 5, 4]).cudnn_matmul(&z(&[2, 4, 0])).expect("matmul n = 0");
+    assert_eq!(y.dims(), &[2, 5, 0]);
+    let y = z(&[0, 5, 4]).cudnn_matmul(&z(&[0, 4, 3])).expect("matmul batch 0");
+    assert_eq!(y.dims(), &[0, 5, 3]);
+    let bias = rand_t(&mut rng, &[2]).to_dtype(DType::F32).unwrap();
+    let y = z(&[3, 0])
+        .cudnn_matmul_bias_act(&z(&[0, 2]), &bias, Activation::Identity)
+        .expect("matmul_bias_act k = 0");
+    assert_close(
+        &y,
+        &bias.unsqueeze(0).unwrap().broadcast_as((3, 2)).unwrap(),
+        0.0,
+        "k = 0 + bias",
+    );
+}
+
+#[test]
+fn transposed_and_narrowed_inputs_match_candle() {
+    let mut rng = SplitMix64::new(24);
+    // Transposed operands (column-major views) and a narrowed (offset, gapped) operand.
+    let a = rand_t(&mut rng, &[6, 5]).t().unwrap();
+    let b = rand_t(&mut rng, &[9, 7])
+        .narrow(0, 2, 6)
+        .unwrap()
+        .narrow(1, 1, 4)
+        .unwrap();
+    let want = a.contiguous().unwrap().matmul(&b.contiguous().unwrap()).unwrap();
+    assert_close(&a.cudnn_matmul(&b).unwrap(), &want, 1e-12, "matmul of views");
+    // A batch-transposed rank-3 operand.
+    let a3 = rand_t(&mut rng, &[3, 4, 2]).transpose(1, 2).unwrap();
+    let b3 = rand_t(&mut rng, &[3, 4, 5]);
+    let want = a3.contiguous().unwrap().matmul(&b3).unwrap();
+    assert_close(&a3.cudnn_matmul(&b3).unwrap(), &want, 1e-12, "batched matmul of a view");
+    // Conv of a narrowed input (gaps in every dim) and of a spatially transposed input.
+    let w = rand_t(&mut rng, &[4, 3, 3, 3]);
+    let big = rand_t(&mut rng, &[3, 5, 9, 10]);
+    let x = big
+        .narrow(0, 1, 2)
+        .unwrap()
+        .narrow(1, 1, 3)
+        .unwrap()
+        .narrow(2, 2, 6)
+        .unwrap();
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let want = naive_conv2d(&x.contiguous().unwrap(), &w, [1, 1], [1, 1], [1, 1], 1);
+    assert_close(
+        &x.cudnn_conv2d(&w, p).unwrap(),
+        &want,
+        1e-12,
+        "conv of a narrowed input",
+    );
+    let xt = rand_t(&mut rng, &[2, 3, 8, 7]).transpose(2, 3).unwrap();
+    let want = naive_conv2d(&xt.contiguous().unwrap(), &w, [1, 1], [1, 1], [1, 1], 1);
+    assert_close(
+        &xt.cudnn_conv2d(&w, p).unwrap(),
+        &want,
+        1e-12,
+        "conv of a transposed input",
+    );
+    // A broadcast (stride-0) operand.
+    let row = rand_t(&mut rng, &[1, 5]).broadcast_as((4, 5)).unwrap();
+    let m = rand_t(&mut rng, &[5, 3]);
+    let want = row.contiguous().unwrap().matmul(&m).unwrap();
+    assert_close(
+        &row.cudnn_matmul(&m).unwrap(),
+        &want,
+        1e-12,
+        "matmul of a broadcast view",
+    );
+}

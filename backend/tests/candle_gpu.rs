@@ -442,6 +442,64 @@ fn fused_conv_bias_act_grouped_dilated_every_activation() {
     );
 }
 
+/// Isolates the fused conv + bias + tanh case: the same inputs on Candle's default device
+/// (per-thread default stream) and on a device with its own stream, against the unfused
+/// result (our conv + bias, then Candle's tanh), with the pre-activation values printed
+/// where the fused output is not finite.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_tanh_on_default_and_own_stream() {
+    let mut rng = SplitMix64::new(77);
+    let p = Conv2dParams {
+        padding: [1, 1],
+        stride: [1, 1],
+        dilation: [1, 1],
+        groups: 4,
+    };
+    let (x, w, b) = (
+        rand_cpu(&mut rng, &[2, 8, 9, 9]),
+        rand_cpu(&mut rng, &[8, 2, 3, 3]),
+        rand_cpu(&mut rng, &[8]),
+    );
+    let mut report = Vec::new();
+    let mut bad_total = 0;
+    for (label, dev) in [
+        ("default stream", gpu()),
+        ("own stream", Device::new_cuda_with_stream(0).unwrap()),
+    ] {
+        for act in [Activation::Tanh, Activation::Sigmoid] {
+            let (xg, wg, bg) = (
+                x.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap(),
+                w.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap(),
+                b.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap(),
+            );
+            let fused = xg.cudnn_conv2d_bias_act(&wg, &bg, p, act).unwrap();
+            let z = xg.cudnn_conv2d_bias_act(&wg, &bg, p, Activation::Identity).unwrap();
+            let unfused = match act {
+                Activation::Tanh => z.tanh().unwrap(),
+                _ => candle_nn::ops::sigmoid(&z).unwrap(),
+            };
+            let (bad, first) = non_finite(&fused);
+            bad_total += bad;
+            let (fv, zv) = (vals(&fused), vals(&z));
+            let samples: Vec<String> = fv
+                .iter()
+                .zip(&zv)
+                .filter(|(f, _)| !f.is_finite())
+                .take(4)
+                .map(|(f, z)| format!("{f} (pre-activation {z:.4})"))
+                .collect();
+            report.push(format!(
+                "{label} {act:?}: {bad} of {} non-finite (first {first:?}: {samples:?}); rel L2 vs unfused {:.3e}",
+                fused.elem_count(),
+                rel_err(&fused, &unfused)
+            ));
+        }
+    }
+    println!("{}", report.join("\n"));
+    assert_eq!(bad_total, 0, "non-finite fused outputs:\n{}", report.join("\n"));
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn matmuls_match_f64_reference() {
@@ -936,6 +994,12 @@ fn time_ms(dev: &Device, mut f: impl FnMut() -> Result<Tensor>) -> Result<f64> {
 fn bench_resnet50_convs_vs_candle() {
     let dev = gpu();
     let mut cases = Vec::new();
+    let theirs_label = if cfg!(feature = "candle-cudnn") {
+        "Candle's conv2d through its cudnn feature"
+    } else {
+        "Candle's conv2d with its own kernels (built without its cudnn feature)"
+    };
+    println!("ours vs {theirs_label}");
     println!("{:<44} {:>10} {:>10} {:>8}", "case", "ours ms", "candle ms", "speedup");
     for (dt, layout) in [
         (DType::F32, "nchw"),
@@ -997,7 +1061,7 @@ fn bench_resnet50_convs_vs_candle() {
     let path = std::env::var("CANDLE_BENCH_JSON").unwrap_or_else(|_| "candle_bench.json".into());
     let doc = format!(
         "{{\"device\": \"cuda:0\", \"runs\": {RUNS}, \"allow_tf32\": false, \"benchmark_mode\": false, \
-         \"source\": \"candle_gpu bench_resnet50_convs_vs_candle\", \"cases\": [\n{}\n]}}\n",
+         \"source\": \"candle_gpu bench_resnet50_convs_vs_candle\", \"candle\": \"{theirs_label}\", \"cases\": [\n{}\n]}}\n",
         cases.join(",\n")
     );
     std::fs::write(&path, doc).unwrap();

@@ -4525,6 +4525,74 @@ fn group_half(g: &mut Group) {
             RED,
             |B, c| vec![c.rf(B::layer_norm(c.f(0), c.f(1), Some(c.f(2)), 1e-5))]
         );
+        case!(
+            g,
+            "layer_norm",
+            "[3, 5, 768] without beta",
+            run,
+            [fl(&[3, 5, 768], -2.0, 2.0), fl(&[768], 0.5, 1.5)],
+            RED,
+            |B, c| vec![c.rf(B::layer_norm(c.f(0), c.f(1), None, 1e-5))]
+        );
+        // attention in half precision takes cuDNN's fused graph (a mask or softcap, the
+        // composed path): (label, [b, h, sq, skv, d, dv], causal, mask, bias, scale)
+        #[allow(clippy::type_complexity)]
+        let att: [(&str, [usize; 6], bool, bool, bool, Option<f64>); 7] = [
+            ("plain", [2, 3, 4, 6, 8, 8], false, false, false, None),
+            ("bias", [2, 3, 4, 6, 8, 16], false, false, true, None),
+            ("causal", [1, 2, 6, 6, 16, 16], true, false, false, None),
+            (
+                "causal, fewer queries",
+                [1, 2, 4, 6, 16, 16],
+                true,
+                false,
+                true,
+                Some(0.3),
+            ),
+            ("head dim 64", [1, 4, 33, 40, 64, 64], false, false, false, None),
+            (
+                "head dim 128, causal",
+                [2, 2, 20, 20, 128, 128],
+                true,
+                false,
+                false,
+                None,
+            ),
+            ("mask (composed)", [2, 3, 4, 6, 8, 8], false, true, false, None),
+        ];
+        for (label, [b, h, sq, skv, d, dv], causal, mask, bias, scale) in att {
+            let mvals: Vec<f64> = (0..b * h * sq * skv)
+                .map(|i| {
+                    if (i / skv + 2 * (i % skv) + 1) % 5 == 0 {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let specs = [
+                fl(&[b, h, sq, d], -1.0, 1.0),
+                fl(&[b, h, skv, d], -1.0, 1.0),
+                fl(&[b, h, skv, dv], -1.0, 1.0),
+                spec_bool(&[b, h, sq, skv], mvals),
+                fl(&[b, h, sq, skv], -1.0, 1.0),
+            ];
+            let o = AttentionModuleOptions {
+                scale,
+                softcap: None,
+                is_causal: causal,
+            };
+            case!(g, "attention", label, run, specs, MM, |B, c| {
+                vec![c.rf(B::attention(
+                    c.f(0),
+                    c.f(1),
+                    c.f(2),
+                    mask.then(|| c.b(3)),
+                    bias.then(|| c.f(4)),
+                    o,
+                ))]
+            });
+        }
     }
     // the layout-sensitive cases also on channels-last views (NHWC storage)
     for run in half_runs(&[View::ChannelsLast]) {

@@ -356,6 +356,115 @@ fn conv_bias_act_grouped_dilated_every_activation() {
     report.finish();
 }
 
+/// Fused conv + bias + activation and matmul + bias + activation with pre-activations up to
+/// about ±100 (tanh and sigmoid saturate; cuDNN's own fused tanh returned NaN there).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_activations_of_large_pre_activations() {
+    let s = stream();
+    let mut report = Report::new("fused_large_pre_activations").tf32_matmul();
+    let mut rng = SplitMix64::new(17);
+    let acts = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Elu(0.5),
+        Activation::Swish(1.0),
+    ];
+    let big = |rng: &mut SplitMix64, n: i64| -> Vec<f64> { rng.fill(n as usize).iter().map(|v| 4.0 * v).collect() };
+    for dtype in DTYPES {
+        for act in acts {
+            // conv: 2x8x9x9 by 8x2x3x3 in 4 groups, inputs in [-4, 4)
+            let (xd, wd) = ([2i64, 8, 9, 9], [8i64, 2, 3, 3]);
+            let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 4);
+            let yd = p.output_dims(&xd, &wd).unwrap();
+            let pk = |d: &[i64]| strides(d, Layout::Nchw);
+            let (xv, wv, bv) = (big(&mut rng, 1296), big(&mut rng, 144), big(&mut rng, 8));
+            let x = upload(&s, &xv, &xd, &pk(&xd), dtype);
+            let w = upload(&s, &wv, &wd, &pk(&wd), dtype);
+            let b = upload(&s, &bv, &[8], &[1], dtype);
+            let y = poisoned(&s, &yd, &pk(&yd), dtype);
+            let label = format!("conv {dtype:?} {act:?}");
+            match ops::conv_bias_act_forward(&s, &x.t, &w.t, &b.t, &y.t, &p, act) {
+                Ok(()) => {
+                    let g = ConvCase {
+                        x: xd.to_vec(),
+                        w: wd.to_vec(),
+                        p: p.clone(),
+                    }
+                    .geometry();
+                    let mut want = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
+                    cpu::bias_activation(&mut want, &udims(&y), 1, &b.values, ref_act(act));
+                    report.check(label, dtype, &download(&s, &y), &want);
+                }
+                Err(e) => report.error(label, e),
+            }
+            // matmul: [37, 64] x [64, 29] + bias, inputs in [-4, 4)
+            let (m, k, n) = (37i64, 64i64, 29i64);
+            let (av, bmv, biasv) = (big(&mut rng, m * k), big(&mut rng, k * n), big(&mut rng, n));
+            let a = upload(&s, &av, &[m, k], &[k, 1], dtype);
+            let bm = upload(&s, &bmv, &[k, n], &[n, 1], dtype);
+            let bias = upload(&s, &biasv, &[n], &[1], dtype);
+            let c = poisoned(&s, &[m, n], &[n, 1], dtype);
+            let label = format!("matmul {dtype:?} {act:?}");
+            match ops::matmul_bias_act(&s, &a.t, &bm.t, Some(&bias.t), &c.t, act) {
+                Ok(()) => {
+                    let mut want = vec![0.0; (m * n) as usize];
+                    for i in 0..m as usize {
+                        for j in 0..n as usize {
+                            let dot: f64 = (0..k as usize)
+                                .map(|l| a.values[i * k as usize + l] * bm.values[l * n as usize + j])
+                                .sum();
+                            want[i * n as usize + j] = dot;
+                        }
+                    }
+                    cpu::bias_activation(&mut want, &[m as usize, n as usize], 1, &bias.values, ref_act(act));
+                    report.check(label, dtype, &download(&s, &c), &want);
+                }
+                Err(e) => report.error(label, e),
+            }
+        }
+    }
+    report.finish();
+}
+
+/// The fused conv + bias + activation cases on the two implicit streams frameworks use:
+/// the per-thread default stream (Candle's) and the legacy default stream.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn conv_bias_act_on_per_thread_and_legacy_default_streams() {
+    let dev = Device::new(0).expect("these tests need a CUDA GPU");
+    let mut report = Report::new("conv_bias_act_implicit_streams");
+    let mut rng = SplitMix64::new(16);
+    let geometries = [
+        (vec![4, 10, 20, 18], vec![16, 5, 2, 3], [2, 1], [2, 1], [1, 2], 2),
+        (vec![2, 8, 9, 9], vec![8, 2, 3, 3], [1, 1], [1, 1], [1, 1], 4),
+    ];
+    for (name, s) in [
+        ("per-thread", dev.context().per_thread_stream()),
+        ("legacy", dev.context().default_stream()),
+    ] {
+        for (x, w, pad, stride, dil, groups) in &geometries {
+            for act in [Activation::Tanh, Activation::Sigmoid, Activation::Relu] {
+                let case = ConvCase {
+                    x: x.clone(),
+                    w: w.clone(),
+                    p: ConvParams::new(pad, stride, dil, *groups),
+                };
+                let label = format!("{name} x{x:?} w{w:?} g{groups} {act:?}");
+                match run_conv(&s, &mut rng, ConvKind::BiasAct(act), DataType::F32, Layout::Nchw, &case) {
+                    Ok((out, reference)) => report.check(label, DataType::F32, &out, &reference),
+                    Err(e) => report.error(label, e),
+                }
+            }
+        }
+    }
+    report.finish();
+}
+
 /// Matmul operand layouts: row-major or transposed storage.
 fn mat_strides(dims: &[i64], transposed: bool) -> Vec<i64> {
     let r = dims.len();

@@ -182,5 +182,8 @@ pub(crate) fn expand(t: CudnnTensor, dims: &[i64], op: &str) -> CudnnTensor {
 
 /// An uninitialised packed tensor on a Burn device.
 pub(crate) fn empty(device: &super::CudnnDevice, shape: &burn_backend::Shape, dtype: DType, op: &str) -> CudnnTensor {
-    CudnnTensor::empty(&device.open(), &super::tensor::to_dims(shape), dtype, op)
+    let dims = super::tensor::to_dims(shape);
+    // Reject impossible sizes before touching the device.
+    super::tensor::checked_bytes(op, &dims, dtype);
+    CudnnTensor::empty(&device.open(), &dims, dtype, op)
 }

@@ -10,9 +10,11 @@
 mod deform;
 mod fft;
 mod lanczos;
+mod transformer;
 
 pub(crate) use deform::{deform_conv2d, deform_conv2d_backward};
 pub(crate) use fft::{irfft, rfft};
+pub(crate) use transformer::{attention, layer_norm};
 
 use std::sync::Arc;
 

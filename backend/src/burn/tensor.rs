@@ -86,6 +86,28 @@ pub(crate) fn to_dims(shape: &Shape) -> Vec<i64> {
     shape.iter().map(|&d| d as i64).collect()
 }
 
+/// Bytes of a packed tensor of `dims` and `dtype`, or a panic naming `op` when a dim is
+/// negative (a size that wrapped around) or the size does not fit in the address space.
+pub(crate) fn checked_bytes(op: &str, dims: &[i64], dtype: DType) -> usize {
+    let elem = engine_dtype(op, dtype).size();
+    let sizes: Option<Vec<usize>> = dims.iter().map(|&d| usize::try_from(d).ok()).collect();
+    let bytes = sizes.and_then(|sizes| {
+        if sizes.contains(&0) {
+            return Some(0);
+        }
+        sizes
+            .iter()
+            .try_fold(elem, |acc, &d| acc.checked_mul(d))
+            .filter(|&b| b <= isize::MAX as usize)
+    });
+    bytes.unwrap_or_else(|| {
+        panic!(
+            "cudnn-backend: {op}: shape {dims:?} of {dtype:?} is too large: its size in bytes overflows the \
+             address space"
+        )
+    })
+}
+
 /// Unwraps an engine result or panics with `cudnn-backend: <op>: <error>` (Burn's ops
 /// return tensors, not results).
 pub(crate) fn expect<T>(op: &str, r: Result<T>) -> T {
@@ -98,9 +120,8 @@ pub(crate) fn expect<T>(op: &str, r: Result<T>) -> T {
 impl CudnnTensor {
     /// A packed row-major tensor with uninitialised contents.
     pub(crate) fn empty(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, op: &str) -> Self {
-        let elem = engine_dtype(op, dtype).size();
-        let numel: i64 = dims.iter().product();
-        let storage = expect(op, Storage::alloc(device, numel as usize * elem, "tensor allocation"));
+        let bytes = checked_bytes(op, dims, dtype);
+        let storage = expect(op, Storage::alloc(device, bytes, "tensor allocation"));
         Self {
             storage,
             layout: ViewLayout::contiguous(dims),
@@ -269,15 +290,18 @@ impl CudnnTensor {
         if self.numel() == 0 {
             return self;
         }
+        // cuBLASLt, behind cuDNN's matmul engines, fails at run time on operands that are not
+        // 16-byte aligned (a slice starting at an odd element): those are copied too.
+        let aligned = self.tref().ptr.is_multiple_of(16);
         match matmul_strides(&self.layout.dims, &self.layout.strides) {
-            Some(strides) => {
+            Some(strides) if aligned => {
                 let layout = ViewLayout {
                     strides,
                     ..self.layout.clone()
                 };
                 self.with_layout(layout)
             }
-            None => super::exec::copy_to_new(&self, self.dtype, "matmul input"),
+            _ => super::exec::copy_to_new(&self, self.dtype, "matmul input"),
         }
     }
 

@@ -278,6 +278,45 @@ impl Lowering<'_> {
                 self.parts.push(r);
                 Ok(o)
             }
+            Op::NormForward {
+                mode,
+                x,
+                scale,
+                bias,
+                epsilon,
+                y,
+                mean,
+                inv_var,
+            } => {
+                let mut o = Descriptor::new(K::CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR)?;
+                o.set_enum(
+                    A::CUDNN_ATTR_OPERATION_NORM_FWD_MODE,
+                    T::CUDNN_TYPE_NORM_MODE,
+                    mode.cudnn(),
+                )?;
+                // cudnnBackendNormFwdPhase_t: 0 inference, 1 training (writes the statistics).
+                let phase = u32::from(mean.is_some());
+                o.set_enum(
+                    A::CUDNN_ATTR_OPERATION_NORM_FWD_PHASE,
+                    T::CUDNN_TYPE_NORM_FWD_PHASE,
+                    phase,
+                )?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, self.t(*x))?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, self.t(*scale))?;
+                if let Some(b) = bias {
+                    o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC, self.t(*b))?;
+                }
+                o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, self.t(*epsilon))?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, self.t(*y))?;
+                if let Some(m) = mean {
+                    o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, self.t(*m))?;
+                }
+                if let Some(v) = inv_var {
+                    o.set_desc(A::CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, self.t(*v))?;
+                }
+                o.finalize()?;
+                Ok(o)
+            }
         }
     }
 

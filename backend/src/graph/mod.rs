@@ -70,6 +70,7 @@ impl Graph {
             by_value: None,
             alignment: 16,
             given: Given::ALL,
+            may_be_unused: false,
         })
     }
 
@@ -86,6 +87,7 @@ impl Graph {
             by_value: Some(value),
             alignment: 16,
             given: Given::ALL,
+            may_be_unused: false,
         })
     }
 
@@ -101,6 +103,7 @@ impl Graph {
             by_value: None,
             alignment: 16,
             given: Given::default(),
+            may_be_unused: false,
         })
     }
 
@@ -212,6 +215,61 @@ impl Graph {
             attrs,
         });
         dx
+    }
+
+    /// Normalization forward over every dim of `x` but the first (reshape `[.., d]` rows to
+    /// `[rows, d, 1, 1]`): `scale` and `bias` have dims `x` with the first set to 1, `epsilon`
+    /// is a [scalar](Graph::scalar). With `with_stats` (training phase) it also returns the
+    /// per-row mean and inverse standard deviation (f32, dims `[rows, 1, ..]`).
+    pub fn norm_forward(
+        &mut self,
+        mode: NormMode,
+        x: TensorId,
+        scale: TensorId,
+        bias: Option<TensorId>,
+        epsilon: TensorId,
+        with_stats: bool,
+    ) -> (TensorId, Option<(TensorId, TensorId)>) {
+        let n = self.nodes.len();
+        let y = self.virtual_tensor(format!("norm_forward#{n}.y"));
+        let stats = with_stats.then(|| {
+            let mean = self.virtual_tensor(format!("norm_forward#{n}.mean"));
+            let inv_var = self.virtual_tensor(format!("norm_forward#{n}.inv_var"));
+            for t in [mean, inv_var] {
+                self.tensors[t.0].dtype = Some(DataType::F32);
+                self.tensors[t.0].given.dtype = true;
+            }
+            (mean, inv_var)
+        });
+        self.push_node(Op::NormForward {
+            mode,
+            x,
+            scale,
+            bias,
+            epsilon,
+            y,
+            mean: stats.map(|s| s.0),
+            inv_var: stats.map(|s| s.1),
+        });
+        (y, stats)
+    }
+
+    /// Sets the data type of a virtual (intermediate) tensor, e.g. the f16 probabilities
+    /// between the two products of attention.
+    pub fn set_virtual_dtype(&mut self, t: TensorId, dtype: DataType) -> &mut Self {
+        self.validated = false;
+        let tensor = &mut self.tensors[t.0];
+        tensor.dtype = Some(dtype);
+        tensor.given.dtype = true;
+        self
+    }
+
+    /// Lets the virtual tensor `t` stay unconsumed: some fused engines match patterns that
+    /// compute a value nothing reads (attention's softmax statistics in inference).
+    pub fn allow_unused(&mut self, t: TensorId) -> &mut Self {
+        self.validated = false;
+        self.tensors[t.0].may_be_unused = true;
+        self
     }
 
     /// Marks `t` as a graph output written to device memory, with the given data type.

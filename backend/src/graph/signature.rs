@@ -149,6 +149,26 @@ impl Graph {
                     e.opt(self, *index);
                     resample(&mut e, attrs);
                 }
+                Op::NormForward {
+                    mode,
+                    x,
+                    scale,
+                    bias,
+                    epsilon,
+                    y,
+                    mean,
+                    inv_var,
+                } => {
+                    e.u8(9);
+                    e.u8(mode.cudnn() as u8);
+                    e.tid(self, *x);
+                    e.tid(self, *scale);
+                    e.opt(self, *bias);
+                    e.tid(self, *epsilon);
+                    e.tid(self, *y);
+                    e.opt(self, *mean);
+                    e.opt(self, *inv_var);
+                }
             }
         }
         // Scalars: only their kind matters to the plan.

@@ -115,6 +115,8 @@ pub struct Tensor {
     /// Which of dims / strides / dtype the user set (the rest is re-inferred by every
     /// `validate()`).
     pub(crate) given: Given,
+    /// A virtual output no node consumes is allowed (see [`Graph::allow_unused`](super::Graph::allow_unused)).
+    pub(crate) may_be_unused: bool,
 }
 
 /// Which tensor properties were set by the user rather than inferred.
@@ -361,6 +363,25 @@ impl ResampleAttrs {
     }
 }
 
+/// Normalization modes of [`Op::NormForward`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormMode {
+    /// `(x - mean) / sqrt(var + eps) * scale + bias`, statistics over every dim but the first.
+    LayerNorm,
+    /// `x / sqrt(mean(x²) + eps) * scale (+ bias)`, statistics over every dim but the first.
+    RmsNorm,
+}
+
+impl NormMode {
+    /// The `cudnnBackendNormMode_t` value.
+    pub(crate) fn cudnn(self) -> u32 {
+        match self {
+            NormMode::LayerNorm => 0,
+            NormMode::RmsNorm => 4,
+        }
+    }
+}
+
 /// One operation of the graph. Field names are the op's ports (inputs, then outputs).
 #[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq)]
@@ -424,6 +445,18 @@ pub enum Op {
         index: Option<TensorId>,
         attrs: ResampleAttrs,
     },
+    /// y = norm(x) · scale + bias. `epsilon` is a scalar tensor; `mean` and `inv_var`
+    /// (training phase) receive the per-row statistics.
+    NormForward {
+        mode: NormMode,
+        x: TensorId,
+        scale: TensorId,
+        bias: Option<TensorId>,
+        epsilon: TensorId,
+        y: TensorId,
+        mean: Option<TensorId>,
+        inv_var: Option<TensorId>,
+    },
 }
 
 impl Op {
@@ -438,6 +471,7 @@ impl Op {
             Op::Reduction { .. } => "reduction",
             Op::ResampleFwd { .. } => "resample_fwd",
             Op::ResampleBwd { .. } => "resample_bwd",
+            Op::NormForward { .. } => "norm_forward",
         }
     }
 
@@ -448,6 +482,7 @@ impl Op {
             Op::ResampleFwd { attrs, .. } | Op::ResampleBwd { attrs, .. } => {
                 format!("{}({:?})", self.kind_name(), attrs.mode)
             }
+            Op::NormForward { mode, .. } => format!("norm_forward({mode:?})"),
             _ => self.kind_name().to_string(),
         }
     }
@@ -463,6 +498,13 @@ impl Op {
             Op::Reduction { x, .. } => vec![*x],
             Op::ResampleFwd { x, .. } => vec![*x],
             Op::ResampleBwd { dy, x, y, index, .. } => std::iter::once(*dy).chain(*x).chain(*y).chain(*index).collect(),
+            Op::NormForward {
+                x,
+                scale,
+                bias,
+                epsilon,
+                ..
+            } => [*x, *scale].into_iter().chain(*bias).chain([*epsilon]).collect(),
         }
     }
 
@@ -477,6 +519,7 @@ impl Op {
             Op::Reduction { y, .. } => vec![*y],
             Op::ResampleFwd { y, index, .. } => std::iter::once(*y).chain(*index).collect(),
             Op::ResampleBwd { dx, .. } => vec![*dx],
+            Op::NormForward { y, mean, inv_var, .. } => std::iter::once(*y).chain(*mean).chain(*inv_var).collect(),
         }
     }
 }

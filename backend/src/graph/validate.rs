@@ -12,8 +12,11 @@ fn err(node: &str, msg: impl std::fmt::Display) -> Error {
 }
 
 /// Output spatial size of a convolution (input, kernel, pre/post padding, stride, dilation),
-/// or None when the filter does not fit.
+/// or None when the filter does not fit or has an empty window (a kernel size below 1).
 pub fn conv_out(input: i64, k: i64, pre: i64, post: i64, stride: i64, dil: i64) -> Option<i64> {
+    if k < 1 || stride < 1 || dil < 1 {
+        return None;
+    }
     let eff = dil.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
     let padded = input.checked_add(pre)?.checked_add(post)?;
     if padded < eff {
@@ -108,7 +111,7 @@ impl Graph {
             self.infer_node(&node.name, &node.op)?;
         }
         for (i, t) in self.tensors.iter().enumerate() {
-            if t.is_virtual && !consumed[i] {
+            if t.is_virtual && !consumed[i] && !t.may_be_unused {
                 return Err(Error::InvalidGraph(format!(
                     "virtual tensor `{}` is never used: mark it as an output with set_output()",
                     t.name
@@ -323,6 +326,53 @@ impl Graph {
                     }
                 }
                 self.set_inferred(node, *dx, dxd, *dy)
+            }
+            Op::NormForward {
+                x,
+                scale,
+                bias,
+                epsilon,
+                y,
+                mean,
+                inv_var,
+                ..
+            } => {
+                let xd = self.dims(*x).to_vec();
+                if xd.len() < 2 {
+                    return Err(err(node, format!("x {xd:?} needs rank >= 2 (rows, features..)")));
+                }
+                if !matches!(self.dtype(*x), DataType::F32 | DataType::F16 | DataType::BF16) {
+                    return Err(err(
+                        node,
+                        format!("x has dtype {:?}; expected f32, f16 or bf16", self.dtype(*x)),
+                    ));
+                }
+                let mut param_dims = xd.clone();
+                param_dims[0] = 1;
+                for (name, t) in std::iter::once(("scale", *scale)).chain(bias.map(|b| ("bias", b))) {
+                    if self.dims(t) != param_dims.as_slice() {
+                        return Err(err(
+                            node,
+                            format!(
+                                "{name} dims {:?} must be {param_dims:?} (x's dims with the first set to 1)",
+                                self.dims(t)
+                            ),
+                        ));
+                    }
+                    if !self.dtype(t).is_float() {
+                        return Err(err(node, format!("{name} has non-float dtype {:?}", self.dtype(t))));
+                    }
+                }
+                let eps = &self.tensors[epsilon.0];
+                if eps.by_value.is_none() || eps.dims.iter().any(|&d| d != 1) || eps.dims.len() != xd.len() {
+                    return Err(err(node, "epsilon must be a by-value scalar of x's rank"));
+                }
+                let mut stat_dims = vec![1i64; xd.len()];
+                stat_dims[0] = xd[0];
+                for t in mean.iter().chain(inv_var.iter()) {
+                    self.set_inferred(node, *t, stat_dims.clone(), *x)?;
+                }
+                self.set_inferred(node, *y, xd, *x)
             }
         }
     }

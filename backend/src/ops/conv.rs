@@ -67,7 +67,7 @@ impl ConvParams {
                 Error::invalid_arg(
                     "conv",
                     "w",
-                    format!("filter does not fit the padded input in spatial dim {i}"),
+                    format!("in spatial dim {i} the filter is empty or does not fit the padded input"),
                 )
             })?;
             out.push(o);
@@ -275,6 +275,12 @@ pub fn conv_bias_act_forward(
     }
     if y.is_empty() {
         return Ok(());
+    }
+    if act == Activation::Tanh {
+        // cuDNN's fused tanh (9.14 and 9.19) returns NaN once |x| passes ~44: fuse conv +
+        // bias, then apply tanh with our kernel.
+        conv_bias_act_forward(stream, x, w, bias, y, p, Activation::Identity)?;
+        return super::fallback::tanh_in_place(stream, y);
     }
     // Bias as [1, K, 1, ...] matching y's rank.
     let rank = y.dims.len();

@@ -54,3 +54,8 @@ pub(crate) fn bias_act_in_place(
     };
     bias_act(stream, &f, &args)
 }
+
+/// `y = tanh(y)` in place on any strided view (the elementwise kernel).
+pub(crate) fn tanh_in_place(stream: &Arc<CudaStream>, y: &TensorRef) -> Result<()> {
+    crate::kernels::elementwise::unary(stream, crate::kernels::elementwise::UnaryOp::Tanh, y, y)
+}

@@ -77,6 +77,11 @@ pub fn matmul_bias_act(
     if c.is_empty() {
         return Ok(());
     }
+    if act == Activation::Tanh {
+        // cuDNN's fused tanh returns NaN for large inputs (see conv_bias_act_forward).
+        matmul_bias_act(stream, a, b, bias, c, Activation::Identity)?;
+        return super::fallback::tanh_in_place(stream, c);
+    }
     if a.is_empty() || b.is_empty() {
         zero_fill(stream, c)?;
         return if bias_full.is_some() || act != Activation::Identity {

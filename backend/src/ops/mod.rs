@@ -6,14 +6,18 @@
 //! strides, so NCHW and NHWC are both just strides), a dtype and a device pointer.
 //! Outputs are written, never read. Nothing synchronizes.
 
+mod attention;
 mod conv;
 mod fallback;
 mod matmul;
+mod norm;
 mod pool;
 mod tensor;
 
+pub use attention::sdpa_forward;
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward, ConvParams};
 pub use matmul::{matmul, matmul_bias_act};
+pub use norm::{norm_forward, NormStats};
 pub use pool::{pool_backward, pool_forward, PoolMode, PoolParams};
 pub use tensor::{Activation, TensorRef};
 
@@ -79,6 +83,29 @@ fn run(
     io: &[(i64, u64)],
     build: &dyn Fn() -> Graph,
 ) -> Result<()> {
+    run_graph(stream, op, key, io, true, build)
+}
+
+/// [`run`] for graphs with by-value scalars: their `io` entries are host addresses of the
+/// values, read when the work is enqueued, so the execution is never captured for replay.
+fn run_with_scalars(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    key: OpKey,
+    io: &[(i64, u64)],
+    build: &dyn Fn() -> Graph,
+) -> Result<()> {
+    run_graph(stream, op, key, io, false, build)
+}
+
+fn run_graph(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    key: OpKey,
+    io: &[(i64, u64)],
+    replayable: bool,
+    build: &dyn Fn() -> Graph,
+) -> Result<()> {
     let uids: Vec<i64> = io.iter().map(|&(u, _)| u).collect();
     let ptrs: Vec<*mut c_void> = io.iter().map(|&(_, p)| p as *mut c_void).collect();
     let graph = || {
@@ -89,7 +116,7 @@ fn run(
         })?;
         Ok(Cow::Owned(g))
     };
-    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, true, &graph)
+    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, replayable, &graph)
 }
 
 /// Zero-fills an output whose op has an empty reduction (e.g. a batch of 0 in wgrad).

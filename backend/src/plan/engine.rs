@@ -173,6 +173,9 @@ pub(crate) fn build(
     let mut plan = Descriptor::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
     plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle.raw())?;
     plan.set_desc(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &cfg)?;
+    if let Some(injected) = super::fault::plan_build_fault() {
+        return Err(injected);
+    }
     plan.finalize()?;
     let workspace = plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?.max(0) as usize;
     let choice = EngineChoice {

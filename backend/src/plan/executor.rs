@@ -167,7 +167,7 @@ pub(crate) fn execute_keyed<'g>(
         match with_workspace(stream, plan.workspace, |ws| {
             engine::execute(handle, plan, uids, ptrs, ws, stream, capture_on)
         }) {
-            Err(Error::OutOfMemory { .. }) if plan.workspace > 0 => {
+            Err(oom @ Error::OutOfMemory { .. }) if plan.workspace > 0 => {
                 // Retry with the best plan that needs less workspace.
                 let smaller = EnginePolicy {
                     max_workspace: Some(plan.workspace as u64 - 1),
@@ -177,7 +177,12 @@ pub(crate) fn execute_keyed<'g>(
                     Some(g) => g,
                     None => graph()?,
                 };
-                let mut plan = select_plan(handle, &g, &smaller, stream, uids, ptrs)?;
+                // No plan fits: the caller gets the allocation failure, not "unsupported".
+                let mut plan = match select_plan(handle, &g, &smaller, stream, uids, ptrs) {
+                    Ok(p) => p,
+                    Err(e) if e.is_not_supported() => return Err(oom),
+                    Err(e) => return Err(e),
+                };
                 with_workspace(stream, plan.workspace, |ws| {
                     engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)
                 })?;
@@ -337,6 +342,9 @@ pub(crate) fn select_plan(
         1
     };
     let mut built: Vec<BuiltPlan> = Vec::new();
+    // A build that failed for lack of memory may succeed later: such a failure is returned
+    // as is (never remembered as "unsupported").
+    let mut transient: Option<Error> = None;
     for Candidate {
         cfg, engine_id, knobs, ..
     } in cands
@@ -357,11 +365,23 @@ pub(crate) fn select_plan(
                     break;
                 }
             }
-            Err(e) => notes.push(format!("engine {engine_id}: {e}")),
+            Err(e) => {
+                notes.push(format!("engine {engine_id}: {e}"));
+                if transient.is_none() && matches!(&e, Error::Cudnn { status, .. } if status.is_alloc_failure()) {
+                    transient = Some(e);
+                }
+            }
         }
     }
     if built.is_empty() {
         notes.truncate(12);
+        if let Some(e) = transient {
+            return Err(e.with_context(format!(
+                "no engine built for {}: {}",
+                graph.describe(),
+                notes.join("; ")
+            )));
+        }
         return Err(Error::Unsupported {
             graph: graph.describe(),
             reason: if notes.is_empty() {

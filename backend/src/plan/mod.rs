@@ -5,6 +5,8 @@
 pub mod cache;
 pub(crate) mod engine;
 mod executor;
+#[doc(hidden)]
+pub mod fault;
 pub mod persist;
 pub mod policy;
 

@@ -33,12 +33,27 @@ fn slot(stream: &Arc<CudaStream>) -> Slot {
         }
     }
     let key = (ordinal, stream.cu_stream() as usize);
-    let map = WORKSPACES.get_or_init(|| Mutex::new(HashMap::new()));
-    map.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key)
-        .or_default()
-        .clone()
+    let mut map = WORKSPACES
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = map.get(&key) {
+        return s.clone();
+    }
+    // A stream seen for the first time: drop the slots of streams no one else holds any
+    // more, so programs that create and drop streams do not accumulate workspaces.
+    map.retain(|_, s| !orphaned(s));
+    map.entry(key).or_default().clone()
+}
+
+/// True when only the map holds `slot` and its buffer (if any) holds the last reference to
+/// its stream. A buffer keeps its stream alive, so a key with a buffer is never reused by a
+/// new stream; an empty slot is cheap to recreate.
+fn orphaned(slot: &Slot) -> bool {
+    Arc::strong_count(slot) == 1
+        && slot
+            .try_lock()
+            .is_ok_and(|g| g.as_ref().is_none_or(|(b, _)| Arc::strong_count(b.stream()) == 1))
 }
 
 /// Runs `f` with a device pointer to at least `bytes` of scratch memory owned by `stream`
@@ -54,6 +69,9 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
     if guard.as_ref().is_none_or(|(b, _)| b.len() < bytes) {
         *guard = None;
         let rounded = bytes.div_ceil(1 << 20) << 20;
+        if let Some(injected) = crate::plan::fault::workspace_alloc_fault(rounded) {
+            return Err(injected);
+        }
         let buf = stream.alloc_zeros::<u8>(rounded).map_err(|e| Error::OutOfMemory {
             op: "cuDNN workspace",
             bytes: rounded,

@@ -2,7 +2,6 @@
 //! deformable convolution, attention and real FFTs. The work lives in
 //! [`crate::burn::nn`]; this file maps Burn's arguments onto it.
 
-use burn_backend::ops::attention::attention_fallback;
 use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
@@ -546,7 +545,16 @@ impl ModuleOps<Cudnn> for Cudnn {
         attn_bias: Option<FloatTensor<Cudnn>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Cudnn> {
-        attention_fallback::<Cudnn>(query, key, value, mask, attn_bias, options)
+        nn::attention(query, key, value, mask, attn_bias, options)
+    }
+
+    fn layer_norm(
+        tensor: FloatTensor<Cudnn>,
+        gamma: FloatTensor<Cudnn>,
+        beta: Option<FloatTensor<Cudnn>>,
+        epsilon: f64,
+    ) -> FloatTensor<Cudnn> {
+        nn::layer_norm(tensor, gamma, beta, epsilon)
     }
 
     fn rfft(signal: FloatTensor<Cudnn>, dim: usize, n: Option<usize>) -> (FloatTensor<Cudnn>, FloatTensor<Cudnn>) {

@@ -1,0 +1,177 @@
+//! Layer normalization and scaled dot-product attention through cuDNN graphs, with the
+//! composed path for the cases cuDNN has no engine for.
+
+use burn_backend::ops::{AttentionModuleOptions, BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn_backend::tensor::{BoolTensor, FloatTensor};
+use burn_backend::{DType, Scalar, Shape};
+
+use super::super::tensor::{expect, CudnnTensor};
+use super::super::Cudnn;
+use super::exec;
+use crate::graph::NormMode;
+use crate::kernels::elementwise::BinaryOp;
+use crate::ops;
+
+/// Burn's layer norm over the last dim: one cuDNN norm graph for f32/f16/bf16 rows, the
+/// composed mean/variance path otherwise (f64, or a case cuDNN rejects).
+pub(crate) fn layer_norm(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnTensor>, epsilon: f64) -> CudnnTensor {
+    const OP: &str = "layer_norm";
+    let dims = x.dims().to_vec();
+    let d = dims.last().copied().unwrap_or(1);
+    let cudnn_dtype = matches!(x.dtype, DType::F32 | DType::Flex32 | DType::F16 | DType::BF16);
+    if !cudnn_dtype || x.numel() == 0 || gamma.dtype != x.dtype || beta.as_ref().is_some_and(|b| b.dtype != x.dtype) {
+        return layer_norm_composed(x, gamma, beta, epsilon);
+    }
+    let rows = x.numel() / d;
+    let x2 = x.clone().contiguous().reshape(&[rows, d]);
+    let y = x2.empty_on(&[rows, d], x2.dtype, OP);
+    let try_with = |g: &CudnnTensor, b: Option<&CudnnTensor>| {
+        ops::norm_forward(
+            y.stream(),
+            NormMode::LayerNorm,
+            &x2.tref(),
+            &g.tref(),
+            b.map(|b| b.tref()).as_ref(),
+            &y.tref(),
+            epsilon,
+            None,
+        )
+    };
+    let g = gamma.clone().contiguous();
+    let b = beta.clone().map(CudnnTensor::contiguous);
+    let mut r = try_with(&g, b.as_ref());
+    if matches!(&r, Err(e) if e.is_not_supported()) && x.dtype != DType::F32 {
+        // Some engines want f32 parameters with half-precision data.
+        let g32 = exec::cast(g, DType::F32, OP);
+        let b32 = b.map(|b| exec::cast(b, DType::F32, OP));
+        r = try_with(&g32, b32.as_ref());
+    }
+    match r {
+        Ok(()) => y.reshape(&dims),
+        Err(e) if e.is_not_supported() => {
+            tracing::debug!("{OP}: no cuDNN engine ({e}); composing it");
+            layer_norm_composed(x, gamma, beta, epsilon)
+        }
+        Err(e) => expect(OP, Err(e)),
+    }
+}
+
+/// `(x - mean) / sqrt(var + eps) · gamma + beta` over the last dim from elementwise and
+/// reduction kernels (biased variance, as Burn defines it).
+fn layer_norm_composed(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnTensor>, epsilon: f64) -> CudnnTensor {
+    let last = x.rank() - 1;
+    let centered = Cudnn::float_sub(x.clone(), Cudnn::float_mean_dim(x, last));
+    let var = Cudnn::float_mean_dim(Cudnn::float_mul(centered.clone(), centered.clone()), last);
+    let inv = Cudnn::float_recip(Cudnn::float_sqrt(Cudnn::float_add_scalar(var, Scalar::Float(epsilon))));
+    let scaled = Cudnn::float_mul(Cudnn::float_mul(centered, inv), gamma);
+    match beta {
+        Some(b) => Cudnn::float_add(scaled, b),
+        None => scaled,
+    }
+}
+
+/// True when the last dim is unit-stride and every stride is positive: the layouts the
+/// attention graph reads in place ([B, H, S, D] and the [B, S, H, D] of a head split).
+fn rows_unit_stride(t: &CudnnTensor) -> bool {
+    let s = &t.layout.strides;
+    s.last() == Some(&1) && s.iter().all(|&v| v > 0)
+}
+
+/// Burn's attention: the fused cuDNN graph for f16/bf16 with head dims that are multiples
+/// of 8 (≤ 256), no boolean mask and no softcap; a causal mask becomes an additive bias.
+/// Every other case, or one cuDNN rejects, runs Burn's composed attention on our kernels.
+pub(crate) fn attention(
+    q: FloatTensor<Cudnn>,
+    k: FloatTensor<Cudnn>,
+    v: FloatTensor<Cudnn>,
+    mask: Option<BoolTensor<Cudnn>>,
+    bias: Option<FloatTensor<Cudnn>>,
+    options: AttentionModuleOptions,
+) -> FloatTensor<Cudnn> {
+    const OP: &str = "attention";
+    let fallback =
+        |q, k, v, mask, bias| burn_backend::ops::attention::attention_fallback::<Cudnn>(q, k, v, mask, bias, options);
+    let (qd, kd, vd) = (q.dims().to_vec(), k.dims().to_vec(), v.dims().to_vec());
+    let fusable = mask.is_none()
+        && options.softcap.is_none()
+        && matches!(q.dtype, DType::F16 | DType::BF16)
+        && k.dtype == q.dtype
+        && v.dtype == q.dtype
+        && bias.as_ref().is_none_or(|b| b.dtype == q.dtype)
+        && qd.len() == 4
+        && kd.len() == 4
+        && vd.len() == 4
+        && qd[3] % 8 == 0
+        && qd[3] <= 256
+        && vd[3] % 8 == 0
+        && vd[3] <= 256
+        && kd[2] > 0
+        // A causal mask with more queries than keys leaves whole rows masked, which the
+        // composed path defines (zeros) and the fused softmax does not.
+        && !(options.is_causal && qd[2] > kd[2]);
+    if !fusable {
+        return fallback(q, k, v, mask, bias);
+    }
+    let (b, h, sq, skv, dv) = (qd[0], qd[1], qd[2], kd[2], vd[3]);
+    let ready = |t: &CudnnTensor| {
+        if rows_unit_stride(t) {
+            t.clone()
+        } else {
+            t.clone().contiguous()
+        }
+    };
+    let (qr, kr, vr) = (ready(&q), ready(&k), ready(&v));
+    let bias_full = match (bias.as_ref(), options.is_causal) {
+        (None, false) => None,
+        (Some(b), false) => Some(ready(b)),
+        (b, true) => {
+            let causal = causal_bias(&q, sq, skv);
+            Some(match b {
+                Some(b) => exec::binary(b.clone(), causal, BinaryOp::Add, OP).contiguous(),
+                None => causal,
+            })
+        }
+    };
+    let o = qr.empty_on(&[b, h, sq, dv], q.dtype, OP);
+    let scale = options.scale.unwrap_or(1.0 / (qd[3] as f64).sqrt()) as f32;
+    let run = |stats: Option<&CudnnTensor>| {
+        ops::sdpa_forward(
+            o.stream(),
+            &qr.tref(),
+            &kr.tref(),
+            &vr.tref(),
+            bias_full.as_ref().map(|t| t.tref()).as_ref(),
+            &o.tref(),
+            scale,
+            stats.map(|t| t.tref()).as_ref(),
+        )
+    };
+    let mut r = run(None);
+    if matches!(&r, Err(e) if e.is_not_supported()) {
+        // Some cuDNN versions only match the pattern that also writes the statistics.
+        let stats = o.empty_on(&[b, h, sq, 1], DType::F32, OP);
+        r = run(Some(&stats));
+    }
+    match r {
+        Ok(()) => o,
+        Err(e) if e.is_not_supported() || matches!(e, crate::Error::InvalidArgument { .. }) => {
+            tracing::debug!("{OP}: fused graph not used ({e}); composing it");
+            fallback(q, k, v, mask, bias)
+        }
+        Err(e) => expect(OP, Err(e)),
+    }
+}
+
+/// `[1, 1, sq, skv]` additive bias: 0 where key `j` may be seen by query `i`
+/// (`j <= i + skv - sq`, the bottom-right aligned causal mask Burn uses), -inf elsewhere.
+fn causal_bias(like: &CudnnTensor, sq: i64, skv: i64) -> CudnnTensor {
+    let device = like.burn_device();
+    let int = burn_backend::IntDType::I64;
+    let rows = Cudnn::int_reshape(Cudnn::int_arange(0..sq, &device, int), Shape::new([sq as usize, 1]));
+    let cols = Cudnn::int_reshape(Cudnn::int_arange(0..skv, &device, int), Shape::new([1, skv as usize]));
+    let shifted = Cudnn::int_add_scalar(rows, Scalar::Int(skv - sq));
+    let hidden = Cudnn::int_lower(shifted, cols, burn_backend::BoolDType::Native);
+    let hidden = Cudnn::bool_reshape(hidden, Shape::new([1, 1, sq as usize, skv as usize]));
+    let zeros = exec::full(like.device(), &[1, 1, sq, skv], like.dtype, 0.0, "attention");
+    Cudnn::float_mask_fill(zeros, hidden, Scalar::Float(f64::NEG_INFINITY))
+}

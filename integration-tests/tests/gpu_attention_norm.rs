@@ -1,0 +1,298 @@
+//! `ops::sdpa_forward` (fused attention) and `ops::norm_forward` (layer / RMS norm) against
+//! float64 references on random shapes and layouts, outputs poisoned. Needs a CUDA GPU.
+
+use std::sync::Arc;
+
+use cudnn_backend::cudarc::driver::CudaStream;
+use cudnn_backend::graph::{DataType, NormMode};
+use cudnn_backend::ops::{self, NormStats};
+use cudnn_backend::reference::{self as cpu, SplitMix64};
+use cudnn_backend::Device;
+use integration_tests::{bound, download, poisoned, random, upload};
+
+const CASES: usize = 24;
+
+fn stream() -> Arc<CudaStream> {
+    Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
+}
+
+fn pick<T: Copy>(rng: &mut SplitMix64, v: &[T]) -> T {
+    v[(rng.next_u64() % v.len() as u64) as usize]
+}
+
+fn range(rng: &mut SplitMix64, lo: i64, hi: i64) -> i64 {
+    lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64
+}
+
+/// Strides of a `[b, h, s, d]` tensor stored as `[b, s, h, d]` (a head split of `[b, s, h·d]`).
+fn bshd(dims: &[i64]) -> Vec<i64> {
+    let (h, s, d) = (dims[1], dims[2], dims[3]);
+    vec![s * h * d, d, h * d, 1]
+}
+
+fn packed(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for i in (0..dims.len() - 1).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// softmax(q·kᵀ·scale + bias)·v in float64, row-major `[b, h, sq, dv]`, and the log-sum-exp
+/// of every score row.
+#[allow(clippy::too_many_arguments)]
+fn sdpa_reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    bias: Option<(&[f64], [i64; 2])>,
+    [b, h, sq, skv, d, dv]: [i64; 6],
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut out = vec![0.0; (b * h * sq * dv) as usize];
+    let mut lse = Vec::with_capacity((b * h * sq) as usize);
+    let mut p = vec![0.0; skv as usize];
+    for bi in 0..b {
+        for hi in 0..h {
+            let bh = bi * h + hi;
+            for i in 0..sq {
+                let qrow = &q[((bh * sq + i) * d) as usize..][..d as usize];
+                for j in 0..skv {
+                    let krow = &k[((bh * skv + j) * d) as usize..][..d as usize];
+                    let mut s: f64 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f64>() * scale;
+                    if let Some((bv, [bb, bhh])) = bias {
+                        let (b0, h0) = (if bb == 1 { 0 } else { bi }, if bhh == 1 { 0 } else { hi });
+                        s += bv[(((b0 * bhh + h0) * sq + i) * skv + j) as usize];
+                    }
+                    p[j as usize] = s;
+                }
+                let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let mut sum = 0.0;
+                for x in p.iter_mut() {
+                    *x = (*x - m).exp();
+                    sum += *x;
+                }
+                lse.push(m + sum.ln());
+                for c in 0..dv {
+                    let acc: f64 = (0..skv)
+                        .map(|j| p[j as usize] / sum * v[((bh * skv + j) * dv + c) as usize])
+                        .sum();
+                    out[((bh * sq + i) * dv + c) as usize] = acc;
+                }
+            }
+        }
+    }
+    (out, lse)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sdpa_matches_f64_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(41);
+    let (mut runs, mut unsupported, mut failures, mut worst) = (0, Vec::new(), Vec::new(), 0.0f64);
+    for dtype in [DataType::F16, DataType::BF16] {
+        for case in 0..CASES {
+            let (b, h) = (range(&mut rng, 1, 3), range(&mut rng, 1, 4));
+            let (sq, skv) = (range(&mut rng, 1, 130), range(&mut rng, 1, 130));
+            let d = pick(&mut rng, &[8, 16, 32, 64, 128]);
+            let dv = if case % 3 == 0 { pick(&mut rng, &[8, 32, 64]) } else { d };
+            let head_split = case % 2 == 1;
+            let layout = |dims: &[i64]| if head_split { bshd(dims) } else { packed(dims) };
+            let (qd, kd, vd, od) = ([b, h, sq, d], [b, h, skv, d], [b, h, skv, dv], [b, h, sq, dv]);
+            let q = random(&s, &mut rng, &qd, &layout(&qd), dtype);
+            let k = random(&s, &mut rng, &kd, &layout(&kd), dtype);
+            let v = random(&s, &mut rng, &vd, &layout(&vd), dtype);
+            let o = poisoned(&s, &od, &layout(&od), dtype);
+            // Bias: none, per-(query, key) broadcast over batch and heads, or full; the
+            // causal variant has -inf above the diagonal (each row keeps key 0).
+            let bias_kind = case % 4;
+            let bias = (bias_kind > 0).then(|| {
+                let (bb, bh) = if bias_kind == 3 { (b, h) } else { (1, 1) };
+                let dims = [bb, bh, sq, skv];
+                let n = (bb * bh * sq * skv) as usize;
+                let vals: Vec<f64> = if bias_kind == 2 {
+                    (0..n)
+                        .map(|i| {
+                            let (r, c) = ((i as i64 / skv) % sq, i as i64 % skv);
+                            if c > r {
+                                f64::NEG_INFINITY
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect()
+                } else {
+                    rng.fill(n)
+                };
+                (upload(&s, &vals, &dims, &packed(&dims), dtype), [bb, bh])
+            });
+            let scale = 1.0 / (d as f64).sqrt() * if case % 5 == 0 { 2.0 } else { 1.0 };
+            let label = format!(
+                "{dtype:?} q{qd:?} k{kd:?} v{vd:?} {} bias{bias_kind} scale {scale:.3}",
+                if head_split { "bshd" } else { "bhsd" }
+            );
+            // Every other case also writes the softmax statistics (log-sum-exp per row).
+            let with_stats = case % 2 == 0;
+            let st = poisoned(&s, &[b, h, sq, 1], &packed(&[b, h, sq, 1]), DataType::F32);
+            let label = format!("{label} stats {with_stats}");
+            let r = ops::sdpa_forward(
+                &s,
+                &q.t,
+                &k.t,
+                &v.t,
+                bias.as_ref().map(|(t, _)| &t.t),
+                &o.t,
+                scale as f32,
+                with_stats.then_some(&st.t),
+            );
+            match r {
+                Ok(()) => {}
+                Err(e) if e.is_not_supported() => {
+                    unsupported.push(format!("{label}: {e}"));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("{label}: {e}"));
+                    continue;
+                }
+            }
+            let got = download(&s, &o);
+            let (want, want_lse) = sdpa_reference(
+                &q.values,
+                &k.values,
+                &v.values,
+                bias.as_ref().map(|(t, bb)| (t.values.as_slice(), *bb)),
+                [b, h, sq, skv, d, dv],
+                scale,
+            );
+            let mut checks = vec![("o", cpu::rel_l2_error(&got, &want))];
+            if with_stats {
+                checks.push(("stats", cpu::rel_l2_error(&download(&s, &st), &want_lse)));
+            }
+            runs += 1;
+            for (what, err) in checks {
+                worst = worst.max(err);
+                if err.is_nan() || err > bound(dtype) {
+                    failures.push(format!("{label} {what}: rel L2 error {err:.3e} > {:.0e}", bound(dtype)));
+                }
+            }
+        }
+    }
+    // f32 has no fused engine: a typed not-supported error, never a wrong result.
+    let qd = [1i64, 2, 16, 64];
+    let q = random(&s, &mut rng, &qd, &packed(&qd), DataType::F32);
+    let o = poisoned(&s, &qd, &packed(&qd), DataType::F32);
+    let f32_err =
+        ops::sdpa_forward(&s, &q.t, &q.t, &q.t, None, &o.t, 0.125, None).expect_err("f32 sdpa must be refused");
+    assert!(f32_err.is_not_supported(), "f32 sdpa: {f32_err}");
+    println!(
+        "sdpa: {runs} runs checked, {} not supported by cuDNN, {} failed; worst rel L2 {worst:.2e}",
+        unsupported.len(),
+        failures.len()
+    );
+    for u in &unsupported {
+        println!("  not supported: {u}");
+    }
+    assert!(failures.is_empty(), "sdpa failures:\n{}", failures.join("\n"));
+    assert!(runs >= CASES, "only {runs} sdpa cases ran on cuDNN");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn layer_and_rms_norm_match_f64_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(43);
+    let (mut runs, mut unsupported, mut failures) = (0, Vec::new(), Vec::new());
+    let mut worst: Vec<(String, f64)> = Vec::new();
+    for mode in [NormMode::LayerNorm, NormMode::RmsNorm] {
+        for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+            for case in 0..CASES {
+                let rows = range(&mut rng, 1, 300);
+                let f = pick(&mut rng, &[1, 7, 64, 127, 768, 1024, 2000, 4096]);
+                let row_stride = if case % 3 == 0 { f + 5 } else { f };
+                let x = random(&s, &mut rng, &[rows, f], &[row_stride, 1], dtype);
+                let y = poisoned(&s, &[rows, f], &[row_stride, 1], dtype);
+                let pdt = if case % 2 == 0 { DataType::F32 } else { dtype };
+                let scale_vals: Vec<f64> = rng.fill(f as usize).iter().map(|v| 1.0 + 0.5 * v).collect();
+                let scale = upload(&s, &scale_vals, &[f], &[1], pdt);
+                let bias = (case % 4 != 1).then(|| random(&s, &mut rng, &[f], &[1], pdt));
+                let with_stats = mode == NormMode::LayerNorm && case % 3 == 2;
+                let mean = poisoned(&s, &[rows], &[1], DataType::F32);
+                let inv = poisoned(&s, &[rows], &[1], DataType::F32);
+                let stats = with_stats.then_some(NormStats {
+                    mean: &mean.t,
+                    inv_std: &inv.t,
+                });
+                let eps = 1e-5;
+                let label = format!(
+                    "{mode:?} {dtype:?} [{rows}, {f}] row stride {row_stride} params {pdt:?} bias {} stats {with_stats}",
+                    bias.is_some()
+                );
+                let r = ops::norm_forward(&s, mode, &x.t, &scale.t, bias.as_ref().map(|b| &b.t), &y.t, eps, stats);
+                // cuDNN's norm engines take packed rows only: padded rows must be refused
+                // with a typed not-supported error; packed ones must run.
+                match r {
+                    Ok(()) if row_stride == f => {}
+                    Ok(()) => {
+                        failures.push(format!("{label}: padded rows were accepted"));
+                        continue;
+                    }
+                    Err(e) if e.is_not_supported() && row_stride != f => {
+                        unsupported.push(format!("{label}: {e}"));
+                        continue;
+                    }
+                    Err(e) => {
+                        failures.push(format!("{label}: {e}"));
+                        continue;
+                    }
+                }
+                let got = download(&s, &y);
+                let (mut want, mut want_mean, mut want_inv) = (Vec::new(), Vec::new(), Vec::new());
+                for r in 0..rows as usize {
+                    let row = &x.values[r * f as usize..][..f as usize];
+                    let n = f as f64;
+                    let mean = if mode == NormMode::LayerNorm {
+                        row.iter().sum::<f64>() / n
+                    } else {
+                        0.0
+                    };
+                    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+                    let inv = 1.0 / (var + eps).sqrt();
+                    want_mean.push(mean);
+                    want_inv.push(inv);
+                    for (i, v) in row.iter().enumerate() {
+                        let b = bias.as_ref().map_or(0.0, |b| b.values[i]);
+                        want.push((v - mean) * inv * scale.values[i] + b);
+                    }
+                }
+                let mut check = |what: &str, got: &[f64], want: &[f64], dt: DataType| {
+                    let err = cpu::rel_l2_error(got, want);
+                    runs += 1;
+                    let key = format!("{mode:?} {dt:?} {what}");
+                    match worst.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, w)) => *w = w.max(err),
+                        None => worst.push((key, err)),
+                    }
+                    if err.is_nan() || err > bound(dt) {
+                        failures.push(format!("{label} {what}: rel L2 error {err:.3e} > {:.0e}", bound(dt)));
+                    }
+                };
+                check("y", &got, &want, dtype);
+                if with_stats {
+                    check("mean", &download(&s, &mean), &want_mean, DataType::F32);
+                    check("inv_std", &download(&s, &inv), &want_inv, DataType::F32);
+                }
+            }
+        }
+    }
+    let worst: Vec<String> = worst.iter().map(|(k, e)| format!("{k} {e:.2e}")).collect();
+    println!(
+        "norm: {runs} checks, {} padded-row cases refused as not supported, {} failed; worst rel L2: {}",
+        unsupported.len(),
+        failures.len(),
+        worst.join(", ")
+    );
+    assert!(failures.is_empty(), "norm failures:\n{}", failures.join("\n"));
+    assert!(runs >= 2 * CASES, "only {runs} norm checks ran on cuDNN");
+}
