@@ -1018,3 +1018,60 @@ fn transposed_and_narrowed_inputs_match_candle() {
         "matmul of a broadcast view",
     );
 }
+
+/// The norm and attention custom ops (cuDNN graphs on CUDA) on the CPU: their float64
+/// references against the same math in Candle ops, and their composed backward passes
+/// against autograd through Candle ops.
+#[test]
+fn norm_and_sdpa_ops_match_candle_math_on_cpu() {
+    use cudnn_backend::candle::ops::{norm, sdpa};
+    use cudnn_backend::graph::NormMode;
+    let mut rng = SplitMix64::new(9);
+    let x = Var::from_tensor(&rand_t(&mut rng, &[3, 4, 10])).unwrap();
+    let w = Var::from_tensor(&rand_t(&mut rng, &[10])).unwrap();
+    let b = Var::from_tensor(&rand_t(&mut rng, &[10])).unwrap();
+    let probe = rand_t(&mut rng, &[3, 4, 10]);
+    for rms in [false, true] {
+        let mode = if rms { NormMode::RmsNorm } else { NormMode::LayerNorm };
+        let bias = (!rms).then(|| b.as_tensor());
+        let ours = norm(x.as_tensor(), w.as_tensor(), bias, mode, 1e-5).unwrap();
+        let xt = x.as_tensor();
+        let c = if rms { xt.clone() } else { xt.broadcast_sub(&xt.mean_keepdim(D::Minus1).unwrap()).unwrap() };
+        let inv = (c.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-5).unwrap().sqrt().unwrap();
+        let mut theirs = c.broadcast_div(&inv).unwrap().broadcast_mul(w.as_tensor()).unwrap();
+        if let Some(bias) = bias {
+            theirs = theirs.broadcast_add(bias).unwrap();
+        }
+        assert!(rel_err(&ours, &theirs) < 1e-12, "{mode:?} forward");
+        let vars = [&x, &w, &b];
+        let g1 = (&ours * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (&theirs * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        for v in &vars[..if rms { 2 } else { 3 }] {
+            let (a, e) = (g1.get(v.as_tensor()).unwrap(), g2.get(v.as_tensor()).unwrap());
+            assert!(rel_err(a, e) < 1e-10, "{mode:?} gradient: {}", rel_err(a, e));
+        }
+    }
+    let q = Var::from_tensor(&rand_t(&mut rng, &[2, 2, 5, 8])).unwrap();
+    let k = Var::from_tensor(&rand_t(&mut rng, &[2, 2, 7, 8])).unwrap();
+    let v = Var::from_tensor(&rand_t(&mut rng, &[2, 2, 7, 4])).unwrap();
+    let probe = rand_t(&mut rng, &[2, 2, 5, 4]);
+    let ours = sdpa(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.3).unwrap();
+    let s = (q.as_tensor().matmul(&k.as_tensor().t().unwrap()).unwrap() * 0.3).unwrap();
+    let e = s.broadcast_sub(&s.max_keepdim(D::Minus1).unwrap()).unwrap().exp().unwrap();
+    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
+    let theirs = p.matmul(v.as_tensor()).unwrap();
+    assert!(rel_err(&ours, &theirs) < 1e-12, "sdpa forward");
+    let g1 = (&ours * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+    let g2 = (&theirs * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+    for t in [&q, &k, &v] {
+        let (a, e) = (g1.get(t.as_tensor()).unwrap(), g2.get(t.as_tensor()).unwrap());
+        assert!(rel_err(a, e) < 1e-10, "sdpa gradient: {}", rel_err(a, e));
+    }
+    // Wrong shapes are argument errors naming the op.
+    let e = sdpa(q.as_tensor(), v.as_tensor(), v.as_tensor(), 1.0).unwrap_err().to_string();
+    assert!(e.contains("sdpa"), "{e}");
+    let e = norm(x.as_tensor(), &rand_t(&mut rng, &[9]), None, NormMode::LayerNorm, 1e-5)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("layer_norm") && e.contains("weight"), "{e}");
+}

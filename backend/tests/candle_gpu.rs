@@ -637,6 +637,100 @@ fn norms_and_sdpa_match_f64_reference() {
         },
         |t, &scale| t[0].cudnn_sdpa(&t[1], &t[2], Some(&t[3]), scale),
     );
+    // Without a mask, f16/bf16 take cuDNN's fused attention graph (f32: the composed path).
+    check(
+        "sdpa fused",
+        5e-3,
+        |rng| {
+            let (b, h, lq, lk, d, dv) = (
+                r(rng, 1, 2),
+                r(rng, 1, 4),
+                r(rng, 1, 80),
+                r(rng, 1, 80),
+                [8, 16, 32, 64, 128][r(rng, 0, 4)],
+                [8, 32, 64][r(rng, 0, 2)],
+            );
+            let desc = format!("q [{b},{h},{lq},{d}] k len {lk} v dim {dv}");
+            let v = vec![
+                In(rand_cpu(rng, &[b, h, lq, d]), false),
+                In(rand_cpu(rng, &[b, h, lk, d]), false),
+                In(rand_cpu(rng, &[b, h, lk, dv]), false),
+            ];
+            Some((v, 1.0 / (d as f64).sqrt(), desc))
+        },
+        |t, &scale| t[0].cudnn_sdpa(&t[1], &t[2], None, scale),
+    );
+}
+
+/// Gradients of the cuDNN layer norm, RMS norm and fused attention (backward composed of
+/// Candle ops) against the same functions written with Candle's own ops, on the GPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn norm_and_sdpa_gradients_match_candle_ops() {
+    let dev = gpu();
+    let mut rng = SplitMix64::new(31);
+    let var = |rng: &mut SplitMix64, dims: &[usize], dt: DType| {
+        Var::from_tensor(&rand_cpu(rng, dims).to_dtype(dt).unwrap().to_device(&dev).unwrap()).unwrap()
+    };
+    let composed_ln = |x: &Tensor, w: &Tensor, b: Option<&Tensor>, rms: bool| -> Result<Tensor> {
+        let xf = x.to_dtype(DType::F32)?;
+        let c = if rms { xf.clone() } else { xf.broadcast_sub(&xf.mean_keepdim(2)?)? };
+        let y = c.broadcast_div(&(c.sqr()?.mean_keepdim(2)? + 1e-5)?.sqrt()?)?;
+        let y = y.broadcast_mul(&w.to_dtype(DType::F32)?)?;
+        match b {
+            Some(b) => y.broadcast_add(&b.to_dtype(DType::F32)?),
+            None => Ok(y),
+        }
+    };
+    let mut report = Vec::new();
+    for dt in [DType::F32, DType::BF16] {
+        for rms in [false, true] {
+            let (x, w, b) = (var(&mut rng, &[3, 7, 96], dt), var(&mut rng, &[96], dt), var(&mut rng, &[96], dt));
+            let probe = rand_cpu(&mut rng, &[3, 7, 96]).to_dtype(DType::F32).unwrap().to_device(&dev).unwrap();
+            let ours = if rms {
+                x.as_tensor().cudnn_rms_norm(w.as_tensor(), 1e-5).unwrap()
+            } else {
+                x.as_tensor().cudnn_layer_norm(w.as_tensor(), Some(b.as_tensor()), 1e-5).unwrap()
+            };
+            let loss = (ours.to_dtype(DType::F32).unwrap() * &probe).unwrap().sum_all().unwrap();
+            let vars: Vec<&Var> = if rms { vec![&x, &w] } else { vec![&x, &w, &b] };
+            let got = grads(&vars, &loss);
+            let theirs = composed_ln(x.as_tensor(), w.as_tensor(), (!rms).then(|| b.as_tensor()), rms).unwrap();
+            let want = grads(&vars, &(theirs * &probe).unwrap().sum_all().unwrap());
+            let tol = if dt == DType::F32 { 1e-4 } else { 2e-2 };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let e = rel_err(&g.to_dtype(DType::F32).unwrap(), &w.to_dtype(DType::F32).unwrap());
+                report.push(format!("{} {dt:?} grad {i}: rel L2 {e:.2e}", if rms { "rms_norm" } else { "layer_norm" }));
+                assert!(e <= tol, "{}", report.last().unwrap());
+            }
+        }
+    }
+    for dt in [DType::F16, DType::BF16] {
+        let (q, k, v) = (
+            var(&mut rng, &[2, 3, 40, 64], dt),
+            var(&mut rng, &[2, 3, 56, 64], dt),
+            var(&mut rng, &[2, 3, 56, 32], dt),
+        );
+        let probe = rand_cpu(&mut rng, &[2, 3, 40, 32]).to_dtype(DType::F32).unwrap().to_device(&dev).unwrap();
+        let scale = 0.125;
+        let ours = q.as_tensor().cudnn_sdpa(k.as_tensor(), v.as_tensor(), None, scale).unwrap();
+        let got = grads(&[&q, &k, &v], &(ours.to_dtype(DType::F32).unwrap() * &probe).unwrap().sum_all().unwrap());
+        let f = |t: &Var| t.as_tensor().to_dtype(DType::F32).unwrap();
+        let s = (f(&q).matmul(&f(&k).t().unwrap()).unwrap() * scale).unwrap();
+        let e = s.broadcast_sub(&s.max_keepdim(3).unwrap()).unwrap().exp().unwrap();
+        let p = e.broadcast_div(&e.sum_keepdim(3).unwrap()).unwrap();
+        let theirs = p.matmul(&f(&v)).unwrap();
+        let want = grads(&[&q, &k, &v], &(&theirs * &probe).unwrap().sum_all().unwrap());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let e = rel_err(&g.to_dtype(DType::F32).unwrap(), &w.to_dtype(DType::F32).unwrap());
+            report.push(format!("sdpa {dt:?} grad {i}: rel L2 {e:.2e}"));
+            assert!(e <= 2e-2, "{}", report.last().unwrap());
+        }
+        let e = rel_err(&ours.to_dtype(DType::F32).unwrap(), &theirs);
+        report.push(format!("sdpa {dt:?} forward vs f32 composed: rel L2 {e:.2e}"));
+        assert!(e <= 1e-2, "{}", report.last().unwrap());
+    }
+    println!("{}", report.join("\n"));
 }
 
 fn grads(vars: &[&Var], loss: &Tensor) -> Vec<Tensor> {

@@ -3,6 +3,7 @@
 use candle_core::{DType, Result, Tensor, D};
 
 use super::ops;
+use crate::graph::NormMode;
 use crate::ops::{Activation, ConvParams, PoolMode, PoolParams};
 
 fn i(v: &[usize]) -> Vec<i64> {
@@ -163,10 +164,11 @@ pub trait CudnnExt {
         padding: [usize; 2],
         count_include_pad: bool,
     ) -> Result<Tensor>;
-    /// Layer norm over the last dim, with optional bias. Composed of Candle ops (statistics in
-    /// f32): this crate has no cuDNN norm graph yet.
+    /// Layer norm over the last dim, with optional bias: one cuDNN norm graph on CUDA (f32,
+    /// f16, bf16; backward composed of Candle ops), Candle ops with f32 statistics otherwise.
     fn cudnn_layer_norm(&self, weight: &Tensor, bias: Option<&Tensor>, eps: f64) -> Result<Tensor>;
-    /// RMS norm over the last dim. Composed of Candle ops (f32 statistics).
+    /// RMS norm over the last dim: one cuDNN norm graph on CUDA (f32, f16, bf16), Candle
+    /// ops with f32 statistics otherwise.
     fn cudnn_rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor>;
     /// Batch norm with given statistics over channel dim 1 (inference form):
     /// `(x - mean) / sqrt(var + eps) · weight + bias`. Composed of Candle ops;
@@ -182,9 +184,21 @@ pub trait CudnnExt {
     /// Scaled dot-product attention `softmax(q·kᵀ·scale + mask)·v` with q = self
     /// (.., Lq, D), k (.., Lk, D), v (.., Lk, Dv). `mask` broadcasts to (.., Lq, Lk): a U8
     /// mask keeps positions where it is non-zero, any float mask is added to the scores.
-    /// Both products run on our cuDNN matmul; the softmax is Candle's (f32), since this crate
-    /// has no cuDNN SDPA graph yet.
+    /// Without a mask, f16/bf16 rank-4 inputs with head dims that are multiples of 8 (≤ 256)
+    /// run as one fused cuDNN attention graph (backward composed of Candle ops). Other cases
+    /// run both products on our cuDNN matmul and the softmax in Candle (f32).
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor>;
+}
+
+/// True when the cuDNN norm graph takes `x` (on CUDA, f32/f16/bf16, parameters of x's dtype
+/// and the last dim's size).
+fn cudnn_norm_ok(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> bool {
+    let d = x.dims().last().copied().unwrap_or(0);
+    x.device().is_cuda()
+        && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && d > 0
+        && x.elem_count() > 0
+        && std::iter::once(w).chain(b).all(|p| p.dtype() == x.dtype() && p.elem_count() == d)
 }
 
 /// Statistics dtype for half inputs.
@@ -258,6 +272,9 @@ impl CudnnExt for Tensor {
     }
 
     fn cudnn_layer_norm(&self, weight: &Tensor, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        if cudnn_norm_ok(self, weight, bias) {
+            return ops::norm(self, weight, bias, NormMode::LayerNorm, eps);
+        }
         let dt = self.dtype();
         let x = self.to_dtype(stat_dtype(dt))?;
         let mean = x.mean_keepdim(D::Minus1)?;
@@ -272,6 +289,9 @@ impl CudnnExt for Tensor {
     }
 
     fn cudnn_rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        if cudnn_norm_ok(self, weight, None) {
+            return ops::norm(self, weight, None, NormMode::RmsNorm, eps);
+        }
         let dt = self.dtype();
         let x = self.to_dtype(stat_dtype(dt))?;
         let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
@@ -310,6 +330,9 @@ impl CudnnExt for Tensor {
     }
 
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+        if mask.is_none() && ops::sdpa_fusable(self, k, v) {
+            return ops::sdpa(self, k, v, scale);
+        }
         let sd = if self.dtype() == DType::F64 {
             DType::F64
         } else {

@@ -11,6 +11,7 @@ mod act;
 mod conv;
 mod matmul;
 mod pool;
+mod transformer;
 
 pub use conv::{
     conv, conv_backward_data, conv_backward_filter, conv_bias_act, conv_transpose, Conv, ConvBackwardData,
@@ -18,6 +19,8 @@ pub use conv::{
 };
 pub use matmul::{matmul, matmul_bias_act, Matmul, MatmulBiasAct};
 pub use pool::{pool, pool_backward, Pool, PoolBackwardAvg, PoolBackwardMax};
+pub(crate) use transformer::sdpa_fusable;
+pub use transformer::{norm, sdpa, Norm, Sdpa};
 
 use candle_core::{Layout, Result, Tensor};
 
