@@ -95,20 +95,17 @@ struct DF64 {
     static __device__ __forceinline__ void add(T* p, A v) { atomicAdd(p, v); }
 };
 
-// f16 (BF = false) or bf16 (BF = true) add by CAS on the aligned 32-bit word that holds
-// the element; the sum is computed in f32 and rounded to nearest even.
+// f16 (BF = false) or bf16 (BF = true) add by a 16-bit CAS on the element itself (sm_70+),
+// so nothing outside the element is read; the sum is computed in f32 and rounded to
+// nearest even.
 template <bool BF>
 __device__ __forceinline__ void atomic_add_half(u16* p, float v) {
-    u32* w = (u32*)((u64)p & ~(u64)3);
-    u32 shift = ((u64)p & 2) ? 16u : 0u;
-    u32 old = *w, assumed;
+    u16 old = *(volatile u16*)p, assumed;
     do {
         assumed = old;
-        u16 h = (u16)(assumed >> shift);
-        float f = (BF ? bf16_to_f32(h) : f16_to_f32(h)) + v;
-        u16 r = BF ? f32_to_bf16(f) : f32_to_f16(f);
-        u32 next = (assumed & ~(0xffffu << shift)) | ((u32)r << shift);
-        old = atomicCAS(w, assumed, next);
+        float f = (BF ? bf16_to_f32(assumed) : f16_to_f32(assumed)) + v;
+        u16 next = BF ? f32_to_bf16(f) : f32_to_f16(f);
+        old = atomicCAS(p, assumed, next);
     } while (old != assumed);
 }
 

@@ -221,8 +221,9 @@ __device__ __forceinline__ C nd_combine(C cur, C v) {
 }
 
 // Atomic read-modify-write of one element by compare-and-swap: on the element itself for
-// 4- and 8-byte types, on the aligned 32-bit word that holds it for 1- and 2-byte types
-// (the other bytes of the word are preserved; a concurrent change to them retries).
+// 2-, 4- and 8-byte types, on the aligned 32-bit word that holds it for 1-byte types (the
+// other bytes of the word are preserved; a concurrent change to them retries; such buffers
+// must be allocated in whole 4-byte words, as the backend's storage is).
 // Returns at once when the update would not change the element.
 template <typename D, int OP>
 __device__ __forceinline__ void nd_cas(typename D::T* p, typename D::C v) {
@@ -245,10 +246,19 @@ __device__ __forceinline__ void nd_cas(typename D::T* p, typename D::C v) {
             if (next == assumed) return;
             old = atomicCAS(w, assumed, next);
         } while (old != assumed);
+    } else if (sizeof(T) == 2) {
+        u16* w = (u16*)p;
+        u16 old = *(volatile u16*)w, assumed;
+        do {
+            assumed = old;
+            u16 next = (u16)D::bits(D::put(nd_combine<OP>(D::get(D::unbits((u64)assumed)), v)));
+            if (next == assumed) return;
+            old = atomicCAS(w, assumed, next);
+        } while (old != assumed);
     } else {
         u32* w = (u32*)((u64)p & ~(u64)3);
         u32 shift = (u32)((u64)p & 3) * 8u;
-        u32 mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+        u32 mask = 0xffu << shift;
         u32 old = *(volatile u32*)w, assumed;
         do {
             assumed = old;

@@ -662,6 +662,54 @@ fn norms_and_sdpa_match_f64_reference() {
     );
 }
 
+/// Layer and RMS norm through cuDNN for every feature size 1..=260 in each dtype, each call
+/// synchronized and checked finite, printing progress (a size an engine mishandles shows up
+/// as the last line printed).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn norms_over_every_feature_size() {
+    use std::io::Write;
+    let dev = gpu();
+    let mut rng = SplitMix64::new(57);
+    let mut worst = 0.0f64;
+    for dt in DTYPES {
+        for rms in [true, false] {
+            for h in 1..=260usize {
+                print!("{dt:?} {} h={h} ", if rms { "rms" } else { "layer" });
+                std::io::stdout().flush().unwrap();
+                let x = rand_cpu(&mut rng, &[3, 5, h]);
+                let w = rand_cpu(&mut rng, &[h]);
+                let (xg, wg) = (
+                    x.to_dtype(dt).unwrap().to_device(&dev).unwrap(),
+                    w.to_dtype(dt).unwrap().to_device(&dev).unwrap(),
+                );
+                let y = if rms {
+                    xg.cudnn_rms_norm(&wg, 1e-5)
+                } else {
+                    xg.cudnn_layer_norm(&wg, None, 1e-5)
+                }
+                .unwrap();
+                dev.synchronize().unwrap();
+                let (xc, wc) = (
+                    xg.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap(),
+                    wg.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap(),
+                );
+                let want = if rms {
+                    xc.cudnn_rms_norm(&wc, 1e-5)
+                } else {
+                    xc.cudnn_layer_norm(&wc, None, 1e-5)
+                }
+                .unwrap();
+                let e = rel_err(&y, &want);
+                worst = worst.max(if dt == DType::F32 { e } else { 0.0 });
+                println!("{e:.1e}");
+                assert!(e <= tol(dt, 1e-5), "{dt:?} rms={rms} h={h}: rel L2 {e:.3e}");
+            }
+        }
+    }
+    println!("norms over every feature size: worst f32 rel L2 {worst:.2e}");
+}
+
 /// Gradients of the cuDNN layer norm, RMS norm and fused attention (backward composed of
 /// Candle ops) against the same functions written with Candle's own ops, on the GPU.
 #[test]

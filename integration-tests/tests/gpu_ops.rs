@@ -363,6 +363,11 @@ fn conv_bias_act_grouped_dilated_every_activation() {
 fn fused_activations_of_large_pre_activations() {
     let s = stream();
     let mut report = Report::new("fused_large_pre_activations").tf32_matmul();
+    // TF32's error is relative to the summands: with inputs in [-4, 4) the products near
+    // zero, where tanh and sigmoid pass errors on unsaturated, carry ~50x their own scale.
+    if report.f32_bound > 1e-5 {
+        report.f32_bound = 3e-3;
+    }
     let mut rng = SplitMix64::new(17);
     let acts = [
         Activation::Identity,

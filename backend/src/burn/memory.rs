@@ -49,7 +49,9 @@ impl Storage {
                 device: device.clone(),
             }));
         }
-        let buf = DeviceBuffer::alloc(device.stream(), bytes, op)?;
+        // Whole 16-byte units: kernels may touch the aligned word around a narrow element
+        // (byte atomics) and vectorized paths read 16 bytes at a time.
+        let buf = DeviceBuffer::alloc(device.stream(), bytes.next_multiple_of(16), op)?;
         let ptr = buf.ptr();
         Ok(Arc::new(Storage {
             buf: Some(buf),

@@ -20,10 +20,12 @@
 //! `gather_b{1,2,4,8}` by element size, `scatter_add_<dt>` per dtype; `index_select` and
 //! `index_add` run the same kernels with the 1-D indices broadcast along the axis;
 //! `gather_nd_b{1,2,4,8}` and `scatter_nd_<dt>`).
-//! The adds use atomics (f32/f64/i32/i64 natively, f16/bf16 by compare-and-swap on the
-//! containing 32-bit word), so float sums with duplicate indices are not bit-reproducible.
-//! `scatter_nd` updates atomically too (native add/min/max where the hardware has them,
-//! compare-and-swap loops otherwise, on the containing 32-bit word for 1- and 2-byte types).
+//! The adds use atomics (f32/f64/i32/i64 natively, f16/bf16 by 16-bit compare-and-swap), so
+//! float sums with duplicate indices are not bit-reproducible. `scatter_nd` updates
+//! atomically too (native add/min/max where the hardware has them, compare-and-swap loops
+//! otherwise). For 1-byte dtypes (i8, u8, bool) the loop works on the containing aligned
+//! 32-bit word: their output buffers must be allocated in whole 4-byte words (the Burn
+//! backend's storage rounds every allocation up to 16 bytes).
 
 use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
 use std::sync::Arc;
