@@ -88,13 +88,20 @@ fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dt
     let len = strided_len(&us(dims), &us(st)).max(1);
     let mut host = vec![if dtype.is_float() { f64::NAN } else { 77.0 }; len];
     scatter_to_strided(&values, &us(dims), &us(st), &mut host);
-    let buf = stream.clone_htod(&encode(dtype, &host)).expect("upload");
+    let buf = stream.clone_htod(&whole_words(encode(dtype, &host), 0)).expect("upload");
     let ptr = buf.device_ptr(stream).0;
     Dev {
         buf,
         t: TensorRef::new(dims, st, dtype, ptr),
         values,
     }
+}
+
+/// `bytes` padded with `fill` to whole 4-byte words: 1-byte scatter updates work on the
+/// aligned word around the element, so their buffers are allocated in whole words.
+fn whole_words(mut bytes: Vec<u8>, fill: u8) -> Vec<u8> {
+    bytes.resize(bytes.len().next_multiple_of(4), fill);
+    bytes
 }
 
 /// Byte an output is poisoned with: 0xFF (NaN for floats, an invalid bool) or 0xA5 (ints).
@@ -109,7 +116,7 @@ fn poison_byte(dtype: DataType) -> u8 {
 fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType) -> Dev {
     let len = strided_len(&us(dims), &us(st)).max(1);
     let buf = stream
-        .clone_htod(&vec![poison_byte(dtype); len * dtype.size()])
+        .clone_htod(&whole_words(vec![poison_byte(dtype); len * dtype.size()], poison_byte(dtype)))
         .expect("alloc");
     let ptr = buf.device_ptr(stream).0;
     Dev {
