@@ -1036,8 +1036,15 @@ fn norm_and_sdpa_ops_match_candle_math_on_cpu() {
         let bias = (!rms).then(|| b.as_tensor());
         let ours = norm(x.as_tensor(), w.as_tensor(), bias, mode, 1e-5).unwrap();
         let xt = x.as_tensor();
-        let c = if rms { xt.clone() } else { xt.broadcast_sub(&xt.mean_keepdim(D::Minus1).unwrap()).unwrap() };
-        let inv = (c.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-5).unwrap().sqrt().unwrap();
+        let c = if rms {
+            xt.clone()
+        } else {
+            xt.broadcast_sub(&xt.mean_keepdim(D::Minus1).unwrap()).unwrap()
+        };
+        let inv = (c.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-5)
+            .unwrap()
+            .sqrt()
+            .unwrap();
         let mut theirs = c.broadcast_div(&inv).unwrap().broadcast_mul(w.as_tensor()).unwrap();
         if let Some(bias) = bias {
             theirs = theirs.broadcast_add(bias).unwrap();
@@ -1057,7 +1064,11 @@ fn norm_and_sdpa_ops_match_candle_math_on_cpu() {
     let probe = rand_t(&mut rng, &[2, 2, 5, 4]);
     let ours = sdpa(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.3).unwrap();
     let s = (q.as_tensor().matmul(&k.as_tensor().t().unwrap()).unwrap() * 0.3).unwrap();
-    let e = s.broadcast_sub(&s.max_keepdim(D::Minus1).unwrap()).unwrap().exp().unwrap();
+    let e = s
+        .broadcast_sub(&s.max_keepdim(D::Minus1).unwrap())
+        .unwrap()
+        .exp()
+        .unwrap();
     let p = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
     let theirs = p.matmul(v.as_tensor()).unwrap();
     assert!(rel_err(&ours, &theirs) < 1e-12, "sdpa forward");
@@ -1068,7 +1079,9 @@ fn norm_and_sdpa_ops_match_candle_math_on_cpu() {
         assert!(rel_err(a, e) < 1e-10, "sdpa gradient: {}", rel_err(a, e));
     }
     // Wrong shapes are argument errors naming the op.
-    let e = sdpa(q.as_tensor(), v.as_tensor(), v.as_tensor(), 1.0).unwrap_err().to_string();
+    let e = sdpa(q.as_tensor(), v.as_tensor(), v.as_tensor(), 1.0)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("sdpa"), "{e}");
     let e = norm(x.as_tensor(), &rand_t(&mut rng, &[9]), None, NormMode::LayerNorm, 1e-5)
         .unwrap_err()

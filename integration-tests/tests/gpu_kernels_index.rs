@@ -88,7 +88,9 @@ fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dt
     let len = strided_len(&us(dims), &us(st)).max(1);
     let mut host = vec![if dtype.is_float() { f64::NAN } else { 77.0 }; len];
     scatter_to_strided(&values, &us(dims), &us(st), &mut host);
-    let buf = stream.clone_htod(&whole_words(encode(dtype, &host), 0)).expect("upload");
+    let buf = stream
+        .clone_htod(&whole_words(encode(dtype, &host), 0))
+        .expect("upload");
     let ptr = buf.device_ptr(stream).0;
     Dev {
         buf,
@@ -116,7 +118,10 @@ fn poison_byte(dtype: DataType) -> u8 {
 fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType) -> Dev {
     let len = strided_len(&us(dims), &us(st)).max(1);
     let buf = stream
-        .clone_htod(&whole_words(vec![poison_byte(dtype); len * dtype.size()], poison_byte(dtype)))
+        .clone_htod(&whole_words(
+            vec![poison_byte(dtype); len * dtype.size()],
+            poison_byte(dtype),
+        ))
         .expect("alloc");
     let ptr = buf.device_ptr(stream).0;
     Dev {

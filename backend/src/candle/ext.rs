@@ -198,7 +198,9 @@ fn cudnn_norm_ok(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> bool {
         && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
         && d > 0
         && x.elem_count() > 0
-        && std::iter::once(w).chain(b).all(|p| p.dtype() == x.dtype() && p.elem_count() == d)
+        && std::iter::once(w)
+            .chain(b)
+            .all(|p| p.dtype() == x.dtype() && p.elem_count() == d)
 }
 
 /// Statistics dtype for half inputs.

@@ -36,7 +36,11 @@ impl Norm {
         let d = *x.last().ok_or_else(|| arg_err(op, "x", "needs rank >= 1"))?;
         for &(name, p) in params {
             if p.iter().product::<usize>() != d {
-                return Err(arg_err(op, name, format!("dims {p:?}: need {d} elements (x's last dim)")));
+                return Err(arg_err(
+                    op,
+                    name,
+                    format!("dims {p:?}: need {d} elements (x's last dim)"),
+                ));
             }
         }
         Ok((x.iter().product::<usize>() / d.max(1), d))
@@ -110,7 +114,11 @@ impl Norm {
 
     /// Gradients (dx, dweight, dbias) of the norm for output gradient `g`, in f32.
     fn grads(&self, x: &Tensor, w: &Tensor, g: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        let acc = if x.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
+        let acc = if x.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         let d = x.dim(D::Minus1)?;
         let rows = x.elem_count() / d.max(1);
         let xf = x.to_dtype(acc)?.reshape((rows, d))?;
@@ -233,7 +241,11 @@ const SDPA: &str = "candle sdpa";
 /// (B, H, Lq, Lk, D, Dv) after checking the shapes.
 fn sdpa_dims(q: &[usize], k: &[usize], v: &[usize]) -> Result<[usize; 6]> {
     if q.len() != 4 || k.len() != 4 || v.len() != 4 {
-        return Err(arg_err(SDPA, "q", format!("q {q:?}, k {k:?}, v {v:?} must be (B, H, L, D)")));
+        return Err(arg_err(
+            SDPA,
+            "q",
+            format!("q {q:?}, k {k:?}, v {v:?} must be (B, H, L, D)"),
+        ));
     }
     let [b, h, lq, d] = [q[0], q[1], q[2], q[3]];
     let lk = k[2];
@@ -320,8 +332,17 @@ impl CustomOp3 for Sdpa {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let acc = if q.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
-        let (qf, kf, vf, g) = (q.to_dtype(acc)?, k.to_dtype(acc)?, v.to_dtype(acc)?, grad.to_dtype(acc)?);
+        let acc = if q.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
+        let (qf, kf, vf, g) = (
+            q.to_dtype(acc)?,
+            k.to_dtype(acc)?,
+            v.to_dtype(acc)?,
+            grad.to_dtype(acc)?,
+        );
         let s = (qf.matmul(&kf.t()?)? * self.scale)?;
         let e = s.broadcast_sub(&s.max_keepdim(D::Minus1)?)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
