@@ -863,6 +863,75 @@ pub fn reduce(x: &[f64], dims: &[usize], axes: &[usize], op: ReduceOp) -> Vec<f6
 }
 
 // ---------------------------------------------------------------------------
+// Attention and normalization
+// ---------------------------------------------------------------------------
+
+/// Scaled dot-product attention `softmax(q·kᵀ·scale + bias)·v` over `heads` independent
+/// (batch × head) slices: `q [heads, lq, d]`, `k [heads, lk, d]`, `v [heads, lk, dv]`,
+/// `bias(head, i, j)` added to each score. Returns the output `[heads, lq, dv]` and the
+/// log-sum-exp `max + ln Σ exp` of every score row `[heads, lq]`. Panics on inconsistent
+/// lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    [heads, lq, lk, d, dv]: [usize; 5],
+    scale: f64,
+    bias: Option<&dyn Fn(usize, usize, usize) -> f64>,
+) -> (Vec<f64>, Vec<f64>) {
+    assert!(q.len() == heads * lq * d && k.len() == heads * lk * d && v.len() == heads * lk * dv);
+    let mut out = vec![0.0; heads * lq * dv];
+    let mut lse = Vec::with_capacity(heads * lq);
+    let mut p = vec![0.0; lk];
+    for hd in 0..heads {
+        for i in 0..lq {
+            let qr = &q[(hd * lq + i) * d..][..d];
+            for (j, pj) in p.iter_mut().enumerate() {
+                let kr = &k[(hd * lk + j) * d..][..d];
+                *pj = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale + bias.map_or(0.0, |f| f(hd, i, j));
+            }
+            let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            p.iter_mut().for_each(|x| *x = (*x - m).exp());
+            let sum: f64 = p.iter().sum();
+            lse.push(m + sum.ln());
+            for c in 0..dv {
+                out[(hd * lq + i) * dv + c] = (0..lk).map(|j| p[j] / sum * v[(hd * lk + j) * dv + c]).sum();
+            }
+        }
+    }
+    (out, lse)
+}
+
+/// Layer norm (`centred`) or RMS norm of every row of `x` (`features` per row):
+/// `(x - mean) / sqrt(var + eps) · w + b`, with mean 0 for RMS norm. Returns `y`, the row
+/// means and the row inverse standard deviations. Panics on inconsistent lengths.
+pub fn norm(
+    x: &[f64],
+    features: usize,
+    w: &[f64],
+    b: Option<&[f64]>,
+    centred: bool,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    assert!(features > 0 && x.len().is_multiple_of(features) && w.len() == features);
+    let n = features as f64;
+    let (mut y, mut means, mut invs) = (Vec::with_capacity(x.len()), Vec::new(), Vec::new());
+    for row in x.chunks(features) {
+        let mean = if centred { row.iter().sum::<f64>() / n } else { 0.0 };
+        let inv = 1.0 / (row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n + eps).sqrt();
+        y.extend(
+            row.iter()
+                .enumerate()
+                .map(|(i, v)| (v - mean) * inv * w[i] + b.map_or(0.0, |b| b[i])),
+        );
+        means.push(mean);
+        invs.push(inv);
+    }
+    (y, means, invs)
+}
+
+// ---------------------------------------------------------------------------
 // Layout helpers
 // ---------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_
 use half::{bf16, f16};
 
 pub mod burn_ref;
+pub mod jobs;
 
 /// Memory layout of an activation tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use cudnn_backend::graph::{DataType, NormMode};
 use cudnn_backend::ops::{self, NormStats};
 use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::Device;
-use integration_tests::{bound, download, poisoned, random, upload};
+use integration_tests::{bound, download, poisoned, random, strides, upload, Layout};
 
 const CASES: usize = 24;
 
@@ -30,59 +30,9 @@ fn bshd(dims: &[i64]) -> Vec<i64> {
     vec![s * h * d, d, h * d, 1]
 }
 
+/// Row-major packed strides.
 fn packed(dims: &[i64]) -> Vec<i64> {
-    let mut s = vec![1i64; dims.len()];
-    for i in (0..dims.len() - 1).rev() {
-        s[i] = s[i + 1] * dims[i + 1];
-    }
-    s
-}
-
-/// softmax(q·kᵀ·scale + bias)·v in float64, row-major `[b, h, sq, dv]`, and the log-sum-exp
-/// of every score row.
-#[allow(clippy::too_many_arguments)]
-fn sdpa_reference(
-    q: &[f64],
-    k: &[f64],
-    v: &[f64],
-    bias: Option<(&[f64], [i64; 2])>,
-    [b, h, sq, skv, d, dv]: [i64; 6],
-    scale: f64,
-) -> (Vec<f64>, Vec<f64>) {
-    let mut out = vec![0.0; (b * h * sq * dv) as usize];
-    let mut lse = Vec::with_capacity((b * h * sq) as usize);
-    let mut p = vec![0.0; skv as usize];
-    for bi in 0..b {
-        for hi in 0..h {
-            let bh = bi * h + hi;
-            for i in 0..sq {
-                let qrow = &q[((bh * sq + i) * d) as usize..][..d as usize];
-                for j in 0..skv {
-                    let krow = &k[((bh * skv + j) * d) as usize..][..d as usize];
-                    let mut s: f64 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f64>() * scale;
-                    if let Some((bv, [bb, bhh])) = bias {
-                        let (b0, h0) = (if bb == 1 { 0 } else { bi }, if bhh == 1 { 0 } else { hi });
-                        s += bv[(((b0 * bhh + h0) * sq + i) * skv + j) as usize];
-                    }
-                    p[j as usize] = s;
-                }
-                let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let mut sum = 0.0;
-                for x in p.iter_mut() {
-                    *x = (*x - m).exp();
-                    sum += *x;
-                }
-                lse.push(m + sum.ln());
-                for c in 0..dv {
-                    let acc: f64 = (0..skv)
-                        .map(|j| p[j as usize] / sum * v[((bh * skv + j) * dv + c) as usize])
-                        .sum();
-                    out[((bh * sq + i) * dv + c) as usize] = acc;
-                }
-            }
-        }
-    }
-    (out, lse)
+    strides(dims, Layout::Nchw)
 }
 
 #[test]
@@ -158,13 +108,22 @@ fn sdpa_matches_f64_reference() {
                 }
             }
             let got = download(&s, &o);
-            let (want, want_lse) = sdpa_reference(
+            // Bias of (batch·head, i, j), broadcast over batch and heads where its dims are 1.
+            let bias_at = bias.as_ref().map(|(t, [bb, bh])| {
+                let (vals, bb, bh) = (&t.values, *bb as usize, *bh as usize);
+                let (h, sq, skv) = (h as usize, sq as usize, skv as usize);
+                move |hd: usize, i: usize, j: usize| {
+                    let (b0, h0) = (if bb == 1 { 0 } else { hd / h }, if bh == 1 { 0 } else { hd % h });
+                    vals[((b0 * bh + h0) * sq + i) * skv + j]
+                }
+            });
+            let (want, want_lse) = cpu::attention(
                 &q.values,
                 &k.values,
                 &v.values,
-                bias.as_ref().map(|(t, bb)| (t.values.as_slice(), *bb)),
-                [b, h, sq, skv, d, dv],
+                [(b * h) as usize, sq as usize, skv as usize, d as usize, dv as usize],
                 scale,
+                bias_at.as_ref().map(|f| f as &dyn Fn(usize, usize, usize) -> f64),
             );
             let mut checks = vec![("o", cpu::rel_l2_error(&got, &want))];
             if with_stats {
@@ -248,24 +207,10 @@ fn layer_and_rms_norm_match_f64_reference() {
                     }
                 }
                 let got = download(&s, &y);
-                let (mut want, mut want_mean, mut want_inv) = (Vec::new(), Vec::new(), Vec::new());
-                for r in 0..rows as usize {
-                    let row = &x.values[r * f as usize..][..f as usize];
-                    let n = f as f64;
-                    let mean = if mode == NormMode::LayerNorm {
-                        row.iter().sum::<f64>() / n
-                    } else {
-                        0.0
-                    };
-                    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-                    let inv = 1.0 / (var + eps).sqrt();
-                    want_mean.push(mean);
-                    want_inv.push(inv);
-                    for (i, v) in row.iter().enumerate() {
-                        let b = bias.as_ref().map_or(0.0, |b| b.values[i]);
-                        want.push((v - mean) * inv * scale.values[i] + b);
-                    }
-                }
+                let centred = mode == NormMode::LayerNorm;
+                let bias_vals = bias.as_ref().map(|b| b.values.as_slice());
+                let (want, want_mean, want_inv) =
+                    cpu::norm(&x.values, f as usize, &scale.values, bias_vals, centred, eps);
                 let mut check = |what: &str, got: &[f64], want: &[f64], dt: DataType| {
                     let err = cpu::rel_l2_error(got, want);
                     runs += 1;

@@ -4,138 +4,36 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
-use cudnn_backend::ops::{self, ConvParams, PoolMode, PoolParams, TensorRef};
+use cudnn_backend::ops::PoolMode;
 use cudnn_backend::plan::{policy, set_policy, EnginePolicy};
 use cudnn_backend::reference::SplitMix64;
 use cudnn_backend::Device;
-use integration_tests::{random, strides, DevTensor, Layout};
+use integration_tests::jobs::{engine_jobs, run_once, Job};
+use integration_tests::Layout;
 
 const THREADS: usize = 32;
 const OPS_PER_THREAD: usize = 500;
 
-/// Runs one op with the given inputs into the given output view.
-type RunFn = Box<dyn Fn(&Arc<CudaStream>, &[DevTensor], &TensorRef) -> cudnn_backend::Result<()> + Send + Sync>;
-
-/// One op with fixed inputs; `run` writes into the output view it is given.
-struct Job {
-    name: String,
-    inputs: Vec<DevTensor>,
-    out: TensorRef,
-    run: RunFn,
-}
-
-fn bytes_of(t: &TensorRef) -> usize {
-    (t.extent_elements() as usize) * t.dtype.size()
-}
-
 fn jobs(s: &Arc<CudaStream>) -> Vec<Job> {
-    let mut rng = SplitMix64::new(77);
-    let mut jobs = Vec::new();
-    for (i, &(n, c, h, k, r, stride, dtype, layout)) in [
-        (2, 16, 15, 8, 3, 1, DataType::F32, Layout::Nchw),
-        (1, 8, 9, 16, 1, 1, DataType::F16, Layout::Nhwc),
-        (3, 12, 11, 12, 5, 2, DataType::BF16, Layout::Nhwc),
-        (2, 4, 17, 8, 3, 2, DataType::F32, Layout::Nhwc),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let p = ConvParams::new(&[r / 2, r / 2], &[stride, stride], &[1, 1], 1);
-        let (xd, wd) = (vec![n, c, h, h], vec![k, c, r, r]);
-        let yd = p.output_dims(&xd, &wd).unwrap();
-        let x = random(s, &mut rng, &xd, &strides(&xd, layout), dtype);
-        let dy = random(s, &mut rng, &yd, &strides(&yd, layout), dtype);
-        let yv = TensorRef::new(&yd, &strides(&yd, layout), dtype, 0);
-        let (p1, p2, p3) = (p.clone(), p.clone(), p.clone());
-        jobs.push(Job {
-            name: format!("conv_fwd#{i}"),
-            inputs: vec![
-                random(s, &mut rng, &xd, &strides(&xd, layout), dtype),
-                random(s, &mut rng, &wd, &strides(&wd, layout), dtype),
-            ],
-            out: yv.clone(),
-            run: Box::new(move |s, i, o| ops::conv_forward(s, &i[0].t, &i[1].t, o, &p1)),
-        });
-        jobs.push(Job {
-            name: format!("conv_dgrad#{i}"),
-            inputs: vec![
-                random(s, &mut rng, &yd, &strides(&yd, layout), dtype),
-                random(s, &mut rng, &wd, &strides(&wd, layout), dtype),
-            ],
-            out: TensorRef::new(&xd, &strides(&xd, layout), dtype, 0),
-            run: Box::new(move |s, i, o| ops::conv_backward_data(s, &i[0].t, &i[1].t, o, &p2)),
-        });
-        jobs.push(Job {
-            name: format!("conv_wgrad#{i}"),
-            inputs: vec![x, dy],
-            out: TensorRef::new(&wd, &strides(&wd, layout), dtype, 0),
-            run: Box::new(move |s, i, o| ops::conv_backward_filter(s, &i[0].t, &i[1].t, o, &p3)),
-        });
-    }
-    for (i, &(b, m, kk, nn, dtype)) in [
-        (1, 64, 32, 48, DataType::F16),
-        (4, 33, 17, 9, DataType::BF16),
-        (2, 128, 64, 64, DataType::F32),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let (ad, bd, cd) = (vec![b, m, kk], vec![b, kk, nn], vec![b, m, nn]);
-        jobs.push(Job {
-            name: format!("matmul#{i}"),
-            inputs: vec![
-                random(s, &mut rng, &ad, &strides(&ad, Layout::Nchw), dtype),
-                random(s, &mut rng, &bd, &strides(&bd, Layout::Nchw), dtype),
-            ],
-            out: TensorRef::new(&cd, &strides(&cd, Layout::Nchw), dtype, 0),
-            run: Box::new(|s, i, o| ops::matmul(s, &i[0].t, &i[1].t, o)),
-        });
-    }
-    for (i, &(mode, dtype, layout)) in [
-        (PoolMode::Max, DataType::F16, Layout::Nhwc),
-        (PoolMode::AvgExcludePadding, DataType::F32, Layout::Nchw),
-        (PoolMode::Max, DataType::F32, Layout::Nchw),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let p = PoolParams::new(mode, &[3, 3], &[2, 2], &[1, 1]);
-        let xd = vec![2, 8, 13, 13];
-        let yd = p.output_dims(&xd).unwrap();
-        let x = random(s, &mut rng, &xd, &strides(&xd, layout), dtype);
-        let pf = p.clone();
-        jobs.push(Job {
-            name: format!("pool_fwd#{i}"),
-            inputs: vec![random(s, &mut rng, &xd, &strides(&xd, layout), dtype)],
-            out: TensorRef::new(&yd, &strides(&yd, layout), dtype, 0),
-            run: Box::new(move |s, i, o| ops::pool_forward(s, &i[0].t, o, &pf)),
-        });
-        // Backward needs the forward's y: compute it once into an input buffer.
-        let y = random(s, &mut rng, &yd, &strides(&yd, layout), dtype);
-        ops::pool_forward(s, &x.t, &y.t, &p).unwrap();
-        let dy = random(s, &mut rng, &yd, &strides(&yd, layout), dtype);
-        jobs.push(Job {
-            name: format!("pool_bwd#{i}"),
-            inputs: vec![x, y, dy],
-            out: TensorRef::new(&xd, &strides(&xd, layout), dtype, 0),
-            run: Box::new(move |s, i, o| ops::pool_backward(s, Some(&i[0].t), Some(&i[1].t), &i[2].t, o, &p)),
-        });
-    }
-    s.synchronize().unwrap();
-    jobs
-}
-
-/// Runs `job` into a fresh (poisoned) buffer on `s` and returns the output bytes.
-fn run_once(s: &Arc<CudaStream>, job: &Job) -> Vec<u8> {
-    let buf: CudaSlice<u8> = s.clone_htod(&vec![0xFFu8; bytes_of(&job.out)]).unwrap();
-    let out = TensorRef {
-        ptr: buf.device_ptr(s).0,
-        ..job.out.clone()
-    };
-    (job.run)(s, &job.inputs, &out).unwrap_or_else(|e| panic!("{}: {e}", job.name));
-    s.clone_dtoh(&buf).unwrap()
+    use DataType::{BF16, F16, F32};
+    engine_jobs(
+        s,
+        77,
+        &[
+            (2, 16, 15, 8, 3, 1, F32, Layout::Nchw),
+            (1, 8, 9, 16, 1, 1, F16, Layout::Nhwc),
+            (3, 12, 11, 12, 5, 2, BF16, Layout::Nhwc),
+            (2, 4, 17, 8, 3, 2, F32, Layout::Nhwc),
+        ],
+        &[(1, 64, 32, 48, F16), (4, 33, 17, 9, BF16), (2, 128, 64, 64, F32)],
+        &[
+            (PoolMode::Max, F16, Layout::Nhwc),
+            (PoolMode::AvgExcludePadding, F32, Layout::Nchw),
+            (PoolMode::Max, F32, Layout::Nchw),
+        ],
+    )
 }
 
 #[test]

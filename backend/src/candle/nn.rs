@@ -345,8 +345,10 @@ impl Module for Linear {
         if dims.len() == 2 {
             return Ok(y);
         }
+        // x's leading dims with the features replaced by `out` (x.reshape above proved rank >= 1).
         let mut shape = dims;
-        *shape.last_mut().expect("rank >= 1") = out;
+        shape.pop();
+        shape.push(out);
         y.reshape(shape)
     }
 }

@@ -46,24 +46,6 @@ impl Norm {
         Ok((x.iter().product::<usize>() / d.max(1), d))
     }
 
-    /// Float64 reference of the forward.
-    fn reference(&self, x: &[f64], w: &[f64], b: Option<&[f64]>, d: usize) -> Vec<f64> {
-        let mut y = Vec::with_capacity(x.len());
-        for row in x.chunks(d.max(1)) {
-            let n = d as f64;
-            let mean = match self.mode {
-                NormMode::LayerNorm => row.iter().sum::<f64>() / n,
-                NormMode::RmsNorm => 0.0,
-            };
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-            let inv = 1.0 / (var + self.eps).sqrt();
-            for (i, v) in row.iter().enumerate() {
-                y.push((v - mean) * inv * w[i] + b.map_or(0.0, |b| b[i]));
-            }
-        }
-        y
-    }
-
     fn cpu(
         &self,
         xs: &CpuStorage,
@@ -79,7 +61,8 @@ impl Norm {
         let x = cpu::read(op, "x", xs, xl)?;
         let w = cpu::read(op, "weight", ws, wl)?;
         let b = bias.map(|(s, l)| cpu::read(op, "bias", s, l)).transpose()?;
-        let y = self.reference(&x, &w, b.as_deref(), d);
+        let centred = self.mode == NormMode::LayerNorm;
+        let (y, _, _) = crate::reference::norm(&x, d, &w, b.as_deref(), centred, self.eps);
         Ok((cpu::write(op, &y, xs.dtype())?, xl.shape().clone()))
     }
 
@@ -280,23 +263,7 @@ impl CustomOp3 for Sdpa {
             cpu::read(SDPA, "k", ks, kl)?,
             cpu::read(SDPA, "v", vs, vl)?,
         );
-        let mut out = vec![0.0; b * h * lq * dv];
-        let mut p = vec![0.0; lk];
-        for bh in 0..b * h {
-            for i in 0..lq {
-                let qr = &q[(bh * lq + i) * d..][..d];
-                for (j, pj) in p.iter_mut().enumerate() {
-                    let kr = &k[(bh * lk + j) * d..][..d];
-                    *pj = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * self.scale;
-                }
-                let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                p.iter_mut().for_each(|x| *x = (*x - m).exp());
-                let sum: f64 = p.iter().sum();
-                for c in 0..dv {
-                    out[(bh * lq + i) * dv + c] = (0..lk).map(|j| p[j] / sum * v[(bh * lk + j) * dv + c]).sum();
-                }
-            }
-        }
+        let (out, _) = crate::reference::attention(&q, &k, &v, [b * h, lq, lk, d, dv], self.scale, None);
         Ok((cpu::write(SDPA, &out, qs.dtype())?, Shape::from(vec![b, h, lq, dv])))
     }
 
