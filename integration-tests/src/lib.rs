@@ -149,3 +149,40 @@ pub fn bound(dtype: DataType) -> f64 {
 pub fn udims(t: &DevTensor) -> Vec<usize> {
     to_usize(&t.t.dims)
 }
+
+/// The part of a long test's cases one process runs: `TEST_SHARD=k/n` keeps every n-th
+/// case starting at the k-th, so a suite can run as n parallel processes (under a
+/// sanitizer, say). Unset, every case runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Shard {
+    k: usize,
+    n: usize,
+}
+
+impl Shard {
+    /// Reads `TEST_SHARD`; panics on a malformed value (it must be `k/n` with k < n).
+    pub fn from_env() -> Self {
+        let Ok(spec) = std::env::var("TEST_SHARD") else {
+            return Self { k: 0, n: 1 };
+        };
+        let parsed = spec
+            .split_once('/')
+            .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))
+            .filter(|&(k, n)| k < n);
+        let Some((k, n)) = parsed else {
+            panic!("TEST_SHARD={spec:?}: expected k/n with k < n");
+        };
+        println!("running shard {k}/{n} of the cases only");
+        Self { k, n }
+    }
+
+    /// Number of shards the cases are split into (1 when unset).
+    pub fn parts(&self) -> usize {
+        self.n
+    }
+
+    /// True when case number `i` belongs to this shard.
+    pub fn has(&self, i: usize) -> bool {
+        i % self.n == self.k
+    }
+}

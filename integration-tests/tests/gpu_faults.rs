@@ -3,7 +3,7 @@
 //! the same pool and caches work again. Injected faults (`plan::fault`) check the same for
 //! failed plan builds and failed workspace allocations. Needs a CUDA GPU.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
@@ -13,9 +13,17 @@ use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::{Device, Error};
 use integration_tests::{download, poisoned, random, strides, DevTensor, Layout};
 
+/// The tests run one at a time: fault injection is process-wide, and a test that fills the
+/// GPU would starve the others.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn out_of_memory_is_an_error_and_the_engine_recovers() {
+    let _serial = one_at_a_time();
     let dev = Device::new(0).expect("needs a CUDA GPU");
     // A fresh stream: its workspace slot starts empty, so a plan needing workspace must allocate.
     let s = dev.context().new_stream().unwrap();
@@ -203,6 +211,7 @@ fn allocs_since(before: (usize, usize)) -> usize {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_failed_plan_build_falls_through_to_the_next_engine_and_never_poisons_the_cache() {
+    let _serial = one_at_a_time();
     let dev = Device::new(0).expect("needs a CUDA GPU");
     let s = dev.context().new_stream().unwrap();
     // Shapes no other test uses, so the first call builds plans.
@@ -267,6 +276,7 @@ fn a_failed_plan_build_falls_through_to_the_next_engine_and_never_poisons_the_ca
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error() {
+    let _serial = one_at_a_time();
     let dev = Device::new(0).expect("needs a CUDA GPU");
     // Passes whose plans usually need workspace (filter gradients, large f16 channels-last).
     let cases = [

@@ -9,7 +9,7 @@ use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
 use cudnn_backend::reference::{self as cpu, ConvGeometry, PoolGeometry, SplitMix64};
 use cudnn_backend::Device;
-use integration_tests::{bound, download, poisoned, random, strides, udims, upload, Layout};
+use integration_tests::{bound, download, poisoned, random, strides, udims, upload, DevTensor, Layout};
 
 const DTYPES: [DataType; 3] = [DataType::F32, DataType::F16, DataType::BF16];
 const LAYOUTS: [Layout; 2] = [Layout::Nchw, Layout::Nhwc];
@@ -552,6 +552,78 @@ fn matmul_matches_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn matmul_bias_act_matches_reference() {
     matmul_suite("matmul_bias_act", true, 22);
+}
+
+/// A packed tensor that starts `shift` elements into its buffer (`shift` 1 leaves the
+/// pointer off 16-byte alignment), with its logical values.
+fn shifted(
+    s: &Arc<CudaStream>,
+    rng: &mut SplitMix64,
+    dims: &[i64],
+    dtype: DataType,
+    shift: i64,
+) -> (DevTensor, TensorRef, Vec<f64>) {
+    let n: i64 = dims.iter().product();
+    let flat = random(s, rng, &[n + 1], &[1], dtype);
+    let view = TensorRef::contiguous(dims, dtype, flat.t.ptr + (shift as u64) * dtype.size() as u64);
+    let values = flat.values[shift as usize..(shift + n) as usize].to_vec();
+    (flat, view, values)
+}
+
+/// Matmul (+ bias + ReLU) with each operand, and the output, starting at an odd element:
+/// cuDNN's cuBLASLt engines fail on such pointers, so the engine copies them.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matmul_of_unaligned_views_matches_reference() {
+    let s = stream();
+    let mut report = Report::new("matmul_unaligned").tf32_matmul();
+    let mut rng = SplitMix64::new(23);
+    let shapes = [
+        (vec![7i64, 9], vec![9i64, 17]),
+        (vec![3, 33, 40], vec![3, 40, 64]),
+        (vec![2, 3, 5, 16], vec![2, 1, 16, 8]),
+    ];
+    for dtype in DTYPES {
+        for (ad, bd) in &shapes {
+            // Bits: a, b, bias, c shifted by one element; 0 is the aligned control.
+            for mask in [0u32, 1, 2, 4, 8, 15] {
+                let shift = |bit: u32| i64::from(mask >> bit & 1);
+                let (_a, a, av) = shifted(&s, &mut rng, ad, dtype, shift(0));
+                let (_b, b, bv) = shifted(&s, &mut rng, bd, dtype, shift(1));
+                let ud = |d: &[i64]| d.iter().map(|&x| x as usize).collect::<Vec<_>>();
+                let (mut reference, cd) = cpu::matmul(&av, &ud(ad), &bv, &ud(bd));
+                let cd: Vec<i64> = cd.iter().map(|&d| d as i64).collect();
+                let n = cd[cd.len() - 1];
+                let (_bias, bias, biasv) = shifted(&s, &mut rng, &[n], dtype, shift(2));
+                let numel: i64 = cd.iter().product();
+                let out = poisoned(&s, &[numel + 1], &[1], dtype);
+                let c = TensorRef::contiguous(&cd, dtype, out.t.ptr + (shift(3) as u64) * dtype.size() as u64);
+                let label = format!("{dtype:?} a{ad:?} b{bd:?} shifted {mask:04b}");
+                let fused = mask & 4 != 0;
+                let result = if fused {
+                    cpu::bias_activation(
+                        &mut reference,
+                        &ud(&cd),
+                        cd.len() - 1,
+                        &biasv,
+                        ref_act(Activation::Relu),
+                    );
+                    ops::matmul_bias_act(&s, &a, &b, Some(&bias), &c, Activation::Relu)
+                } else {
+                    ops::matmul(&s, &a, &b, &c)
+                };
+                match result {
+                    Ok(()) => {
+                        let all = download(&s, &out);
+                        let got = &all[shift(3) as usize..(shift(3) + numel) as usize];
+                        report.check(label, dtype, got, &reference);
+                    }
+                    Err(e) => report.error(label, e),
+                }
+            }
+        }
+    }
+    report.finish();
 }
 
 fn pool_cases(seed: u64) -> Vec<(Vec<i64>, PoolParams)> {

@@ -18,8 +18,12 @@ pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
     Ok(())
 }
 
-/// Releases the unused memory the device's pool keeps.
+/// Releases the unused memory the device's pool keeps, after freeing the workspaces of
+/// streams that are gone.
 pub(crate) fn release_cached_memory(dev: &Arc<runtime::Device>) -> Result<()> {
+    runtime::release_unused_workspaces(dev.ordinal());
+    // The dead streams' frees complete in their own order: wait for the whole device.
+    dev.context().synchronize()?;
     trim_pool(dev.stream())
 }
 

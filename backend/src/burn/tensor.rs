@@ -290,11 +290,9 @@ impl CudnnTensor {
         if self.numel() == 0 {
             return self;
         }
-        // cuBLASLt, behind cuDNN's matmul engines, fails at run time on operands that are not
-        // 16-byte aligned (a slice starting at an odd element): those are copied too.
-        let aligned = self.tref().ptr.is_multiple_of(16);
+        // (Operands that are not 16-byte aligned are copied by the engine's matmul.)
         match matmul_strides(&self.layout.dims, &self.layout.strides) {
-            Some(strides) if aligned => {
+            Some(strides) => {
                 let layout = ViewLayout {
                     strides,
                     ..self.layout.clone()

@@ -7,7 +7,9 @@ use cudarc::driver::CudaStream;
 use super::fallback::bias_act_in_place;
 use super::{run, zero_fill, Activation, OpKey, TensorRef};
 use crate::error::{Error, Result};
+use crate::ffi::memory::DeviceBuffer;
 use crate::graph::Graph;
+use crate::kernels::elementwise::copy;
 
 fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
     a.check(op, "a")?;
@@ -208,6 +210,9 @@ fn matmul3(
     c: &TensorRef,
     act: Activation,
 ) -> Result<()> {
+    if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
+        return matmul3_aligned(stream, op, a, b, bias, c, act);
+    }
     let fused = bias.is_some() || act != Activation::Identity;
     let build = || {
         let mut g = Graph::new();
@@ -247,4 +252,42 @@ fn matmul3(
         }
         other => other,
     }
+}
+
+/// `matmul3` for operands whose pointers are not 16-byte aligned (a view starting at an odd
+/// element): cuDNN accepts the declared alignment but its cuBLASLt engines fail at run
+/// time, so such operands are copied into fresh packed buffers (and `c` copied back).
+fn matmul3_aligned(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    a: &TensorRef,
+    b: &TensorRef,
+    bias: Option<&TensorRef>,
+    c: &TensorRef,
+    act: Activation,
+) -> Result<()> {
+    let mut buffers = Vec::new();
+    let mut aligned = |t: &TensorRef| -> Result<TensorRef> {
+        if t.alignment() >= 16 {
+            return Ok(t.clone());
+        }
+        let buf = DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op)?;
+        let packed = TensorRef::contiguous(&t.dims, t.dtype, buf.ptr());
+        buffers.push(buf);
+        Ok(packed)
+    };
+    let (a2, b2, c2) = (aligned(a)?, aligned(b)?, aligned(c)?);
+    let bias2 = bias.map(&mut aligned).transpose()?;
+    for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(bias.zip(bias2.as_ref())) {
+        if src.ptr != dst.ptr {
+            copy(stream, src, dst)?;
+        }
+    }
+    matmul3(stream, op, &a2, &b2, bias2.as_ref(), &c2, act)?;
+    if c2.ptr != c.ptr {
+        copy(stream, &c2, c)?;
+    }
+    // The buffers are freed in stream order, after the work above.
+    drop(buffers);
+    Ok(())
 }

@@ -8,4 +8,4 @@ mod workspace;
 pub use device::{Device, DeviceInfo, MAX_DEVICES};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
 pub(crate) use workspace::with_workspace;
-pub use workspace::workspace_bytes;
+pub use workspace::{release_unused_workspaces, workspace_bytes};

@@ -84,6 +84,31 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
     f(ptr)
 }
 
+/// Frees the workspaces of streams that no one else holds any more (threads that exited,
+/// streams that were dropped) on device `ordinal`. Slots are otherwise dropped lazily, when a
+/// new stream first asks for one; call this before measuring free memory or trimming pools.
+/// Returns the bytes released (freed stream-ordered, so they return to the memory pool once
+/// the dead streams' last work completes).
+pub fn release_unused_workspaces(ordinal: usize) -> usize {
+    let Some(map) = WORKSPACES.get() else {
+        return 0;
+    };
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    let mut released = 0;
+    map.retain(|&(dev, _), s| {
+        let drop_it = dev == ordinal && orphaned(s);
+        if drop_it {
+            released += s
+                .try_lock()
+                .ok()
+                .and_then(|g| g.as_ref().map(|(b, _)| b.len()))
+                .unwrap_or(0);
+        }
+        !drop_it
+    });
+    released
+}
+
 /// Bytes of workspace currently held for `stream`.
 pub fn workspace_bytes(stream: &Arc<CudaStream>) -> usize {
     slot(stream)
