@@ -30,6 +30,7 @@ use cudnn_backend::candle::nn::{
     batch_norm, conv2d_no_bias, linear, BatchNorm, BatchNormConfig, Conv2d, Conv2dConfig, Linear,
 };
 use cudnn_backend::candle::{Conv2dParams, CudnnExt};
+use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// conv (no bias) → batch norm.
@@ -252,13 +253,6 @@ fn parse_args() -> std::result::Result<Args, String> {
     Ok(a)
 }
 
-/// Per-epoch history.
-#[derive(Default)]
-struct History {
-    loss: Vec<f64>,
-    accuracy: Vec<f64>,
-}
-
 /// The images (N, 3, 32, 32) and labels (N, u32) of a split on `dev`.
 fn to_device(split: &shapes::Split, dev: &Device) -> Result<(Tensor, Tensor)> {
     let n = split.labels.len();
@@ -391,52 +385,6 @@ fn rate(r: f64) -> String {
     } else {
         format!("{r:.0}")
     }
-}
-
-/// Two panels: mean training loss and test accuracy per epoch (the style of train_burn's).
-fn plot(h: &History, path: &std::path::Path) -> std::result::Result<(), String> {
-    use plotters::prelude::*;
-    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
-    let root = BitMapBackend::new(path, (800, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let (left, right) = root.split_horizontally(400);
-    let epochs = h.loss.len().max(2) as f64;
-    for (area, values, color, top) in [
-        (&left, &h.loss, RED, h.loss.iter().cloned().fold(0.0, f64::max) * 1.1),
-        (&right, &h.accuracy, BLUE, 1.0),
-    ] {
-        let mut chart = ChartBuilder::on(area)
-            .margin(20)
-            .build_cartesian_2d(1.0..epochs, 0.0..top.max(1e-6) * 1.02)
-            .map_err(|e| err(&e))?;
-        // Text needs a font backend, which this build leaves out: a frame and quarter lines
-        // stand in for the axes (left panel: loss from 0 to 1.1x its maximum; right: accuracy 0-1).
-        let top = top.max(1e-6);
-        for q in 0..=4 {
-            let y = top * q as f64 / 4.0;
-            let style = if q == 0 || q == 4 {
-                BLACK.stroke_width(2)
-            } else {
-                BLACK.mix(0.2).stroke_width(1)
-            };
-            chart
-                .draw_series(LineSeries::new([(1.0, y), (epochs, y)], style))
-                .map_err(|e| err(&e))?;
-        }
-        for x in [1.0, epochs] {
-            chart
-                .draw_series(LineSeries::new([(x, 0.0), (x, top)], BLACK.stroke_width(2)))
-                .map_err(|e| err(&e))?;
-        }
-        let points = || values.iter().enumerate().map(|(i, &v)| (i as f64 + 1.0, v));
-        chart
-            .draw_series(LineSeries::new(points(), color.stroke_width(3)))
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(points().map(|p| Circle::new(p, 5, color.filled())))
-            .map_err(|e| err(&e))?;
-    }
-    root.present().map_err(|e| err(&e))
 }
 
 /// Candle's CUDA device 0 when it opens and our cuDNN ops run on it (one tiny convolution).

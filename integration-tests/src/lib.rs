@@ -186,3 +186,12 @@ impl Shard {
         i % self.n == self.k
     }
 }
+
+/// The message of a panic payload (`panic!` with a literal or a formatted string; empty
+/// for any other payload).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}

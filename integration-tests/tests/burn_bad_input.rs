@@ -22,6 +22,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{read_sync, Backend, BoolDType, FloatDType, IntDType, Shape, Slice};
 use cudnn_backend::burn::{Cudnn, CudnnDevice};
 use integration_tests::burn_ref::Nd;
+use integration_tests::panic_message;
 
 type B = Cudnn;
 
@@ -30,14 +31,6 @@ const MATMUL_TOL: f64 = 2e-3;
 
 fn dev() -> CudnnDevice {
     CudnnDevice::default()
-}
-
-/// The message of a panic payload.
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Counts cases and collects failures; [`Suite::finish`] prints the summary and asserts.
@@ -62,7 +55,7 @@ impl Suite {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(_) => self.failures.push(format!("{case}: returned instead of panicking")),
             Err(p) => {
-                let msg = panic_message(p);
+                let msg = panic_message(&*p);
                 let lower = msg.to_lowercase();
                 if !names.iter().any(|n| lower.contains(&n.to_lowercase())) {
                     self.failures
@@ -78,7 +71,7 @@ impl Suite {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(())) => {}
             Ok(Err(why)) => self.failures.push(format!("{case}: {why}")),
-            Err(p) => self.failures.push(format!("{case}: panicked: {}", panic_message(p))),
+            Err(p) => self.failures.push(format!("{case}: panicked: {}", panic_message(&*p))),
         }
     }
 
@@ -89,7 +82,7 @@ impl Suite {
             Ok(Ok(())) => {}
             Ok(Err(why)) => self.failures.push(format!("{case}: ran but {why}")),
             Err(p) => {
-                let msg = panic_message(p);
+                let msg = panic_message(&*p);
                 let lower = msg.to_lowercase();
                 if !names.iter().any(|n| lower.contains(&n.to_lowercase())) {
                     self.failures

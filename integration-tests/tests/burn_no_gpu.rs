@@ -13,18 +13,11 @@ use burn_backend::{
     read_sync, Backend, BoolStore, DType, DTypeUsage, DTypeUsageSet, Device, DeviceId, FloatDType, Shape, TensorData,
 };
 use cudnn_backend::burn::{Cudnn, CudnnDevice, DEVICE_TYPE_ID};
+use integration_tests::panic_message;
 
 /// True when GPU 0 opens (a developer's GPU machine).
 fn has_gpu() -> bool {
     CudnnDevice::default().try_open().is_ok()
-}
-
-/// The message of a panic payload.
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// Runs `f`, which must panic; returns the panic message.
@@ -32,7 +25,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 fn expect_panic<R>(case: &str, f: impl FnOnce() -> R) -> String {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(_) => panic!("{case}: returned instead of panicking"),
-        Err(p) => panic_message(p),
+        Err(p) => panic_message(&*p),
     }
 }
 
@@ -74,7 +67,10 @@ fn try_open_explains_why_it_fails() {
     match r {
         Ok(Err(e)) => assert!(!e.to_string().trim().is_empty()),
         Ok(Ok(())) => panic!("GPU 999 cannot exist"),
-        Err(p) => panic!("try_open panicked instead of returning an error: {}", panic_message(p)),
+        Err(p) => panic!(
+            "try_open panicked instead of returning an error: {}",
+            panic_message(&*p)
+        ),
     }
 }
 
@@ -120,7 +116,7 @@ fn sync_reports_an_error_instead_of_panicking() {
         // The error carries the reason the device cannot be opened.
         Ok(Err(e)) => assert!(!why.is_empty() && format!("{e:?}").contains(&why), "{e:?} vs {why}"),
         Ok(Ok(())) => panic!("sync of GPU 999 succeeded"),
-        Err(p) => panic!("sync panicked: {}", panic_message(p)),
+        Err(p) => panic!("sync panicked: {}", panic_message(&*p)),
     }
     // Cleanup of a device that cannot be opened is a no-op.
     Cudnn::memory_cleanup(&device);
@@ -154,7 +150,7 @@ fn dtype_usage_answers_without_a_device() {
     ];
     for (dtype, want) in expected {
         let got = catch_unwind(AssertUnwindSafe(|| Cudnn::dtype_usage(&device, dtype)))
-            .unwrap_or_else(|p| panic!("dtype_usage({dtype:?}) panicked: {}", panic_message(p)));
+            .unwrap_or_else(|p| panic!("dtype_usage({dtype:?}) panicked: {}", panic_message(&*p)));
         assert_eq!(got, want, "dtype_usage({dtype:?})");
         if got.contains(DTypeUsage::Arithmetic) {
             assert!(

@@ -13,8 +13,8 @@ use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::{Device, Error};
 use integration_tests::{download, poisoned, random, strides, DevTensor, Layout};
 
-/// The tests run one at a time: fault injection is process-wide, and a test that fills the
-/// GPU would starve the others.
+/// The tests run one at a time: the out-of-memory test fills the GPU, which would make the
+/// others' allocations fail (faults themselves are armed per thread).
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
@@ -310,47 +310,11 @@ fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error()
         // empty, so a plan needing workspace has to allocate.
         let s = dev.context().new_stream().unwrap();
         let mut case = ConvCase::new(&s, 30 + i as u64, pass, xd, wd, dtype, layout);
-        let before = fault::injected();
-        fault::fail_next_workspace_allocs(1);
-        let once = case.run(&s);
-        fault::disarm();
-        let once_faults = allocs_since(before);
-        match &once {
-            Ok(()) => {
-                let err = case.error(&s);
-                assert!(
-                    err <= tolerance(dtype),
-                    "{}: wrong result after a failed workspace allocation: {err:.2e}",
-                    case.name
-                );
-            }
-            Err(Error::OutOfMemory { .. }) => {}
-            Err(e) => panic!("{}: one failed workspace allocation gave {e}", case.name),
-        }
-
+        let (once, once_faults) = run_with_alloc_faults(&mut case, &s, 1, "after a failed workspace allocation");
         // Every allocation fails: only a plan without workspace can run; otherwise a typed
         // out-of-memory error.
         let s = dev.context().new_stream().unwrap();
-        let before = fault::injected();
-        fault::fail_next_workspace_allocs(100_000);
-        let always = case.run(&s);
-        fault::disarm();
-        let always_faults = allocs_since(before);
-        match &always {
-            Ok(()) => {
-                let err = case.error(&s);
-                assert!(
-                    err <= tolerance(dtype),
-                    "{}: wrong result without workspace: {err:.2e}",
-                    case.name
-                );
-            }
-            Err(Error::OutOfMemory { .. }) => {}
-            Err(e) => panic!(
-                "{}: with no workspace available got {e} (expected OutOfMemory)",
-                case.name
-            ),
-        }
+        let (always, always_faults) = run_with_alloc_faults(&mut case, &s, 100_000, "without workspace");
         // Afterwards the op works again, on both streams' fresh slots.
         case.assert_works(&s, "after the workspace faults");
         let s = dev.context().new_stream().unwrap();
@@ -368,6 +332,31 @@ fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error()
         injected > 0,
         "no case's plan needed workspace, so no allocation fault fired: pick larger cases"
     );
+}
+
+/// Runs `case` on `s` with the next `count` workspace allocations failing: it must give the
+/// right result or a typed out-of-memory error. Returns the outcome and the faults injected.
+fn run_with_alloc_faults(
+    case: &mut ConvCase,
+    s: &Arc<CudaStream>,
+    count: usize,
+    what: &str,
+) -> (cudnn_backend::Result<()>, usize) {
+    let before = fault::injected();
+    fault::fail_next_workspace_allocs(count);
+    let outcome = case.run(s);
+    fault::disarm();
+    let faults = allocs_since(before);
+    match &outcome {
+        Ok(()) => {
+            let err = case.error(s);
+            let tol = tolerance(case.out.t.dtype);
+            assert!(err <= tol, "{}: wrong result {what}: {err:.2e}", case.name);
+        }
+        Err(Error::OutOfMemory { .. }) => {}
+        Err(e) => panic!("{}: {what} got {e} (expected the result or OutOfMemory)", case.name),
+    }
+    (outcome, faults)
 }
 
 fn describe(r: &cudnn_backend::Result<()>) -> String {

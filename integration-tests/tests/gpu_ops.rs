@@ -14,6 +14,17 @@ use integration_tests::{bound, download, poisoned, random, strides, udims, uploa
 const DTYPES: [DataType; 3] = [DataType::F32, DataType::F16, DataType::BF16];
 const LAYOUTS: [Layout; 2] = [Layout::Nchw, Layout::Nhwc];
 const CASES: usize = 20;
+/// Every activation (with sample parameters).
+const EVERY_ACTIVATION: [Activation; 8] = [
+    Activation::Identity,
+    Activation::Relu,
+    Activation::Sigmoid,
+    Activation::Tanh,
+    Activation::Gelu,
+    Activation::GeluTanh,
+    Activation::Elu(0.5),
+    Activation::Swish(1.0),
+];
 
 fn stream() -> Arc<CudaStream> {
     Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
@@ -320,16 +331,6 @@ fn conv_bias_act_grouped_dilated_every_activation() {
     let s = stream();
     let mut report = Report::new("conv_bias_act_grouped");
     let mut rng = SplitMix64::new(15);
-    let acts = [
-        Activation::Identity,
-        Activation::Relu,
-        Activation::Sigmoid,
-        Activation::Tanh,
-        Activation::Gelu,
-        Activation::GeluTanh,
-        Activation::Elu(0.5),
-        Activation::Swish(1.0),
-    ];
     let geometries = [
         (vec![4, 10, 20, 18], vec![16, 5, 2, 3], [2, 1], [2, 1], [1, 2], 2),
         (vec![4, 10, 20, 18], vec![16, 10, 2, 3], [2, 1], [2, 1], [1, 2], 1),
@@ -338,7 +339,7 @@ fn conv_bias_act_grouped_dilated_every_activation() {
     for dtype in DTYPES {
         for layout in LAYOUTS {
             for (x, w, pad, stride, dil, groups) in &geometries {
-                for act in acts {
+                for act in EVERY_ACTIVATION {
                     let case = ConvCase {
                         x: x.clone(),
                         w: w.clone(),
@@ -369,19 +370,9 @@ fn fused_activations_of_large_pre_activations() {
         report.f32_bound = 3e-3;
     }
     let mut rng = SplitMix64::new(17);
-    let acts = [
-        Activation::Identity,
-        Activation::Relu,
-        Activation::Sigmoid,
-        Activation::Tanh,
-        Activation::Gelu,
-        Activation::GeluTanh,
-        Activation::Elu(0.5),
-        Activation::Swish(1.0),
-    ];
     let big = |rng: &mut SplitMix64, n: i64| -> Vec<f64> { rng.fill(n as usize).iter().map(|v| 4.0 * v).collect() };
     for dtype in DTYPES {
-        for act in acts {
+        for act in EVERY_ACTIVATION {
             // conv: 2x8x9x9 by 8x2x3x3 in 4 groups, inputs in [-4, 4)
             let (xd, wd) = ([2i64, 8, 9, 9], [8i64, 2, 3, 3]);
             let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 4);

@@ -32,7 +32,7 @@ use cudnn_backend::plan::{clear_choices, policy, set_policy, EnginePolicy};
 use cudnn_backend::reference::{rel_l2_error, SplitMix64};
 use cudnn_backend::Device;
 use integration_tests::jobs::{engine_jobs, run_once, Job};
-use integration_tests::Layout;
+use integration_tests::{panic_message, Layout};
 
 /// Worker slots (live threads at most).
 const THREADS: usize = 32;
@@ -225,14 +225,9 @@ fn phase(sets: &[Arc<DeviceJobs>], secs: f64, seed: u64, ops_done: &Arc<AtomicU6
         };
         match t.join() {
             Ok(bad) => tally.failures.extend(bad),
-            Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                tally.failures.push(format!("worker in slot {slot} panicked: {msg}"));
-            }
+            Err(p) => tally
+                .failures
+                .push(format!("worker in slot {slot} panicked: {}", panic_message(&*p))),
         }
         let d = if Arc::ptr_eq(set_of(sets, slot), &sets[0]) {
             0

@@ -12,6 +12,7 @@ use cudnn_backend::ops::{ConvParams, PoolMode, PoolParams, TensorRef};
 use cudnn_backend::plan::policy::{EnginePolicy, HeuristicMode};
 use cudnn_backend::runtime::{self, check_driver, Device};
 use cudnn_backend::{CudnnStatus, Error, CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
+use integration_tests::panic_message;
 
 /// True when the NVIDIA driver library loads (a GPU machine, or at least a driver).
 fn has_driver() -> bool {
@@ -23,14 +24,7 @@ fn has_driver() -> bool {
 fn no_panic<R>(case: &str, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("{case}: panicked instead of returning an error: {msg}");
-        }
+        Err(p) => panic!("{case}: panicked instead of returning an error: {}", panic_message(&*p)),
     }
 }
 

@@ -63,10 +63,7 @@ fn fill_scalar(out: &CudnnTensor, s: Scalar, op: &str) {
 
 /// A packed tensor of `shape` and `dtype` on `device`, every element `value`.
 pub(crate) fn full(device: &CudnnDevice, shape: &Shape, dtype: DType, value: Scalar, op: &str) -> CudnnTensor {
-    let dims = to_dims(shape);
-    // Reject impossible sizes before touching the device.
-    super::tensor::checked_bytes(op, &dims, dtype);
-    let out = CudnnTensor::empty(&device.open(), &dims, dtype, op);
+    let out = exec::empty(device, shape, dtype, op);
     fill_scalar(&out, value, op);
     out
 }

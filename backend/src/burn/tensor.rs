@@ -290,7 +290,6 @@ impl CudnnTensor {
         if self.numel() == 0 {
             return self;
         }
-        // (Operands that are not 16-byte aligned are copied by the engine's matmul.)
         match matmul_strides(&self.layout.dims, &self.layout.strides) {
             Some(strides) => {
                 let layout = ViewLayout {
@@ -299,7 +298,7 @@ impl CudnnTensor {
                 };
                 self.with_layout(layout)
             }
-            _ => super::exec::copy_to_new(&self, self.dtype, "matmul input"),
+            None => super::exec::copy_to_new(&self, self.dtype, "matmul input"),
         }
     }
 

@@ -71,6 +71,15 @@ fn check(q: &TensorRef, k: &TensorRef, v: &TensorRef, bias: Option<&TensorRef>, 
     Ok(())
 }
 
+/// True when cuDNN's fused attention engines take these sizes: f16 or bf16, head dims
+/// `head_dim` (q, k) and `head_dim_v` (v) multiples of 8 up to 256, and at least one key.
+/// Callers check this before preparing inputs; [`sdpa_forward`] may still return a
+/// not-supported error for a case a GPU lacks an engine for.
+pub fn sdpa_fusable(dtype: DataType, head_dim: i64, head_dim_v: i64, seq_kv: i64) -> bool {
+    let head_ok = |d: i64| d > 0 && d % 8 == 0 && d <= 256;
+    matches!(dtype, DataType::F16 | DataType::BF16) && head_ok(head_dim) && head_ok(head_dim_v) && seq_kv > 0
+}
+
 /// `o = softmax(q · kᵀ · scale + bias) · v` per batch and head as ONE cuDNN graph
 /// (matmul, scale, optional additive bias, softmax, matmul), which cuDNN runs with its
 /// fused flash-attention engines. `q [B, H, Sq, D]`, `k [B, H, Skv, D]`, `v [B, H, Skv, Dv]`,

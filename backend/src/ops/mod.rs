@@ -14,7 +14,7 @@ mod norm;
 mod pool;
 mod tensor;
 
-pub use attention::sdpa_forward;
+pub use attention::{sdpa_forward, sdpa_fusable};
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward, ConvParams};
 pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};

@@ -5,7 +5,7 @@ use burn_backend::ops::{AttentionModuleOptions, BoolTensorOps, FloatTensorOps, I
 use burn_backend::tensor::{BoolTensor, FloatTensor};
 use burn_backend::{DType, Scalar, Shape};
 
-use super::super::tensor::{expect, CudnnTensor};
+use super::super::tensor::{expect, storage_type, CudnnTensor};
 use super::super::Cudnn;
 use super::exec;
 use crate::graph::NormMode;
@@ -25,27 +25,18 @@ pub(crate) fn layer_norm(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnT
     let rows = x.numel() / d;
     let x2 = x.clone().contiguous().reshape(&[rows, d]);
     let y = x2.empty_on(&[rows, d], x2.dtype, OP);
-    let try_with = |g: &CudnnTensor, b: Option<&CudnnTensor>| {
-        ops::norm_forward(
-            y.stream(),
-            NormMode::LayerNorm,
-            &x2.tref(),
-            &g.tref(),
-            b.map(|b| b.tref()).as_ref(),
-            &y.tref(),
-            epsilon,
-            None,
-        )
-    };
     let g = gamma.clone().contiguous();
     let b = beta.clone().map(CudnnTensor::contiguous);
-    let mut r = try_with(&g, b.as_ref());
-    if matches!(&r, Err(e) if e.is_not_supported()) && x.dtype != DType::F32 {
-        // Some engines want f32 parameters with half-precision data.
-        let g32 = exec::cast(g, DType::F32, OP);
-        let b32 = b.map(|b| exec::cast(b, DType::F32, OP));
-        r = try_with(&g32, b32.as_ref());
-    }
+    let r = ops::norm_forward(
+        y.stream(),
+        NormMode::LayerNorm,
+        &x2.tref(),
+        &g.tref(),
+        b.as_ref().map(|b| b.tref()).as_ref(),
+        &y.tref(),
+        epsilon,
+        None,
+    );
     match r {
         Ok(()) => y.reshape(&dims),
         Err(e) if e.is_not_supported() => {
@@ -94,18 +85,13 @@ pub(crate) fn attention(
     let (qd, kd, vd) = (q.dims().to_vec(), k.dims().to_vec(), v.dims().to_vec());
     let fusable = mask.is_none()
         && options.softcap.is_none()
-        && matches!(q.dtype, DType::F16 | DType::BF16)
-        && k.dtype == q.dtype
-        && v.dtype == q.dtype
-        && bias.as_ref().is_none_or(|b| b.dtype == q.dtype)
         && qd.len() == 4
         && kd.len() == 4
         && vd.len() == 4
-        && qd[3] % 8 == 0
-        && qd[3] <= 256
-        && vd[3] % 8 == 0
-        && vd[3] <= 256
-        && kd[2] > 0
+        && k.dtype == q.dtype
+        && v.dtype == q.dtype
+        && bias.as_ref().is_none_or(|b| b.dtype == q.dtype)
+        && storage_type(q.dtype).is_some_and(|dt| ops::sdpa_fusable(dt, qd[3], vd[3], kd[2]))
         // A causal mask with more queries than keys leaves whole rows masked, which the
         // composed path defines (zeros) and the fused softmax does not.
         && !(options.is_causal && qd[2] > kd[2]);
@@ -134,24 +120,16 @@ pub(crate) fn attention(
     };
     let o = qr.empty_on(&[b, h, sq, dv], q.dtype, OP);
     let scale = options.scale.unwrap_or(1.0 / (qd[3] as f64).sqrt()) as f32;
-    let run = |stats: Option<&CudnnTensor>| {
-        ops::sdpa_forward(
-            o.stream(),
-            &qr.tref(),
-            &kr.tref(),
-            &vr.tref(),
-            bias_full.as_ref().map(|t| t.tref()).as_ref(),
-            &o.tref(),
-            scale,
-            stats.map(|t| t.tref()).as_ref(),
-        )
-    };
-    let mut r = run(None);
-    if matches!(&r, Err(e) if e.is_not_supported()) {
-        // Some cuDNN versions only match the pattern that also writes the statistics.
-        let stats = o.empty_on(&[b, h, sq, 1], DType::F32, OP);
-        r = run(Some(&stats));
-    }
+    let r = ops::sdpa_forward(
+        o.stream(),
+        &qr.tref(),
+        &kr.tref(),
+        &vr.tref(),
+        bias_full.as_ref().map(|t| t.tref()).as_ref(),
+        &o.tref(),
+        scale,
+        None,
+    );
     match r {
         Ok(()) => o,
         Err(e) if e.is_not_supported() || matches!(e, crate::Error::InvalidArgument { .. }) => {

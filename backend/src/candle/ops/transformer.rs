@@ -326,18 +326,18 @@ impl CustomOp3 for Sdpa {
     }
 }
 
-/// True when cuDNN's fused attention takes these tensors (CUDA, f16/bf16, rank 4, head dims
-/// multiples of 8 up to 256).
+/// True when cuDNN's fused attention takes these tensors: on CUDA, rank 4, one dtype, and
+/// sizes [`crate::ops::sdpa_fusable`] accepts.
 pub(crate) fn sdpa_fusable(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
-    let head_ok = |t: &Tensor| t.rank() == 4 && t.dims()[3].is_multiple_of(8) && t.dims()[3] <= 256;
+    // The engines take f16/bf16 only; other dtypes need no mapping.
+    let dtype = match q.dtype() {
+        DType::F16 => crate::graph::DataType::F16,
+        DType::BF16 => crate::graph::DataType::BF16,
+        _ => return false,
+    };
     q.device().is_cuda()
-        && matches!(q.dtype(), DType::F16 | DType::BF16)
-        && k.dtype() == q.dtype()
-        && v.dtype() == q.dtype()
-        && head_ok(q)
-        && head_ok(k)
-        && head_ok(v)
-        && k.dims()[2] > 0
+        && [q, k, v].iter().all(|t| t.rank() == 4 && t.dtype() == q.dtype())
+        && crate::ops::sdpa_fusable(dtype, q.dims()[3] as i64, v.dims()[3] as i64, k.dims()[2] as i64)
 }
 
 /// `softmax(q·kᵀ·scale)·v` with autograd as the [`Sdpa`] op (inputs made contiguous).
