@@ -862,6 +862,10 @@ fn host_defs(opts: &Opts) -> Vec<CaseDef> {
         CaseDef::new(host, move |ctx, case| run_host_cost(ctx, case, calls, true)),
         CaseDef::new(host_plain, move |ctx, case| run_host_cost(ctx, case, calls, false)),
         CaseDef::new(
+            Case::new("device_check/pointer_device".into(), "device_check").with_shape(iters_shape()),
+            move |ctx, case| run_pointer_device(ctx, case, iters),
+        ),
+        CaseDef::new(
             Case::new("handle_acquire/with_handle".into(), "handle_acquire").with_shape(iters_shape()),
             move |ctx, case| run_handle_acquire(ctx, case, iters),
         ),
@@ -927,6 +931,21 @@ fn host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
         after.replay_captures.saturating_sub(before.replay_captures),
         after.replay_failures.saturating_sub(before.replay_failures)
     );
+    Ok(())
+}
+
+/// The driver query behind the engine's per-operand device check (one per operand per op).
+fn run_pointer_device(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<()> {
+    let sets = Sets::new(&ctx.stream, 3, &[(Fmt::FP32_NCHW.image(&TINY.x_dims(1)), Fill::Random)])?;
+    let ptr = sets.sets[0][0].ptr;
+    let found = runtime::pointer_device(ptr);
+    if found != Some(ctx.device.ordinal()) {
+        return Err(format!("pointer_device of a GPU {} buffer gave {found:?}", ctx.device.ordinal()).into());
+    }
+    case.ns = Some(time_host_ns(iters, |_| {
+        black_box(runtime::pointer_device(black_box(ptr)));
+        Ok(())
+    })?);
     Ok(())
 }
 

@@ -1051,6 +1051,77 @@ fn candle_nn_model_switches_to_our_layers() {
     }
 }
 
+/// Our ops on a second GPU match the first; operands on two GPUs are an error, after
+/// which both GPUs still compute. Needs two CUDA GPUs (fails saying so with fewer).
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn ops_on_two_gpus_compute_on_each_and_refuse_mixing() -> Result<()> {
+    let n = cudnn_backend::runtime::device_count().expect("needs CUDA GPUs");
+    assert!(n >= 2, "this test needs two CUDA GPUs; the machine has {n}");
+    let devs = [gpu(), Device::new_cuda(1)?];
+    let mut rng = SplitMix64::new(78);
+    let (x, w, b) = (
+        rand_cpu(&mut rng, &[2, 8, 10, 10]),
+        rand_cpu(&mut rng, &[16, 8, 3, 3]),
+        rand_cpu(&mut rng, &[16]),
+    );
+    let (a, m) = (rand_cpu(&mut rng, &[33, 40]), rand_cpu(&mut rng, &[40, 17]));
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let f32_on = |t: &Tensor, d: &Device| t.to_dtype(DType::F32)?.to_device(d);
+    let run = |d: &Device| -> Result<(Tensor, Tensor)> {
+        let y = f32_on(&x, d)?.cudnn_conv2d_bias_act(&f32_on(&w, d)?, &f32_on(&b, d)?, p, Activation::Relu)?;
+        let c = f32_on(&a, d)?.cudnn_matmul(&f32_on(&m, d)?)?;
+        Ok((y, c))
+    };
+    let (y0, c0) = run(&devs[0])?;
+    let (y1, c1) = run(&devs[1])?;
+    let (ey, ec) = (rel_err(&y1, &y0), rel_err(&c1, &c0));
+    assert!(ey < 1e-5 && ec < 2e-3, "GPU 1 vs GPU 0: conv {ey:.2e}, matmul {ec:.2e}");
+    let mixed = [
+        (
+            "conv2d",
+            f32_on(&x, &devs[1])?.cudnn_conv2d(&f32_on(&w, &devs[0])?, p).err(),
+        ),
+        (
+            "conv2d_bias_act",
+            f32_on(&x, &devs[0])?
+                .cudnn_conv2d_bias_act(&f32_on(&w, &devs[0])?, &f32_on(&b, &devs[1])?, p, Activation::Relu)
+                .err(),
+        ),
+        (
+            "matmul",
+            f32_on(&a, &devs[0])?.cudnn_matmul(&f32_on(&m, &devs[1])?).err(),
+        ),
+        ("max_pool2d then add", {
+            let pooled = f32_on(&x, &devs[1])?.cudnn_max_pool2d([2, 2], [2, 2], [0, 0])?;
+            (pooled + f32_on(&x, &devs[0])?.cudnn_max_pool2d([2, 2], [2, 2], [0, 0])?).err()
+        }),
+    ];
+    for (op, err) in &mixed {
+        let err = err
+            .as_ref()
+            .unwrap_or_else(|| panic!("{op}: operands on two GPUs accepted"));
+        println!(
+            "two GPUs, {op}: refused ({})",
+            err.to_string().lines().next().unwrap_or("")
+        );
+    }
+    let (y0b, _) = run(&devs[0])?;
+    let (y1b, _) = run(&devs[1])?;
+    assert!(
+        rel_err(&y0b, &y0) == 0.0 && rel_err(&y1b, &y1) == 0.0,
+        "results changed after the refusals"
+    );
+    println!(
+        "two GPUs: conv+bias+relu and matmul on GPU 1 match GPU 0 ({ey:.1e}, {ec:.1e}); {} mixed calls refused",
+        mixed.len()
+    );
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn several_threads_share_one_candle_device() {

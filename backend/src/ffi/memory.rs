@@ -139,3 +139,29 @@ pub(crate) fn trim_pool(stream: &Arc<CudaStream>) -> Result<()> {
     unsafe { sys::cuMemPoolTrimTo(pool, 0) }.result()?;
     Ok(())
 }
+
+/// The GPU whose device memory `ptr` points into; `None` for host, managed or unknown
+/// addresses (memory every GPU may reach, or that the driver does not know).
+pub(crate) fn device_memory_ordinal(ptr: u64) -> Option<usize> {
+    let mut memory_type: u32 = 0;
+    let mut ordinal: i32 = -1;
+    let mut managed: u32 = 0;
+    let mut attributes = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+    ];
+    let mut data = [
+        (&mut memory_type as *mut u32).cast::<std::ffi::c_void>(),
+        (&mut ordinal as *mut i32).cast::<std::ffi::c_void>(),
+        (&mut managed as *mut u32).cast::<std::ffi::c_void>(),
+    ];
+    // SAFETY: `attributes` and `data` have 3 entries each; every data slot is a live 4-byte
+    // local of the width the driver writes for its attribute (a bool in a zeroed u32 is
+    // read correctly); for an address the driver does not know it writes defaults and
+    // returns success instead of reading anything.
+    let status = unsafe { sys::cuPointerGetAttributes(3, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr) };
+    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+    (status == sys::CUresult::CUDA_SUCCESS && memory_type == device && managed == 0 && ordinal >= 0)
+        .then_some(ordinal as usize)
+}

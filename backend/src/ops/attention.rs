@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{run_with_scalars, OpKey, TensorRef};
+use super::{check_on_stream_device, run_with_scalars, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{DataType, Graph, PointwiseMode, ReduceOp, Scalar};
 
@@ -116,6 +116,15 @@ pub fn sdpa_forward(
             ));
         }
     }
+    let operands = [
+        ("q", Some(q)),
+        ("k", Some(k)),
+        ("v", Some(v)),
+        ("bias", bias),
+        ("o", Some(o)),
+        ("stats", stats),
+    ];
+    check_on_stream_device(stream, OP, &operands)?;
     if o.is_empty() {
         return Ok(());
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{run, zero_fill, Activation, OpKey, TensorRef};
+use super::{check_on_stream_device, run, zero_fill, Activation, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{ConvAttrs, ConvMode, Graph};
 
@@ -147,6 +147,7 @@ pub fn conv_forward(
     w.check(OP, "w")?;
     y.check(OP, "y")?;
     p.check(OP, channels(x, 1), channels(w, 1))?;
+    check_on_stream_device(stream, OP, &[("x", Some(x)), ("w", Some(w)), ("y", Some(y))])?;
     if y.is_empty() {
         return Ok(());
     }
@@ -182,6 +183,7 @@ pub fn conv_backward_data(
     w.check(OP, "w")?;
     dx.check(OP, "dx")?;
     p.check(OP, channels(dx, 1), channels(w, 1))?;
+    check_on_stream_device(stream, OP, &[("dy", Some(dy)), ("w", Some(w)), ("dx", Some(dx))])?;
     if dx.is_empty() {
         return Ok(());
     }
@@ -217,6 +219,7 @@ pub fn conv_backward_filter(
     dy.check(OP, "dy")?;
     dw.check(OP, "dw")?;
     p.check(OP, channels(x, 1), channels(dw, 1))?;
+    check_on_stream_device(stream, OP, &[("x", Some(x)), ("dy", Some(dy)), ("dw", Some(dw))])?;
     if dw.is_empty() {
         return Ok(());
     }
@@ -258,6 +261,8 @@ pub fn conv_bias_act_forward(
     bias.check(OP, "bias")?;
     y.check(OP, "y")?;
     p.check(OP, channels(x, 1), channels(w, 1))?;
+    let operands = [("x", Some(x)), ("w", Some(w)), ("bias", Some(bias)), ("y", Some(y))];
+    check_on_stream_device(stream, OP, &operands)?;
     let k = channels(w, 0);
     if bias.numel() != k || bias.dims.iter().filter(|&&d| d != 1).count() > 1 {
         return Err(Error::invalid_arg(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{run, zero_fill, Activation, OpKey, TensorRef};
+use super::{check_on_stream_device, run, zero_fill, Activation, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::Graph;
@@ -76,6 +76,11 @@ pub fn matmul_bias_act(
         }
         None => None,
     };
+    check_on_stream_device(
+        stream,
+        op,
+        &[("a", Some(a)), ("b", Some(b)), ("bias", bias), ("c", Some(c))],
+    )?;
     if c.is_empty() {
         return Ok(());
     }

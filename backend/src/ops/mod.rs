@@ -19,6 +19,7 @@ pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, 
 pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};
 pub use pool::{pool_backward, pool_forward, PoolMode, PoolParams};
+use tensor::check_on_stream_device;
 pub use tensor::{Activation, TensorRef};
 
 use std::borrow::Cow;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{run_with_scalars, OpKey, TensorRef};
+use super::{check_on_stream_device, run_with_scalars, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{DataType, Graph, NormMode, Scalar};
 
@@ -142,6 +142,15 @@ pub fn norm_forward(
         NormMode::RmsNorm => "rms_norm",
     };
     check(op, x, scale, bias, y, stats)?;
+    let operands = [
+        ("x", Some(x)),
+        ("scale", Some(scale)),
+        ("bias", bias),
+        ("y", Some(y)),
+        ("mean", stats.map(|s| s.mean)),
+        ("inv_std", stats.map(|s| s.inv_std)),
+    ];
+    check_on_stream_device(stream, op, &operands)?;
     if x.is_empty() {
         return Ok(());
     }

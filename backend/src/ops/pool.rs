@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{run, OpKey, TensorRef};
+use super::{check_on_stream_device, run, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::legacy::{LegacyPoolMode, LegacyPooling};
 use crate::graph::{Graph, ResampleAttrs, ResampleMode};
@@ -168,6 +168,7 @@ pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorRef, p: &
     x.check(OP, "x")?;
     y.check(OP, "y")?;
     check_shapes(OP, p, x, y)?;
+    check_on_stream_device(stream, OP, &[("x", Some(x)), ("y", Some(y))])?;
     if y.is_empty() {
         return Ok(());
     }
@@ -231,6 +232,11 @@ pub fn pool_backward(
         }
         _ => (dx, dy),
     };
+    check_on_stream_device(
+        stream,
+        OP,
+        &[("x", Some(x)), ("y", Some(y)), ("dy", Some(dy)), ("dx", Some(dx))],
+    )?;
     if dx.is_empty() {
         return Ok(());
     }

@@ -1,6 +1,11 @@
 //! `TensorRef` (a strided view of device memory) and `Activation`.
 
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
 use crate::error::{Error, Result};
+use crate::ffi::memory::device_memory_ordinal;
 use crate::graph::{packed_strides, DataType, Graph, PointwiseMode, TensorId};
 
 /// A strided tensor in device memory. `ptr` is a `CUdeviceptr` on the stream's device.
@@ -154,6 +159,34 @@ impl TensorRef {
             .set_strides(id, &self.strides)
             .set_alignment(id, self.alignment());
     }
+}
+
+/// Checks that no non-empty operand points into another GPU's memory than `stream`'s: a
+/// kernel reading it would fault and leave the context unusable, so it is an argument
+/// error naming `op`, the operand and both GPUs. Host, managed and unknown addresses are
+/// left to the driver.
+pub(crate) fn check_on_stream_device(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    operands: &[(&'static str, Option<&TensorRef>)],
+) -> Result<()> {
+    let here = stream.context().ordinal();
+    stream.context().bind_to_thread()?;
+    for &(arg, t) in operands {
+        let Some(t) = t.filter(|t| !t.is_empty()) else {
+            continue;
+        };
+        if let Some(there) = device_memory_ordinal(t.ptr).filter(|&there| there != here) {
+            return Err(Error::invalid_arg(
+                op,
+                arg,
+                format!(
+                    "points into GPU {there}'s memory but the stream runs on GPU {here}: copy it to GPU {here} first"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Activation applied after a bias in the fused ops.

@@ -15,6 +15,7 @@ use super::persist::{dir_from_env, TuningFile, TuningKey};
 use super::policy::EnginePolicy;
 use super::{cache_stats, choice_cache, policy};
 use crate::error::{Error, Result};
+use crate::ffi::memory::device_memory_ordinal;
 use crate::ffi::CudnnHandle;
 use crate::graph::lower::lower;
 use crate::graph::{DataType, Graph, Op, Scalar, SignatureContext, TensorId};
@@ -104,7 +105,8 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
         });
     }
     let mut scalars: Vec<[u8; 8]> = Vec::new();
-    let (uids, ptrs) = variant_pointers(graph, bindings, &mut scalars)?;
+    stream.context().bind_to_thread()?;
+    let (uids, ptrs) = variant_pointers(graph, bindings, stream.context().ordinal(), &mut scalars)?;
     // A captured graph would freeze by-value scalars, so graphs with scalars never replay.
     let replayable = graph.tensors().iter().all(|t| t.by_value.is_none());
     execute_keyed(
@@ -207,9 +209,12 @@ fn check_uids(g: &Graph, uids: &[i64]) -> Result<()> {
     Ok(())
 }
 
+/// The variant pack of `graph`: by-value scalars point into `scalars`; every binding must be
+/// non-null, aligned as declared and not in another GPU's memory than `ordinal`'s.
 fn variant_pointers(
     graph: &Graph,
     bindings: &[Binding],
+    ordinal: usize,
     scalars: &mut Vec<[u8; 8]>,
 ) -> Result<(Vec<i64>, Vec<*mut c_void>)> {
     let io: Vec<(usize, &crate::graph::Tensor)> = graph
@@ -258,6 +263,16 @@ fn variant_pointers(
                 format!(
                     "pointer {:#x} of `{}` is not aligned to the declared {} bytes",
                     b.ptr, t.name, t.alignment
+                ),
+            ));
+        }
+        if let Some(other) = device_memory_ordinal(b.ptr).filter(|&d| d != ordinal) {
+            return Err(Error::invalid_arg(
+                "execute_graph",
+                "bindings",
+                format!(
+                    "`{}` points into GPU {other}'s memory but the stream runs on GPU {ordinal}",
+                    t.name
                 ),
             ));
         }

@@ -9,3 +9,10 @@ pub use device::{Device, DeviceInfo, MAX_DEVICES};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
 pub(crate) use workspace::with_workspace;
 pub use workspace::{release_unused_workspaces, workspace_bytes};
+
+/// The GPU whose device memory `ptr` (a `CUdeviceptr`) points into; `None` for host,
+/// managed or unknown addresses. The engine [`ops`](crate::ops) reject operands for which
+/// this names another GPU than their stream's.
+pub fn pointer_device(ptr: u64) -> Option<usize> {
+    crate::ffi::memory::device_memory_ordinal(ptr)
+}
