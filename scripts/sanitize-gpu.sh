@@ -18,8 +18,10 @@ bins=("$@"); [[ ${#bins[@]} -gt 0 ]] || bins=("$here"/test-*)
 san="${SANITIZER:-compute-sanitizer}"
 shards="${SHARDS:-1}"
 queue="$logs/queue.txt"; : >"$queue"
+two=(); gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [[ $gpus -lt 2 ]]; then two=(--skip two_gpus); echo "two_gpus_* tests: not run, needs two GPUs (found $gpus)"; fi
 for bin in "${bins[@]}"; do
-  for t in $("$bin" --list --include-ignored 2>/dev/null | sed -n 's/: test$//p'); do
+  for t in $("$bin" --list --include-ignored "${two[@]}" 2>/dev/null | sed -n 's/: test$//p'); do
     for tool in ${TOOLS:-memcheck racecheck}; do
       for ((k = 0; k < shards; k++)); do echo "$tool $bin $t $k" >>"$queue"; done
     done

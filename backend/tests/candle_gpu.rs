@@ -1055,7 +1055,7 @@ fn candle_nn_model_switches_to_our_layers() {
 /// which both GPUs still compute. Needs two CUDA GPUs (fails saying so with fewer).
 #[test]
 #[ignore = "needs two CUDA GPUs"]
-fn ops_on_two_gpus_compute_on_each_and_refuse_mixing() -> Result<()> {
+fn two_gpus_ops_compute_on_each_and_refuse_mixing() -> Result<()> {
     let n = cudnn_backend::runtime::device_count().expect("needs CUDA GPUs");
     assert!(n >= 2, "this test needs two CUDA GPUs; the machine has {n}");
     let devs = [gpu(), Device::new_cuda(1)?];

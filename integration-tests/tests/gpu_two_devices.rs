@@ -2,7 +2,7 @@
 //! op given operands on different GPUs is refused (an error from the engine `ops`, a panic
 //! naming the op and both GPUs from the Burn backend) without faulting either GPU: after
 //! the refusals both still compute right results. Needs two CUDA GPUs; with fewer it fails
-//! saying so.
+//! saying so (every test name starts with `two_gpus`, so `--skip two_gpus` leaves them out).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -86,7 +86,7 @@ fn conv_checked(s: &Arc<CudaStream>, x: &[f64], w: &[f64], label: &str) -> Vec<f
 
 #[test]
 #[ignore = "needs two CUDA GPUs"]
-fn engine_ops_refuse_operands_on_the_other_gpu_and_both_gpus_stay_usable() {
+fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
     let (d0, d1) = two_devices();
     let (s0, s1) = (d0.stream().clone(), d1.stream().clone());
     let mut rng = SplitMix64::new(71);
@@ -312,7 +312,7 @@ fn panics_naming_both(what: &str, f: impl FnOnce()) -> Result<(), String> {
 
 #[test]
 #[ignore = "needs two CUDA GPUs"]
-fn burn_tensors_move_between_gpus_compute_on_each_and_refuse_mixing() {
+fn two_gpus_burn_tensors_move_compute_on_each_and_refuse_mixing() {
     two_devices();
     let (g0, g1) = (CudnnDevice::new(0), CudnnDevice::new(1));
     let mut failures: Vec<String> = Vec::new();
