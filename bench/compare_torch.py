@@ -164,6 +164,27 @@ def run_matmul(b, case):
     return rates(ms, flops=2.0 * m * n * k)
 
 
+def run_sdpa(b, case):
+    """PyTorch's cuDNN attention (the same engines) on the same shapes and mask."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sh, dt = case["shape"], case["dtype"]
+    dims = [sh["b"], sh["h"], sh["sq"], sh["d"]]
+    kv = [sh["b"], sh["h"], sh["skv"], sh["d"]]
+    mask = sh["mask"]
+    sets = b.make_sets([(dims, "random"), (kv, "random"), (kv, "random")], dt, "bhsd")
+    bias = None
+    if mask == "causal_bias":
+        sq, skv = sh["sq"], sh["skv"]
+        hidden = torch.ones(sq, skv, dtype=torch.bool, device=b.device).triu(skv - sq + 1)
+        bias = torch.zeros(1, 1, sq, skv, dtype=DTYPES[dt], device=b.device).masked_fill(hidden, float("-inf"))
+    causal = mask == "causal"
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        ms = b.time_gpu(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal), sets)
+    full = 4.0 * sh["b"] * sh["h"] * sh["sq"] * sh["skv"] * sh["d"]
+    return rates(ms, flops=full if mask == "none" else full / 2)
+
+
 def pool_args(sh):
     return [sh["window"]] * 2, [sh["stride"]] * 2, [sh["pad"]] * 2
 
@@ -231,6 +252,7 @@ RUNNERS = {
     "conv_wgrad": run_conv,
     "conv_bias_relu": run_conv,
     "matmul": run_matmul,
+    "sdpa": run_sdpa,
     "pool_fwd": run_pool,
     "pool_bwd": run_pool,
     "host_cost": run_host_cost,

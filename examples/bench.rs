@@ -385,9 +385,12 @@ impl DevBuf {
     }
 
     fn random(stream: &Arc<CudaStream>, t: &TensorRef, rng: &mut Rng) -> BoxResult<DevBuf> {
-        let host = random_bytes(t.dtype, t.extent_elements() as usize, rng)?;
+        Self::upload(stream, &random_bytes(t.dtype, t.extent_elements() as usize, rng)?)
+    }
+
+    fn upload(stream: &Arc<CudaStream>, host: &[u8]) -> BoxResult<DevBuf> {
         let mut mem = stream.alloc_zeros::<u8>(host.len().max(1))?;
-        stream.memcpy_htod(&host, &mut mem)?;
+        stream.memcpy_htod(host, &mut mem)?;
         let ptr = mem.device_ptr(stream).0;
         Ok(DevBuf { _mem: mem, ptr })
     }
@@ -398,6 +401,27 @@ impl DevBuf {
 enum Fill {
     Random,
     Zero,
+    /// 0 where a query may see a key (bottom-right causal), -inf elsewhere: a `[.., Sq, Skv]`
+    /// attention bias.
+    CausalBias,
+}
+
+/// The bytes of a causal attention bias of `t`'s dims (its last two: queries, keys).
+fn causal_bias_bytes(t: &TensorRef) -> BoxResult<Vec<u8>> {
+    let r = t.dims.len();
+    let (sq, skv) = (t.dims[r - 2], t.dims[r - 1]);
+    let n = t.extent_elements();
+    let mut out = Vec::with_capacity(n as usize * t.dtype.size());
+    for e in 0..n {
+        let (i, j) = (e / skv % sq, e % skv);
+        let v = if j > i + skv - sq { f32::NEG_INFINITY } else { 0.0 };
+        match t.dtype {
+            DataType::F16 => out.extend_from_slice(&f16::from_f32(v).to_le_bytes()),
+            DataType::BF16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),
+            other => return Err(format!("no causal bias for {other:?}").into()),
+        }
+    }
+    Ok(out)
 }
 
 /// One or more sets of backed tensors; runs rotate over the sets.
@@ -421,6 +445,7 @@ impl Sets {
                 let buf = match fill {
                     Fill::Random => DevBuf::random(stream, proto, &mut rng)?,
                     Fill::Zero => DevBuf::zeros(stream, tensor_bytes(proto))?,
+                    Fill::CausalBias => DevBuf::upload(stream, &causal_bias_bytes(proto)?)?,
                 };
                 set.push(TensorRef {
                     ptr: buf.ptr,
@@ -709,6 +734,78 @@ fn run_matmul(ctx: &Ctx, case: &mut Case, dtype: DataType, m: i64, n: i64, k: i6
     let sets = Sets::new(s, 5, &protos)?;
     let ms = time_gpu(ctx, &sets, |t| ops::matmul(s, &t[0], &t[1], &t[2]))?;
     case.set_time(ms, Some(2.0 * (m * n * k) as f64), None);
+    Ok(())
+}
+
+/// How an attention case masks: not at all, causally inside the fused graph, or causally
+/// through a materialised -inf bias (the only way before the in-graph mask).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttnMask {
+    None,
+    Causal,
+    CausalBias,
+}
+
+impl AttnMask {
+    fn name(self) -> &'static str {
+        match self {
+            AttnMask::None => "none",
+            AttnMask::Causal => "causal",
+            AttnMask::CausalBias => "causal_bias",
+        }
+    }
+}
+
+/// Fused attention, B=4, H=16, head dim 128, Sq = Skv, f16 and bf16, for each mask.
+fn sdpa_defs(opts: &Opts) -> Vec<CaseDef> {
+    let seqs: &[i64] = if opts.quick { &[1024] } else { &[1024, 4096] };
+    let (b, h, d) = (4i64, 16i64, 128i64);
+    let mut defs = Vec::new();
+    for dtype in [DataType::F16, DataType::BF16] {
+        for &s in seqs {
+            for mask in [AttnMask::None, AttnMask::Causal, AttnMask::CausalBias] {
+                let name = format!("sdpa/{}/b{b}h{h}s{s}d{d}/{}", dtype_name(dtype), mask.name());
+                let shape = vec![
+                    ("b", int(b)),
+                    ("h", int(h)),
+                    ("sq", int(s)),
+                    ("skv", int(s)),
+                    ("d", int(d)),
+                    ("mask", Json::str(mask.name())),
+                ];
+                let mut case = Case::new(name, "sdpa").with_shape(shape);
+                case.dtype = Some(dtype_name(dtype));
+                case.layout = Some("bhsd");
+                defs.push(CaseDef::new(case, move |ctx, case| {
+                    run_sdpa(ctx, case, dtype, [b, h, s, d], mask)
+                }));
+            }
+        }
+    }
+    defs
+}
+
+fn run_sdpa(ctx: &Ctx, case: &mut Case, dtype: DataType, [b, h, s, d]: [i64; 4], mask: AttnMask) -> BoxResult<()> {
+    let st = &ctx.stream;
+    let fmt = Fmt { dtype, nhwc: false };
+    let mut protos = vec![
+        (fmt.packed(&[b, h, s, d]), Fill::Random),
+        (fmt.packed(&[b, h, s, d]), Fill::Random),
+        (fmt.packed(&[b, h, s, d]), Fill::Random),
+        (fmt.packed(&[b, h, s, d]), Fill::Zero),
+    ];
+    if mask == AttnMask::CausalBias {
+        protos.push((fmt.packed(&[1, 1, s, s]), Fill::CausalBias));
+    }
+    let sets = Sets::new(st, 11, &protos)?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let causal = mask == AttnMask::Causal;
+    let ms = time_gpu(ctx, &sets, |t| {
+        ops::sdpa_forward(st, &t[0], &t[1], &t[2], t.get(4), causal, &t[3], scale, None)
+    })?;
+    // Two products of 2·S·S·D per head; a causal mask leaves half of them to compute.
+    let full = 4.0 * (b * h * s * s * d) as f64;
+    case.set_time(ms, Some(if mask == AttnMask::None { full } else { full / 2.0 }), None);
     Ok(())
 }
 
@@ -1066,6 +1163,7 @@ fn selected(only: Option<&str>, name: &str) -> bool {
 fn all_defs(opts: &Opts) -> Vec<CaseDef> {
     let mut defs = conv_defs(opts);
     defs.extend(matmul_defs(opts));
+    defs.extend(sdpa_defs(opts));
     defs.extend(pool_defs());
     defs.extend(host_defs(opts));
     defs

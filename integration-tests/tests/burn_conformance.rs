@@ -4537,10 +4537,26 @@ fn group_half(g: &mut Group) {
         // attention in half precision takes cuDNN's fused graph (a mask or softcap, the
         // composed path): (label, [b, h, sq, skv, d, dv], causal, mask, bias, scale)
         #[allow(clippy::type_complexity)]
-        let att: [(&str, [usize; 6], bool, bool, bool, Option<f64>); 7] = [
+        let att: [(&str, [usize; 6], bool, bool, bool, Option<f64>); 9] = [
             ("plain", [2, 3, 4, 6, 8, 8], false, false, false, None),
             ("bias", [2, 3, 4, 6, 8, 16], false, false, true, None),
             ("causal", [1, 2, 6, 6, 16, 16], true, false, false, None),
+            (
+                "causal, fewer queries, in graph",
+                [2, 2, 5, 9, 16, 16],
+                true,
+                false,
+                false,
+                None,
+            ),
+            (
+                "causal with bias, in graph",
+                [1, 3, 7, 7, 32, 32],
+                true,
+                false,
+                true,
+                Some(0.2),
+            ),
             (
                 "causal, fewer queries",
                 [1, 2, 4, 6, 16, 16],

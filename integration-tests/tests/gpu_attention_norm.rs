@@ -41,6 +41,7 @@ fn sdpa_matches_f64_reference() {
     let s = stream();
     let mut rng = SplitMix64::new(41);
     let (mut runs, mut unsupported, mut failures, mut worst) = (0, Vec::new(), Vec::new(), 0.0f64);
+    let mut causal_runs = 0;
     let shard = Shard::from_env();
     for (t, dtype) in [DataType::F16, DataType::BF16].into_iter().enumerate() {
         for case in 0..CASES {
@@ -49,6 +50,15 @@ fn sdpa_matches_f64_reference() {
             }
             let (b, h) = (range(&mut rng, 1, 3), range(&mut rng, 1, 4));
             let (sq, skv) = (range(&mut rng, 1, 130), range(&mut rng, 1, 130));
+            // Every third case masks causally in the graph (bottom-right aligned: query i sees
+            // keys j <= i + skv - sq), which needs sq <= skv, and sq == skv with a bias.
+            let bias_kind = case % 4;
+            let causal = case % 3 == 1;
+            let sq = match (causal, bias_kind) {
+                (false, _) => sq,
+                (true, 0) => sq.min(skv),
+                (true, _) => skv,
+            };
             let d = pick(&mut rng, &[8, 16, 32, 64, 128]);
             let dv = if case % 3 == 0 { pick(&mut rng, &[8, 32, 64]) } else { d };
             let head_split = case % 2 == 1;
@@ -60,7 +70,6 @@ fn sdpa_matches_f64_reference() {
             let o = poisoned(&s, &od, &layout(&od), dtype);
             // Bias: none, per-(query, key) broadcast over batch and heads, or full; the
             // causal variant has -inf above the diagonal (each row keeps key 0).
-            let bias_kind = case % 4;
             let bias = (bias_kind > 0).then(|| {
                 let (bb, bh) = if bias_kind == 3 { (b, h) } else { (1, 1) };
                 let dims = [bb, bh, sq, skv];
@@ -83,7 +92,7 @@ fn sdpa_matches_f64_reference() {
             });
             let scale = 1.0 / (d as f64).sqrt() * if case % 5 == 0 { 2.0 } else { 1.0 };
             let label = format!(
-                "{dtype:?} q{qd:?} k{kd:?} v{vd:?} {} bias{bias_kind} scale {scale:.3}",
+                "{dtype:?} q{qd:?} k{kd:?} v{vd:?} {} bias{bias_kind} causal {causal} scale {scale:.3}",
                 if head_split { "bshd" } else { "bhsd" }
             );
             // Every other case also writes the softmax statistics (log-sum-exp per row).
@@ -96,6 +105,7 @@ fn sdpa_matches_f64_reference() {
                 &k.t,
                 &v.t,
                 bias.as_ref().map(|(t, _)| &t.t),
+                causal,
                 &o.t,
                 scale as f32,
                 with_stats.then_some(&st.t),
@@ -121,19 +131,29 @@ fn sdpa_matches_f64_reference() {
                     vals[((b0 * bh + h0) * sq + i) * skv + j]
                 }
             });
+            let shift = (skv - sq) as usize;
+            let score_bias = |hd: usize, i: usize, j: usize| {
+                let masked = if causal && j > i + shift {
+                    f64::NEG_INFINITY
+                } else {
+                    0.0
+                };
+                masked + bias_at.as_ref().map_or(0.0, |f| f(hd, i, j))
+            };
             let (want, want_lse) = cpu::attention(
                 &q.values,
                 &k.values,
                 &v.values,
                 [(b * h) as usize, sq as usize, skv as usize, d as usize, dv as usize],
                 scale,
-                bias_at.as_ref().map(|f| f as &dyn Fn(usize, usize, usize) -> f64),
+                Some(&score_bias),
             );
             let mut checks = vec![("o", cpu::rel_l2_error(&got, &want))];
             if with_stats {
                 checks.push(("stats", cpu::rel_l2_error(&download(&s, &st), &want_lse)));
             }
             runs += 1;
+            causal_runs += causal as usize;
             for (what, err) in checks {
                 worst = worst.max(err);
                 if err.is_nan() || err > bound(dtype) {
@@ -147,10 +167,10 @@ fn sdpa_matches_f64_reference() {
     let q = random(&s, &mut rng, &qd, &packed(&qd), DataType::F32);
     let o = poisoned(&s, &qd, &packed(&qd), DataType::F32);
     let f32_err =
-        ops::sdpa_forward(&s, &q.t, &q.t, &q.t, None, &o.t, 0.125, None).expect_err("f32 sdpa must be refused");
+        ops::sdpa_forward(&s, &q.t, &q.t, &q.t, None, false, &o.t, 0.125, None).expect_err("f32 sdpa must be refused");
     assert!(f32_err.is_not_supported(), "f32 sdpa: {f32_err}");
     println!(
-        "sdpa: {runs} runs checked, {} not supported by cuDNN, {} failed; worst rel L2 {worst:.2e}",
+        "sdpa: {runs} runs checked ({causal_runs} with the causal mask in the graph), {} not supported by cuDNN, {} failed; worst rel L2 {worst:.2e}",
         unsupported.len(),
         failures.len()
     );
@@ -159,6 +179,10 @@ fn sdpa_matches_f64_reference() {
     }
     assert!(failures.is_empty(), "sdpa failures:\n{}", failures.join("\n"));
     assert!(runs * shard.parts() >= CASES, "only {runs} sdpa cases ran on cuDNN");
+    assert!(
+        causal_runs * shard.parts() >= CASES / 3,
+        "only {causal_runs} causal sdpa cases ran on cuDNN"
+    );
 }
 
 #[test]

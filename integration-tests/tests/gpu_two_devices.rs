@@ -224,7 +224,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         half(&s1, &mut rng, &[1, 2, 16, 64]),
         half(&s1, &mut rng, &[1, 2, 16, 64]),
     );
-    let r = ops::sdpa_forward(&s1, &q1.t, &k0.t, &v1.t, None, &o1.t, 0.125, None);
+    let r = ops::sdpa_forward(&s1, &q1.t, &k0.t, &v1.t, None, false, &o1.t, 0.125, None);
     expect("sdpa k on GPU 0", r, "sdpa", "k", 0, 1);
 
     // A user-built graph with a binding on the other GPU.

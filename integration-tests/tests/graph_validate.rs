@@ -357,6 +357,45 @@ fn pointwise_with_by_value_scalar() {
     assert_eq!(g.tensor_info(s).by_value, Some(Scalar::F32(0.5)));
 }
 
+/// The causal-mask pattern of fused attention: row/column indices (i32), a shifted row,
+/// a comparison (bool) and a select of the scores against a by-value fill.
+#[test]
+fn causal_mask_indices_compare_and_select() {
+    use PointwiseMode::*;
+    let mut g = Graph::new();
+    let s = input(&mut g, "scores", &[2, 3, 5, 9], F32);
+    let fill = g.scalar("fill", Scalar::F32(f32::NEG_INFINITY), 4);
+    let shift = g.scalar("shift", Scalar::I32(4), 4);
+    let row = g.pointwise_typed(GenIndex(2), s, None, F32, I32);
+    let col = g.pointwise_typed(GenIndex(3), s, None, F32, I32);
+    let row = g.pointwise_typed(Add, row, Some(shift), I32, I32);
+    let keep = g.pointwise_typed(CmpGe, row, Some(col), DataType::Bool, DataType::Bool);
+    let y = g.select(s, fill, keep);
+    g.set_output(y, F32);
+    validate_ok(&mut g, "causal mask");
+    assert_tensor(&g, row, "shifted row index", &[2, 3, 5, 9], &[135, 45, 9, 1], I32);
+    assert_tensor(&g, keep, "comparison", &[2, 3, 5, 9], &[135, 45, 9, 1], DataType::Bool);
+    assert_tensor(&g, y, "select", &[2, 3, 5, 9], &[135, 45, 9, 1], F32);
+}
+
+#[test]
+fn rejects_bad_index_axis_and_non_bool_select_mask() {
+    use PointwiseMode::*;
+    let mut g = Graph::new();
+    let s = input(&mut g, "scores", &[2, 3, 5, 9], F32);
+    let idx = g.pointwise_typed(GenIndex(4), s, None, F32, I32);
+    g.set_output(idx, I32);
+    expect_invalid(&mut g, "axis 4 of a rank-4 tensor", &["axis 4", "rank 4"]);
+
+    let mut g = Graph::new();
+    let s = input(&mut g, "scores", &[2, 3, 5, 9], F32);
+    let mask = input(&mut g, "mask", &[2, 3, 5, 9], F32);
+    let fill = g.scalar("fill", Scalar::F32(0.0), 4);
+    let y = g.select(s, fill, mask);
+    g.set_output(y, F32);
+    expect_invalid(&mut g, "float mask", &["mask", "Bool"]);
+}
+
 #[test]
 fn activation_backward_modes() {
     use PointwiseMode::*;

@@ -180,7 +180,14 @@ impl Lowering<'_> {
                 self.parts.push(m);
                 Ok(o)
             }
-            Op::Pointwise { mode, a, b, y, compute } => {
+            Op::Pointwise {
+                mode,
+                a,
+                b,
+                t,
+                y,
+                compute,
+            } => {
                 let mut p = Descriptor::new(K::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
                 p.set_enum(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, mode.cudnn())?;
                 p.set_enum(
@@ -191,6 +198,7 @@ impl Lowering<'_> {
                 match mode {
                     super::PointwiseMode::Elu(alpha) => p.set_f64(A::CUDNN_ATTR_POINTWISE_ELU_ALPHA, *alpha)?,
                     super::PointwiseMode::Swish(beta) => p.set_f64(A::CUDNN_ATTR_POINTWISE_SWISH_BETA, *beta)?,
+                    super::PointwiseMode::GenIndex(axis) => p.set_i64(A::CUDNN_ATTR_POINTWISE_AXIS, *axis)?,
                     _ => {}
                 }
                 p.finalize()?;
@@ -205,6 +213,9 @@ impl Lowering<'_> {
                     o.set_desc(A::CUDNN_ATTR_OPERATION_POINTWISE_XDESC, self.t(*a))?;
                     if let Some(b) = b {
                         o.set_desc(A::CUDNN_ATTR_OPERATION_POINTWISE_BDESC, self.t(*b))?;
+                    }
+                    if let Some(t) = t {
+                        o.set_desc(A::CUDNN_ATTR_OPERATION_POINTWISE_TDESC, self.t(*t))?;
                     }
                     o.set_desc(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, self.t(*y))?;
                 }

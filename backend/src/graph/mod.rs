@@ -151,6 +151,44 @@ impl Graph {
             mode,
             a,
             b,
+            t: None,
+            y,
+            compute: None,
+        });
+        y
+    }
+
+    /// [`Graph::pointwise`] computing in `compute` and producing `out` (e.g. i32 indices
+    /// from [`PointwiseMode::GenIndex`], bool from [`PointwiseMode::CmpGe`]).
+    pub fn pointwise_typed(
+        &mut self,
+        mode: PointwiseMode,
+        a: TensorId,
+        b: Option<TensorId>,
+        compute: DataType,
+        out: DataType,
+    ) -> TensorId {
+        let y = self.virtual_tensor(format!("pointwise#{}.y", self.nodes.len()));
+        self.push_node(Op::Pointwise {
+            mode,
+            a,
+            b,
+            t: None,
+            y,
+            compute: Some(compute),
+        });
+        self.set_virtual_dtype(y, out);
+        y
+    }
+
+    /// `mask ? a : b` elementwise (`b` and the bool `mask` broadcast to `a`).
+    pub fn select(&mut self, a: TensorId, b: TensorId, mask: TensorId) -> TensorId {
+        let y = self.virtual_tensor(format!("pointwise#{}.y", self.nodes.len()));
+        self.push_node(Op::Pointwise {
+            mode: PointwiseMode::BinarySelect,
+            a,
+            b: Some(b),
+            t: Some(mask),
             y,
             compute: None,
         });

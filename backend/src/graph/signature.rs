@@ -108,14 +108,25 @@ impl Graph {
                     e.tid(self, *c);
                     e.dtype(*compute);
                 }
-                Op::Pointwise { mode, a, b, y, compute } => {
+                Op::Pointwise {
+                    mode,
+                    a,
+                    b,
+                    t,
+                    y,
+                    compute,
+                } => {
                     e.u8(5);
                     e.u64(mode.cudnn() as u64);
-                    if matches!(mode, PointwiseMode::Elu(_) | PointwiseMode::Swish(_)) {
+                    if matches!(
+                        mode,
+                        PointwiseMode::Elu(_) | PointwiseMode::Swish(_) | PointwiseMode::GenIndex(_)
+                    ) {
                         e.u64(mode.param().to_bits());
                     }
                     e.tid(self, *a);
                     e.opt(self, *b);
+                    e.opt(self, *t);
                     e.tid(self, *y);
                     e.dtype(*compute);
                 }
@@ -178,6 +189,7 @@ impl Graph {
                     Scalar::F32(_) => 1,
                     Scalar::F64(_) => 2,
                     Scalar::I64(_) => 3,
+                    Scalar::I32(_) => 4,
                 });
             }
         }

@@ -80,6 +80,8 @@ pub enum Scalar {
     F64(f64),
     /// An i64 scalar.
     I64(i64),
+    /// An i32 scalar.
+    I32(i32),
 }
 
 impl Scalar {
@@ -89,6 +91,7 @@ impl Scalar {
             Scalar::F32(_) => DataType::F32,
             Scalar::F64(_) => DataType::F64,
             Scalar::I64(_) => DataType::I64,
+            Scalar::I32(_) => DataType::I32,
         }
     }
 }
@@ -239,13 +242,20 @@ pub enum PointwiseMode {
     SigmoidBwd,
     /// dy·tanh'(x)
     TanhBwd,
+    /// The index of each element of `a` along the given axis (i32 output; `a` gives the
+    /// shape only).
+    GenIndex(i64),
+    /// a >= b (bool output).
+    CmpGe,
+    /// `mask ? a : b`, the mask being the third input (see [`Graph::select`](crate::graph::Graph::select)).
+    BinarySelect,
 }
 
 impl PointwiseMode {
     /// True when the mode takes two inputs.
     pub fn is_binary(self) -> bool {
         use PointwiseMode::*;
-        matches!(self, Add | Sub | Mul | Div | Max | Min) || self.is_backward()
+        matches!(self, Add | Sub | Mul | Div | Max | Min | CmpGe | BinarySelect) || self.is_backward()
     }
 
     /// True for activation-backward modes (inputs dy, x; output dx).
@@ -282,6 +292,9 @@ impl PointwiseMode {
             TanhBwd => 201,
             SigmoidBwd => 202,
             GeluBwd => 204,
+            CmpGe => 303,
+            GenIndex(_) => 501,
+            BinarySelect => 601,
         }
     }
 
@@ -289,6 +302,7 @@ impl PointwiseMode {
         match self {
             PointwiseMode::Elu(a) => a,
             PointwiseMode::Swish(b) => b,
+            PointwiseMode::GenIndex(axis) => axis as f64,
             _ => 0.0,
         }
     }
@@ -414,11 +428,12 @@ pub enum Op {
         c: TensorId,
         compute: Option<DataType>,
     },
-    /// y = mode(a[, b])
+    /// y = mode(a[, b][, t]) (`t`: the mask of a select)
     Pointwise {
         mode: PointwiseMode,
         a: TensorId,
         b: Option<TensorId>,
+        t: Option<TensorId>,
         y: TensorId,
         compute: Option<DataType>,
     },
@@ -494,7 +509,7 @@ impl Op {
             Op::ConvDgrad { dy, w, .. } => vec![*dy, *w],
             Op::ConvWgrad { x, dy, .. } => vec![*x, *dy],
             Op::Matmul { a, b, .. } => vec![*a, *b],
-            Op::Pointwise { a, b, .. } => std::iter::once(*a).chain(*b).collect(),
+            Op::Pointwise { a, b, t, .. } => std::iter::once(*a).chain(*b).chain(*t).collect(),
             Op::Reduction { x, .. } => vec![*x],
             Op::ResampleFwd { x, .. } => vec![*x],
             Op::ResampleBwd { dy, x, y, index, .. } => std::iter::once(*dy).chain(*x).chain(*y).chain(*index).collect(),

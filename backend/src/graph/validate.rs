@@ -1,7 +1,7 @@
 //! `Graph::validate`: shape/dtype inference and consistency checks, all on the CPU.
 
 use super::layout::{may_overlap, packed_strides, stride_order};
-use super::{ConvAttrs, DataType, Graph, Op, ResampleAttrs, ResampleMode, TensorId};
+use super::{ConvAttrs, DataType, Graph, Op, PointwiseMode, ResampleAttrs, ResampleMode, TensorId};
 use crate::error::{Error, Result};
 
 /// Largest tensor rank cuDNN accepts.
@@ -222,15 +222,53 @@ impl Graph {
                 }
                 self.set_inferred(node, *c, cd, *a)
             }
-            Op::Pointwise { mode, a, b, y, .. } => {
+            Op::Pointwise {
+                mode,
+                a,
+                b,
+                t,
+                y,
+                compute,
+            } => {
                 let ad = self.dims(*a).to_vec();
-                if !self.dtype(*a).is_float() {
+                // Integer inputs: indices (gen-index, compare) and integer arithmetic on them.
+                let int_ok = matches!(mode, PointwiseMode::CmpGe | PointwiseMode::GenIndex(_))
+                    || matches!(compute, Some(DataType::I32 | DataType::I64));
+                let numeric = |d: DataType| d.is_float() || (int_ok && matches!(d, DataType::I32 | DataType::I64));
+                if !numeric(self.dtype(*a)) && !matches!(mode, PointwiseMode::GenIndex(_)) {
                     return Err(err(node, format!("input a has non-float dtype {:?}", self.dtype(*a))));
+                }
+                if let PointwiseMode::GenIndex(axis) = mode {
+                    if !(0..ad.len() as i64).contains(axis) {
+                        return Err(err(node, format!("index axis {axis} is outside a's rank {}", ad.len())));
+                    }
+                }
+                let mask_dims = match (mode, t) {
+                    (PointwiseMode::BinarySelect, Some(t)) => {
+                        if self.dtype(*t) != DataType::Bool {
+                            return Err(err(
+                                node,
+                                format!("the select mask has dtype {:?}, not Bool", self.dtype(*t)),
+                            ));
+                        }
+                        Some(self.dims(*t).to_vec())
+                    }
+                    (PointwiseMode::BinarySelect, None) => return Err(err(node, "a select needs a mask")),
+                    (_, Some(_)) => return Err(err(node, format!("{mode:?} takes no mask"))),
+                    (_, None) => None,
+                };
+                let out_dtype = match mode {
+                    PointwiseMode::GenIndex(_) => Some(DataType::I32),
+                    PointwiseMode::CmpGe => Some(DataType::Bool),
+                    _ => None,
+                };
+                if let (Some(dt), None) = (out_dtype, self.tensors[y.0].dtype) {
+                    self.tensors[y.0].dtype = Some(dt);
                 }
                 let yd = match b {
                     Some(b) if mode.is_binary() => {
                         let bd = self.dims(*b).to_vec();
-                        if !self.dtype(*b).is_float() {
+                        if !numeric(self.dtype(*b)) {
                             return Err(err(node, format!("input b has non-float dtype {:?}", self.dtype(*b))));
                         }
                         if ad.len() != bd.len() {
@@ -245,7 +283,17 @@ impl Graph {
                                 format!("{mode:?} needs dy and x of equal dims, got {ad:?} and {bd:?}"),
                             ));
                         }
-                        broadcast(node, &ad, &bd)?
+                        let yd = broadcast(node, &ad, &bd)?;
+                        match &mask_dims {
+                            Some(md) if md.len() != yd.len() => {
+                                return Err(err(
+                                    node,
+                                    format!("mask rank {} differs from a's {}", md.len(), yd.len()),
+                                ))
+                            }
+                            Some(md) => broadcast(node, &yd, md)?,
+                            None => yd,
+                        }
                     }
                     None if !mode.is_binary() => ad,
                     _ => {

@@ -81,9 +81,15 @@ pub fn sdpa_fusable(dtype: DataType, head_dim: i64, head_dim_v: i64, seq_kv: i64
 }
 
 /// `o = softmax(q · kᵀ · scale + bias) · v` per batch and head as ONE cuDNN graph
-/// (matmul, scale, optional additive bias, softmax, matmul), which cuDNN runs with its
-/// fused flash-attention engines. `q [B, H, Sq, D]`, `k [B, H, Skv, D]`, `v [B, H, Skv, Dv]`,
-/// `o [B, H, Sq, Dv]`, `bias [B|1, H|1, Sq, Skv]` (e.g. 0 / -inf for a causal mask).
+/// (matmul, scale, optional additive bias, optional causal mask, softmax, matmul), which
+/// cuDNN runs with its fused flash-attention engines. `q [B, H, Sq, D]`, `k [B, H, Skv, D]`,
+/// `v [B, H, Skv, Dv]`, `o [B, H, Sq, Dv]`, `bias [B|1, H|1, Sq, Skv]`.
+///
+/// `causal` lets query `i` see keys `j <= i + Skv - Sq` (the mask aligned to the bottom
+/// right, as Burn and PyTorch's `is_causal` with a KV cache define it; the usual lower
+/// triangle when `Sq == Skv`). The mask is computed inside the fused kernel, which skips
+/// the masked blocks; it needs `Sq <= Skv`, and cuDNN takes a bias with it only when
+/// `Sq == Skv`.
 ///
 /// With `stats` (f32 `[B, H, Sq, 1]`, packed) the softmax log-sum-exp `max + ln Σ exp` of
 /// every row is written too (what a backward pass needs); without it cuDNN runs its
@@ -99,12 +105,23 @@ pub fn sdpa_forward(
     k: &TensorRef,
     v: &TensorRef,
     bias: Option<&TensorRef>,
+    causal: bool,
     o: &TensorRef,
     scale: f32,
     stats: Option<&TensorRef>,
 ) -> Result<()> {
     const OP: &str = "sdpa";
     check(q, k, v, bias, o)?;
+    if causal && q.dims[2] > k.dims[2] {
+        return Err(Error::invalid_arg(
+            OP,
+            "q",
+            format!(
+                "a causal mask needs no more queries ({}) than keys ({}): rows would see no key",
+                q.dims[2], k.dims[2]
+            ),
+        ));
+    }
     if let Some(st) = stats {
         st.check(OP, "stats")?;
         let want = [q.dims[0], q.dims[1], q.dims[2], 1];
@@ -140,7 +157,10 @@ pub fn sdpa_forward(
             reason: "an empty key sequence leaves the softmax undefined".into(),
         });
     }
-    let (b, h, sq) = (q.dims[0], q.dims[1], q.dims[2]);
+    let (b, h, sq, skv) = (q.dims[0], q.dims[1], q.dims[2], k.dims[2]);
+    // Bottom-right alignment shifts the row index by Skv - Sq (the frontend's pattern: + Skv, - Sq).
+    let shifted_mask = causal && sq != skv;
+    let (neg_inf, skv32, sq32) = (f32::NEG_INFINITY, skv as i32, sq as i32);
     // The graph multiplies q by kᵀ: the same memory with the last two dims swapped.
     let mut kt = k.clone();
     kt.dims.swap(2, 3);
@@ -152,10 +172,31 @@ pub fn sdpa_forward(
         let vi = v.add_input(&mut g, "v");
         let si = g.scalar("scale", Scalar::F32(scale), 4);
         let bi = bias.map(|t| t.add_input(&mut g, "bias"));
+        let mask_scalars = causal.then(|| {
+            let fill = g.scalar("masked", Scalar::F32(neg_inf), 4);
+            let shift = shifted_mask.then(|| {
+                (
+                    g.scalar("seq_kv", Scalar::I32(skv32), 4),
+                    g.scalar("seq_q", Scalar::I32(sq32), 4),
+                )
+            });
+            (fill, shift)
+        });
         let scores = g.matmul(qi, ki);
         let mut s = g.pointwise(PointwiseMode::Mul, scores, Some(si));
         if let Some(bi) = bi {
             s = g.pointwise(PointwiseMode::Add, s, Some(bi));
+        }
+        if let Some((fill, shift)) = mask_scalars {
+            let (i32_, bool_) = (DataType::I32, DataType::Bool);
+            let mut row = g.pointwise_typed(PointwiseMode::GenIndex(2), s, None, DataType::F32, i32_);
+            let col = g.pointwise_typed(PointwiseMode::GenIndex(3), s, None, DataType::F32, i32_);
+            if let Some((kv_len, q_len)) = shift {
+                row = g.pointwise_typed(PointwiseMode::Add, row, Some(kv_len), i32_, i32_);
+                row = g.pointwise_typed(PointwiseMode::Sub, row, Some(q_len), i32_, i32_);
+            }
+            let keep = g.pointwise_typed(PointwiseMode::CmpGe, row, Some(col), bool_, bool_);
+            s = g.select(s, fill, keep);
         }
         let row = [b, h, sq, 1];
         let max = g.reduction(ReduceOp::Max, s, &row);
@@ -179,20 +220,32 @@ pub fn sdpa_forward(
         o.bind_output(&mut g, out);
         g
     };
-    // uids: q 1, k_t 2, v 3, scale 4, [bias 5], then one per node output in order: scores,
-    // scaled, [biased], max, shifted, exp, sum, ln sum, statistics, probabilities, o.
+    // uids: q 1, k_t 2, v 3, scale 4, [bias], [masked value, [seq_kv, seq_q]], then one per
+    // node output in order: scores, scaled, [biased], [row, col, [row + skv, - sq], keep,
+    // masked], max, shifted, exp, sum, ln sum, statistics, probabilities, o.
     let nb = bias.is_some() as i64;
     let mut io = vec![(1, q.ptr), (2, kt.ptr), (3, v.ptr), (4, (&scale as *const f32) as u64)];
     if let Some(t) = bias {
         io.push((5, t.ptr));
     }
-    // The statistics are the output of the ninth node (eighth without a bias).
-    if let Some(st) = stats {
-        io.push((4 + nb + 8 + nb, st.ptr));
+    if causal {
+        io.push((io.len() as i64 + 1, (&neg_inf as *const f32) as u64));
+        if shifted_mask {
+            io.push((io.len() as i64 + 1, (&skv32 as *const i32) as u64));
+            io.push((io.len() as i64 + 1, (&sq32 as *const i32) as u64));
+        }
     }
-    io.push((4 + nb + 10 + nb, o.ptr));
+    let inputs = io.len() as i64;
+    let mask_nodes = if causal { 4 + 2 * shifted_mask as i64 } else { 0 };
+    // The statistics are the output of the node after scores, scaled, [biased], the mask
+    // nodes and the five softmax nodes; o comes two nodes later.
+    let stats_uid = inputs + 2 + nb + mask_nodes + 6;
+    if let Some(st) = stats {
+        io.push((stats_uid, st.ptr));
+    }
+    io.push((stats_uid + 2, o.ptr));
     let mut key = OpKey::new(OP);
-    key.ints(&[nb, stats.is_some() as i64])
+    key.ints(&[nb, stats.is_some() as i64, causal as i64 + shifted_mask as i64])
         .tensor(q)
         .tensor(&kt)
         .tensor(v)

@@ -236,6 +236,11 @@ fn variant_pointers(
                 }
                 Scalar::F64(v) => v.to_ne_bytes(),
                 Scalar::I64(v) => v.to_ne_bytes(),
+                Scalar::I32(v) => {
+                    let mut b = [0u8; 8];
+                    b[..4].copy_from_slice(&v.to_ne_bytes());
+                    b
+                }
             });
             uids.push(t.uid);
             let last = scalars.len() - 1;

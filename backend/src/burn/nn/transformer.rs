@@ -69,7 +69,8 @@ fn rows_unit_stride(t: &CudnnTensor) -> bool {
 }
 
 /// Burn's attention: the fused cuDNN graph for f16/bf16 with head dims that are multiples
-/// of 8 (≤ 256), no boolean mask and no softcap; a causal mask becomes an additive bias.
+/// of 8 (≤ 256), no boolean mask and no softcap; a causal mask is computed in the fused
+/// kernel (or, with a bias and fewer queries than keys, added to the bias).
 /// Every other case, or one cuDNN rejects, runs Burn's composed attention on our kernels.
 pub(crate) fn attention(
     q: FloatTensor<Cudnn>,
@@ -107,7 +108,10 @@ pub(crate) fn attention(
         }
     };
     let (qr, kr, vr) = (ready(&q), ready(&k), ready(&v));
-    let bias_full = match (bias.as_ref(), options.is_causal) {
+    // The causal mask runs inside the fused kernel; cuDNN combines it with a bias only for
+    // square scores, so a bias with a bottom-right shifted mask is added to a built mask.
+    let in_graph_mask = options.is_causal && (bias.is_none() || sq == skv);
+    let bias_full = match (bias.as_ref(), options.is_causal && !in_graph_mask) {
         (None, false) => None,
         (Some(b), false) => Some(ready(b)),
         (b, true) => {
@@ -126,6 +130,7 @@ pub(crate) fn attention(
         &kr.tref(),
         &vr.tref(),
         bias_full.as_ref().map(|t| t.tref()).as_ref(),
+        in_graph_mask,
         &o.tref(),
         scale,
         None,

@@ -286,7 +286,7 @@ impl CustomOp3 for Sdpa {
         let dims = [b as i64, h as i64, lq as i64, dv as i64];
         let strides = super::packed_strides(&[b, h, lq, dv], false);
         let out = cuda::with_output(SDPA, &qs.device, &stream, q.dtype, &dims, &strides, |o| {
-            crate::ops::sdpa_forward(&stream, &q, &k, &v, None, o, self.scale as f32, None)
+            crate::ops::sdpa_forward(&stream, &q, &k, &v, None, false, o, self.scale as f32, None)
         })?;
         Ok((out, Shape::from(vec![b, h, lq, dv])))
     }
