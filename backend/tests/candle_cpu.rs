@@ -540,6 +540,16 @@ fn norms_and_attention_match_candle() {
     let y1 = q.cudnn_sdpa(&k, &v, Some(&keep), scale).unwrap();
     let y2 = q.cudnn_sdpa(&k, &v, Some(&add), scale).unwrap();
     assert_close(&y1, &y2, 1e-10, "masked sdpa");
+    // That mask is the bottom-right causal one for 5 queries and 7 keys.
+    let causal = q.cudnn_causal_sdpa(&k, &v, scale).unwrap();
+    assert_close(&causal, &y1, 1e-10, "causal sdpa");
+    let op = cudnn_backend::candle::ops::sdpa(&q, &k, &v, scale, true).unwrap();
+    assert_close(&op, &y1, 1e-10, "causal sdpa op");
+    let e = k
+        .cudnn_causal_sdpa(&q, &q, scale)
+        .expect_err("more queries than keys")
+        .to_string();
+    assert!(e.contains("queries"), "{e}");
 }
 
 #[test]
@@ -1062,24 +1072,39 @@ fn norm_and_sdpa_ops_match_candle_math_on_cpu() {
     let k = Var::from_tensor(&rand_t(&mut rng, &[2, 2, 7, 8])).unwrap();
     let v = Var::from_tensor(&rand_t(&mut rng, &[2, 2, 7, 4])).unwrap();
     let probe = rand_t(&mut rng, &[2, 2, 5, 4]);
-    let ours = sdpa(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.3).unwrap();
-    let s = (q.as_tensor().matmul(&k.as_tensor().t().unwrap()).unwrap() * 0.3).unwrap();
-    let e = s
-        .broadcast_sub(&s.max_keepdim(D::Minus1).unwrap())
-        .unwrap()
-        .exp()
-        .unwrap();
-    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
-    let theirs = p.matmul(v.as_tensor()).unwrap();
-    assert!(rel_err(&ours, &theirs) < 1e-12, "sdpa forward");
-    let g1 = (&ours * &probe).unwrap().sum_all().unwrap().backward().unwrap();
-    let g2 = (&theirs * &probe).unwrap().sum_all().unwrap().backward().unwrap();
-    for t in [&q, &k, &v] {
-        let (a, e) = (g1.get(t.as_tensor()).unwrap(), g2.get(t.as_tensor()).unwrap());
-        assert!(rel_err(a, e) < 1e-10, "sdpa gradient: {}", rel_err(a, e));
+    for causal in [false, true] {
+        let ours = sdpa(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.3, causal).unwrap();
+        let mut s = (q.as_tensor().matmul(&k.as_tensor().t().unwrap()).unwrap() * 0.3).unwrap();
+        if causal {
+            // 5 queries, 7 keys: query i sees keys j <= i + 2.
+            let hidden: Vec<f64> = (0..35)
+                .map(|e| if e % 7 > e / 7 + 2 { f64::NEG_INFINITY } else { 0.0 })
+                .collect();
+            s = s
+                .broadcast_add(&Tensor::from_vec(hidden, (5, 7), &Device::Cpu).unwrap())
+                .unwrap();
+        }
+        let e = s
+            .broadcast_sub(&s.max_keepdim(D::Minus1).unwrap())
+            .unwrap()
+            .exp()
+            .unwrap();
+        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
+        let theirs = p.matmul(v.as_tensor()).unwrap();
+        assert!(rel_err(&ours, &theirs) < 1e-12, "sdpa forward (causal {causal})");
+        let g1 = (&ours * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (&theirs * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        for t in [&q, &k, &v] {
+            let (a, e) = (g1.get(t.as_tensor()).unwrap(), g2.get(t.as_tensor()).unwrap());
+            assert!(
+                rel_err(a, e) < 1e-10,
+                "sdpa gradient (causal {causal}): {}",
+                rel_err(a, e)
+            );
+        }
     }
     // Wrong shapes are argument errors naming the op.
-    let e = sdpa(q.as_tensor(), v.as_tensor(), v.as_tensor(), 1.0)
+    let e = sdpa(q.as_tensor(), v.as_tensor(), v.as_tensor(), 1.0, false)
         .unwrap_err()
         .to_string();
     assert!(e.contains("sdpa"), "{e}");

@@ -660,6 +660,29 @@ fn norms_and_sdpa_match_f64_reference() {
         },
         |t, &scale| t[0].cudnn_sdpa(&t[1], &t[2], None, scale),
     );
+    // Causal (bottom-right aligned, Lq <= Lk): in the fused graph for f16/bf16.
+    check(
+        "sdpa causal",
+        5e-3,
+        |rng| {
+            let (b, h, lk, d, dv) = (
+                r(rng, 1, 2),
+                r(rng, 1, 4),
+                r(rng, 1, 80),
+                [8, 16, 32, 64, 128][r(rng, 0, 4)],
+                [8, 32, 64][r(rng, 0, 2)],
+            );
+            let lq = r(rng, 1, lk);
+            let desc = format!("causal q [{b},{h},{lq},{d}] k len {lk} v dim {dv}");
+            let v = vec![
+                In(rand_cpu(rng, &[b, h, lq, d]), false),
+                In(rand_cpu(rng, &[b, h, lk, d]), false),
+                In(rand_cpu(rng, &[b, h, lk, dv]), false),
+            ];
+            Some((v, 1.0 / (d as f64).sqrt(), desc))
+        },
+        |t, &scale| t[0].cudnn_causal_sdpa(&t[1], &t[2], scale),
+    );
 }
 
 /// Layer and RMS norm through cuDNN for feature sizes 1..=33 and around 64, 128 and 256 in
@@ -773,7 +796,12 @@ fn norm_and_sdpa_gradients_match_candle_ops() {
             }
         }
     }
-    for dt in [DType::F16, DType::BF16] {
+    for (dt, causal) in [
+        (DType::F16, false),
+        (DType::BF16, false),
+        (DType::F16, true),
+        (DType::BF16, true),
+    ] {
         let (q, k, v) = (
             var(&mut rng, &[2, 3, 40, 64], dt),
             var(&mut rng, &[2, 3, 56, 64], dt),
@@ -785,10 +813,12 @@ fn norm_and_sdpa_gradients_match_candle_ops() {
             .to_device(&dev)
             .unwrap();
         let scale = 0.125;
-        let ours = q
-            .as_tensor()
-            .cudnn_sdpa(k.as_tensor(), v.as_tensor(), None, scale)
-            .unwrap();
+        let ours = if causal {
+            q.as_tensor().cudnn_causal_sdpa(k.as_tensor(), v.as_tensor(), scale)
+        } else {
+            q.as_tensor().cudnn_sdpa(k.as_tensor(), v.as_tensor(), None, scale)
+        }
+        .unwrap();
         let got = grads(
             &[&q, &k, &v],
             &(ours.to_dtype(DType::F32).unwrap() * &probe)
@@ -797,18 +827,28 @@ fn norm_and_sdpa_gradients_match_candle_ops() {
                 .unwrap(),
         );
         let f = |t: &Var| t.as_tensor().to_dtype(DType::F32).unwrap();
-        let s = (f(&q).matmul(&f(&k).t().unwrap()).unwrap() * scale).unwrap();
+        let mut s = (f(&q).matmul(&f(&k).t().unwrap()).unwrap() * scale).unwrap();
+        if causal {
+            // Query i (of 40) sees keys j <= i + 16 (of 56).
+            let hidden: Vec<f32> = (0..40 * 56)
+                .map(|e| if e % 56 > e / 56 + 16 { f32::NEG_INFINITY } else { 0.0 })
+                .collect();
+            let bias = Tensor::from_vec(hidden, (40, 56), &dev).unwrap();
+            s = s.broadcast_add(&bias).unwrap();
+        }
         let e = s.broadcast_sub(&s.max_keepdim(3).unwrap()).unwrap().exp().unwrap();
         let p = e.broadcast_div(&e.sum_keepdim(3).unwrap()).unwrap();
         let theirs = p.matmul(&f(&v)).unwrap();
         let want = grads(&[&q, &k, &v], &(&theirs * &probe).unwrap().sum_all().unwrap());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let e = rel_err(&g.to_dtype(DType::F32).unwrap(), &w.to_dtype(DType::F32).unwrap());
-            report.push(format!("sdpa {dt:?} grad {i}: rel L2 {e:.2e}"));
+            report.push(format!("sdpa {dt:?} causal {causal} grad {i}: rel L2 {e:.2e}"));
             assert!(e <= 2e-2, "{}", report.last().unwrap());
         }
         let e = rel_err(&ours.to_dtype(DType::F32).unwrap(), &theirs);
-        report.push(format!("sdpa {dt:?} forward vs f32 composed: rel L2 {e:.2e}"));
+        report.push(format!(
+            "sdpa {dt:?} causal {causal} forward vs f32 composed: rel L2 {e:.2e}"
+        ));
         assert!(e <= 1e-2, "{}", report.last().unwrap());
     }
     println!("{}", report.join("\n"));

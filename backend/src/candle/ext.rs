@@ -188,6 +188,11 @@ pub trait CudnnExt {
     /// run as one fused cuDNN attention graph (backward composed of Candle ops). Other cases
     /// run both products on our cuDNN matmul and the softmax in Candle (f32).
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor>;
+    /// [`cudnn_sdpa`](CudnnExt::cudnn_sdpa) with a causal mask: query `i` of Lq sees keys
+    /// `j <= i + Lk - Lq` (aligned to the bottom right, as with a KV cache; Lq <= Lk). Where
+    /// the fused graph applies, the mask is computed inside the kernel, which skips the
+    /// masked blocks; otherwise it is added to the scores as a bias.
+    fn cudnn_causal_sdpa(&self, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor>;
 }
 
 /// True when the cuDNN norm graph takes `x` (on CUDA, f32/f16/bf16, parameters of x's dtype
@@ -333,27 +338,46 @@ impl CudnnExt for Tensor {
 
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
         if mask.is_none() && ops::sdpa_fusable(self, k, v) {
-            return ops::sdpa(self, k, v, scale);
+            return ops::sdpa(self, k, v, scale, false);
         }
-        let sd = if self.dtype() == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        };
-        let scores = (ops::matmul(self, &k.t()?)? * scale)?.to_dtype(sd)?;
-        let scores = match mask {
-            Some(m) if m.dtype() == DType::U8 => {
-                let neg = Tensor::new(f32::NEG_INFINITY, scores.device())?
-                    .to_dtype(sd)?
-                    .broadcast_as(scores.shape())?;
-                m.broadcast_as(scores.shape())?.where_cond(&scores, &neg)?
-            }
-            Some(m) => scores.broadcast_add(&m.to_dtype(sd)?)?,
-            None => scores,
-        };
-        let max = scores.max_keepdim(D::Minus1)?;
-        let e = scores.broadcast_sub(&max)?.exp()?;
-        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-        ops::matmul(&p.to_dtype(v.dtype())?, v)
+        composed_sdpa(self, k, v, mask, scale)
     }
+
+    fn cudnn_causal_sdpa(&self, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+        let (lq, lk) = (self.dim(D::Minus2)?, k.dim(D::Minus2)?);
+        if lq > lk {
+            let msg = format!("a causal mask needs no more queries ({lq}) than keys ({lk})");
+            return Err(crate::candle::arg_err("candle causal sdpa", "q", msg));
+        }
+        if ops::sdpa_fusable(self, k, v) {
+            return ops::sdpa(self, k, v, scale, true);
+        }
+        let mask = ops::causal_bias(lq, lk, DType::F32, self.device())?;
+        composed_sdpa(self, k, v, Some(&mask), scale)
+    }
+}
+
+/// Attention from our cuDNN matmuls and a Candle softmax in f32 (f64 for f64 inputs), with
+/// an optional U8 (keep where non-zero) or additive float mask.
+fn composed_sdpa(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+    let sd = if q.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let scores = (ops::matmul(q, &k.t()?)? * scale)?.to_dtype(sd)?;
+    let scores = match mask {
+        Some(m) if m.dtype() == DType::U8 => {
+            let neg = Tensor::new(f32::NEG_INFINITY, scores.device())?
+                .to_dtype(sd)?
+                .broadcast_as(scores.shape())?;
+            m.broadcast_as(scores.shape())?.where_cond(&scores, &neg)?
+        }
+        Some(m) => scores.broadcast_add(&m.to_dtype(sd)?)?,
+        None => scores,
+    };
+    let max = scores.max_keepdim(D::Minus1)?;
+    let e = scores.broadcast_sub(&max)?.exp()?;
+    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    ops::matmul(&p.to_dtype(v.dtype())?, v)
 }

@@ -217,6 +217,27 @@ pub fn norm(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, mode: NormMode, 
 pub struct Sdpa {
     /// Multiplies the scores before the softmax.
     pub scale: f64,
+    /// Query `i` sees keys `j <= i + Lk - Lq` only (bottom-right causal mask; needs Lq <= Lk).
+    pub causal: bool,
+}
+
+/// True where query `i` of `lq` may not see key `j` of `lk` under the bottom-right causal mask.
+fn causal_hidden(i: usize, j: usize, lq: usize, lk: usize) -> bool {
+    j + lq > i + lk
+}
+
+/// The causal mask as an additive (lq, lk) bias of 0 / -inf in `dtype` on `device`.
+pub(crate) fn causal_bias(lq: usize, lk: usize, dtype: DType, device: &candle_core::Device) -> Result<Tensor> {
+    let v: Vec<f32> = (0..lq * lk)
+        .map(|e| {
+            if causal_hidden(e / lk, e % lk, lq, lk) {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(v, (lq, lk), device)?.to_dtype(dtype)
 }
 
 const SDPA: &str = "candle sdpa";
@@ -258,12 +279,21 @@ impl CustomOp3 for Sdpa {
     ) -> Result<(CpuStorage, Shape)> {
         same_dtype(SDPA, &[("q", qs.dtype()), ("k", ks.dtype()), ("v", vs.dtype())])?;
         let [b, h, lq, lk, d, dv] = sdpa_dims(ql.dims(), kl.dims(), vl.dims())?;
+        self.check_causal(lq, lk)?;
         let (q, k, v) = (
             cpu::read(SDPA, "q", qs, ql)?,
             cpu::read(SDPA, "k", ks, kl)?,
             cpu::read(SDPA, "v", vs, vl)?,
         );
-        let (out, _) = crate::reference::attention(&q, &k, &v, [b * h, lq, lk, d, dv], self.scale, None);
+        let mask = |_: usize, i: usize, j: usize| {
+            if causal_hidden(i, j, lq, lk) {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            }
+        };
+        let bias = self.causal.then_some(&mask as &dyn Fn(usize, usize, usize) -> f64);
+        let (out, _) = crate::reference::attention(&q, &k, &v, [b * h, lq, lk, d, dv], self.scale, bias);
         Ok((cpu::write(SDPA, &out, qs.dtype())?, Shape::from(vec![b, h, lq, dv])))
     }
 
@@ -278,7 +308,8 @@ impl CustomOp3 for Sdpa {
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         same_dtype(SDPA, &[("q", qs.dtype()), ("k", ks.dtype()), ("v", vs.dtype())])?;
-        let [b, h, lq, _, _, dv] = sdpa_dims(ql.dims(), kl.dims(), vl.dims())?;
+        let [b, h, lq, lk, _, dv] = sdpa_dims(ql.dims(), kl.dims(), vl.dims())?;
+        self.check_causal(lq, lk)?;
         let stream = cuda::stream(qs);
         let (q, _gq) = cuda::input(SDPA, "q", qs, ql, &stream)?;
         let (k, _gk) = cuda::input(SDPA, "k", ks, kl, &stream)?;
@@ -286,7 +317,7 @@ impl CustomOp3 for Sdpa {
         let dims = [b as i64, h as i64, lq as i64, dv as i64];
         let strides = super::packed_strides(&[b, h, lq, dv], false);
         let out = cuda::with_output(SDPA, &qs.device, &stream, q.dtype, &dims, &strides, |o| {
-            crate::ops::sdpa_forward(&stream, &q, &k, &v, None, false, o, self.scale as f32, None)
+            crate::ops::sdpa_forward(&stream, &q, &k, &v, None, self.causal, o, self.scale as f32, None)
         })?;
         Ok((out, Shape::from(vec![b, h, lq, dv])))
     }
@@ -310,7 +341,11 @@ impl CustomOp3 for Sdpa {
             v.to_dtype(acc)?,
             grad.to_dtype(acc)?,
         );
-        let s = (qf.matmul(&kf.t()?)? * self.scale)?;
+        let mut s = (qf.matmul(&kf.t()?)? * self.scale)?;
+        if self.causal {
+            let (lq, lk) = (q.dims()[2], k.dims()[2]);
+            s = s.broadcast_add(&causal_bias(lq, lk, acc, q.device())?)?;
+        }
         let e = s.broadcast_sub(&s.max_keepdim(D::Minus1)?)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
         let dv = p.t()?.matmul(&g)?;
@@ -323,6 +358,17 @@ impl CustomOp3 for Sdpa {
             Some(dk.to_dtype(k.dtype())?),
             Some(dv.to_dtype(v.dtype())?),
         ))
+    }
+}
+
+impl Sdpa {
+    /// A causal mask with more queries than keys would leave rows with no key to see.
+    fn check_causal(&self, lq: usize, lk: usize) -> Result<()> {
+        if self.causal && lq > lk {
+            let msg = format!("a causal mask needs no more queries ({lq}) than keys ({lk})");
+            return Err(arg_err(SDPA, "q", msg));
+        }
+        Ok(())
     }
 }
 
@@ -340,8 +386,9 @@ pub(crate) fn sdpa_fusable(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
         && crate::ops::sdpa_fusable(dtype, q.dims()[3] as i64, v.dims()[3] as i64, k.dims()[2] as i64)
 }
 
-/// `softmax(q·kᵀ·scale)·v` with autograd as the [`Sdpa`] op (inputs made contiguous).
-pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+/// `softmax(q·kᵀ·scale)·v` with autograd as the [`Sdpa`] op (inputs made contiguous);
+/// `causal` masks as [`Sdpa::causal`] says.
+pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
     q.contiguous()?
-        .apply_op3(&k.contiguous()?, &v.contiguous()?, Sdpa { scale })
+        .apply_op3(&k.contiguous()?, &v.contiguous()?, Sdpa { scale, causal })
 }
