@@ -27,6 +27,7 @@ use cudnn_backend::handle::cudnn_pool;
 use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
 use cudnn_backend::plan::cache::{CacheStats, PlanLru, Signature};
 use cudnn_backend::plan::{self, EnginePolicy};
+use cudnn_backend::reference::causal_masked;
 use cudnn_backend::runtime::{self, Device};
 use half::{bf16, f16};
 
@@ -413,8 +414,12 @@ fn causal_bias_bytes(t: &TensorRef) -> BoxResult<Vec<u8>> {
     let n = t.extent_elements();
     let mut out = Vec::with_capacity(n as usize * t.dtype.size());
     for e in 0..n {
-        let (i, j) = (e / skv % sq, e % skv);
-        let v = if j > i + skv - sq { f32::NEG_INFINITY } else { 0.0 };
+        let (i, j) = ((e / skv % sq) as usize, (e % skv) as usize);
+        let v = if causal_masked(i, j, sq as usize, skv as usize) {
+            f32::NEG_INFINITY
+        } else {
+            0.0
+        };
         match t.dtype {
             DataType::F16 => out.extend_from_slice(&f16::from_f32(v).to_le_bytes()),
             DataType::BF16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),

@@ -866,6 +866,13 @@ pub fn reduce(x: &[f64], dims: &[usize], axes: &[usize], op: ReduceOp) -> Vec<f6
 // Attention and normalization
 // ---------------------------------------------------------------------------
 
+/// True where query `i` of `sq` may not see key `j` of `skv` under the causal mask aligned to
+/// the bottom right (`j > i + skv - sq`; the lower triangle when `sq == skv`), as
+/// `ops::sdpa_forward` with `causal`, Burn and PyTorch's `is_causal` define it.
+pub fn causal_masked(i: usize, j: usize, sq: usize, skv: usize) -> bool {
+    j + sq > i + skv
+}
+
 /// Scaled dot-product attention `softmax(q·kᵀ·scale + bias)·v` over `heads` independent
 /// (batch × head) slices: `q [heads, lq, d]`, `k [heads, lk, d]`, `v [heads, lk, dv]`,
 /// `bias(head, i, j)` added to each score. Returns the output `[heads, lq, dv]` and the

@@ -637,52 +637,41 @@ fn norms_and_sdpa_match_f64_reference() {
         },
         |t, &scale| t[0].cudnn_sdpa(&t[1], &t[2], Some(&t[3]), scale),
     );
-    // Without a mask, f16/bf16 take cuDNN's fused attention graph (f32: the composed path).
+    // Without a mask, f16/bf16 take cuDNN's fused attention graph (f32: the composed path);
+    // so does the causal mask (bottom-right aligned, Lq <= Lk), computed in the graph.
     check(
         "sdpa fused",
         5e-3,
-        |rng| {
-            let (b, h, lq, lk, d, dv) = (
-                r(rng, 1, 2),
-                r(rng, 1, 4),
-                r(rng, 1, 80),
-                r(rng, 1, 80),
-                [8, 16, 32, 64, 128][r(rng, 0, 4)],
-                [8, 32, 64][r(rng, 0, 2)],
-            );
-            let desc = format!("q [{b},{h},{lq},{d}] k len {lk} v dim {dv}");
-            let v = vec![
-                In(rand_cpu(rng, &[b, h, lq, d]), false),
-                In(rand_cpu(rng, &[b, h, lk, d]), false),
-                In(rand_cpu(rng, &[b, h, lk, dv]), false),
-            ];
-            Some((v, 1.0 / (d as f64).sqrt(), desc))
-        },
+        |rng| unmasked_sdpa_case(rng, false),
         |t, &scale| t[0].cudnn_sdpa(&t[1], &t[2], None, scale),
     );
-    // Causal (bottom-right aligned, Lq <= Lk): in the fused graph for f16/bf16.
     check(
         "sdpa causal",
         5e-3,
-        |rng| {
-            let (b, h, lk, d, dv) = (
-                r(rng, 1, 2),
-                r(rng, 1, 4),
-                r(rng, 1, 80),
-                [8, 16, 32, 64, 128][r(rng, 0, 4)],
-                [8, 32, 64][r(rng, 0, 2)],
-            );
-            let lq = r(rng, 1, lk);
-            let desc = format!("causal q [{b},{h},{lq},{d}] k len {lk} v dim {dv}");
-            let v = vec![
-                In(rand_cpu(rng, &[b, h, lq, d]), false),
-                In(rand_cpu(rng, &[b, h, lk, d]), false),
-                In(rand_cpu(rng, &[b, h, lk, dv]), false),
-            ];
-            Some((v, 1.0 / (d as f64).sqrt(), desc))
-        },
+        |rng| unmasked_sdpa_case(rng, true),
         |t, &scale| t[0].cudnn_causal_sdpa(&t[1], &t[2], scale),
     );
+}
+
+/// q, k, v of a random attention case without a mask input (Lq <= Lk when `causal`), the
+/// scale and a description.
+fn unmasked_sdpa_case(rng: &mut SplitMix64, causal: bool) -> Option<(Vec<In>, f64, String)> {
+    let (b, h, lq, lk, d, dv) = (
+        r(rng, 1, 2),
+        r(rng, 1, 4),
+        r(rng, 1, 80),
+        r(rng, 1, 80),
+        [8, 16, 32, 64, 128][r(rng, 0, 4)],
+        [8, 32, 64][r(rng, 0, 2)],
+    );
+    let lq = if causal { lq.min(lk) } else { lq };
+    let desc = format!("causal {causal} q [{b},{h},{lq},{d}] k len {lk} v dim {dv}");
+    let v = vec![
+        In(rand_cpu(rng, &[b, h, lq, d]), false),
+        In(rand_cpu(rng, &[b, h, lk, d]), false),
+        In(rand_cpu(rng, &[b, h, lk, dv]), false),
+    ];
+    Some((v, 1.0 / (d as f64).sqrt(), desc))
 }
 
 /// Layer and RMS norm through cuDNN for feature sizes 1..=33 and around 64, 128 and 256 in

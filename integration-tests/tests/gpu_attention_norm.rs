@@ -131,9 +131,9 @@ fn sdpa_matches_f64_reference() {
                     vals[((b0 * bh + h0) * sq + i) * skv + j]
                 }
             });
-            let shift = (skv - sq) as usize;
+            let (sq_, skv_) = (sq as usize, skv as usize);
             let score_bias = |hd: usize, i: usize, j: usize| {
-                let masked = if causal && j > i + shift {
+                let masked = if causal && cpu::causal_masked(i, j, sq_, skv_) {
                     f64::NEG_INFINITY
                 } else {
                     0.0

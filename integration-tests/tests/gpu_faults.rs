@@ -69,13 +69,7 @@ fn out_of_memory_is_an_error_and_the_engine_recovers() {
     s.synchronize().unwrap();
     // Same thread, same pooled handle, same caches: must work and be right now.
     ops::conv_forward(&s, &x.t, &w.t, &y.t, &p).expect("conv after freeing memory");
-    let g = cpu::ConvGeometry {
-        pre_padding: vec![1, 1],
-        post_padding: vec![1, 1],
-        stride: vec![1, 1],
-        dilation: vec![1, 1],
-        groups: 1,
-    };
+    let g = p.reference_geometry();
     let reference = cpu::conv_forward(
         &x.values,
         &integration_tests::udims(&x),
@@ -93,16 +87,6 @@ fn tolerance(dtype: DataType) -> f64 {
     match dtype {
         DataType::F32 => 1e-4,
         _ => 1e-2,
-    }
-}
-
-fn geometry(p: &ConvParams) -> cpu::ConvGeometry {
-    cpu::ConvGeometry {
-        pre_padding: p.pre_padding.iter().map(|&v| v as usize).collect(),
-        post_padding: p.post_padding.iter().map(|&v| v as usize).collect(),
-        stride: p.stride.iter().map(|&v| v as usize).collect(),
-        dilation: p.dilation.iter().map(|&v| v as usize).collect(),
-        groups: p.groups as usize,
     }
 }
 
@@ -139,7 +123,7 @@ impl ConvCase {
         let mut rng = SplitMix64::new(seed);
         let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
         let yd = p.output_dims(&xd, &wd).unwrap();
-        let g = geometry(&p);
+        let g = p.reference_geometry();
         let u = |d: &[i64]| d.iter().map(|&v| v as usize).collect::<Vec<_>>();
         let (a, b, out, reference) = match pass {
             Pass::Forward => {

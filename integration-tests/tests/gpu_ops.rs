@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
-use cudnn_backend::reference::{self as cpu, ConvGeometry, PoolGeometry, SplitMix64};
+use cudnn_backend::reference::{self as cpu, PoolGeometry, SplitMix64};
 use cudnn_backend::Device;
 use integration_tests::{bound, download, poisoned, random, strides, udims, upload, DevTensor, Layout};
 
@@ -113,17 +113,6 @@ struct ConvCase {
 }
 
 impl ConvCase {
-    fn geometry(&self) -> ConvGeometry {
-        let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
-        ConvGeometry {
-            pre_padding: u(&self.p.pre_padding),
-            post_padding: u(&self.p.post_padding),
-            stride: u(&self.p.stride),
-            dilation: u(&self.p.dilation),
-            groups: self.p.groups as usize,
-        }
-    }
-
     fn y(&self) -> Vec<i64> {
         self.p.output_dims(&self.x, &self.w).expect("case geometry")
     }
@@ -218,7 +207,7 @@ fn run_conv(
     case: &ConvCase,
 ) -> Result<(Vec<f64>, Vec<f64>), cudnn_backend::Error> {
     let yd = case.y();
-    let g = case.geometry();
+    let g = case.p.reference_geometry();
     let (xs, ws, ys) = (strides(&case.x, layout), strides(&case.w, layout), strides(&yd, layout));
     match kind {
         ConvKind::Forward | ConvKind::BiasAct(_) => {
@@ -386,12 +375,7 @@ fn fused_activations_of_large_pre_activations() {
             let label = format!("conv {dtype:?} {act:?}");
             match ops::conv_bias_act_forward(&s, &x.t, &w.t, &b.t, &y.t, &p, act) {
                 Ok(()) => {
-                    let g = ConvCase {
-                        x: xd.to_vec(),
-                        w: wd.to_vec(),
-                        p: p.clone(),
-                    }
-                    .geometry();
+                    let g = p.reference_geometry();
                     let mut want = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
                     cpu::bias_activation(&mut want, &udims(&y), 1, &b.values, ref_act(act));
                     report.check(label, dtype, &download(&s, &y), &want);
@@ -768,12 +752,7 @@ fn repeated_calls_track_new_input_data() {
         let mut x = random(&s, &mut rng, &xd, &xs, DataType::F16);
         let w = random(&s, &mut rng, &wd, &ws, DataType::F16);
         let y = poisoned(&s, &yd, &ys, DataType::F16);
-        let g = ConvCase {
-            x: xd.to_vec(),
-            w: wd.to_vec(),
-            p: p.clone(),
-        }
-        .geometry();
+        let g = p.reference_geometry();
         for i in 0..6 {
             // New values in the same buffer (same device pointer).
             let fresh = random(&s, &mut rng, &xd, &xs, DataType::F16);

@@ -18,7 +18,7 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::{DataType, NormMode};
 use cudnn_backend::ops::{self, ConvParams, NormStats, PoolMode, PoolParams};
 use cudnn_backend::plan::{execute_graph_on, Binding};
-use cudnn_backend::reference::{self as cpu, ConvGeometry, SplitMix64};
+use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::{runtime, Device, Error};
 use integration_tests::{bound, download, panic_message, poisoned, random, strides, udims, DevTensor, Layout};
 
@@ -71,14 +71,13 @@ fn conv_checked(s: &Arc<CudaStream>, x: &[f64], w: &[f64], label: &str) -> Vec<f
     let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
     ops::conv_forward(s, &xt.t, &wt.t, &y.t, &p).unwrap_or_else(|e| panic!("{label}: {e}"));
     let got = download(s, &y);
-    let g = ConvGeometry {
-        pre_padding: vec![1, 1],
-        post_padding: vec![1, 1],
-        stride: vec![1, 1],
-        dilation: vec![1, 1],
-        groups: 1,
-    };
-    let want = cpu::conv_forward(&xt.values, &udims(&xt), &wt.values, &udims(&wt), &g);
+    let want = cpu::conv_forward(
+        &xt.values,
+        &udims(&xt),
+        &wt.values,
+        &udims(&wt),
+        &p.reference_geometry(),
+    );
     let err = cpu::rel_l2_error(&got, &want);
     assert!(err <= bound(DataType::F32), "{label}: relative L2 error {err:.2e}");
     got

@@ -345,10 +345,7 @@ impl CudnnExt for Tensor {
 
     fn cudnn_causal_sdpa(&self, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
         let (lq, lk) = (self.dim(D::Minus2)?, k.dim(D::Minus2)?);
-        if lq > lk {
-            let msg = format!("a causal mask needs no more queries ({lq}) than keys ({lk})");
-            return Err(crate::candle::arg_err("candle causal sdpa", "q", msg));
-        }
+        ops::check_causal(lq, lk)?;
         if ops::sdpa_fusable(self, k, v) {
             return ops::sdpa(self, k, v, scale, true);
         }

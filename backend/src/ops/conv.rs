@@ -42,6 +42,18 @@ impl ConvParams {
         self
     }
 
+    /// The same convolution for the float64 reference ([`crate::reference::conv_forward`] etc.).
+    pub fn reference_geometry(&self) -> crate::reference::ConvGeometry {
+        let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
+        crate::reference::ConvGeometry {
+            pre_padding: u(&self.pre_padding),
+            post_padding: u(&self.post_padding),
+            stride: u(&self.stride),
+            dilation: u(&self.dilation),
+            groups: self.groups as usize,
+        }
+    }
+
     /// Output dims (N, K, spatial...) of a forward convolution of `x_dims` by `w_dims`.
     pub fn output_dims(&self, x_dims: &[i64], w_dims: &[i64]) -> Result<Vec<i64>> {
         let s = self.stride.len();

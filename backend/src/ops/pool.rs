@@ -214,6 +214,7 @@ pub fn pool_backward(
     dy.check(OP, "dy")?;
     dx.check(OP, "dx")?;
     check_shapes(OP, p, dx, dy)?;
+    check_on_stream_device(stream, OP, &[("x", x), ("y", y), ("dy", Some(dy)), ("dx", Some(dx))])?;
     let (x, y) = match (x, y) {
         (Some(x), Some(y)) => {
             x.check(OP, "x")?;
@@ -232,11 +233,6 @@ pub fn pool_backward(
         }
         _ => (dx, dy),
     };
-    check_on_stream_device(
-        stream,
-        OP,
-        &[("x", Some(x)), ("y", Some(y)), ("dy", Some(dy)), ("dx", Some(dx))],
-    )?;
     if dx.is_empty() {
         return Ok(());
     }

@@ -14,17 +14,6 @@ use crate::candle::{arg_err, cpu};
 use crate::ops::{Activation, ConvParams};
 use crate::reference;
 
-fn geometry(p: &ConvParams) -> reference::ConvGeometry {
-    let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
-    reference::ConvGeometry {
-        pre_padding: u(&p.pre_padding),
-        post_padding: u(&p.post_padding),
-        stride: u(&p.stride),
-        dilation: u(&p.dilation),
-        groups: p.groups as usize,
-    }
-}
-
 /// The reference activation matching `a`.
 pub(crate) fn ref_act(a: Activation) -> reference::Activation {
     match a {
@@ -104,7 +93,7 @@ impl CustomOp2 for Conv {
             vec![0.0; y.iter().product()]
         } else {
             let (x, w) = (cpu::read(OP, "x", xs, xl)?, cpu::read(OP, "w", ws, wl)?);
-            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &geometry(&self.params))
+            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &self.params.reference_geometry())
         };
         finish_cpu(OP, out, &y, self.channels_last, xs.dtype())
     }
@@ -172,7 +161,7 @@ impl CustomOp2 for ConvBackwardData {
             vec![0.0; x.iter().product()]
         } else {
             let (dy, w) = (cpu::read(OP, "dy", ds, dl)?, cpu::read(OP, "w", ws, wl)?);
-            reference::conv_backward_data(&dy, dl.dims(), &w, wl.dims(), x, &geometry(&self.params))
+            reference::conv_backward_data(&dy, dl.dims(), &w, wl.dims(), x, &self.params.reference_geometry())
         };
         finish_cpu(OP, out, x, self.channels_last, ds.dtype())
     }
@@ -242,7 +231,7 @@ impl CustomOp2 for ConvBackwardFilter {
             vec![0.0; w.iter().product()]
         } else {
             let (x, dy) = (cpu::read(OP, "x", xs, xl)?, cpu::read(OP, "dy", ds, dl)?);
-            reference::conv_backward_filter(&x, xl.dims(), &dy, dl.dims(), w, &geometry(&self.params))
+            reference::conv_backward_filter(&x, xl.dims(), &dy, dl.dims(), w, &self.params.reference_geometry())
         };
         finish_cpu(OP, out, w, self.channels_last, xs.dtype())
     }
@@ -316,7 +305,7 @@ impl CustomOp3 for ConvBiasAct {
             vec![0.0; y.iter().product()]
         } else {
             let (x, w) = (cpu::read(OP, "x", xs, xl)?, cpu::read(OP, "w", ws, wl)?);
-            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &geometry(&self.params))
+            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &self.params.reference_geometry())
         };
         if !is_empty(&y) {
             let b = cpu::read(OP, "b", bs, bl)?;

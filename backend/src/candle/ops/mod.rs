@@ -19,7 +19,7 @@ pub use conv::{
 };
 pub use matmul::{matmul, matmul_bias_act, Matmul, MatmulBiasAct};
 pub use pool::{pool, pool_backward, Pool, PoolBackwardAvg, PoolBackwardMax};
-pub(crate) use transformer::{causal_bias, sdpa_fusable};
+pub(crate) use transformer::{causal_bias, check_causal, sdpa_fusable};
 pub use transformer::{norm, sdpa, Norm, Sdpa};
 
 use candle_core::{Layout, Result, Tensor};

@@ -221,16 +221,11 @@ pub struct Sdpa {
     pub causal: bool,
 }
 
-/// True where query `i` of `lq` may not see key `j` of `lk` under the bottom-right causal mask.
-fn causal_hidden(i: usize, j: usize, lq: usize, lk: usize) -> bool {
-    j + lq > i + lk
-}
-
 /// The causal mask as an additive (lq, lk) bias of 0 / -inf in `dtype` on `device`.
 pub(crate) fn causal_bias(lq: usize, lk: usize, dtype: DType, device: &candle_core::Device) -> Result<Tensor> {
     let v: Vec<f32> = (0..lq * lk)
         .map(|e| {
-            if causal_hidden(e / lk, e % lk, lq, lk) {
+            if crate::reference::causal_masked(e / lk, e % lk, lq, lk) {
                 f32::NEG_INFINITY
             } else {
                 0.0
@@ -286,7 +281,7 @@ impl CustomOp3 for Sdpa {
             cpu::read(SDPA, "v", vs, vl)?,
         );
         let mask = |_: usize, i: usize, j: usize| {
-            if causal_hidden(i, j, lq, lk) {
+            if crate::reference::causal_masked(i, j, lq, lk) {
                 f64::NEG_INFINITY
             } else {
                 0.0
@@ -362,14 +357,21 @@ impl CustomOp3 for Sdpa {
 }
 
 impl Sdpa {
-    /// A causal mask with more queries than keys would leave rows with no key to see.
     fn check_causal(&self, lq: usize, lk: usize) -> Result<()> {
-        if self.causal && lq > lk {
-            let msg = format!("a causal mask needs no more queries ({lq}) than keys ({lk})");
-            return Err(arg_err(SDPA, "q", msg));
+        if self.causal {
+            check_causal(lq, lk)?;
         }
         Ok(())
     }
+}
+
+/// A causal mask with more queries than keys would leave rows with no key to see.
+pub(crate) fn check_causal(lq: usize, lk: usize) -> Result<()> {
+    if lq > lk {
+        let msg = format!("a causal mask needs no more queries ({lq}) than keys ({lk})");
+        return Err(arg_err(SDPA, "q", msg));
+    }
+    Ok(())
 }
 
 /// True when cuDNN's fused attention takes these tensors: on CUDA, rank 4, one dtype, and
