@@ -315,6 +315,7 @@ UNARY_INT(u8, u8)
 #define B_AND 9
 #define B_OR 10
 #define B_XOR 11
+#define B_RELU_BWD 12
 
 #define BINARY_FLOAT_MATH(NAME, CT, SUF)                                                       \
     __device__ __forceinline__ CT NAME(int op, CT a, CT b) {                                   \
@@ -332,6 +333,7 @@ UNARY_INT(u8, u8)
             case B_MAX: return (a > b || a != a) ? a : b;                                      \
             case B_MIN: return (a < b || a != a) ? a : b;                                      \
             case B_ATAN2: return atan2##SUF(a, b);                                             \
+            case B_RELU_BWD: return b <= (CT)0 ? (CT)0 : a;                                    \
             default: return a;                                                                 \
         }                                                                                      \
     }
@@ -409,6 +411,39 @@ BINARY_INT(i32, i32)
 BINARY_INT(i8, i8)
 BINARY_INT(u8, u8)
 
+// binary with a scalar right operand passed by value (rounded to the dtype by the host):
+// float kernels take a double, integer kernels a long long.
+
+#define BINARY_SCALAR_FLOAT(DT, T, CT, MATH, LOAD, STORE)                                      \
+    extern "C" __global__ void binary_scalar_##DT(const T* a, T* out, Layout la, Layout lo,    \
+                                                  i64 n, int op, double s) {                   \
+        CT b = (CT)s;                                                                          \
+        FOR_EACH(i, n) {                                                                       \
+            i64 oa, oo;                                                                        \
+            off2(la, lo, i, oa, oo);                                                           \
+            out[oo] = STORE(MATH(op, LOAD(a[oa]), b));                                         \
+        }                                                                                      \
+    }
+
+#define BINARY_SCALAR_INT(DT, T)                                                               \
+    extern "C" __global__ void binary_scalar_##DT(const T* a, T* out, Layout la, Layout lo,    \
+                                                  i64 n, int op, i64 s) {                      \
+        FOR_EACH(i, n) {                                                                       \
+            i64 oa, oo;                                                                        \
+            off2(la, lo, i, oa, oo);                                                           \
+            out[oo] = (T)binary_math_int(op, (i64)a[oa], s);                                   \
+        }                                                                                      \
+    }
+
+BINARY_SCALAR_FLOAT(f32, float, float, binary_math_f32, ID, ID)
+BINARY_SCALAR_FLOAT(f16, u16, float, binary_math_f32, f16_to_f32, f32_to_f16)
+BINARY_SCALAR_FLOAT(bf16, u16, float, binary_math_f32, bf16_to_f32, f32_to_bf16)
+BINARY_SCALAR_FLOAT(f64, double, double, binary_math_f64, ID, ID)
+BINARY_SCALAR_INT(i64, i64)
+BINARY_SCALAR_INT(i32, i32)
+BINARY_SCALAR_INT(i8, i8)
+BINARY_SCALAR_INT(u8, u8)
+
 // ---------------------------------------------------------------------------------------
 // compare (output one byte 0/1; NaN compares false except Ne)
 
@@ -446,6 +481,61 @@ COMPARE(i64, i64, i64, ID)
 COMPARE(i32, i32, i64, ID)
 COMPARE(i8, i8, i64, ID)
 COMPARE(u8, u8, i64, ID)
+
+// compare against a scalar passed by value (double for floats, long long for integers)
+
+__device__ __forceinline__ bool compare_values(int op, double x, double y) {
+    switch (op) {
+        case C_EQ: return x == y;
+        case C_NE: return x != y;
+        case C_LT: return x < y;
+        case C_LE: return x <= y;
+        case C_GT: return x > y;
+        default: return x >= y;
+    }
+}
+
+__device__ __forceinline__ bool compare_values_int(int op, i64 x, i64 y) {
+    switch (op) {
+        case C_EQ: return x == y;
+        case C_NE: return x != y;
+        case C_LT: return x < y;
+        case C_LE: return x <= y;
+        case C_GT: return x > y;
+        default: return x >= y;
+    }
+}
+
+#define COMPARE_SCALAR_FLOAT(DT, T, CT, LOAD)                                                  \
+    extern "C" __global__ void compare_scalar_##DT(const T* a, u8* out, Layout la, Layout lo,  \
+                                                   i64 n, int op, double s) {                  \
+        CT y = (CT)s;                                                                          \
+        FOR_EACH(i, n) {                                                                       \
+            i64 oa, oo;                                                                        \
+            off2(la, lo, i, oa, oo);                                                           \
+            CT x = (CT)LOAD(a[oa]);                                                            \
+            out[oo] = compare_values(op, (double)x, (double)y) ? 1 : 0;                        \
+        }                                                                                      \
+    }
+
+#define COMPARE_SCALAR_INT(DT, T)                                                              \
+    extern "C" __global__ void compare_scalar_##DT(const T* a, u8* out, Layout la, Layout lo,  \
+                                                   i64 n, int op, i64 s) {                     \
+        FOR_EACH(i, n) {                                                                       \
+            i64 oa, oo;                                                                        \
+            off2(la, lo, i, oa, oo);                                                           \
+            out[oo] = compare_values_int(op, (i64)a[oa], s) ? 1 : 0;                           \
+        }                                                                                      \
+    }
+
+COMPARE_SCALAR_FLOAT(f32, float, float, ID)
+COMPARE_SCALAR_FLOAT(f16, u16, float, f16_to_f32)
+COMPARE_SCALAR_FLOAT(bf16, u16, float, bf16_to_f32)
+COMPARE_SCALAR_FLOAT(f64, double, double, ID)
+COMPARE_SCALAR_INT(i64, i64)
+COMPARE_SCALAR_INT(i32, i32)
+COMPARE_SCALAR_INT(i8, i8)
+COMPARE_SCALAR_INT(u8, u8)
 
 // ---------------------------------------------------------------------------------------
 // where (out = cond != 0 ? a : b), by element size

@@ -938,6 +938,123 @@ pub fn norm(
     (y, means, invs)
 }
 
+/// Batch-norm training forward on logical row-major `[N, C, spatial...]` data (`dims`):
+/// `y = relu?((x - mean_c) * inv_std_c * scale_c + bias_c + residual)` with the biased batch
+/// variance. Returns `y`, the channel means, inverse standard deviations and the unbiased
+/// variances (for running updates).
+pub fn batch_norm_train(
+    x: &[f64],
+    dims: &[usize],
+    scale: &[f64],
+    bias: &[f64],
+    residual: Option<&[f64]>,
+    eps: f64,
+    relu: bool,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (n, c) = (dims[0], dims[1]);
+    let s: usize = dims[2..].iter().product();
+    let at = |b: usize, ch: usize, k: usize| (b * c + ch) * s + k;
+    let m = (n * s) as f64;
+    let (mut means, mut invs, mut unbiased) = (vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+    for ch in 0..c {
+        let vals = (0..n).flat_map(|b| (0..s).map(move |k| (b, k)));
+        let mean = vals.clone().map(|(b, k)| x[at(b, ch, k)]).sum::<f64>() / m;
+        let ss = vals.map(|(b, k)| (x[at(b, ch, k)] - mean).powi(2)).sum::<f64>();
+        means[ch] = mean;
+        invs[ch] = 1.0 / (ss / m + eps).sqrt();
+        unbiased[ch] = ss / (m - 1.0).max(1.0);
+    }
+    let mut y = vec![0.0; x.len()];
+    for (i, out) in y.iter_mut().enumerate() {
+        let ch = (i / s) % c;
+        let mut v = (x[i] - means[ch]) * invs[ch] * scale[ch] + bias[ch] + residual.map_or(0.0, |r| r[i]);
+        if relu && v < 0.0 {
+            v = 0.0;
+        }
+        *out = v;
+    }
+    (y, means, invs, unbiased)
+}
+
+/// Batch-norm backward from the forward's data (logical row-major `[N, C, spatial...]`):
+/// with `y` given the forward applied ReLU and `dy` is masked by `y > 0` first. Returns
+/// `dx`, the masked `dy` (the residual's gradient), `dscale` and `dbias`.
+pub fn batch_norm_backward(
+    x: &[f64],
+    y: Option<&[f64]>,
+    dy: &[f64],
+    dims: &[usize],
+    scale: &[f64],
+    mean: &[f64],
+    inv_std: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (n, c) = (dims[0], dims[1]);
+    let s: usize = dims[2..].iter().product();
+    let m = (n * s) as f64;
+    let g: Vec<f64> = dy
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| match y {
+            Some(y) if y[i] <= 0.0 => 0.0,
+            _ => d,
+        })
+        .collect();
+    let (mut dscale, mut dbias) = (vec![0.0; c], vec![0.0; c]);
+    for (i, &gi) in g.iter().enumerate() {
+        let ch = (i / s) % c;
+        dbias[ch] += gi;
+        dscale[ch] += gi * (x[i] - mean[ch]) * inv_std[ch];
+    }
+    let dx = g
+        .iter()
+        .enumerate()
+        .map(|(i, &gi)| {
+            let ch = (i / s) % c;
+            let xhat = (x[i] - mean[ch]) * inv_std[ch];
+            scale[ch] * inv_std[ch] * (gi - dbias[ch] / m - xhat * dscale[ch] / m)
+        })
+        .collect();
+    (dx, g, dscale, dbias)
+}
+
+/// One Adam / AdamW step on one tensor in float64 (`step` counts from 1; `m`, `v`, `vmax`
+/// empty on the first step): `g += l2·p; m = b1·m + (1-b1)·g; v = b2·v + (1-b2)·g²;
+/// p = p·(1 - lr·decay) - lr·(m / (1-b1^t)) / (sqrt(v' / (1-b2^t)) + eps)` with
+/// `v' = max(vmax, v)` under AMSGrad. Returns `(p, m, v, vmax)`.
+#[allow(clippy::too_many_arguments)]
+pub fn adam_step(
+    p: &[f64],
+    g: &[f64],
+    m: &[f64],
+    v: &[f64],
+    vmax: &[f64],
+    step: u64,
+    lr: f64,
+    (beta1, beta2, eps): (f64, f64, f64),
+    (l2, decay): (f64, f64),
+    amsgrad: bool,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let t = step as i32;
+    let (bc1, bc2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
+    let mut out = (vec![], vec![], vec![], vec![]);
+    for i in 0..p.len() {
+        let gi = g[i] + l2 * p[i];
+        let mi = beta1 * m.get(i).copied().unwrap_or(0.0) + (1.0 - beta1) * gi;
+        let vi = beta2 * v.get(i).copied().unwrap_or(0.0) + (1.0 - beta2) * gi * gi;
+        let vu = if amsgrad {
+            vmax.get(i).copied().unwrap_or(vi).max(vi)
+        } else {
+            vi
+        };
+        let upd = (mi / bc1) / ((vu / bc2).sqrt() + eps);
+        out.0.push(p[i] - p[i] * lr * decay - lr * upd);
+        out.1.push(mi);
+        out.2.push(vi);
+        out.3.push(vu);
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------
 // Layout helpers
 // ---------------------------------------------------------------------------

@@ -129,10 +129,16 @@ pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -
     out
 }
 
-/// `op(a, s)` for a scalar `s`, through a broadcast one-element operand.
+/// `op(a, s)` for a scalar `s` passed to the kernel by value (no one-element tensor, no
+/// fill launch); into `a` itself when it is the only view of its buffer.
 pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) -> CudnnTensor {
-    let b = scalar_tensor(&a, a.dtype, s, name);
-    binary(a, b, op, name)
+    let out = if a.is_exclusive() {
+        a.clone()
+    } else {
+        a.empty_like(a.dtype, name)
+    };
+    expect(name, ew::binary_scalar(a.stream(), op, &a.tref(), s, &out.tref()));
+    out
 }
 
 /// The bool dtype a comparison produces for Burn's requested `out` dtype.
@@ -154,10 +160,11 @@ pub(crate) fn compare(a: CudnnTensor, b: CudnnTensor, op: CompareOp, out: BoolDT
     out
 }
 
-/// Comparison against a scalar.
+/// Comparison against a scalar passed to the kernel by value.
 pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
-    let b = scalar_tensor(&a, a.dtype, s, name);
-    compare(a, b, op, out, name)
+    let out = a.empty_like(bool_dtype(name, out), name);
+    expect(name, ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tref()));
+    out
 }
 
 /// `cond ? a : b` elementwise with broadcasting; the result has `a`'s dtype.

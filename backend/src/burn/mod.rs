@@ -15,18 +15,23 @@
 pub(crate) mod data;
 mod device;
 pub(crate) mod exec;
+pub(crate) mod layers;
 pub(crate) mod math;
 mod memory;
-pub(crate) mod nn;
+pub mod nn;
 mod ops;
+pub mod optim;
 mod random;
+mod route;
 pub(crate) mod structure;
 mod tensor;
+mod training;
 
 use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError};
 
 pub use device::{CudnnDevice, DEVICE_TYPE_ID};
 pub use tensor::{CudnnQTensor, CudnnTensor};
+pub use training::{BatchNormOutput, TrainingOps};
 
 /// The cuDNN backend for Burn: `type B = burn::backend::Autodiff<Cudnn>;`.
 #[derive(Clone, Copy, Debug, Default)]

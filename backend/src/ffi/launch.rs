@@ -4,6 +4,24 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 
+/// [`cudarc::driver::LaunchArgs::launch`], counted in [`crate::runtime::launch_counts`].
+pub(crate) trait CountedLaunch {
+    /// Launches the kernel with `cfg`.
+    ///
+    /// # Safety
+    /// As for `LaunchArgs::launch`: the pushed arguments must match the kernel's signature
+    /// and every address it dereferences must be valid for the launch.
+    unsafe fn launch_counted(&mut self, cfg: LaunchConfig) -> std::result::Result<(), cudarc::driver::DriverError>;
+}
+
+impl CountedLaunch for cudarc::driver::LaunchArgs<'_> {
+    unsafe fn launch_counted(&mut self, cfg: LaunchConfig) -> std::result::Result<(), cudarc::driver::DriverError> {
+        crate::runtime::count_kernel();
+        // SAFETY: forwarded: the caller upholds `launch`'s contract (see the trait method).
+        unsafe { self.launch(cfg) }.map(|_| ())
+    }
+}
+
 /// Arguments of `bias_act_*` in `kernels/bias_act.cu`.
 pub(crate) struct BiasActArgs {
     pub y: u64,
@@ -35,12 +53,13 @@ pub(crate) fn bias_act(stream: &CudaStream, f: &CudaFunction, a: &BiasActArgs) -
     // SAFETY: the argument list matches the kernel's C signature (T*, const T*, long long,
     // long long, long long, int, float); `y` points to `n` packed elements of the kernel's
     // type and `bias` (if non-null) to `channels` elements, as the caller checked.
-    unsafe { b.launch(cfg) }?;
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
 
 /// Zero-fills `bytes` bytes at device address `ptr`, ordered on `stream`.
 pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result<()> {
+    crate::runtime::count_kernel();
     stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `ptr..ptr+bytes` is device memory it owns on this
     // stream's context; the memset is enqueued on `stream`.

@@ -7,7 +7,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// Launches `fill_b{1,2,4,8}(T* out, Layout lo, i64 n, u64 bits)`.
 pub(crate) fn fill(
@@ -23,7 +23,7 @@ pub(crate) fn fill(
     // SAFETY: the arguments match `fill_bN(T*, Layout, long long, unsigned long long)`;
     // `out` addresses a view whose every offset under `lo` for indices < n is in bounds
     // (validated by the caller), and the kernel only writes there.
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -41,7 +41,7 @@ pub(crate) fn copy(
     // SAFETY: the arguments match `copy_bN(const T*, T*, Layout, Layout, long long)`;
     // both views are in bounds for every index < n under their layouts (validated by the
     // caller) and have the element size the kernel was chosen for.
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -68,7 +68,7 @@ pub(crate) fn cast(
     // SAFETY: the arguments match `cast(const void*, int, void*, int, Layout, Layout,
     // long long)`; the dtype codes describe the element types of `src` and `dst`, whose
     // views are in bounds for every index < n (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -107,7 +107,7 @@ pub(crate) fn unary(
     // int, P, P)` with P = double for the float kernels and long long for the int kernels
     // (the caller picks `params` by the kernel's family); both views are in bounds for
     // every index < n (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -136,7 +136,7 @@ pub(crate) fn binary(
     // SAFETY: the arguments match `binary_<dt>` / `compare_<dt>(const T*, const T*, U*,
     // Layout, Layout, Layout, long long, int)`; all three views are in bounds for every
     // index < n (validated by the caller) and have the kernel's element types.
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -166,6 +166,47 @@ pub(crate) fn where_(
     // SAFETY: the arguments match `where_bN(const u8*, const T*, const T*, T*, Layout,
     // Layout, Layout, Layout, long long)`; the four views are in bounds for every index
     // < n (validated by the caller); `cond` has one-byte elements.
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
+    Ok(())
+}
+
+/// The scalar operand of `binary_scalar_<dt>` / `compare_scalar_<dt>`: `double` for the
+/// float kernels, `long long` for the integer ones.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ScalarParam {
+    /// `double s`.
+    Float(f64),
+    /// `long long s`.
+    Int(i64),
+}
+
+/// Launches `binary_scalar_<dt>` or `compare_scalar_<dt>`:
+/// `(const T* a, U* out, Layout la, Layout lo, i64 n, int op, S s)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn with_scalar(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    a: u64,
+    out: u64,
+    layouts: &[KernelLayout; 2],
+    n: i64,
+    op: i32,
+    scalar: ScalarParam,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&a).arg(&out).arg(&layouts[0]).arg(&layouts[1]).arg(&n).arg(&op);
+    let (fs, is) = match scalar {
+        ScalarParam::Float(v) => (v, 0i64),
+        ScalarParam::Int(v) => (0.0, v),
+    };
+    match scalar {
+        ScalarParam::Float(_) => b.arg(&fs),
+        ScalarParam::Int(_) => b.arg(&is),
+    };
+    // SAFETY: the arguments match `binary_scalar_<dt>` / `compare_scalar_<dt>(const T*, U*,
+    // Layout, Layout, long long, int, S)` with S = double for the float kernels and long
+    // long for the integer ones (the plan picks the variant by the entry's dtype); both
+    // views are in bounds for every index < n (validated by the caller).
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }

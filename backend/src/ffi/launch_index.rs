@@ -8,7 +8,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// The indexed axis of an index kernel: indices must lie in `0..len`; one step along it
 /// is `stride` elements of the indexed operand.
@@ -49,7 +49,7 @@ pub(crate) fn gather(
     // in bounds for every item < n, `idx64` names the indices' element type, and x is read
     // only at `offset + k * axis_stride` with `0 <= k < axis_len`, inside its view
     // (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -84,7 +84,7 @@ pub(crate) fn scatter_add(
     // views are in bounds for every item < n, `idx64` names the indices' element type, and
     // the target is updated (atomically) only at `offset + k * axis_stride` with
     // `0 <= k < axis_len`, inside its view (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -122,7 +122,7 @@ pub(crate) fn gather_nd(
     // `indexed.rank - 1` coordinates lie `coord_stride` apart inside the indices' view,
     // `idx64` names the indices' element type, and x is read only at coordinates the
     // kernel checked against `indexed.shape`, inside its view (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -164,6 +164,6 @@ pub(crate) fn scatter_nd(
     // checked against `indexed.shape`, inside its view (validated by the caller). Sub-word
     // updates compare-and-swap the aligned 32-bit word holding the element, which lies in
     // the same (at least 256-byte aligned) allocation.
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }

@@ -7,7 +7,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// Side of the square output tile (and thread block) of `int_matmul_*` and `matmul_*`.
 pub(crate) const MM_TILE: u32 = 16;
@@ -65,7 +65,7 @@ pub(crate) fn batched_matmul(
     // batch index < batches, and from there a is read at m*sam + k*sak (m < M, k < K),
     // b at k*sbk + n*sbn and c written at m*scm + n*scn, all inside the views validated by
     // the caller; the kernel's 16x16 shared tiles match the 16x16 block.
-    unsafe { b.launch(cfg) }?;
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
 
@@ -95,7 +95,7 @@ pub(crate) fn cross3(
     // gives the operand's offset of component 0, and components 1 and 2 lie one and two
     // axis strides further, inside the views (the axis has size 3 in all three operands,
     // validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -119,7 +119,7 @@ pub(crate) fn quant_scales(
     // SAFETY: the arguments match `quant_scales_<dt>(const T*, float*, long long, long
     // long)`; x holds nblocks * block packed elements and scales nblocks packed f32
     // (validated by the caller); the block size equals the kernel's `QS_THREADS`.
-    unsafe { b.launch(cfg) }?;
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
 
@@ -138,7 +138,7 @@ pub(crate) fn quantize(
     // SAFETY: the arguments match `quantize_<dt>(const T*, const float*, signed char*,
     // long long, long long)`; x and out hold n packed elements and scales n / block packed
     // f32 (block > 0 divides n; validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -157,6 +157,6 @@ pub(crate) fn dequantize(
     // SAFETY: the arguments match `dequantize_<dt>(const signed char*, const float*, T*,
     // long long, long long)`; q and out hold n packed elements and scales n / block packed
     // f32 (block > 0 divides n; validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }

@@ -9,7 +9,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// Window geometry, height then width. Matches `struct PoolWin` in `kernels/pool.cu`.
 #[repr(C)]
@@ -55,7 +55,7 @@ pub(crate) fn max_forward(
     // Layout, Layout, PoolWin, long long)`; out and indices are rank-4 views in bounds for
     // every item < n, and x is read only at coordinates inside its own [N, C, H, W] view
     // (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn max_backward(
     // Layout, Layout, Layout, long long)`; indices and dy are rank-4 views in bounds for
     // every item < n, and dx is updated (atomically) only at plane positions `k` with
     // `0 <= k < H * W`, inside its view (validated by the caller; others are skipped).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -93,7 +93,7 @@ pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &Ker
     b.arg(&ptr).arg(layout).arg(&n);
     // SAFETY: the arguments match `pool_zero_bN(T*, Layout, long long)`; the view is
     // rank 4, of n elements, and in bounds (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -123,7 +123,7 @@ pub(crate) fn avg(
     // PoolWin, int, long long)`; dst is a rank-4 view in bounds for every item < n, and src
     // is read only at coordinates inside its own rank-4 view (the window ranges are clipped
     // to its dims; the dims agree with the window, validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -143,6 +143,6 @@ pub(crate) fn adaptive(
     // Layout, long long)`; dst is a rank-4 view in bounds for every item < n, and src is
     // read only at coordinates inside its own rank-4 view (both views have positive H and
     // W and equal N and C, validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }

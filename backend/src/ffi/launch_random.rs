@@ -9,7 +9,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// The output view and generator position shared by every random kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,7 +47,7 @@ pub(crate) fn uniform(stream: &CudaStream, f: &CudaFunction, t: &RandomTarget<'_
     // unsigned long long, double, double, double, double)`; `out` addresses a view whose
     // every offset under the layout for indices < n is in bounds and of the kernel's
     // element type (validated by the caller), and the kernel only writes there.
-    unsafe { b.launch(grid_for(blocks(t.n))) }?;
+    unsafe { b.launch_counted(grid_for(blocks(t.n))) }?;
     Ok(())
 }
 
@@ -65,7 +65,7 @@ pub(crate) fn normal(stream: &CudaStream, f: &CudaFunction, t: &RandomTarget<'_>
     // SAFETY: the arguments match `normal_<dt>(T*, Layout, long long, unsigned long long,
     // unsigned long long, double, double)`; the output view is in bounds for every index
     // < n and of the kernel's element type (validated by the caller).
-    unsafe { b.launch(grid_for(blocks(t.n))) }?;
+    unsafe { b.launch_counted(grid_for(blocks(t.n))) }?;
     Ok(())
 }
 
@@ -83,7 +83,7 @@ pub(crate) fn bernoulli(stream: &CudaStream, f: &CudaFunction, t: &RandomTarget<
     // SAFETY: the arguments match `bernoulli_bN(T*, Layout, long long, unsigned long long,
     // unsigned long long, unsigned long long, unsigned long long)`; the output view is in
     // bounds for every index < n and has the element size the kernel was chosen for.
-    unsafe { b.launch(grid_for(blocks(t.n))) }?;
+    unsafe { b.launch_counted(grid_for(blocks(t.n))) }?;
     Ok(())
 }
 
@@ -110,6 +110,6 @@ pub(crate) fn uniform_int(
     // SAFETY: the arguments match `uniform_int_bN(T*, Layout, long long, unsigned long
     // long, unsigned long long, long long, unsigned long long, int)`; the output view is
     // in bounds for every index < n and has the element size the kernel was chosen for.
-    unsafe { b.launch(grid_for(blocks(t.n))) }?;
+    unsafe { b.launch_counted(grid_for(blocks(t.n))) }?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::KernelLayout;
+use crate::ffi::launch::{CountedLaunch, KernelLayout};
 
 /// Threads per block of every `kernels/reduce.cu` kernel (`RED_THREADS` there).
 pub(crate) const REDUCE_THREADS: u32 = 256;
@@ -56,6 +56,6 @@ pub(crate) fn launch_rows(stream: &CudaStream, f: &CudaFunction, a: &RowArgs) ->
     // every offset the kernel computes (`offset_of` over `n_out * len` input indices and
     // the output indices) lies inside the caller's allocations, the element types match
     // the entry point's dtype, and the output does not overlap itself.
-    unsafe { b.launch(cfg) }?;
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }

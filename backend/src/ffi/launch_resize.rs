@@ -9,7 +9,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// Launches `interp_<mode>_{fwd,bwd}_<dt>(const T* src, T* dst, Layout ls, Layout ld,
 /// int align, i64 n)` over `n` elements (the destination's for the forwards and the
@@ -37,7 +37,7 @@ pub(crate) fn interp(
     // scatters) is rank 4 and in bounds for every item < n, and the other view is accessed
     // only at coordinates clamped into its own [N, C, H, W] dims (H, W > 0, equal N and C,
     // validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -48,7 +48,7 @@ pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &Ker
     b.arg(&ptr).arg(layout).arg(&n);
     // SAFETY: the arguments match `resize_zero_bN(T*, Layout, long long)`; the view is
     // rank 4, of n elements, and in bounds (validated by the caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
 
@@ -80,6 +80,6 @@ pub(crate) fn grid_sample(
     // read at (b, oh, ow, 0..2) inside its [N, OH, OW, 2] view, and x only at coordinates
     // inside its own [N, C, H, W] view (taps outside are skipped; dims validated by the
     // caller).
-    unsafe { b.launch(grid_for(n as u64)) }?;
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }

@@ -7,7 +7,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, KernelLayout};
+use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 
 /// Most blocks a sort launch uses (each loops over rows `blockIdx.x + k * gridDim.x`).
 const MAX_BLOCKS: i64 = 65_535 * 8;
@@ -70,7 +70,7 @@ pub(crate) fn sort_rows(
     // holds `len` elements `axis_stride` apart inside its view (validated by the caller),
     // an output is touched only when its pointer is non-zero, and the dynamic shared
     // memory holds `padded` u64 keys plus `padded` i32 indices.
-    unsafe { b.launch(cfg) }?;
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn sort_chunks(
     // the caller), the scratch arrays hold `rows * len` keys and indices (allocated by the
     // caller for this launch), and the dynamic shared memory holds one chunk's u64 keys
     // plus i32 indices.
-    unsafe { b.launch(cfg) }?;
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
 
@@ -179,6 +179,6 @@ pub(crate) fn merge_runs(
     // (written by `sort_chunks` and earlier passes), and on the final pass every row r of
     // x and of each written output starts at `offset_of(layout, r)` and holds `len`
     // elements `axis_stride` apart inside its view (validated by the caller).
-    unsafe { b.launch(grid_for(tiles as u64)) }?;
+    unsafe { b.launch_counted(grid_for(tiles as u64)) }?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
-use crate::ffi::launch_elementwise::{self as launch, UnaryParams};
+use crate::ffi::launch_elementwise::{self as launch, ScalarParam, UnaryParams};
 use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, ELEMENTWISE};
@@ -175,6 +175,8 @@ pub enum BinaryOp {
     BitOr,
     /// Bitwise xor (ints and bool only).
     BitXor,
+    /// The ReLU gradient `a` at output `b`: 0 where `b <= 0`, else `a` (floats only).
+    ReluBackward,
 }
 
 impl BinaryOp {
@@ -184,6 +186,17 @@ impl BinaryOp {
 
     fn is_bitwise(self) -> bool {
         matches!(self, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor)
+    }
+
+    /// Whether the op is defined for `dtype`.
+    fn supports(self, dtype: DataType) -> bool {
+        if dtype.is_float() {
+            !self.is_bitwise()
+        } else if dtype == DataType::Bool {
+            self.is_bitwise()
+        } else {
+            !matches!(self, BinaryOp::Atan2 | BinaryOp::ReluBackward)
+        }
     }
 }
 
@@ -245,6 +258,28 @@ const BINARY_ENTRIES: [&str; 9] = [
     "binary_u8",
     "binary_i8",
     "binary_u8",
+];
+const BINARY_SCALAR_ENTRIES: [&str; 9] = [
+    "binary_scalar_f32",
+    "binary_scalar_f16",
+    "binary_scalar_bf16",
+    "binary_scalar_f64",
+    "binary_scalar_i32",
+    "binary_scalar_i64",
+    "binary_scalar_u8",
+    "binary_scalar_i8",
+    "binary_scalar_u8",
+];
+const COMPARE_SCALAR_ENTRIES: [&str; 9] = [
+    "compare_scalar_f32",
+    "compare_scalar_f16",
+    "compare_scalar_bf16",
+    "compare_scalar_f64",
+    "compare_scalar_i32",
+    "compare_scalar_i64",
+    "compare_scalar_u8",
+    "compare_scalar_i8",
+    "compare_scalar_u8",
 ];
 const COMPARE_ENTRIES: [&str; 9] = [
     "compare_f32",
@@ -433,14 +468,7 @@ pub(crate) fn plan_binary(op: BinaryOp, a: &TensorRef, b: &TensorRef, out: &Tens
     same_dtype("binary", "a", a, out.dtype, "the output")?;
     same_dtype("binary", "b", b, out.dtype, "the output")?;
     let dtype = out.dtype;
-    let ok = if dtype.is_float() {
-        !op.is_bitwise()
-    } else if dtype == DataType::Bool {
-        op.is_bitwise()
-    } else {
-        op != BinaryOp::Atan2
-    };
-    if !ok {
+    if !op.supports(dtype) {
         return Err(Error::invalid_arg(
             "binary",
             "op",
@@ -475,6 +503,71 @@ pub(crate) fn plan_compare(op: CompareOp, a: &TensorRef, b: &TensorRef, out: &Te
     Ok(prepared.map(|(l, n)| BinaryPlan {
         entry: COMPARE_ENTRIES[dtype_code(a.dtype)],
         op: op as i32,
+        layouts: array(l),
+        n,
+    }))
+}
+
+/// `value` as the by-value scalar operand of a kernel on `dtype`: rounded to the dtype
+/// exactly as a one-element tensor of it would hold it (floats round, ints truncate and
+/// wrap to their width, bool is `!= 0`), then widened to the kernel's parameter type.
+fn scalar_param(dtype: DataType, value: f64) -> ScalarParam {
+    let bits = fill_bits(dtype, value);
+    match dtype {
+        DataType::F32 => ScalarParam::Float(f32::from_bits(bits as u32) as f64),
+        DataType::F16 => ScalarParam::Float(half::f16::from_bits(bits as u16).to_f64()),
+        DataType::BF16 => ScalarParam::Float(half::bf16::from_bits(bits as u16).to_f64()),
+        DataType::F64 => ScalarParam::Float(value),
+        DataType::I32 => ScalarParam::Int(bits as u32 as i32 as i64),
+        DataType::I64 => ScalarParam::Int(bits as i64),
+        DataType::I8 => ScalarParam::Int(bits as u8 as i8 as i64),
+        DataType::U8 | DataType::Bool => ScalarParam::Int(bits as u8 as i64),
+    }
+}
+
+/// What `binary_scalar` and `compare_scalar` launch.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ScalarPlan {
+    pub entry: &'static str,
+    pub op: i32,
+    pub scalar: ScalarParam,
+    pub layouts: [KernelLayout; 2],
+    pub n: i64,
+}
+
+pub(crate) fn plan_binary_scalar(op: BinaryOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<Option<ScalarPlan>> {
+    same_dtype("binary_scalar", "a", a, out.dtype, "the output")?;
+    let dtype = out.dtype;
+    if !op.supports(dtype) {
+        return Err(Error::invalid_arg(
+            "binary_scalar",
+            "op",
+            format!("{op:?} is not defined for {dtype:?}"),
+        ));
+    }
+    let prepared = prepare("binary_scalar", "out", out, &[("a", a)])?;
+    Ok(prepared.map(|(l, n)| ScalarPlan {
+        entry: BINARY_SCALAR_ENTRIES[dtype_code(dtype)],
+        op: op.code(),
+        scalar: scalar_param(dtype, s),
+        layouts: array(l),
+        n,
+    }))
+}
+
+pub(crate) fn plan_compare_scalar(op: CompareOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<Option<ScalarPlan>> {
+    if !matches!(out.dtype, DataType::Bool | DataType::U8) {
+        return Err(Error::invalid_arg(
+            "compare_scalar",
+            "out",
+            format!("dtype {:?} is not Bool or U8", out.dtype),
+        ));
+    }
+    let prepared = prepare("compare_scalar", "out", out, &[("a", a)])?;
+    Ok(prepared.map(|(l, n)| ScalarPlan {
+        entry: COMPARE_SCALAR_ENTRIES[dtype_code(a.dtype)],
+        op: op as i32,
+        scalar: scalar_param(a.dtype, s),
         layouts: array(l),
         n,
     }))
@@ -554,6 +647,27 @@ pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorR
     launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op)
 }
 
+/// `out = a op s` for a scalar `s` passed to the kernel by value (no one-element tensor,
+/// no fill launch); `s` is first rounded to the dtype like a tensor of it. The ops and
+/// dtypes of [`binary`].
+pub fn binary_scalar(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<()> {
+    let Some(p) = plan_binary_scalar(op, a, s, out)? else {
+        return Ok(());
+    };
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
+    launch::with_scalar(stream, &f, a.ptr, out.ptr, &p.layouts, p.n, p.op, p.scalar)
+}
+
+/// `out = a op s` as 0/1 bytes for a scalar `s` passed by value (rounded to `a`'s dtype
+/// first). NaN compares false except for `Ne`.
+pub fn compare_scalar(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<()> {
+    let Some(p) = plan_compare_scalar(op, a, s, out)? else {
+        return Ok(());
+    };
+    let f = stream_function(stream, ELEMENTWISE, p.entry)?;
+    launch::with_scalar(stream, &f, a.ptr, out.ptr, &p.layouts, p.n, p.op, p.scalar)
+}
+
 /// `out = a op b` as 0/1 bytes (`out` Bool or U8), `a` and `b` of one dtype and broadcast
 /// to `out.dims`. NaN compares false except for `Ne`.
 pub fn compare(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<()> {
@@ -603,6 +717,7 @@ mod tests {
         assert_eq!(UnaryOp::Clamp { min: 1.0, max: 2.0 }.params(), (1.0, 2.0));
         assert_eq!(BinaryOp::Atan2.code(), 8);
         assert_eq!(BinaryOp::BitXor.code(), 11);
+        assert_eq!(BinaryOp::ReluBackward.code(), 12);
         assert_eq!(CompareOp::Ge as i32, 5);
     }
 

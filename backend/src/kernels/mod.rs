@@ -157,9 +157,35 @@ pub(crate) const LINALG: KernelSource = KernelSource {
     common: true,
 };
 
+/// Batch normalization: training statistics, inference, backward (with residual + ReLU).
+pub(crate) const BATCH_NORM: KernelSource = KernelSource {
+    name: "batch_norm.cu",
+    code: include_str!("../../../kernels/batch_norm.cu"),
+    common: true,
+};
+
+/// Multi-tensor fused optimizer steps (Adam / AdamW).
+pub(crate) const OPTIM: KernelSource = KernelSource {
+    name: "optim.cu",
+    code: include_str!("../../../kernels/optim.cu"),
+    common: true,
+};
+
 /// Every kernel source, for the compile check.
 #[cfg(test)]
-const ALL_SOURCES: &[KernelSource] = &[BIAS_ACT, ELEMENTWISE, REDUCE, INDEX, RANDOM, SORT, POOL, RESIZE, LINALG];
+const ALL_SOURCES: &[KernelSource] = &[
+    BIAS_ACT,
+    ELEMENTWISE,
+    REDUCE,
+    INDEX,
+    RANDOM,
+    SORT,
+    POOL,
+    RESIZE,
+    LINALG,
+    BATCH_NORM,
+    OPTIM,
+];
 
 /// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
 fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {

@@ -7,17 +7,24 @@
 //! Outputs are written, never read. Nothing synchronizes.
 
 mod attention;
+mod batch_norm;
 mod conv;
 mod fallback;
 mod matmul;
 mod norm;
+mod optim;
 mod pool;
 mod tensor;
 
 pub use attention::{sdpa_forward, sdpa_fusable};
+pub use batch_norm::{
+    batch_norm_backward, batch_norm_inference, batch_norm_train_forward, BatchNormBackward, BatchNormForward,
+    BatchNormInference, BatchNormOptions, RunningStats,
+};
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward, ConvParams};
 pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};
+pub use optim::{adam_step, AdamOptions, AdamParam};
 pub use pool::{pool_backward, pool_forward, PoolMode, PoolParams};
 use tensor::check_on_stream_device;
 pub use tensor::{Activation, TensorRef};

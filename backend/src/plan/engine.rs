@@ -230,6 +230,7 @@ pub(crate) fn execute(
     stream: &CudaStream,
     capture_on: Option<&Arc<CudaStream>>,
 ) -> Result<()> {
+    crate::runtime::count_cudnn_execution();
     let same = |p: &CachedPack| {
         p.workspace == workspace && p.ptrs.len() == ptrs.len() && p.ptrs.iter().zip(ptrs).all(|(&a, &b)| a == b as u64)
     };

@@ -2,10 +2,13 @@
 //! libnvrtc), devices with their context and default stream, and per-stream workspace.
 
 mod device;
+mod launches;
 mod probe;
 mod workspace;
 
 pub use device::{Device, DeviceInfo, MAX_DEVICES};
+pub(crate) use launches::{count_cudnn_execution, count_kernel};
+pub use launches::{launch_counts, LaunchCounts};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
 pub(crate) use workspace::with_workspace;
 pub use workspace::{release_unused_workspaces, workspace_bytes};

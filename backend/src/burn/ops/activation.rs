@@ -7,7 +7,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::Scalar;
 
 use crate::burn::exec;
-use crate::burn::nn;
+use crate::burn::layers;
 use crate::burn::Cudnn;
 use crate::kernels::elementwise::UnaryOp;
 
@@ -25,7 +25,7 @@ impl ActivationOps<Cudnn> for Cudnn {
     }
 
     fn relu_backward(output: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::relu_backward(output, grad)
+        layers::relu_backward(output, grad)
     }
 
     fn gelu(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
@@ -33,7 +33,7 @@ impl ActivationOps<Cudnn> for Cudnn {
     }
 
     fn gelu_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::gelu_backward(x, grad)
+        layers::gelu_backward(x, grad)
     }
 
     fn sigmoid(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
@@ -41,18 +41,18 @@ impl ActivationOps<Cudnn> for Cudnn {
     }
 
     fn sigmoid_backward(output: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::sigmoid_backward(output, grad)
+        layers::sigmoid_backward(output, grad)
     }
 
     fn hard_sigmoid(tensor: FloatTensor<Cudnn>, alpha: Scalar, beta: Scalar) -> FloatTensor<Cudnn> {
-        nn::hard_sigmoid(tensor, exec::scalar_f64(alpha), exec::scalar_f64(beta))
+        layers::hard_sigmoid(tensor, exec::scalar_f64(alpha), exec::scalar_f64(beta))
     }
 
     fn log_sigmoid(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::log_sigmoid(tensor)
+        layers::log_sigmoid(tensor)
     }
 
     fn log_sigmoid_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::log_sigmoid_backward(x, grad)
+        layers::log_sigmoid_backward(x, grad)
     }
 }

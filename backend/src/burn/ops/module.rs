@@ -1,11 +1,11 @@
 //! Module ops (`ModuleOps`): convolutions, pooling, linear, interpolation, embeddings,
 //! deformable convolution, attention and real FFTs. The work lives in
-//! [`crate::burn::nn`]; this file maps Burn's arguments onto it.
+//! [`crate::burn::layers`]; this file maps Burn's arguments onto it.
 
 use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
-use crate::burn::nn::{self, ConvGeom, ConvTransposeGeom, PoolArgs};
+use crate::burn::layers::{self, ConvGeom, ConvTransposeGeom, PoolArgs};
 use crate::burn::Cudnn;
 
 fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeom {
@@ -56,7 +56,7 @@ fn pool_2d(
 
 impl ModuleOps<Cudnn> for Cudnn {
     fn embedding(weights: FloatTensor<Cudnn>, indices: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::embedding(weights, indices)
+        layers::embedding(weights, indices)
     }
 
     fn embedding_backward(
@@ -64,7 +64,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         indices: IntTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::embedding_backward(&weights, output_grad, indices)
+        layers::embedding_backward(&weights, output_grad, indices)
     }
 
     fn linear(
@@ -72,19 +72,19 @@ impl ModuleOps<Cudnn> for Cudnn {
         weight: FloatTensor<Cudnn>,
         bias: Option<FloatTensor<Cudnn>>,
     ) -> FloatTensor<Cudnn> {
-        nn::linear(x, weight, bias)
+        layers::linear(x, weight, bias)
     }
 
     fn linear_x_backward(weight: FloatTensor<Cudnn>, output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::linear_x_backward(weight, output_grad)
+        layers::linear_x_backward(weight, output_grad)
     }
 
     fn linear_weight_backward(x: FloatTensor<Cudnn>, output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::linear_weight_backward(x, output_grad)
+        layers::linear_weight_backward(x, output_grad)
     }
 
     fn linear_bias_backward(output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::linear_bias_backward(output_grad)
+        layers::linear_bias_backward(output_grad)
     }
 
     fn conv1d(
@@ -93,7 +93,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv("conv1d", x, weight, bias, &conv_geom(&options))
+        layers::conv("conv1d", x, weight, bias, &conv_geom(&options))
     }
 
     fn conv1d_x_backward(
@@ -102,7 +102,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_x_backward("conv1d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+        layers::conv_x_backward("conv1d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
     }
 
     fn conv1d_weight_backward(
@@ -111,7 +111,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_weight_backward(
+        layers::conv_weight_backward(
             "conv1d_weight_backward",
             x,
             weight.dims(),
@@ -125,7 +125,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_bias_backward("conv1d_bias_backward", output_grad)
+        layers::conv_bias_backward("conv1d_bias_backward", output_grad)
     }
 
     fn conv2d(
@@ -134,7 +134,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv("conv2d", x, weight, bias, &conv_geom(&options))
+        layers::conv("conv2d", x, weight, bias, &conv_geom(&options))
     }
 
     fn conv2d_x_backward(
@@ -143,7 +143,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_x_backward("conv2d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+        layers::conv_x_backward("conv2d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
     }
 
     fn conv2d_weight_backward(
@@ -152,7 +152,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_weight_backward(
+        layers::conv_weight_backward(
             "conv2d_weight_backward",
             x,
             weight.dims(),
@@ -166,7 +166,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_bias_backward("conv2d_bias_backward", output_grad)
+        layers::conv_bias_backward("conv2d_bias_backward", output_grad)
     }
 
     fn deform_conv2d(
@@ -177,7 +177,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::deform_conv2d(x, offset, weight, mask, bias, &options)
+        layers::deform_conv2d(x, offset, weight, mask, bias, &options)
     }
 
     fn deform_conv2d_backward(
@@ -189,7 +189,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Cudnn> {
-        let g = nn::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, &options);
+        let g = layers::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, &options);
         DeformConv2dBackward::new(g.x, g.offset, g.weight, g.mask, g.bias)
     }
 
@@ -199,7 +199,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv("conv3d", x, weight, bias, &conv_geom(&options))
+        layers::conv("conv3d", x, weight, bias, &conv_geom(&options))
     }
 
     fn conv3d_x_backward(
@@ -208,7 +208,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_x_backward("conv3d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+        layers::conv_x_backward("conv3d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
     }
 
     fn conv3d_weight_backward(
@@ -217,7 +217,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_weight_backward(
+        layers::conv_weight_backward(
             "conv3d_weight_backward",
             x,
             weight.dims(),
@@ -231,7 +231,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_bias_backward("conv3d_bias_backward", output_grad)
+        layers::conv_bias_backward("conv3d_bias_backward", output_grad)
     }
 
     fn conv_transpose1d(
@@ -240,7 +240,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose("conv_transpose1d", x, weight, bias, &transpose_geom(&options))
+        layers::conv_transpose("conv_transpose1d", x, weight, bias, &transpose_geom(&options))
     }
 
     fn conv_transpose1d_x_backward(
@@ -248,7 +248,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose_x_backward(
+        layers::conv_transpose_x_backward(
             "conv_transpose1d_x_backward",
             weight,
             output_grad,
@@ -262,7 +262,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose_weight_backward(
+        layers::conv_transpose_weight_backward(
             "conv_transpose1d_weight_backward",
             x,
             weight.dims(),
@@ -276,7 +276,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_bias_backward("conv_transpose1d_bias_backward", output_grad)
+        layers::conv_bias_backward("conv_transpose1d_bias_backward", output_grad)
     }
 
     fn conv_transpose2d(
@@ -285,7 +285,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose("conv_transpose2d", x, weight, bias, &transpose_geom(&options))
+        layers::conv_transpose("conv_transpose2d", x, weight, bias, &transpose_geom(&options))
     }
 
     fn conv_transpose2d_x_backward(
@@ -293,7 +293,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose_x_backward(
+        layers::conv_transpose_x_backward(
             "conv_transpose2d_x_backward",
             weight,
             output_grad,
@@ -307,7 +307,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose_weight_backward(
+        layers::conv_transpose_weight_backward(
             "conv_transpose2d_weight_backward",
             x,
             weight.dims(),
@@ -321,7 +321,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_bias_backward("conv_transpose2d_bias_backward", output_grad)
+        layers::conv_bias_backward("conv_transpose2d_bias_backward", output_grad)
     }
 
     fn conv_transpose3d(
@@ -330,7 +330,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose("conv_transpose3d", x, weight, bias, &transpose_geom(&options))
+        layers::conv_transpose("conv_transpose3d", x, weight, bias, &transpose_geom(&options))
     }
 
     fn conv_transpose3d_x_backward(
@@ -338,7 +338,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose_x_backward(
+        layers::conv_transpose_x_backward(
             "conv_transpose3d_x_backward",
             weight,
             output_grad,
@@ -352,7 +352,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_transpose_weight_backward(
+        layers::conv_transpose_weight_backward(
             "conv_transpose3d_weight_backward",
             x,
             weight.dims(),
@@ -366,11 +366,11 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        nn::conv_bias_backward("conv_transpose3d_bias_backward", output_grad)
+        layers::conv_bias_backward("conv_transpose3d_bias_backward", output_grad)
     }
 
     fn unfold4d(x: FloatTensor<Cudnn>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Cudnn> {
-        nn::unfold4d(x, kernel_size, options.stride, options.padding, options.dilation)
+        layers::unfold4d(x, kernel_size, options.stride, options.padding, options.dilation)
     }
 
     fn avg_pool1d(
@@ -383,7 +383,7 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> FloatTensor<Cudnn> {
         const OP: &str = "avg_pool1d";
         let a = pool_1d(kernel_size, stride, padding, 1, ceil_mode);
-        nn::as_1d(&nn::avg_pool2d(nn::as_2d(&x, OP), &a, count_include_pad), OP)
+        layers::as_1d(&layers::avg_pool2d(layers::as_2d(&x, OP), &a, count_include_pad), OP)
     }
 
     fn avg_pool1d_backward(
@@ -397,8 +397,8 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> FloatTensor<Cudnn> {
         const OP: &str = "avg_pool1d_backward";
         let a = pool_1d(kernel_size, stride, padding, 1, ceil_mode);
-        let dx = nn::avg_pool2d_backward(&nn::as_2d(&x, OP), nn::as_2d(&grad, OP), &a, count_include_pad);
-        nn::as_1d(&dx, OP)
+        let dx = layers::avg_pool2d_backward(&layers::as_2d(&x, OP), layers::as_2d(&grad, OP), &a, count_include_pad);
+        layers::as_1d(&dx, OP)
     }
 
     fn avg_pool2d(
@@ -410,7 +410,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
         let a = pool_2d(kernel_size, stride, padding, [1, 1], ceil_mode);
-        nn::avg_pool2d(x, &a, count_include_pad)
+        layers::avg_pool2d(x, &a, count_include_pad)
     }
 
     fn avg_pool2d_backward(
@@ -423,26 +423,29 @@ impl ModuleOps<Cudnn> for Cudnn {
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
         let a = pool_2d(kernel_size, stride, padding, [1, 1], ceil_mode);
-        nn::avg_pool2d_backward(&x, grad, &a, count_include_pad)
+        layers::avg_pool2d_backward(&x, grad, &a, count_include_pad)
     }
 
     fn adaptive_avg_pool2d(x: FloatTensor<Cudnn>, output_size: [usize; 2]) -> FloatTensor<Cudnn> {
-        nn::adaptive_avg_pool2d(x, output_size)
+        layers::adaptive_avg_pool2d(x, output_size)
     }
 
     fn adaptive_avg_pool2d_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        nn::adaptive_avg_pool2d_backward(&x, grad)
+        layers::adaptive_avg_pool2d_backward(&x, grad)
     }
 
     fn adaptive_avg_pool1d(x: FloatTensor<Cudnn>, output_size: usize) -> FloatTensor<Cudnn> {
         const OP: &str = "adaptive_avg_pool1d";
-        nn::as_1d(&nn::adaptive_avg_pool2d(nn::as_2d(&x, OP), [1, output_size]), OP)
+        layers::as_1d(
+            &layers::adaptive_avg_pool2d(layers::as_2d(&x, OP), [1, output_size]),
+            OP,
+        )
     }
 
     fn adaptive_avg_pool1d_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
         const OP: &str = "adaptive_avg_pool1d_backward";
-        let dx = nn::adaptive_avg_pool2d_backward(&nn::as_2d(&x, OP), nn::as_2d(&grad, OP));
-        nn::as_1d(&dx, OP)
+        let dx = layers::adaptive_avg_pool2d_backward(&layers::as_2d(&x, OP), layers::as_2d(&grad, OP));
+        layers::as_1d(&dx, OP)
     }
 
     fn max_pool1d(
@@ -455,7 +458,7 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> FloatTensor<Cudnn> {
         const OP: &str = "max_pool1d";
         let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
-        nn::as_1d(&nn::max_pool2d(nn::as_2d(&x, OP), &a), OP)
+        layers::as_1d(&layers::max_pool2d(layers::as_2d(&x, OP), &a), OP)
     }
 
     fn max_pool1d_with_indices(
@@ -468,9 +471,9 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> MaxPool1dWithIndices<Cudnn> {
         const OP: &str = "max_pool1d_with_indices";
         let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
-        let (out, idx) = nn::max_pool2d_with_indices(nn::as_2d(&x, OP), &a);
+        let (out, idx) = layers::max_pool2d_with_indices(layers::as_2d(&x, OP), &a);
         // Flat indices h·W + w with h = 0 are the positions along L.
-        MaxPool1dWithIndices::new(nn::as_1d(&out, OP), nn::as_1d(&idx, OP))
+        MaxPool1dWithIndices::new(layers::as_1d(&out, OP), layers::as_1d(&idx, OP))
     }
 
     fn max_pool1d_with_indices_backward(
@@ -484,8 +487,12 @@ impl ModuleOps<Cudnn> for Cudnn {
         indices: IntTensor<Cudnn>,
     ) -> MaxPool1dBackward<Cudnn> {
         const OP: &str = "max_pool1d_with_indices_backward";
-        let dx = nn::max_pool2d_backward(&nn::as_2d(&x, OP), nn::as_2d(&output_grad, OP), nn::as_2d(&indices, OP));
-        MaxPool1dBackward::new(nn::as_1d(&dx, OP))
+        let dx = layers::max_pool2d_backward(
+            &layers::as_2d(&x, OP),
+            layers::as_2d(&output_grad, OP),
+            layers::as_2d(&indices, OP),
+        );
+        MaxPool1dBackward::new(layers::as_1d(&dx, OP))
     }
 
     fn max_pool2d(
@@ -496,7 +503,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
-        nn::max_pool2d(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode))
+        layers::max_pool2d(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode))
     }
 
     fn max_pool2d_with_indices(
@@ -507,7 +514,8 @@ impl ModuleOps<Cudnn> for Cudnn {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Cudnn> {
-        let (out, idx) = nn::max_pool2d_with_indices(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode));
+        let (out, idx) =
+            layers::max_pool2d_with_indices(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode));
         MaxPool2dWithIndices::new(out, idx)
     }
 
@@ -521,11 +529,11 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         indices: IntTensor<Cudnn>,
     ) -> MaxPool2dBackward<Cudnn> {
-        MaxPool2dBackward::new(nn::max_pool2d_backward(&x, output_grad, indices))
+        MaxPool2dBackward::new(layers::max_pool2d_backward(&x, output_grad, indices))
     }
 
     fn interpolate(x: FloatTensor<Cudnn>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Cudnn> {
-        nn::interpolate(x, output_size, &options)
+        layers::interpolate(x, output_size, &options)
     }
 
     fn interpolate_backward(
@@ -534,7 +542,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _output_size: [usize; 2],
         options: InterpolateOptions,
     ) -> FloatTensor<Cudnn> {
-        nn::interpolate_backward(&x, grad, &options)
+        layers::interpolate_backward(&x, grad, &options)
     }
 
     fn attention(
@@ -545,7 +553,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         attn_bias: Option<FloatTensor<Cudnn>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Cudnn> {
-        nn::attention(query, key, value, mask, attn_bias, options)
+        layers::attention(query, key, value, mask, attn_bias, options)
     }
 
     fn layer_norm(
@@ -554,11 +562,11 @@ impl ModuleOps<Cudnn> for Cudnn {
         beta: Option<FloatTensor<Cudnn>>,
         epsilon: f64,
     ) -> FloatTensor<Cudnn> {
-        nn::layer_norm(tensor, gamma, beta, epsilon)
+        layers::layer_norm(tensor, gamma, beta, epsilon)
     }
 
     fn rfft(signal: FloatTensor<Cudnn>, dim: usize, n: Option<usize>) -> (FloatTensor<Cudnn>, FloatTensor<Cudnn>) {
-        nn::rfft(signal, dim, n)
+        layers::rfft(signal, dim, n)
     }
 
     fn irfft(
@@ -567,6 +575,6 @@ impl ModuleOps<Cudnn> for Cudnn {
         dim: usize,
         n: Option<usize>,
     ) -> FloatTensor<Cudnn> {
-        nn::irfft(spectrum_re, spectrum_im, dim, n)
+        layers::irfft(spectrum_re, spectrum_im, dim, n)
     }
 }

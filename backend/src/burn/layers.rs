@@ -18,11 +18,11 @@ pub(crate) use transformer::{attention, layer_norm};
 
 use std::sync::Arc;
 
-use burn_backend::{BoolStore, DType};
+use burn_backend::DType;
 
 use super::exec;
 use super::tensor::{expect, CudnnTensor};
-use crate::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
+use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
 use crate::kernels::index as kindex;
 use crate::kernels::pool::{self as kpool, Pool2d};
 use crate::kernels::reduce::{self as kreduce, ReduceOp, ScanOp};
@@ -873,7 +873,7 @@ fn interp_mode(op: &str, mode: &burn_backend::ops::InterpolateMode) -> KMode {
         M::Bilinear => KMode::Bilinear,
         M::Bicubic => KMode::Bicubic,
         // Lanczos3 runs as two exact GEMMs (`lanczos` module) before the kernels are asked.
-        M::Lanczos3 => panic!("cudnn-backend: {op}: the resize kernels have no Lanczos3 mode; use nn::lanczos"),
+        M::Lanczos3 => panic!("cudnn-backend: {op}: the resize kernels have no Lanczos3 mode; use layers::lanczos"),
     }
 }
 
@@ -925,10 +925,7 @@ pub(crate) fn interpolate_backward(
 /// `grad` where `output > 0`, else 0 (relu's backward from its output, as Burn's default:
 /// a NaN output passes the gradient).
 pub(crate) fn relu_backward(output: CudnnTensor, grad: CudnnTensor) -> CudnnTensor {
-    const OP: &str = "relu_backward";
-    let mask = exec::compare_scalar(output, 0.0, CompareOp::Le, BoolStore::Native, OP);
-    let zero = exec::scalar_tensor(&grad, grad.dtype, 0.0, OP);
-    exec::where_(mask, zero, grad, OP)
+    exec::binary(grad, output, BinaryOp::ReluBackward, "relu_backward")
 }
 
 /// Runs `f` on `t` in the compute dtype (F32 for half types) and casts the result back.

@@ -1,0 +1,286 @@
+//! Typed launches of the batch-norm kernels (`kernels/batch_norm.cu`).
+//!
+//! The caller (`ops::batch_norm`) has validated every view as an `[N, C, S]` view inside its
+//! allocation, the dtypes against the entry points, and sized the f32 workspace (partials
+//! and coefficients); each function mirrors one kernel's C signature.
+
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::ffi::launch::{grid_for, CountedLaunch};
+
+/// Strides (elements) of the N, C and S axes; `struct BnView` in the kernel source.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BnView {
+    pub sn: i64,
+    pub sc: i64,
+    pub ss: i64,
+}
+
+// SAFETY: `BnView` is three i64 with `#[repr(C)]`, the layout of `struct BnView { i64 sn,
+// sc, ss; }` in kernels/batch_norm.cu; any bit pattern is valid.
+unsafe impl cudarc::driver::DeviceRepr for BnView {}
+
+/// Shape and walk of one batch-norm pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BnShape {
+    pub n: i64,
+    pub c: i64,
+    pub s: i64,
+    /// 0: (n, c, s) with s innermost; 1: (n, s, c) with c innermost.
+    pub order: i32,
+    /// Elements (order 0) or rows (order 1) per reduction chunk.
+    pub chunk_len: i64,
+    /// Number of chunks (`ceil(n * s / chunk_len)`).
+    pub chunks: i32,
+}
+
+/// Threads per block of the reductions (`BN_THREADS`), and their channels-last block shape
+/// (`BN_LANES` x `BN_ROWS`).
+const BN_THREADS: u32 = 256;
+const BN_LANES: u32 = 32;
+const BN_ROWS: u32 = 8;
+
+fn reduction_grid(sh: &BnShape) -> LaunchConfig {
+    let (grid_y, block) = if sh.order == 0 {
+        (sh.c as u32, (BN_THREADS, 1, 1))
+    } else {
+        ((sh.c as u32).div_ceil(BN_LANES), (BN_LANES, BN_ROWS, 1))
+    };
+    LaunchConfig {
+        grid_dim: (sh.chunks as u32, grid_y, 1),
+        block_dim: block,
+        shared_mem_bytes: 0,
+    }
+}
+
+fn per_channel_grid(c: i64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((c as u32).div_ceil(128), 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Launches `bn_stats_<dt>(x, vx, N, C, S, order, chunk_len, part)`.
+pub(crate) fn stats(stream: &CudaStream, f: &CudaFunction, x: u64, vx: &BnView, sh: &BnShape, part: u64) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(vx)
+        .arg(&sh.n)
+        .arg(&sh.c)
+        .arg(&sh.s)
+        .arg(&sh.order)
+        .arg(&sh.chunk_len)
+        .arg(&part);
+    // SAFETY: the arguments match `bn_stats_<dt>(const T*, BnView, long long x3, int,
+    // long long, float*)`; `x` covers every (n, c, s) offset under `vx` (validated by the
+    // caller) and `part` holds 3 * chunks * C floats; the grid is the one the kernel's walk
+    // expects for `order` (chunks x channels or channel tiles).
+    unsafe { b.launch_counted(reduction_grid(sh)) }?;
+    Ok(())
+}
+
+/// Per-channel inputs and outputs of `bn_finalize` (0 = absent).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FinalizeArgs {
+    pub part: u64,
+    pub chunks: i32,
+    pub c: i64,
+    pub eps: f32,
+    pub momentum: f32,
+    pub unbiased: i32,
+    pub scale: u64,
+    pub bias: u64,
+    pub pdt: i32,
+    pub rmean_in: u64,
+    pub rvar_in: u64,
+    pub rmean_out: u64,
+    pub rvar_out: u64,
+    pub save_mean: u64,
+    pub save_invstd: u64,
+    pub coef: u64,
+}
+
+/// Launches `bn_finalize`.
+pub(crate) fn finalize(stream: &CudaStream, f: &CudaFunction, a: &FinalizeArgs) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&a.part)
+        .arg(&a.chunks)
+        .arg(&a.c)
+        .arg(&a.eps)
+        .arg(&a.momentum)
+        .arg(&a.unbiased)
+        .arg(&a.scale)
+        .arg(&a.bias)
+        .arg(&a.pdt)
+        .arg(&a.rmean_in)
+        .arg(&a.rvar_in)
+        .arg(&a.rmean_out)
+        .arg(&a.rvar_out)
+        .arg(&a.save_mean)
+        .arg(&a.save_invstd)
+        .arg(&a.coef);
+    // SAFETY: the arguments match `bn_finalize(const float*, int, long long, float, float,
+    // int, const void* x2, int, const void* x2, void* x2, float* x3)`; `part` holds the
+    // 3 * chunks * C partials the stats kernel wrote, every non-null parameter pointer holds
+    // C elements of dtype `pdt`, the saved statistics C floats and `coef` 2 * C floats.
+    unsafe { b.launch_counted(per_channel_grid(a.c)) }?;
+    Ok(())
+}
+
+/// Launches `bn_inference_coef(C, eps, scale, bias, pdt, rmean, rvar, coef)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn inference_coef(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    c: i64,
+    eps: f32,
+    scale: u64,
+    bias: u64,
+    pdt: i32,
+    rmean: u64,
+    rvar: u64,
+    coef: u64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&c)
+        .arg(&eps)
+        .arg(&scale)
+        .arg(&bias)
+        .arg(&pdt)
+        .arg(&rmean)
+        .arg(&rvar)
+        .arg(&coef);
+    // SAFETY: the arguments match `bn_inference_coef(long long, float, const void* x2, int,
+    // const void* x2, float*)`; the running statistics (and scale/bias when non-null) hold C
+    // elements of dtype `pdt`, `coef` 2 * C floats.
+    unsafe { b.launch_counted(per_channel_grid(c)) }?;
+    Ok(())
+}
+
+/// A data operand of the apply kernels: address (0 = absent) and view.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BnOperand {
+    pub ptr: u64,
+    pub view: BnView,
+}
+
+/// Launches `bn_apply_<dt>(x, vx, z, vz, y, vy, N, C, S, order, coef, relu)`.
+pub(crate) fn apply(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, z, y]: [&BnOperand; 3],
+    sh: &BnShape,
+    coef: u64,
+    relu: bool,
+) -> Result<()> {
+    let relu = relu as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&x.ptr)
+        .arg(&x.view)
+        .arg(&z.ptr)
+        .arg(&z.view)
+        .arg(&y.ptr)
+        .arg(&y.view)
+        .arg(&sh.n)
+        .arg(&sh.c)
+        .arg(&sh.s)
+        .arg(&sh.order)
+        .arg(&coef)
+        .arg(&relu);
+    // SAFETY: the arguments match `bn_apply_<dt>(const T*, BnView, const T*, BnView, T*,
+    // BnView, long long x3, int, const float*, int)`; x, z (when non-null) and y cover every
+    // (n, c, s) offset under their views, y does not overlap itself (validated by the
+    // caller), `coef` holds 2 * C floats written earlier on this stream.
+    unsafe { b.launch_counted(grid_for((sh.n * sh.c * sh.s) as u64)) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_stats_<dt>(x, vx, y, vy, dy, vdy, N, C, S, order, chunk_len, mean, part)`.
+pub(crate) fn grad_stats(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, y, dy]: [&BnOperand; 3],
+    sh: &BnShape,
+    mean: u64,
+    part: u64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&x.ptr)
+        .arg(&x.view)
+        .arg(&y.ptr)
+        .arg(&y.view)
+        .arg(&dy.ptr)
+        .arg(&dy.view)
+        .arg(&sh.n)
+        .arg(&sh.c)
+        .arg(&sh.s)
+        .arg(&sh.order)
+        .arg(&sh.chunk_len)
+        .arg(&mean)
+        .arg(&part);
+    // SAFETY: the arguments match `bn_grad_stats_<dt>(const T*, BnView, const T*, BnView,
+    // const T*, BnView, long long x3, int, long long, const float*, float*)`; x, y (when
+    // non-null) and dy cover every (n, c, s) offset under their views, `mean` holds C floats
+    // and `part` 2 * chunks * C floats; the grid matches `order`.
+    unsafe { b.launch_counted(reduction_grid(sh)) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_finalize(part, chunks, C, count, scale, pdt, mean, invstd, dscale,
+/// dbias, coef)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grad_finalize(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    sh: &BnShape,
+    part: u64,
+    scale: u64,
+    pdt: i32,
+    [mean, invstd]: [u64; 2],
+    [dscale, dbias]: [u64; 2],
+    coef: u64,
+) -> Result<()> {
+    let count = (sh.n * sh.s) as f32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&part)
+        .arg(&sh.chunks)
+        .arg(&sh.c)
+        .arg(&count)
+        .arg(&scale)
+        .arg(&pdt)
+        .arg(&mean)
+        .arg(&invstd)
+        .arg(&dscale)
+        .arg(&dbias)
+        .arg(&coef);
+    // SAFETY: the arguments match `bn_grad_finalize(const float*, int, long long, float,
+    // const void*, int, const float* x2, void* x2, float*)`; `part` holds the 2 * chunks * C
+    // partials, mean/invstd C floats, scale/dscale/dbias (when non-null) C elements of dtype
+    // `pdt`, `coef` 3 * C floats.
+    unsafe { b.launch_counted(per_channel_grid(sh.c)) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_apply_<dt>(x, vx, y, vy, dy, vdy, dx, vdx, dz, vdz, N, C, S, order, coef)`.
+pub(crate) fn grad_apply(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, y, dy, dx, dz]: [&BnOperand; 5],
+    sh: &BnShape,
+    coef: u64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    for o in [x, y, dy, dx, dz] {
+        b.arg(&o.ptr).arg(&o.view);
+    }
+    b.arg(&sh.n).arg(&sh.c).arg(&sh.s).arg(&sh.order).arg(&coef);
+    // SAFETY: the arguments match `bn_grad_apply_<dt>(const T*, BnView, const T*, BnView,
+    // const T*, BnView, T*, BnView, T*, BnView, long long x3, int, const float*)`; every
+    // non-null operand covers all (n, c, s) offsets under its view, the written ones (dx, dz)
+    // do not overlap themselves or the inputs, `coef` holds 3 * C floats.
+    unsafe { b.launch_counted(grid_for((sh.n * sh.c * sh.s) as u64)) }?;
+    Ok(())
+}

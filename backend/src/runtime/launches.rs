@@ -1,0 +1,48 @@
+//! Counts of the work the crate enqueues: kernel launches and cuDNN plan executions (each
+//! of which may run several kernels inside cuDNN). For profiles such as "launches per
+//! training step": read [`launch_counts`] before and after.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static KERNELS: AtomicU64 = AtomicU64::new(0);
+static CUDNN: AtomicU64 = AtomicU64::new(0);
+
+/// Work enqueued by this process so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchCounts {
+    /// Launches of the crate's own (NVRTC) kernels, memsets included.
+    pub kernels: u64,
+    /// cuDNN plan executions (graph replays included).
+    pub cudnn_executions: u64,
+}
+
+impl LaunchCounts {
+    /// Both counts together.
+    pub fn total(&self) -> u64 {
+        self.kernels + self.cudnn_executions
+    }
+
+    /// The work enqueued between `earlier` and `self`.
+    pub fn since(&self, earlier: &LaunchCounts) -> LaunchCounts {
+        LaunchCounts {
+            kernels: self.kernels - earlier.kernels,
+            cudnn_executions: self.cudnn_executions - earlier.cudnn_executions,
+        }
+    }
+}
+
+/// The counts so far (all threads and devices).
+pub fn launch_counts() -> LaunchCounts {
+    LaunchCounts {
+        kernels: KERNELS.load(Ordering::Relaxed),
+        cudnn_executions: CUDNN.load(Ordering::Relaxed),
+    }
+}
+
+pub(crate) fn count_kernel() {
+    KERNELS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn count_cudnn_execution() {
+    CUDNN.fetch_add(1, Ordering::Relaxed);
+}

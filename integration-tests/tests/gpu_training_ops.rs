@@ -1,0 +1,483 @@
+//! The training ops — batch norm (training forward, inference, backward; residual + ReLU
+//! fusions) and the multi-tensor Adam/AdamW step — against float64 references on random
+//! shapes, NCHW and NHWC, f32/f16/bf16, outputs poisoned. Needs a CUDA GPU.
+
+use std::sync::Arc;
+
+use cudnn_backend::cudarc::driver::CudaStream;
+use cudnn_backend::graph::DataType;
+use cudnn_backend::ops::{
+    self, AdamOptions, AdamParam, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions,
+    RunningStats, TensorRef,
+};
+use cudnn_backend::reference::{self as cpu, rel_l2_error, SplitMix64};
+use cudnn_backend::Device;
+use integration_tests::{bound, download, poisoned, strides, upload, DevTensor, Layout, Shard};
+
+fn stream() -> Arc<CudaStream> {
+    Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
+}
+
+fn range(rng: &mut SplitMix64, lo: i64, hi: i64) -> i64 {
+    lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64
+}
+
+/// Uniform values in [lo, hi).
+fn values(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n).map(|_| lo + (hi - lo) * rng.next_f64()).collect()
+}
+
+fn vec1(s: &Arc<CudaStream>, v: &[f64], dtype: DataType) -> DevTensor {
+    let n = v.len() as i64;
+    upload(s, v, &[n], &[1], dtype)
+}
+
+fn poisoned1(s: &Arc<CudaStream>, n: i64, dtype: DataType) -> DevTensor {
+    poisoned(s, &[n], &[1], dtype)
+}
+
+/// Records the worst relative error of `what` and a failure when over `limit`.
+struct Check {
+    worst: f64,
+    failures: Vec<String>,
+}
+
+impl Check {
+    fn new() -> Self {
+        Self {
+            worst: 0.0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn cmp(&mut self, label: &str, what: &str, out: &[f64], reference: &[f64], limit: f64) {
+        let e = rel_l2_error(out, reference);
+        self.worst = self.worst.max(e);
+        if !(e <= limit) {
+            self.failures
+                .push(format!("{label}: {what} rel-L2 {e:.3e} > {limit:.0e}"));
+        }
+    }
+
+    fn finish(self, name: &str, runs: usize) {
+        println!("{name}: {runs} runs, worst rel-L2 {:.3e}", self.worst);
+        assert!(self.failures.is_empty(), "{}", self.failures.join("\n"));
+    }
+}
+
+/// Mean of the float64 reference's values shifted so the batch statistics are not ~0.
+const SHIFT: f64 = 1.5;
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batch_norm_forward_and_backward_match_f64_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(2027);
+    let shard = Shard::from_env();
+    let mut check = Check::new();
+    let mut runs = 0;
+    let dtypes = [DataType::F32, DataType::F16, DataType::BF16];
+    for case in 0..36 {
+        let dtype = dtypes[case % 3];
+        if !shard.has(case) {
+            continue;
+        }
+        let layout = if case % 2 == 0 { Layout::Nchw } else { Layout::Nhwc };
+        let rank4 = case % 6 != 5;
+        let (n, c) = (range(&mut rng, 1, 9), range(&mut rng, 1, 70));
+        let dims: Vec<i64> = if rank4 {
+            vec![n, c, range(&mut rng, 1, 17), range(&mut rng, 2, 19)]
+        } else {
+            vec![n.max(2), c]
+        };
+        let st = strides(&dims, layout);
+        let count: i64 = dims.iter().product();
+        let pdt = if case % 4 < 2 { DataType::F32 } else { dtype };
+        let relu = case % 3 != 1;
+        let residual = case % 4 == 3;
+        let unbiased = case % 5 != 0;
+        let label = format!("{dtype:?} {dims:?} {layout:?} params {pdt:?} relu {relu} residual {residual}");
+        let xv: Vec<f64> = values(&mut rng, count as usize, -1.0, 1.0)
+            .iter()
+            .map(|v| v + SHIFT)
+            .collect();
+        let x = upload(&s, &xv, &dims, &st, dtype);
+        let z = residual.then(|| upload(&s, &values(&mut rng, count as usize, -1.0, 1.0), &dims, &st, dtype));
+        let scale = vec1(&s, &values(&mut rng, c as usize, 0.5, 1.5), pdt);
+        let bias = vec1(&s, &values(&mut rng, c as usize, -0.5, 0.5), pdt);
+        let rmean = vec1(&s, &values(&mut rng, c as usize, -1.0, 1.0), pdt);
+        let rvar = vec1(&s, &values(&mut rng, c as usize, 0.5, 2.0), pdt);
+        let (rmean_out, rvar_out) = (poisoned1(&s, c, pdt), poisoned1(&s, c, pdt));
+        let y = poisoned(&s, &dims, &st, dtype);
+        let (mean, inv_std) = (poisoned1(&s, c, DataType::F32), poisoned1(&s, c, DataType::F32));
+        let o = BatchNormOptions {
+            epsilon: 1e-5,
+            momentum: 0.1,
+            unbiased_running_var: unbiased,
+            relu,
+        };
+        let fwd = BatchNormForward {
+            x: &x.t,
+            residual: z.as_ref().map(|z| &z.t),
+            y: &y.t,
+            scale: Some(&scale.t),
+            bias: Some(&bias.t),
+            running: Some(RunningStats {
+                mean: &rmean.t,
+                var: &rvar.t,
+                mean_out: &rmean_out.t,
+                var_out: &rvar_out.t,
+            }),
+            saved_mean: &mean.t,
+            saved_inv_std: &inv_std.t,
+        };
+        ops::batch_norm_train_forward(&s, &fwd, &o).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let udims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let (ry, rm, ri, ru) = cpu::batch_norm_train(
+            &x.values,
+            &udims,
+            &scale.values,
+            &bias.values,
+            z.as_ref().map(|z| z.values.as_slice()),
+            o.epsilon,
+            relu,
+        );
+        let tol = bound(dtype);
+        check.cmp(&label, "y", &download(&s, &y), &ry, tol);
+        check.cmp(&label, "mean", &download(&s, &mean), &rm, 1e-5);
+        check.cmp(
+            &label,
+            "inv_std",
+            &download(&s, &inv_std),
+            &ri,
+            if dtype == DataType::F32 { 1e-5 } else { 1e-4 },
+        );
+        let var_used: Vec<f64> = if unbiased {
+            ru
+        } else {
+            ri.iter().map(|i| 1.0 / (i * i) - o.epsilon).collect()
+        };
+        let ref_rm: Vec<f64> = rmean.values.iter().zip(&rm).map(|(r, m)| 0.9 * r + 0.1 * m).collect();
+        let ref_rv: Vec<f64> = rvar
+            .values
+            .iter()
+            .zip(&var_used)
+            .map(|(r, v)| 0.9 * r + 0.1 * v)
+            .collect();
+        let ptol = bound(pdt).max(1e-5);
+        check.cmp(&label, "running mean", &download(&s, &rmean_out), &ref_rm, ptol);
+        check.cmp(&label, "running var", &download(&s, &rvar_out), &ref_rv, ptol);
+
+        // Backward from the saved statistics (y as uploaded, so the ReLU mask matches).
+        let yin = upload(&s, &ry, &dims, &st, dtype);
+        let dy = upload(&s, &values(&mut rng, count as usize, -1.0, 1.0), &dims, &st, dtype);
+        let (dx, dz) = (poisoned(&s, &dims, &st, dtype), poisoned(&s, &dims, &st, dtype));
+        let (dscale, dbias) = (poisoned1(&s, c, pdt), poisoned1(&s, c, pdt));
+        let saved_mean = vec1(&s, &rm, DataType::F32);
+        let saved_inv = vec1(&s, &ri, DataType::F32);
+        let bwd = BatchNormBackward {
+            x: &x.t,
+            y: relu.then_some(&yin.t),
+            dy: &dy.t,
+            dx: Some(&dx.t),
+            d_residual: residual.then_some(&dz.t),
+            scale: Some(&scale.t),
+            saved_mean: &saved_mean.t,
+            saved_inv_std: &saved_inv.t,
+            d_scale: Some(&dscale.t),
+            d_bias: Some(&dbias.t),
+        };
+        ops::batch_norm_backward(&s, &bwd).unwrap_or_else(|e| panic!("{label} backward: {e}"));
+        let (rdx, rdz, rds, rdb) = cpu::batch_norm_backward(
+            &x.values,
+            relu.then_some(yin.values.as_slice()),
+            &dy.values,
+            &udims,
+            &scale.values,
+            &saved_mean.values,
+            &saved_inv.values,
+        );
+        check.cmp(&label, "dx", &download(&s, &dx), &rdx, tol);
+        if residual {
+            check.cmp(&label, "d_residual", &download(&s, &dz), &rdz, tol);
+        }
+        check.cmp(&label, "d_scale", &download(&s, &dscale), &rds, tol.max(bound(pdt)));
+        check.cmp(&label, "d_bias", &download(&s, &dbias), &rdb, tol.max(bound(pdt)));
+
+        // Inference with the running statistics.
+        let yi = poisoned(&s, &dims, &st, dtype);
+        let inf = BatchNormInference {
+            x: &x.t,
+            residual: z.as_ref().map(|z| &z.t),
+            y: &yi.t,
+            scale: Some(&scale.t),
+            bias: Some(&bias.t),
+            mean: &rmean.t,
+            var: &rvar.t,
+        };
+        ops::batch_norm_inference(&s, &inf, o.epsilon, relu).unwrap_or_else(|e| panic!("{label} inference: {e}"));
+        let ryi: Vec<f64> = (0..count as usize)
+            .map(|i| {
+                let ch = (i / (count / (dims[0] * c)) as usize) % c as usize;
+                let v = (x.values[i] - rmean.values[ch]) / (rvar.values[ch] + o.epsilon).sqrt() * scale.values[ch]
+                    + bias.values[ch]
+                    + z.as_ref().map_or(0.0, |z| z.values[i]);
+                if relu && v < 0.0 {
+                    0.0
+                } else {
+                    v
+                }
+            })
+            .collect();
+        check.cmp(&label, "inference y", &download(&s, &yi), &ryi, tol);
+        runs += 1;
+    }
+    check.finish("batch_norm", runs);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batch_norm_large_batch_statistics_are_accurate_and_deterministic() {
+    // The CNN's first layer at batch 128: 131072 values per channel, many chunks.
+    let s = stream();
+    let mut rng = SplitMix64::new(7);
+    let dims = [128i64, 32, 32, 32];
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let st = strides(&dims, layout);
+        let count: i64 = dims.iter().product();
+        let xv: Vec<f64> = values(&mut rng, count as usize, 2.0, 4.0);
+        let x = upload(&s, &xv, &dims, &st, DataType::F32);
+        let mut outs = Vec::new();
+        for _ in 0..2 {
+            let y = poisoned(&s, &dims, &st, DataType::F32);
+            let (mean, inv) = (poisoned1(&s, 32, DataType::F32), poisoned1(&s, 32, DataType::F32));
+            let fwd = BatchNormForward {
+                x: &x.t,
+                residual: None,
+                y: &y.t,
+                scale: None,
+                bias: None,
+                running: None,
+                saved_mean: &mean.t,
+                saved_inv_std: &inv.t,
+            };
+            ops::batch_norm_train_forward(&s, &fwd, &BatchNormOptions::default()).expect("forward");
+            outs.push((download(&s, &y), download(&s, &mean), download(&s, &inv)));
+        }
+        let (_, rm, ri, _) =
+            cpu::batch_norm_train(&x.values, &[128, 32, 32, 32], &[1.0; 32], &[0.0; 32], None, 1e-5, false);
+        let em = rel_l2_error(&outs[0].1, &rm);
+        let ei = rel_l2_error(&outs[0].2, &ri);
+        println!("large batch {layout:?}: mean rel-L2 {em:.2e}, inv_std rel-L2 {ei:.2e}");
+        assert!(em < 1e-6 && ei < 1e-5, "{layout:?}: mean {em:.2e} inv_std {ei:.2e}");
+        assert!(outs[0] == outs[1], "{layout:?}: two runs differ");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batch_norm_refuses_bad_input_with_typed_errors() {
+    let s = stream();
+    let mut rng = SplitMix64::new(3);
+    let x1 = upload(
+        &s,
+        &values(&mut rng, 3, -1.0, 1.0),
+        &[1, 3, 1, 1],
+        &[3, 1, 1, 1],
+        DataType::F32,
+    );
+    let y1 = poisoned(&s, &[1, 3, 1, 1], &[3, 1, 1, 1], DataType::F32);
+    let (m, i) = (poisoned1(&s, 3, DataType::F32), poisoned1(&s, 3, DataType::F32));
+    let run = |x: &TensorRef, y: &TensorRef| {
+        ops::batch_norm_train_forward(
+            &s,
+            &BatchNormForward {
+                x,
+                residual: None,
+                y,
+                scale: None,
+                bias: None,
+                running: None,
+                saved_mean: &m.t,
+                saved_inv_std: &i.t,
+            },
+            &BatchNormOptions::default(),
+        )
+    };
+    let e = run(&x1.t, &y1.t).expect_err("one value per channel");
+    assert!(e.to_string().contains("more than one"), "{e}");
+    let empty = TensorRef::contiguous(&[0, 3, 4, 4], DataType::F32, x1.t.ptr);
+    let e = run(&empty, &empty).expect_err("empty batch");
+    assert!(e.to_string().contains("more than one"), "{e}");
+    let x2 = upload(
+        &s,
+        &values(&mut rng, 24, -1.0, 1.0),
+        &[2, 3, 2, 2],
+        &[12, 4, 2, 1],
+        DataType::F32,
+    );
+    let y_other = poisoned(&s, &[2, 3, 2, 3], &[18, 6, 3, 1], DataType::F32);
+    assert!(run(&x2.t, &y_other.t).is_err(), "mismatched dims");
+    let y_half = poisoned(&s, &[2, 3, 2, 2], &[12, 4, 2, 1], DataType::F16);
+    assert!(run(&x2.t, &y_half.t).is_err(), "mismatched dtypes");
+    // Channels-last and sliced inputs are handled, not refused.
+    let x_cl = upload(
+        &s,
+        &values(&mut rng, 24, -1.0, 1.0),
+        &[2, 3, 2, 2],
+        &[12, 1, 6, 3],
+        DataType::F32,
+    );
+    let y_cl = poisoned(&s, &[2, 3, 2, 2], &[12, 1, 6, 3], DataType::F32);
+    run(&x_cl.t, &y_cl.t).expect("channels-last");
+}
+
+/// One tensor's f64 state for the Adam test.
+struct AdamState {
+    p: Vec<f64>,
+    m: Vec<f64>,
+    v: Vec<f64>,
+    vmax: Vec<f64>,
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn adam_step_matches_f64_reference_over_steps() {
+    let s = stream();
+    let mut rng = SplitMix64::new(99);
+    let mut check = Check::new();
+    let mut runs = 0;
+    // (options, dtype): Adam, Adam + L2 + AMSGrad, AdamW, AdamW cautious; 40 tensors (two
+    // launches), sizes from 1 to ~20000 elements.
+    let variants = [
+        (
+            AdamOptions {
+                lr: 1e-2,
+                ..Default::default()
+            },
+            DataType::F32,
+        ),
+        (
+            AdamOptions {
+                lr: 1e-2,
+                l2_penalty: 0.05,
+                amsgrad: true,
+                epsilon: 1e-5,
+                ..Default::default()
+            },
+            DataType::F32,
+        ),
+        (
+            AdamOptions {
+                lr: 3e-3,
+                decoupled_decay: 0.1,
+                ..Default::default()
+            },
+            DataType::BF16,
+        ),
+        (
+            AdamOptions {
+                lr: 3e-3,
+                decoupled_decay: 0.1,
+                cautious: true,
+                ..Default::default()
+            },
+            DataType::F16,
+        ),
+    ];
+    for (o, dtype) in variants {
+        let label = format!("{dtype:?} {o:?}");
+        let sizes: Vec<i64> = (0..40)
+            .map(|k| if k % 7 == 0 { 1 } else { range(&mut rng, 2, 20_000) })
+            .collect();
+        let mut state: Vec<AdamState> = sizes
+            .iter()
+            .map(|&n| AdamState {
+                p: values(&mut rng, n as usize, -1.0, 1.0),
+                m: vec![],
+                v: vec![],
+                vmax: vec![],
+            })
+            .collect();
+        let mut dev: Vec<[Option<DevTensor>; 4]> = sizes.iter().map(|_| [None, None, None, None]).collect();
+        for (k, st) in state.iter().enumerate() {
+            dev[k][0] = Some(vec1(&s, &st.p, dtype));
+        }
+        for step in 1..=3u64 {
+            let grads: Vec<DevTensor> = sizes
+                .iter()
+                .map(|&n| vec1(&s, &values(&mut rng, n as usize, -1.0, 1.0), dtype))
+                .collect();
+            let outs: Vec<[DevTensor; 4]> = sizes
+                .iter()
+                .map(|&n| std::array::from_fn(|_| poisoned1(&s, n, dtype)))
+                .collect();
+            let params: Vec<AdamParam<'_>> = (0..sizes.len())
+                .map(|k| AdamParam {
+                    param: &dev[k][0].as_ref().unwrap().t,
+                    grad: &grads[k].t,
+                    moment1: dev[k][1].as_ref().map(|t| &t.t),
+                    moment2: dev[k][2].as_ref().map(|t| &t.t),
+                    max_moment2: dev[k][3].as_ref().map(|t| &t.t),
+                    param_out: &outs[k][0].t,
+                    moment1_out: &outs[k][1].t,
+                    moment2_out: &outs[k][2].t,
+                    max_moment2_out: o.amsgrad.then_some(&outs[k][3].t),
+                    step,
+                })
+                .collect();
+            ops::adam_step(&s, &params, &o).unwrap_or_else(|e| panic!("{label}: {e}"));
+            drop(params);
+            for (k, out) in outs.into_iter().enumerate() {
+                let st = &mut state[k];
+                // The reference steps from the values the GPU holds (rounded to the dtype).
+                let gin = &grads[k].values;
+                let decay = if o.cautious { 0.0 } else { o.decoupled_decay as f64 };
+                let (mut rp, rmo, rv, rvm) = cpu::adam_step(
+                    &st.p,
+                    gin,
+                    &st.m,
+                    &st.v,
+                    &st.vmax,
+                    step,
+                    o.lr,
+                    (o.beta1 as f64, o.beta2 as f64, o.epsilon as f64),
+                    (o.l2_penalty as f64, decay),
+                    o.amsgrad,
+                );
+                if o.cautious {
+                    for i in 0..rp.len() {
+                        if (st.p[i] >= 0.0) == (rmo[i] >= 0.0) {
+                            rp[i] -= st.p[i] * o.lr * o.decoupled_decay as f64;
+                        }
+                    }
+                }
+                let [p, m, v, vm] = out;
+                let (gp, gm, gv) = (download(&s, &p), download(&s, &m), download(&s, &v));
+                let tol = bound(dtype).max(1e-5);
+                check.cmp(&label, &format!("step {step} tensor {k} param"), &gp, &rp, tol);
+                check.cmp(&label, &format!("step {step} tensor {k} m"), &gm, &rmo, tol);
+                check.cmp(&label, &format!("step {step} tensor {k} v"), &gv, &rv, tol);
+                if o.amsgrad {
+                    check.cmp(
+                        &label,
+                        &format!("step {step} tensor {k} vmax"),
+                        &download(&s, &vm),
+                        &rvm,
+                        tol,
+                    );
+                }
+                // Continue from the GPU's own state (as stored), like a training loop.
+                st.p = gp;
+                st.m = gm;
+                st.v = gv;
+                dev[k] = [Some(p), Some(m), Some(v), o.amsgrad.then_some(vm)];
+                if o.amsgrad {
+                    st.vmax = download(&s, dev[k][3].as_ref().unwrap());
+                }
+            }
+            runs += 1;
+        }
+    }
+    check.finish("adam_step", runs);
+}

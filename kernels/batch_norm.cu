@@ -1,0 +1,374 @@
+// Batch normalization (training forward, inference forward, backward) over views of
+// [N, C, S] (S = the product of the spatial dims; see backend/src/kernels/batch_norm.rs).
+// `common.cuh` is prepended.
+//
+// Each pass is three launches: a partial reduction per (chunk of a channel's elements,
+// channel), a per-channel finalize that combines the partials in chunk order (so results
+// are deterministic) and writes the statistics and the per-channel coefficients, and an
+// elementwise apply. Statistics and coefficients are f32 for every data dtype.
+//
+// `order` picks how a linear index walks memory: 0 = (n, c, s) with s innermost (NCHW
+// packed), 1 = (n, s, c) with c innermost (channels last). Reductions use the matching
+// block shape so warps read consecutive addresses in both layouts.
+//
+// Parameter tensors (scale, bias, running statistics and their gradients) are f32 or the
+// data dtype: `pdt` 0 = f32, 1 = f16, 2 = bf16.
+
+#define BN_THREADS 256
+#define BN_LANES 32  // channels per block in the channels-last reductions
+#define BN_ROWS 8    // rows per block in the channels-last reductions
+
+// Strides (elements) of the N, C and S axes.
+struct BnView {
+    i64 sn, sc, ss;
+};
+
+__device__ __forceinline__ i64 bn_off(const BnView& v, i64 n, i64 c, i64 s) { return n * v.sn + c * v.sc + s * v.ss; }
+
+__device__ __forceinline__ float bn_ld_param(const void* p, int pdt, i64 i) {
+    if (pdt == 0) return ((const float*)p)[i];
+    if (pdt == 1) return f16_to_f32(((const u16*)p)[i]);
+    return bf16_to_f32(((const u16*)p)[i]);
+}
+
+__device__ __forceinline__ void bn_st_param(void* p, int pdt, i64 i, float v) {
+    if (pdt == 0)
+        ((float*)p)[i] = v;
+    else if (pdt == 1)
+        ((u16*)p)[i] = f32_to_f16(v);
+    else
+        ((u16*)p)[i] = f32_to_bf16(v);
+}
+
+// ---- Welford accumulation (count, mean, sum of squared deviations) ----
+
+struct Welford {
+    float n, mean, m2;
+};
+
+__device__ __forceinline__ void welford_add(Welford& w, float x) {
+    w.n += 1.0f;
+    float d = x - w.mean;
+    w.mean += d / w.n;
+    w.m2 += d * (x - w.mean);
+}
+
+__device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
+    if (b.n == 0.0f) return a;
+    if (a.n == 0.0f) return b;
+    float n = a.n + b.n;
+    float d = b.mean - a.mean;
+    float fb = b.n / n;
+    Welford r;
+    r.n = n;
+    r.mean = a.mean + d * fb;
+    r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
+    return r;
+}
+
+__device__ __forceinline__ Welford welford_shfl_down(Welford w, int delta) {
+    Welford o;
+    o.n = __shfl_down_sync(0xffffffffu, w.n, delta);
+    o.mean = __shfl_down_sync(0xffffffffu, w.mean, delta);
+    o.m2 = __shfl_down_sync(0xffffffffu, w.m2, delta);
+    return o;
+}
+
+// Two running sums (the backward pass: sum of dy, sum of dy * (x - mean)).
+struct Sum2 {
+    float a, b;
+};
+
+__device__ __forceinline__ Sum2 sum2_merge(Sum2 x, Sum2 y) {
+    Sum2 r;
+    r.a = x.a + y.a;
+    r.b = x.b + y.b;
+    return r;
+}
+
+__device__ __forceinline__ Sum2 sum2_shfl_down(Sum2 s, int delta) {
+    Sum2 o;
+    o.a = __shfl_down_sync(0xffffffffu, s.a, delta);
+    o.b = __shfl_down_sync(0xffffffffu, s.b, delta);
+    return o;
+}
+
+__device__ __forceinline__ Welford acc_merge(Welford a, Welford b) { return welford_merge(a, b); }
+__device__ __forceinline__ Sum2 acc_merge(Sum2 a, Sum2 b) { return sum2_merge(a, b); }
+__device__ __forceinline__ Welford acc_shfl_down(Welford a, int d) { return welford_shfl_down(a, d); }
+__device__ __forceinline__ Sum2 acc_shfl_down(Sum2 a, int d) { return sum2_shfl_down(a, d); }
+
+// Reduces one accumulator per thread of a 1-D block of BN_THREADS threads; thread 0 gets
+// the block's result. The merge order is fixed, so the result is deterministic.
+template <class A>
+__device__ __forceinline__ A block_reduce_1d(A v) {
+    __shared__ A warp_part[BN_THREADS / 32];
+    for (int d = 16; d > 0; d >>= 1) v = acc_merge(v, acc_shfl_down(v, d));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = warp_part[0];
+        for (int k = 1; k < BN_THREADS / 32; ++k) v = acc_merge(v, warp_part[k]);
+    }
+    return v;
+}
+
+// Reduces over threadIdx.y of a (BN_LANES, BN_ROWS) block; threads with threadIdx.y == 0
+// get their lane's result.
+template <class A>
+__device__ __forceinline__ A block_reduce_rows(A v) {
+    __shared__ A rows[BN_ROWS][BN_LANES];
+    rows[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+        for (int k = 1; k < BN_ROWS; ++k) v = acc_merge(v, rows[k][threadIdx.x]);
+    }
+    return v;
+}
+
+// Walks the elements of channel `c` that chunk `k` owns and folds `visit(n, s)` into `acc`.
+// Planes order (grid: chunks x C, 1-D blocks): the chunk is a range of the channel's N*S
+// elements. Channels-last order (grid: chunks x ceil(C / BN_LANES), (BN_LANES, BN_ROWS)
+// blocks): the chunk is a range of the N*S rows, each lane one channel.
+template <class A, class F>
+__device__ __forceinline__ A bn_walk(i64 N, i64 C, i64 S, int order, i64 chunk_len, i64& c_out, F visit) {
+    A acc;
+    acc = A();
+    i64 total = N * S;
+    i64 j0 = (i64)blockIdx.x * chunk_len;
+    i64 j1 = min(total, j0 + chunk_len);
+    if (order == 0) {
+        i64 c = blockIdx.y;
+        c_out = c;
+        if (total < 2147483647LL && S < 2147483647LL) {
+            unsigned int us = (unsigned int)S;
+            for (unsigned int j = (unsigned int)j0 + threadIdx.x; j < (unsigned int)j1; j += BN_THREADS) {
+                unsigned int n = j / us;
+                visit(acc, (i64)n, c, (i64)(j - n * us));
+            }
+        } else {
+            for (i64 j = j0 + threadIdx.x; j < j1; j += BN_THREADS) {
+                i64 n = j / S;
+                visit(acc, n, c, j - n * S);
+            }
+        }
+        return block_reduce_1d(acc);
+    }
+    i64 c = (i64)blockIdx.y * BN_LANES + threadIdx.x;
+    c_out = c;
+    if (c < C) {
+        for (i64 r = j0 + threadIdx.y; r < j1; r += BN_ROWS) {
+            i64 n = r / S;
+            visit(acc, n, c, r - n * S);
+        }
+    }
+    return block_reduce_rows(acc);
+}
+
+__device__ __forceinline__ bool bn_is_writer(int order) { return order == 0 ? threadIdx.x == 0 : threadIdx.y == 0; }
+
+// ---------------------------------------------------------------------------------------
+// Forward statistics: partials [chunks][C] of (count, mean, m2).
+
+template <class D>
+__device__ void bn_stats(const typename D::T* x, BnView vx, i64 N, i64 C, i64 S, int order, i64 chunk_len,
+                         float* part) {
+    i64 c;
+    Welford w = bn_walk<Welford>(N, C, S, order, chunk_len, c, [&](Welford& acc, i64 n, i64 ch, i64 s) {
+        welford_add(acc, D::ld(x, bn_off(vx, n, ch, s)));
+    });
+    if (bn_is_writer(order) && c < C) {
+        float* p = part + 3 * ((i64)blockIdx.x * C + c);
+        p[0] = w.n;
+        p[1] = w.mean;
+        p[2] = w.m2;
+    }
+}
+
+// Per channel: combines the partials in chunk order; writes the saved mean and inverse
+// standard deviation, the coefficients y = x * coef[c] + coef[C + c], and (when the output
+// pointers are set) the running statistics updated with `momentum` (the variance unbiased
+// when `unbiased` is 1). The running inputs and outputs may be the same buffers.
+extern "C" __global__ void bn_finalize(const float* part, int chunks, i64 C, float eps, float momentum, int unbiased,
+                                       const void* scale, const void* bias, int pdt, const void* rmean_in,
+                                       const void* rvar_in, void* rmean_out, void* rvar_out, float* save_mean,
+                                       float* save_invstd, float* coef) {
+    i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    Welford w;
+    w.n = 0.0f;
+    w.mean = 0.0f;
+    w.m2 = 0.0f;
+    for (int k = 0; k < chunks; ++k) {
+        const float* p = part + 3 * ((i64)k * C + c);
+        Welford b;
+        b.n = p[0];
+        b.mean = p[1];
+        b.m2 = p[2];
+        w = welford_merge(w, b);
+    }
+    float var = w.m2 / w.n;
+    float invstd = 1.0f / sqrtf(var + eps);
+    if (save_mean) save_mean[c] = w.mean;
+    if (save_invstd) save_invstd[c] = invstd;
+    float g = scale ? bn_ld_param(scale, pdt, c) : 1.0f;
+    float b = bias ? bn_ld_param(bias, pdt, c) : 0.0f;
+    coef[c] = g * invstd;
+    coef[C + c] = b - w.mean * g * invstd;
+    if (rmean_out) {
+        float rm = bn_ld_param(rmean_in, pdt, c);
+        bn_st_param(rmean_out, pdt, c, (1.0f - momentum) * rm + momentum * w.mean);
+    }
+    if (rvar_out) {
+        float rv = bn_ld_param(rvar_in, pdt, c);
+        float v = unbiased ? w.m2 / fmaxf(w.n - 1.0f, 1.0f) : var;
+        bn_st_param(rvar_out, pdt, c, (1.0f - momentum) * rv + momentum * v);
+    }
+}
+
+// Inference coefficients from the running statistics.
+extern "C" __global__ void bn_inference_coef(i64 C, float eps, const void* scale, const void* bias, int pdt,
+                                             const void* rmean, const void* rvar, float* coef) {
+    i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float invstd = 1.0f / sqrtf(bn_ld_param(rvar, pdt, c) + eps);
+    float g = scale ? bn_ld_param(scale, pdt, c) : 1.0f;
+    float b = bias ? bn_ld_param(bias, pdt, c) : 0.0f;
+    coef[c] = g * invstd;
+    coef[C + c] = b - bn_ld_param(rmean, pdt, c) * g * invstd;
+}
+
+// Decomposes linear index `i` (in the walk order) into n, c, s.
+__device__ __forceinline__ void bn_coords(i64 i, i64 C, i64 S, int order, bool small, i64& n, i64& c, i64& s) {
+    if (small) {
+        unsigned int j = (unsigned int)i;
+        if (order == 0) {
+            unsigned int q = j / (unsigned int)S;
+            s = j - q * (unsigned int)S;
+            n = q / (unsigned int)C;
+            c = q - (unsigned int)n * (unsigned int)C;
+        } else {
+            unsigned int q = j / (unsigned int)C;
+            c = j - q * (unsigned int)C;
+            n = q / (unsigned int)S;
+            s = q - (unsigned int)n * (unsigned int)S;
+        }
+        return;
+    }
+    if (order == 0) {
+        i64 q = i / S;
+        s = i - q * S;
+        n = q / C;
+        c = q - n * C;
+    } else {
+        i64 q = i / C;
+        c = i - q * C;
+        n = q / S;
+        s = q - n * S;
+    }
+}
+
+// y = x * coef[c] + coef[C + c] (+ z) (then ReLU when `relu`; NaN stays NaN).
+template <class D>
+__device__ void bn_apply(const typename D::T* x, BnView vx, const typename D::T* z, BnView vz, typename D::T* y,
+                         BnView vy, i64 N, i64 C, i64 S, int order, const float* coef, int relu) {
+    i64 total = N * C * S;
+    bool small = total < 2147483647LL;
+    FOR_EACH(i, total) {
+        i64 n, c, s;
+        bn_coords(i, C, S, order, small, n, c, s);
+        float v = D::ld(x, bn_off(vx, n, c, s)) * coef[c] + coef[C + c];
+        if (z) v += D::ld(z, bn_off(vz, n, c, s));
+        if (relu && v < 0.0f) v = 0.0f;
+        D::st(y, bn_off(vy, n, c, s), v);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward: partials [chunks][C] of (sum dy', sum dy' * (x - mean)) where dy' is dy masked
+// by y > 0 when the forward applied ReLU (y given), else dy.
+
+template <class D>
+__device__ void bn_grad_stats(const typename D::T* x, BnView vx, const typename D::T* y, BnView vy,
+                              const typename D::T* dy, BnView vdy, i64 N, i64 C, i64 S, int order, i64 chunk_len,
+                              const float* mean, float* part) {
+    i64 c;
+    Sum2 r = bn_walk<Sum2>(N, C, S, order, chunk_len, c, [&](Sum2& acc, i64 n, i64 ch, i64 s) {
+        float g = D::ld(dy, bn_off(vdy, n, ch, s));
+        if (y && !(D::ld(y, bn_off(vy, n, ch, s)) > 0.0f)) g = 0.0f;
+        acc.a += g;
+        acc.b += g * (D::ld(x, bn_off(vx, n, ch, s)) - mean[ch]);
+    });
+    if (bn_is_writer(order) && c < C) {
+        float* p = part + 2 * ((i64)blockIdx.x * C + c);
+        p[0] = r.a;
+        p[1] = r.b;
+    }
+}
+
+// Per channel: dbias = sum dy', dscale = invstd * sum dy' (x - mean) (either pointer may be
+// null), and the coefficients dx = k0 * dy' + k1 * x + k2 in coef[0..3C].
+extern "C" __global__ void bn_grad_finalize(const float* part, int chunks, i64 C, float count, const void* scale,
+                                            int pdt, const float* mean, const float* invstd, void* dscale,
+                                            void* dbias, float* coef) {
+    i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int k = 0; k < chunks; ++k) {
+        const float* p = part + 2 * ((i64)k * C + c);
+        sdy += p[0];
+        sdyx += p[1];
+    }
+    float is = invstd[c];
+    if (dbias) bn_st_param(dbias, pdt, c, sdy);
+    if (dscale) bn_st_param(dscale, pdt, c, sdyx * is);
+    float g = scale ? bn_ld_param(scale, pdt, c) : 1.0f;
+    float a = g * is;
+    float d = -a * is * is * sdyx / count;
+    coef[c] = a;
+    coef[C + c] = d;
+    coef[2 * C + c] = -a * sdy / count - d * mean[c];
+}
+
+// dx = coef[c] * dy' + coef[C + c] * x + coef[2C + c]; dz = dy' when `dz` is set.
+template <class D>
+__device__ void bn_grad_apply(const typename D::T* x, BnView vx, const typename D::T* y, BnView vy,
+                              const typename D::T* dy, BnView vdy, typename D::T* dx, BnView vdx,
+                              typename D::T* dz, BnView vdz, i64 N, i64 C, i64 S, int order, const float* coef) {
+    i64 total = N * C * S;
+    bool small = total < 2147483647LL;
+    FOR_EACH(i, total) {
+        i64 n, c, s;
+        bn_coords(i, C, S, order, small, n, c, s);
+        float g = D::ld(dy, bn_off(vdy, n, c, s));
+        if (y && !(D::ld(y, bn_off(vy, n, c, s)) > 0.0f)) g = 0.0f;
+        if (dx) D::st(dx, bn_off(vdx, n, c, s), coef[c] * g + coef[C + c] * D::ld(x, bn_off(vx, n, c, s)) + coef[2 * C + c]);
+        if (dz) D::st(dz, bn_off(vdz, n, c, s), g);
+    }
+}
+
+#define BN_ENTRIES(DT, D)                                                                                         \
+    extern "C" __global__ void bn_stats_##DT(const D::T* x, BnView vx, i64 N, i64 C, i64 S, int order,          \
+                                             i64 chunk_len, float* part) {                                        \
+        bn_stats<D>(x, vx, N, C, S, order, chunk_len, part);                                                      \
+    }                                                                                                             \
+    extern "C" __global__ void bn_apply_##DT(const D::T* x, BnView vx, const D::T* z, BnView vz, D::T* y,        \
+                                             BnView vy, i64 N, i64 C, i64 S, int order, const float* coef,        \
+                                             int relu) {                                                          \
+        bn_apply<D>(x, vx, z, vz, y, vy, N, C, S, order, coef, relu);                                             \
+    }                                                                                                             \
+    extern "C" __global__ void bn_grad_stats_##DT(const D::T* x, BnView vx, const D::T* y, BnView vy,            \
+                                                  const D::T* dy, BnView vdy, i64 N, i64 C, i64 S, int order,    \
+                                                  i64 chunk_len, const float* mean, float* part) {                \
+        bn_grad_stats<D>(x, vx, y, vy, dy, vdy, N, C, S, order, chunk_len, mean, part);                          \
+    }                                                                                                             \
+    extern "C" __global__ void bn_grad_apply_##DT(const D::T* x, BnView vx, const D::T* y, BnView vy,            \
+                                                  const D::T* dy, BnView vdy, D::T* dx, BnView vdx, D::T* dz,    \
+                                                  BnView vdz, i64 N, i64 C, i64 S, int order, const float* coef) { \
+        bn_grad_apply<D>(x, vx, y, vy, dy, vdy, dx, vdx, dz, vdz, N, C, S, order, coef);                        \
+    }
+
+BN_ENTRIES(f32, DF32)
+BN_ENTRIES(f16, DF16)
+BN_ENTRIES(bf16, DBF16)
