@@ -7,7 +7,13 @@
 //! ```
 //! Flags: `--device gpu|cpu` (default: the GPU when one is usable), `--epochs N`,
 //! `--batch-size N`, `--dtype f32|f16|bf16`, `--benchmark` (cuDNN autotuning, like
-//! `torch.backends.cudnn.benchmark`), `--train N` / `--test N` (set sizes), `--out DIR`.
+//! `torch.backends.cudnn.benchmark`), `--train N` / `--test N` (set sizes), `--out DIR`,
+//! `--stock` (Burn's own `BatchNorm` and `Adam` instead of this crate's fused drop-ins).
+//!
+//! By default the network uses `cudnn_backend::burn::nn::BatchNorm` (batch norm, residual
+//! add and ReLU in one fused pass, forward and backward) and `FusedAdamConfig` (one launch
+//! per optimizer step); with `--stock` it is the same network on `burn::nn::BatchNorm` and
+//! `burn::optim::Adam`. The last line reports kernel launches per training step.
 
 #[path = "shapes.rs"]
 mod shapes;
@@ -20,36 +26,72 @@ use burn::module::{AutodiffModule, Module};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
-use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::record::{CompactRecorder, Recorder};
 use burn::tensor::backend::{set_default_float_dtype, AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
+use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice};
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// conv3×3 → batch norm → relu.
+/// The network's batch norm: Burn's own (`--stock`) or this crate's drop-in, which fuses
+/// the normalization with the ReLU and the residual add on our backend.
+#[derive(Module, Debug)]
+struct Norm<B: Backend> {
+    stock: Option<burn::nn::BatchNorm<B>>,
+    fused: Option<cudnn_backend::burn::nn::BatchNorm<B>>,
+}
+
+impl<B: Backend> Norm<B> {
+    fn new(channels: usize, stock: bool, device: &B::Device) -> Self {
+        Self {
+            stock: stock.then(|| burn::nn::BatchNormConfig::new(channels).init(device)),
+            fused: (!stock).then(|| cudnn_backend::burn::nn::BatchNormConfig::new(channels).init(device)),
+        }
+    }
+
+    /// norm(x), then relu(· + skip) when `skip` is given, or relu(·) when `relu`.
+    fn forward(&self, x: Tensor<B, 4>, skip: Option<Tensor<B, 4>>, relu: bool) -> Tensor<B, 4> {
+        match (&self.stock, &self.fused, skip) {
+            (_, Some(bn), Some(skip)) => bn.forward_add_relu(x, skip),
+            (_, Some(bn), None) if relu => bn.forward_relu(x),
+            (_, Some(bn), None) => bn.forward(x),
+            (Some(bn), _, skip) => {
+                let y = bn.forward(x);
+                match skip {
+                    Some(skip) => Relu::new().forward(y + skip),
+                    None if relu => Relu::new().forward(y),
+                    None => y,
+                }
+            }
+            (None, None, _) => unreachable!("a Norm holds one of the two modules"),
+        }
+    }
+}
+
+/// conv → batch norm (→ relu).
 #[derive(Module, Debug)]
 struct ConvBn<B: Backend> {
     conv: Conv2d<B>,
-    bn: BatchNorm<B>,
+    bn: Norm<B>,
 }
 
 impl<B: Backend> ConvBn<B> {
-    fn new(cin: usize, cout: usize, kernel: usize, device: &B::Device) -> Self {
+    fn new(cin: usize, cout: usize, kernel: usize, stock: bool, device: &B::Device) -> Self {
         let pad = kernel / 2;
         Self {
             conv: Conv2dConfig::new([cin, cout], [kernel, kernel])
                 .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
                 .with_bias(false)
                 .init(device),
-            bn: BatchNormConfig::new(cout).init(device),
+            bn: Norm::new(cout, stock, device),
         }
     }
 
-    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        self.bn.forward(self.conv.forward(x))
+    fn forward(&self, x: Tensor<B, 4>, skip: Option<Tensor<B, 4>>, relu: bool) -> Tensor<B, 4> {
+        self.bn.forward(self.conv.forward(x), skip, relu)
     }
 }
 
@@ -59,26 +101,23 @@ struct Residual<B: Backend> {
     a: ConvBn<B>,
     b: ConvBn<B>,
     shortcut: Option<ConvBn<B>>,
-    relu: Relu,
 }
 
 impl<B: Backend> Residual<B> {
-    fn new(cin: usize, cout: usize, device: &B::Device) -> Self {
+    fn new(cin: usize, cout: usize, stock: bool, device: &B::Device) -> Self {
         Self {
-            a: ConvBn::new(cin, cout, 3, device),
-            b: ConvBn::new(cout, cout, 3, device),
-            shortcut: (cin != cout).then(|| ConvBn::new(cin, cout, 1, device)),
-            relu: Relu::new(),
+            a: ConvBn::new(cin, cout, 3, stock, device),
+            b: ConvBn::new(cout, cout, 3, stock, device),
+            shortcut: (cin != cout).then(|| ConvBn::new(cin, cout, 1, stock, device)),
         }
     }
 
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let skip = match &self.shortcut {
-            Some(s) => s.forward(x.clone()),
+            Some(s) => s.forward(x.clone(), None, false),
             None => x.clone(),
         };
-        let y = self.b.forward(self.relu.forward(self.a.forward(x)));
-        self.relu.forward(y + skip)
+        self.b.forward(self.a.forward(x, None, true), Some(skip), true)
     }
 }
 
@@ -92,25 +131,23 @@ struct Net<B: Backend> {
     pool: MaxPool2d,
     gap: AdaptiveAvgPool2d,
     head: Linear<B>,
-    relu: Relu,
 }
 
 impl<B: Backend> Net<B> {
-    fn new(device: &B::Device) -> Self {
+    fn new(stock: bool, device: &B::Device) -> Self {
         Self {
-            stem: ConvBn::new(3, 32, 3, device),
-            block1: Residual::new(32, 32, device),
-            block2: Residual::new(32, 64, device),
-            block3: Residual::new(64, 128, device),
+            stem: ConvBn::new(3, 32, 3, stock, device),
+            block1: Residual::new(32, 32, stock, device),
+            block2: Residual::new(32, 64, stock, device),
+            block3: Residual::new(64, 128, stock, device),
             pool: MaxPool2dConfig::new([2, 2]).init(),
             gap: AdaptiveAvgPool2dConfig::new([1, 1]).init(),
             head: LinearConfig::new(128, shapes::CLASSES).init(device),
-            relu: Relu::new(),
         }
     }
 
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
-        let x = self.relu.forward(self.stem.forward(x));
+        let x = self.stem.forward(x, None, true);
         let x = self.pool.forward(self.block1.forward(x));
         let x = self.pool.forward(self.block2.forward(x));
         let x = self.gap.forward(self.block3.forward(x));
@@ -124,6 +161,7 @@ struct Args {
     batch: usize,
     dtype: FloatDType,
     benchmark: bool,
+    stock: bool,
     train: usize,
     test: usize,
     out: PathBuf,
@@ -136,6 +174,7 @@ fn parse_args() -> Result<Args, String> {
         batch: 128,
         dtype: FloatDType::F32,
         benchmark: false,
+        stock: false,
         train: 10_000,
         test: 2_000,
         out: PathBuf::from("out/train_burn"),
@@ -158,6 +197,7 @@ fn parse_args() -> Result<Args, String> {
             "--test" => a.test = number(value()?)?,
             "--out" => a.out = PathBuf::from(value()?),
             "--benchmark" => a.benchmark = true,
+            "--stock" => a.stock = true,
             "--dtype" => {
                 a.dtype = match value()?.as_str() {
                     "f32" => FloatDType::F32,
@@ -169,7 +209,7 @@ fn parse_args() -> Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --train N --test N --out DIR"
+                            --stock --train N --test N --out DIR"
                         .into(),
                 )
             }
@@ -207,13 +247,27 @@ fn evaluate<B: Backend>(model: &Net<B>, test: &shapes::Split, batch: usize, devi
     correct.into_scalar().elem::<f64>() / test.labels.len() as f64
 }
 
-/// Trains and reports; returns (test accuracy, images/s of the last epoch).
+/// Trains with this crate's fused batch norm and Adam, or with Burn's (`--stock`).
 fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Result<(f64, f64), String> {
+    if args.stock {
+        let label = format!("{label}, burn::nn modules");
+        train::<B, _>(device, args, &label, AdamConfig::new().init())
+    } else {
+        let label = format!("{label}, fused modules");
+        train::<B, _>(device, args, &label, FusedAdamConfig::new().init())
+    }
+}
+
+/// Trains and reports; returns (test accuracy, images/s of the last epoch).
+fn train<B, O>(device: &B::Device, args: &Args, label: &str, mut optim: O) -> Result<(f64, f64), String>
+where
+    B: AutodiffBackend,
+    O: Optimizer<Net<B>, B>,
+{
     B::seed(device, 2024);
     let train = shapes::generate(args.train, 1);
     let test = shapes::generate(args.test, 2);
-    let mut model = Net::<B>::new(device);
-    let mut optim = AdamConfig::new().init();
+    let mut model = Net::<B>::new(args.stock, device);
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut history = History::default();
     let steps = train.labels.len() / args.batch;
@@ -224,6 +278,7 @@ fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Resu
     let train_x = images::<B>(&train.images, train.labels.len(), device);
     let train_y = labels::<B>(&train.labels, device);
     let mut last_rate = 0.0;
+    let mut launches_per_step = 0.0;
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(steps as u64).with_style(
             ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
@@ -232,6 +287,7 @@ fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Resu
         );
         bar.set_message(format!("{epoch}/{}", args.epochs));
         let started = Instant::now();
+        let launches_before = cudnn_backend::runtime::launch_counts();
         let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
         for step in 0..steps {
             let rows = step * args.batch..(step + 1) * args.batch;
@@ -246,6 +302,8 @@ fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Resu
         }
         let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
         B::sync(device).map_err(|e| e.to_string())?;
+        let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
+        launches_per_step = launches.total() as f64 / steps as f64;
         let seconds = started.elapsed().as_secs_f64();
         last_rate = (steps * args.batch) as f64 / seconds;
         let accuracy = evaluate(&model.valid(), &test, args.batch, device);
@@ -267,7 +325,8 @@ fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Resu
     let accuracy = *history.accuracy.last().unwrap_or(&0.0);
     println!("checkpoint: {}.mpk, curves: {}", checkpoint.display(), png.display());
     println!(
-        "train_burn {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s",
+        "train_burn {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s, \
+         {launches_per_step:.0} launches/step",
         args.dtype,
         args.batch,
         accuracy * 100.0

@@ -148,7 +148,8 @@ fn bn_forward_train(
 /// only when `want` asks for it.
 fn bn_backward(s: &BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option<CudnnTensor>; 4] {
     const OP: &str = "batch_norm_backward";
-    let dy = exec::cast(dy, s.x.dtype, OP);
+    // Gradients arrive in any layout (broadcasts from a mean, say): packed for the kernels.
+    let dy = exec::cast(dy, s.x.dtype, OP).cudnn_ready();
     let [dx, dz] = [want[0], want[1]].map(|w| w.then(|| empty_as(&s.x, OP)));
     let c = s.scale.numel();
     let [ds, db] = [want[2], want[3]].map(|w| w.then(|| CudnnTensor::empty(s.x.device(), &[c], s.scale.dtype, OP)));

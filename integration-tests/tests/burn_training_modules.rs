@@ -1,0 +1,358 @@
+//! The drop-in training modules and optimizers of `cudnn_backend::burn`:
+//!
+//! - CPU (always): `nn::BatchNorm` records load into `burn::nn::BatchNorm` and back; on
+//!   burn-ndarray the drop-in computes what Burn's module computes (outputs, running
+//!   statistics, gradients); `FusedAdam`/`FusedAdamW` on burn-ndarray are Burn's Adam/AdamW
+//!   and share their records.
+//! - GPU (`--include-ignored`): a small residual CNN built on the fused modules under
+//!   `Autodiff<Cudnn>` gives the loss, gradients and running statistics of the same network on
+//!   `Autodiff<NdArray>`; fused Adam/AdamW steps on the GPU track Burn's on the CPU.
+
+use burn::backend::Autodiff;
+use burn::module::{AutodiffModule, Module, Param, ParamId};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+use cudnn_backend::burn::nn::{BatchNorm, BatchNormConfig};
+use cudnn_backend::burn::optim::{FusedAdamConfig, FusedAdamWConfig};
+use integration_tests::burn_ref::{compare, Nd, Rng, Tol};
+
+/// The GPU backend under test.
+type Gpu = cudnn_backend::burn::Cudnn;
+
+fn uniform(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+    (0..n).map(|_| (lo + (hi - lo) * rng.unit()) as f32).collect()
+}
+
+fn param<B: Backend, const D: usize>(
+    rng: &mut Rng,
+    dims: [usize; D],
+    lo: f64,
+    hi: f64,
+    device: &B::Device,
+) -> Param<Tensor<B, D>> {
+    let n = dims.iter().product();
+    Param::from_data(TensorData::new(uniform(rng, n, lo, hi), dims), device)
+}
+
+/// Our batch norm with non-trivial scale, shift and running statistics.
+fn our_bn<B: Backend>(rng: &mut Rng, c: usize, device: &B::Device) -> BatchNorm<B> {
+    let mut bn = BatchNormConfig::new(c).with_momentum(0.2).init::<B>(device);
+    bn.gamma = param(rng, [c], 0.5, 1.5, device);
+    bn.beta = param(rng, [c], -0.5, 0.5, device);
+    bn
+}
+
+/// conv(3→8) → bn → relu → conv(8→8) → bn → +skip → relu → global mean → linear(8→4).
+#[derive(Module, Debug)]
+struct Block<B: Backend> {
+    conv1: Conv2d<B>,
+    bn1: BatchNorm<B>,
+    conv2: Conv2d<B>,
+    bn2: BatchNorm<B>,
+    head: Linear<B>,
+}
+
+impl<B: Backend> Block<B> {
+    fn new(device: &B::Device) -> Self {
+        let mut rng = Rng::new(31);
+        let conv = |rng: &mut Rng, cin: usize| {
+            let mut c = Conv2dConfig::new([cin, 8], [3, 3])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .with_bias(false)
+                .init::<B>(device);
+            let bound = 1.0 / ((cin * 9) as f64).sqrt();
+            c.weight = param(rng, [8, cin, 3, 3], -bound, bound, device);
+            c
+        };
+        let conv1 = conv(&mut rng, 3);
+        let bn1 = our_bn(&mut rng, 8, device);
+        let conv2 = conv(&mut rng, 8);
+        let bn2 = our_bn(&mut rng, 8, device);
+        let mut head = LinearConfig::new(8, 4).init(device);
+        head.weight = param(&mut rng, [8, 4], -0.3, 0.3, device);
+        head.bias = Some(param(&mut rng, [4], -0.1, 0.1, device));
+        Self {
+            conv1,
+            bn1,
+            conv2,
+            bn2,
+            head,
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        let a = self.bn1.forward_relu(self.conv1.forward(x));
+        let b = self.bn2.forward_add_relu(self.conv2.forward(a.clone()), a);
+        let pooled: Tensor<B, 2> = b.mean_dim(3).mean_dim(2).flatten(1, 3);
+        self.head.forward(pooled)
+    }
+}
+
+fn batch<B: Backend>(device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+    let mut rng = Rng::new(5);
+    let x = TensorData::new(uniform(&mut rng, 6 * 3 * 10 * 10, -1.0, 1.0), [6, 3, 10, 10]);
+    let y: Vec<i64> = (0..6).map(|i| (i % 4) as i64).collect();
+    (
+        Tensor::from_data(x, device),
+        Tensor::from_data(TensorData::new(y, [6]), device),
+    )
+}
+
+/// Every float parameter's gradient (by name order of the visit) plus the running statistics.
+fn float_params<B: Backend, M: Module<B>>(m: &M) -> Vec<(ParamId, TensorData)> {
+    struct Collect(Vec<(ParamId, TensorData)>);
+    impl<B: Backend> burn::module::ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
+            self.0.push((p.id, p.val().into_data()));
+        }
+    }
+    let mut c = Collect(Vec::new());
+    m.visit(&mut c);
+    c.0
+}
+
+/// Loss, input and parameter gradients, and the parameters after the forward (running
+/// statistics updated) of [`Block`] on backend `B`.
+fn block_step<B: AutodiffBackend>(device: &B::Device) -> (TensorData, Vec<(String, TensorData)>) {
+    let model = Block::<B>::new(device);
+    let (x, y) = batch::<B>(device);
+    let x = x.require_grad();
+    let loss = CrossEntropyLossConfig::new()
+        .init(device)
+        .forward(model.forward(x.clone()), y);
+    let grads = loss.backward();
+    let mut out = vec![(
+        "input grad".to_string(),
+        x.grad(&grads).expect("input grad").into_data(),
+    )];
+    let g = |name: &str, p: &Param<Tensor<B, 1>>| (format!("{name} grad"), p.grad(&grads).expect(name).into_data());
+    out.push(g("bn1.gamma", &model.bn1.gamma));
+    out.push(g("bn1.beta", &model.bn1.beta));
+    out.push(g("bn2.gamma", &model.bn2.gamma));
+    out.push(g("bn2.beta", &model.bn2.beta));
+    out.push((
+        "conv1 grad".into(),
+        model.conv1.weight.grad(&grads).expect("conv1").into_data(),
+    ));
+    out.push((
+        "conv2 grad".into(),
+        model.conv2.weight.grad(&grads).expect("conv2").into_data(),
+    ));
+    for (name, t) in [
+        ("bn1.running_mean", model.bn1.running_mean.value_sync()),
+        ("bn1.running_var", model.bn1.running_var.value_sync()),
+        ("bn2.running_mean", model.bn2.running_mean.value_sync()),
+        ("bn2.running_var", model.bn2.running_var.value_sync()),
+    ] {
+        out.push((name.to_string(), t.into_data()));
+    }
+    (loss.into_data(), out)
+}
+
+fn assert_close(label: &str, got: &[(String, TensorData)], want: &[(String, TensorData)], tol: Tol) {
+    let mut failures = Vec::new();
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        if let Err(e) = compare(g, w, w.dtype, tol) {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    eprintln!("{label}: {} tensors compared, {} failed", got.len(), failures.len());
+    assert!(failures.is_empty(), "{label}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn batch_norm_records_load_both_ways() {
+    let device = Default::default();
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    // Burn's module, trained one step so the running statistics moved.
+    let burn_bn = burn::nn::BatchNormConfig::new(5)
+        .with_epsilon(1e-3)
+        .init::<Autodiff<Nd>>(&device);
+    let x = Tensor::<Autodiff<Nd>, 4>::from_data(
+        TensorData::new(uniform(&mut Rng::new(1), 2 * 5 * 3 * 3, -2.0, 3.0), [2, 5, 3, 3]),
+        &device,
+    );
+    let _ = burn_bn.forward(x);
+    let bytes = recorder
+        .record(burn_bn.clone().into_record(), ())
+        .expect("record burn's");
+    let ours = BatchNormConfig::new(5)
+        .init::<Autodiff<Nd>>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load into ours"));
+    // As for every Burn module, `epsilon` and `momentum` are constants of the config, not
+    // part of the record.
+    let pairs = [
+        (ours.gamma.val(), burn_bn.gamma.val()),
+        (ours.beta.val(), burn_bn.beta.val()),
+        (ours.running_mean.value_sync(), burn_bn.running_mean.value_sync()),
+        (ours.running_var.value_sync(), burn_bn.running_var.value_sync()),
+    ];
+    for (a, b) in pairs {
+        assert_eq!(a.into_data(), b.into_data());
+    }
+    // And back: ours (moved by one step) into Burn's.
+    let mut rng = Rng::new(2);
+    let ours = our_bn::<Autodiff<Nd>>(&mut rng, 5, &device);
+    let x =
+        Tensor::<Autodiff<Nd>, 4>::from_data(TensorData::new(uniform(&mut rng, 90, -1.0, 1.0), [2, 5, 3, 3]), &device);
+    let _ = ours.forward(x);
+    let bytes = recorder.record(ours.clone().into_record(), ()).expect("record ours");
+    let back = burn::nn::BatchNormConfig::new(5)
+        .init::<Autodiff<Nd>>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load into burn's"));
+    assert_eq!(
+        back.running_var.value_sync().into_data(),
+        ours.running_var.value_sync().into_data()
+    );
+    assert_eq!(
+        back.running_mean.value_sync().into_data(),
+        ours.running_mean.value_sync().into_data()
+    );
+    assert_eq!(back.gamma.val().into_data(), ours.gamma.val().into_data());
+}
+
+#[test]
+fn batch_norm_drop_in_matches_burn_nn_on_ndarray() {
+    type B = Autodiff<Nd>;
+    let device = Default::default();
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let ours = our_bn::<B>(&mut Rng::new(9), 6, &device);
+    let bytes = recorder.record(ours.clone().into_record(), ()).expect("record");
+    let theirs = burn::nn::BatchNormConfig::new(6)
+        .with_momentum(ours.momentum)
+        .init::<B>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load"));
+    let data = TensorData::new(uniform(&mut Rng::new(10), 4 * 6 * 5 * 5, -1.0, 2.0), [4, 6, 5, 5]);
+    let run = |f: &dyn Fn(Tensor<B, 4>) -> Tensor<B, 4>| {
+        let x = Tensor::<B, 4>::from_data(data.clone(), &device).require_grad();
+        let y = f(x.clone());
+        let grads = (y.clone() * y.clone()).sum().backward();
+        (y.into_data(), x.grad(&grads).expect("grad").into_data())
+    };
+    let (y1, g1) = run(&|x| ours.forward(x));
+    let (y2, g2) = run(&|x| theirs.forward(x));
+    let tol = Tol::Rel(1e-6);
+    compare(&y1, &y2, y2.dtype, tol).expect("outputs");
+    compare(&g1, &g2, g2.dtype, tol).expect("input gradients");
+    for (a, b) in [
+        (ours.running_var.value_sync(), theirs.running_var.value_sync()),
+        (ours.running_mean.value_sync(), theirs.running_mean.value_sync()),
+    ] {
+        compare(&a.into_data(), &b.into_data(), burn::tensor::DType::F32, tol).expect("running statistics");
+    }
+    // Inference mode (the inner backend) uses the running statistics, like Burn's.
+    let x = Tensor::<Nd, 4>::from_data(data.clone(), &device);
+    let yi1 = ours.valid().forward(x.clone()).into_data();
+    let yi2 = theirs.valid().forward(x).into_data();
+    compare(&yi1, &yi2, yi2.dtype, tol).expect("inference outputs");
+}
+
+/// Parameters after `steps` steps of `optim` on [`Block`] (plus the losses seen).
+fn optimize<B: AutodiffBackend, O: Optimizer<Block<B>, B>>(optim: &mut O, steps: usize) -> (Vec<TensorData>, Block<B>) {
+    let device = Default::default();
+    let mut model = Block::<B>::new(&device);
+    let (x, y) = batch::<B>(&device);
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
+        losses.push(loss.clone().into_data());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(1e-2, model, grads);
+    }
+    (losses, model)
+}
+
+#[test]
+fn fused_adam_on_other_backends_is_burn_adam_with_its_record() {
+    type B = Autodiff<Nd>;
+    let wd = Some(WeightDecayConfig::new(0.01));
+    let mut fused = FusedAdamConfig::new()
+        .with_weight_decay(wd.clone())
+        .init::<B, Block<B>>();
+    let mut burn_adam = AdamConfig::new().with_weight_decay(wd).init::<B, Block<B>>();
+    assert!(!fused.is_fused());
+    let (l1, m1) = optimize(&mut fused, 3);
+    let (l2, m2) = optimize(&mut burn_adam, 3);
+    assert_eq!(l1, l2);
+    for ((_, a), (_, b)) in float_params(&m1).iter().zip(&float_params(&m2)) {
+        assert_eq!(a, b);
+    }
+    // Records are Burn's type: one optimizer's record loads into the other.
+    let record = burn_adam.to_record();
+    let n = record.len();
+    let fused = fused.load_record(record);
+    assert_eq!(fused.to_record().len(), n);
+    let mut fused_w = FusedAdamWConfig::new().init::<B, Block<B>>();
+    let mut burn_w = AdamWConfig::new().init::<B, Block<B>>();
+    let (lw1, _) = optimize(&mut fused_w, 2);
+    let (lw2, _) = optimize(&mut burn_w, 2);
+    assert_eq!(lw1, lw2);
+    let _ = burn_w.load_record(fused_w.to_record());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_modules_match_ndarray_gradients() {
+    let (want_loss, want) = block_step::<Autodiff<Nd>>(&Default::default());
+    let (got_loss, got) = block_step::<Autodiff<Gpu>>(&Default::default());
+    compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-4)).expect("loss");
+    assert_close("fused batch norm block vs ndarray", &got, &want, Tol::Rel(1e-3));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_adam_tracks_burn_adam() {
+    let cases: Vec<(&str, Box<dyn Fn() -> (Vec<TensorData>, Vec<TensorData>)>)> = vec![
+        (
+            "adam",
+            Box::new(|| {
+                let mut gpu = FusedAdamConfig::new().init::<Autodiff<Gpu>, Block<Autodiff<Gpu>>>();
+                assert!(gpu.is_fused());
+                let mut cpu = AdamConfig::new().init::<Autodiff<Nd>, Block<Autodiff<Nd>>>();
+                let (lg, mg) = optimize(&mut gpu, 4);
+                let (lc, mc) = optimize(&mut cpu, 4);
+                let p = |v: Vec<(ParamId, TensorData)>| v.into_iter().map(|(_, t)| t).collect::<Vec<_>>();
+                ([lg, p(float_params(&mg))].concat(), [lc, p(float_params(&mc))].concat())
+            }),
+        ),
+        (
+            "adamw amsgrad",
+            Box::new(|| {
+                let mut gpu = FusedAdamWConfig::new()
+                    .with_weight_decay(0.05)
+                    .with_amsgrad(true)
+                    .init::<Autodiff<Gpu>, Block<Autodiff<Gpu>>>();
+                let mut cpu = AdamWConfig::new()
+                    .with_weight_decay(0.05)
+                    .with_amsgrad(true)
+                    .init::<Autodiff<Nd>, Block<Autodiff<Nd>>>();
+                let (lg, mg) = optimize(&mut gpu, 4);
+                let (lc, mc) = optimize(&mut cpu, 4);
+                let p = |v: Vec<(ParamId, TensorData)>| v.into_iter().map(|(_, t)| t).collect::<Vec<_>>();
+                ([lg, p(float_params(&mg))].concat(), [lc, p(float_params(&mc))].concat())
+            }),
+        ),
+    ];
+    for (name, run) in cases {
+        let (got, want) = run();
+        let named = |v: Vec<TensorData>| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, t)| (format!("#{i}"), t))
+                .collect::<Vec<_>>()
+        };
+        assert_close(
+            &format!("fused {name} vs burn on ndarray"),
+            &named(got),
+            &named(want),
+            Tol::Rel(1e-3),
+        );
+    }
+}
