@@ -2,8 +2,9 @@
 //! groups name real kernels, and (printed, for the design notes) what compiling costs.
 //!
 //! ```sh
-//! LD_LIBRARY_PATH=/path/to/nvrtc/lib cargo test --release -p cudnn-backend --lib \
-//!     kernels::nvrtc_tests -- --ignored --nocapture --test-threads=1
+//! LD_LIBRARY_PATH=/path/to/nvrtc/lib CUDNN_BACKEND_COMPILE_TIMINGS=1 \
+//!     cargo test --release -p cudnn-backend --lib kernels::nvrtc_tests -- --ignored --nocapture \
+//!     --test-threads=1
 //! ```
 
 use std::collections::BTreeSet;
@@ -235,10 +236,16 @@ fn compiled_images_go_through_the_disk_cache() {
     assert!(!compile::per_kernel(legacy));
 }
 
-/// Prints the measurements behind the loader's design (no assertions beyond success).
+/// Prints the measurements behind the loader's design (no assertions beyond success). Takes
+/// minutes, so it runs only with `CUDNN_BACKEND_COMPILE_TIMINGS=1` (GPU suites run every
+/// ignored test).
 #[test]
 #[ignore = "needs libnvrtc on the loader path"]
 fn compile_timings() {
+    if std::env::var_os("CUDNN_BACKEND_COMPILE_TIMINGS").is_none_or(|v| v != "1") {
+        println!("compile_timings: set CUDNN_BACKEND_COMPILE_TIMINGS=1 to run it");
+        return;
+    }
     check_nvrtc().expect("libnvrtc");
     let (v, _) = compile::nvrtc_info().unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
