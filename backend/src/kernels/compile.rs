@@ -139,7 +139,13 @@ mod tests {
     #[test]
     fn every_source_follows_the_kernel_convention() {
         for s in super::super::ALL_SOURCES {
-            assert!(per_kernel(*s), "{} still declares extern \"C\" kernels", s.name);
+            assert!(
+                per_kernel(*s),
+                "{} still declares extern \"C\" kernels: convert it to the KERNEL convention \
+                 (sed -i 's/extern \"C\" __global__/KERNEL/' kernels/{}; see kernels/prelude.cuh)",
+                s.name,
+                s.name
+            );
             assert!(s.code.contains("KERNEL void"), "{} declares no KERNEL", s.name);
         }
         assert!(!per_kernel(KernelSource {

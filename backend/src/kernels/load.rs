@@ -170,10 +170,15 @@ fn load_image(dev: &Device, kind: ImageKind, bytes: Vec<u8>) -> Result<Arc<CudaM
         ImageKind::Cubin => Ptx::from_binary(bytes),
         ImageKind::Ptx => {
             PTX_FALLBACKS.fetch_add(1, Ordering::Relaxed);
-            Ptx::from_src(String::from_utf8(bytes).map_err(|_| Error::Cuda {
-                op: "loading a PTX kernel image",
-                message: "the PTX is not UTF-8".into(),
-            })?)
+            // cudarc turns PTX text into a C string (and would panic on a NUL byte).
+            let text = String::from_utf8(bytes)
+                .ok()
+                .filter(|t| !t.contains('\0'))
+                .ok_or_else(|| Error::Cuda {
+                    op: "loading a PTX kernel image",
+                    message: "the PTX is not NUL-free UTF-8 text".into(),
+                })?;
+            Ptx::from_src(text)
         }
     };
     dev.context().load_module(image).map_err(|e| Error::Cuda {
