@@ -9,6 +9,11 @@
 //! `--list` prints the selected case names without touching the GPU (with `--json`, it writes
 //! them with null measurements).
 //!
+//! `cold_start/*` cases time whole child processes (the `quickstart` and `train_burn` examples
+//! next to this binary) with `CUDA_CACHE_DISABLE=1` and a kernel cache that is fresh
+//! (`fresh_cache`: every kernel compiled, as on a new machine) or filled by an untimed run
+//! (`warm_cache`); `median_ms` is the child's wall time (one run).
+//!
 //! GPU cases: warm-up, then the median of `--runs` runs, each timed with a pair of CUDA events
 //! (host-side launch cost included, as in `torch.cuda.Event` timing). Inputs are random; when one
 //! set of buffers fits in L2, runs rotate over three sets so no run reads the previous run's data
@@ -1157,6 +1162,126 @@ fn run_signature_encode(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<(
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Cold start: whole child processes, fresh or warm kernel cache
+
+/// A child program of the cold-start cases: an example next to this binary, with arguments.
+struct ColdStartProgram {
+    name: &'static str,
+    args: &'static [&'static str],
+}
+
+const COLD_START_PROGRAMS: &[ColdStartProgram] = &[
+    ColdStartProgram {
+        name: "quickstart",
+        args: &[],
+    },
+    ColdStartProgram {
+        name: "train_burn",
+        args: &[
+            "--epochs",
+            "1",
+            "--train",
+            "128",
+            "--test",
+            "128",
+            "--batch-size",
+            "128",
+        ],
+    },
+];
+
+/// A fresh, empty directory under the system temp dir (removed by the caller).
+fn fresh_dir(tag: &str) -> BoxResult<std::path::PathBuf> {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("cudnn-backend-bench-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Runs `program` once with the kernel cache in `cache` and the driver's own cache off
+/// (`CUDA_CACHE_DISABLE=1`, as on a fresh machine); returns the wall time in ms and stdout.
+fn run_child(program: &ColdStartProgram, cache: &std::path::Path, out: &std::path::Path) -> BoxResult<(f64, String)> {
+    let exe = std::env::current_exe()?
+        .parent()
+        .ok_or("bench has no parent directory")?
+        .join(program.name);
+    if !exe.exists() {
+        return Err(format!("{} not found next to bench (build the examples)", exe.display()).into());
+    }
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(program.args)
+        .env("CUDNN_BACKEND_KERNEL_CACHE", cache)
+        .env("CUDA_CACHE_DISABLE", "1")
+        .stdin(std::process::Stdio::null());
+    if program.name == "train_burn" {
+        cmd.arg("--out").arg(out);
+    }
+    let t = Instant::now();
+    let output = cmd.output()?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: String = stderr
+            .chars()
+            .rev()
+            .take(400)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        return Err(format!("{} exited with {}: {tail}", program.name, output.status).into());
+    }
+    Ok((ms, stdout))
+}
+
+/// Wall time of one child run (ms) with a fresh kernel cache (`warm` false) or with one that an
+/// untimed run of the same program filled (`warm` true). Prints the child's kernel and
+/// first-step lines.
+fn run_cold_start(case: &mut Case, program: &ColdStartProgram, warm: bool) -> BoxResult<()> {
+    let dir = fresh_dir(program.name)?;
+    let cache = dir.join("kernels");
+    let out = dir.join("out");
+    let result = (|| {
+        if warm {
+            run_child(program, &cache, &out)?;
+        }
+        run_child(program, &cache, &out)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (ms, stdout) = result?;
+    for line in stdout
+        .lines()
+        .filter(|l| l.starts_with("kernels:") || l.starts_with("first step:"))
+    {
+        println!("  {}: {line}", case.name);
+    }
+    case.median_ms = Some(ms);
+    Ok(())
+}
+
+fn cold_start_defs() -> Vec<CaseDef> {
+    let mut defs = Vec::new();
+    for (i, p) in COLD_START_PROGRAMS.iter().enumerate() {
+        for warm in [false, true] {
+            let name = format!(
+                "cold_start/{}/{}",
+                p.name,
+                if warm { "warm_cache" } else { "fresh_cache" }
+            );
+            let shape = vec![("args", Json::str(&p.args.join(" "))), ("runs", int(1))];
+            defs.push(CaseDef::new(
+                Case::new(name, "cold_start").with_shape(shape),
+                move |_ctx, case| run_cold_start(case, &COLD_START_PROGRAMS[i], warm),
+            ));
+        }
+    }
+    defs
+}
+
 /// `--only`: keeps the cases whose name contains the substring.
 fn selected(only: Option<&str>, name: &str) -> bool {
     match only {
@@ -1171,6 +1296,7 @@ fn all_defs(opts: &Opts) -> Vec<CaseDef> {
     defs.extend(sdpa_defs(opts));
     defs.extend(pool_defs());
     defs.extend(host_defs(opts));
+    defs.extend(cold_start_defs());
     defs
 }
 

@@ -54,6 +54,11 @@ fn main() {
             println!("relative L2 error vs float64 reference: {err:.2e} (bound 1e-5)");
             let stats = cudnn_backend::plan::stats();
             println!("plan cache: {} misses, {} hits", stats.plan_misses, stats.plan_hits);
+            let k = cudnn_backend::kernels::compile_stats();
+            println!(
+                "kernels: {} compiled ({:.0} ms NVRTC), {} from the disk cache",
+                k.compiled, k.compile_ms, k.disk_hits
+            );
             if err > 1e-5 {
                 eprintln!("FAILED: error above bound");
                 std::process::exit(1);

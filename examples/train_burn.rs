@@ -247,6 +247,20 @@ fn evaluate<B: Backend>(model: &Net<B>, test: &shapes::Split, batch: usize, devi
     correct.into_scalar().elem::<f64>() / test.labels.len() as f64
 }
 
+/// When `main` started (for the time to the first training step).
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// `first step: ... s after start` and the kernel loader's counters on the next line.
+fn first_step_report() -> String {
+    let secs = STARTED.get().map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let k = cudnn_backend::kernels::compile_stats();
+    format!(
+        "first step: {secs:.2} s after start\nkernels: {} compiled ({} alongside others, {:.0} ms NVRTC summed over \
+         threads), {} from the disk cache ({:.0} ms loading)",
+        k.compiled, k.prefetched, k.compile_ms, k.disk_hits, k.load_ms
+    )
+}
+
 /// Trains with this crate's fused batch norm and Adam, or with Burn's (`--stock`).
 fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Result<(f64, f64), String> {
     if args.stock {
@@ -298,6 +312,11 @@ where
             loss_sum = loss_sum + loss.clone().detach();
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(1e-3, model, grads);
+            if epoch == 1 && step == 0 {
+                // Time to the end of the first step (kernel compiles, cuDNN plans included).
+                B::sync(device).map_err(|e| e.to_string())?;
+                bar.println(first_step_report());
+            }
             bar.inc(1);
         }
         let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
@@ -335,6 +354,7 @@ where
 }
 
 fn main() {
+    STARTED.get_or_init(Instant::now);
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

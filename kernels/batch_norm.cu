@@ -190,7 +190,7 @@ __device__ void bn_stats(const typename D::T* x, BnView vx, i64 N, i64 C, i64 S,
 // standard deviation, the coefficients y = x * coef[c] + coef[C + c], and (when the output
 // pointers are set) the running statistics updated with `momentum` (the variance unbiased
 // when `unbiased` is 1). The running inputs and outputs may be the same buffers.
-extern "C" __global__ void bn_finalize(const float* part, int chunks, i64 C, float eps, float momentum, int unbiased,
+KERNEL void bn_finalize(const float* part, int chunks, i64 C, float eps, float momentum, int unbiased,
                                        const void* scale, const void* bias, int pdt, const void* rmean_in,
                                        const void* rvar_in, void* rmean_out, void* rvar_out, float* save_mean,
                                        float* save_invstd, float* coef) {
@@ -228,7 +228,7 @@ extern "C" __global__ void bn_finalize(const float* part, int chunks, i64 C, flo
 }
 
 // Inference coefficients from the running statistics.
-extern "C" __global__ void bn_inference_coef(i64 C, float eps, const void* scale, const void* bias, int pdt,
+KERNEL void bn_inference_coef(i64 C, float eps, const void* scale, const void* bias, int pdt,
                                              const void* rmean, const void* rvar, float* coef) {
     i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -309,7 +309,7 @@ __device__ void bn_grad_stats(const typename D::T* x, BnView vx, const typename 
 
 // Per channel: dbias = sum dy', dscale = invstd * sum dy' (x - mean) (either pointer may be
 // null), and the coefficients dx = k0 * dy' + k1 * x + k2 in coef[0..3C].
-extern "C" __global__ void bn_grad_finalize(const float* part, int chunks, i64 C, float count, const void* scale,
+KERNEL void bn_grad_finalize(const float* part, int chunks, i64 C, float count, const void* scale,
                                             int pdt, const float* mean, const float* invstd, void* dscale,
                                             void* dbias, float* coef) {
     i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
@@ -349,21 +349,21 @@ __device__ void bn_grad_apply(const typename D::T* x, BnView vx, const typename 
 }
 
 #define BN_ENTRIES(DT, D)                                                                                         \
-    extern "C" __global__ void bn_stats_##DT(const D::T* x, BnView vx, i64 N, i64 C, i64 S, int order,          \
+    KERNEL void bn_stats_##DT(const D::T* x, BnView vx, i64 N, i64 C, i64 S, int order,          \
                                              i64 chunk_len, float* part) {                                        \
         bn_stats<D>(x, vx, N, C, S, order, chunk_len, part);                                                      \
     }                                                                                                             \
-    extern "C" __global__ void bn_apply_##DT(const D::T* x, BnView vx, const D::T* z, BnView vz, D::T* y,        \
+    KERNEL void bn_apply_##DT(const D::T* x, BnView vx, const D::T* z, BnView vz, D::T* y,        \
                                              BnView vy, i64 N, i64 C, i64 S, int order, const float* coef,        \
                                              int relu) {                                                          \
         bn_apply<D>(x, vx, z, vz, y, vy, N, C, S, order, coef, relu);                                             \
     }                                                                                                             \
-    extern "C" __global__ void bn_grad_stats_##DT(const D::T* x, BnView vx, const D::T* y, BnView vy,            \
+    KERNEL void bn_grad_stats_##DT(const D::T* x, BnView vx, const D::T* y, BnView vy,            \
                                                   const D::T* dy, BnView vdy, i64 N, i64 C, i64 S, int order,    \
                                                   i64 chunk_len, const float* mean, float* part) {                \
         bn_grad_stats<D>(x, vx, y, vy, dy, vdy, N, C, S, order, chunk_len, mean, part);                          \
     }                                                                                                             \
-    extern "C" __global__ void bn_grad_apply_##DT(const D::T* x, BnView vx, const D::T* y, BnView vy,            \
+    KERNEL void bn_grad_apply_##DT(const D::T* x, BnView vx, const D::T* y, BnView vy,            \
                                                   const D::T* dy, BnView vdy, D::T* dx, BnView vdx, D::T* dz,    \
                                                   BnView vdz, i64 N, i64 C, i64 S, int order, const float* coef) { \
         bn_grad_apply<D>(x, vx, y, vy, dy, vdy, dx, vdx, dz, vdz, N, C, S, order, coef);                        \

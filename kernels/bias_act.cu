@@ -40,7 +40,7 @@ __device__ __forceinline__ float activate(float v, int act, float p) {
 }
 
 #define BIAS_ACT(NAME, T, LD, ST)                                                          \
-extern "C" __global__ void NAME(T* y, const T* bias, long long n, long long c_stride,      \
+KERNEL void NAME(T* y, const T* bias, long long n, long long c_stride,                     \
                                 long long channels, int act, float p) {                    \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;            \
          i += (long long)gridDim.x * blockDim.x) {                                         \

@@ -77,11 +77,11 @@ __device__ __forceinline__ void off3(const Layout& l0, const Layout& l1, const L
 // fill / copy (bit patterns by element size)
 
 #define FILL_COPY(B, T)                                                                        \
-    extern "C" __global__ void fill_b##B(T* out, Layout lo, i64 n, u64 bits) {                 \
+    KERNEL void fill_b##B(T* out, Layout lo, i64 n, u64 bits) {                                \
         T v = (T)bits;                                                                         \
         FOR_EACH(i, n) { out[off(lo, i)] = v; }                                                \
     }                                                                                          \
-    extern "C" __global__ void copy_b##B(const T* src, T* dst, Layout ls, Layout ld, i64 n) {  \
+    KERNEL void copy_b##B(const T* src, T* dst, Layout ls, Layout ld, i64 n) {                 \
         FOR_EACH(i, n) {                                                                       \
             i64 so, dof;                                                                       \
             off2(ls, ld, i, so, dof);                                                          \
@@ -164,7 +164,7 @@ __device__ __forceinline__ void store_f64(void* p, int dt, i64 o, double v) {
     }
 }
 
-extern "C" __global__ void cast(const void* src, int sdt, void* dst, int ddt, Layout ls, Layout ld, i64 n) {
+KERNEL void cast(const void* src, int sdt, void* dst, int ddt, Layout ls, Layout ld, i64 n) {
     bool int_to_int = !dt_is_float(sdt) && !dt_is_float(ddt);
     FOR_EACH(i, n) {
         i64 so = off(ls, i), dof = off(ld, i);
@@ -267,7 +267,7 @@ __device__ __forceinline__ i64 unary_math_int(int op, i64 x, i64 p0, i64 p1) {
 
 // Float-family unary: storage T, loaded to compute type CT with LOAD, stored with STORE.
 #define UNARY_FLOAT(DT, T, CT, MATH, LOAD, STORE)                                              \
-    extern "C" __global__ void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,       \
+    KERNEL void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,                      \
                                           int op, double p0, double p1) {                      \
         CT q0 = (CT)p0, q1 = (CT)p1;                                                           \
         FOR_EACH(i, n) {                                                                       \
@@ -279,7 +279,7 @@ __device__ __forceinline__ i64 unary_math_int(int op, i64 x, i64 p0, i64 p1) {
 
 // Integer unary: scalars arrive as i64 (converted on the host).
 #define UNARY_INT(DT, T)                                                                       \
-    extern "C" __global__ void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,       \
+    KERNEL void unary_##DT(const T* x, T* y, Layout lx, Layout ly, i64 n,                      \
                                           int op, i64 p0, i64 p1) {                            \
         FOR_EACH(i, n) {                                                                       \
             i64 ox, oy;                                                                        \
@@ -383,7 +383,7 @@ __device__ __forceinline__ i64 binary_math_int(int op, i64 a, i64 b) {
 }
 
 #define BINARY_FLOAT(DT, T, CT, MATH, LOAD, STORE)                                             \
-    extern "C" __global__ void binary_##DT(const T* a, const T* b, T* out, Layout la,          \
+    KERNEL void binary_##DT(const T* a, const T* b, T* out, Layout la,                         \
                                            Layout lb, Layout lo, i64 n, int op) {              \
         FOR_EACH(i, n) {                                                                       \
             i64 oa, ob, oo;                                                                    \
@@ -393,7 +393,7 @@ __device__ __forceinline__ i64 binary_math_int(int op, i64 a, i64 b) {
     }
 
 #define BINARY_INT(DT, T)                                                                      \
-    extern "C" __global__ void binary_##DT(const T* a, const T* b, T* out, Layout la,          \
+    KERNEL void binary_##DT(const T* a, const T* b, T* out, Layout la,                         \
                                            Layout lb, Layout lo, i64 n, int op) {              \
         FOR_EACH(i, n) {                                                                       \
             i64 oa, ob, oo;                                                                    \
@@ -415,7 +415,7 @@ BINARY_INT(u8, u8)
 // float kernels take a double, integer kernels a long long.
 
 #define BINARY_SCALAR_FLOAT(DT, T, CT, MATH, LOAD, STORE)                                      \
-    extern "C" __global__ void binary_scalar_##DT(const T* a, T* out, Layout la, Layout lo,    \
+    KERNEL void binary_scalar_##DT(const T* a, T* out, Layout la, Layout lo,    \
                                                   i64 n, int op, double s) {                   \
         CT b = (CT)s;                                                                          \
         FOR_EACH(i, n) {                                                                       \
@@ -426,7 +426,7 @@ BINARY_INT(u8, u8)
     }
 
 #define BINARY_SCALAR_INT(DT, T)                                                               \
-    extern "C" __global__ void binary_scalar_##DT(const T* a, T* out, Layout la, Layout lo,    \
+    KERNEL void binary_scalar_##DT(const T* a, T* out, Layout la, Layout lo,    \
                                                   i64 n, int op, i64 s) {                      \
         FOR_EACH(i, n) {                                                                       \
             i64 oa, oo;                                                                        \
@@ -455,7 +455,7 @@ BINARY_SCALAR_INT(u8, u8)
 #define C_GE 5
 
 #define COMPARE(DT, T, CT, LOAD)                                                               \
-    extern "C" __global__ void compare_##DT(const T* a, const T* b, u8* out, Layout la,        \
+    KERNEL void compare_##DT(const T* a, const T* b, u8* out, Layout la,                       \
                                             Layout lb, Layout lo, i64 n, int op) {             \
         FOR_EACH(i, n) {                                                                       \
             CT x = (CT)LOAD(a[off(la, i)]);                                                    \
@@ -507,7 +507,7 @@ __device__ __forceinline__ bool compare_values_int(int op, i64 x, i64 y) {
 }
 
 #define COMPARE_SCALAR_FLOAT(DT, T, CT, LOAD)                                                  \
-    extern "C" __global__ void compare_scalar_##DT(const T* a, u8* out, Layout la, Layout lo,  \
+    KERNEL void compare_scalar_##DT(const T* a, u8* out, Layout la, Layout lo,  \
                                                    i64 n, int op, double s) {                  \
         CT y = (CT)s;                                                                          \
         FOR_EACH(i, n) {                                                                       \
@@ -519,7 +519,7 @@ __device__ __forceinline__ bool compare_values_int(int op, i64 x, i64 y) {
     }
 
 #define COMPARE_SCALAR_INT(DT, T)                                                              \
-    extern "C" __global__ void compare_scalar_##DT(const T* a, u8* out, Layout la, Layout lo,  \
+    KERNEL void compare_scalar_##DT(const T* a, u8* out, Layout la, Layout lo,  \
                                                    i64 n, int op, i64 s) {                     \
         FOR_EACH(i, n) {                                                                       \
             i64 oa, oo;                                                                        \
@@ -541,7 +541,7 @@ COMPARE_SCALAR_INT(u8, u8)
 // where (out = cond != 0 ? a : b), by element size
 
 #define WHERE(B, T)                                                                            \
-    extern "C" __global__ void where_b##B(const u8* cond, const T* a, const T* b, T* out,      \
+    KERNEL void where_b##B(const u8* cond, const T* a, const T* b, T* out,                     \
                                           Layout lc, Layout la, Layout lb, Layout lo, i64 n) { \
         FOR_EACH(i, n) {                                                                       \
             out[off(lo, i)] = cond[off(lc, i)] != 0 ? a[off(la, i)] : b[off(lb, i)];           \

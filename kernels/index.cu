@@ -26,7 +26,7 @@ __device__ __forceinline__ i64 load_index(const void* idx, int idx64, i64 o) {
 // gather / index_select (bit copies by element size)
 
 #define GATHER(B, T)                                                                          \
-    extern "C" __global__ void gather_b##B(const T* x, const void* idx, int idx64, T* out,    \
+    KERNEL void gather_b##B(const T* x, const void* idx, int idx64, T* out,                   \
                                            Layout lx, Layout li, Layout lo, i64 axis_stride,  \
                                            i64 axis_len, i64 n) {                             \
         FOR_EACH(i, n) {                                                                      \
@@ -66,12 +66,12 @@ __device__ __forceinline__ void atomic_add(i64* p, i64 v) {
 #define F16_ADD(p, v) atomic_add_half<false>(p, f16_to_f32(v))
 #define BF16_ADD(p, v) atomic_add_half<true>(p, bf16_to_f32(v))
 
-extern "C" __global__ void scatter_add_f32 SCATTER_ADD_ARGS(float) { SCATTER_ADD_BODY(NATIVE_ADD) }
-extern "C" __global__ void scatter_add_f64 SCATTER_ADD_ARGS(double) { SCATTER_ADD_BODY(NATIVE_ADD) }
-extern "C" __global__ void scatter_add_i32 SCATTER_ADD_ARGS(i32) { SCATTER_ADD_BODY(NATIVE_ADD) }
-extern "C" __global__ void scatter_add_i64 SCATTER_ADD_ARGS(i64) { SCATTER_ADD_BODY(NATIVE_ADD) }
-extern "C" __global__ void scatter_add_f16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(F16_ADD) }
-extern "C" __global__ void scatter_add_bf16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(BF16_ADD) }
+KERNEL void scatter_add_f32 SCATTER_ADD_ARGS(float) { SCATTER_ADD_BODY(NATIVE_ADD) }
+KERNEL void scatter_add_f64 SCATTER_ADD_ARGS(double) { SCATTER_ADD_BODY(NATIVE_ADD) }
+KERNEL void scatter_add_i32 SCATTER_ADD_ARGS(i32) { SCATTER_ADD_BODY(NATIVE_ADD) }
+KERNEL void scatter_add_i64 SCATTER_ADD_ARGS(i64) { SCATTER_ADD_BODY(NATIVE_ADD) }
+KERNEL void scatter_add_f16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(F16_ADD) }
+KERNEL void scatter_add_bf16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(BF16_ADD) }
 
 // ---------------------------------------------------------------------------------------
 // gather_nd / scatter_nd
@@ -101,7 +101,7 @@ __device__ __forceinline__ bool nd_offset(const void* idx, int idx64, i64 oi, i6
 // gather_nd_b{1,2,4,8}(const T* x, const void* idx, int idx64, T* out, Layout lx,
 //                      Layout li, Layout lo, Layout lk, i64 kstride, i64 n): bit copies.
 #define GATHER_ND(B, T)                                                                       \
-    extern "C" __global__ void gather_nd_b##B(const T* x, const void* idx, int idx64, T* out, \
+    KERNEL void gather_nd_b##B(const T* x, const void* idx, int idx64, T* out,                \
                                               Layout lx, Layout li, Layout lo, Layout lk,     \
                                               i64 kstride, i64 n) {                           \
         FOR_EACH(i, n) {                                                                      \
@@ -318,7 +318,7 @@ __device__ __forceinline__ void scatter_nd_body(typename D::T* target, const voi
 // scatter_nd_<dt>(T* target, const void* idx, int idx64, const T* values, Layout lt,
 //                 Layout li, Layout lv, Layout lk, i64 kstride, int op, i64 n)
 #define SCATTER_ND(NAME, D)                                                                   \
-    extern "C" __global__ void scatter_nd_##NAME(D::T* target, const void* idx, int idx64,    \
+    KERNEL void scatter_nd_##NAME(D::T* target, const void* idx, int idx64,                   \
                                                  const D::T* values, Layout lt, Layout li,    \
                                                  Layout lv, Layout lk, i64 kstride, int op,   \
                                                  i64 n) {                                     \

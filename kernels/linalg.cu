@@ -12,7 +12,7 @@
 #define MM_TILE 16
 
 #define INT_MATMUL(DT, T)                                                                     \
-    extern "C" __global__ void int_matmul_##DT(const T* a, const T* b, T* c, Layout la,       \
+    KERNEL void int_matmul_##DT(const T* a, const T* b, T* c, Layout la,                      \
                                                Layout lb, Layout lc, i64 batches, i64 M,      \
                                                i64 N, i64 K, i64 sam, i64 sak, i64 sbk,       \
                                                i64 sbn, i64 scm, i64 scn) {                   \
@@ -63,7 +63,7 @@ __device__ __forceinline__ u16 mm_st_f16(double v) { return f32_to_f16((float)v)
 __device__ __forceinline__ u16 mm_st_bf16(double v) { return f32_to_bf16((float)v); }
 
 #define FLOAT_MATMUL(DT, T)                                                                   \
-    extern "C" __global__ void matmul_##DT(const T* a, const T* b, T* c, Layout la,           \
+    KERNEL void matmul_##DT(const T* a, const T* b, T* c, Layout la,                          \
                                            Layout lb, Layout lc, i64 batches, i64 M, i64 N,   \
                                            i64 K, i64 sam, i64 sak, i64 sbk, i64 sbn,         \
                                            i64 scm, i64 scn) {                                \
@@ -117,7 +117,7 @@ __device__ __forceinline__ float cx_ld_bf16(u16 v) { return bf16_to_f32(v); }
 __device__ __forceinline__ u16 cx_st_bf16(float v) { return f32_to_bf16(v); }
 
 #define CROSS3(DT, T, ACC)                                                                    \
-    extern "C" __global__ void cross3_##DT(const T* a, const T* b, T* out, Layout la,         \
+    KERNEL void cross3_##DT(const T* a, const T* b, T* out, Layout la,                        \
                                            Layout lb, Layout lo, i64 sa, i64 sb, i64 so,      \
                                            i64 n) {                                           \
         FOR_EACH(i, n) {                                                                      \
@@ -165,7 +165,7 @@ __device__ __forceinline__ float sym_scale(float max_abs) {
 #define QS_THREADS 256
 
 #define QUANT(DT, T)                                                                          \
-    extern "C" __global__ void quant_scales_##DT(const T* x, float* scales, i64 block,        \
+    KERNEL void quant_scales_##DT(const T* x, float* scales, i64 block,                       \
                                                  i64 nblocks) {                               \
         __shared__ float red[QS_THREADS];                                                     \
         for (i64 bi = blockIdx.x; bi < nblocks; bi += gridDim.x) {                            \
@@ -184,7 +184,7 @@ __device__ __forceinline__ float sym_scale(float max_abs) {
             __syncthreads();                                                                  \
         }                                                                                     \
     }                                                                                         \
-    extern "C" __global__ void quantize_##DT(const T* x, const float* scales, i8* out,        \
+    KERNEL void quantize_##DT(const T* x, const float* scales, i8* out,                       \
                                              i64 block, i64 n) {                              \
         FOR_EACH(i, n) {                                                                      \
             float v = roundf(q_ld_##DT(x, i) / scales[i / block]);                            \
@@ -192,7 +192,7 @@ __device__ __forceinline__ float sym_scale(float max_abs) {
             out[i] = (i8)(int)v;                                                              \
         }                                                                                     \
     }                                                                                         \
-    extern "C" __global__ void dequantize_##DT(const i8* q, const float* scales, T* out,      \
+    KERNEL void dequantize_##DT(const i8* q, const float* scales, T* out,                     \
                                                i64 block, i64 n) {                            \
         FOR_EACH(i, n) { q_st_##DT(out, i, scales[i / block] * (float)q[i]); }                \
     }

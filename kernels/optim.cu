@@ -80,6 +80,6 @@ __device__ void adam_step(const AdamBatch& b, const AdamHyper& h) {
     }
 }
 
-extern "C" __global__ void adam_f32(const __grid_constant__ AdamBatch b, AdamHyper h) { adam_step<DF32>(b, h); }
-extern "C" __global__ void adam_f16(const __grid_constant__ AdamBatch b, AdamHyper h) { adam_step<DF16>(b, h); }
-extern "C" __global__ void adam_bf16(const __grid_constant__ AdamBatch b, AdamHyper h) { adam_step<DBF16>(b, h); }
+KERNEL void adam_f32(const __grid_constant__ AdamBatch b, AdamHyper h) { adam_step<DF32>(b, h); }
+KERNEL void adam_f16(const __grid_constant__ AdamBatch b, AdamHyper h) { adam_step<DF16>(b, h); }
+KERNEL void adam_bf16(const __grid_constant__ AdamBatch b, AdamHyper h) { adam_step<DBF16>(b, h); }

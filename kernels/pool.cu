@@ -71,7 +71,7 @@ __device__ __forceinline__ void maxpool_bwd(const i64* idx, const typename D::T*
 }
 
 #define ZERO(B, T)                                                                            \
-    extern "C" __global__ void pool_zero_b##B(T* p, Layout l, i64 n) {                        \
+    KERNEL void pool_zero_b##B(T* p, Layout l, i64 n) {                                       \
         FOR_EACH(i, n) {                                                                      \
             i64 b, c, h, w;                                                                   \
             coords4(l, i, b, c, h, w);                                                        \
@@ -206,27 +206,27 @@ __device__ __forceinline__ void adaptive_bwd(const typename D::T* dy, typename D
 // Entry points per dtype.
 
 #define POOL_ENTRIES(S, D)                                                                    \
-    extern "C" __global__ void maxpool2d_fwd_##S(const D::T* x, D::T* out, i64* idx, Layout lx, \
+    KERNEL void maxpool2d_fwd_##S(const D::T* x, D::T* out, i64* idx, Layout lx,                \
                                                  Layout lo, Layout li, PoolWin p, i64 n) {    \
         maxpool_fwd<D>(x, out, idx, lx, lo, li, p, n);                                        \
     }                                                                                         \
-    extern "C" __global__ void maxpool2d_bwd_##S(const i64* idx, const D::T* dy, D::T* dx,    \
+    KERNEL void maxpool2d_bwd_##S(const i64* idx, const D::T* dy, D::T* dx,                   \
                                                  Layout li, Layout ldy, Layout ldx, i64 n) {  \
         maxpool_bwd<D>(idx, dy, dx, li, ldy, ldx, n);                                         \
     }                                                                                         \
-    extern "C" __global__ void avgpool2d_fwd_##S(const D::T* x, D::T* out, Layout lx,         \
+    KERNEL void avgpool2d_fwd_##S(const D::T* x, D::T* out, Layout lx,                        \
                                                  Layout lo, PoolWin p, int cip, i64 n) {      \
         avgpool_fwd<D>(x, out, lx, lo, p, cip, n);                                            \
     }                                                                                         \
-    extern "C" __global__ void avgpool2d_bwd_##S(const D::T* dy, D::T* dx, Layout ldy,        \
+    KERNEL void avgpool2d_bwd_##S(const D::T* dy, D::T* dx, Layout ldy,                       \
                                                  Layout ldx, PoolWin p, int cip, i64 n) {     \
         avgpool_bwd<D>(dy, dx, ldy, ldx, p, cip, n);                                          \
     }                                                                                         \
-    extern "C" __global__ void adaptive_avgpool2d_fwd_##S(const D::T* x, D::T* out, Layout lx, \
+    KERNEL void adaptive_avgpool2d_fwd_##S(const D::T* x, D::T* out, Layout lx,                \
                                                           Layout lo, i64 n) {                 \
         adaptive_fwd<D>(x, out, lx, lo, n);                                                   \
     }                                                                                         \
-    extern "C" __global__ void adaptive_avgpool2d_bwd_##S(const D::T* dy, D::T* dx,           \
+    KERNEL void adaptive_avgpool2d_bwd_##S(const D::T* dy, D::T* dx,                          \
                                                           Layout ldy, Layout ldx, i64 n) {    \
         adaptive_bwd<D>(dy, dx, ldy, ldx, n);                                                 \
     }

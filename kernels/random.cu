@@ -74,7 +74,7 @@ __device__ __forceinline__ double u53_open0(u32 hi, u32 lo) {
 // uniform: low + range * u, clamped to [lo_c, hi_c] (the dtype's values inside
 // [low, high), so `high` never comes out)
 
-extern "C" __global__ void uniform_f32(float* out, Layout lo, i64 n, u64 offset, u64 seed, double low,
+KERNEL void uniform_f32(float* out, Layout lo, i64 n, u64 offset, u64 seed, double low,
                                        double range, double lo_c, double hi_c) {
     float l = (float)low, r = (float)range, a = (float)lo_c, z = (float)hi_c;
     FOR_EACH_BLOCK(false, {
@@ -83,7 +83,7 @@ extern "C" __global__ void uniform_f32(float* out, Layout lo, i64 n, u64 offset,
     })
 }
 
-extern "C" __global__ void uniform_f64(double* out, Layout lo, i64 n, u64 offset, u64 seed, double low,
+KERNEL void uniform_f64(double* out, Layout lo, i64 n, u64 offset, u64 seed, double low,
                                        double range, double lo_c, double hi_c) {
     FOR_EACH_BLOCK(true, {
         double v = __fma_rn(u53(w[j], w2[j]), range, low);
@@ -92,7 +92,7 @@ extern "C" __global__ void uniform_f64(double* out, Layout lo, i64 n, u64 offset
 }
 
 #define UNIFORM_HALF(NAME, TO, FROM)                                                          \
-    extern "C" __global__ void NAME(u16* out, Layout lo, i64 n, u64 offset, u64 seed, double low, \
+    KERNEL void NAME(u16* out, Layout lo, i64 n, u64 offset, u64 seed, double low,                \
                                     double range, double lo_c, double hi_c) {                 \
         float l = (float)low, r = (float)range, a = (float)lo_c, z = (float)hi_c;            \
         u16 ab = TO(a), zb = TO(z);                                                           \
@@ -118,13 +118,13 @@ __device__ __forceinline__ float normal32(const u32 w[4], int j) {
     return rad * ((j & 1) ? s : c);
 }
 
-extern "C" __global__ void normal_f32(float* out, Layout lo, i64 n, u64 offset, u64 seed, double mean,
+KERNEL void normal_f32(float* out, Layout lo, i64 n, u64 offset, u64 seed, double mean,
                                       double std) {
     float m = (float)mean, sd = (float)std;
     FOR_EACH_BLOCK(false, { out[o] = __fmaf_rn(normal32(w, j), sd, m); })
 }
 
-extern "C" __global__ void normal_f64(double* out, Layout lo, i64 n, u64 offset, u64 seed, double mean,
+KERNEL void normal_f64(double* out, Layout lo, i64 n, u64 offset, u64 seed, double mean,
                                       double std) {
     FOR_EACH_BLOCK(true, {
         int p = j & ~1;
@@ -136,7 +136,7 @@ extern "C" __global__ void normal_f64(double* out, Layout lo, i64 n, u64 offset,
 }
 
 #define NORMAL_HALF(NAME, TO)                                                                   \
-    extern "C" __global__ void NAME(u16* out, Layout lo, i64 n, u64 offset, u64 seed, double mean, \
+    KERNEL void NAME(u16* out, Layout lo, i64 n, u64 offset, u64 seed, double mean,                \
                                     double std) {                                               \
         float m = (float)mean, sd = (float)std;                                                 \
         FOR_EACH_BLOCK(false, { out[o] = TO(__fmaf_rn(normal32(w, j), sd, m)); })              \
@@ -149,7 +149,7 @@ NORMAL_HALF(normal_bf16, f32_to_bf16)
 // bernoulli: `one` (the dtype's bit pattern of 1) when word < thr (= p * 2^32), else 0.
 
 #define BERNOULLI(B, T)                                                                          \
-    extern "C" __global__ void bernoulli_b##B(T* out, Layout lo, i64 n, u64 offset, u64 seed,     \
+    KERNEL void bernoulli_b##B(T* out, Layout lo, i64 n, u64 offset, u64 seed,                    \
                                               u64 thr, u64 one) {                                \
         T t = (T)one;                                                                            \
         FOR_EACH_BLOCK(false, { out[o] = (u64)w[j] < thr ? t : (T)0; })                           \
@@ -165,7 +165,7 @@ BERNOULLI(8, u64)
 // (range > 2^32), a 64-bit value (stream-0 word high, stream-1 word low; k = 64).
 
 #define UNIFORM_INT(B, T)                                                                          \
-    extern "C" __global__ void uniform_int_b##B(T* out, Layout lo, i64 n, u64 offset, u64 seed,     \
+    KERNEL void uniform_int_b##B(T* out, Layout lo, i64 n, u64 offset, u64 seed,                    \
                                                 i64 low, u64 range, int wide) {                    \
         FOR_EACH_BLOCK(wide != 0, {                                                                \
             u64 v = wide ? __umul64hi(((u64)w[j] << 32) | w2[j], range) : (((u64)w[j] * range) >> 32); \

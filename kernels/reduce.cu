@@ -281,17 +281,17 @@ __device__ void scan_impl(const T* __restrict__ x, Layout xl, T* __restrict__ ou
 // ---- entry points -----------------------------------------------------------------------------
 
 #define REDUCE_ENTRIES(NAME, T, A)                                                                   \
-    extern "C" __global__ void __launch_bounds__(RED_THREADS)                                        \
+    KERNEL void __launch_bounds__(RED_THREADS)                                                       \
         reduce_##NAME(const T* x, Layout xl, void* out, Layout ol, i64 n_out, i64 len, int op,       \
                       int group) {                                                                   \
         reduce_impl<T, A>(x, xl, out, ol, n_out, len, op, group);                                    \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(RED_THREADS)                                        \
+    KERNEL void __launch_bounds__(RED_THREADS)                                                       \
         argreduce_##NAME(const T* x, Layout xl, i64* out, Layout ol, i64 n_out, i64 len, int op,     \
                          int group) {                                                                \
         argreduce_impl<T, A>(x, xl, out, ol, n_out, len, op, group);                                 \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(RED_THREADS)                                        \
+    KERNEL void __launch_bounds__(RED_THREADS)                                                       \
         scan_##NAME(const T* x, Layout xl, T* out, Layout ol, i64 n_out, i64 len, int op,            \
                     int group) {                                                                     \
         scan_impl<T, A>(x, xl, out, ol, n_out, len, op, group);                                      \

@@ -189,7 +189,7 @@ __device__ __forceinline__ void bicubic_bwd(const typename D::T* dy, typename D:
 }
 
 #define ZERO(B, T)                                                                            \
-    extern "C" __global__ void resize_zero_b##B(T* p, Layout l, i64 n) {                      \
+    KERNEL void resize_zero_b##B(T* p, Layout l, i64 n) {                                     \
         FOR_EACH(i, n) {                                                                      \
             i64 b, c, h, w;                                                                   \
             coords4(l, i, b, c, h, w);                                                        \
@@ -255,7 +255,7 @@ __device__ __forceinline__ void grid_sample(const typename D::T* x, const typena
 // Entry points per dtype.
 
 #define INTERP_ENTRY(NAME, S, D, F)                                                           \
-    extern "C" __global__ void NAME##_##S(const D::T* src, D::T* dst, Layout ls, Layout ld,   \
+    KERNEL void NAME##_##S(const D::T* src, D::T* dst, Layout ls, Layout ld,                  \
                                           int align, i64 n) {                                 \
         F<D>(src, dst, ls, ld, align, n);                                                     \
     }
@@ -267,7 +267,7 @@ __device__ __forceinline__ void grid_sample(const typename D::T* x, const typena
     INTERP_ENTRY(interp_nearest_bwd, S, D, nearest_bwd)                                       \
     INTERP_ENTRY(interp_bilinear_bwd, S, D, bilinear_bwd)                                     \
     INTERP_ENTRY(interp_bicubic_bwd, S, D, bicubic_bwd)                                       \
-    extern "C" __global__ void grid_sample_##S(const D::T* x, const D::T* grid, D::T* out,    \
+    KERNEL void grid_sample_##S(const D::T* x, const D::T* grid, D::T* out,                   \
                                                Layout lx, Layout lg, Layout lo, int align,    \
                                                i64 n) {                                       \
         grid_sample<D>(x, grid, out, lx, lg, lo, align, n);                                   \

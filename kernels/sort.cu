@@ -73,7 +73,7 @@ __device__ void bitonic(u64* keys, int* idx, int n) {
 //                i64 padded, int descending, i64 rows); dynamic shared memory:
 // padded * (8 + 4) bytes.
 #define SORT_ROWS(NAME, T, KEY)                                                               \
-    extern "C" __global__ void sort_rows_##NAME(                                              \
+    KERNEL void sort_rows_##NAME(                                                             \
         const T* x, T* values, i64* indices, int write_values, int write_indices, Layout lx,  \
         Layout lv, Layout li, i64 sx, i64 sv, i64 si, i64 len, i64 padded, int descending,    \
         i64 rows) {                                                                           \
@@ -140,7 +140,7 @@ SORT_ROWS(bool, u8, INT_KEY)
 //                  int descending, i64 rows); dynamic shared memory: SORT_CHUNK * (8 + 4)
 // bytes.
 #define SORT_CHUNKS(NAME, T, KEY)                                                             \
-    extern "C" __global__ void sort_chunks_##NAME(const T* x, u64* keys_out, i32* idx_out,    \
+    KERNEL void sort_chunks_##NAME(const T* x, u64* keys_out, i32* idx_out,                   \
                                                   Layout lx, i64 sx, i64 len, int descending, \
                                                   i64 rows) {                                 \
         extern __shared__ u64 smem[];                                                         \
@@ -194,7 +194,7 @@ __device__ __forceinline__ bool pair_lt(u64 ka, i32 ia, u64 kb, i32 ib) {
 // a grid-stride loop over rows * ceil(len / MERGE_ITEMS) tiles of outputs. `width` is a
 // multiple of MERGE_ITEMS, so a tile never straddles two merged pairs.
 #define MERGE_RUNS(B, T)                                                                      \
-    extern "C" __global__ void merge_runs_b##B(                                               \
+    KERNEL void merge_runs_b##B(                                                              \
         const T* x, const u64* skeys, const i32* sidx, u64* dkeys, i32* didx, T* values,      \
         i64* indices, int final_pass, int write_values, int write_indices, Layout lx,         \
         Layout lv, Layout li, i64 sx, i64 sv, i64 si, i64 len, i64 width, i64 rows) {         \

@@ -26,5 +26,5 @@ fi
 if [[ $what == all || $what == bench ]] && [[ -x $here/bench ]]; then
   run bench "$here/bench" --json "$logs/bench.json"
 fi
-grep -h -E "^(test result|[a-z_]+: [0-9]+ (runs|threads)|stress:|churn:|tuning file:)|FAILED|panicked" "$logs"/*.log | sort | uniq -c | sort -rn | head -40
+grep -h -E "^(test result|[a-z_]+: [0-9]+ (runs|threads)|stress:|churn:|tuning file:|kernel cache:)|FAILED|panicked" "$logs"/*.log | sort | uniq -c | sort -rn | head -40
 printf '%s\n' "${summary[@]}"

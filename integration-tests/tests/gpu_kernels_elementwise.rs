@@ -742,7 +742,7 @@ fn unary_every_op_and_dtype() {
 // ---------------------------------------------------------------------------------------
 // binary
 
-const FLOAT_BINARY: [BinaryOp; 9] = [
+const FLOAT_BINARY: [BinaryOp; 10] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
@@ -752,6 +752,7 @@ const FLOAT_BINARY: [BinaryOp; 9] = [
     BinaryOp::Max,
     BinaryOp::Min,
     BinaryOp::Atan2,
+    BinaryOp::ReluBackward,
 ];
 const INT_BINARY: [BinaryOp; 11] = [
     BinaryOp::Add,
@@ -785,6 +786,13 @@ fn binary_ref(op: BinaryOp, a: f64, b: f64) -> f64 {
         BinaryOp::Max => a.max(b),
         BinaryOp::Min => a.min(b),
         BinaryOp::Atan2 => a.atan2(b),
+        BinaryOp::ReluBackward => {
+            if b <= 0.0 {
+                0.0
+            } else {
+                a
+            }
+        }
         _ => unreachable!(),
     }
 }
@@ -840,7 +848,7 @@ fn binary_int_ref(op: BinaryOp, a: i64, b: i64) -> i64 {
         BinaryOp::BitAnd => a & b,
         BinaryOp::BitOr => a | b,
         BinaryOp::BitXor => a ^ b,
-        BinaryOp::Atan2 => unreachable!(),
+        BinaryOp::Atan2 | BinaryOp::ReluBackward => unreachable!(),
     }
 }
 
@@ -941,6 +949,99 @@ fn binary_every_op_and_dtype() {
                         .collect();
                     r.exact(format!("{name} {case:?}"), dtype, &got, &want);
                 }
+            }
+        }
+    }
+    r.finish(false);
+}
+
+// ---------------------------------------------------------------------------------------
+// binary and compare with a scalar passed by value
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scalar_operands_every_op_and_dtype() {
+    let s = stream();
+    let mut r = Report::new("scalar");
+    let mut rng = SplitMix64::new(35);
+    let compares = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ];
+    for case in cases() {
+        for dtype in ALL {
+            let ops: &[BinaryOp] = match dtype {
+                _ if dtype.is_float() => &FLOAT_BINARY,
+                Bool => &[BinaryOp::BitAnd, BinaryOp::BitOr, BinaryOp::BitXor],
+                _ => &INT_BINARY,
+            };
+            let (da, sa) = &case.ins[0];
+            for &op in ops {
+                let pairs: Vec<(f64, f64)> = (0..numel(da)).map(|_| binary_inputs(op, dtype, &mut rng)).collect();
+                let av: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+                // An unrounded scalar: the kernel must round it to the dtype first.
+                let scalar = pairs.first().map_or(0.5, |p| p.1) * if dtype.is_float() { 1.0001 } else { 1.0 };
+                let a = upload(&s, &av, da, sa, dtype);
+                let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
+                let name = format!("binary_scalar {op:?} {dtype:?} s={scalar}");
+                if let Err(e) = ew::binary_scalar(&s, op, &a.t, scalar, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let ab = bcast(&a, &case.out.0);
+                let sv = to_dtype(dtype, scalar);
+                let got = download(&s, &out);
+                if dtype.is_float() {
+                    let want: Vec<f64> = ab.iter().map(|&x| binary_ref(op, x, sv)).collect();
+                    let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2);
+                    r.close(format!("{name} {case:?}"), dtype, &got, &want, float_bound(dtype, tr));
+                } else {
+                    let want: Vec<f64> = ab
+                        .iter()
+                        .map(|&x| wrap(dtype, binary_int_ref(op, x as i64, sv as i64)))
+                        .collect();
+                    r.exact(format!("{name} {case:?}"), dtype, &got, &want);
+                }
+            }
+            for op in compares {
+                let draw = |g: &mut SplitMix64| -> f64 {
+                    if dtype.is_float() && g.below(10) == 0 {
+                        f64::NAN
+                    } else if dtype == Bool {
+                        g.below(2) as f64
+                    } else {
+                        g.below(4) as f64 - if dtype == U8 { 0.0 } else { 2.0 }
+                            + if dtype.is_float() { 0.5 } else { 0.0 }
+                    }
+                };
+                let av: Vec<f64> = (0..numel(da)).map(|_| draw(&mut rng)).collect();
+                let scalar = draw(&mut rng);
+                let a = upload(&s, &av, da, sa, dtype);
+                let out = poisoned(&s, &case.out.0, &case.out.1, Bool);
+                let name = format!("compare_scalar {op:?} {dtype:?} s={scalar}");
+                if let Err(e) = ew::compare_scalar(&s, op, &a.t, scalar, &out.t) {
+                    r.error(name, e);
+                    continue;
+                }
+                let sv = to_dtype(dtype, scalar);
+                let want: Vec<f64> = bcast(&a, &case.out.0)
+                    .iter()
+                    .map(|&x| {
+                        (match op {
+                            CompareOp::Eq => x == sv,
+                            CompareOp::Ne => x != sv,
+                            CompareOp::Lt => x < sv,
+                            CompareOp::Le => x <= sv,
+                            CompareOp::Gt => x > sv,
+                            CompareOp::Ge => x >= sv,
+                        }) as u8 as f64
+                    })
+                    .collect();
+                r.exact(format!("{name} {case:?}"), Bool, &download(&s, &out), &want);
             }
         }
     }

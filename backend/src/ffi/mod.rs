@@ -3,13 +3,14 @@
 //! cuDNN is loaded at run time through [`libloading`] (never linked), with our own
 //! function table so that a missing library or symbol is an [`Error`](crate::Error)
 //! instead of a panic, and so that status codes newer than our bindings are read as
-//! plain integers. The CUDA driver and NVRTC are reached through `cudarc`, after
-//! [`crate::runtime::probe`] has checked that they can be loaded.
+//! plain integers. NVRTC gets the same treatment ([`nvrtc`]). The CUDA driver is reached through
+//! `cudarc`, after [`crate::runtime::probe`] has checked that it can be loaded.
 
 mod api;
 #[cfg(feature = "candle-cuda")]
 pub(crate) mod candle_interop;
 mod descriptor;
+pub(crate) mod driver;
 mod handle;
 pub(crate) mod launch;
 pub(crate) mod launch_batch_norm;
@@ -25,6 +26,7 @@ pub(crate) mod launch_sort;
 pub(crate) mod legacy;
 #[cfg_attr(not(feature = "burn"), allow(dead_code))] // used by the Burn backend
 pub(crate) mod memory;
+pub(crate) mod nvrtc;
 pub(crate) mod replay;
 
 pub(crate) use api::{api, can_load, cudnn_version};

@@ -31,7 +31,7 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_linalg::{self as launch, MatmulShape};
 use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
-use crate::kernels::{stream_function, LINALG};
+use crate::kernels::{stream_function, stream_functions, LINALG};
 use crate::ops::TensorRef;
 
 // ---------------------------------------------------------------------------------------
@@ -555,8 +555,7 @@ pub fn quantize_symmetric_i8(
     let Some(p) = plan_quantize(x, block, scales, out)? else {
         return Ok(());
     };
-    let fs = stream_function(stream, LINALG, p.scales_entry)?;
-    let fq = stream_function(stream, LINALG, p.entry)?;
+    let [fs, fq] = stream_functions(stream, LINALG, [p.scales_entry, p.entry])?;
     launch::quant_scales(stream, &fs, x.ptr, scales.ptr, p.block, p.nblocks)?;
     launch::quantize(stream, &fq, x.ptr, scales.ptr, out.ptr, p.block, p.n)
 }

@@ -1,12 +1,41 @@
-//! CUDA C kernels for what cuDNN does not cover, compiled by NVRTC once per device
-//! (the sources live in the repository's `kernels/` folder and are embedded with
-//! `include_str!`; `kernels/common.cuh` is prepended to every source that asks for it).
+//! CUDA C kernels for what cuDNN does not cover, compiled by NVRTC at first use (the sources
+//! live in the repository's `kernels/` folder and are embedded with `include_str!`).
+//!
+//! # Loading
+//!
+//! [`function`] returns a kernel by its plain name (`"binary_f32"`). The first request in a
+//! process reads the kernel's CUBIN from the on-disk cache ([`cache`], on by default in the
+//! user's cache directory, `CUDNN_BACKEND_KERNEL_CACHE` moves or disables it) or compiles it
+//! with NVRTC straight to a CUBIN for the device's architecture (`compile.rs`; PTX only when the
+//! GPU is newer than the NVRTC found), one kernel at a time, and loads it with
+//! `cuModuleLoadData`: the driver JIT-compiles nothing. Kernels that usually run together
+//! compile in parallel (`warm.rs`); later requests are one map lookup. [`compile_stats`] counts
+//! compiles, disk hits and time.
+//!
+//! # Kernel convention (for new `.cu` files)
+//!
+//! * Every source gets `kernels/prelude.cuh` prepended, then `kernels/common.cuh` when its
+//!   [`KernelSource::common`] is set.
+//! * Declare entry points `KERNEL void name(...)` (the prelude's macro for
+//!   `template <int = 0> __global__`), not `extern "C" __global__ void name(...)`; macros that
+//!   stamp out one kernel per dtype work unchanged. The loader instantiates only the requested
+//!   kernel (NVRTC name expression `name<0>`) and maps the plain name to the mangled symbol.
+//! * Entry-point names are unique within their source (no overloads).
+//! * A source that still contains `extern "C"` keeps working: it is compiled whole, once per
+//!   device, and its kernels are loaded by their plain names (slower on a fresh machine).
+//! * Add the new [`KernelSource`] to `ALL_SOURCES` below so the NVRTC-only tests compile it.
+//! * Kernels of a new source that run in most training steps may be listed in a group of
+//!   `warm.rs`, so they compile alongside their neighbours.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use cudarc::driver::CudaFunction;
 
-use cudarc::driver::{CudaFunction, CudaModule};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+pub mod cache;
+pub(crate) mod compile;
+pub(crate) mod load;
+pub(crate) mod warm;
+
+pub use load::{compile_stats, CompileStats};
+pub(crate) use load::{function, prefetch};
 
 pub(crate) mod check;
 pub mod elementwise;
@@ -19,13 +48,15 @@ pub mod reduce;
 pub mod resize;
 pub mod sort;
 
-use crate::error::{Error, Result};
-use crate::runtime::{check_nvrtc, Device};
+use crate::error::Result;
+use crate::runtime::Device;
 
 /// One kernel source file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct KernelSource {
+    /// File name, e.g. `elementwise.cu` (identifies the source in the loader's maps).
     pub name: &'static str,
+    /// The CUDA C++ text.
     pub code: &'static str,
     /// Whether `kernels/common.cuh` is prepended.
     pub common: bool,
@@ -41,24 +72,6 @@ pub(crate) const BIAS_ACT: KernelSource = KernelSource {
     common: false,
 };
 
-type ModuleKey = (usize, &'static str);
-
-fn modules() -> &'static Mutex<HashMap<ModuleKey, Arc<CudaModule>>> {
-    static MODULES: OnceLock<Mutex<HashMap<ModuleKey, Arc<CudaModule>>>> = OnceLock::new();
-    MODULES.get_or_init(Default::default)
-}
-
-fn arch(dev: &Device) -> &'static str {
-    static ARCHS: OnceLock<Mutex<HashMap<(u32, u32), &'static str>>> = OnceLock::new();
-    let cc = dev.info().compute_capability;
-    let mut map = ARCHS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    map.entry(cc)
-        .or_insert_with(|| Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str()))
-}
-
 /// [`function`] on the device of `stream`.
 pub(crate) fn stream_function(
     stream: &cudarc::driver::CudaStream,
@@ -68,36 +81,23 @@ pub(crate) fn stream_function(
     function(&*Device::new(stream.context().ordinal())?, source, name)
 }
 
-/// Loads `function` from `source`, compiling the source for `dev` on first use.
-pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static str) -> Result<CudaFunction> {
-    type FunctionKey = (usize, &'static str, &'static str);
-    static FUNCTIONS: OnceLock<Mutex<HashMap<FunctionKey, CudaFunction>>> = OnceLock::new();
-    let functions = FUNCTIONS.get_or_init(Default::default);
-    if let Some(f) = functions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&(dev.ordinal(), source.name, function))
-    {
-        return Ok(f.clone());
+/// Several kernels of `source` on the device of `stream`, the missing ones built in parallel
+/// (for ops that launch more than one kernel).
+pub(crate) fn stream_functions<const N: usize>(
+    stream: &cudarc::driver::CudaStream,
+    source: KernelSource,
+    names: [&'static str; N],
+) -> Result<[CudaFunction; N]> {
+    let dev = Device::new(stream.context().ordinal())?;
+    prefetch(&dev, &names.map(|n| (source, n)))?;
+    let mut out = Vec::with_capacity(N);
+    for n in names {
+        out.push(function(&dev, source, n)?);
     }
-    let key = (dev.ordinal(), source.name);
-    let mut map = modules().lock().unwrap_or_else(|e| e.into_inner());
-    let module = match map.get(&key) {
-        Some(m) => m.clone(),
-        None => {
-            check_nvrtc()?;
-            let ptx = compile(source, arch(dev))?;
-            let m = dev.context().load_module(ptx)?;
-            map.insert(key, m.clone());
-            m
-        }
-    };
-    let f = module.load_function(function)?;
-    functions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert((dev.ordinal(), source.name, function), f.clone());
-    Ok(f)
+    out.try_into().map_err(|_| crate::Error::Cuda {
+        op: "loading kernels",
+        message: "kernel count mismatch".into(),
+    })
 }
 
 /// Fill, copy/cast, unary, binary, compare and where on strided views.
@@ -171,9 +171,9 @@ pub(crate) const OPTIM: KernelSource = KernelSource {
     common: true,
 };
 
-/// Every kernel source, for the compile check.
+/// Every kernel source, for the compile checks.
 #[cfg(test)]
-const ALL_SOURCES: &[KernelSource] = &[
+pub(crate) const ALL_SOURCES: &[KernelSource] = &[
     BIAS_ACT,
     ELEMENTWISE,
     REDUCE,
@@ -187,37 +187,5 @@ const ALL_SOURCES: &[KernelSource] = &[
     OPTIM,
 ];
 
-/// Compiles `source` (with `common.cuh` when it asks) to PTX for `arch` (e.g. `sm_90`).
-fn compile(source: KernelSource, arch: &'static str) -> Result<cudarc::nvrtc::Ptx> {
-    let code = if source.common {
-        format!("{COMMON}\n{}", source.code)
-    } else {
-        source.code.to_string()
-    };
-    let opts = CompileOptions {
-        arch: Some(arch),
-        name: Some(source.name.to_string()),
-        ..Default::default()
-    };
-    compile_ptx_with_opts(code, opts).map_err(|e| Error::Nvrtc {
-        kernel: source.name,
-        log: e.to_string(),
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Needs only libnvrtc (no GPU): every source must compile for Hopper.
-    #[test]
-    #[ignore = "needs libnvrtc on the loader path"]
-    fn every_kernel_source_compiles() {
-        check_nvrtc().expect("libnvrtc");
-        let failures: Vec<String> = ALL_SOURCES
-            .iter()
-            .filter_map(|s| compile(*s, "sm_90").err().map(|e| e.to_string()))
-            .collect();
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
-}
+mod nvrtc_tests;

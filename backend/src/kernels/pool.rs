@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_pool::{self as launch, PoolWindow};
 use crate::graph::DataType;
-use crate::kernels::{stream_function, POOL};
+use crate::kernels::{stream_function, stream_functions, POOL};
 use crate::ops::TensorRef;
 
 /// 2-D pooling geometry, `[height, width]` each (PyTorch's `max_pool2d` / `avg_pool2d`
@@ -477,8 +477,7 @@ pub fn max_pool2d_backward(
     let Some(plan) = plan_max_pool2d_backward(indices, dy, dx)? else {
         return Ok(());
     };
-    let z = stream_function(stream, POOL, plan.zero_entry)?;
-    let f = stream_function(stream, POOL, plan.entry)?;
+    let [z, f] = stream_functions(stream, POOL, [plan.zero_entry, plan.entry])?;
     launch::zero(stream, &z, dx.ptr, &plan.layouts[2], plan.zero_n)?;
     if plan.n == 0 {
         return Ok(());

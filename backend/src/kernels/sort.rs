@@ -38,7 +38,7 @@ use crate::ffi::launch_sort::{self as launch, MergePass, SortRows};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{stream_function, SORT};
+use crate::kernels::{stream_function, stream_functions, SORT};
 use crate::ops::TensorRef;
 
 /// Longest row (length of the sorted axis) one block sorts in shared memory; longer rows
@@ -275,8 +275,7 @@ pub(crate) fn plan_sort(
 /// passes, the last one writing `values` / `indices` (0 when not written). The scratch
 /// buffer is freed stream-ordered after the last pass.
 fn merge_sort(stream: &Arc<CudaStream>, p: &SortPlan, m: &MergeSort, x: u64, values: u64, indices: u64) -> Result<()> {
-    let chunk_fn = stream_function(stream, SORT, m.chunk_entry)?;
-    let merge_fn = stream_function(stream, SORT, m.merge_entry)?;
+    let [chunk_fn, merge_fn] = stream_functions(stream, SORT, [m.chunk_entry, m.merge_entry])?;
     let scratch = DeviceBuffer::alloc(stream, m.scratch_bytes(), "sort")?;
     let pair = |k: usize| m.pair(scratch.ptr(), k);
     let (keys, idx) = pair(0);

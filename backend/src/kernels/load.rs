@@ -1,0 +1,450 @@
+//! In-process kernel loading: a map of loaded functions in front of the disk cache and NVRTC.
+//!
+//! The hot path is one read-locked map lookup. A miss takes the kernel's own slot lock (so
+//! concurrent requests for one kernel compile it once, while different kernels compile in
+//! parallel), looks the image up in the disk cache ([`super::cache`]), compiles it with NVRTC
+//! when absent ([`super::compile`]), and loads it with `cuModuleLoadData`. A kernel that had
+//! to be compiled also compiles, on other threads and at the same time, up to one less than
+//! the number of CPU cores of the kernels that usually run beside it ([`super::warm`]), so
+//! a first training step pays about one compile per group instead of one per kernel.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
+
+use cudarc::driver::{CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use super::cache::{self, CacheKey, CachedImage, ImageKind, KernelCache, KeyParts};
+use super::compile::{self, Target};
+use super::KernelSource;
+use crate::error::{Error, Result};
+use crate::ffi::nvrtc::Output;
+use crate::runtime::Device;
+
+/// The unit name of a source compiled whole (one that still uses `extern "C"`).
+const WHOLE: &str = "*";
+
+/// (device ordinal, source name, kernel name or [`WHOLE`]).
+type Key = (usize, &'static str, &'static str);
+
+/// A loaded module and the symbol of the unit's kernel in it (empty for a whole source).
+type Slot = Arc<Mutex<Option<(Arc<CudaModule>, String)>>>;
+
+#[derive(Default)]
+struct Loaded {
+    functions: RwLock<HashMap<Key, CudaFunction>>,
+    slots: Mutex<HashMap<Key, Slot>>,
+}
+
+fn loaded() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    LOADED.get_or_init(Default::default)
+}
+
+/// Counters of the kernel loader since the process started (see [`compile_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CompileStats {
+    /// Kernels compiled by NVRTC (a source compiled whole counts once).
+    pub compiled: u64,
+    /// Kernels loaded from the disk cache.
+    pub disk_hits: u64,
+    /// Disk cache look-ups that found no usable entry (with the cache on).
+    pub disk_misses: u64,
+    /// NVRTC time, summed over threads (compiles run in parallel), in milliseconds.
+    pub compile_ms: f64,
+    /// Time reading the disk cache and loading modules, summed over threads, in milliseconds.
+    pub load_ms: f64,
+    /// Kernels compiled alongside another one that missed (groups of kernels that usually run
+    /// together, see the module docs of [`crate::kernels`]).
+    pub prefetched: u64,
+    /// Modules loaded as PTX (the GPU is newer than NVRTC, so the driver JIT-compiles).
+    pub ptx_fallbacks: u64,
+}
+
+static COMPILED: AtomicU64 = AtomicU64::new(0);
+static DISK_HITS: AtomicU64 = AtomicU64::new(0);
+static DISK_MISSES: AtomicU64 = AtomicU64::new(0);
+static COMPILE_US: AtomicU64 = AtomicU64::new(0);
+static LOAD_US: AtomicU64 = AtomicU64::new(0);
+static PREFETCHED: AtomicU64 = AtomicU64::new(0);
+static PTX_FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// The loader's counters: kernels compiled, disk cache hits and misses, NVRTC and load time.
+pub fn compile_stats() -> CompileStats {
+    let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1000.0;
+    CompileStats {
+        compiled: COMPILED.load(Ordering::Relaxed),
+        disk_hits: DISK_HITS.load(Ordering::Relaxed),
+        disk_misses: DISK_MISSES.load(Ordering::Relaxed),
+        compile_ms: ms(&COMPILE_US),
+        load_ms: ms(&LOAD_US),
+        prefetched: PREFETCHED.load(Ordering::Relaxed),
+        ptx_fallbacks: PTX_FALLBACKS.load(Ordering::Relaxed),
+    }
+}
+
+fn add_us(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+}
+
+/// The disk cache this process uses (resolved from the environment once).
+fn disk_cache() -> Option<&'static KernelCache> {
+    static CACHE: OnceLock<Option<KernelCache>> = OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            let c = KernelCache::from_env();
+            match &c {
+                Some(c) => tracing::debug!(dir = %c.dir().display(), "kernel cache"),
+                None => tracing::debug!("kernel cache off"),
+            }
+            c
+        })
+        .as_ref()
+}
+
+/// What every compile for one compute capability shares: the target and the key parts that
+/// do not depend on the kernel.
+#[derive(Clone, Debug)]
+pub(crate) struct Build {
+    target: Target,
+    options: Vec<String>,
+    arch: String,
+    nvrtc: (i32, i32),
+    driver: i32,
+}
+
+impl Build {
+    /// The build for `target` with NVRTC `nvrtc` and CUDA driver version `driver`.
+    pub(crate) fn new(target: Target, nvrtc: (i32, i32), driver: i32) -> Build {
+        Build {
+            target,
+            options: target.options(),
+            arch: target.label(),
+            nvrtc,
+            driver,
+        }
+    }
+}
+
+fn build_for(dev: &Device) -> Result<Build> {
+    static BUILDS: OnceLock<Mutex<HashMap<(u32, u32), Build>>> = OnceLock::new();
+    let cc = dev.info().compute_capability;
+    let map = BUILDS.get_or_init(Default::default);
+    if let Some(b) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&cc) {
+        return Ok(b.clone());
+    }
+    let (nvrtc, archs) = compile::nvrtc_info()?;
+    let target = Target::for_device(cc, archs);
+    if target.output == Output::Ptx {
+        tracing::warn!(
+            "compute capability {}.{} is newer than NVRTC {}.{} supports ({archs:?}): kernels are \
+             compiled to PTX for {} and JIT-compiled by the driver; install a newer NVRTC",
+            cc.0,
+            cc.1,
+            nvrtc.0,
+            nvrtc.1,
+            target.label()
+        );
+    }
+    let b = Build::new(target, nvrtc, crate::ffi::driver::driver_version()?);
+    map.lock().unwrap_or_else(|e| e.into_inner()).insert(cc, b.clone());
+    Ok(b)
+}
+
+/// The hash of `source`'s full text (once per source and process).
+fn source_hash(source: KernelSource) -> u128 {
+    static HASHES: OnceLock<Mutex<HashMap<&'static str, u128>>> = OnceLock::new();
+    let map = HASHES.get_or_init(Default::default);
+    if let Some(h) = map.lock().unwrap_or_else(|e| e.into_inner()).get(source.name) {
+        return *h;
+    }
+    let h = cache::source_hash(&compile::full_source(source));
+    map.lock().unwrap_or_else(|e| e.into_inner()).insert(source.name, h);
+    h
+}
+
+fn load_image(dev: &Device, kind: ImageKind, bytes: Vec<u8>) -> Result<Arc<CudaModule>> {
+    let image = match kind {
+        ImageKind::Cubin => Ptx::from_binary(bytes),
+        ImageKind::Ptx => {
+            PTX_FALLBACKS.fetch_add(1, Ordering::Relaxed);
+            // cudarc turns PTX text into a C string (and would panic on a NUL byte).
+            let text = String::from_utf8(bytes)
+                .ok()
+                .filter(|t| !t.contains('\0'))
+                .ok_or_else(|| Error::Cuda {
+                    op: "loading a PTX kernel image",
+                    message: "the PTX is not NUL-free UTF-8 text".into(),
+                })?;
+            Ptx::from_src(text)
+        }
+    };
+    dev.context().load_module(image).map_err(|e| Error::Cuda {
+        op: "cuModuleLoadData (kernel image)",
+        message: e.to_string(),
+    })
+}
+
+/// The image of one unit (`kernel` of `source`, or all of `source` when `None`) for `b`: from
+/// `disk` when it holds an intact entry and `skip_disk` is false, else compiled by NVRTC (and
+/// stored in `disk`). `before_compile` runs just before NVRTC is called. The `bool` says
+/// whether NVRTC ran. Needs no GPU.
+pub(crate) fn image_for(
+    b: &Build,
+    disk: Option<&KernelCache>,
+    source: KernelSource,
+    kernel: Option<&'static str>,
+    skip_disk: bool,
+    before_compile: &mut dyn FnMut(),
+) -> Result<(CachedImage, bool)> {
+    let label = kernel.unwrap_or(source.name);
+    let key = CacheKey::new(&KeyParts {
+        source_hash: source_hash(source),
+        kernel: kernel.unwrap_or(WHOLE),
+        options: &b.options,
+        arch: &b.arch,
+        nvrtc: b.nvrtc,
+        driver: b.driver,
+        crate_version: env!("CARGO_PKG_VERSION"),
+    });
+    let kind = match b.target.output {
+        Output::Cubin => ImageKind::Cubin,
+        Output::Ptx => ImageKind::Ptx,
+    };
+    if let Some(cache) = disk.filter(|_| !skip_disk) {
+        let t = Instant::now();
+        match cache.load(key, label) {
+            Some(entry) if entry.kind == kind => {
+                add_us(&LOAD_US, t);
+                DISK_HITS.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(kernel = label, source = source.name, "kernel read from the disk cache");
+                return Ok((entry, false));
+            }
+            _ => {
+                DISK_MISSES.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    before_compile();
+    let t = Instant::now();
+    let image = compile::compile(source, kernel, b.target)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    add_us(&COMPILE_US, t);
+    COMPILED.fetch_add(1, Ordering::Relaxed);
+    let entry = CachedImage {
+        kind,
+        symbol: image.symbol,
+        image: image.bytes,
+    };
+    if let Some(cache) = disk {
+        if let Err(e) = cache.store(key, label, &entry) {
+            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if WARNED.swap(true, Ordering::Relaxed) {
+                tracing::debug!(dir = %cache.dir().display(), reason = %e, "could not write the kernel cache");
+            } else {
+                tracing::warn!(
+                    dir = %cache.dir().display(),
+                    reason = %e,
+                    "could not write the kernel cache (kernels still load; set {} to move or disable it)",
+                    cache::KERNEL_CACHE_ENV
+                );
+            }
+        }
+    }
+    let s = compile_stats();
+    tracing::debug!(
+        kernel = label,
+        source = source.name,
+        arch = %b.arch,
+        ms = format_args!("{ms:.1}"),
+        compiled = s.compiled,
+        disk_hits = s.disk_hits,
+        compile_ms_total = format_args!("{:.1}", s.compile_ms),
+        "compiled kernel"
+    );
+    Ok((entry, true))
+}
+
+/// Compiles (or reads from the disk cache) and loads one unit; returns the module, the
+/// symbol of the unit's kernel and whether NVRTC ran (see [`image_for`]). A cached image the
+/// driver rejects is compiled again.
+fn build_module(
+    dev: &Device,
+    source: KernelSource,
+    kernel: Option<&'static str>,
+    before_compile: &mut dyn FnMut(),
+) -> Result<(Arc<CudaModule>, String, bool)> {
+    let b = build_for(dev)?;
+    let disk = disk_cache();
+    let (entry, compiled) = image_for(&b, disk, source, kernel, false, before_compile)?;
+    let t = Instant::now();
+    match load_image(dev, entry.kind, entry.image) {
+        Ok(module) => {
+            add_us(&LOAD_US, t);
+            Ok((module, entry.symbol, compiled))
+        }
+        Err(e) if !compiled => {
+            tracing::warn!(
+                kernel = kernel.unwrap_or(source.name),
+                reason = %e,
+                "the driver rejected a cached kernel image; compiling it again"
+            );
+            let (entry, _) = image_for(&b, disk, source, kernel, true, before_compile)?;
+            let module = load_image(dev, entry.kind, entry.image)?;
+            Ok((module, entry.symbol, true))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn slot(key: Key) -> Slot {
+    loaded()
+        .slots
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_default()
+        .clone()
+}
+
+fn ready(dev: usize, source: KernelSource, name: &'static str) -> Option<CudaFunction> {
+    loaded()
+        .functions
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&(dev, source.name, name))
+        .cloned()
+}
+
+/// Loads `name` from an already loaded unit, or builds the unit (holding its slot lock, see
+/// [`build_module`] for `before_compile`); `Ok(None)` when `wait` is false and another thread
+/// holds the slot. The `bool` says whether NVRTC ran.
+fn load_locked(
+    dev: &Device,
+    source: KernelSource,
+    name: &'static str,
+    wait: bool,
+    before_compile: &mut dyn FnMut(),
+) -> Result<Option<(CudaFunction, bool)>> {
+    let per_kernel = compile::per_kernel(source);
+    let unit = if per_kernel { name } else { WHOLE };
+    let slot = slot((dev.ordinal(), source.name, unit));
+    let mut guard = if wait {
+        slot.lock().unwrap_or_else(|e| e.into_inner())
+    } else {
+        match slot.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+        }
+    };
+    let mut compiled = false;
+    if guard.is_none() {
+        let (module, symbol, c) = build_module(dev, source, per_kernel.then_some(name), before_compile)?;
+        *guard = Some((module, symbol));
+        compiled = c;
+    }
+    let Some((module, symbol)) = guard.as_ref() else {
+        return Err(Error::Cuda {
+            op: "loading a kernel",
+            message: format!("{name} of {} has no module", source.name),
+        });
+    };
+    let symbol = if per_kernel { symbol.as_str() } else { name };
+    let f = module.load_function(symbol).map_err(|e| Error::Cuda {
+        op: "cuModuleGetFunction (kernel)",
+        message: format!("{name} ({symbol}) of {}: {e}", source.name),
+    })?;
+    drop(guard);
+    loaded()
+        .functions
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((dev.ordinal(), source.name, name), f.clone());
+    Ok(Some((f, compiled)))
+}
+
+/// Threads for parallel compiles: the CPU cores, at most 16.
+pub(crate) fn parallelism() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16))
+}
+
+/// Loads `function` from `source` on `dev`: from memory, else the disk cache, else NVRTC.
+pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static str) -> Result<CudaFunction> {
+    if let Some(f) = ready(dev.ordinal(), source, function) {
+        return Ok(f);
+    }
+    // A miss: build this kernel. If that means compiling, the kernels that usually run beside
+    // it compile at the same time on the other cores; those threads never wait for a kernel
+    // another thread is building, so no two builders can wait on each other.
+    let mut built = None;
+    std::thread::scope(|s| {
+        let mut spawn_siblings = || {
+            let siblings = super::warm::siblings(source, function)
+                .filter(|(s2, n2)| ready(dev.ordinal(), *s2, n2).is_none())
+                .take(parallelism() - 1);
+            for (s2, n2) in siblings {
+                let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
+                    match load_locked(dev, s2, n2, false, &mut || {}) {
+                        Ok(Some((_, true))) => {
+                            PREFETCHED.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::debug!(kernel = n2, reason = %e, "prefetching a kernel failed"),
+                    }
+                });
+                if spawned.is_err() {
+                    break; // no more threads: the remaining siblings load when asked for
+                }
+            }
+        };
+        built = Some(load_locked(dev, source, function, true, &mut spawn_siblings));
+    });
+    match built {
+        Some(Ok(Some((f, _)))) => Ok(f),
+        Some(Err(e)) => Err(e),
+        _ => Err(Error::Cuda {
+            op: "loading a kernel",
+            message: format!("{function} of {} was not built", source.name),
+        }),
+    }
+}
+
+/// Makes every kernel of `kernels` ready on `dev`, building the missing ones in parallel (up
+/// to [`parallelism`] threads); returns the first error after all have been tried.
+pub(crate) fn prefetch(dev: &Device, kernels: &[(KernelSource, &'static str)]) -> Result<()> {
+    let todo: Vec<(KernelSource, &'static str)> = kernels
+        .iter()
+        .copied()
+        .filter(|(s, n)| ready(dev.ordinal(), *s, n).is_none())
+        .collect();
+    match todo.len() {
+        0 => return Ok(()),
+        1 => return function(dev, todo[0].0, todo[0].1).map(|_| ()),
+        _ => {}
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(&(src, name)) = todo.get(i) else { break };
+        if let Err(e) = load_locked(dev, src, name, true, &mut || {}) {
+            first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..parallelism().min(todo.len()) {
+            if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
+                break;
+            }
+        }
+        work(); // this thread works too (and alone when no thread could be spawned)
+    });
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,333 @@
+//! Tests that need only libnvrtc (no GPU): every kernel compiles alone to a CUBIN, the warm
+//! groups name real kernels, and (printed, for the design notes) what compiling costs.
+//!
+//! ```sh
+//! LD_LIBRARY_PATH=/path/to/nvrtc/lib CUDNN_BACKEND_COMPILE_TIMINGS=1 \
+//!     cargo test --release -p cudnn-backend --lib kernels::nvrtc_tests -- --ignored --nocapture \
+//!     --test-threads=1
+//! ```
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::compile::{self, name_expression, Target};
+use super::{KernelSource, ALL_SOURCES};
+use crate::ffi::nvrtc::{self, Output};
+use crate::runtime::check_nvrtc;
+
+const SM90: Target = Target {
+    output: Output::Cubin,
+    arch: 90,
+};
+
+/// `source` as one `extern "C"` translation unit (the loader's behaviour before per-kernel
+/// compilation): `KERNEL` defined as `extern "C" __global__`, so every kernel is generated.
+fn whole_text(source: KernelSource) -> String {
+    let common = if source.common { super::COMMON } else { "" };
+    format!("#define KERNEL extern \"C\" __global__\n{common}\n{}", source.code)
+}
+
+/// Every entry point of `source`, read from the `.entry` lines of its whole-source PTX.
+fn entries(source: KernelSource) -> Vec<String> {
+    let opts = ["--gpu-architecture=compute_90".to_string()];
+    let ptx =
+        nvrtc::compile(&whole_text(source), source.name, &[], &opts, Output::Ptx).unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8(ptx.image).unwrap();
+    let names: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start().strip_prefix(".visible .entry ")?;
+            Some(rest.split(|c: char| c == '(' || c.is_whitespace()).next()?.to_string())
+        })
+        .collect();
+    assert!(!names.is_empty(), "no entry points in {}", source.name);
+    names.into_iter().collect()
+}
+
+fn all_kernels() -> Vec<(KernelSource, &'static str)> {
+    ALL_SOURCES
+        .iter()
+        .flat_map(|s| {
+            entries(*s)
+                .into_iter()
+                .map(move |n| (*s, &*Box::leak(n.into_boxed_str())))
+        })
+        .collect()
+}
+
+/// Compiles `kernels` with up to `threads` threads, one program per kernel; returns seconds.
+fn compile_each(kernels: &[(KernelSource, &'static str)], threads: usize) -> f64 {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(src, name)) = kernels.get(i) else { break };
+                let img = compile::compile(src, Some(name), SM90).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!img.bytes.is_empty() && !img.symbol.is_empty(), "{name}");
+            });
+        }
+    });
+    t.elapsed().as_secs_f64()
+}
+
+/// Compiles `kernels` grouped by source (one program per source, one name expression per
+/// kernel) with up to `threads` threads; returns seconds.
+fn compile_grouped(kernels: &[(KernelSource, &'static str)], threads: usize) -> f64 {
+    let mut groups: Vec<(KernelSource, Vec<String>)> = Vec::new();
+    for (s, n) in kernels {
+        match groups.iter_mut().find(|(g, _)| g.name == s.name) {
+            Some((_, names)) => names.push(name_expression(n)),
+            None => groups.push((*s, vec![name_expression(n)])),
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((src, exprs)) = groups.get(i) else { break };
+                let text = compile::full_source(*src);
+                let out = nvrtc::compile(&text, src.name, exprs, &SM90.options(), Output::Cubin)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(out.lowered.len(), exprs.len());
+            });
+        }
+    });
+    t.elapsed().as_secs_f64()
+}
+
+/// The kernels a Burn f32 training step (train_burn) plausibly uses: the f32, i64 and bool
+/// warm groups plus the fallback bias+activation.
+fn training_set() -> Vec<(KernelSource, &'static str)> {
+    let mut set: Vec<(KernelSource, &'static str)> = super::warm::GROUPS[..4]
+        .iter()
+        .flat_map(|g| g.iter().copied())
+        .collect();
+    set.retain(|(_, n)| !n.starts_with("bias_act_") || *n == "bias_act_f32");
+    set
+}
+
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
+fn every_kernel_compiles_alone_and_warm_groups_name_real_kernels() {
+    check_nvrtc().expect("libnvrtc");
+    let all = all_kernels();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let secs = compile_each(&all, threads);
+    println!(
+        "{} kernels compiled one by one on {threads} threads in {secs:.1} s",
+        all.len()
+    );
+    for g in super::warm::GROUPS {
+        for (s, n) in g.iter() {
+            assert!(
+                all.iter().any(|(s2, n2)| s2.name == s.name && n2 == n),
+                "warm group names {n} of {}, which has no such kernel",
+                s.name
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
+fn a_bad_name_is_an_nvrtc_error_not_a_panic() {
+    check_nvrtc().expect("libnvrtc");
+    let e = compile::compile(super::ELEMENTWISE, Some("no_such_kernel"), SM90).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            crate::Error::Nvrtc {
+                kernel: "elementwise.cu",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no_such_kernel"), "{e}");
+    let (v, archs) = compile::nvrtc_info().unwrap();
+    assert!(v.0 >= 12 && archs.contains(&90), "{v:?} {archs:?}");
+}
+
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
+fn compiled_images_go_through_the_disk_cache() {
+    use super::cache::KernelCache;
+    use super::load::{compile_stats, image_for, Build};
+    check_nvrtc().expect("libnvrtc");
+    let (v, _) = compile::nvrtc_info().unwrap();
+    let b = Build::new(SM90, v, 13000);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::at(dir.path().join("kernels"));
+    let mut compiles = 0;
+    let before = compile_stats();
+    let (first, compiled) = image_for(
+        &b,
+        Some(&cache),
+        super::ELEMENTWISE,
+        Some("fill_b4"),
+        false,
+        &mut || compiles += 1,
+    )
+    .unwrap();
+    assert!(
+        compiled && compiles == 1 && first.symbol.contains("fill_b4"),
+        "{}",
+        first.symbol
+    );
+    // A second process (same key) reads the entry instead of compiling.
+    let t = std::time::Instant::now();
+    let (again, compiled) = image_for(
+        &b,
+        Some(&cache),
+        super::ELEMENTWISE,
+        Some("fill_b4"),
+        false,
+        &mut || compiles += 1,
+    )
+    .unwrap();
+    assert!(!compiled && compiles == 1 && again == first);
+    println!(
+        "disk hit: {:.2} ms for a {} B entry",
+        t.elapsed().as_secs_f64() * 1e3,
+        again.image.len()
+    );
+    let after = compile_stats();
+    assert!(after.compiled > before.compiled && after.disk_hits > before.disk_hits);
+    // A corrupt entry is ignored (with a warning) and rebuilt.
+    let files: Vec<_> = std::fs::read_dir(cache.dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0xff;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let (rebuilt, compiled) = image_for(
+        &b,
+        Some(&cache),
+        super::ELEMENTWISE,
+        Some("fill_b4"),
+        false,
+        &mut || compiles += 1,
+    )
+    .unwrap();
+    assert!(compiled && compiles == 2 && rebuilt == first);
+    // Another driver version is another key: compiled again, beside the first entry.
+    let b2 = Build::new(SM90, v, 13010);
+    let (_, compiled) = image_for(
+        &b2,
+        Some(&cache),
+        super::ELEMENTWISE,
+        Some("fill_b4"),
+        false,
+        &mut || {},
+    )
+    .unwrap();
+    assert!(compiled);
+    assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 2);
+    // A source still written with `extern "C"` is compiled whole, its kernels by plain name.
+    let legacy = KernelSource {
+        name: "legacy.cu",
+        code: "extern \"C\" __global__ void legacy_a(float* p) { p[0] = 1.f; }\n\
+               extern \"C\" __global__ void legacy_b(float* p) { p[0] = 2.f; }",
+        common: false,
+    };
+    let (whole, compiled) = image_for(&b, Some(&cache), legacy, None, false, &mut || {}).unwrap();
+    assert!(compiled && whole.symbol.is_empty() && !whole.image.is_empty());
+    assert!(!compile::per_kernel(legacy));
+}
+
+/// Prints the measurements behind the loader's design (no assertions beyond success). Takes
+/// minutes, so it runs only with `CUDNN_BACKEND_COMPILE_TIMINGS=1` (GPU suites run every
+/// ignored test).
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
+fn compile_timings() {
+    if std::env::var_os("CUDNN_BACKEND_COMPILE_TIMINGS").is_none_or(|v| v != "1") {
+        println!("compile_timings: set CUDNN_BACKEND_COMPILE_TIMINGS=1 to run it");
+        return;
+    }
+    check_nvrtc().expect("libnvrtc");
+    let (v, _) = compile::nvrtc_info().unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("NVRTC {}.{}, {cores} cores, target sm_90", v.0, v.1);
+    // Warm NVRTC up (first-call initialisation) so it is not charged to one measurement.
+    compile::compile(super::BIAS_ACT, Some("bias_act_f32"), SM90).unwrap();
+
+    println!("\n(a) whole source, every kernel, one program (the old loader's unit):");
+    let mut whole_total = 0.0;
+    for s in ALL_SOURCES {
+        let t = Instant::now();
+        let out = nvrtc::compile(&whole_text(*s), s.name, &[], &SM90.options(), Output::Cubin).unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        whole_total += secs;
+        println!(
+            "  {:16} {:3} kernels {secs:6.2} s  {:8} B cubin",
+            s.name,
+            entries(*s).len(),
+            out.image.len()
+        );
+    }
+    println!("  total {whole_total:.1} s");
+
+    println!("\n(b) each kernel alone (front end of its source + that kernel), one thread:");
+    let mut all_ms = Vec::new();
+    for s in ALL_SOURCES {
+        let parse = {
+            let t = Instant::now();
+            nvrtc::compile(&compile::full_source(*s), s.name, &[], &SM90.options(), Output::Cubin).unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        };
+        let mut ms: Vec<f64> = entries(*s)
+            .iter()
+            .map(|n| {
+                let n: &'static str = Box::leak(n.clone().into_boxed_str());
+                let t = Instant::now();
+                compile::compile(*s, Some(n), SM90).unwrap();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        let sum: f64 = ms.iter().sum();
+        println!(
+            "  {:16} no kernel {parse:5.0} ms; per kernel min {:4.0} median {:4.0} max {:4.0} ms, sum {:6.0} ms",
+            s.name,
+            ms[0],
+            ms[ms.len() / 2],
+            ms[ms.len() - 1],
+            sum
+        );
+        all_ms.extend(ms);
+    }
+    all_ms.sort_by(f64::total_cmp);
+    println!(
+        "  all {} kernels: median {:.0} ms, sum {:.1} s",
+        all_ms.len(),
+        all_ms[all_ms.len() / 2],
+        all_ms.iter().sum::<f64>() / 1e3
+    );
+
+    let set = training_set();
+    println!("\n(c) a training step's {} kernels:", set.len());
+    println!(
+        "  one program per kernel, 1 thread      {:6.2} s",
+        compile_each(&set, 1)
+    );
+    println!(
+        "  one program per kernel, {cores} threads     {:6.2} s",
+        compile_each(&set, cores)
+    );
+    println!(
+        "  one program per source, 1 thread      {:6.2} s",
+        compile_grouped(&set, 1)
+    );
+    println!(
+        "  one program per source, {cores} threads     {:6.2} s",
+        compile_grouped(&set, cores)
+    );
+}

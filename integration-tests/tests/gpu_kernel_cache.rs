@@ -1,0 +1,138 @@
+//! The kernel loader across processes: the first process compiles kernels with NVRTC (CUBIN)
+//! and fills the disk cache, a second one loads them without compiling, a corrupt cache is
+//! rebuilt, and `CUDNN_BACKEND_KERNEL_CACHE=off` writes nothing. Each child runs this binary's
+//! `child_kernels` with `CUDA_CACHE_DISABLE=1` (the driver's own cache off, as on a fresh
+//! machine); first-op times are printed, not asserted. Needs a CUDA GPU.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use cudnn_backend::cudarc::driver::DevicePtr;
+use cudnn_backend::graph::DataType;
+use cudnn_backend::kernels::elementwise::{self as ew, BinaryOp};
+use cudnn_backend::ops::TensorRef;
+use cudnn_backend::Device;
+
+/// Fills two f32 vectors and adds them (kernels `fill_b4` and `binary_f32`), checks the sum,
+/// and prints the loader's counters.
+#[test]
+#[ignore = "needs a CUDA GPU (run by kernels_compile_once_then_load_from_the_disk_cache)"]
+fn child_kernels() {
+    let dev = Device::new(0).expect("needs a CUDA GPU");
+    let s = dev.stream();
+    let n = 1000usize;
+    let bufs: Vec<_> = (0..3).map(|_| s.alloc_zeros::<f32>(n).expect("alloc")).collect();
+    let t: Vec<TensorRef> = bufs
+        .iter()
+        .map(|b| TensorRef::contiguous(&[n as i64], DataType::F32, b.device_ptr(s).0))
+        .collect();
+    let start = Instant::now();
+    ew::fill(s, &t[0], 1.5).expect("fill");
+    ew::fill(s, &t[1], 2.25).expect("fill");
+    ew::binary(s, BinaryOp::Add, &t[0], &t[1], &t[2]).expect("add");
+    s.synchronize().unwrap();
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let sum = s.clone_dtoh(&bufs[2]).expect("download");
+    assert!(sum.iter().all(|&v| v == 3.75), "{:?}", &sum[..4]);
+    let k = cudnn_backend::kernels::compile_stats();
+    println!("FIRST_OPS_MS={ms:.1}");
+    println!("COMPILED={}", k.compiled);
+    println!("DISK_HITS={}", k.disk_hits);
+    println!("PREFETCHED={}", k.prefetched);
+    println!("PTX_FALLBACKS={}", k.ptx_fallbacks);
+    println!("COMPILE_MS={:.1}", k.compile_ms);
+}
+
+struct Child {
+    ms: f64,
+    compiled: u64,
+    disk_hits: u64,
+    prefetched: u64,
+    ptx: u64,
+}
+
+fn child(cache: &str) -> Child {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--include-ignored", "--exact", "child_kernels", "--nocapture"])
+        .env("CUDNN_BACKEND_KERNEL_CACHE", cache)
+        .env("CUDA_CACHE_DISABLE", "1")
+        .output()
+        .expect("spawn child");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "child failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let field = |k: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    Child {
+        ms: field("FIRST_OPS_MS="),
+        compiled: field("COMPILED=") as u64,
+        disk_hits: field("DISK_HITS=") as u64,
+        prefetched: field("PREFETCHED=") as u64,
+        ptx: field("PTX_FALLBACKS=") as u64,
+    }
+}
+
+fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn kernels_compile_once_then_load_from_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("kernels");
+    let cache_str = cache.to_str().unwrap();
+
+    let fresh = child(cache_str);
+    let files = entries(&cache);
+    assert!(
+        fresh.compiled >= 2 && fresh.disk_hits == 0,
+        "fresh: {} compiled",
+        fresh.compiled
+    );
+    assert_eq!(
+        fresh.ptx, 0,
+        "this GPU should get CUBINs (PTX means NVRTC is older than the GPU)"
+    );
+    assert_eq!(
+        files.len() as u64,
+        fresh.compiled,
+        "one entry per compiled kernel: {files:?}"
+    );
+
+    let warm = child(cache_str);
+    assert_eq!(warm.compiled, 0, "a warm cache compiles nothing");
+    assert!(warm.disk_hits >= 2);
+
+    // Truncate every entry: the next process ignores them (warning), compiles and rewrites.
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        std::fs::write(f, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    let rebuilt = child(cache_str);
+    assert!(rebuilt.compiled >= 2 && rebuilt.disk_hits == 0);
+    let again = child(cache_str);
+    assert_eq!(again.compiled, 0, "the rebuilt entries load");
+
+    let before = entries(&cache).len();
+    let off = child("off");
+    assert!(off.compiled >= 2 && off.disk_hits == 0, "off: every process compiles");
+    assert_eq!(entries(&cache).len(), before);
+    println!(
+        "kernel cache: fresh {:.0} ms ({} compiled, {} alongside), warm {:.0} ms ({} from disk), \
+         rebuilt {:.0} ms, cache off {:.0} ms",
+        fresh.ms, fresh.compiled, fresh.prefetched, warm.ms, warm.disk_hits, rebuilt.ms, off.ms
+    );
+}
