@@ -1,8 +1,14 @@
-"""Throughput of the train_burn network (examples/train_burn.rs) in PyTorch, for the ratio
-in BENCHMARKS.md: same layers, batch, dtype and optimizer (Adam, lr 1e-3), random 32x32
-inputs, cudnn.benchmark on. Prints one line: `train_torch dtype=.. batch=..: N images/s`.
+"""Throughput of the training examples' networks in PyTorch eager, for the ratios in
+BENCHMARKS.md: same layers, batch, dtype and optimizer (Adam), cudnn.benchmark on.
+
+- `--model cnn` (default): the train_burn CNN on random 32x32 inputs, lr 1e-3. Prints
+  `train_torch dtype=.. batch=..: N images/s`.
+- `--model transformer`: the train_transformer encoder classifier (d_model 512, 8 heads,
+  d_ff 2048, GELU, post-norm, dropout 0, mean pooling) on random tokens, lr 3e-4. Prints
+  `train_torch transformer dtype=.. batch=..: N sequences/s`.
 
     python3 bench/train_torch.py --batch-size 128 --dtype f32 --steps 78 --epochs 3
+    python3 bench/train_torch.py --model transformer --batch-size 32 --dtype bf16 --steps 64
 """
 import argparse
 import time
@@ -51,21 +57,47 @@ class Net(nn.Module):
         return self.head(x.flatten(1))
 
 
+class Encoder(nn.Module):
+    def __init__(self, vocab=64, seq=256, d_model=512, heads=8, d_ff=2048, layers=4, classes=10):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(seq, d_model)
+        layer = nn.TransformerEncoderLayer(
+            d_model, heads, d_ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=False
+        )
+        self.layers = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, t):
+        pos = torch.arange(t.shape[1], device=t.device)
+        x = self.tokens(t) + self.positions(pos)[None]
+        return self.head(self.layers(x).mean(1))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
     p.add_argument("--steps", type=int, default=78, help="steps per epoch (train set / batch)")
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--count-kernels", action="store_true", help="also count the CUDA kernels of one step")
+    p.add_argument("--model", choices=["cnn", "transformer"], default="cnn")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
     a = p.parse_args()
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False  # f32 convolutions in f32, as ours by default
     dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    model = Net().to(dev, dtype)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.rand(a.steps, a.batch_size, 3, 32, 32, device=dev, dtype=dtype) - 0.5
+    if a.model == "cnn":
+        model = Net().to(dev, dtype)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.rand(a.steps, a.batch_size, 3, 32, 32, device=dev, dtype=dtype) - 0.5
+    else:
+        model = Encoder(seq=a.seq, layers=a.layers).to(dev, dtype)
+        opt = torch.optim.Adam(model.parameters(), lr=3e-4)
+        x = torch.randint(0, 64, (a.steps, a.batch_size, a.seq), device=dev)
     y = torch.randint(0, 10, (a.steps, a.batch_size), device=dev)
     rate = 0.0
     for _epoch in range(a.epochs):
@@ -78,7 +110,25 @@ def main():
             opt.step()
         torch.cuda.synchronize()
         rate = a.steps * a.batch_size / (time.perf_counter() - t0)
-    print(f"train_torch dtype={a.dtype} batch={a.batch_size}: {rate:.0f} images/s (last of {a.epochs} epochs)")
+    kernels = ""
+    if a.count_kernels:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            loss = F.cross_entropy(model(x[0]), y[0])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+        n = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        kernels = f", {n} kernels/step"
+    if a.model == "cnn":
+        print(f"train_torch dtype={a.dtype} batch={a.batch_size}: {rate:.0f} images/s (last of {a.epochs} epochs){kernels}")
+    else:
+        print(
+            f"train_torch transformer dtype={a.dtype} batch={a.batch_size}: {rate:.1f} sequences/s "
+            f"(last of {a.epochs} epochs){kernels}"
+        )
 
 
 if __name__ == "__main__":

@@ -315,7 +315,7 @@ where
             if epoch == 1 && step == 0 {
                 // Time to the end of the first step (kernel compiles, cuDNN plans included).
                 B::sync(device).map_err(|e| e.to_string())?;
-                bar.println(first_step_report());
+                eprintln!("{}", first_step_report());
             }
             bar.inc(1);
         }

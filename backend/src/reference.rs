@@ -910,6 +910,53 @@ pub fn attention(
     (out, lse)
 }
 
+/// The gradients `(dq, dk, dv)` of [`attention`] for the output gradient `d_o`
+/// (`[heads, lq, dv]`), same layouts and bias (a bias of `-inf` masks a score).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    d_o: &[f64],
+    [heads, lq, lk, d, dv]: [usize; 5],
+    scale: f64,
+    bias: Option<&dyn Fn(usize, usize, usize) -> f64>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut dq, mut dk, mut dvv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let mut p = vec![0.0; lk];
+    let mut dp = vec![0.0; lk];
+    for hd in 0..heads {
+        for i in 0..lq {
+            let qr = &q[(hd * lq + i) * d..][..d];
+            for (j, pj) in p.iter_mut().enumerate() {
+                let kr = &k[(hd * lk + j) * d..][..d];
+                *pj = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale + bias.map_or(0.0, |f| f(hd, i, j));
+            }
+            let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            p.iter_mut().for_each(|x| *x = (*x - m).exp());
+            let sum: f64 = p.iter().sum();
+            p.iter_mut().for_each(|x| *x /= sum);
+            let dor = &d_o[(hd * lq + i) * dv..][..dv];
+            for j in 0..lk {
+                let vr = &v[(hd * lk + j) * dv..][..dv];
+                dp[j] = dor.iter().zip(vr).map(|(a, b)| a * b).sum();
+                for c in 0..dv {
+                    dvv[(hd * lk + j) * dv + c] += p[j] * dor[c];
+                }
+            }
+            let dot: f64 = (0..lk).map(|j| p[j] * dp[j]).sum();
+            for j in 0..lk {
+                let ds = p[j] * (dp[j] - dot) * scale;
+                for c in 0..d {
+                    dq[(hd * lq + i) * d + c] += ds * k[(hd * lk + j) * d + c];
+                    dk[(hd * lk + j) * d + c] += ds * qr[c];
+                }
+            }
+        }
+    }
+    (dq, dk, dvv)
+}
+
 /// Layer norm (`centred`) or RMS norm of every row of `x` (`features` per row):
 /// `(x - mean) / sqrt(var + eps) · w + b`, with mean 0 for RMS norm. Returns `y`, the row
 /// means and the row inverse standard deviations. Panics on inconsistent lengths.
@@ -1020,7 +1067,8 @@ pub fn batch_norm_backward(
 /// One Adam / AdamW step on one tensor in float64 (`step` counts from 1; `m`, `v`, `vmax`
 /// empty on the first step): `g += l2·p; m = b1·m + (1-b1)·g; v = b2·v + (1-b2)·g²;
 /// p = p·(1 - lr·decay) - lr·(m / (1-b1^t)) / (sqrt(v' / (1-b2^t)) + eps)` with
-/// `v' = max(vmax, v)` under AMSGrad. Returns `(p, m, v, vmax)`.
+/// `v' = max(vmax, v)` under AMSGrad. `store` rounds the new moments as their storage
+/// does (the identity for float64 moments). Returns `(p, m, v, vmax)`.
 #[allow(clippy::too_many_arguments)]
 pub fn adam_step(
     p: &[f64],
@@ -1033,14 +1081,15 @@ pub fn adam_step(
     (beta1, beta2, eps): (f64, f64, f64),
     (l2, decay): (f64, f64),
     amsgrad: bool,
+    store: impl Fn(f64) -> f64,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
     let t = step as i32;
     let (bc1, bc2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
     let mut out = (vec![], vec![], vec![], vec![]);
     for i in 0..p.len() {
         let gi = g[i] + l2 * p[i];
-        let mi = beta1 * m.get(i).copied().unwrap_or(0.0) + (1.0 - beta1) * gi;
-        let vi = beta2 * v.get(i).copied().unwrap_or(0.0) + (1.0 - beta2) * gi * gi;
+        let mi = store(beta1 * m.get(i).copied().unwrap_or(0.0) + (1.0 - beta1) * gi);
+        let vi = store(beta2 * v.get(i).copied().unwrap_or(0.0) + (1.0 - beta2) * gi * gi);
         let vu = if amsgrad {
             vmax.get(i).copied().unwrap_or(vi).max(vi)
         } else {
@@ -1053,6 +1102,34 @@ pub fn adam_step(
         out.3.push(vu);
     }
     out
+}
+
+/// The gradients `(dx, dw, db)` of [`norm`] for the output gradient `dy`, from the forward's
+/// row means and inverse standard deviations.
+pub fn norm_backward(
+    x: &[f64],
+    dy: &[f64],
+    features: usize,
+    w: &[f64],
+    centred: bool,
+    means: &[f64],
+    invs: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let n = features as f64;
+    let (mut dx, mut dw, mut db) = (Vec::with_capacity(x.len()), vec![0.0; features], vec![0.0; features]);
+    for (r, (xr, dyr)) in x.chunks(features).zip(dy.chunks(features)).enumerate() {
+        let (m, inv) = (means[r], invs[r]);
+        let xhat: Vec<f64> = xr.iter().map(|v| (v - m) * inv).collect();
+        let g: Vec<f64> = dyr.iter().zip(w).map(|(d, w)| d * w).collect();
+        let a = if centred { g.iter().sum::<f64>() / n } else { 0.0 };
+        let b = g.iter().zip(&xhat).map(|(g, h)| g * h).sum::<f64>() / n;
+        dx.extend(g.iter().zip(&xhat).map(|(g, h)| inv * (g - a - h * b)));
+        for i in 0..features {
+            dw[i] += dyr[i] * xhat[i];
+            db[i] += dyr[i];
+        }
+    }
+    (dx, dw, db)
 }
 
 // ---------------------------------------------------------------------------

@@ -306,10 +306,13 @@ fn fused_modules_match_ndarray_gradients() {
     assert_close("fused batch norm block vs ndarray", &got, &want, Tol::Rel(1e-3));
 }
 
+/// A run returning (GPU values, CPU reference values).
+type GpuCpuRun = dyn Fn() -> (Vec<TensorData>, Vec<TensorData>);
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fused_adam_tracks_burn_adam() {
-    let cases: Vec<(&str, Box<dyn Fn() -> (Vec<TensorData>, Vec<TensorData>)>)> = vec![
+    let cases: Vec<(&str, Box<GpuCpuRun>)> = vec![
         (
             "adam",
             Box::new(|| {
@@ -354,5 +357,222 @@ fn fused_adam_tracks_burn_adam() {
             &named(want),
             Tol::Rel(1e-3),
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm, RmsNorm, MultiHeadAttention
+
+use burn::tensor::module::attention_fallback;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::DType;
+use cudnn_backend::burn::nn::{LayerNormConfig, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, RmsNormConfig};
+use cudnn_backend::burn::TrainingOps;
+
+/// A transformer sub-block: y = rms(ln(x + mha(x))); the drop-ins throughout.
+#[derive(Module, Debug)]
+struct Tblock<B: Backend> {
+    mha: MultiHeadAttention<B>,
+    ln: cudnn_backend::burn::nn::LayerNorm<B>,
+    rms: cudnn_backend::burn::nn::RmsNorm<B>,
+}
+
+impl<B: Backend> Tblock<B> {
+    fn new(device: &B::Device) -> Self {
+        let mut rng = Rng::new(77);
+        let mut mha = MultiHeadAttentionConfig::new(64, 4).with_dropout(0.0).init::<B>(device);
+        for l in [&mut mha.query, &mut mha.key, &mut mha.value, &mut mha.output] {
+            l.weight = param(&mut rng, [64, 64], -0.2, 0.2, device);
+            l.bias = Some(param(&mut rng, [64], -0.1, 0.1, device));
+        }
+        let mut ln = LayerNormConfig::new(64).init::<B>(device);
+        ln.gamma = param(&mut rng, [64], 0.5, 1.5, device);
+        ln.beta = Some(param(&mut rng, [64], -0.5, 0.5, device));
+        let mut rms = RmsNormConfig::new(64).init::<B>(device);
+        rms.gamma = param(&mut rng, [64], 0.5, 1.5, device);
+        Self { mha, ln, rms }
+    }
+
+    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let a = self.mha.forward(MhaInput::self_attn(x.clone())).context;
+        self.rms.forward(self.ln.forward(x + a))
+    }
+}
+
+fn tblock_grads<B: AutodiffBackend>(device: &B::Device) -> (TensorData, Vec<(String, TensorData)>) {
+    let model = Tblock::<B>::new(device);
+    let mut rng = Rng::new(78);
+    let x = Tensor::<B, 3>::from_data(
+        TensorData::new(uniform(&mut rng, 2 * 16 * 64, -1.0, 1.0), [2, 16, 64]),
+        device,
+    )
+    .require_grad();
+    let w = Tensor::<B, 3>::from_data(
+        TensorData::new(uniform(&mut rng, 2 * 16 * 64, -1.0, 1.0), [2, 16, 64]),
+        device,
+    );
+    let loss = (model.forward(x.clone()) * w).sum();
+    let grads = loss.backward();
+    let g1 = |name: &str, p: &Param<Tensor<B, 1>>| (name.to_string(), p.grad(&grads).expect(name).into_data());
+    let g2 = |name: &str, p: &Param<Tensor<B, 2>>| (name.to_string(), p.grad(&grads).expect(name).into_data());
+    let out = vec![
+        ("input".to_string(), x.grad(&grads).expect("input").into_data()),
+        g2("mha.query.weight", &model.mha.query.weight),
+        g2("mha.key.weight", &model.mha.key.weight),
+        g2("mha.value.weight", &model.mha.value.weight),
+        g2("mha.output.weight", &model.mha.output.weight),
+        g1("ln.gamma", &model.ln.gamma),
+        g1("ln.beta", model.ln.beta.as_ref().expect("beta")),
+        g1("rms.gamma", &model.rms.gamma),
+    ];
+    (loss.into_data(), out)
+}
+
+#[test]
+fn norm_and_attention_records_load_both_ways() {
+    type B = Autodiff<Nd>;
+    let device = Default::default();
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let ours = Tblock::<B>::new(&device);
+    let bytes = recorder.record(ours.ln.clone().into_record(), ()).expect("record");
+    let theirs = burn::nn::LayerNormConfig::new(64)
+        .init::<B>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load"));
+    assert_eq!(theirs.gamma.val().into_data(), ours.ln.gamma.val().into_data());
+    let bytes = recorder.record(theirs.into_record(), ()).expect("record");
+    let back = LayerNormConfig::new(64)
+        .init::<B>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load"));
+    assert_eq!(
+        back.beta.unwrap().val().into_data(),
+        ours.ln.beta.as_ref().unwrap().val().into_data()
+    );
+    let bytes = recorder.record(ours.rms.clone().into_record(), ()).expect("record");
+    let theirs = burn::nn::RmsNormConfig::new(64)
+        .init::<B>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load"));
+    assert_eq!(theirs.gamma.val().into_data(), ours.rms.gamma.val().into_data());
+    let bytes = recorder.record(ours.mha.clone().into_record(), ()).expect("record");
+    let theirs = burn::nn::attention::MultiHeadAttentionConfig::new(64, 4)
+        .init::<B>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load"));
+    assert_eq!(
+        theirs.value.weight.val().into_data(),
+        ours.mha.value.weight.val().into_data()
+    );
+    let bytes = recorder.record(theirs.into_record(), ()).expect("record");
+    let back = MultiHeadAttentionConfig::new(64, 4)
+        .init::<B>(&device)
+        .load_record(recorder.load(bytes, &device).expect("load"));
+    assert_eq!(
+        back.output.bias.unwrap().val().into_data(),
+        ours.mha.output.bias.as_ref().unwrap().val().into_data()
+    );
+}
+
+#[test]
+fn norm_and_attention_drop_ins_match_burn_nn_on_ndarray() {
+    type B = Autodiff<Nd>;
+    let device = Default::default();
+    let ours = Tblock::<B>::new(&device);
+    let theirs_mha = burn::nn::attention::MultiHeadAttention {
+        query: ours.mha.query.clone(),
+        key: ours.mha.key.clone(),
+        value: ours.mha.value.clone(),
+        output: ours.mha.output.clone(),
+        dropout: ours.mha.dropout.clone(),
+        activation: ours.mha.activation.clone(),
+        d_model: 64,
+        n_heads: 4,
+        d_k: 16,
+        min_float: ours.mha.min_float,
+        quiet_softmax: false,
+    };
+    let mut theirs_ln = burn::nn::LayerNormConfig::new(64).init::<B>(&device);
+    theirs_ln.gamma = ours.ln.gamma.clone();
+    theirs_ln.beta = ours.ln.beta.clone();
+    let mut theirs_rms = burn::nn::RmsNormConfig::new(64).init::<B>(&device);
+    theirs_rms.gamma = ours.rms.gamma.clone();
+    let x = Tensor::<B, 3>::from_data(
+        TensorData::new(uniform(&mut Rng::new(3), 2 * 16 * 64, -1.0, 1.0), [2, 16, 64]),
+        &device,
+    );
+    let a = ours.mha.forward(MhaInput::self_attn(x.clone()));
+    assert!(a.weights.is_some(), "the composed path returns Burn's weights");
+    let y1 = ours.rms.forward(ours.ln.forward(x.clone() + a.context));
+    let b = theirs_mha
+        .forward(burn::nn::attention::MhaInput::self_attn(x.clone()))
+        .context;
+    let y2 = theirs_rms.forward(theirs_ln.forward(x + b));
+    let (y1, y2) = (y1.into_data(), y2.into_data());
+    compare(&y1, &y2, y2.dtype, Tol::Rel(1e-6)).expect("outputs");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn norm_and_attention_drop_ins_match_ndarray_gradients() {
+    let (want_loss, want) = tblock_grads::<Autodiff<Nd>>(&Default::default());
+    let (got_loss, got) = tblock_grads::<Autodiff<Gpu>>(&Default::default());
+    compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-3)).expect("loss");
+    assert_close(
+        "transformer block (drop-ins, f32) vs ndarray",
+        &got,
+        &want,
+        Tol::Rel(2e-3),
+    );
+}
+
+/// q, k, v `[2, 4, 48, 32]` and an output weight from fixed seeds, as f32 data.
+fn qkvw() -> [TensorData; 4] {
+    let mut rng = Rng::new(91);
+    let n = 2 * 4 * 48 * 32;
+    [0, 1, 2, 3].map(|_| TensorData::new(uniform(&mut rng, n, -1.0, 1.0), [2, 4, 48, 32]))
+}
+
+/// Output and the gradients of q, k, v of `sum(attention(q, k, v) * w)` on backend `B`,
+/// the attention computed by `f` in `dtype`.
+fn attention_grads<B: AutodiffBackend>(
+    dtype: DType,
+    f: impl Fn(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>,
+) -> Vec<(String, TensorData)> {
+    let device = Default::default();
+    let [q, k, v, w] = qkvw().map(|d| Tensor::<B, 4>::from_data(d, &device));
+    let [q, k, v] = [q, k, v].map(|t| t.cast(dtype).require_grad());
+    let o = f(q.clone(), k.clone(), v.clone());
+    let loss = (o.clone().cast(DType::F32) * w).sum();
+    let grads = loss.backward();
+    let g = |t: &Tensor<B, 4>| t.grad(&grads).expect("grad").cast(DType::F32).into_data();
+    vec![
+        ("o".into(), o.cast(DType::F32).into_data()),
+        ("dq".into(), g(&q)),
+        ("dk".into(), g(&k)),
+        ("dv".into(), g(&v)),
+    ]
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_attention_backward_matches_ndarray_in_half_precision() {
+    for causal in [false, true] {
+        let options = AttentionModuleOptions {
+            scale: Some(0.125),
+            softcap: None,
+            is_causal: causal,
+        };
+        let want =
+            attention_grads::<Autodiff<Nd>>(DType::F32, |q, k, v| attention_fallback(q, k, v, None, None, options));
+        for dtype in [DType::BF16, DType::F16] {
+            let got = attention_grads::<Autodiff<Gpu>>(dtype, |q, k, v| {
+                let p = |t: Tensor<Autodiff<Gpu>, 4>| t.into_primitive().tensor();
+                let o = <Autodiff<Gpu> as TrainingOps>::sdpa(p(q), p(k), p(v), None, causal, 0.125);
+                Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(o))
+            });
+            assert_close(
+                &format!("fused attention {dtype:?} causal {causal} vs ndarray f32"),
+                &got,
+                &want,
+                Tol::Rel(3e-2),
+            );
+        }
     }
 }

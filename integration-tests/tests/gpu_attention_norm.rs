@@ -278,3 +278,124 @@ fn layer_and_rms_norm_match_f64_reference() {
         "only {runs} norm checks ran on cuDNN"
     );
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sdpa_backward_matches_f64_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(47);
+    let (mut runs, mut unsupported, mut failures, mut worst) = (0, Vec::new(), Vec::new(), 0.0f64);
+    let shard = Shard::from_env();
+    for (t, dtype) in [DataType::F16, DataType::BF16].into_iter().enumerate() {
+        for case in 0..12 {
+            if !shard.has(t * 12 + case) {
+                continue;
+            }
+            let (b, h) = (range(&mut rng, 1, 3), range(&mut rng, 1, 4));
+            let skv = range(&mut rng, 2, 130);
+            let causal = case % 3 == 1;
+            let with_bias = case % 4 == 2;
+            let sq = if causal && with_bias {
+                skv
+            } else if causal {
+                range(&mut rng, 1, skv)
+            } else {
+                range(&mut rng, 1, 130)
+            };
+            let d = pick(&mut rng, &[16, 32, 64, 128]);
+            let dv = if case % 5 == 0 { pick(&mut rng, &[32, 64]) } else { d };
+            let head_split = case % 2 == 1;
+            let layout = |dims: &[i64]| if head_split { bshd(dims) } else { packed(dims) };
+            let (qd, kd, vd, od) = ([b, h, sq, d], [b, h, skv, d], [b, h, skv, dv], [b, h, sq, dv]);
+            let q = random(&s, &mut rng, &qd, &layout(&qd), dtype);
+            let k = random(&s, &mut rng, &kd, &layout(&kd), dtype);
+            let v = random(&s, &mut rng, &vd, &layout(&vd), dtype);
+            let d_o = random(&s, &mut rng, &od, &layout(&od), dtype);
+            let bias = with_bias.then(|| {
+                let dims = [1, 1, sq, skv];
+                upload(&s, &rng.fill((sq * skv) as usize), &dims, &packed(&dims), dtype)
+            });
+            let o = poisoned(&s, &od, &layout(&od), dtype);
+            let st = poisoned(&s, &[b, h, sq, 1], &packed(&[b, h, sq, 1]), DataType::F32);
+            let scale = 1.0 / (d as f64).sqrt();
+            let label = format!(
+                "{dtype:?} q{qd:?} k{kd:?} v{vd:?} {} causal {causal} bias {with_bias}",
+                if head_split { "bshd" } else { "bhsd" }
+            );
+            let bt = bias.as_ref().map(|t| &t.t);
+            if let Err(e) = ops::sdpa_forward(&s, &q.t, &k.t, &v.t, bt, causal, &o.t, scale as f32, Some(&st.t)) {
+                failures.push(format!("{label} forward: {e}"));
+                continue;
+            }
+            let (dq, dk, dvv) = (
+                poisoned(&s, &qd, &layout(&qd), dtype),
+                poisoned(&s, &kd, &layout(&kd), dtype),
+                poisoned(&s, &vd, &layout(&vd), dtype),
+            );
+            let args = ops::SdpaBackward {
+                q: &q.t,
+                k: &k.t,
+                v: &v.t,
+                o: &o.t,
+                d_o: &d_o.t,
+                stats: &st.t,
+                bias: bt,
+                dq: &dq.t,
+                dk: &dk.t,
+                dv: &dvv.t,
+            };
+            match ops::sdpa_backward(&s, &args, causal, scale as f32) {
+                Ok(()) => {}
+                Err(e) if e.is_not_supported() => {
+                    unsupported.push(format!("{label}: {e}"));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("{label}: {e}"));
+                    continue;
+                }
+            }
+            let (sq_, skv_) = (sq as usize, skv as usize);
+            let bias_vals = bias.as_ref().map(|t| t.values.clone());
+            let score_bias = |_hd: usize, i: usize, j: usize| {
+                let masked = if causal && cpu::causal_masked(i, j, sq_, skv_) {
+                    f64::NEG_INFINITY
+                } else {
+                    0.0
+                };
+                masked + bias_vals.as_ref().map_or(0.0, |bv| bv[i * skv_ + j])
+            };
+            let (wq, wk, wv) = cpu::attention_backward(
+                &q.values,
+                &k.values,
+                &v.values,
+                &d_o.values,
+                [(b * h) as usize, sq_, skv_, d as usize, dv as usize],
+                scale,
+                Some(&score_bias),
+            );
+            runs += 1;
+            let tol = if dtype == DataType::BF16 { 3e-2 } else { 1e-2 };
+            for (what, got, want) in [("dq", &dq, wq), ("dk", &dk, wk), ("dv", &dvv, wv)] {
+                let err = cpu::rel_l2_error(&download(&s, got), &want);
+                worst = worst.max(err);
+                if err.is_nan() || err > tol {
+                    failures.push(format!("{label} {what}: rel L2 error {err:.3e} > {tol:.0e}"));
+                }
+            }
+        }
+    }
+    println!(
+        "sdpa backward: {runs} runs checked, {} not supported by cuDNN, {} failed; worst rel L2 {worst:.2e}",
+        unsupported.len(),
+        failures.len()
+    );
+    for u in &unsupported {
+        println!("  not supported: {u}");
+    }
+    assert!(failures.is_empty(), "sdpa backward failures:\n{}", failures.join("\n"));
+    assert!(
+        runs * shard.parts() >= 12,
+        "only {runs} sdpa backward cases ran on cuDNN"
+    );
+}

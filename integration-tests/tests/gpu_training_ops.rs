@@ -12,7 +12,7 @@ use cudnn_backend::ops::{
 };
 use cudnn_backend::reference::{self as cpu, rel_l2_error, SplitMix64};
 use cudnn_backend::Device;
-use integration_tests::{bound, download, poisoned, strides, upload, DevTensor, Layout, Shard};
+use integration_tests::{bound, download, poisoned, round_to, strides, upload, DevTensor, Layout, Shard};
 
 fn stream() -> Arc<CudaStream> {
     Device::new(0).expect("these tests need a CUDA GPU").stream().clone()
@@ -53,7 +53,7 @@ impl Check {
     fn cmp(&mut self, label: &str, what: &str, out: &[f64], reference: &[f64], limit: f64) {
         let e = rel_l2_error(out, reference);
         self.worst = self.worst.max(e);
-        if !(e <= limit) {
+        if e.is_nan() || e > limit {
             self.failures
                 .push(format!("{label}: {what} rel-L2 {e:.3e} > {limit:.0e}"));
         }
@@ -444,6 +444,8 @@ fn adam_step_matches_f64_reference_over_steps() {
                     (o.beta1 as f64, o.beta2 as f64, o.epsilon as f64),
                     (o.l2_penalty as f64, decay),
                     o.amsgrad,
+                    // Moments are stored (and used) in the tensors' dtype.
+                    |v| round_to(dtype, v),
                 );
                 if o.cautious {
                     for i in 0..rp.len() {
@@ -480,4 +482,141 @@ fn adam_step_matches_f64_reference_over_steps() {
         }
     }
     check.finish("adam_step", runs);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batch_norm_inference_alone() {
+    // The smallest inference case on a fresh stream state, values printed on failure.
+    let s = stream();
+    let dims = [2i64, 3, 2, 2];
+    let st = strides(&dims, Layout::Nchw);
+    let xv: Vec<f64> = (0..24).map(|i| i as f64 * 0.25 - 2.0).collect();
+    let x = upload(&s, &xv, &dims, &st, DataType::F32);
+    let mean = vec1(&s, &[0.5, -0.5, 1.0], DataType::F32);
+    let var = vec1(&s, &[1.0, 2.0, 0.5], DataType::F32);
+    let scale = vec1(&s, &[1.0, 2.0, 0.5], DataType::F32);
+    let bias = vec1(&s, &[0.0, 0.1, -0.1], DataType::F32);
+    let y = poisoned(&s, &dims, &st, DataType::F32);
+    let inf = BatchNormInference {
+        x: &x.t,
+        residual: None,
+        y: &y.t,
+        scale: Some(&scale.t),
+        bias: Some(&bias.t),
+        mean: &mean.t,
+        var: &var.t,
+    };
+    ops::batch_norm_inference(&s, &inf, 1e-5, false).expect("inference");
+    let got = download(&s, &y);
+    let want: Vec<f64> = (0..24)
+        .map(|i| {
+            let c = (i / 4) % 3;
+            (xv[i] - mean.values[c]) / (var.values[c] + 1e-5).sqrt() * scale.values[c] + bias.values[c]
+        })
+        .collect();
+    let e = rel_l2_error(&got, &want);
+    assert!(e < 1e-6, "rel-L2 {e:.3e}\ngot  {got:?}\nwant {want:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn layer_and_rms_norm_training_match_f64_reference() {
+    use cudnn_backend::graph::NormMode;
+    let s = stream();
+    let mut rng = SplitMix64::new(61);
+    let mut check = Check::new();
+    let mut runs = 0;
+    let shard = Shard::from_env();
+    let dtypes = [DataType::F32, DataType::F16, DataType::BF16];
+    for case in 0..30 {
+        if !shard.has(case) {
+            continue;
+        }
+        let dtype = dtypes[case % 3];
+        let mode = if case % 2 == 0 {
+            NormMode::LayerNorm
+        } else {
+            NormMode::RmsNorm
+        };
+        let rms = mode == NormMode::RmsNorm;
+        let rows = range(&mut rng, 1, 300);
+        let features = if case % 5 == 0 {
+            range(&mut rng, 1, 40)
+        } else {
+            range(&mut rng, 32, 1100)
+        };
+        let pdt = if case % 4 < 2 { DataType::F32 } else { dtype };
+        let with_bias = !rms || case % 3 == 0;
+        let label = format!("{mode:?} {dtype:?} [{rows}, {features}] params {pdt:?} bias {with_bias}");
+        let dims = [rows, features];
+        let st = [features, 1];
+        let xv: Vec<f64> = values(&mut rng, (rows * features) as usize, -1.0, 2.0);
+        let x = upload(&s, &xv, &dims, &st, dtype);
+        let w = vec1(&s, &values(&mut rng, features as usize, 0.5, 1.5), pdt);
+        let bias = with_bias.then(|| vec1(&s, &values(&mut rng, features as usize, -0.5, 0.5), pdt));
+        let y = poisoned(&s, &dims, &st, dtype);
+        let mean = (!rms).then(|| poisoned1(&s, rows, DataType::F32));
+        let inv = poisoned1(&s, rows, DataType::F32);
+        ops::norm_train_forward(
+            &s,
+            mode,
+            &x.t,
+            Some(&w.t),
+            bias.as_ref().map(|b| &b.t),
+            &y.t,
+            1e-5,
+            mean.as_ref().map(|m| &m.t),
+            &inv.t,
+        )
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let (ry, rm, ri) = cpu::norm(
+            &x.values,
+            features as usize,
+            &w.values,
+            bias.as_ref().map(|b| b.values.as_slice()),
+            !rms,
+            1e-5,
+        );
+        let tol = bound(dtype);
+        check.cmp(&label, "y", &download(&s, &y), &ry, tol);
+        if let Some(m) = &mean {
+            check.cmp(&label, "mean", &download(&s, m), &rm, 1e-5);
+        }
+        check.cmp(
+            &label,
+            "inv_std",
+            &download(&s, &inv),
+            &ri,
+            if dtype == DataType::F32 { 1e-5 } else { 1e-4 },
+        );
+        // Backward from exact statistics.
+        let dy = upload(
+            &s,
+            &values(&mut rng, (rows * features) as usize, -1.0, 1.0),
+            &dims,
+            &st,
+            dtype,
+        );
+        let (sm, si) = (vec1(&s, &rm, DataType::F32), vec1(&s, &ri, DataType::F32));
+        let dx = poisoned(&s, &dims, &st, dtype);
+        let (dw, db) = (poisoned1(&s, features, pdt), poisoned1(&s, features, pdt));
+        let args = ops::NormBackward {
+            x: &x.t,
+            dy: &dy.t,
+            scale: Some(&w.t),
+            mean: (!rms).then_some(&sm.t),
+            inv_std: &si.t,
+            dx: Some(&dx.t),
+            d_scale: Some(&dw.t),
+            d_bias: Some(&db.t),
+        };
+        ops::norm_backward(&s, mode, &args).unwrap_or_else(|e| panic!("{label} backward: {e}"));
+        let (rdx, rdw, rdb) = cpu::norm_backward(&x.values, &dy.values, features as usize, &w.values, !rms, &rm, &ri);
+        check.cmp(&label, "dx", &download(&s, &dx), &rdx, tol);
+        check.cmp(&label, "d_scale", &download(&s, &dw), &rdw, tol.max(bound(pdt)));
+        check.cmp(&label, "d_bias", &download(&s, &db), &rdb, tol.max(bound(pdt)));
+        runs += 1;
+    }
+    check.finish("norm training", runs);
 }

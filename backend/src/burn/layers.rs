@@ -14,7 +14,7 @@ mod transformer;
 
 pub(crate) use deform::{deform_conv2d, deform_conv2d_backward};
 pub(crate) use fft::{irfft, rfft};
-pub(crate) use transformer::{attention, layer_norm};
+pub(crate) use transformer::{attention, causal_bias, layer_norm};
 
 use std::sync::Arc;
 

@@ -17,6 +17,7 @@ pub(crate) mod launch_batch_norm;
 pub(crate) mod launch_elementwise;
 pub(crate) mod launch_index;
 pub(crate) mod launch_linalg;
+pub(crate) mod launch_norm;
 pub(crate) mod launch_optim;
 pub(crate) mod launch_pool;
 pub(crate) mod launch_random;

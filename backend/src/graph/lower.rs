@@ -328,6 +328,13 @@ impl Lowering<'_> {
                 o.finalize()?;
                 Ok(o)
             }
+            Op::Reshape { x, y } => {
+                let mut o = Descriptor::new(K::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_RESHAPE_XDESC, self.t(*x))?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_RESHAPE_YDESC, self.t(*y))?;
+                o.finalize()?;
+                Ok(o)
+            }
         }
     }
 

@@ -292,6 +292,15 @@ impl Graph {
         (y, stats)
     }
 
+    /// `x` under `dims` and `strides` (the same number of elements): the reshape operation
+    /// fused patterns use to read an intermediate transposed.
+    pub fn reshape(&mut self, x: TensorId, dims: &[i64], strides: &[i64]) -> TensorId {
+        let y = self.virtual_tensor(format!("reshape#{}.y", self.nodes.len()));
+        self.set_dims(y, dims).set_strides(y, strides);
+        self.push_node(Op::Reshape { x, y });
+        y
+    }
+
     /// Sets the data type of a virtual (intermediate) tensor, e.g. the f16 probabilities
     /// between the two products of attention.
     pub fn set_virtual_dtype(&mut self, t: TensorId, dtype: DataType) -> &mut Self {

@@ -180,6 +180,11 @@ impl Graph {
                     e.opt(self, *mean);
                     e.opt(self, *inv_var);
                 }
+                Op::Reshape { x, y } => {
+                    e.u8(10);
+                    e.tid(self, *x);
+                    e.tid(self, *y);
+                }
             }
         }
         // Scalars: only their kind matters to the plan.

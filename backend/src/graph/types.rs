@@ -472,6 +472,9 @@ pub enum Op {
         mean: Option<TensorId>,
         inv_var: Option<TensorId>,
     },
+    /// y = x under other dims and strides (same elements, e.g. a transposed view of a
+    /// virtual tensor inside a fused pattern).
+    Reshape { x: TensorId, y: TensorId },
 }
 
 impl Op {
@@ -487,6 +490,7 @@ impl Op {
             Op::ResampleFwd { .. } => "resample_fwd",
             Op::ResampleBwd { .. } => "resample_bwd",
             Op::NormForward { .. } => "norm_forward",
+            Op::Reshape { .. } => "reshape",
         }
     }
 
@@ -520,6 +524,7 @@ impl Op {
                 epsilon,
                 ..
             } => [*x, *scale].into_iter().chain(*bias).chain([*epsilon]).collect(),
+            Op::Reshape { x, .. } => vec![*x],
         }
     }
 
@@ -535,6 +540,7 @@ impl Op {
             Op::ResampleFwd { y, index, .. } => std::iter::once(*y).chain(*index).collect(),
             Op::ResampleBwd { dx, .. } => vec![*dx],
             Op::NormForward { y, mean, inv_var, .. } => std::iter::once(*y).chain(*mean).chain(*inv_var).collect(),
+            Op::Reshape { y, .. } => vec![*y],
         }
     }
 }

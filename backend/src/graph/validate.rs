@@ -202,7 +202,19 @@ impl Graph {
                         format!("rank mismatch: a {ad:?} and b {bd:?} must have the same rank >= 2"),
                     ));
                 }
-                self.same_float(node, &[("a", *a), ("b", *b)])?;
+                if self.tensors[a.0].is_virtual || self.tensors[b.0].is_virtual {
+                    // Fused patterns multiply an f32 intermediate by an f16/bf16 input.
+                    for (name, t) in [("a", *a), ("b", *b)] {
+                        if !matches!(self.dtype(t), DataType::F32 | DataType::F16 | DataType::BF16) {
+                            return Err(err(
+                                node,
+                                format!("{name} has dtype {:?}; expected f32, f16 or bf16", self.dtype(t)),
+                            ));
+                        }
+                    }
+                } else {
+                    self.same_float(node, &[("a", *a), ("b", *b)])?;
+                }
                 let r = ad.len();
                 if ad[r - 1] != bd[r - 2] {
                     return Err(err(
@@ -421,6 +433,20 @@ impl Graph {
                     self.set_inferred(node, *t, stat_dims.clone(), *x)?;
                 }
                 self.set_inferred(node, *y, xd, *x)
+            }
+            Op::Reshape { x, y } => {
+                let (xd, yd) = (self.dims(*x).to_vec(), self.dims(*y).to_vec());
+                if yd.is_empty() {
+                    return Err(err(node, "a reshape needs its output dims"));
+                }
+                let (nx, ny) = (xd.iter().product::<i64>(), yd.iter().product::<i64>());
+                if nx != ny {
+                    return Err(err(node, format!("x {xd:?} has {nx} elements but y {yd:?} has {ny}")));
+                }
+                if self.tensors[y.0].dtype.is_none() {
+                    self.tensors[y.0].dtype = Some(self.dtype(*x));
+                }
+                self.set_inferred(node, *y, yd, *x)
             }
         }
     }

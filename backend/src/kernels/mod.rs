@@ -171,6 +171,13 @@ pub(crate) const OPTIM: KernelSource = KernelSource {
     common: true,
 };
 
+/// Layer and RMS norm training forward (with row statistics) and backward.
+pub(crate) const NORM: KernelSource = KernelSource {
+    name: "norm.cu",
+    code: include_str!("../../../kernels/norm.cu"),
+    common: true,
+};
+
 /// Every kernel source, for the compile checks.
 #[cfg(test)]
 pub(crate) const ALL_SOURCES: &[KernelSource] = &[
@@ -185,6 +192,7 @@ pub(crate) const ALL_SOURCES: &[KernelSource] = &[
     LINALG,
     BATCH_NORM,
     OPTIM,
+    NORM,
 ];
 
 #[cfg(test)]

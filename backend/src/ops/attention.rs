@@ -6,7 +6,7 @@ use cudarc::driver::CudaStream;
 
 use super::{check_on_stream_device, run_with_scalars, OpKey, TensorRef};
 use crate::error::{Error, Result};
-use crate::graph::{DataType, Graph, PointwiseMode, ReduceOp, Scalar};
+use crate::graph::{DataType, Graph, PointwiseMode, ReduceOp, Scalar, TensorId};
 
 fn check(q: &TensorRef, k: &TensorRef, v: &TensorRef, bias: Option<&TensorRef>, o: &TensorRef) -> Result<()> {
     const OP: &str = "sdpa";
@@ -257,4 +257,331 @@ pub fn sdpa_forward(
         key.tensor(t);
     }
     run_with_scalars(stream, OP, key, &io, &build)
+}
+
+/// Operands of [`sdpa_backward`]: the forward's inputs, output and softmax statistics, the
+/// output's gradient, and where the three input gradients go. Shapes as in
+/// [`sdpa_forward`]; the gradients take their tensors' own strides.
+#[derive(Clone, Copy, Debug)]
+pub struct SdpaBackward<'a> {
+    /// Queries `[B, H, Sq, D]`.
+    pub q: &'a TensorRef,
+    /// Keys `[B, H, Skv, D]`.
+    pub k: &'a TensorRef,
+    /// Values `[B, H, Skv, Dv]`.
+    pub v: &'a TensorRef,
+    /// The forward output `[B, H, Sq, Dv]`.
+    pub o: &'a TensorRef,
+    /// The output's gradient `[B, H, Sq, Dv]`.
+    pub d_o: &'a TensorRef,
+    /// The forward's log-sum-exp statistics, f32 `[B, H, Sq, 1]` packed.
+    pub stats: &'a TensorRef,
+    /// The forward's additive bias, if any (no gradient is computed for it).
+    pub bias: Option<&'a TensorRef>,
+    /// Gradient of `q` (like `q`).
+    pub dq: &'a TensorRef,
+    /// Gradient of `k` (like `k`).
+    pub dk: &'a TensorRef,
+    /// Gradient of `v` (like `v`).
+    pub dv: &'a TensorRef,
+}
+
+/// The transposed view of a virtual `[B, H, M, N]` product: dims `[B, H, N, M]`.
+fn transposed_dims(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    let (b, h, m, n) = (dims[0], dims[1], dims[2], dims[3]);
+    (vec![b, h, n, m], vec![h * m * n, m * n, 1, n])
+}
+
+/// The by-value scalars of the backward graph.
+#[derive(Clone, Copy, Debug)]
+struct BackwardScalars {
+    scale: TensorId,
+    one: TensorId,
+    masked: Option<TensorId>,
+    seq: Option<(TensorId, TensorId)>,
+}
+
+/// The backward graph of [`sdpa_backward`] and the device address of every tensor it binds
+/// (`sum` and `acc` are the f32 scratch tensors); the by-value scalars are listed by
+/// [`BackwardScalars`] so the caller can bind host values that outlive the execution.
+fn backward_graph(
+    a: &SdpaBackward<'_>,
+    sum_t: &TensorRef,
+    acc_t: &TensorRef,
+    causal: bool,
+    scale: f32,
+) -> (Graph, Vec<(TensorId, u64)>, BackwardScalars) {
+    let (b, h, sq) = (a.q.dims[0], a.q.dims[1], a.q.dims[2]);
+    let skv = a.k.dims[2];
+    let shifted_mask = causal && sq != skv;
+    let swap = |t: &TensorRef| {
+        let mut t = t.clone();
+        t.dims.swap(2, 3);
+        t.strides.swap(2, 3);
+        t
+    };
+    let (kt, vt) = (swap(a.k), swap(a.v));
+    let mut g = Graph::new();
+    let mut bound: Vec<(TensorId, u64)> = Vec::new();
+    let mut input = |g: &mut Graph, t: &TensorRef, name: &str| {
+        let id = t.add_input(g, name);
+        bound.push((id, t.ptr));
+        id
+    };
+    let qi = input(&mut g, a.q, "q");
+    let kti = input(&mut g, &kt, "k_t");
+    let vti = input(&mut g, &vt, "v_t");
+    let oi = input(&mut g, a.o, "o");
+    let doi = input(&mut g, a.d_o, "d_o");
+    let si = input(&mut g, a.stats, "stats");
+    let bi = a.bias.map(|t| input(&mut g, t, "bias"));
+    let scale_i = g.scalar("scale", Scalar::F32(scale), 4);
+    let one_i = g.scalar("one", Scalar::F32(1.0), 4);
+    let mut scalars = BackwardScalars {
+        scale: scale_i,
+        one: one_i,
+        masked: None,
+        seq: None,
+    };
+    let mask = causal.then(|| {
+        let fill = g.scalar("masked", Scalar::F32(f32::NEG_INFINITY), 4);
+        scalars.masked = Some(fill);
+        let shift = shifted_mask.then(|| {
+            let kv = g.scalar("seq_kv", Scalar::I32(skv as i32), 4);
+            let q = g.scalar("seq_q", Scalar::I32(sq as i32), 4);
+            scalars.seq = Some((kv, q));
+            (kv, q)
+        });
+        (fill, shift)
+    });
+    // softmax_sum = rowsum(dO ∘ O) · 1 (an f32 output the pattern keeps in memory).
+    let prod = g.pointwise(PointwiseMode::Mul, doi, Some(oi));
+    let rows = g.reduction(ReduceOp::Sum, prod, &[b, h, sq, 1]);
+    let softmax_sum = g.pointwise(PointwiseMode::Mul, rows, Some(one_i));
+    sum_t.bind_output(&mut g, softmax_sum);
+    bound.push((softmax_sum, sum_t.ptr));
+    // P = exp(Q·Kᵀ·scale [+ bias] − stats) [masked].
+    let scores = g.matmul(qi, kti);
+    let mut s = g.pointwise(PointwiseMode::Mul, scores, Some(scale_i));
+    if let Some(bi) = bi {
+        s = g.pointwise(PointwiseMode::Add, s, Some(bi));
+    }
+    s = g.pointwise(PointwiseMode::Sub, s, Some(si));
+    if let Some((fill, shift)) = mask {
+        let (i32_, bool_) = (DataType::I32, DataType::Bool);
+        let mut row = g.pointwise_typed(PointwiseMode::GenIndex(2), s, None, DataType::F32, i32_);
+        let col = g.pointwise_typed(PointwiseMode::GenIndex(3), s, None, DataType::F32, i32_);
+        if let Some((kv_len, q_len)) = shift {
+            row = g.pointwise_typed(PointwiseMode::Add, row, Some(kv_len), i32_, i32_);
+            row = g.pointwise_typed(PointwiseMode::Sub, row, Some(q_len), i32_, i32_);
+        }
+        let keep = g.pointwise_typed(PointwiseMode::CmpGe, row, Some(col), bool_, bool_);
+        s = g.select(s, fill, keep);
+    }
+    let p = g.pointwise(PointwiseMode::Exp, s, None);
+    // dV = Pᵀ · dO.
+    let (pt_dims, pt_strides) = transposed_dims(&[b, h, sq, skv]);
+    let pt = g.reshape(p, &pt_dims, &pt_strides);
+    g.set_virtual_dtype(pt, a.q.dtype);
+    let dv_out = g.matmul(pt, doi);
+    a.dv.bind_output(&mut g, dv_out);
+    bound.push((dv_out, a.dv.ptr));
+    // dS = P ∘ (dO · Vᵀ − softmax_sum) · scale.
+    let dp = g.matmul(doi, vti);
+    let centered = g.pointwise(PointwiseMode::Sub, dp, Some(softmax_sum));
+    let ds_raw = g.pointwise(PointwiseMode::Mul, centered, Some(p));
+    let ds = g.pointwise(PointwiseMode::Mul, ds_raw, Some(scale_i));
+    // dK = dSᵀ · Q.
+    let dst = g.reshape(ds, &pt_dims, &pt_strides);
+    g.set_virtual_dtype(dst, a.q.dtype);
+    let dk_out = g.matmul(dst, qi);
+    a.dk.bind_output(&mut g, dk_out);
+    bound.push((dk_out, a.dk.ptr));
+    // dQ = dS · K through the f32 accumulator.
+    let k_view = g.reshape(kti, &a.k.dims, &a.k.strides);
+    let acc = g.matmul(ds, k_view);
+    acc_t.bind_output(&mut g, acc);
+    bound.push((acc, acc_t.ptr));
+    let dq_out = g.pointwise(PointwiseMode::Identity, acc, None);
+    a.dq.bind_output(&mut g, dq_out);
+    bound.push((dq_out, a.dq.ptr));
+    (g, bound, scalars)
+}
+
+/// Attention backward as ONE cuDNN graph, the fused flash-attention backward pattern:
+/// recomputes the probabilities from `q`, `k` and the saved statistics, then
+/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dK = dSᵀ·Q`, `dQ = dS·K`.
+/// `scale`, `causal` and the bias must be the forward's. f16/bf16 only; cases cuDNN has no
+/// engine for return a not-supported error ([`Error::is_not_supported`]).
+pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: bool, scale: f32) -> Result<()> {
+    const OP: &str = "sdpa_backward";
+    check(a.q, a.k, a.v, a.bias, a.o)?;
+    for (name, t, like) in [
+        ("d_o", a.d_o, a.o),
+        ("dq", a.dq, a.q),
+        ("dk", a.dk, a.k),
+        ("dv", a.dv, a.v),
+    ] {
+        t.check(OP, name)?;
+        if t.dims != like.dims || t.dtype != like.dtype {
+            return Err(Error::invalid_arg(
+                OP,
+                name,
+                format!("{:?} {:?}: need {:?} {:?}", t.dims, t.dtype, like.dims, like.dtype),
+            ));
+        }
+    }
+    let (b, h, sq, d) = (a.q.dims[0], a.q.dims[1], a.q.dims[2], a.q.dims[3]);
+    let skv = a.k.dims[2];
+    let st = a.stats;
+    st.check(OP, "stats")?;
+    if st.dims != [b, h, sq, 1] || st.dtype != DataType::F32 || !st.is_packed() {
+        return Err(Error::invalid_arg(
+            OP,
+            "stats",
+            format!("{:?} {:?}: need packed f32 [{b}, {h}, {sq}, 1]", st.dims, st.dtype),
+        ));
+    }
+    if causal && sq > skv {
+        return Err(Error::invalid_arg(
+            OP,
+            "q",
+            "a causal mask needs no more queries than keys",
+        ));
+    }
+    let operands = [
+        ("q", Some(a.q)),
+        ("k", Some(a.k)),
+        ("v", Some(a.v)),
+        ("o", Some(a.o)),
+        ("d_o", Some(a.d_o)),
+        ("stats", Some(st)),
+        ("bias", a.bias),
+        ("dq", Some(a.dq)),
+        ("dk", Some(a.dk)),
+        ("dv", Some(a.dv)),
+    ];
+    check_on_stream_device(stream, OP, &operands)?;
+    if a.q.is_empty() || a.k.is_empty() {
+        return Err(Error::Unsupported {
+            graph: format!("{OP} q {:?} k {:?}", a.q.dims, a.k.dims),
+            reason: "empty attention has no fused backward".into(),
+        });
+    }
+    if !matches!(a.q.dtype, DataType::F16 | DataType::BF16) {
+        return Err(Error::Unsupported {
+            graph: format!("{OP} {:?} {:?}", a.q.dims, a.q.dtype),
+            reason: "cuDNN's fused attention engines take f16 or bf16 only".into(),
+        });
+    }
+    // f32 scratch the pattern writes: the row sums of dO ∘ O and dQ's accumulator.
+    let sum_bytes = (b * h * sq) as usize * 4;
+    let acc_bytes = (b * h * sq * d) as usize * 4;
+    let scratch = crate::ffi::memory::DeviceBuffer::alloc(stream, sum_bytes + acc_bytes, "attention backward scratch")?;
+    if crate::runtime::cudnn_version().unwrap_or(0) < 90600 {
+        // Older cuDNN reads the accumulator before writing it.
+        crate::ffi::launch::memset_zero(stream, scratch.ptr() + sum_bytes as u64, acc_bytes)?;
+    }
+    let sum_t = TensorRef::contiguous(&[b, h, sq, 1], DataType::F32, scratch.ptr());
+    let acc_t = TensorRef::contiguous(&[b, h, sq, d], DataType::F32, scratch.ptr() + sum_bytes as u64);
+    let (neg_inf, one, skv32, sq32) = (f32::NEG_INFINITY, 1.0f32, skv as i32, sq as i32);
+    let shifted_mask = causal && sq != skv;
+    let (g, bound, sc) = backward_graph(a, &sum_t, &acc_t, causal, scale);
+    let mut scalars = vec![
+        (sc.scale, (&scale as *const f32) as u64),
+        (sc.one, (&one as *const f32) as u64),
+    ];
+    if let Some(m) = sc.masked {
+        scalars.push((m, (&neg_inf as *const f32) as u64));
+    }
+    if let Some((kv, q)) = sc.seq {
+        scalars.push((kv, (&skv32 as *const i32) as u64));
+        scalars.push((q, (&sq32 as *const i32) as u64));
+    }
+    let mut kt = a.k.clone();
+    kt.dims.swap(2, 3);
+    kt.strides.swap(2, 3);
+    let mut vt = a.v.clone();
+    vt.dims.swap(2, 3);
+    vt.strides.swap(2, 3);
+    let mut io: Vec<(i64, u64)> = bound
+        .iter()
+        .chain(&scalars)
+        .map(|&(id, ptr)| (g.tensor_info(id).uid, ptr))
+        .collect();
+    io.sort_unstable_by_key(|&(uid, _)| uid);
+    let mut key = OpKey::new(OP);
+    key.ints(&[a.bias.is_some() as i64, causal as i64 + shifted_mask as i64]);
+    for t in [a.q, &kt, &vt, a.o, a.d_o, st, a.dq, a.dk, a.dv] {
+        key.tensor(t);
+    }
+    if let Some(t) = a.bias {
+        key.tensor(t);
+    }
+    run_with_scalars(stream, OP, key, &io, &|| g.clone())?;
+    // The scratch is freed stream-ordered, after the graph that uses it.
+    drop(scratch);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef {
+        TensorRef::contiguous(dims, dtype, ptr)
+    }
+
+    #[test]
+    fn backward_graphs_validate_and_bind_every_memory_tensor() {
+        let bf = DataType::BF16;
+        let (q, k, v) = (
+            t(&[2, 3, 5, 16], bf, 256),
+            t(&[2, 3, 7, 16], bf, 512),
+            t(&[2, 3, 7, 8], bf, 768),
+        );
+        let (o, d_o) = (t(&[2, 3, 5, 8], bf, 1024), t(&[2, 3, 5, 8], bf, 1280));
+        let stats = t(&[2, 3, 5, 1], DataType::F32, 1536);
+        let bias = t(&[1, 1, 5, 7], bf, 1792);
+        let (dq, dk, dv) = (
+            t(&[2, 3, 5, 16], bf, 2048),
+            t(&[2, 3, 7, 16], bf, 2304),
+            t(&[2, 3, 7, 8], bf, 2560),
+        );
+        let sum = t(&[2, 3, 5, 1], DataType::F32, 2816);
+        let acc = t(&[2, 3, 5, 16], DataType::F32, 3072);
+        for (causal, with_bias) in [(false, false), (true, false), (false, true), (true, true)] {
+            let a = SdpaBackward {
+                q: &q,
+                k: &k,
+                v: &v,
+                o: &o,
+                d_o: &d_o,
+                stats: &stats,
+                bias: with_bias.then_some(&bias),
+                dq: &dq,
+                dk: &dk,
+                dv: &dv,
+            };
+            let (mut g, bound, sc) = backward_graph(&a, &sum, &acc, causal, 0.25);
+            g.validate()
+                .unwrap_or_else(|e| panic!("causal {causal} bias {with_bias}: {e}"));
+            // Every non-virtual tensor is bound once: to memory or as a scalar.
+            let mut ids: Vec<TensorId> = bound.iter().map(|b| b.0).collect();
+            ids.extend([sc.scale, sc.one]);
+            ids.extend(sc.masked);
+            ids.extend(sc.seq.into_iter().flat_map(|(a, b)| [a, b]));
+            let memory: Vec<usize> = g
+                .tensors()
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.is_virtual)
+                .map(|(i, _)| i)
+                .collect();
+            let mut got: Vec<usize> = ids.iter().map(|id| g.tensor_info(*id).uid as usize - 1).collect();
+            got.sort_unstable();
+            assert_eq!(got, memory, "causal {causal} bias {with_bias}");
+            assert_eq!(g.tensor_info(bound.last().unwrap().0).dims, vec![2, 3, 5, 16]);
+        }
+    }
 }

@@ -12,11 +12,12 @@ mod conv;
 mod fallback;
 mod matmul;
 mod norm;
+mod norm_train;
 mod optim;
 mod pool;
 mod tensor;
 
-pub use attention::{sdpa_forward, sdpa_fusable};
+pub use attention::{sdpa_backward, sdpa_forward, sdpa_fusable, SdpaBackward};
 pub use batch_norm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train_forward, BatchNormBackward, BatchNormForward,
     BatchNormInference, BatchNormOptions, RunningStats,
@@ -24,6 +25,7 @@ pub use batch_norm::{
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward, ConvParams};
 pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};
+pub use norm_train::{norm_backward, norm_train_forward, NormBackward};
 pub use optim::{adam_step, AdamOptions, AdamParam};
 pub use pool::{pool_backward, pool_forward, PoolMode, PoolParams};
 use tensor::check_on_stream_device;

@@ -147,7 +147,7 @@ pub(crate) fn attention(
 
 /// `[1, 1, sq, skv]` additive bias: 0 where key `j` may be seen by query `i`
 /// (`j <= i + skv - sq`, the bottom-right aligned causal mask Burn uses), -inf elsewhere.
-fn causal_bias(like: &CudnnTensor, sq: i64, skv: i64) -> CudnnTensor {
+pub(crate) fn causal_bias(like: &CudnnTensor, sq: i64, skv: i64) -> CudnnTensor {
     let device = like.burn_device();
     let int = burn_backend::IntDType::I64;
     let rows = Cudnn::int_reshape(Cudnn::int_arange(0..sq, &device, int), Shape::new([sq as usize, 1]));

@@ -2,6 +2,10 @@
 //! and record as Burn's, stays generic over any Burn backend, and takes the fused path on
 //! `Cudnn` and `Autodiff<Cudnn>`.
 
+mod attention;
 mod batch_norm;
+mod norm;
 
+pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, MultiHeadAttentionRecord};
 pub use batch_norm::{BatchNorm, BatchNormConfig, BatchNormRecord};
+pub use norm::{LayerNorm, LayerNormConfig, LayerNormRecord, RmsNorm, RmsNormConfig, RmsNormRecord};

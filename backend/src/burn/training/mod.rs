@@ -13,9 +13,13 @@ use burn_autodiff::Autodiff;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, Backend, DType};
 
+mod attention;
+mod norm;
+
 use super::exec;
 use super::tensor::{expect, CudnnTensor};
 use super::Cudnn;
+use crate::graph::NormMode;
 use crate::ops::{self, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions, RunningStats};
 
 /// What a batch-norm training step returns: the output and the updated running statistics
@@ -59,6 +63,29 @@ pub trait TrainingOps: Backend {
         running_var: FloatTensor<Self>,
         epsilon: f64,
         relu: bool,
+    ) -> FloatTensor<Self>;
+
+    /// Layer norm (`mode` [`NormMode::LayerNorm`], with the optional `bias`) or RMS norm over
+    /// the last dim of `x`, with `scale` and `bias` of that dim's size.
+    fn norm(
+        x: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        epsilon: f64,
+        mode: NormMode,
+    ) -> FloatTensor<Self>;
+
+    /// Scaled dot-product attention `softmax(q·kᵀ·scale + bias [causal]) · v` on
+    /// `[batch, heads, seq, head_dim]` tensors, through cuDNN's fused flash-attention graphs
+    /// forward and backward where they apply (f16/bf16), composed otherwise. The output is
+    /// laid out `[batch, seq, heads, head_dim]` in memory, so merging the heads is free.
+    fn sdpa(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        causal: bool,
+        scale: f64,
     ) -> FloatTensor<Self>;
 }
 
@@ -227,6 +254,27 @@ impl TrainingOps for Cudnn {
         expect(OP, ops::batch_norm_inference(x.stream(), &args, epsilon, relu));
         y
     }
+
+    fn norm(
+        x: CudnnTensor,
+        scale: CudnnTensor,
+        bias: Option<CudnnTensor>,
+        epsilon: f64,
+        mode: NormMode,
+    ) -> CudnnTensor {
+        norm::cudnn(x, scale, bias, epsilon, mode)
+    }
+
+    fn sdpa(
+        q: CudnnTensor,
+        k: CudnnTensor,
+        v: CudnnTensor,
+        bias: Option<CudnnTensor>,
+        causal: bool,
+        scale: f64,
+    ) -> CudnnTensor {
+        attention::cudnn(q, k, v, bias, causal, scale)
+    }
 }
 
 /// The backward node of a batch norm without a residual: parents x, scale, bias.
@@ -366,5 +414,26 @@ impl<C: CheckpointStrategy> TrainingOps for Autodiff<Cudnn, C> {
             y = <Self as burn_backend::ops::ActivationOps<Self>>::relu(y);
         }
         y
+    }
+
+    fn norm(
+        x: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        epsilon: f64,
+        mode: NormMode,
+    ) -> FloatTensor<Self> {
+        norm::autodiff::<C>(x, scale, bias, epsilon, mode)
+    }
+
+    fn sdpa(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        causal: bool,
+        scale: f64,
+    ) -> FloatTensor<Self> {
+        attention::autodiff::<C>(q, k, v, bias, causal, scale)
     }
 }

@@ -1,0 +1,215 @@
+//! A drop-in for `burn::nn::attention::MultiHeadAttention`: same config, fields and record;
+//! on our backends the attention itself is cuDNN's fused flash attention, forward and
+//! backward.
+
+use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
+use burn_autodiff::Autodiff;
+use burn_core as burn;
+use burn_core::config::Config;
+use burn_core::module::{Initializer, Module};
+use burn_core::tensor::backend::Backend;
+use burn_core::tensor::{Bool, Tensor, TensorPrimitive};
+use burn_nn::{Dropout, DropoutConfig, Gelu, Linear, LinearConfig};
+
+use crate::burn::route::{cast, route, Route};
+use crate::burn::training::TrainingOps;
+use crate::burn::Cudnn;
+
+/// Configuration of [`MultiHeadAttention`] (the fields and defaults of
+/// `burn::nn::attention::MultiHeadAttentionConfig`).
+#[derive(Config, Debug)]
+pub struct MultiHeadAttentionConfig {
+    /// The size of each linear layer.
+    pub d_model: usize,
+    /// The number of heads.
+    pub n_heads: usize,
+    /// Dropout on the attention scores (training). Default: 0.1.
+    #[config(default = 0.1)]
+    pub dropout: f64,
+    /// The value masked scores take. Default: -1.0e4.
+    #[config(default = -1.0e4)]
+    pub min_float: f64,
+    /// Use "quiet softmax" instead of the softmax. Default: false.
+    #[config(default = false)]
+    pub quiet_softmax: bool,
+    /// Initializer of the linear layers (Burn's default: Kaiming uniform, gain 1/√3).
+    #[config(default = "Initializer::KaimingUniform{gain: 0.577_350_269_189_625_8, fan_out_only: false}")]
+    pub initializer: Initializer,
+}
+
+/// Multi-head attention, a drop-in for `burn::nn::attention::MultiHeadAttention` (same
+/// fields, so records load both ways).
+///
+/// On `Cudnn` and `Autodiff<Cudnn>`, with no masks, no quiet softmax and no active dropout,
+/// the attention runs as cuDNN's fused flash attention (f16/bf16; other dtypes compose it)
+/// with a fused backward, and [`MhaOutput::weights`] is `None` (the weights are never
+/// materialized, like PyTorch's `need_weights=False`). Every other case, and any other
+/// backend, computes exactly what Burn's module computes, weights included.
+#[derive(Module, Debug)]
+pub struct MultiHeadAttention<B: Backend> {
+    /// Projection of the queries.
+    pub query: Linear<B>,
+    /// Projection of the keys.
+    pub key: Linear<B>,
+    /// Projection of the values.
+    pub value: Linear<B>,
+    /// Projection of the context back to `d_model`.
+    pub output: Linear<B>,
+    /// Dropout on the attention scores.
+    pub dropout: Dropout,
+    /// Activation (kept for record compatibility; Burn's module does not apply it).
+    pub activation: Gelu,
+    /// The model size.
+    pub d_model: usize,
+    /// The number of heads.
+    pub n_heads: usize,
+    /// The size of each head.
+    pub d_k: usize,
+    /// The value masked scores take.
+    pub min_float: f64,
+    /// Use "quiet softmax".
+    pub quiet_softmax: bool,
+}
+
+/// Inputs of [`MultiHeadAttention::forward`] (as Burn's `MhaInput`).
+#[derive(Debug, Clone)]
+pub struct MhaInput<B: Backend> {
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    mask_pad: Option<Tensor<B, 2, Bool>>,
+    mask_attn: Option<Tensor<B, 3, Bool>>,
+}
+
+impl<B: Backend> MhaInput<B> {
+    /// Self-attention: `tensor` (`[batch, seq, d_model]`) as queries, keys and values.
+    pub fn self_attn(tensor: Tensor<B, 3>) -> Self {
+        Self::new(tensor.clone(), tensor.clone(), tensor)
+    }
+
+    /// Queries `[batch, seq_1, d_model]`, keys and values `[batch, seq_2, d_model]`.
+    pub fn new(query: Tensor<B, 3>, key: Tensor<B, 3>, value: Tensor<B, 3>) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            mask_pad: None,
+            mask_attn: None,
+        }
+    }
+
+    /// A padding mask `[batch, seq_2]` (true = masked).
+    pub fn mask_pad(mut self, mask_pad: Tensor<B, 2, Bool>) -> Self {
+        self.mask_pad = Some(mask_pad);
+        self
+    }
+
+    /// An attention mask `[batch, seq_1, seq_2]` (true = masked).
+    pub fn mask_attn(mut self, mask_attn: Tensor<B, 3, Bool>) -> Self {
+        self.mask_attn = Some(mask_attn);
+        self
+    }
+}
+
+/// Outputs of [`MultiHeadAttention::forward`].
+#[derive(Debug, Clone)]
+pub struct MhaOutput<B: Backend> {
+    /// The attention weights `[batch, heads, seq_1, seq_2]`; `None` on the fused path.
+    pub weights: Option<Tensor<B, 4>>,
+    /// The context `[batch, seq_1, d_model]`.
+    pub context: Tensor<B, 3>,
+}
+
+impl MultiHeadAttentionConfig {
+    /// A new [`MultiHeadAttention`] (the initialization of Burn's).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> MultiHeadAttention<B> {
+        let linear = || {
+            LinearConfig::new(self.d_model, self.d_model)
+                .with_initializer(self.initializer.clone())
+                .init(device)
+        };
+        MultiHeadAttention {
+            query: linear(),
+            key: linear(),
+            value: linear(),
+            output: linear(),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            activation: Gelu::new(),
+            d_model: self.d_model,
+            n_heads: self.n_heads,
+            d_k: self.d_model / self.n_heads,
+            min_float: self.min_float,
+            quiet_softmax: self.quiet_softmax,
+        }
+    }
+}
+
+impl<B: Backend> MultiHeadAttention<B> {
+    /// Attention of the queries over the keys and values, then the output projection.
+    pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
+        let dropout_active = self.dropout.prob > 0.0 && B::ad_enabled(&input.query.device());
+        let plain = input.mask_pad.is_none() && input.mask_attn.is_none() && !self.quiet_softmax && !dropout_active;
+        let route = route::<B>();
+        if plain && route != Route::Other {
+            let context = match route {
+                Route::Cudnn => self.fused::<Cudnn>(input),
+                Route::Autodiff => self.fused::<Autodiff<Cudnn>>(input),
+                _ => self.fused::<Autodiff<Cudnn, BalancedCheckpointing>>(input),
+            };
+            return MhaOutput { weights: None, context };
+        }
+        self.burns(input)
+    }
+
+    /// Projections, fused attention on backend `T` (which is `B`), output projection.
+    fn fused<T: TrainingOps>(&self, input: MhaInput<B>) -> Tensor<B, 3> {
+        let [b, s1, d] = input.query.dims();
+        let heads = |x: Tensor<B, 3>,
+                     linear: &Linear<B>|
+         -> <T as burn_core::tensor::backend::BackendTypes>::FloatTensorPrimitive {
+            let s = x.dims()[1];
+            let t = linear
+                .forward(x)
+                .reshape([b, s, self.n_heads, self.d_k])
+                .swap_dims(1, 2);
+            cast::<B, T, 4>(t).into_primitive().tensor()
+        };
+        let q = heads(input.query, &self.query);
+        let k = heads(input.key, &self.key);
+        let v = heads(input.value, &self.value);
+        let scale = 1.0 / (self.d_k as f64).sqrt();
+        let o = T::sdpa(q, k, v, None, false, scale);
+        let o: Tensor<B, 4> = cast::<T, B, 4>(Tensor::from_primitive(TensorPrimitive::Float(o)));
+        // The fused output is stored [batch, seq, heads, d_k]: merging the heads is a view.
+        self.output.forward(o.swap_dims(1, 2).reshape([b, s1, d]))
+    }
+
+    /// Burn's own module on the same parameters.
+    fn burns(&self, input: MhaInput<B>) -> MhaOutput<B> {
+        let module = burn_nn::attention::MultiHeadAttention {
+            query: self.query.clone(),
+            key: self.key.clone(),
+            value: self.value.clone(),
+            output: self.output.clone(),
+            dropout: self.dropout.clone(),
+            activation: self.activation.clone(),
+            d_model: self.d_model,
+            n_heads: self.n_heads,
+            d_k: self.d_k,
+            min_float: self.min_float,
+            quiet_softmax: self.quiet_softmax,
+        };
+        let mut burn_input = burn_nn::attention::MhaInput::new(input.query, input.key, input.value);
+        if let Some(m) = input.mask_pad {
+            burn_input = burn_input.mask_pad(m);
+        }
+        if let Some(m) = input.mask_attn {
+            burn_input = burn_input.mask_attn(m);
+        }
+        let out = module.forward(burn_input);
+        MhaOutput {
+            weights: Some(out.weights),
+            context: out.context,
+        }
+    }
+}

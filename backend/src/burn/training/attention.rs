@@ -1,0 +1,269 @@
+//! Attention for training: cuDNN's fused flash-attention forward (writing the softmax
+//! statistics) and its autodiff node, whose backward is cuDNN's fused attention backward
+//! graph ([`crate::ops::sdpa_backward`]), or, where cuDNN declines, the same math from the
+//! backend's own ops (probabilities recomputed from the statistics).
+
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::Autodiff;
+use burn_backend::ops::{AttentionModuleOptions, FloatTensorOps};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{DType, Scalar};
+
+use super::super::exec;
+use super::super::layers::{attention as layer_attention, causal_bias};
+use super::super::tensor::{expect, storage_type, CudnnTensor};
+use super::super::Cudnn;
+use crate::kernels::elementwise::BinaryOp;
+use crate::ops::{self, SdpaBackward};
+
+/// True when the fused graphs take these tensors: f16/bf16, head dims multiples of 8 up to
+/// 256, and a causal mask only with no more queries than keys.
+pub(super) fn fusable(
+    q: &CudnnTensor,
+    k: &CudnnTensor,
+    v: &CudnnTensor,
+    bias: Option<&CudnnTensor>,
+    causal: bool,
+) -> bool {
+    let (qd, kd, vd) = (q.dims(), k.dims(), v.dims());
+    qd.len() == 4
+        && kd.len() == 4
+        && vd.len() == 4
+        && k.dtype == q.dtype
+        && v.dtype == q.dtype
+        && bias.is_none_or(|b| b.dtype == q.dtype && b.rank() == 4)
+        && storage_type(q.dtype).is_some_and(|dt| ops::sdpa_fusable(dt, qd[3], vd[3], kd[2]))
+        && !(causal && qd[2] > kd[2])
+        // cuDNN combines a bias with the causal mask only for square scores.
+        && !(causal && bias.is_some() && qd[2] != kd[2])
+}
+
+/// Last dim unit-stride with positive strides (what the attention graphs read in place).
+fn ready(t: &CudnnTensor) -> CudnnTensor {
+    let s = &t.layout.strides;
+    if s.last() == Some(&1) && s.iter().all(|&v| v > 0) {
+        t.clone()
+    } else {
+        t.clone().contiguous()
+    }
+}
+
+/// A new `[b, h, s, d]` tensor stored as `[b, s, h, d]` (heads merge for free afterwards).
+fn bshd_like(like: &CudnnTensor, dims: [i64; 4], op: &str) -> CudnnTensor {
+    let [b, h, s, d] = dims;
+    let t = CudnnTensor::empty(like.device(), &[b, s, h, d], like.dtype, op);
+    let layout = expect(op, t.layout.permute(&[0, 2, 1, 3]));
+    t.with_layout(layout)
+}
+
+/// What the backward pass needs.
+#[derive(Clone, Debug)]
+pub(super) struct AttentionSaved {
+    q: CudnnTensor,
+    k: CudnnTensor,
+    v: CudnnTensor,
+    o: CudnnTensor,
+    stats: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    causal: bool,
+    scale: f64,
+}
+
+/// Fused forward writing the statistics; `None` when cuDNN declines the case.
+fn forward(
+    q: CudnnTensor,
+    k: CudnnTensor,
+    v: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    causal: bool,
+    scale: f64,
+) -> Option<(CudnnTensor, AttentionSaved)> {
+    const OP: &str = "attention";
+    let (q, k, v, bias) = (ready(&q), ready(&k), ready(&v), bias.as_ref().map(ready));
+    let (qd, vd) = (q.dims().to_vec(), v.dims().to_vec());
+    let o = bshd_like(&q, [qd[0], qd[1], qd[2], vd[3]], OP);
+    let stats = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], 1], DType::F32, OP);
+    let tb = bias.as_ref().map(|b| b.tref());
+    let r = ops::sdpa_forward(
+        o.stream(),
+        &q.tref(),
+        &k.tref(),
+        &v.tref(),
+        tb.as_ref(),
+        causal,
+        &o.tref(),
+        scale as f32,
+        Some(&stats.tref()),
+    );
+    match r {
+        Ok(()) => Some((
+            o.clone(),
+            AttentionSaved {
+                q,
+                k,
+                v,
+                o,
+                stats,
+                bias,
+                causal,
+                scale,
+            },
+        )),
+        Err(e) if e.is_not_supported() => {
+            tracing::debug!("{OP}: fused forward not used ({e}); composing it");
+            None
+        }
+        Err(e) => expect(OP, Err(e)),
+    }
+}
+
+/// `[dq, dk, dv]` from cuDNN's fused backward, or the composed one where it declines.
+fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
+    const OP: &str = "attention_backward";
+    let d_o = ready(&exec::cast(d_o, s.q.dtype, OP));
+    let [dq, dk, dv] = [&s.q, &s.k, &s.v].map(|t| {
+        let d = t.dims();
+        bshd_like(t, [d[0], d[1], d[2], d[3]], OP)
+    });
+    let tb = s.bias.as_ref().map(|b| b.tref());
+    let (tq, tk, tv, to, tdo, tst) = (
+        s.q.tref(),
+        s.k.tref(),
+        s.v.tref(),
+        s.o.tref(),
+        d_o.tref(),
+        s.stats.tref(),
+    );
+    let (tdq, tdk, tdv) = (dq.tref(), dk.tref(), dv.tref());
+    let args = SdpaBackward {
+        q: &tq,
+        k: &tk,
+        v: &tv,
+        o: &to,
+        d_o: &tdo,
+        stats: &tst,
+        bias: tb.as_ref(),
+        dq: &tdq,
+        dk: &tdk,
+        dv: &tdv,
+    };
+    match ops::sdpa_backward(d_o.stream(), &args, s.causal, s.scale as f32) {
+        Ok(()) => [dq, dk, dv],
+        Err(e) if e.is_not_supported() => {
+            tracing::debug!("{OP}: fused backward not used ({e}); composing it");
+            composed_backward(s, d_o)
+        }
+        Err(e) => expect(OP, Err(e)),
+    }
+}
+
+/// The attention backward from the backend's ops in f32: `P = exp(q·kᵀ·scale + bias − lse)`,
+/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dQ = dS·K`, `dK = dSᵀ·Q`.
+fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
+    const OP: &str = "attention_backward";
+    let f32_ = |t: &CudnnTensor| exec::cast(t.clone(), DType::F32, OP);
+    let (q, k, v, o, d_o) = (f32_(&s.q), f32_(&s.k), f32_(&s.v), f32_(&s.o), f32_(&d_o));
+    let t = |x: CudnnTensor| Cudnn::float_swap_dims(x, 2, 3);
+    let mut scores = Cudnn::float_mul_scalar(Cudnn::float_matmul(q.clone(), t(k.clone())), Scalar::Float(s.scale));
+    if let Some(b) = &s.bias {
+        scores = Cudnn::float_add(scores, f32_(b));
+    }
+    if s.causal {
+        let (sq, skv) = (s.q.dims()[2], s.k.dims()[2]);
+        scores = exec::binary(scores.clone(), causal_bias(&scores, sq, skv), BinaryOp::Add, OP);
+    }
+    let p = Cudnn::float_exp(Cudnn::float_sub(scores, s.stats.clone()));
+    let dv = Cudnn::float_matmul(t(p.clone()), d_o.clone());
+    let dp = Cudnn::float_matmul(d_o.clone(), t(v));
+    let row = Cudnn::float_sum_dim(Cudnn::float_mul(d_o, o), 3);
+    let ds = Cudnn::float_mul_scalar(Cudnn::float_mul(p, Cudnn::float_sub(dp, row)), Scalar::Float(s.scale));
+    let dq = Cudnn::float_matmul(ds.clone(), k);
+    let dk = Cudnn::float_matmul(t(ds), q);
+    [dq, dk, dv].map(|g| exec::cast(g, s.q.dtype, OP))
+}
+
+/// The node of an attention: parents q, k, v (a bias gets no gradient: see the module).
+#[derive(Debug)]
+struct AttentionNode;
+
+impl Backward<Cudnn, 3> for AttentionNode {
+    type State = AttentionSaved;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let d_o = grads.consume::<Cudnn>(&ops.node);
+        let gs = backward(&ops.state, d_o);
+        for (parent, g) in ops.parents.iter().zip(gs) {
+            if let Some(node) = parent {
+                grads.register::<Cudnn>(node.id, g);
+            }
+        }
+    }
+}
+
+fn options(causal: bool, scale: f64) -> AttentionModuleOptions {
+    AttentionModuleOptions {
+        scale: Some(scale),
+        softcap: None,
+        is_causal: causal,
+    }
+}
+
+/// Attention on `Cudnn` (no gradients): the fused forward with the output stored bshd, or
+/// the backend's attention op.
+pub(super) fn cudnn(
+    q: CudnnTensor,
+    k: CudnnTensor,
+    v: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    causal: bool,
+    scale: f64,
+) -> CudnnTensor {
+    if fusable(&q, &k, &v, bias.as_ref(), causal) {
+        if let Some((o, _)) = forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale) {
+            return o;
+        }
+    }
+    layer_attention(q, k, v, None, bias, options(causal, scale))
+}
+
+/// Attention on `Autodiff<Cudnn, C>`: the fused forward and backward node when fusable and
+/// the bias is not tracked; otherwise Burn's composed attention on the autodiff backend.
+pub(super) fn autodiff<C: CheckpointStrategy>(
+    q: FloatTensor<Autodiff<Cudnn, C>>,
+    k: FloatTensor<Autodiff<Cudnn, C>>,
+    v: FloatTensor<Autodiff<Cudnn, C>>,
+    bias: Option<FloatTensor<Autodiff<Cudnn, C>>>,
+    causal: bool,
+    scale: f64,
+) -> FloatTensor<Autodiff<Cudnn, C>> {
+    let bias_tracked = bias.as_ref().is_some_and(|b| !b.node.requirement.is_none());
+    let fused = !bias_tracked
+        && fusable(
+            &q.primitive,
+            &k.primitive,
+            &v.primitive,
+            bias.as_ref().map(|b| &b.primitive),
+            causal,
+        );
+    if fused {
+        let r = forward(
+            q.primitive.clone(),
+            k.primitive.clone(),
+            v.primitive.clone(),
+            bias.as_ref().map(|b| b.primitive.clone()),
+            causal,
+            scale,
+        );
+        if let Some((o, saved)) = r {
+            let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
+            return match AttentionNode.prepare::<C>(nodes).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish(saved, o),
+                OpsKind::UnTracked(prep) => prep.finish(o),
+            };
+        }
+    }
+    burn_backend::ops::attention::attention_fallback::<Autodiff<Cudnn, C>>(q, k, v, None, bias, options(causal, scale))
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Training throughput of the examples (fused drop-in modules, stock burn::nn modules) next to
+# PyTorch eager on the same network, batch and dtype, in one run on one GPU. Run from the
+# bundle (scripts/bundle-gpu.sh): .gpu/train-bench.sh LOG_DIR [CONFIG...] with
+# CONFIG = model:dtype:batch, model cnn (train_burn) or transformer (train_transformer).
+# Both sides autotune convolutions (--benchmark; torch.backends.cudnn.benchmark).
+# Prints one table row per config and variant.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+logs="${1:?log dir}"; shift
+configs=("$@")
+[[ $# -eq 0 ]] && configs=(cnn:f32:128 cnn:bf16:128 cnn:f32:512 transformer:f32:32 transformer:bf16:32)
+mkdir -p "$logs"
+py="${PYTHON:-python3}"
+rows=()
+for cfg in "${configs[@]}"; do
+  IFS=: read -r model dtype batch <<<"$cfg"
+  if [[ $model == cnn ]]; then
+    n=10000; steps=$((n / batch)); unit=images
+    torch_args=(--model cnn); ours=("$here/train_burn" --benchmark --train "$n" --test 1000)
+  else
+    n=2048; steps=$((n / batch)); unit=sequences
+    torch_args=(--model transformer); ours=("$here/train_transformer" --train "$n" --test 256)
+  fi
+  tag="$model-$dtype-$batch"
+  torch_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
+      --steps "$steps" --epochs 3 --count-kernels 2>&1 | tee "$logs/torch-$tag.log" | grep '^train_torch')
+  torch_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$torch_line")
+  torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
+  for variant in fused stock; do
+    flag=(); [[ $variant == stock ]] && flag=(--stock)
+    line=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 --out "$logs/out-$variant-$tag" "${flag[@]}" \
+        2>&1 | tee "$logs/ours-$variant-$tag.log" | grep -E '^train_(burn|transformer) ')
+    rate=$(sed -E "s/.*%\), ([0-9.]+) $unit.*/\1/" <<<"$line")
+    launches=$(sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p' <<<"$line")
+    acc=$(sed -nE 's/.*test accuracy ([0-9.]+)%.*/\1/p' <<<"$line")
+    rows+=("$(awk -v m="$model" -v d="$dtype" -v b="$batch" -v v="$variant" -v r="$rate" -v t="$torch_rate" \
+        -v l="$launches" -v k="$torch_kernels" -v a="$acc" 'BEGIN { if (r > 0 && t > 0) printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s%% |", m, d, b, v, 1000*b/r, 1000*b/t, r/t, l, k, a; else printf "| %s | %s | %s | %s | failed (see logs) |", m, d, b, v }')")
+  done
+done
+echo "| model | dtype | batch | ours | ours ms/step | PyTorch ms/step | ours/PyTorch throughput | our launches/step | PyTorch kernels/step | our test accuracy |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+printf '%s\n' "${rows[@]}"
