@@ -29,7 +29,7 @@ for cfg in "${configs[@]}"; do
   torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
   for variant in fused stock; do
     flag=(); [[ $variant == stock ]] && flag=(--stock)
-    line=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 --out "$logs/out-$variant-$tag" "${flag[@]}" \
+    line=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" \
         2>&1 | tee "$logs/ours-$variant-$tag.log" | grep -E '^train_(burn|transformer) ')
     rate=$(sed -E "s/.*%\), ([0-9.]+) $unit.*/\1/" <<<"$line")
     launches=$(sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p' <<<"$line")

@@ -54,8 +54,20 @@ impl Check {
         let e = rel_l2_error(out, reference);
         self.worst = self.worst.max(e);
         if e.is_nan() || e > limit {
-            self.failures
-                .push(format!("{label}: {what} rel-L2 {e:.3e} > {limit:.0e}"));
+            let first = |v: &[f64]| {
+                v.iter()
+                    .take(4)
+                    .map(|x| format!("{x:.4}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let bad = out.iter().position(|v| !v.is_finite());
+            self.failures.push(format!(
+                "{label}: {what} rel-L2 {e:.3e} > {limit:.0e} (got [{}], want [{}], first non-finite at {bad:?} of {})",
+                first(out),
+                first(reference),
+                out.len()
+            ));
         }
     }
 

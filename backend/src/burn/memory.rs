@@ -13,7 +13,9 @@ pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
     let slot = &PREPARED[dev.ordinal()];
     if slot.get().is_none() {
         retain_pool_memory(dev.stream())?;
-        let _ = slot.set(());
+        if slot.set(()).is_ok() {
+            crate::kernels::warm::warm_up_in_background(dev.clone());
+        }
     }
     Ok(())
 }

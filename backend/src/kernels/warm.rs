@@ -5,12 +5,15 @@
 //! rather than one per kernel. Only a hint: a name that no caller asks for costs CPU time,
 //! never correctness; a kernel in no group is simply compiled alone.
 
-use super::{KernelSource, BIAS_ACT, ELEMENTWISE, INDEX, POOL, RANDOM, REDUCE};
+use std::sync::Arc;
+
+use super::{KernelSource, BATCH_NORM, BIAS_ACT, ELEMENTWISE, INDEX, NORM, OPTIM, POOL, RANDOM, REDUCE};
+use crate::runtime::Device;
 
 type Group = &'static [(KernelSource, &'static str)];
 
 macro_rules! float_group {
-    ($s:literal, $b:literal) => {
+    ($s:literal, $b:literal $(, $extra:expr)*) => {
         &[
             (ELEMENTWISE, concat!("binary_", $s)),
             (ELEMENTWISE, concat!("unary_", $s)),
@@ -18,6 +21,8 @@ macro_rules! float_group {
             (ELEMENTWISE, concat!("copy_b", $b)),
             (ELEMENTWISE, concat!("compare_", $s)),
             (ELEMENTWISE, concat!("where_b", $b)),
+            (ELEMENTWISE, concat!("binary_scalar_", $s)),
+            (ELEMENTWISE, concat!("compare_scalar_", $s)),
             (REDUCE, concat!("reduce_", $s)),
             (REDUCE, concat!("argreduce_", $s)),
             (INDEX, concat!("gather_b", $b)),
@@ -27,13 +32,36 @@ macro_rules! float_group {
             (POOL, concat!("adaptive_avgpool2d_fwd_", $s)),
             (POOL, concat!("adaptive_avgpool2d_bwd_", $s)),
             (ELEMENTWISE, "cast"),
+            $($extra,)*
         ]
+    };
+}
+
+/// A float group with the training kernels (batch norm, layer/RMS norm, Adam) of its dtype.
+macro_rules! training_group {
+    ($s:literal, $b:literal) => {
+        float_group!(
+            $s,
+            $b,
+            (BATCH_NORM, concat!("bn_stats_", $s)),
+            (BATCH_NORM, concat!("bn_apply_", $s)),
+            (BATCH_NORM, concat!("bn_grad_stats_", $s)),
+            (BATCH_NORM, concat!("bn_grad_apply_", $s)),
+            (OPTIM, concat!("adam_", $s)),
+            (NORM, concat!("norm_fwd_", $s)),
+            (NORM, concat!("norm_bwd_dx_", $s)),
+            (NORM, concat!("norm_bwd_params_", $s)),
+            (BATCH_NORM, "bn_finalize"),
+            (BATCH_NORM, "bn_grad_finalize"),
+            (BATCH_NORM, "bn_inference_coef"),
+            (NORM, "norm_bwd_params_finalize")
+        )
     };
 }
 
 /// The groups, most common first (a kernel listed in several belongs to the first).
 pub(crate) const GROUPS: &[Group] = &[
-    float_group!("f32", "4"),
+    training_group!("f32", "4"),
     &[
         (BIAS_ACT, "bias_act_f32"),
         (BIAS_ACT, "bias_act_f16"),
@@ -63,10 +91,34 @@ pub(crate) const GROUPS: &[Group] = &[
         (REDUCE, "argreduce_u8"),
         (INDEX, "gather_b1"),
     ],
-    float_group!("f16", "2"),
-    float_group!("bf16", "2"),
+    training_group!("f16", "2"),
+    training_group!("bf16", "2"),
     float_group!("f64", "8"),
 ];
+
+/// Environment variable that turns the background warm-up off (`0` or `off`).
+pub const WARM_UP_ENV: &str = "CUDNN_BACKEND_WARM_UP";
+
+/// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
+/// a background thread, so that their compiles (on a fresh machine) overlap the program's
+/// own start-up instead of stalling its first step one kernel at a time. Kernels already in
+/// the disk cache load in microseconds. Off with [`WARM_UP_ENV`]`=0`.
+pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
+    if std::env::var(WARM_UP_ENV).is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off")) {
+        return;
+    }
+    let kernels: Vec<(KernelSource, &'static str)> = GROUPS[..4].iter().flat_map(|g| g.iter().copied()).collect();
+    let spawned = std::thread::Builder::new()
+        .name("cudnn-backend-warm-up".into())
+        .spawn(move || {
+            if let Err(e) = super::load::prefetch(&dev, &kernels) {
+                tracing::debug!(reason = %e, "kernel warm-up stopped");
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(reason = %e, "no thread for the kernel warm-up");
+    }
+}
 
 /// The other kernels of the first group that lists `name` of `source` (none when no group does).
 pub(crate) fn siblings(source: KernelSource, name: &str) -> impl Iterator<Item = (KernelSource, &'static str)> + '_ {
@@ -85,7 +137,7 @@ mod tests {
     #[test]
     fn siblings_come_from_the_first_group_listing_the_kernel() {
         let s: Vec<_> = siblings(ELEMENTWISE, "binary_f32").map(|(_, n)| n).collect();
-        assert_eq!(s.len(), 14);
+        assert_eq!(s.len(), 28);
         assert!(s.contains(&"reduce_f32") && s.contains(&"cast") && !s.contains(&"binary_f32"));
         // `cast` is in every float group: the f32 one wins.
         assert!(siblings(ELEMENTWISE, "cast").any(|(_, n)| n == "binary_f32"));

@@ -475,7 +475,8 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
         });
     }
     // f32 scratch the pattern writes: the row sums of dO ∘ O and dQ's accumulator.
-    let sum_bytes = (b * h * sq) as usize * 4;
+    // The accumulator starts 256-byte aligned (cuDNN reads it with vector loads).
+    let sum_bytes = ((b * h * sq) as usize * 4).next_multiple_of(256);
     let acc_bytes = (b * h * sq * d) as usize * 4;
     let scratch = crate::ffi::memory::DeviceBuffer::alloc(stream, sum_bytes + acc_bytes, "attention backward scratch")?;
     if crate::runtime::cudnn_version().unwrap_or(0) < 90600 {
