@@ -1189,6 +1189,10 @@ const COLD_START_PROGRAMS: &[ColdStartProgram] = &[
             "128",
         ],
     },
+    ColdStartProgram {
+        name: "train_transformer",
+        args: &["--epochs", "1", "--train", "64", "--test", "32", "--batch-size", "32"],
+    },
 ];
 
 /// A fresh, empty directory under the system temp dir (removed by the caller).
@@ -1216,13 +1220,14 @@ fn run_child(program: &ColdStartProgram, cache: &std::path::Path, out: &std::pat
         .env("CUDNN_BACKEND_KERNEL_CACHE", cache)
         .env("CUDA_CACHE_DISABLE", "1")
         .stdin(std::process::Stdio::null());
-    if program.name == "train_burn" {
+    if program.name.starts_with("train_") {
         cmd.arg("--out").arg(out);
     }
     let t = Instant::now();
     let output = cmd.output()?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    // The examples print their start-up lines on stderr (stdout may be a progress bar).
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tail: String = stderr
@@ -1255,7 +1260,7 @@ fn run_cold_start(case: &mut Case, program: &ColdStartProgram, warm: bool) -> Bo
     let (ms, stdout) = result?;
     for line in stdout
         .lines()
-        .filter(|l| l.starts_with("kernels:") || l.starts_with("first step:"))
+        .filter(|l| l.starts_with("kernels:") || l.starts_with("first step:") || l.starts_with("cudnn:"))
     {
         println!("  {}: {line}", case.name);
     }
@@ -1282,6 +1287,94 @@ fn cold_start_defs() -> Vec<CaseDef> {
     defs
 }
 
+// ---------------------------------------------------------------------------------------------
+// New shapes: the first call of a never-seen shape (host time to the end of the work)
+
+/// Device memory for `n` f32 values.
+fn scratch(stream: &Arc<CudaStream>, n: usize) -> BoxResult<CudaSlice<f32>> {
+    Ok(stream.alloc_zeros::<f32>(n.max(1))?)
+}
+
+/// Median over `n` never-seen shapes of the wall time of one call (to `synchronize`).
+fn first_calls(ctx: &Ctx, n: usize, mut call: impl FnMut(usize) -> BoxResult<()>) -> BoxResult<f64> {
+    let mut ms = Vec::with_capacity(n);
+    for i in 0..n {
+        ctx.stream.synchronize()?;
+        let t = Instant::now();
+        call(i)?;
+        ctx.stream.synchronize()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
+}
+
+fn new_shape_defs() -> Vec<CaseDef> {
+    let mut defs = Vec::new();
+    // A new f16 conv (64 -> 64 channels, 3x3) per call: the spatial size differs each time.
+    defs.push(CaseDef::new(
+        Case::new("new_shape/conv_fprop_f16".into(), "new_shape").with_shape(vec![("shapes", int(9))]),
+        |ctx, case| {
+            let s = ctx.stream.clone();
+            let x = scratch(&s, 8 * 64 * 80 * 80)?;
+            let w = scratch(&s, 64 * 64 * 9)?;
+            let y = scratch(&s, 8 * 64 * 80 * 80)?;
+            let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
+            case.median_ms = Some(first_calls(ctx, 9, |i| {
+                let hw = 41 + 3 * i as i64 + (std::process::id() % 7) as i64;
+                let xt = TensorRef::channels_last(&[8, 64, hw, hw], DataType::F16, x.device_ptr(&s).0);
+                let wt = TensorRef::channels_last(&[64, 64, 3, 3], DataType::F16, w.device_ptr(&s).0);
+                let yt = TensorRef::channels_last(&[8, 64, hw, hw], DataType::F16, y.device_ptr(&s).0);
+                Ok(ops::conv_forward(&s, &xt, &wt, &yt, &p)?)
+            })?);
+            Ok(())
+        },
+    ));
+    // A new f32 matmul per call (M differs), as cuDNN plans them.
+    defs.push(CaseDef::new(
+        Case::new("new_shape/matmul_f32".into(), "new_shape").with_shape(vec![("shapes", int(9))]),
+        |ctx, case| {
+            let s = ctx.stream.clone();
+            let a = scratch(&s, 1200 * 512)?;
+            let b = scratch(&s, 512 * 512)?;
+            let c = scratch(&s, 1200 * 512)?;
+            case.median_ms = Some(first_calls(ctx, 9, |i| {
+                let m = 1000 + 17 * i as i64 + (std::process::id() % 13) as i64;
+                let at = TensorRef::contiguous(&[m, 512], DataType::F32, a.device_ptr(&s).0);
+                let bt = TensorRef::contiguous(&[512, 512], DataType::F32, b.device_ptr(&s).0);
+                let ct = TensorRef::contiguous(&[m, 512], DataType::F32, c.device_ptr(&s).0);
+                Ok(ops::matmul(&s, &at, &bt, &ct)?)
+            })?);
+            Ok(())
+        },
+    ));
+    // Burn's LU and determinant of a 500 x 500 matrix on our backend (a new product shape
+    // for every column of the factorization).
+    for (name, det) in [("new_shape/burn_lu_500", false), ("new_shape/burn_det_500", true)] {
+        defs.push(CaseDef::new(
+            Case::new(name.into(), "new_shape").with_shape(vec![("n", int(500))]),
+            move |ctx, case| {
+                use burn::tensor::{Distribution, Tensor};
+                type B = cudnn_backend::burn::Cudnn;
+                let device = cudnn_backend::burn::CudnnDevice::new(ctx.device.ordinal());
+                let m = Tensor::<B, 2>::random([500, 500], Distribution::Normal(0.0, 1.0), &device);
+                case.median_ms = Some(first_calls(ctx, 1, |_| {
+                    if det {
+                        let d: Tensor<B, 1> = burn::tensor::linalg::det::<B, 3, 2, 1>(m.clone().unsqueeze::<3>());
+                        let _ = d.into_data();
+                    } else {
+                        let (_, l, _) = burn::tensor::linalg::lu::<B, 2, 1>(m.clone());
+                        let _ = l.into_data();
+                    }
+                    Ok(())
+                })?);
+                Ok(())
+            },
+        ));
+    }
+    defs
+}
+
 /// `--only`: keeps the cases whose name contains the substring.
 fn selected(only: Option<&str>, name: &str) -> bool {
     match only {
@@ -1297,6 +1390,7 @@ fn all_defs(opts: &Opts) -> Vec<CaseDef> {
     defs.extend(pool_defs());
     defs.extend(host_defs(opts));
     defs.extend(cold_start_defs());
+    defs.extend(new_shape_defs());
     defs
 }
 

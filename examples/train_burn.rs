@@ -250,17 +250,6 @@ fn evaluate<B: Backend>(model: &Net<B>, test: &shapes::Split, batch: usize, devi
 /// When `main` started (for the time to the first training step).
 static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
-/// `first step: ... s after start` and the kernel loader's counters on the next line.
-fn first_step_report() -> String {
-    let secs = STARTED.get().map_or(0.0, |t| t.elapsed().as_secs_f64());
-    let k = cudnn_backend::kernels::compile_stats();
-    format!(
-        "first step: {secs:.2} s after start\nkernels: {} compiled ({} alongside others, {:.0} ms NVRTC summed over \
-         threads), {} from the disk cache ({:.0} ms loading)",
-        k.compiled, k.prefetched, k.compile_ms, k.disk_hits, k.load_ms
-    )
-}
-
 /// Trains with this crate's fused batch norm and Adam, or with Burn's (`--stock`).
 fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Result<(f64, f64), String> {
     if args.stock {
@@ -315,7 +304,7 @@ where
             if epoch == 1 && step == 0 {
                 // Time to the end of the first step (kernel compiles, cuDNN plans included).
                 B::sync(device).map_err(|e| e.to_string())?;
-                eprintln!("{}", first_step_report());
+                eprintln!("{}", examples::startup::report(*STARTED.get_or_init(Instant::now)));
             }
             bar.inc(1);
         }

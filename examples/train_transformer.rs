@@ -329,7 +329,6 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
     let labels = label_tensor::<B>(&train_set.labels, device);
     let mut history = History::default();
     let (mut rate, mut launches_per_step) = (0.0, 0.0);
-    let started = Instant::now();
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(steps as u64).with_style(
             ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
@@ -350,7 +349,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
             model = optim.step(args.lr, model, grads);
             if epoch == 1 && step == 0 {
                 B::sync(device).map_err(|e| e.to_string())?;
-                eprintln!("first step: {:.2} s after start", started.elapsed().as_secs_f64());
+                eprintln!("{}", examples::startup::report(*STARTED.get_or_init(Instant::now)));
             }
             bar.inc(1);
         }
@@ -386,7 +385,11 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
     Ok(())
 }
 
+/// When `main` started (for the time to the first training step).
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 fn main() {
+    STARTED.get_or_init(Instant::now);
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

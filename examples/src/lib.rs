@@ -58,3 +58,30 @@ pub mod curves {
         root.present().map_err(|e| err(&e))
     }
 }
+
+/// Start-up figures the training examples print after their first step.
+pub mod startup {
+    use std::time::Instant;
+
+    /// `first step: … s after start`, then the kernel loader's and cuDNN's start-up costs.
+    pub fn report(started: Instant) -> String {
+        let k = cudnn_backend::kernels::compile_stats();
+        let p = cudnn_backend::plan::stats();
+        let r = cudnn_backend::plan::serialized_plan_counts();
+        format!(
+            "first step: {:.2} s after start\nkernels: {} compiled ({} alongside others, {:.0} ms NVRTC summed over \
+             threads), {} from the disk cache ({:.0} ms loading)\ncudnn: {} plans built in {:.0} ms, {} restored from \
+             the disk cache, {} stored",
+            started.elapsed().as_secs_f64(),
+            k.compiled,
+            k.prefetched,
+            k.compile_ms,
+            k.disk_hits,
+            k.load_ms,
+            p.choice_builds,
+            p.build_time_ns as f64 / 1e6,
+            r.restored,
+            r.stored
+        )
+    }
+}

@@ -82,9 +82,15 @@ fn child(cache: &str) -> Child {
     }
 }
 
+/// The kernel entries of a cache directory (serialized cuDNN plans, `plan-*`, left out).
 fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("plan-")))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -135,4 +141,85 @@ fn kernels_compile_once_then_load_from_the_disk_cache() {
          rebuilt {:.0} ms, cache off {:.0} ms",
         fresh.ms, fresh.compiled, fresh.prefetched, warm.ms, warm.disk_hits, rebuilt.ms, off.ms
     );
+}
+
+/// Runs one bf16 fused attention (a runtime-compiled cuDNN engine) with statistics and prints
+/// the serialized-plan counters and a checksum of the output bits.
+#[test]
+#[ignore = "needs a CUDA GPU (run by cudnn_plans_restore_from_the_disk_cache)"]
+fn child_attention() {
+    let dev = Device::new(0).expect("needs a CUDA GPU");
+    let s = dev.stream();
+    let dims = [1i64, 2, 64, 64];
+    let n = 2 * 64 * 64;
+    let vals: Vec<u16> = (0..n)
+        .map(|i| half::bf16::from_f32(((i * 37 % 101) as f32 - 50.0) / 64.0).to_bits())
+        .collect();
+    let q = s.clone_htod(&vals).expect("upload");
+    let o = s.alloc_zeros::<u16>(n).expect("alloc");
+    let st = s.alloc_zeros::<f32>(2 * 64).expect("alloc");
+    let t = |b: u64| TensorRef::contiguous(&dims, DataType::BF16, b);
+    let (qp, op) = (q.device_ptr(s).0, o.device_ptr(s).0);
+    let stats = TensorRef::contiguous(&[1, 2, 64, 1], DataType::F32, st.device_ptr(s).0);
+    let start = Instant::now();
+    cudnn_backend::ops::sdpa_forward(s, &t(qp), &t(qp), &t(qp), None, false, &t(op), 0.125, Some(&stats))
+        .expect("sdpa");
+    s.synchronize().unwrap();
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let out = s.clone_dtoh(&o).expect("download");
+    let checksum = out.iter().fold(0u64, |h, &v| h.wrapping_mul(31).wrapping_add(v as u64));
+    let p = cudnn_backend::plan::serialized_plan_counts();
+    println!("FIRST_OPS_MS={ms:.1}");
+    println!("PLANS_STORED={}", p.stored);
+    println!("PLANS_RESTORED={}", p.restored);
+    println!("CHECKSUM={checksum}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cudnn_plans_restore_from_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let run = || {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--include-ignored", "--exact", "child_attention", "--nocapture"])
+            .env("CUDNN_BACKEND_KERNEL_CACHE", &cache)
+            .env("CUDA_CACHE_DISABLE", "1")
+            .output()
+            .expect("spawn child");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "child failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let field = |k: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .unwrap_or_else(|| panic!("no {k} in:\n{text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        (
+            field("FIRST_OPS_MS="),
+            field("PLANS_STORED=") as u64,
+            field("PLANS_RESTORED=") as u64,
+            field("CHECKSUM="),
+        )
+    };
+    let (ms1, stored1, restored1, sum1) = run();
+    let (ms2, stored2, restored2, sum2) = run();
+    println!(
+        "serialized plans: first process {ms1:.0} ms ({stored1} stored), second {ms2:.0} ms ({restored2} restored)"
+    );
+    assert!(
+        stored1 >= 1 && restored1 == 0,
+        "first process: {stored1} stored, {restored1} restored"
+    );
+    assert!(
+        restored2 >= 1 && stored2 == 0,
+        "second process: {stored2} stored, {restored2} restored"
+    );
+    assert_eq!(sum1, sum2, "a restored plan computes the same output");
 }

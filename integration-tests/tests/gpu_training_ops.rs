@@ -22,9 +22,9 @@ fn range(rng: &mut SplitMix64, lo: i64, hi: i64) -> i64 {
     lo + (rng.next_u64() % (hi - lo + 1) as u64) as i64
 }
 
-/// Uniform values in [lo, hi).
+/// Uniform values in [lo, hi) (`next_f64` is uniform in [-1, 1)).
 fn values(rng: &mut SplitMix64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    (0..n).map(|_| lo + (hi - lo) * rng.next_f64()).collect()
+    (0..n).map(|_| lo + (hi - lo) * (rng.next_f64() + 1.0) / 2.0).collect()
 }
 
 fn vec1(s: &Arc<CudaStream>, v: &[f64], dtype: DataType) -> DevTensor {

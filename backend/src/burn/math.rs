@@ -730,6 +730,9 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnT
         return exact_matmul(&a, &b, name);
     }
     let full = matmul_dims(name, &a, &b);
+    if is_small_product(&full, a.dims()) {
+        return exact_matmul(&a, &b, name);
+    }
     let a = squash_expanded_batch(a).matmul_ready();
     let b = squash_expanded_batch(b).matmul_ready();
     let dims = matmul_dims(name, &a, &b);
@@ -750,6 +753,20 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnT
     } else {
         exec::expand(out, &full, name)
     }
+}
+
+/// Multiply-adds up to which a float product skips cuDNN (see [`is_small_product`]).
+const SMALL_PRODUCT_MACS: i64 = 1 << 22;
+
+/// True for products that run in the exact GEMM kernel instead of a cuDNN plan: outer
+/// products (inner dim 1) and products of at most [`SMALL_PRODUCT_MACS`] multiply-adds.
+/// Their first call then costs a kernel launch, not a plan build: algorithms that multiply a
+/// new small shape at every step (Burn's LU factorization and determinant do one per column)
+/// stay fast, and such small products gain nothing from cuDNN's engines anyway.
+fn is_small_product(out_dims: &[i64], a_dims: &[i64]) -> bool {
+    let k = a_dims.last().copied().unwrap_or(1);
+    let macs = out_dims.iter().product::<i64>().saturating_mul(k);
+    k <= 1 || macs <= SMALL_PRODUCT_MACS
 }
 
 /// Float batched matmul `a[.., M, K] · b[.., K, N]` (one rank >= 2, batch dims broadcast)
@@ -818,5 +835,21 @@ mod tests {
         assert_eq!(lowest(DType::I32), -2147483648.0);
         assert_eq!(lowest(DType::I8), -128.0);
         assert_eq!(lowest(DType::U8), 0.0);
+    }
+}
+
+#[cfg(test)]
+mod small_product_tests {
+    use super::is_small_product;
+
+    #[test]
+    fn outer_and_small_products_skip_cudnn() {
+        assert!(is_small_product(&[500, 500], &[500, 1]), "an outer product");
+        assert!(is_small_product(&[128, 10], &[128, 128]));
+        assert!(
+            !is_small_product(&[8192, 512], &[8192, 512]),
+            "a transformer projection"
+        );
+        assert!(!is_small_product(&[32, 8, 256, 256], &[32, 8, 256, 64]));
     }
 }

@@ -127,6 +127,20 @@ impl Descriptor {
             .map_err(|e| e.with_context(format!("{:?}", self.kind)))
     }
 
+    /// Sets a `CHAR` array attribute (e.g. a plan's JSON representation).
+    pub(crate) fn set_chars(&mut self, name: Attr, v: &[u8]) -> Result<()> {
+        self.set_raw(name, Ty::CUDNN_TYPE_CHAR, v.len(), v.as_ptr().cast())
+    }
+
+    /// Reads a whole `CHAR` array attribute (its length queried first).
+    pub(crate) fn get_chars(&self, name: Attr) -> Result<Vec<u8>> {
+        let n = self.count(name, Ty::CUDNN_TYPE_CHAR)?;
+        let mut out = vec![0u8; n.max(1)];
+        let got = self.get_raw(name, Ty::CUDNN_TYPE_CHAR, out.len(), out.as_mut_ptr().cast())?;
+        out.truncate(got.min(n));
+        Ok(out)
+    }
+
     /// Number of elements an array attribute holds.
     pub(crate) fn count(&self, name: Attr, ty: Ty) -> Result<usize> {
         let mut n = 0i64;

@@ -15,7 +15,7 @@
 //! # Entry format (version 1, little-endian)
 //!
 //! ```text
-//! magic "CDNNBKRN" (8) | format version u32 | image kind u32 (0 CUBIN, 1 PTX) | key u128
+//! magic "CDNNBKRN" (8) | format version u32 | image kind u32 (0 CUBIN, 1 PTX, 2 cuDNN plan) | key u128
 //! | symbol length u32 | image length u64 | checksum u64 | symbol bytes | image bytes
 //! ```
 //!
@@ -47,6 +47,9 @@ pub enum ImageKind {
     Cubin,
     /// PTX, JIT-compiled by the driver at load (the fallback for GPUs newer than NVRTC).
     Ptx,
+    /// A serialized cuDNN execution plan (its JSON representation, runtime-compiled kernels
+    /// included), stored by the plan layer.
+    CudnnPlan,
 }
 
 /// Identifies one compiled kernel: a 128-bit FNV-1a hash of [`KeyParts`].
@@ -131,6 +134,24 @@ impl CacheKey {
         field(&parts.nvrtc.1.to_le_bytes());
         field(&parts.driver.to_le_bytes());
         field(parts.crate_version.as_bytes());
+        CacheKey(h)
+    }
+}
+
+impl CacheKey {
+    /// A key over arbitrary byte fields (each length-prefixed, the entry format version and a
+    /// domain label first): for entries that are not kernels, e.g. serialized cuDNN plans.
+    pub fn of_fields(domain: &str, fields: &[&[u8]]) -> Self {
+        let mut h = FNV128_OFFSET;
+        let mut field = |bytes: &[u8]| {
+            fnv1a128(&mut h, &(bytes.len() as u64).to_le_bytes());
+            fnv1a128(&mut h, bytes);
+        };
+        field(&FORMAT_VERSION.to_le_bytes());
+        field(domain.as_bytes());
+        for f in fields {
+            field(f);
+        }
         CacheKey(h)
     }
 }
@@ -266,6 +287,7 @@ pub fn encode(key: CacheKey, entry: &CachedImage) -> Vec<u8> {
     let kind: u32 = match entry.kind {
         ImageKind::Cubin => 0,
         ImageKind::Ptx => 1,
+        ImageKind::CudnnPlan => 2,
     };
     out.extend_from_slice(&kind.to_le_bytes());
     out.extend_from_slice(&key.0.to_le_bytes());
@@ -301,6 +323,7 @@ pub fn decode(bytes: &[u8], key: CacheKey) -> Result<CachedImage, String> {
     let kind = match u32::from_le_bytes(field(bytes, 12)) {
         0 => ImageKind::Cubin,
         1 => ImageKind::Ptx,
+        2 => ImageKind::CudnnPlan,
         k => return Err(format!("unknown image kind {k}")),
     };
     let file_key = u128::from_le_bytes(field(bytes, 16));

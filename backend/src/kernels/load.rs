@@ -180,6 +180,12 @@ fn load_image(dev: &Device, kind: ImageKind, bytes: Vec<u8>) -> Result<Arc<CudaM
                 })?;
             Ptx::from_src(text)
         }
+        ImageKind::CudnnPlan => {
+            return Err(Error::Cuda {
+                op: "loading a kernel image",
+                message: "the cache entry holds a cuDNN plan, not a kernel".into(),
+            })
+        }
     };
     dev.context().load_module(image).map_err(|e| Error::Cuda {
         op: "cuModuleLoadData (kernel image)",

@@ -37,8 +37,10 @@ pub(crate) struct BuiltPlan {
     pub(crate) choice: EngineChoice,
     /// The variant pack of the last call, reused while the pointers repeat.
     pack: Option<CachedPack>,
-    _config: Descriptor,
-    _graph: Arc<LoweredGraph>,
+    /// The engine config and lowered graph the plan was built from (none for a plan
+    /// deserialized from the persistent cache).
+    _config: Option<Descriptor>,
+    _graph: Option<Arc<LoweredGraph>>,
 }
 
 struct CachedPack {
@@ -187,8 +189,34 @@ pub(crate) fn build(
         workspace,
         choice,
         pack: None,
-        _config: cfg,
-        _graph: graph,
+        _config: Some(cfg),
+        _graph: Some(graph),
+    })
+}
+
+/// The JSON representation of a built plan (runtime-compiled kernels included), or an error
+/// for engines cuDNN cannot serialize (it serializes runtime-compiled engines only).
+pub(crate) fn serialize(plan: &BuiltPlan) -> Result<Vec<u8>> {
+    plan.plan.get_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION)
+}
+
+/// A plan restored from [`serialize`]'s bytes on `handle` (no heuristics, no compilation).
+pub(crate) fn deserialize(handle: &CudnnHandle, json: &[u8], choice: EngineChoice) -> Result<BuiltPlan> {
+    let mut plan = Descriptor::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+    plan.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle.raw())?;
+    plan.set_chars(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, json)?;
+    plan.finalize()?;
+    let workspace = plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?.max(0) as usize;
+    Ok(BuiltPlan {
+        plan,
+        workspace,
+        choice: EngineChoice {
+            workspace_bytes: workspace as u64,
+            ..choice
+        },
+        pack: None,
+        _config: None,
+        _graph: None,
     })
 }
 

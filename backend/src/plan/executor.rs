@@ -300,6 +300,27 @@ fn plan_for(
     dev: &Device,
     cudnn: usize,
 ) -> Result<BuiltPlan> {
+    if let Some(plan) = super::serialized::restore(handle, sig, dev, cudnn) {
+        return Ok(plan);
+    }
+    let plan = plan_built(handle, graph, sig, policy, stream, uids, ptrs, dev, cudnn)?;
+    super::serialized::store(&plan, sig, dev, cudnn);
+    Ok(plan)
+}
+
+/// [`plan_for`] when no serialized plan exists: heuristics (or the shared choice) and a build.
+#[allow(clippy::too_many_arguments)]
+fn plan_built(
+    handle: &CudnnHandle,
+    graph: &Graph,
+    sig: &Signature,
+    policy: &EnginePolicy,
+    stream: &Arc<CudaStream>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    dev: &Device,
+    cudnn: usize,
+) -> Result<BuiltPlan> {
     let mut built = None;
     let (choice, _) = choice_cache().get_or_build(sig, || {
         let start = Instant::now();

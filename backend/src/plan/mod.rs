@@ -9,12 +9,14 @@ mod executor;
 pub mod fault;
 pub mod persist;
 pub mod policy;
+mod serialized;
 
 use std::sync::{Arc, OnceLock};
 
 pub use executor::{execute_graph, execute_graph_on, Binding};
 pub(crate) use executor::{execute_keyed, with_cudnn_handle};
 pub use policy::{policy, set_policy, EnginePolicy, HeuristicMode};
+pub use serialized::{serialized_plan_counts, SerializedPlanCounts};
 
 use cache::{CacheStats, ChoiceCache, StatsSnapshot};
 
