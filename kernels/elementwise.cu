@@ -316,6 +316,7 @@ UNARY_INT(u8, u8)
 #define B_OR 10
 #define B_XOR 11
 #define B_RELU_BWD 12
+#define B_GELU_BWD 13
 
 #define BINARY_FLOAT_MATH(NAME, CT, SUF)                                                       \
     __device__ __forceinline__ CT NAME(int op, CT a, CT b) {                                   \
@@ -334,6 +335,13 @@ UNARY_INT(u8, u8)
             case B_MIN: return (a < b || a != a) ? a : b;                                      \
             case B_ATAN2: return atan2##SUF(a, b);                                             \
             case B_RELU_BWD: return b <= (CT)0 ? (CT)0 : a;                                    \
+            case B_GELU_BWD: {                                                                 \
+                /* a = dy, b = x: Burn's GELU derivative (of the tanh approximation). */        \
+                CT x2 = b * b;                                                                 \
+                CT t = tanh##SUF(b * ((CT)0.0356774 * x2 + (CT)0.797885));                     \
+                CT inner2 = b * ((CT)0.0535161 * x2 + (CT)0.398942);                           \
+                return a * ((CT)0.5 * t + (inner2 * ((CT)1 - t * t) + (CT)0.5));               \
+            }                                                                                  \
             default: return a;                                                                 \
         }                                                                                      \
     }

@@ -22,6 +22,6 @@ done
 cargo build --release --manifest-path external/burn-app/Cargo.toml --target-dir target
 cp target/release/burn-app .gpu/burn-app
 strip .gpu/* 2>/dev/null || true
-cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh .gpu/
+cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh scripts/profile-step.sh .gpu/
 cp bench/compare_torch.py bench/train_torch.py .gpu/
 du -sh .gpu && ls .gpu

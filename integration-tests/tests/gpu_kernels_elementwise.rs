@@ -742,7 +742,7 @@ fn unary_every_op_and_dtype() {
 // ---------------------------------------------------------------------------------------
 // binary
 
-const FLOAT_BINARY: [BinaryOp; 10] = [
+const FLOAT_BINARY: [BinaryOp; 11] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
@@ -753,6 +753,7 @@ const FLOAT_BINARY: [BinaryOp; 10] = [
     BinaryOp::Min,
     BinaryOp::Atan2,
     BinaryOp::ReluBackward,
+    BinaryOp::GeluBackward,
 ];
 const INT_BINARY: [BinaryOp; 11] = [
     BinaryOp::Add,
@@ -792,6 +793,12 @@ fn binary_ref(op: BinaryOp, a: f64, b: f64) -> f64 {
             } else {
                 a
             }
+        }
+        BinaryOp::GeluBackward => {
+            let x2 = b * b;
+            let t = (b * (0.0356774 * x2 + 0.797885)).tanh();
+            let inner2 = b * (0.0535161 * x2 + 0.398942);
+            a * (0.5 * t + (inner2 * (1.0 - t * t) + 0.5))
         }
         _ => unreachable!(),
     }
@@ -848,7 +855,7 @@ fn binary_int_ref(op: BinaryOp, a: i64, b: i64) -> i64 {
         BinaryOp::BitAnd => a & b,
         BinaryOp::BitOr => a | b,
         BinaryOp::BitXor => a ^ b,
-        BinaryOp::Atan2 | BinaryOp::ReluBackward => unreachable!(),
+        BinaryOp::Atan2 | BinaryOp::ReluBackward | BinaryOp::GeluBackward => unreachable!(),
     }
 }
 
@@ -939,7 +946,7 @@ fn binary_every_op_and_dtype() {
                 let got = download(&s, &out);
                 if dtype.is_float() {
                     let want: Vec<f64> = ab.iter().zip(&bb).map(|(&x, &y)| binary_ref(op, x, y)).collect();
-                    let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2);
+                    let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::GeluBackward);
                     r.close(format!("{name} {case:?}"), dtype, &got, &want, float_bound(dtype, tr));
                 } else {
                     let want: Vec<f64> = ab
@@ -997,7 +1004,7 @@ fn scalar_operands_every_op_and_dtype() {
                 let got = download(&s, &out);
                 if dtype.is_float() {
                     let want: Vec<f64> = ab.iter().map(|&x| binary_ref(op, x, sv)).collect();
-                    let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2);
+                    let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::GeluBackward);
                     r.close(format!("{name} {case:?}"), dtype, &got, &want, float_bound(dtype, tr));
                 } else {
                     let want: Vec<f64> = ab

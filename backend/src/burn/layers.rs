@@ -583,13 +583,18 @@ pub(crate) fn embedding_backward(weights: &CudnnTensor, dy: CudnnTensor, indices
     exec::check_same_device(OP, &dy, &indices);
     let [v, d] = [weights.dims()[0], weights.dims()[1]];
     let idx = flat_indices(indices, OP);
-    let dy = dy.reshape(&[idx.numel(), d]);
-    let out = exec::full(dy.device(), &[v, d], dy.dtype, 0.0, OP);
+    let dtype = dy.dtype;
+    // Half-precision rows are summed in f32: native float atomics instead of 16-bit
+    // compare-and-swap loops, which many indices hitting one row (small vocabularies,
+    // positions repeated over a batch) serialize.
+    let work = compute_dtype(dtype);
+    let dy = exec::cast(dy.reshape(&[idx.numel(), d]), work, OP);
+    let out = exec::full(dy.device(), &[v, d], work, 0.0, OP);
     expect(
         OP,
         kindex::index_add(out.stream(), &out.tref(), 0, &idx.tref(), &dy.tref()),
     );
-    out
+    exec::cast(out, dtype, OP)
 }
 
 /// im2col: `x [N, C, H, W]` → `[N, C·kh·kw, L]` (PyTorch's `unfold`), as one strided copy
@@ -936,32 +941,11 @@ pub(crate) fn in_compute_dtype(t: CudnnTensor, op: &str, f: impl FnOnce(CudnnTen
 }
 
 /// Burn's default `gelu_backward` (the derivative of the tanh approximation, which is what
-/// burn-ndarray computes), in fused elementwise passes.
+/// burn-ndarray computes) as one elementwise pass.
 pub(crate) fn gelu_backward(x: CudnnTensor, grad: CudnnTensor) -> CudnnTensor {
-    const OP: &str = "gelu_backward";
-    let dtype = grad.dtype;
-    let x = exec::cast(x, compute_dtype(dtype), OP);
-    let (c1, c2, c3, c4) = (0.0356774, 0.797885, 0.0535161, 0.398942);
-    let sq = exec::unary(x.clone(), UnaryOp::Square, OP);
-    // inner1 = x (c1 x² + c2); inner2 = x (c3 x² + c4)
-    let a = exec::unary(sq.clone(), UnaryOp::MulScalar(c1), OP);
-    let a = exec::unary(a, UnaryOp::AddScalar(c2), OP);
-    let inner1 = exec::binary(a, x.clone(), BinaryOp::Mul, OP);
-    let b = exec::unary(sq, UnaryOp::MulScalar(c3), OP);
-    let b = exec::unary(b, UnaryOp::AddScalar(c4), OP);
-    let inner2 = exec::binary(b, x, BinaryOp::Mul, OP);
-    let t = exec::unary(inner1, UnaryOp::Tanh, OP);
-    // sech² = 1 - tanh²
-    let sech = exec::unary(t.clone(), UnaryOp::Square, OP);
-    let sech = exec::unary(sech, UnaryOp::MulScalar(-1.0), OP);
-    let sech = exec::unary(sech, UnaryOp::AddScalar(1.0), OP);
-    // y = 0.5 tanh + (inner2 sech² + 0.5)
-    let y2 = exec::binary(inner2, sech, BinaryOp::Mul, OP);
-    let y2 = exec::unary(y2, UnaryOp::AddScalar(0.5), OP);
-    let y1 = exec::unary(t, UnaryOp::MulScalar(0.5), OP);
-    let y = exec::binary(y1, y2, BinaryOp::Add, OP);
-    let grad = exec::cast(grad, compute_dtype(dtype), OP);
-    exec::cast(exec::binary(y, grad, BinaryOp::Mul, OP), dtype, OP)
+    // One kernel pass: the derivative is computed in f32 (f64 for f64) per element.
+    let x = exec::cast(x, grad.dtype, "gelu_backward");
+    exec::binary(grad, x, BinaryOp::GeluBackward, "gelu_backward")
 }
 
 /// `output (1 - output) grad`.

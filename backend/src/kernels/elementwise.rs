@@ -177,6 +177,9 @@ pub enum BinaryOp {
     BitXor,
     /// The ReLU gradient `a` at output `b`: 0 where `b <= 0`, else `a` (floats only).
     ReluBackward,
+    /// The GELU gradient `a` at input `b`, with the derivative of GELU's tanh approximation
+    /// (what Burn's default `gelu_backward` computes; floats only).
+    GeluBackward,
 }
 
 impl BinaryOp {
@@ -195,7 +198,7 @@ impl BinaryOp {
         } else if dtype == DataType::Bool {
             self.is_bitwise()
         } else {
-            !matches!(self, BinaryOp::Atan2 | BinaryOp::ReluBackward)
+            !matches!(self, BinaryOp::Atan2 | BinaryOp::ReluBackward | BinaryOp::GeluBackward)
         }
     }
 }
@@ -718,6 +721,7 @@ mod tests {
         assert_eq!(BinaryOp::Atan2.code(), 8);
         assert_eq!(BinaryOp::BitXor.code(), 11);
         assert_eq!(BinaryOp::ReluBackward.code(), 12);
+        assert_eq!(BinaryOp::GeluBackward.code(), 13);
         assert_eq!(CompareOp::Ge as i32, 5);
     }
 

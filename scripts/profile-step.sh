@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Per-kernel GPU time of one training step: ours under Nsight Compute (kernel durations only),
+# PyTorch with its profiler, same network, batch and dtype. Run from the bundle:
+# .gpu/profile-step.sh LOG_DIR transformer|cnn DTYPE BATCH
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+logs="${1:?log dir}"; model="${2:-transformer}"; dtype="${3:-bf16}"; batch="${4:-32}"
+mkdir -p "$logs"
+if [[ $model == cnn ]]; then
+  ours=("$here/train_burn" --train $((batch * 4)) --test "$batch"); tmodel=cnn
+else
+  ours=("$here/train_transformer" --train $((batch * 4)) --test "$batch"); tmodel=transformer
+fi
+# Steps 1-2 warm up (compiles, plans); the launches of steps 3-4 are profiled.
+per_step=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out 2>&1 \
+    | sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p')
+skip=$((per_step * 2 + 50)); count=$((per_step * 2))
+ncu --metrics gpu__time_duration.sum --csv --launch-skip "$skip" --launch-count "$count" \
+    "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out > "$logs/ncu.csv" 2> "$logs/ncu.err"
+PYTHONUNBUFFERED=1 python3 - "$here/train_torch.py" "$tmodel" "$dtype" "$batch" > "$logs/torch-profile.txt" 2>&1 <<'PY'
+import sys, runpy, torch
+path, model, dtype, batch = sys.argv[1:5]
+sys.argv = [path, "--model", model, "--dtype", dtype, "--batch-size", batch, "--steps", "4", "--epochs", "1"]
+mod = runpy.run_path(path, run_name="not_main")
+import torch.nn.functional as F
+dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+torch.backends.cudnn.benchmark = True
+dev = torch.device("cuda")
+b = int(batch)
+if model == "cnn":
+    net = mod["Net"]().to(dev, dt); x = torch.rand(b, 3, 32, 32, device=dev, dtype=dt) - 0.5; lr = 1e-3
+else:
+    net = mod["Encoder"]().to(dev, dt); x = torch.randint(0, 64, (b, 256), device=dev); lr = 3e-4
+y = torch.randint(0, 10, (b,), device=dev)
+opt = torch.optim.Adam(net.parameters(), lr=lr)
+def step():
+    loss = F.cross_entropy(net(x), y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+for _ in range(3): step()
+torch.cuda.synchronize()
+from torch.profiler import profile, ProfilerActivity
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    step(); torch.cuda.synchronize()
+print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90))
+PY
+python3 - "$logs/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if head is None:
+    print("no ncu rows"); sys.exit()
+h = rows[head]; ki, vi, ui = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
+tot = collections.defaultdict(float); n = collections.Counter()
+for r in rows[head + 1:]:
+    if len(r) <= vi: continue
+    v = float(r[vi].replace(",", "")); unit = r[ui]
+    us = v / 1000 if unit == "nsecond" else v if unit == "usecond" else v * 1000
+    name = r[ki][:90]; tot[name] += us / 2; n[name] += 1
+all_ = sum(tot.values())
+print(f"ours: {all_:.0f} us of kernel time per step, {sum(n.values()) // 2} kernels per step")
+for k, v in sorted(tot.items(), key=lambda t: -t[1])[:40]:
+    print(f"{v:9.1f} us {n[k] // 2:4d}x  {k}")
+PY
