@@ -4,7 +4,9 @@
 //!
 //! Layers (data flows one way):
 //! - [`ops`]: framework-neutral entry points on raw device buffers (conv forward/backward,
-//!   conv+bias+activation fused, matmul (+bias+activation), pooling forward/backward);
+//!   conv+bias+activation fused, matmul (+bias+activation), pooling forward/backward,
+//!   attention forward/backward, norms, and the training ops: batch norm, layer/RMS norm
+//!   backward, a multi-tensor Adam step);
 //! - [`graph`]: a pure-Rust graph IR with validation, shape inference and signatures;
 //! - [`plan`]: heuristics, engine filtering, autotuning and the plan cache;
 //! - [`handle`]: the thread-pooled cuDNN handle manager;
