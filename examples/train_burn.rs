@@ -29,7 +29,7 @@ use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxP
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::record::{CompactRecorder, Recorder};
-use burn::tensor::backend::{set_default_float_dtype, AutodiffBackend, Backend};
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice};
@@ -184,13 +184,7 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--device" => {
-                a.gpu = Some(match value()?.as_str() {
-                    "gpu" | "cuda" => true,
-                    "cpu" => false,
-                    other => return Err(format!("--device {other}: use gpu or cpu")),
-                })
-            }
+            "--device" => a.gpu = Some(examples::cli::parse_device(&value()?)?),
             "--epochs" => a.epochs = number(value()?)?,
             "--batch-size" => a.batch = number(value()?)?,
             "--train" => a.train = number(value()?)?,
@@ -198,14 +192,7 @@ fn parse_args() -> Result<Args, String> {
             "--out" => a.out = PathBuf::from(value()?),
             "--benchmark" => a.benchmark = true,
             "--stock" => a.stock = true,
-            "--dtype" => {
-                a.dtype = match value()?.as_str() {
-                    "f32" => FloatDType::F32,
-                    "f16" => FloatDType::F16,
-                    "bf16" => FloatDType::BF16,
-                    other => return Err(format!("--dtype {other}: use f32, f16 or bf16")),
-                }
-            }
+            "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
@@ -352,36 +339,15 @@ fn main() {
         }
     };
     let device = CudnnDevice::default();
-    let gpu = match (args.gpu, device.try_open()) {
-        (Some(false), _) => false,
-        (_, Ok(_)) => true,
-        (Some(true), Err(e)) => {
-            eprintln!("train_burn: --device gpu, but {e}");
-            std::process::exit(2);
-        }
-        (None, Err(e)) => {
-            println!("note: no usable GPU ({e}); training on Burn's ndarray CPU backend");
-            false
-        }
-    };
+    let gpu = examples::cli::use_gpu("train_burn", args.gpu, &device, args.dtype);
     if args.benchmark {
         let mut policy = cudnn_backend::plan::policy();
         policy.benchmark = true;
         cudnn_backend::plan::set_policy(policy);
     }
     let result = if gpu {
-        if args.dtype != FloatDType::F32 {
-            if let Err(e) = set_default_float_dtype::<Cudnn>(&device, args.dtype) {
-                eprintln!("train_burn: --dtype {:?}: {e:?}", args.dtype);
-                std::process::exit(2);
-            }
-        }
         run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
     } else {
-        if args.dtype != FloatDType::F32 {
-            eprintln!("train_burn: the CPU backend trains in f32 only");
-            std::process::exit(2);
-        }
         run::<Autodiff<NdArray>>(&Default::default(), &args, "cpu (ndarray)")
     };
     if let Err(e) = result {

@@ -22,7 +22,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Gelu, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::record::{CompactRecorder, Recorder};
-use burn::tensor::backend::{set_default_float_dtype, AutodiffBackend, Backend};
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice};
@@ -225,13 +225,7 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--device" => {
-                a.gpu = Some(match value()?.as_str() {
-                    "gpu" | "cuda" => true,
-                    "cpu" => false,
-                    other => return Err(format!("--device {other}: use gpu or cpu")),
-                })
-            }
+            "--device" => a.gpu = Some(examples::cli::parse_device(&value()?)?),
             "--epochs" => a.epochs = number(value()?)?,
             "--batch-size" => a.batch = number(value()?)?,
             "--layers" => a.layers = number(value()?)?,
@@ -241,14 +235,7 @@ fn parse_args() -> Result<Args, String> {
             "--lr" => a.lr = value()?.parse().map_err(|e| format!("--lr: {e}"))?,
             "--out" => a.out = PathBuf::from(value()?),
             "--stock" => a.stock = true,
-            "--dtype" => {
-                a.dtype = match value()?.as_str() {
-                    "f32" => FloatDType::F32,
-                    "f16" => FloatDType::F16,
-                    "bf16" => FloatDType::BF16,
-                    other => return Err(format!("--dtype {other}: use f32, f16 or bf16")),
-                }
-            }
+            "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --layers N \
@@ -398,31 +385,10 @@ fn main() {
         }
     };
     let device = CudnnDevice::default();
-    let gpu = match (args.gpu, device.try_open()) {
-        (Some(false), _) => false,
-        (_, Ok(_)) => true,
-        (Some(true), Err(e)) => {
-            eprintln!("train_transformer: --device gpu, but {e}");
-            std::process::exit(2);
-        }
-        (None, Err(e)) => {
-            println!("note: no usable GPU ({e}); training on Burn's ndarray CPU backend");
-            false
-        }
-    };
+    let gpu = examples::cli::use_gpu("train_transformer", args.gpu, &device, args.dtype);
     let result = if gpu {
-        if args.dtype != FloatDType::F32 {
-            if let Err(e) = set_default_float_dtype::<Cudnn>(&device, args.dtype) {
-                eprintln!("train_transformer: --dtype {:?}: {e:?}", args.dtype);
-                std::process::exit(2);
-            }
-        }
         run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
     } else {
-        if args.dtype != FloatDType::F32 {
-            eprintln!("train_transformer: the CPU backend trains in f32 only");
-            std::process::exit(2);
-        }
         run::<Autodiff<NdArray>>(&Default::default(), &args, "cpu (ndarray)")
     };
     if let Err(e) = result {

@@ -25,21 +25,6 @@ struct BnView {
 
 __device__ __forceinline__ i64 bn_off(const BnView& v, i64 n, i64 c, i64 s) { return n * v.sn + c * v.sc + s * v.ss; }
 
-__device__ __forceinline__ float bn_ld_param(const void* p, int pdt, i64 i) {
-    if (pdt == 0) return ((const float*)p)[i];
-    if (pdt == 1) return f16_to_f32(((const u16*)p)[i]);
-    return bf16_to_f32(((const u16*)p)[i]);
-}
-
-__device__ __forceinline__ void bn_st_param(void* p, int pdt, i64 i, float v) {
-    if (pdt == 0)
-        ((float*)p)[i] = v;
-    else if (pdt == 1)
-        ((u16*)p)[i] = f32_to_f16(v);
-    else
-        ((u16*)p)[i] = f32_to_bf16(v);
-}
-
 // ---- Welford accumulation (count, mean, sum of squared deviations) ----
 
 struct Welford {
@@ -212,18 +197,18 @@ KERNEL void bn_finalize(const float* part, int chunks, i64 C, float eps, float m
     float invstd = 1.0f / sqrtf(var + eps);
     if (save_mean) save_mean[c] = w.mean;
     if (save_invstd) save_invstd[c] = invstd;
-    float g = scale ? bn_ld_param(scale, pdt, c) : 1.0f;
-    float b = bias ? bn_ld_param(bias, pdt, c) : 0.0f;
+    float g = scale ? ld_param(scale, pdt, c) : 1.0f;
+    float b = bias ? ld_param(bias, pdt, c) : 0.0f;
     coef[c] = g * invstd;
     coef[C + c] = b - w.mean * g * invstd;
     if (rmean_out) {
-        float rm = bn_ld_param(rmean_in, pdt, c);
-        bn_st_param(rmean_out, pdt, c, (1.0f - momentum) * rm + momentum * w.mean);
+        float rm = ld_param(rmean_in, pdt, c);
+        st_param(rmean_out, pdt, c, (1.0f - momentum) * rm + momentum * w.mean);
     }
     if (rvar_out) {
-        float rv = bn_ld_param(rvar_in, pdt, c);
+        float rv = ld_param(rvar_in, pdt, c);
         float v = unbiased ? w.m2 / fmaxf(w.n - 1.0f, 1.0f) : var;
-        bn_st_param(rvar_out, pdt, c, (1.0f - momentum) * rv + momentum * v);
+        st_param(rvar_out, pdt, c, (1.0f - momentum) * rv + momentum * v);
     }
 }
 
@@ -232,11 +217,11 @@ KERNEL void bn_inference_coef(i64 C, float eps, const void* scale, const void* b
                                              const void* rmean, const void* rvar, float* coef) {
     i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float invstd = 1.0f / sqrtf(bn_ld_param(rvar, pdt, c) + eps);
-    float g = scale ? bn_ld_param(scale, pdt, c) : 1.0f;
-    float b = bias ? bn_ld_param(bias, pdt, c) : 0.0f;
+    float invstd = 1.0f / sqrtf(ld_param(rvar, pdt, c) + eps);
+    float g = scale ? ld_param(scale, pdt, c) : 1.0f;
+    float b = bias ? ld_param(bias, pdt, c) : 0.0f;
     coef[c] = g * invstd;
-    coef[C + c] = b - bn_ld_param(rmean, pdt, c) * g * invstd;
+    coef[C + c] = b - ld_param(rmean, pdt, c) * g * invstd;
 }
 
 // Decomposes linear index `i` (in the walk order) into n, c, s.
@@ -321,9 +306,9 @@ KERNEL void bn_grad_finalize(const float* part, int chunks, i64 C, float count, 
         sdyx += p[1];
     }
     float is = invstd[c];
-    if (dbias) bn_st_param(dbias, pdt, c, sdy);
-    if (dscale) bn_st_param(dscale, pdt, c, sdyx * is);
-    float g = scale ? bn_ld_param(scale, pdt, c) : 1.0f;
+    if (dbias) st_param(dbias, pdt, c, sdy);
+    if (dscale) st_param(dscale, pdt, c, sdyx * is);
+    float g = scale ? ld_param(scale, pdt, c) : 1.0f;
     float a = g * is;
     float d = -a * is * is * sdyx / count;
     coef[c] = a;

@@ -125,3 +125,20 @@ struct DBF16 {
     static __device__ __forceinline__ void st(T* p, i64 o, A v) { p[o] = f32_to_bf16(v); }
     static __device__ __forceinline__ void add(T* p, A v) { atomic_add_half<true>(p, v); }
 };
+
+// A per-channel parameter of dtype code `pdt` (0 f32, 1 f16, 2 bf16): loaded as f32, stored
+// rounded (the training kernels keep parameters in f32 or the data's half type).
+__device__ __forceinline__ float ld_param(const void* p, int pdt, i64 i) {
+    if (pdt == 0) return ((const float*)p)[i];
+    if (pdt == 1) return f16_to_f32(((const u16*)p)[i]);
+    return bf16_to_f32(((const u16*)p)[i]);
+}
+
+__device__ __forceinline__ void st_param(void* p, int pdt, i64 i, float v) {
+    if (pdt == 0)
+        ((float*)p)[i] = v;
+    else if (pdt == 1)
+        ((u16*)p)[i] = f32_to_f16(v);
+    else
+        ((u16*)p)[i] = f32_to_bf16(v);
+}

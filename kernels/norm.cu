@@ -8,21 +8,6 @@
 #define NORM_ROWS 8
 #define NORM_LANES 32
 
-__device__ __forceinline__ float nm_ld_param(const void* p, int pdt, i64 i) {
-    if (pdt == 0) return ((const float*)p)[i];
-    if (pdt == 1) return f16_to_f32(((const u16*)p)[i]);
-    return bf16_to_f32(((const u16*)p)[i]);
-}
-
-__device__ __forceinline__ void nm_st_param(void* p, int pdt, i64 i, float v) {
-    if (pdt == 0)
-        ((float*)p)[i] = v;
-    else if (pdt == 1)
-        ((u16*)p)[i] = f32_to_f16(v);
-    else
-        ((u16*)p)[i] = f32_to_bf16(v);
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
     return v;
@@ -52,8 +37,8 @@ __device__ void norm_fwd(const typename D::T* x, typename D::T* y, i64 rows, i64
     float invstd = 1.0f / sqrtf(warp_sum(ss) / (float)n + eps);
     for (i64 c = lane; c < n; c += NORM_LANES) {
         float v = (D::ld(xr, c) - mean) * invstd;
-        if (gamma) v *= nm_ld_param(gamma, pdt, c);
-        if (beta) v += nm_ld_param(beta, pdt, c);
+        if (gamma) v *= ld_param(gamma, pdt, c);
+        if (beta) v += ld_param(beta, pdt, c);
         D::st(yr, c, v);
     }
     if (lane == 0) {
@@ -77,14 +62,14 @@ __device__ void norm_bwd_dx(const typename D::T* x, const typename D::T* dy, typ
     float is = invstd[row];
     float sg = 0.0f, sgx = 0.0f;
     for (i64 c = lane; c < n; c += NORM_LANES) {
-        float g = D::ld(dyr, c) * (gamma ? nm_ld_param(gamma, pdt, c) : 1.0f);
+        float g = D::ld(dyr, c) * (gamma ? ld_param(gamma, pdt, c) : 1.0f);
         sg += g;
         sgx += g * (D::ld(xr, c) - mu) * is;
     }
     float a = rms ? 0.0f : warp_sum(sg) / (float)n;
     float b = warp_sum(sgx) / (float)n;
     for (i64 c = lane; c < n; c += NORM_LANES) {
-        float g = D::ld(dyr, c) * (gamma ? nm_ld_param(gamma, pdt, c) : 1.0f);
+        float g = D::ld(dyr, c) * (gamma ? ld_param(gamma, pdt, c) : 1.0f);
         float xhat = (D::ld(xr, c) - mu) * is;
         D::st(dxr, c, is * (g - a - xhat * b));
     }
@@ -131,8 +116,8 @@ KERNEL void norm_bwd_params_finalize(const float* part, int chunks, i64 n, void*
         a += part[2 * ((i64)k * n + c)];
         b += part[2 * ((i64)k * n + c) + 1];
     }
-    if (dgamma) nm_st_param(dgamma, pdt, c, a);
-    if (dbeta) nm_st_param(dbeta, pdt, c, b);
+    if (dgamma) st_param(dgamma, pdt, c, a);
+    if (dbeta) st_param(dbeta, pdt, c, b);
 }
 
 #define NORM_ENTRIES(DT, D)                                                                                         \

@@ -85,3 +85,58 @@ pub mod startup {
         )
     }
 }
+
+/// What the Burn training examples share on the command line and at start-up.
+pub mod cli {
+    use burn::tensor::backend::set_default_float_dtype;
+    use burn::tensor::FloatDType;
+    use cudnn_backend::burn::{Cudnn, CudnnDevice};
+
+    /// `--device gpu|cuda|cpu` as "use the GPU".
+    pub fn parse_device(value: &str) -> Result<bool, String> {
+        match value {
+            "gpu" | "cuda" => Ok(true),
+            "cpu" => Ok(false),
+            other => Err(format!("--device {other}: use gpu or cpu")),
+        }
+    }
+
+    /// `--dtype f32|f16|bf16`.
+    pub fn parse_dtype(value: &str) -> Result<FloatDType, String> {
+        match value {
+            "f32" => Ok(FloatDType::F32),
+            "f16" => Ok(FloatDType::F16),
+            "bf16" => Ok(FloatDType::BF16),
+            other => Err(format!("--dtype {other}: use f32, f16 or bf16")),
+        }
+    }
+
+    /// Whether `program` trains on the GPU: as asked (`--device`), else when one is usable.
+    /// Exits with status 2 when the GPU was asked for and cannot be used, and sets the default
+    /// float dtype of the GPU device; the CPU backend takes f32 only.
+    pub fn use_gpu(program: &str, asked: Option<bool>, device: &CudnnDevice, dtype: FloatDType) -> bool {
+        let gpu = match (asked, device.try_open()) {
+            (Some(false), _) => false,
+            (_, Ok(_)) => true,
+            (Some(true), Err(e)) => {
+                eprintln!("{program}: --device gpu, but {e}");
+                std::process::exit(2);
+            }
+            (None, Err(e)) => {
+                println!("note: no usable GPU ({e}); training on Burn's ndarray CPU backend");
+                false
+            }
+        };
+        if dtype != FloatDType::F32 {
+            if !gpu {
+                eprintln!("{program}: the CPU backend trains in f32 only");
+                std::process::exit(2);
+            }
+            if let Err(e) = set_default_float_dtype::<Cudnn>(device, dtype) {
+                eprintln!("{program}: --dtype {dtype:?}: {e:?}");
+                std::process::exit(2);
+            }
+        }
+        gpu
+    }
+}

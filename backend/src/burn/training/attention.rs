@@ -193,13 +193,7 @@ impl Backward<Cudnn, 3> for AttentionNode {
     type State = AttentionSaved;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let d_o = grads.consume::<Cudnn>(&ops.node);
-        let gs = backward(&ops.state, d_o);
-        for (parent, g) in ops.parents.iter().zip(gs) {
-            if let Some(node) = parent {
-                grads.register::<Cudnn>(node.id, g);
-            }
-        }
+        super::register_parent_grads(ops, grads, |s, d_o, _| backward(s, d_o).map(Some));
     }
 }
 

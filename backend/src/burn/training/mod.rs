@@ -286,16 +286,32 @@ struct BatchNormNode;
 struct BatchNormResidualNode;
 
 /// Computes the gradients the tracked `parents` need and registers them.
-fn register_bn_grads<const N: usize>(ops: Ops<BnSaved, N>, grads: &mut Gradients) {
+/// Runs a backward node: `backward(state, dy, tracked)` gets the output's gradient and which
+/// of the `N` parents are tracked, and returns their gradients in parent order; each tracked
+/// parent's is registered.
+fn register_parent_grads<S, const N: usize>(
+    ops: Ops<S, N>,
+    grads: &mut Gradients,
+    backward: impl FnOnce(&S, CudnnTensor, [bool; N]) -> [Option<CudnnTensor>; N],
+) {
     let dy = grads.consume::<Cudnn>(&ops.node);
-    let p = &ops.parents;
-    let tracked = |i: usize| i < N && p[i].is_some();
-    let [dx, dz, ds, db] = bn_backward(&ops.state, dy, [tracked(0), tracked(3), tracked(1), tracked(2)]);
-    for (i, g) in [(0, dx), (1, ds), (2, db), (3, dz)] {
-        if let (Some(node), Some(g)) = (p.get(i).and_then(|n| n.as_ref()), g) {
+    let tracked = ops.parents.each_ref().map(|p| p.is_some());
+    let gs = backward(&ops.state, dy, tracked);
+    for (parent, g) in ops.parents.iter().zip(gs) {
+        if let (Some(node), Some(g)) = (parent, g) {
             grads.register::<Cudnn>(node.id, g);
         }
     }
+}
+
+/// Batch norm's gradients in parent order (x, scale, bias[, residual]).
+fn register_bn_grads<const N: usize>(ops: Ops<BnSaved, N>, grads: &mut Gradients) {
+    register_parent_grads(ops, grads, |s, dy, t: [bool; N]| {
+        let at = |i: usize| i < N && t[i];
+        let [dx, dz, ds, db] = bn_backward(s, dy, [at(0), at(3), at(1), at(2)]);
+        let mut all = [dx, ds, db, dz].into_iter();
+        std::array::from_fn(|_| all.next().flatten())
+    });
 }
 
 impl Backward<Cudnn, 3> for BatchNormNode {

@@ -113,16 +113,13 @@ struct NormBiasNode;
 #[derive(Debug)]
 struct NormNode;
 
+/// The norm's gradients in parent order (x, scale[, bias]).
 fn register<const N: usize>(ops: Ops<NormSaved, N>, grads: &mut Gradients) {
-    let dy = grads.consume::<Cudnn>(&ops.node);
-    let p = &ops.parents;
-    let tracked = |i: usize| i < N && p[i].is_some();
-    let gs = backward(&ops.state, dy, [tracked(0), tracked(1), tracked(2)]);
-    for (i, g) in gs.into_iter().enumerate() {
-        if let (Some(node), Some(g)) = (p.get(i).and_then(|n| n.as_ref()), g) {
-            grads.register::<Cudnn>(node.id, g);
-        }
-    }
+    super::register_parent_grads(ops, grads, |s, dy, t: [bool; N]| {
+        let at = |i: usize| i < N && t[i];
+        let mut all = backward(s, dy, [at(0), at(1), at(2)]).into_iter();
+        std::array::from_fn(|_| all.next().flatten())
+    });
 }
 
 impl Backward<Cudnn, 3> for NormBiasNode {
