@@ -8,7 +8,8 @@
 //! Flags: `--device gpu|cpu` (default: the GPU when one is usable), `--epochs N`,
 //! `--batch-size N`, `--dtype f32|f16|bf16`, `--benchmark` (cuDNN autotuning, like
 //! `torch.backends.cudnn.benchmark`), `--train N` / `--test N` (set sizes), `--out DIR`,
-//! `--stock` (Burn's own `BatchNorm` and `Adam` instead of this crate's fused drop-ins).
+//! `--stock` (Burn's own `BatchNorm` and `Adam` instead of this crate's fused drop-ins),
+//! `--fusion` (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers).
 //!
 //! By default the network uses `cudnn_backend::burn::nn::BatchNorm` (batch norm, residual
 //! add and ReLU in one fused pass, forward and backward) and `FusedAdamConfig` (one launch
@@ -32,7 +33,7 @@ use burn::record::{CompactRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 use cudnn_backend::burn::optim::FusedAdamConfig;
-use cudnn_backend::burn::{Cudnn, CudnnDevice};
+use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -162,6 +163,7 @@ struct Args {
     dtype: FloatDType,
     benchmark: bool,
     stock: bool,
+    fusion: bool,
     train: usize,
     test: usize,
     out: PathBuf,
@@ -175,6 +177,7 @@ fn parse_args() -> Result<Args, String> {
         dtype: FloatDType::F32,
         benchmark: false,
         stock: false,
+        fusion: false,
         train: 10_000,
         test: 2_000,
         out: PathBuf::from("out/train_burn"),
@@ -192,11 +195,12 @@ fn parse_args() -> Result<Args, String> {
             "--out" => a.out = PathBuf::from(value()?),
             "--benchmark" => a.benchmark = true,
             "--stock" => a.stock = true,
+            "--fusion" => a.fusion = true,
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --stock --train N --test N --out DIR"
+                            --stock --fusion --train N --test N --out DIR"
                         .into(),
                 )
             }
@@ -346,7 +350,11 @@ fn main() {
         cudnn_backend::plan::set_policy(policy);
     }
     let result = if gpu {
-        run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
+        if args.fusion {
+            run::<Autodiff<CudnnFusion>>(&device, &args, "gpu (cudnn, lazy fusion)")
+        } else {
+            run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
+        }
     } else {
         run::<Autodiff<NdArray>>(&Default::default(), &args, "cpu (ndarray)")
     };

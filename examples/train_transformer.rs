@@ -9,7 +9,8 @@
 //! cargo run --release --example train_transformer -- --epochs 3 --batch-size 32 --dtype bf16
 //! ```
 //! Flags: `--device gpu|cpu`, `--epochs N`, `--batch-size N`, `--dtype f32|f16|bf16`,
-//! `--layers N`, `--seq N`, `--train N` / `--test N` (sequences), `--out DIR`, `--stock`
+//! `--layers N`, `--seq N`, `--train N` / `--test N` (sequences), `--out DIR`, `--fusion`
+//! (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers), `--stock`
 //! (Burn's own `LayerNorm`, `MultiHeadAttention` and `Adam` instead of this crate's
 //! drop-ins). Dropout is 0, as in the PyTorch reference of `bench/train_torch.py`.
 
@@ -25,7 +26,7 @@ use burn::record::{CompactRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 use cudnn_backend::burn::optim::FusedAdamConfig;
-use cudnn_backend::burn::{Cudnn, CudnnDevice};
+use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -200,6 +201,7 @@ struct Args {
     layers: usize,
     seq: usize,
     stock: bool,
+    fusion: bool,
     train: usize,
     test: usize,
     lr: f64,
@@ -215,6 +217,7 @@ fn parse_args() -> Result<Args, String> {
         layers: 4,
         seq: 256,
         stock: false,
+        fusion: false,
         train: 2048,
         test: 512,
         lr: 3e-4,
@@ -235,11 +238,12 @@ fn parse_args() -> Result<Args, String> {
             "--lr" => a.lr = value()?.parse().map_err(|e| format!("--lr: {e}"))?,
             "--out" => a.out = PathBuf::from(value()?),
             "--stock" => a.stock = true,
+            "--fusion" => a.fusion = true,
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --layers N \
-                            --seq N --train N --test N --lr X --stock --out DIR"
+                            --seq N --train N --test N --lr X --stock --fusion --out DIR"
                         .into(),
                 )
             }
@@ -387,7 +391,11 @@ fn main() {
     let device = CudnnDevice::default();
     let gpu = examples::cli::use_gpu("train_transformer", args.gpu, &device, args.dtype);
     let result = if gpu {
-        run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
+        if args.fusion {
+            run::<Autodiff<CudnnFusion>>(&device, &args, "gpu (cudnn, lazy fusion)")
+        } else {
+            run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
+        }
     } else {
         run::<Autodiff<NdArray>>(&Default::default(), &args, "cpu (ndarray)")
     };

@@ -14,6 +14,16 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])
 ' | while read -r name exe; do cp "$exe" ".gpu/test-$name"; done
+# The conformance suite on CudnnFusion (integration-tests feature `fusion`; --workspace keeps the
+# workspace's feature resolution, so only the test is rebuilt).
+cargo test --release --workspace --features integration-tests/fusion --test burn_conformance --no-run --message-format=json \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])
+' | while read -r exe; do cp "$exe" .gpu/test-burn_conformance_fusion; done
 for ex in target/release/examples/*; do
   case "$ex" in *.d|*-*) continue ;; esac
   [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"

@@ -4,6 +4,10 @@
 # bundle (scripts/bundle-gpu.sh): .gpu/train-bench.sh LOG_DIR [CONFIG...] with
 # CONFIG = model:dtype:batch, model cnn (train_burn) or transformer (train_transformer).
 # Both sides autotune convolutions (--benchmark; torch.backends.cudnn.benchmark).
+# Variants (TRAIN_BENCH_VARIANTS, default "fused stock stock-fusion"): fused (this crate's
+# drop-in modules and fused Adam on Autodiff<Cudnn>), stock (burn::nn modules and Burn's Adam),
+# stock-fusion (the stock model on Autodiff<CudnnFusion>: unchanged Burn code, lazy fusion),
+# fused-fusion (the drop-ins on Autodiff<CudnnFusion>).
 # Prints one table row per config and variant.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -27,8 +31,13 @@ for cfg in "${configs[@]}"; do
       --steps "$steps" --epochs 3 --count-kernels 2>&1 | tee "$logs/torch-$tag.log" | grep '^train_torch')
   torch_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$torch_line")
   torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
-  for variant in fused stock; do
-    flag=(); [[ $variant == stock ]] && flag=(--stock)
+  for variant in ${TRAIN_BENCH_VARIANTS:-fused stock stock-fusion}; do
+    case $variant in
+      stock) flag=(--stock) ;;
+      stock-fusion) flag=(--stock --fusion) ;;
+      fused-fusion) flag=(--fusion) ;;
+      *) flag=() ;;
+    esac
     line=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" \
         2>&1 | tee "$logs/ours-$variant-$tag.log" | grep -E '^train_(burn|transformer) ')
     rate=$(sed -E "s/.*%\), ([0-9.]+) $unit.*/\1/" <<<"$line")

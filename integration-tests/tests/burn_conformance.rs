@@ -39,13 +39,22 @@ use burn_backend::{
 use integration_tests::burn_ref::*;
 
 /// The backend under test.
-#[cfg(not(feature = "burn-selfcheck"))]
+#[cfg(not(any(feature = "burn-selfcheck", feature = "fusion")))]
 type Tested = cudnn_backend::burn::Cudnn;
+/// The backend under test with feature `fusion`: the same suite on `Fusion<Cudnn>`.
+#[cfg(all(feature = "fusion", not(feature = "burn-selfcheck")))]
+type Tested = cudnn_backend::burn::CudnnFusion;
 /// Self-check: the reference against itself (validates inputs, closures and host references).
 #[cfg(feature = "burn-selfcheck")]
 type Tested = Nd;
 
 const SELFCHECK: bool = cfg!(feature = "burn-selfcheck");
+
+/// Whether the ops taking a bool scalar run: not on `CudnnFusion`, because burn-fusion 0.21
+/// cannot record one (`ScalarIr::to_relative` is `todo!()` for `ScalarIr::Bool` in its
+/// `stream/context.rs`), so they panic in burn-fusion's queue on every fused backend, before
+/// ours is reached (the panic also ends that device's fusion server for the rest of the group).
+const BOOL_SCALAR_OPS_RUN: bool = SELFCHECK || !cfg!(feature = "fusion");
 
 /// Float dtypes compared with ndarray.
 const FD: [DType; 2] = [DType::F32, DType::F64];
@@ -1793,7 +1802,13 @@ fn group_bool(g: &mut Group) {
             Tol::Exact,
             |B, c| vec![c.rb(B::bool_and(c.b(0), c.b(1)))]
         );
-        for v in [true, false] {
+        if !BOOL_SCALAR_OPS_RUN {
+            println!(
+                "burn conformance bool: bool_equal_elem, bool_not_equal_elem and bool_mask_fill skipped: \
+                 burn-fusion 0.21 cannot record a bool scalar (ScalarIr::Bool hits a todo!() in its queue)"
+            );
+        }
+        for v in [true, false].into_iter().filter(|_| BOOL_SCALAR_OPS_RUN) {
             case!(g, "bool_equal_elem", format!("{v}"), run, [x()], Tol::Exact, |B, c| {
                 vec![c.rb(B::bool_equal_elem(c.b(0), Scalar::Bool(v)))]
             });

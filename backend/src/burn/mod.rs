@@ -15,6 +15,7 @@
 pub(crate) mod data;
 mod device;
 pub(crate) mod exec;
+pub mod fusion;
 pub(crate) mod layers;
 pub(crate) mod math;
 mod memory;
@@ -30,6 +31,7 @@ mod training;
 use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError};
 
 pub use device::{CudnnDevice, DEVICE_TYPE_ID};
+pub use fusion::CudnnFusion;
 pub use tensor::{CudnnQTensor, CudnnTensor};
 pub use training::{BatchNormOutput, TrainingOps};
 

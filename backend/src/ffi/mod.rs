@@ -15,6 +15,7 @@ mod handle;
 pub(crate) mod launch;
 pub(crate) mod launch_batch_norm;
 pub(crate) mod launch_elementwise;
+pub(crate) mod launch_fused;
 pub(crate) mod launch_index;
 pub(crate) mod launch_linalg;
 pub(crate) mod launch_norm;

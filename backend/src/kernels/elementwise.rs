@@ -91,7 +91,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// The kernel's op code (`U_*` in `elementwise.cu`).
-    fn code(self) -> i32 {
+    pub(crate) fn code(self) -> i32 {
         match self {
             UnaryOp::Neg => 0,
             UnaryOp::Abs => 1,
@@ -183,7 +183,8 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
-    fn code(self) -> i32 {
+    /// The kernel's op code (`B_*` in `elementwise.cu`).
+    pub(crate) fn code(self) -> i32 {
         self as i32
     }
 
@@ -192,7 +193,7 @@ impl BinaryOp {
     }
 
     /// Whether the op is defined for `dtype`.
-    fn supports(self, dtype: DataType) -> bool {
+    pub(crate) fn supports(self, dtype: DataType) -> bool {
         if dtype.is_float() {
             !self.is_bitwise()
         } else if dtype == DataType::Bool {

@@ -315,7 +315,8 @@ fn slot(key: Key) -> Slot {
         .clone()
 }
 
-fn ready(dev: usize, source: KernelSource, name: &'static str) -> Option<CudaFunction> {
+/// The kernel `name` of `source` on device `dev` when it is already loaded (no build).
+pub(crate) fn ready(dev: usize, source: KernelSource, name: &'static str) -> Option<CudaFunction> {
     loaded()
         .functions
         .read()

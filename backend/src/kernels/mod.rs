@@ -39,6 +39,7 @@ pub(crate) use load::{function, prefetch};
 
 pub(crate) mod check;
 pub mod elementwise;
+pub mod fused;
 pub mod index;
 pub(crate) mod layout;
 pub mod linalg;
@@ -103,9 +104,16 @@ pub(crate) fn stream_functions<const N: usize>(
 /// Fill, copy/cast, unary, binary, compare and where on strided views.
 pub(crate) const ELEMENTWISE: KernelSource = KernelSource {
     name: "elementwise.cu",
-    code: include_str!("../../../kernels/elementwise.cu"),
+    code: concat!(
+        include_str!("../../../kernels/elementwise_math.cuh"),
+        include_str!("../../../kernels/elementwise.cu")
+    ),
     common: true,
 };
+
+/// Op codes and per-op math of the elementwise kernels (the head of [`ELEMENTWISE`]); the
+/// generated fused kernels are built on it.
+pub(crate) const ELEMENTWISE_MATH: &str = include_str!("../../../kernels/elementwise_math.cuh");
 
 /// Reductions, arg-reductions and scans along one axis.
 pub(crate) const REDUCE: KernelSource = KernelSource {

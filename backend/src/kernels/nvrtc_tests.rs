@@ -331,3 +331,43 @@ fn compile_timings() {
         compile_grouped(&set, cores)
     );
 }
+
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
+fn generated_fused_programs_compile() {
+    use super::elementwise::{BinaryOp, CompareOp, UnaryOp};
+    use super::fused::{FusedOp, Program, Value};
+    use crate::graph::DataType;
+    check_nvrtc().expect("libnvrtc");
+    let program = Program {
+        inputs: vec![DataType::F16, DataType::BF16, DataType::Bool, DataType::F32],
+        scalars: 2,
+        ops: vec![
+            FusedOp::Binary(BinaryOp::Add, Value::Input(0), Value::Input(1)),
+            FusedOp::unary(UnaryOp::Gelu, Value::Reg(0)).unwrap(),
+            FusedOp::Compare(CompareOp::Le, Value::Reg(1), Value::Scalar(0)),
+            FusedOp::Select(Value::Reg(2), Value::Scalar(1), Value::Reg(1)),
+            FusedOp::Clamp(Value::Reg(3), Value::Scalar(0), Value::Input(3)),
+            FusedOp::Round(Value::Reg(4), DataType::BF16),
+            FusedOp::Or(Value::Reg(2), Value::Input(2)),
+            FusedOp::Not(Value::Reg(6)),
+            FusedOp::FromBool(Value::Reg(7)),
+        ],
+        outputs: vec![
+            (5, DataType::BF16),
+            (7, DataType::Bool),
+            (8, DataType::F16),
+            (3, DataType::F32),
+        ],
+    };
+    program.validate().unwrap();
+    let source = KernelSource {
+        name: "fused-test.cu",
+        code: Box::leak(format!("{}\n{}", super::ELEMENTWISE_MATH, program.source()).into_boxed_str()),
+        common: true,
+    };
+    let t = Instant::now();
+    let image = compile::compile(source, Some("fused_elementwise"), SM90).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!image.bytes.is_empty());
+    println!("fused program compiled in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+}

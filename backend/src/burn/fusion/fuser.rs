@@ -1,0 +1,580 @@
+//! The elementwise fuser: collects a run of float/bool elementwise operations of one output
+//! shape (inputs may broadcast) into a [`kernels::fused::Program`](crate::kernels::fused::Program).
+//!
+//! It sees burn-fusion's *relative* operations: tensor ids and dims are numbered within the
+//! stream (dim id 0 is size 1) and scalars are indices into the execution context, so one
+//! fused program serves every later run of the same pattern, whatever its sizes and scalar
+//! values.
+
+use std::collections::{HashMap, HashSet};
+
+use burn_backend::DType;
+use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
+use burn_ir::{
+    BaseOperationIr, BoolOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr,
+    TensorStatus,
+};
+
+use super::optimization::{CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar};
+use crate::graph::DataType;
+use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::kernels::fused::{FusedOp, Program, Value, MAX_INPUTS, MAX_OPS, MAX_OUTPUTS, MAX_SCALARS};
+
+/// An operand of one described operation.
+enum Arg<'a> {
+    Tensor(&'a TensorIr),
+    /// A scalar, rounded to the given float dtype before use.
+    Scalar(ScalarIr, DType),
+}
+
+/// What one operation computes (before its operands are resolved to program values).
+enum Kind {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare(CompareOp),
+    /// `args[0] ? args[1] : args[2]`.
+    Select,
+    Clamp,
+    Round(DataType),
+    FromBool,
+    Not,
+    And,
+    Or,
+}
+
+/// One fusable operation: what it computes, its operands, its output.
+struct Desc<'a> {
+    kind: Kind,
+    args: Vec<Arg<'a>>,
+    out: &'a TensorIr,
+}
+
+fn float_storage(dtype: DType) -> Option<DataType> {
+    match dtype {
+        DType::F32 | DType::Flex32 => Some(DataType::F32),
+        DType::F16 => Some(DataType::F16),
+        DType::BF16 => Some(DataType::BF16),
+        _ => None,
+    }
+}
+
+/// Storage type of a tensor the fused kernels can read or write.
+fn storage(dtype: DType) -> Option<DataType> {
+    match dtype {
+        DType::Bool(burn_backend::BoolStore::Native | burn_backend::BoolStore::U8) => Some(DataType::Bool),
+        _ => float_storage(dtype),
+    }
+}
+
+fn unary(u: &burn_ir::UnaryOpIr, op: UnaryOp) -> Desc<'_> {
+    Desc {
+        kind: Kind::Unary(op),
+        args: vec![Arg::Tensor(&u.input)],
+        out: &u.out,
+    }
+}
+
+fn binary(b: &burn_ir::BinaryOpIr, kind: Kind) -> Desc<'_> {
+    Desc {
+        kind,
+        args: vec![Arg::Tensor(&b.lhs), Arg::Tensor(&b.rhs)],
+        out: &b.out,
+    }
+}
+
+fn scalar(s: &burn_ir::ScalarOpIr, kind: Kind) -> Desc<'_> {
+    Desc {
+        kind,
+        args: vec![Arg::Tensor(&s.lhs), Arg::Scalar(s.rhs, s.lhs.dtype)],
+        out: &s.out,
+    }
+}
+
+/// The fusable description of `op`, or `None`.
+fn describe(op: &OperationIr) -> Option<Desc<'_>> {
+    use BinaryOp as B;
+    use CompareOp as C;
+    Some(match op {
+        OperationIr::NumericFloat(_, n) => match n {
+            NumericOperationIr::Add(b) => binary(b, Kind::Binary(B::Add)),
+            NumericOperationIr::AddScalar(s) => scalar(s, Kind::Binary(B::Add)),
+            NumericOperationIr::Sub(b) => binary(b, Kind::Binary(B::Sub)),
+            NumericOperationIr::SubScalar(s) => scalar(s, Kind::Binary(B::Sub)),
+            NumericOperationIr::Mul(b) => binary(b, Kind::Binary(B::Mul)),
+            NumericOperationIr::MulScalar(s) => scalar(s, Kind::Binary(B::Mul)),
+            NumericOperationIr::Div(b) => binary(b, Kind::Binary(B::Div)),
+            NumericOperationIr::DivScalar(s) => scalar(s, Kind::Binary(B::Div)),
+            NumericOperationIr::Rem(b) => binary(b, Kind::Binary(B::Rem)),
+            NumericOperationIr::RemScalar(s) => scalar(s, Kind::Binary(B::Rem)),
+            NumericOperationIr::Abs(u) => unary(u, UnaryOp::Abs),
+            NumericOperationIr::Greater(b) => binary(b, Kind::Compare(C::Gt)),
+            NumericOperationIr::GreaterElem(s) => scalar(s, Kind::Compare(C::Gt)),
+            NumericOperationIr::GreaterEqual(b) => binary(b, Kind::Compare(C::Ge)),
+            NumericOperationIr::GreaterEqualElem(s) => scalar(s, Kind::Compare(C::Ge)),
+            NumericOperationIr::Lower(b) => binary(b, Kind::Compare(C::Lt)),
+            NumericOperationIr::LowerElem(s) => scalar(s, Kind::Compare(C::Lt)),
+            NumericOperationIr::LowerEqual(b) => binary(b, Kind::Compare(C::Le)),
+            NumericOperationIr::LowerEqualElem(s) => scalar(s, Kind::Compare(C::Le)),
+            NumericOperationIr::Clamp(c) => Desc {
+                kind: Kind::Clamp,
+                args: vec![
+                    Arg::Tensor(&c.tensor),
+                    Arg::Scalar(c.min, c.tensor.dtype),
+                    Arg::Scalar(c.max, c.tensor.dtype),
+                ],
+                out: &c.out,
+            },
+            _ => return None,
+        },
+        OperationIr::Float(_, f) => match f {
+            FloatOperationIr::Exp(u) => unary(u, UnaryOp::Exp),
+            FloatOperationIr::Log(u) => unary(u, UnaryOp::Log),
+            FloatOperationIr::Log1p(u) => unary(u, UnaryOp::Log1p),
+            FloatOperationIr::Erf(u) => unary(u, UnaryOp::Erf),
+            FloatOperationIr::Sqrt(u) => unary(u, UnaryOp::Sqrt),
+            FloatOperationIr::Cos(u) => unary(u, UnaryOp::Cos),
+            FloatOperationIr::Sin(u) => unary(u, UnaryOp::Sin),
+            FloatOperationIr::Tan(u) => unary(u, UnaryOp::Tan),
+            FloatOperationIr::Tanh(u) => unary(u, UnaryOp::Tanh),
+            FloatOperationIr::Recip(u) => unary(u, UnaryOp::Recip),
+            FloatOperationIr::Round(u) => unary(u, UnaryOp::Round),
+            FloatOperationIr::Floor(u) => unary(u, UnaryOp::Floor),
+            FloatOperationIr::Ceil(u) => unary(u, UnaryOp::Ceil),
+            FloatOperationIr::Trunc(u) => unary(u, UnaryOp::Trunc),
+            FloatOperationIr::PowfScalar(s) => scalar(s, Kind::Binary(B::Pow)),
+            FloatOperationIr::Powf(b) => binary(b, Kind::Binary(B::Pow)),
+            _ => return None,
+        },
+        OperationIr::BaseFloat(b) => match b {
+            BaseOperationIr::Equal(b) => binary(b, Kind::Compare(C::Eq)),
+            BaseOperationIr::EqualElem(s) => scalar(s, Kind::Compare(C::Eq)),
+            BaseOperationIr::Cast(c) => Desc {
+                kind: Kind::Round(float_storage(c.out.dtype)?),
+                args: vec![Arg::Tensor(&c.input)],
+                out: &c.out,
+            },
+            BaseOperationIr::MaskWhere(m) => Desc {
+                kind: Kind::Select,
+                args: vec![Arg::Tensor(&m.mask), Arg::Tensor(&m.value), Arg::Tensor(&m.tensor)],
+                out: &m.out,
+            },
+            BaseOperationIr::MaskFill(m) => Desc {
+                kind: Kind::Select,
+                args: vec![
+                    Arg::Tensor(&m.mask),
+                    Arg::Scalar(m.value, m.tensor.dtype),
+                    Arg::Tensor(&m.tensor),
+                ],
+                out: &m.out,
+            },
+            _ => return None,
+        },
+        OperationIr::Bool(b) => match b {
+            BoolOperationIr::IntoFloat(c) => Desc {
+                kind: Kind::FromBool,
+                args: vec![Arg::Tensor(&c.input)],
+                out: &c.out,
+            },
+            BoolOperationIr::Not(u) => Desc {
+                kind: Kind::Not,
+                args: vec![Arg::Tensor(&u.input)],
+                out: &u.out,
+            },
+            BoolOperationIr::And(b) => binary(b, Kind::And),
+            BoolOperationIr::Or(b) => binary(b, Kind::Or),
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+/// An input of the chain: a tensor made outside it.
+#[derive(Clone, Debug)]
+struct InputSlot {
+    id: TensorId,
+    storage: DataType,
+    last_use: bool,
+}
+
+/// Collects elementwise operations into one fused program (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct ElementwiseFuser {
+    status: FuserStatus,
+    /// Every absorbed operation, drops included (the optimization's state).
+    absorbed: Vec<OperationIr>,
+    /// Relative dims of every output in the chain.
+    shape: Option<Vec<usize>>,
+    inputs: Vec<InputSlot>,
+    /// Tensors made in the chain: register and dtype.
+    registers: HashMap<TensorId, (u16, DType)>,
+    /// Tensors made in the chain in order.
+    made: Vec<TensorId>,
+    /// Tensors made in the chain whose last use is in it (or that were dropped): not stored.
+    consumed: HashSet<TensorId>,
+    /// Tensors made outside the chain and dropped inside it.
+    dropped: Vec<TensorId>,
+    scalars: Vec<FusedScalar>,
+    ops: Vec<FusedOp>,
+}
+
+impl Default for ElementwiseFuser {
+    fn default() -> Self {
+        Self {
+            status: FuserStatus::Open,
+            absorbed: Vec::new(),
+            shape: None,
+            inputs: Vec::new(),
+            registers: HashMap::new(),
+            made: Vec::new(),
+            consumed: HashSet::new(),
+            dropped: Vec::new(),
+            scalars: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+}
+
+impl ElementwiseFuser {
+    /// The optimization these operations make (used to rebuild one from its state too).
+    pub(crate) fn from_operations(ops: &[OperationIr]) -> Option<ElementwiseOptimization> {
+        let mut f = Self::default();
+        for op in ops {
+            f.fuse(op);
+        }
+        (f.absorbed.len() == ops.len() && !f.ops.is_empty()).then(|| f.build())
+    }
+
+    fn outputs_pending(&self) -> usize {
+        self.made.len() - self.consumed.len()
+    }
+
+    /// Adds `op` if it fits; false (and no change) otherwise.
+    fn try_add(&mut self, op: &OperationIr) -> bool {
+        let Some(d) = describe(op) else { return false };
+        if storage(d.out.dtype).is_none() || self.ops.len() >= MAX_OPS || self.outputs_pending() >= MAX_OUTPUTS {
+            return false;
+        }
+        let out_shape: Vec<usize> = d.out.shape.iter().copied().collect();
+        if self.shape.as_ref().is_some_and(|s| *s != out_shape) {
+            return false;
+        }
+        // Operand checks before any change.
+        let mut new_inputs = 0;
+        let mut new_scalars = 0;
+        for a in &d.args {
+            match a {
+                Arg::Tensor(t) => {
+                    if self.registers.contains_key(&t.id) {
+                        continue;
+                    }
+                    if storage(t.dtype).is_none() || t.shape.len() != out_shape.len() {
+                        return false;
+                    }
+                    // Relative dim id 0 is size 1: broadcast.
+                    if t.shape.iter().zip(&out_shape).any(|(&a, &b)| a != b && a != 0) {
+                        return false;
+                    }
+                    if !self.inputs.iter().any(|i| i.id == t.id) {
+                        new_inputs += 1;
+                    }
+                }
+                Arg::Scalar(s, dtype) => {
+                    if matches!(s, ScalarIr::Bool(_)) || float_storage(*dtype).is_none() {
+                        return false;
+                    }
+                    new_scalars += 1;
+                }
+            }
+        }
+        if self.inputs.len() + new_inputs > MAX_INPUTS || self.scalars.len() + new_scalars > MAX_SCALARS {
+            return false;
+        }
+        let mut values = Vec::with_capacity(d.args.len());
+        for a in &d.args {
+            values.push(match a {
+                Arg::Tensor(t) => self.operand(t),
+                Arg::Scalar(s, dtype) => {
+                    self.scalars.push(FusedScalar {
+                        value: *s,
+                        round_to: *dtype,
+                    });
+                    Value::Scalar((self.scalars.len() - 1) as u8)
+                }
+            });
+        }
+        let fused = match d.kind {
+            // Only parameterless unary ops are described (the program's validation checks it).
+            Kind::Unary(u) => FusedOp::Unary(u.code(), values[0]),
+            Kind::Binary(b) => FusedOp::Binary(b, values[0], values[1]),
+            Kind::Compare(c) => FusedOp::Compare(c, values[0], values[1]),
+            Kind::Select => FusedOp::Select(values[0], values[1], values[2]),
+            Kind::Clamp => FusedOp::Clamp(values[0], values[1], values[2]),
+            Kind::Round(to) => FusedOp::Round(values[0], to),
+            Kind::FromBool => FusedOp::FromBool(values[0]),
+            Kind::Not => FusedOp::Not(values[0]),
+            Kind::And => FusedOp::And(values[0], values[1]),
+            Kind::Or => FusedOp::Or(values[0], values[1]),
+        };
+        self.ops.push(fused);
+        self.registers
+            .insert(d.out.id, ((self.ops.len() - 1) as u16, d.out.dtype));
+        self.made.push(d.out.id);
+        self.shape.get_or_insert(out_shape);
+        true
+    }
+
+    /// The program value of tensor `t`, registering a new input or a last use.
+    fn operand(&mut self, t: &TensorIr) -> Value {
+        let last_use = t.status == TensorStatus::ReadWrite;
+        if let Some(&(r, _)) = self.registers.get(&t.id) {
+            if last_use {
+                self.consumed.insert(t.id);
+            }
+            return Value::Reg(r);
+        }
+        if let Some(k) = self.inputs.iter().position(|i| i.id == t.id) {
+            self.inputs[k].last_use |= last_use;
+            return Value::Input(k as u8);
+        }
+        self.inputs.push(InputSlot {
+            id: t.id,
+            storage: storage(t.dtype).unwrap_or(DataType::F32),
+            last_use,
+        });
+        Value::Input((self.inputs.len() - 1) as u8)
+    }
+
+    fn build(&self) -> ElementwiseOptimization {
+        let outputs: Vec<(TensorId, u16, DType)> = self
+            .made
+            .iter()
+            .filter(|id| !self.consumed.contains(id))
+            .map(|id| {
+                let (r, dtype) = self.registers[id];
+                (*id, r, dtype)
+            })
+            .collect();
+        let program = Program {
+            inputs: self.inputs.iter().map(|i| i.storage).collect(),
+            scalars: self.scalars.len(),
+            ops: self.ops.clone(),
+            outputs: outputs
+                .iter()
+                .map(|&(_, r, dtype)| (r, storage(dtype).unwrap_or(DataType::F32)))
+                .collect(),
+        };
+        ElementwiseOptimization {
+            program,
+            inputs: self
+                .inputs
+                .iter()
+                .map(|i| FusedInput {
+                    id: i.id,
+                    last_use: i.last_use,
+                })
+                .collect(),
+            outputs: outputs.iter().map(|&(id, _, dtype)| (id, dtype)).collect(),
+            dropped: self.dropped.clone(),
+            scalars: self.scalars.clone(),
+            operations: self.absorbed.clone(),
+        }
+    }
+}
+
+impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
+    fn fuse(&mut self, op: &OperationIr) {
+        if self.status == FuserStatus::Closed {
+            return;
+        }
+        let added = match op {
+            OperationIr::Drop(t) if !self.ops.is_empty() => {
+                if self.registers.contains_key(&t.id) {
+                    self.consumed.insert(t.id);
+                } else {
+                    self.dropped.push(t.id);
+                }
+                true
+            }
+            OperationIr::Drop(_) => false,
+            _ => self.try_add(op),
+        };
+        if added {
+            self.absorbed.push(op.clone());
+        } else {
+            self.status = FuserStatus::Closed;
+        }
+    }
+
+    fn finish(&mut self) -> CudnnOptimization {
+        CudnnOptimization::Elementwise(self.build())
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    fn status(&self) -> FuserStatus {
+        self.status
+    }
+
+    fn properties(&self) -> FuserProperties {
+        FuserProperties {
+            score: self.ops.len() as u64,
+            // One operation alone gains nothing over the backend's own kernel.
+            ready: self.ops.len() >= 2,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.absorbed.len()
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_backend::{BoolStore, Shape};
+    use burn_ir::{BinaryOpIr, CastOpIr, MaskFillOpIr, ScalarOpIr, UnaryOpIr};
+
+    use super::*;
+
+    fn t(id: u64, dims: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(dims.to_vec()),
+            status,
+            dtype,
+        }
+    }
+
+    const RO: TensorStatus = TensorStatus::ReadOnly;
+    const RW: TensorStatus = TensorStatus::ReadWrite;
+    const NEW: TensorStatus = TensorStatus::NotInit;
+    const BOOL: DType = DType::Bool(BoolStore::Native);
+
+    /// relu(a + b) as Burn composes it under fusion: add, lower_equal_elem, mask_fill.
+    fn relu_of_sum(b_status: TensorStatus) -> Vec<OperationIr> {
+        vec![
+            OperationIr::NumericFloat(
+                DType::F32,
+                NumericOperationIr::Add(BinaryOpIr {
+                    lhs: t(1, &[2, 3], RW, DType::F32),
+                    rhs: t(2, &[0, 3], b_status, DType::F32), // dim id 0: size 1 (broadcast)
+                    out: t(3, &[2, 3], NEW, DType::F32),
+                }),
+            ),
+            OperationIr::NumericFloat(
+                DType::F32,
+                NumericOperationIr::LowerEqualElem(ScalarOpIr {
+                    lhs: t(3, &[2, 3], RO, DType::F32),
+                    rhs: ScalarIr::UInt(0),
+                    out: t(4, &[2, 3], NEW, BOOL),
+                }),
+            ),
+            OperationIr::BaseFloat(BaseOperationIr::MaskFill(MaskFillOpIr {
+                tensor: t(3, &[2, 3], RW, DType::F32),
+                mask: t(4, &[2, 3], RW, BOOL),
+                value: ScalarIr::UInt(1),
+                out: t(5, &[2, 3], NEW, DType::F32),
+            })),
+        ]
+    }
+
+    fn fuse_all(ops: &[OperationIr]) -> ElementwiseFuser {
+        let mut f = ElementwiseFuser::default();
+        for op in ops {
+            f.fuse(op);
+        }
+        f
+    }
+
+    #[test]
+    fn a_chain_with_broadcast_becomes_one_program_storing_only_what_outlives_it() {
+        let f = fuse_all(&relu_of_sum(RO));
+        assert_eq!(f.status(), FuserStatus::Open);
+        assert_eq!(f.len(), 3);
+        assert!(f.properties().ready);
+        let e = f.build();
+        e.program.validate().unwrap();
+        assert_eq!(e.program.inputs, vec![DataType::F32, DataType::F32]);
+        assert_eq!(e.program.scalars, 2);
+        // The sum and the mask die inside the run: only the relu output is stored.
+        assert_eq!(e.outputs, vec![(TensorId::new(5), DType::F32)]);
+        assert_eq!(e.program.outputs, vec![(2, DataType::F32)]);
+        assert!(e.inputs[0].last_use && !e.inputs[1].last_use);
+    }
+
+    #[test]
+    fn a_value_read_later_outside_the_run_is_stored() {
+        let mut ops = relu_of_sum(RO);
+        // The sum's last use is no longer inside the run.
+        if let OperationIr::BaseFloat(BaseOperationIr::MaskFill(m)) = &mut ops[2] {
+            m.tensor.status = RO;
+        }
+        let e = fuse_all(&ops).build();
+        assert_eq!(
+            e.outputs,
+            vec![(TensorId::new(3), DType::F32), (TensorId::new(5), DType::F32)]
+        );
+    }
+
+    #[test]
+    fn drops_are_absorbed_and_other_shapes_or_ops_close_the_run() {
+        let mut ops = relu_of_sum(RO);
+        ops.push(OperationIr::Drop(t(2, &[0, 3], RW, DType::F32)));
+        let f = fuse_all(&ops);
+        assert_eq!(f.len(), 4);
+        assert_eq!(f.build().dropped, vec![TensorId::new(2)]);
+
+        // An output of another shape closes the run and leaves it unchanged.
+        let mut f = fuse_all(&relu_of_sum(RO));
+        f.fuse(&OperationIr::Float(
+            DType::F32,
+            FloatOperationIr::Exp(UnaryOpIr {
+                input: t(5, &[2, 0], RO, DType::F32),
+                out: t(6, &[2, 0], NEW, DType::F32),
+            }),
+        ));
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert_eq!(f.len(), 3);
+
+        // f64 and int tensors are not fused; a drop cannot start a run.
+        let mut f = ElementwiseFuser::default();
+        f.fuse(&OperationIr::Float(
+            DType::F64,
+            FloatOperationIr::Exp(UnaryOpIr {
+                input: t(1, &[4], RO, DType::F64),
+                out: t(2, &[4], NEW, DType::F64),
+            }),
+        ));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 0));
+        let mut f = ElementwiseFuser::default();
+        f.fuse(&OperationIr::Drop(t(1, &[4], RW, DType::F32)));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 0));
+    }
+
+    #[test]
+    fn casts_round_and_the_state_rebuilds_the_same_program() {
+        let ops = vec![
+            OperationIr::Float(
+                DType::F32,
+                FloatOperationIr::Exp(UnaryOpIr {
+                    input: t(1, &[8], RO, DType::F32),
+                    out: t(2, &[8], NEW, DType::F32),
+                }),
+            ),
+            OperationIr::BaseFloat(BaseOperationIr::Cast(CastOpIr {
+                input: t(2, &[8], RW, DType::F32),
+                out: t(3, &[8], NEW, DType::BF16),
+            })),
+        ];
+        let e = fuse_all(&ops).build();
+        assert_eq!(e.program.ops[1], FusedOp::Round(Value::Reg(0), DataType::BF16));
+        assert_eq!(e.program.outputs, vec![(1, DataType::BF16)]);
+        let again = ElementwiseFuser::from_operations(&e.operations).unwrap();
+        assert_eq!(again.program, e.program);
+    }
+}

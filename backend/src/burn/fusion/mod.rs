@@ -1,0 +1,135 @@
+//! Lazy fusion on our backend: [`CudnnFusion`] = burn-fusion's `Fusion<Cudnn>`.
+//!
+//! ```no_run
+//! use burn_autodiff::Autodiff;
+//! use cudnn_backend::burn::CudnnFusion;
+//! type B = Autodiff<CudnnFusion>; // unchanged burn::nn model code runs fused
+//! ```
+//!
+//! burn-fusion records every tensor operation lazily and hands runs of them to our fusers;
+//! what no fuser takes runs through [`Cudnn`] exactly as without fusion (convolutions,
+//! matmuls, pooling and norms stay cuDNN graphs). The fusers:
+//!
+//! - **elementwise** ([`fuser`]): a run of float and bool elementwise operations of one output
+//!   shape (activations as Burn composes them, residual adds, scaling, masks, casts, the
+//!   per-parameter arithmetic of Burn's optimizers, the elementwise parts of backward passes)
+//!   becomes one generated kernel ([`crate::kernels::fused`]), compiled once per distinct
+//!   chain and kept in the persistent kernel cache. Inputs may broadcast; a tensor whose last
+//!   use is in the run lends its buffer to an output. A kernel that fails to build falls back
+//!   to the operations one by one, with a one-time warning.
+//!
+//! `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
+//! the lazy queue, for comparisons).
+
+mod fuser;
+mod optimization;
+
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
+use burn_backend::DType;
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime, OperationFuser};
+use burn_ir::{BackendIr, TensorHandle};
+
+pub use optimization::{CudnnOptimization, CudnnOptimizationState, ElementwiseOptimization};
+
+use super::{Cudnn, CudnnDevice, CudnnQTensor, CudnnTensor};
+
+/// [`Cudnn`] behind burn-fusion's lazy operation queue and our fusers:
+/// `type B = burn_autodiff::Autodiff<CudnnFusion>;`.
+pub type CudnnFusion = Fusion<Cudnn>;
+
+/// A tensor of [`Cudnn`] as the fusion runtime holds it.
+#[derive(Clone, Debug)]
+pub enum CudnnFusionHandle {
+    /// A float, int or bool tensor.
+    Tensor(CudnnTensor),
+    /// A quantized tensor.
+    Quantized(CudnnQTensor),
+}
+
+/// The fusion runtime of [`Cudnn`]: its handles, devices and fusers.
+#[derive(Debug)]
+pub struct CudnnFusionRuntime;
+
+/// Whether `CUDNN_BACKEND_FUSION` leaves the fusers on (anything but `0`, `false`, `off`).
+fn fusers_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("CUDNN_BACKEND_FUSION")
+            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
+            .unwrap_or(false)
+    })
+}
+
+impl FusionRuntime for CudnnFusionRuntime {
+    type OptimizationState = CudnnOptimizationState;
+    type Optimization = CudnnOptimization;
+    type FusionHandle = CudnnFusionHandle;
+    type FusionDevice = CudnnDevice;
+
+    fn fusers(_device: CudnnDevice) -> Vec<Box<dyn OperationFuser<CudnnOptimization>>> {
+        if fusers_enabled() {
+            vec![Box::new(fuser::ElementwiseFuser::default())]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+fn tensor_of(handle: CudnnFusionHandle, kind: &str) -> CudnnTensor {
+    match handle {
+        CudnnFusionHandle::Tensor(t) => t,
+        CudnnFusionHandle::Quantized(_) => {
+            panic!("cudnn-backend: internal error: a quantized tensor handle was used as a {kind} tensor")
+        }
+    }
+}
+
+impl BackendIr for Cudnn {
+    type Handle = CudnnFusionHandle;
+
+    fn float_tensor(handle: TensorHandle<Self::Handle>) -> FloatTensor<Self> {
+        tensor_of(handle.handle, "float")
+    }
+
+    fn int_tensor(handle: TensorHandle<Self::Handle>) -> IntTensor<Self> {
+        tensor_of(handle.handle, "int")
+    }
+
+    fn bool_tensor(handle: TensorHandle<Self::Handle>) -> BoolTensor<Self> {
+        tensor_of(handle.handle, "bool")
+    }
+
+    fn quantized_tensor(handle: TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
+        match handle.handle {
+            CudnnFusionHandle::Quantized(q) => q,
+            CudnnFusionHandle::Tensor(_) => {
+                panic!("cudnn-backend: internal error: a plain tensor handle was used as a quantized tensor")
+            }
+        }
+    }
+
+    fn float_tensor_handle(tensor: FloatTensor<Self>) -> Self::Handle {
+        CudnnFusionHandle::Tensor(tensor)
+    }
+
+    fn int_tensor_handle(tensor: IntTensor<Self>) -> Self::Handle {
+        CudnnFusionHandle::Tensor(tensor)
+    }
+
+    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> Self::Handle {
+        CudnnFusionHandle::Tensor(tensor)
+    }
+
+    fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
+        CudnnFusionHandle::Quantized(tensor)
+    }
+}
+
+impl FusionBackend for Cudnn {
+    type FusionRuntime = CudnnFusionRuntime;
+    type FullPrecisionBackend = Cudnn;
+
+    fn cast_float(tensor: FloatTensor<Self>, dtype: DType) -> Self::Handle {
+        CudnnFusionHandle::Tensor(super::exec::cast(tensor, dtype, "fusion cast_float"))
+    }
+}

@@ -1,0 +1,206 @@
+//! What the fusers make and how it runs: [`CudnnOptimization`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use burn_backend::DType;
+use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
+use burn_fusion::{NumOperations, Optimization};
+use burn_ir::{OperationIr, ScalarIr, TensorId};
+use serde::{Deserialize, Serialize};
+
+use super::{CudnnFusionHandle, CudnnFusionRuntime};
+use crate::burn::tensor::{expect, to_dims, CudnnTensor};
+use crate::burn::{Cudnn, CudnnDevice};
+use crate::kernels::fused::{self, Program};
+use crate::view::ViewLayout;
+
+/// An input of a fused program: the (relative) tensor and whether the program holds its last
+/// use (then its handle is released after the launch, or its buffer reused for an output).
+#[derive(Clone, Debug)]
+pub(crate) struct FusedInput {
+    pub id: TensorId,
+    pub last_use: bool,
+}
+
+/// A scalar operand: its (relative) value and the float dtype it is rounded to first, as the
+/// unfused op would round it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FusedScalar {
+    pub value: ScalarIr,
+    pub round_to: DType,
+}
+
+/// A run of elementwise operations as one generated kernel.
+#[derive(Clone, Debug)]
+pub struct ElementwiseOptimization {
+    pub(crate) program: Program,
+    pub(crate) inputs: Vec<FusedInput>,
+    /// Stored tensors (relative ids) and their dtypes, in the program's output order.
+    pub(crate) outputs: Vec<(TensorId, DType)>,
+    /// Tensors made outside the run and dropped inside it.
+    pub(crate) dropped: Vec<TensorId>,
+    pub(crate) scalars: Vec<FusedScalar>,
+    /// The operations, for the serialized state and the unfused fallback.
+    pub(crate) operations: Vec<OperationIr>,
+}
+
+/// Every optimization of the backend's fusers.
+#[derive(Debug)]
+pub enum CudnnOptimization {
+    /// Elementwise operations in one kernel.
+    Elementwise(ElementwiseOptimization),
+}
+
+/// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
+/// rest).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum CudnnOptimizationState {
+    /// The operations of an elementwise run.
+    Elementwise(Vec<OperationIr>),
+}
+
+impl NumOperations for CudnnOptimization {
+    fn len(&self) -> usize {
+        match self {
+            CudnnOptimization::Elementwise(e) => e.operations.len(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            CudnnOptimization::Elementwise(_) => "cudnn elementwise",
+        }
+    }
+}
+
+impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
+    fn execute(&mut self, context: &mut Context<CudnnFusionHandle>, execution: &OrderedExecution<CudnnFusionRuntime>) {
+        match self {
+            CudnnOptimization::Elementwise(e) => {
+                if !e.execute(context) {
+                    for i in 0..e.operations.len() {
+                        execution.operation_within_optimization(i).execute(&mut context.handles);
+                    }
+                }
+            }
+        }
+    }
+
+    fn to_state(&self) -> CudnnOptimizationState {
+        match self {
+            CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
+        }
+    }
+
+    fn from_state(_device: &CudnnDevice, state: CudnnOptimizationState) -> Self {
+        match state {
+            CudnnOptimizationState::Elementwise(ops) => match super::fuser::ElementwiseFuser::from_operations(&ops) {
+                Some(e) => CudnnOptimization::Elementwise(e),
+                None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
+            },
+        }
+    }
+}
+
+/// The f32 value of scalar `s` of the context, rounded to `round_to` first.
+fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
+    let ir = match s.value {
+        ScalarIr::UInt(id) => match context.scalars.get(&ScalarId { value: id }) {
+            Some(v) => *v,
+            None => panic!("cudnn-backend: fused elementwise: scalar {id} is not in the fusion context"),
+        },
+        other => other,
+    };
+    let v = match ir {
+        ScalarIr::Float(f) => f,
+        ScalarIr::Int(i) => i as f64,
+        ScalarIr::UInt(u) => u as f64,
+        ScalarIr::Bool(b) => f64::from(u8::from(b)),
+    };
+    match s.round_to {
+        DType::F16 => half::f16::from_f64(v).to_f32(),
+        DType::BF16 => half::bf16::from_f64(v).to_f32(),
+        _ => v as f32,
+    }
+}
+
+impl ElementwiseOptimization {
+    /// Runs the program; false (nothing consumed) when its kernel is still being built or
+    /// cannot be built, so the caller runs the operations one by one instead.
+    fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> bool {
+        const OP: &str = "fused elementwise";
+        let global = |id: &TensorId| {
+            context
+                .tensors
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| panic!("cudnn-backend: {OP}: tensor {id:?} is not in the fusion context"))
+        };
+        let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global(&i.id)).collect();
+        let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global(id)).collect();
+        let read = |context: &Context<CudnnFusionHandle>, id: &TensorId| -> CudnnTensor {
+            match context.handles.get_handle_ref(id) {
+                Some(CudnnFusionHandle::Tensor(t)) => t.clone(),
+                _ => panic!("cudnn-backend: {OP}: no tensor handle for input {id:?}"),
+            }
+        };
+        let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| read(context, &t.id)).collect();
+        let stream = inputs[0].stream().clone();
+        match fused::ready_or_queue(&stream, &self.program) {
+            Ok(Some(_)) => {}
+            // Building in the background: unfused this time.
+            Ok(None) => return false,
+            Err(e) => {
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(reason = %e, "cudnn-backend: a fused elementwise kernel could not be built; running its operations one by one (warned once)");
+                }
+                return false;
+            }
+        }
+        for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
+            if slot.last_use {
+                context.handles.remove_handle(ir.id);
+            }
+        }
+        for id in &self.dropped {
+            let ir = global(id);
+            context.handles.remove_handle(ir.id);
+        }
+        let dims = to_dims(&outputs_ir[0].shape);
+        let device = inputs[0].device().clone();
+        // An input at its last use that nothing else references, packed and of the outputs'
+        // dims, lends its buffer to an output of its dtype (each thread reads its element
+        // before writing it).
+        let mut lent = vec![false; inputs.len()];
+        let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
+        for &(_, dtype) in &self.outputs {
+            let lender = inputs.iter().zip(&self.inputs).enumerate().position(|(k, (t, slot))| {
+                !lent[k]
+                    && slot.last_use
+                    && t.dtype == dtype
+                    && t.dims() == dims.as_slice()
+                    && t.is_contiguous()
+                    && t.layout.offset == 0
+                    && Arc::strong_count(&t.storage) == 1
+            });
+            outputs.push(match lender {
+                Some(k) => {
+                    lent[k] = true;
+                    inputs[k].with_layout(ViewLayout::contiguous(&dims))
+                }
+                None => CudnnTensor::empty(&device, &dims, dtype, OP),
+            });
+        }
+        let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
+        let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+        let out_refs: Vec<_> = outputs.iter().map(|t| t.tref()).collect();
+        expect(OP, fused::run(&stream, &self.program, &in_refs, &out_refs, &scalars));
+        drop(inputs);
+        for (ir, t) in outputs_ir.iter().zip(outputs) {
+            context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
+        }
+        true
+    }
+}

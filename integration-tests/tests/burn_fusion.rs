@@ -1,0 +1,222 @@
+//! Lazy fusion on our backend (`CudnnFusion` = `Fusion<Cudnn>`), on the GPU:
+//!
+//! - a chain of elementwise operations with broadcasting, comparisons, masks, casts and
+//!   Burn's composed activations gives, fused, what a float64 reference gives (within the
+//!   unfused path's bounds, f32/f16/bf16), in a handful of launches instead of one per op;
+//! - a small MLP trained for a few steps with Burn's own Adam under `Autodiff<CudnnFusion>`
+//!   ends with the parameters of the same training under `Autodiff<Cudnn>`, in fewer launches.
+//!
+//! The conformance suite also runs on `CudnnFusion`:
+//! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
+
+use burn::backend::Autodiff;
+use burn::module::{Module, Param};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{activation, DType, Int, Tensor, TensorData};
+use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
+use cudnn_backend::runtime::launch_counts;
+use integration_tests::burn_ref::{compare, Rng, Tol};
+
+/// The float64 reference.
+type F64 = burn_ndarray::NdArray<f64>;
+
+fn uniform(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n).map(|_| lo + (hi - lo) * rng.unit()).collect()
+}
+
+/// `values` rounded to `dtype` (the inputs both sides see).
+fn rounded(values: &[f64], dtype: DType) -> Vec<f64> {
+    values
+        .iter()
+        .map(|&v| match dtype {
+            DType::F16 => half::f16::from_f64(v).to_f64(),
+            DType::BF16 => half::bf16::from_f64(v).to_f64(),
+            _ => v as f32 as f64,
+        })
+        .collect()
+}
+
+fn tensor<B: Backend>(values: &[f64], dims: [usize; 2], dtype: DType, device: &B::Device) -> Tensor<B, 2> {
+    Tensor::from_data(TensorData::new(values.to_vec(), dims), (device, dtype))
+}
+
+/// The chain under test: broadcasting (`b` is one row), scalar ops, Burn's composed relu,
+/// gelu and sigmoid, a comparison to bools and back, mask_where/mask_fill, a cast to the
+/// compute dtype, and several outputs (some of them also read again inside the chain).
+fn chain<B: Backend>(a: Tensor<B, 2>, b: Tensor<B, 2>, c: Tensor<B, 2>, dtype: DType) -> Vec<Tensor<B, 2>> {
+    let x = (a.clone() + b.clone()) * 0.5 - 0.25;
+    let y = activation::relu(x.clone() - c.clone());
+    let z = activation::gelu(y.clone()).exp().clamp(0.5, 3.0);
+    let s = activation::sigmoid(z.clone()) / (c.clone().abs() + 1.0);
+    // Masks from inputs (a computed threshold could flip between precisions).
+    let m = a.clone().greater_elem(0.3);
+    let w = s.clone().mask_where(m.clone(), a.clone());
+    let f = w.mask_fill(c.clone().lower_elem(0.0), 2.0) + m.float().cast(dtype);
+    let g = (f.clone().powf_scalar(2.0) + 1.0).sqrt().log().tanh() * b;
+    vec![x, z, f, g]
+}
+
+fn gpu() -> CudnnDevice {
+    CudnnDevice::default()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_fused_elementwise_chain_matches_float64_in_few_launches() {
+    let mut rng = Rng::new(0xf05e);
+    let dims = [64, 257];
+    let n = dims[0] * dims[1];
+    let (va, vb, vc) = (
+        uniform(&mut rng, n, -2.0, 2.0),
+        uniform(&mut rng, dims[1], -1.0, 1.0),
+        uniform(&mut rng, n, -1.5, 1.5),
+    );
+    let mut report = Vec::new();
+    for (dtype, tol) in [
+        (DType::F32, Tol::Rel(2e-6)),
+        (DType::F16, Tol::Rel(1e-2)),
+        (DType::BF16, Tol::Rel(3e-2)),
+    ] {
+        let (ra, rb, rc) = (rounded(&va, dtype), rounded(&vb, dtype), rounded(&vc, dtype));
+        let cpu = Default::default();
+        let want: Vec<TensorData> = chain::<F64>(
+            tensor(&ra, dims, DType::F64, &cpu),
+            tensor(&rb, [1, dims[1]], DType::F64, &cpu),
+            tensor(&rc, dims, DType::F64, &cpu),
+            DType::F64,
+        )
+        .into_iter()
+        .map(|t| t.into_data())
+        .collect();
+
+        let run = |fused: bool| -> (Vec<TensorData>, u64) {
+            let device = gpu();
+            macro_rules! go {
+                ($B:ty) => {{
+                    let (a, b, c) = (
+                        tensor::<$B>(&ra, dims, dtype, &device),
+                        tensor::<$B>(&rb, [1, dims[1]], dtype, &device),
+                        tensor::<$B>(&rc, dims, dtype, &device),
+                    );
+                    <$B as Backend>::sync(&device).unwrap();
+                    let before = launch_counts();
+                    let out = chain(a, b, c, dtype);
+                    let data: Vec<TensorData> = out.into_iter().map(|t| t.into_data()).collect();
+                    (data, launch_counts().since(&before).total())
+                }};
+            }
+            if fused {
+                go!(CudnnFusion)
+            } else {
+                go!(Cudnn)
+            }
+        };
+        // The first fused run queues the program's build and runs unfused; once built, the
+        // same chain runs as one kernel.
+        let (plain, plain_launches) = run(false);
+        let (first, _) = run(true);
+        cudnn_backend::kernels::fused::wait_for_builds();
+        let (fused, fused_launches) = run(true);
+        for (i, ((p, f), w)) in plain.iter().zip(&fused).zip(&want).enumerate() {
+            let w = w.clone().convert_dtype(dtype);
+            compare(p, &w, dtype, tol).unwrap_or_else(|e| panic!("{dtype:?} output {i}, unfused: {e}"));
+            compare(f, &w, dtype, tol).unwrap_or_else(|e| panic!("{dtype:?} output {i}, fused: {e}"));
+            compare(&first[i], &w, dtype, tol).unwrap_or_else(|e| panic!("{dtype:?} output {i}, first run: {e}"));
+        }
+        report.push(format!(
+            "{dtype:?}: {plain_launches} launches unfused, {fused_launches} fused"
+        ));
+        assert!(
+            fused_launches * 4 <= plain_launches,
+            "{dtype:?}: fused {fused_launches} launches vs {plain_launches} unfused"
+        );
+    }
+    println!("fused elementwise chain: {}", report.join("; "));
+}
+
+/// linear → gelu → linear → cross entropy.
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    a: Linear<B>,
+    b: Linear<B>,
+}
+
+fn mlp<B: Backend>(rng: &mut Rng, device: &B::Device) -> Mlp<B> {
+    let mut m = Mlp {
+        a: LinearConfig::new(32, 64).init(device),
+        b: LinearConfig::new(64, 10).init(device),
+    };
+    let mut set = |p: &mut Param<Tensor<B, 2>>, dims: [usize; 2]| {
+        let v = uniform(rng, dims[0] * dims[1], -0.2, 0.2);
+        *p = Param::from_data(TensorData::new(v, dims).convert_dtype(DType::F32), device);
+    };
+    set(&mut m.a.weight, [32, 64]);
+    set(&mut m.b.weight, [64, 10]);
+    // Biases too: both backends must start from the same parameters (Burn draws them).
+    let mut bias = |n: usize| {
+        let v = uniform(rng, n, -0.1, 0.1);
+        Some(Param::from_data(
+            TensorData::new(v, [n]).convert_dtype(DType::F32),
+            device,
+        ))
+    };
+    m.a.bias = bias(64);
+    m.b.bias = bias(10);
+    m
+}
+
+/// Parameters after `steps` Adam steps, and the launches of the last step.
+fn train<B: AutodiffBackend>(steps: usize) -> (Vec<TensorData>, u64) {
+    let device: B::Device = Default::default();
+    let mut rng = Rng::new(0xada);
+    let mut model = mlp::<B>(&mut rng, &device);
+    let x = Tensor::<B, 2>::from_data(
+        TensorData::new(uniform(&mut rng, 128 * 32, -1.0, 1.0), [128, 32]).convert_dtype(DType::F32),
+        &device,
+    );
+    let y = Tensor::<B, 1, Int>::from_data(
+        TensorData::new((0..128).map(|i| (i * 7 % 10) as i64).collect::<Vec<_>>(), [128]),
+        &device,
+    );
+    let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
+    let mut last = 0;
+    for step in 0..steps {
+        if step == 1 {
+            cudnn_backend::kernels::fused::wait_for_builds();
+        }
+        B::sync(&device).unwrap();
+        let before = launch_counts();
+        let logits = model.b.forward(activation::gelu(model.a.forward(x.clone())));
+        let loss = loss_fn.forward(logits, y.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(1e-2, model, grads);
+        B::sync(&device).unwrap();
+        last = launch_counts().since(&before).total();
+    }
+    let params = vec![
+        model.a.weight.val().into_data(),
+        model.a.bias.as_ref().unwrap().val().into_data(),
+        model.b.weight.val().into_data(),
+        model.b.bias.as_ref().unwrap().val().into_data(),
+    ];
+    (params, last)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn burn_adam_training_under_fusion_matches_the_unfused_backend() {
+    let (plain, plain_launches) = train::<Autodiff<Cudnn>>(4);
+    let (fused, fused_launches) = train::<Autodiff<CudnnFusion>>(4);
+    for (i, (f, p)) in fused.iter().zip(&plain).enumerate() {
+        compare(f, p, DType::F32, Tol::Rel(1e-4)).unwrap_or_else(|e| panic!("parameter {i}: {e}"));
+    }
+    println!("MLP + Adam step: {plain_launches} launches unfused, {fused_launches} fused");
+    assert!(
+        fused_launches * 2 <= plain_launches,
+        "fused {fused_launches} vs unfused {plain_launches} launches per step"
+    );
+}
