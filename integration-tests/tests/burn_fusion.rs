@@ -4,7 +4,8 @@
 //!   Burn's composed activations gives, fused, what a float64 reference gives (within the
 //!   unfused path's bounds, f32/f16/bf16), in a handful of launches instead of one per op;
 //! - a small MLP trained for a few steps with Burn's own Adam under `Autodiff<CudnnFusion>`
-//!   ends with the parameters of the same training under `Autodiff<Cudnn>`, in fewer launches.
+//!   ends as close to the float64 training (burn-ndarray) as the same training under
+//!   `Autodiff<Cudnn>`, in fewer launches.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -184,10 +185,10 @@ fn train<B: AutodiffBackend>(steps: usize) -> (Vec<TensorData>, u64) {
     let mut optim = AdamConfig::new().init::<B, Mlp<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut last = 0;
-    for step in 0..steps {
-        if step == 1 {
-            cudnn_backend::kernels::fused::wait_for_builds();
-        }
+    for _ in 0..steps {
+        // Fused kernels of chains seen so far are built (Adam's first steps differ from later
+        // ones, so new chains appear over the first steps); unfused meanwhile.
+        cudnn_backend::kernels::fused::wait_for_builds();
         B::sync(&device).unwrap();
         let before = launch_counts();
         let logits = model.b.forward(activation::gelu(model.a.forward(x.clone())));
@@ -206,13 +207,33 @@ fn train<B: AutodiffBackend>(steps: usize) -> (Vec<TensorData>, u64) {
     (params, last)
 }
 
+/// Relative L2 distance of `got` from `want`.
+fn rel_l2(got: &TensorData, want: &TensorData) -> f64 {
+    let (g, w) = (
+        got.iter::<f64>().collect::<Vec<_>>(),
+        want.iter::<f64>().collect::<Vec<_>>(),
+    );
+    assert_eq!(g.len(), w.len());
+    let num: f64 = g.iter().zip(&w).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = w.iter().map(|b| b * b).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn burn_adam_training_under_fusion_matches_the_unfused_backend() {
-    let (plain, plain_launches) = train::<Autodiff<Cudnn>>(4);
-    let (fused, fused_launches) = train::<Autodiff<CudnnFusion>>(4);
-    for (i, (f, p)) in fused.iter().zip(&plain).enumerate() {
-        compare(f, p, DType::F32, Tol::Rel(1e-4)).unwrap_or_else(|e| panic!("parameter {i}: {e}"));
+    let (want, _) = train::<Autodiff<F64>>(5);
+    let (plain, plain_launches) = train::<Autodiff<Cudnn>>(5);
+    let (fused, fused_launches) = train::<Autodiff<CudnnFusion>>(5);
+    for (i, ((f, p), w)) in fused.iter().zip(&plain).zip(&want).enumerate() {
+        let (ef, ep) = (rel_l2(f, w), rel_l2(p, w));
+        println!("parameter {i}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}");
+        // Adam divides by the root of tiny second moments, so rounding differences grow over
+        // steps: the fused path must stay within the unfused path's distance (×2) or 1e-3.
+        assert!(
+            ef <= (2.0 * ep).max(1e-3),
+            "parameter {i}: fused {ef:.2e} vs unfused {ep:.2e}"
+        );
     }
     println!("MLP + Adam step: {plain_launches} launches unfused, {fused_launches} fused");
     assert!(
