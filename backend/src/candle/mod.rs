@@ -28,12 +28,15 @@
 //!
 //! Errors are values: the crate's [`Error`](crate::Error) converts into `candle_core::Error`.
 
+mod access;
 mod cpu;
 #[cfg(feature = "candle-cuda")]
 mod cuda;
 mod ext;
 pub mod nn;
 pub mod ops;
+pub mod optim;
+mod saved;
 
 pub use crate::ops::{Activation, ConvParams, PoolMode};
 pub use ext::{Conv1dParams, Conv2dParams, Conv3dParams, ConvTranspose2dParams, CudnnExt};
