@@ -149,31 +149,36 @@ impl CustomOp3 for Sdpa {
         let (v, _gv) = cuda::input(SDPA, "v", vs, vl, &stream)?;
         let dims = [b as i64, h as i64, lq as i64, dv as i64];
         let strides = super::packed_strides(&[b, h, lq, dv], false);
-        let mut stats = if self.training {
-            Some(cuda::Output::alloc(
-                SDPA,
-                &stream,
-                crate::graph::DataType::F32,
-                b * h * lq,
-            )?)
-        } else {
-            None
+        // The forward graph into a new output; the engine's error apart from Candle's.
+        let run = |stats: Option<&crate::ops::TensorRef>| -> Result<crate::Result<CudaStorage>> {
+            let mut o = cuda::Output::alloc(SDPA, &stream, q.dtype, b * h * lq * dv)?;
+            let r = {
+                let (or, _guard) = o.view(&stream, &dims, &strides);
+                crate::ops::sdpa_forward(&stream, &q, &k, &v, None, self.causal, &or, self.scale as f32, stats)
+            };
+            Ok(r.map(|()| o.into_storage(qs.device.clone())))
         };
-        let out = {
-            let st = stats.as_mut().map(|s| {
+        let out = if self.training {
+            let mut stats = cuda::Output::alloc(SDPA, &stream, crate::graph::DataType::F32, b * h * lq)?;
+            let trained = {
                 let d = [b as i64, h as i64, lq as i64, 1];
-                let st = super::packed_strides(&[b, h, lq, 1], false);
-                s.view(&stream, &d, &st)
-            });
-            cuda::with_output(SDPA, &qs.device, &stream, q.dtype, &dims, &strides, |o| {
-                let st = st.as_ref().map(|(t, _)| t);
-                crate::ops::sdpa_forward(&stream, &q, &k, &v, None, self.causal, o, self.scale as f32, st)
-            })?
+                let (st, _guard) = stats.view(&stream, &d, &super::packed_strides(&[b, h, lq, 1], false));
+                run(Some(&st))?
+            };
+            match trained {
+                Ok(out) => {
+                    let kept = cuda::tensor(stats.into_storage(qs.device.clone()), (b, h, lq, 1));
+                    self.saved.keep(vec![kept]);
+                    out
+                }
+                // No engine writes the statistics for this case: the inference graph, and a
+                // composed backward pass.
+                Err(e) if e.is_not_supported() => run(None)??,
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            run(None)??
         };
-        if let Some(s) = stats {
-            self.saved
-                .keep(vec![cuda::tensor(s.into_storage(qs.device.clone()), (b, h, lq, 1))]);
-        }
         Ok((out, Shape::from(vec![b, h, lq, dv])))
     }
 
