@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Convolutions and linear layers run our cuDNN graphs (bias and an optional activation fused
-//! into the same graph). The norms compose Candle ops (this crate has no cuDNN norm graph yet).
+//! into the same graph). Layer and RMS norm run cuDNN's norm graph, or the engine's norm
+//! kernels when a gradient can be needed (fused backward); [`BatchNorm`] trains on the fused
+//! batch-norm op ([`ops::batch_norm_train`]) and infers with Candle ops.
 
 use candle_core::{DType, Module, ModuleT, Result, Tensor, Var};
 use candle_nn::Init;
@@ -367,7 +369,9 @@ pub fn linear_no_bias(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<L
 }
 
 /// Layer norm over the last dim (`remove_mean`) or RMS norm, a drop-in for
-/// `candle_nn::LayerNorm`. Composed of Candle ops with f32 statistics.
+/// `candle_nn::LayerNorm`: [`CudnnExt::cudnn_layer_norm`] / `cudnn_rms_norm` (on CUDA a cuDNN
+/// norm graph, or the engine's norm kernels with their fused backward when a gradient can be
+/// needed; Candle ops with f32 statistics elsewhere).
 #[derive(Clone, Debug)]
 pub struct LayerNorm {
     weight: Tensor,
