@@ -1,8 +1,15 @@
 //! Trains the small ResNet-style CNN of `train_burn` on the same procedurally drawn "shapes"
-//! set (examples/shapes.rs) with Candle: candle-nn's `VarMap`/`VarBuilder` and optimizers, our
-//! layers (`cudnn_backend::candle::nn` Conv2d, BatchNorm, Linear) and our pooling
-//! (`CudnnExt`), in a plain training loop. Reports test accuracy and training throughput, and
+//! set (examples/shapes.rs) with Candle: candle-nn's `VarMap`/`VarBuilder`, our layers
+//! (`cudnn_backend::candle::nn` Conv2d, BatchNorm, Linear), our pooling (`CudnnExt`) and our
+//! `FusedAdamW`, in a plain training loop. Reports test accuracy and training throughput, and
 //! writes a safetensors checkpoint and a PNG of the loss/accuracy curves.
+//!
+//! By default batch norm trains on the fused op (batch statistics, running update, ReLU and
+//! the backward pass in the engine's kernels) and the optimizer is
+//! `cudnn_backend::candle::optim::FusedAdamW` (one launch per 32 variables per step); with
+//! `--stock` it is the same network with batch norm composed of Candle ops and candle-nn's
+//! `AdamW`. The last line reports this crate's kernel launches and cuDNN executions per
+//! training step (Candle's own kernels are not counted).
 //!
 //! ```sh
 //! cargo run --release -p examples --features candle-cuda --example train_candle -- --epochs 5
@@ -12,7 +19,8 @@
 //! `--epochs N`, `--batch-size N`, `--dtype f32|f16|bf16` (compute dtype; the weights and the
 //! optimizer state stay f32), `--benchmark` (cuDNN autotuning, like
 //! `torch.backends.cudnn.benchmark`), `--optimizer adamw|sgd`, `--lr X`, `--train N` /
-//! `--test N` (set sizes), `--out DIR`.
+//! `--test N` (set sizes), `--out DIR`, `--stock` (composed batch norm and candle-nn's AdamW
+//! instead of the fused ones).
 //!
 //! On the CPU our ops run their float64 reference implementations: correct but slow, meant for
 //! checking a program without a GPU (use small `--train`/`--test`).
@@ -29,11 +37,12 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
 use cudnn_backend::candle::nn::{
     batch_norm, conv2d_no_bias, linear, BatchNorm, BatchNormConfig, Conv2d, Conv2dConfig, Linear,
 };
+use cudnn_backend::candle::optim::FusedAdamW;
 use cudnn_backend::candle::{Conv2dParams, CudnnExt};
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// conv (no bias) → batch norm.
+/// conv (no bias) → batch norm (fused in training unless `stock`).
 #[derive(Clone)]
 struct ConvBn {
     conv: Conv2d,
@@ -41,14 +50,14 @@ struct ConvBn {
 }
 
 impl ConvBn {
-    fn new(cin: usize, cout: usize, kernel: usize, vb: VarBuilder) -> Result<Self> {
+    fn new(cin: usize, cout: usize, kernel: usize, stock: bool, vb: VarBuilder) -> Result<Self> {
         let cfg = Conv2dConfig {
             padding: kernel / 2,
             ..Default::default()
         };
         Ok(Self {
             conv: conv2d_no_bias(cin, cout, kernel, cfg, vb.pp("conv"))?,
-            bn: batch_norm(cout, BatchNormConfig::default(), vb.pp("bn"))?,
+            bn: batch_norm(cout, BatchNormConfig::default(), vb.pp("bn"))?.with_fused_training(!stock),
         })
     }
 
@@ -64,6 +73,11 @@ impl ConvBn {
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         self.bn.forward_t(&self.conv.forward(x)?, train)
     }
+
+    /// `relu(forward(x))`: the ReLU runs inside the fused batch norm in training.
+    fn forward_relu(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        self.bn.forward_relu_t(&self.conv.forward(x)?, train)
+    }
 }
 
 /// A residual block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)).
@@ -75,12 +89,12 @@ struct Residual {
 }
 
 impl Residual {
-    fn new(cin: usize, cout: usize, vb: VarBuilder) -> Result<Self> {
+    fn new(cin: usize, cout: usize, stock: bool, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
-            a: ConvBn::new(cin, cout, 3, vb.pp("a"))?,
-            b: ConvBn::new(cout, cout, 3, vb.pp("b"))?,
+            a: ConvBn::new(cin, cout, 3, stock, vb.pp("a"))?,
+            b: ConvBn::new(cout, cout, 3, stock, vb.pp("b"))?,
             shortcut: if cin != cout {
-                Some(ConvBn::new(cin, cout, 1, vb.pp("shortcut"))?)
+                Some(ConvBn::new(cin, cout, 1, stock, vb.pp("shortcut"))?)
             } else {
                 None
             },
@@ -100,7 +114,7 @@ impl Residual {
             Some(s) => s.forward(x, train)?,
             None => x.clone(),
         };
-        let y = self.b.forward(&self.a.forward(x, train)?.relu()?, train)?;
+        let y = self.b.forward(&self.a.forward_relu(x, train)?, train)?;
         (y + skip)?.relu()
     }
 }
@@ -116,12 +130,12 @@ struct Net {
 }
 
 impl Net {
-    fn new(vb: VarBuilder) -> Result<Self> {
+    fn new(stock: bool, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
-            stem: ConvBn::new(3, 32, 3, vb.pp("stem"))?,
-            block1: Residual::new(32, 32, vb.pp("block1"))?,
-            block2: Residual::new(32, 64, vb.pp("block2"))?,
-            block3: Residual::new(64, 128, vb.pp("block3"))?,
+            stem: ConvBn::new(3, 32, 3, stock, vb.pp("stem"))?,
+            block1: Residual::new(32, 32, stock, vb.pp("block1"))?,
+            block2: Residual::new(32, 64, stock, vb.pp("block2"))?,
+            block3: Residual::new(64, 128, stock, vb.pp("block3"))?,
             head: linear(128, shapes::CLASSES, vb.pp("head"))?,
         })
     }
@@ -145,7 +159,7 @@ impl Net {
     /// Logits (N, classes) in f32 for images (N, 3, 32, 32) in the compute dtype.
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let max_pool = |x: Tensor| x.cudnn_max_pool2d([2, 2], [2, 2], [0, 0]);
-        let x = self.stem.forward(x, train)?.relu()?;
+        let x = self.stem.forward_relu(x, train)?;
         let x = max_pool(self.block1.forward(&x, train)?)?;
         let x = max_pool(self.block2.forward(&x, train)?)?;
         let x = self.block3.forward(&x, train)?;
@@ -161,9 +175,10 @@ enum Optim {
     Sgd,
 }
 
-/// candle-nn's optimizer of the run, over every variable of the `VarMap` (the batch norms'
-/// running statistics get no gradient, so the optimizers leave them alone).
+/// The optimizer of the run, over every variable of the `VarMap` (the batch norms' running
+/// statistics get no gradient, so the optimizers leave them alone).
 enum Trainer {
+    FusedAdamW(FusedAdamW),
     AdamW(AdamW),
     Sgd(SGD),
 }
@@ -171,6 +186,7 @@ enum Trainer {
 impl Trainer {
     fn step(&mut self, grads: &candle_core::backprop::GradStore) -> Result<()> {
         match self {
+            Trainer::FusedAdamW(o) => o.step(grads),
             Trainer::AdamW(o) => o.step(grads),
             Trainer::Sgd(o) => o.step(grads),
         }
@@ -188,6 +204,7 @@ struct Args {
     train: usize,
     test: usize,
     out: PathBuf,
+    stock: bool,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -202,6 +219,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         train: 10_000,
         test: 2_000,
         out: PathBuf::from("out/train_candle"),
+        stock: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -221,6 +239,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--test" => a.test = number(value()?)?,
             "--out" => a.out = PathBuf::from(value()?),
             "--benchmark" => a.benchmark = true,
+            "--stock" => a.stock = true,
             "--lr" => a.lr = Some(value()?.parse::<f64>().map_err(|e| format!("--lr: {e}"))?),
             "--optimizer" => {
                 a.optimizer = match value()?.as_str() {
@@ -240,7 +259,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --optimizer adamw|sgd --lr X --train N --test N --out DIR"
+                            --optimizer adamw|sgd --lr X --train N --test N --out DIR --stock"
                         .into(),
                 )
             }
@@ -293,7 +312,7 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
         return Err(format!("--batch-size {} is larger than the training set", args.batch));
     }
     let varmap = VarMap::new();
-    let net = Net::new(VarBuilder::from_varmap(&varmap, DType::F32, dev)).map_err(err)?;
+    let net = Net::new(args.stock, VarBuilder::from_varmap(&varmap, DType::F32, dev)).map_err(err)?;
     let mut optim = match args.optimizer {
         Optim::AdamW => {
             let params = ParamsAdamW {
@@ -301,7 +320,11 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
                 weight_decay: 0.0,
                 ..Default::default()
             };
-            Trainer::AdamW(AdamW::new(varmap.all_vars(), params).map_err(err)?)
+            if args.stock {
+                Trainer::AdamW(AdamW::new(varmap.all_vars(), params).map_err(err)?)
+            } else {
+                Trainer::FusedAdamW(FusedAdamW::new(varmap.all_vars(), params).map_err(err)?)
+            }
         }
         Optim::Sgd => Trainer::Sgd(SGD::new(varmap.all_vars(), args.lr.unwrap_or(0.05)).map_err(err)?),
     };
@@ -310,6 +333,7 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     let (test_x, test_y) = to_device(&test, dev).map_err(err)?;
     let mut history = History::default();
     let mut last_rate = 0.0;
+    let mut launches_per_step = 0.0;
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(steps as u64).with_style(
             ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
@@ -318,6 +342,7 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
         );
         bar.set_message(format!("{epoch}/{}", args.epochs));
         let started = Instant::now();
+        let launches_before = cudnn_backend::runtime::launch_counts();
         let mut loss_sum = Tensor::zeros((), DType::F32, dev).map_err(err)?;
         for step in 0..steps {
             let step_result = (|| -> Result<Tensor> {
@@ -333,6 +358,8 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
         }
         let mean_loss = loss_sum.to_scalar::<f32>().map_err(err)? as f64 / steps as f64;
         dev.synchronize().map_err(err)?;
+        let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
+        launches_per_step = launches.total() as f64 / steps as f64;
         let seconds = started.elapsed().as_secs_f64();
         last_rate = (steps * args.batch) as f64 / seconds;
         let accuracy = evaluate(
@@ -369,7 +396,8 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     let accuracy = *history.accuracy.last().unwrap_or(&0.0);
     println!("checkpoint: {}, curves: {}", checkpoint.display(), png.display());
     println!(
-        "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {} images/s",
+        "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {} images/s, \
+         {launches_per_step:.0} launches/step",
         args.dtype,
         args.batch,
         accuracy * 100.0,
@@ -427,9 +455,10 @@ fn main() {
         policy.benchmark = true;
         cudnn_backend::plan::set_policy(policy);
     }
+    let variant = if args.stock { "stock" } else { "fused" };
     let result = match &gpu {
-        Some(dev) => run(dev, &args, "gpu (cudnn)"),
-        None => run(&Device::Cpu, &args, "cpu (candle)"),
+        Some(dev) => run(dev, &args, &format!("gpu (cudnn, {variant})")),
+        None => run(&Device::Cpu, &args, &format!("cpu (candle, {variant})")),
     };
     if let Err(e) = result {
         eprintln!("train_candle: {e}");

@@ -2,7 +2,8 @@
 # Builds the Candle GPU check binary (backend/tests/candle_gpu.rs, feature `candle-cuda`) and the
 # train_candle example (examples/train_candle.rs, examples feature `candle-cuda`), and writes them
 # stripped and xz-compressed to .gpu-candle/{candle_gpu,train_candle}.xz (git-ignored) together
-# with run-candle-gpu.sh, for a CUDA machine without a Rust toolchain or nvcc.
+# with run-candle-gpu.sh, train-bench.sh and the PyTorch scripts (compare_torch.py,
+# train_torch.py), for a CUDA machine without a Rust toolchain or nvcc.
 # The check binary is built with CANDLE_TEST_FEATURES (default `candle-cudnn`: Candle's own conv2d
 # then uses cuDNN, the fair baseline for the benchmark; `candle-cuda` leaves Candle's kernels).
 # Needs scripts/setup-candle-cuda.sh (run here once). Usage: scripts/bundle-candle-gpu.sh
@@ -30,5 +31,5 @@ for pair in "candle_gpu:$tests" "train_candle:$train"; do
   strip -o ".gpu-candle/$name" "${pair#*:}"
   xz -T0 -6 -f ".gpu-candle/$name"
 done
-cp scripts/run-candle-gpu.sh bench/compare_torch.py .gpu-candle/
+cp scripts/run-candle-gpu.sh scripts/train-bench.sh bench/compare_torch.py bench/train_torch.py .gpu-candle/
 ls -la .gpu-candle

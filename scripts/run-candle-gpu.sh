@@ -3,9 +3,14 @@
 #   run-candle-gpu.sh LOG_DIR [extra test-binary arguments, e.g. a filter]
 #       every test of the Candle GPU check binary, including the #[ignore]d GPU ones, then the
 #       ResNet-50 benchmark against PyTorch when torch is importable (logs: candle_gpu.log, ...)
-#   run-candle-gpu.sh LOG_DIR train [extra train_candle flags, e.g. --dtype bf16]
+#   run-candle-gpu.sh LOG_DIR train [extra train_candle flags, e.g. --dtype bf16 or --stock]
 #       train_candle --epochs 3 (checkpoint and curves in LOG_DIR/train/, log in
-#       train_candle.log); prints its last line (test accuracy, images/s)
+#       train_candle.log); prints its last line (test accuracy, images/s, launches/step)
+#   run-candle-gpu.sh LOG_DIR bench [CONFIG...]
+#       train-bench.sh with train_candle (fused, and --stock) next to PyTorch eager on the same
+#       CNN (bench/train_torch.py --model cnn); CONFIG = candle:dtype:batch, default
+#       candle:f32:128 candle:bf16:128 candle:f32:512; the table is printed and in
+#       LOG_DIR/train-bench.md (per-run logs in LOG_DIR/train-bench/)
 # The binaries link (by soname) libcuda.so.1, libcudart.so.13, libcublas.so.13, libcurand.so.10
 # and libnvrtc.so.13, and load libcudnn.so.9 at run time: all must be on the loader path.
 # CUDA_LIB_DIRS (colon-separated) replaces the default directories prepended to LD_LIBRARY_PATH;
@@ -16,6 +21,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 logs="$(mkdir -p "${1:?log dir}" && cd "$1" && pwd)"; shift
 mode=tests
 if [[ ${1:-} == train ]]; then mode=train; shift; fi
+if [[ ${1:-} == bench ]]; then mode=bench; shift; fi
 default_dirs="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib:/usr/local/cuda/targets/x86_64-linux/lib"
 export LD_LIBRARY_PATH="${CUDA_LIB_DIRS:-$default_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 unpack() { # name: decompresses the binary into LOG_DIR and checks that its libraries resolve
@@ -26,6 +32,13 @@ unpack() { # name: decompresses the binary into LOG_DIR and checks that its libr
   fi
 }
 cd "$logs"
+if [[ $mode == bench ]]; then
+  unpack train_candle
+  configs=("$@"); [[ $# -eq 0 ]] && configs=(candle:f32:128 candle:bf16:128 candle:f32:512)
+  TRAIN_BIN_DIR="$logs" PYTHON="${PYTHON:-/opt/torch/.venv/bin/python}" \
+    "$here/train-bench.sh" "$logs/train-bench" "${configs[@]}" | tee "$logs/train-bench.md"
+  exit "${PIPESTATUS[0]}"
+fi
 if [[ $mode == train ]]; then
   unpack train_candle
   "$logs/train_candle" --epochs 3 --out "$logs/train" "$@" 2>&1 | tee "$logs/train_candle.log"

@@ -2,7 +2,12 @@
 # Training throughput of the examples (fused drop-in modules, stock burn::nn modules) next to
 # PyTorch eager on the same network, batch and dtype, in one run on one GPU. Run from the
 # bundle (scripts/bundle-gpu.sh): .gpu/train-bench.sh LOG_DIR [CONFIG...] with
-# CONFIG = model:dtype:batch, model cnn (train_burn) or transformer (train_transformer).
+# CONFIG = model:dtype:batch, model cnn (train_burn), transformer (train_transformer) or
+# candle (train_candle: the same CNN on Candle, fused batch norm and FusedAdamW, and with
+# --stock candle-nn's AdamW and composed batch norm; needs the Candle bundle's train_candle:
+# scripts/bundle-candle-gpu.sh, then run-candle-gpu.sh LOG_DIR bench). For candle, "our
+# launches/step" counts this crate's launches only, not Candle's own kernels.
+# The example binaries are taken from TRAIN_BIN_DIR (default: this script's folder).
 # Both sides autotune convolutions (--benchmark; torch.backends.cudnn.benchmark).
 # Variants (TRAIN_BENCH_VARIANTS, default "fused stock stock-fusion"): fused (this crate's
 # drop-in modules and fused Adam on Autodiff<Cudnn>), stock (burn::nn modules and Burn's Adam),
@@ -11,6 +16,7 @@
 # Prints one table row per config and variant.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+bins="${TRAIN_BIN_DIR:-$here}"
 logs="${1:?log dir}"; shift
 configs=("$@")
 [[ $# -eq 0 ]] && configs=(cnn:f32:128 cnn:bf16:128 cnn:f32:512 transformer:f32:32 transformer:bf16:32)
@@ -21,10 +27,13 @@ for cfg in "${configs[@]}"; do
   IFS=: read -r model dtype batch <<<"$cfg"
   if [[ $model == cnn ]]; then
     n=10000; steps=$((n / batch)); unit=images
-    torch_args=(--model cnn); ours=("$here/train_burn" --benchmark --train "$n" --test 1000)
+    torch_args=(--model cnn); ours=("$bins/train_burn" --benchmark --train "$n" --test 1000)
+  elif [[ $model == candle ]]; then
+    n=10000; steps=$((n / batch)); unit=images
+    torch_args=(--model cnn); ours=("$bins/train_candle" --device gpu --benchmark --train "$n" --test 1000)
   else
     n=2048; steps=$((n / batch)); unit=sequences
-    torch_args=(--model transformer); ours=("$here/train_transformer" --train "$n" --test 256)
+    torch_args=(--model transformer); ours=("$bins/train_transformer" --train "$n" --test 256)
   fi
   tag="$model-$dtype-$batch"
   torch_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
@@ -39,7 +48,7 @@ for cfg in "${configs[@]}"; do
       *) flag=() ;;
     esac
     line=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" \
-        2>&1 | tee "$logs/ours-$variant-$tag.log" | grep -E '^train_(burn|transformer) ')
+        2>&1 | tee "$logs/ours-$variant-$tag.log" | grep -E '^train_(burn|transformer|candle) ')
     rate=$(sed -E "s/.*%\), ([0-9.]+) $unit.*/\1/" <<<"$line")
     launches=$(sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p' <<<"$line")
     acc=$(sed -nE 's/.*test accuracy ([0-9.]+)%.*/\1/p' <<<"$line")

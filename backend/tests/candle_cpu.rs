@@ -1113,3 +1113,355 @@ fn norm_and_sdpa_ops_match_candle_math_on_cpu() {
         .to_string();
     assert!(e.contains("layer_norm") && e.contains("weight"), "{e}");
 }
+
+// ---------------------------------------------------------------------------
+// Training ops: batch norm, the norm backward pass, FusedAdamW
+// ---------------------------------------------------------------------------
+
+/// Training batch norm from Candle ops in float64 (autograd through them): the output and the
+/// batch mean and unbiased variance per channel.
+fn composed_batch_norm(x: &Tensor, wb: Option<(&Tensor, &Tensor)>, eps: f64, relu: bool) -> (Tensor, Tensor, Tensor) {
+    let c = x.dim(1).unwrap();
+    let xt = x.transpose(0, 1).unwrap().flatten_from(1).unwrap(); // (C, M)
+    let m = xt.dim(1).unwrap() as f64;
+    let mean = xt.mean_keepdim(1).unwrap();
+    let var = xt.broadcast_sub(&mean).unwrap().sqr().unwrap().mean_keepdim(1).unwrap();
+    let shape: Vec<usize> = (0..x.rank()).map(|i| if i == 1 { c } else { 1 }).collect();
+    let per_channel = |t: &Tensor| t.reshape(shape.as_slice()).unwrap();
+    let inv = (var.clone() + eps).unwrap().sqrt().unwrap().recip().unwrap();
+    let mut y = x
+        .broadcast_sub(&per_channel(&mean))
+        .unwrap()
+        .broadcast_mul(&per_channel(&inv))
+        .unwrap();
+    if let Some((w, b)) = wb {
+        y = y
+            .broadcast_mul(&per_channel(w))
+            .unwrap()
+            .broadcast_add(&per_channel(b))
+            .unwrap();
+    }
+    if relu {
+        y = y.relu().unwrap();
+    }
+    let unbiased = (var.flatten_all().unwrap() * (m / (m - 1.0))).unwrap();
+    (y, mean.flatten_all().unwrap(), unbiased)
+}
+
+/// `x` of logical `dims` as a variable, stored channels-last when asked, and its NCHW view.
+fn var_in_format(rng: &mut SplitMix64, dims: &[usize], channels_last: bool) -> (Var, Tensor) {
+    let r = dims.len();
+    if !channels_last || r < 3 {
+        let v = Var::from_tensor(&rand_t(rng, dims)).unwrap();
+        let t = v.as_tensor().clone();
+        return (v, t);
+    }
+    let physical: Vec<usize> = std::iter::once(dims[0])
+        .chain(dims[2..].iter().copied())
+        .chain(std::iter::once(dims[1]))
+        .collect();
+    let v = Var::from_tensor(&rand_t(rng, &physical)).unwrap();
+    let back: Vec<usize> = std::iter::once(0)
+        .chain(std::iter::once(r - 1))
+        .chain(1..r - 1)
+        .collect();
+    let t = v.as_tensor().permute(back).unwrap();
+    (v, t)
+}
+
+/// The batch-norm training op on the CPU (its float64 reference forward and backward) against
+/// the same math in Candle ops: output, gradients of x, weight and bias, the running
+/// statistics, for NCHW and channels-last inputs of ranks 2 to 5, with and without affine
+/// parameters and ReLU, both running-variance conventions.
+#[test]
+fn batch_norm_train_op_matches_composed_reference() {
+    use cudnn_backend::candle::ops::batch_norm_train;
+    use cudnn_backend::ops::BatchNormOptions;
+    let mut rng = SplitMix64::new(40);
+    let cases: [(&[usize], bool, bool, bool, bool); 6] = [
+        (&[6, 3], false, true, false, true),
+        (&[2, 4, 5, 3], false, true, true, true),
+        (&[2, 4, 5, 3], true, true, false, true),
+        (&[3, 2, 7], false, false, false, false),
+        (&[2, 3, 2, 3, 2], true, true, true, true),
+        (&[4, 5, 3, 2], true, false, true, false),
+    ];
+    for (dims, cl, affine, relu, unbiased) in cases {
+        let what = format!("{dims:?} channels_last {cl} affine {affine} relu {relu}");
+        let c = dims[1];
+        let (xv, x) = var_in_format(&mut rng, dims, cl);
+        let w = Var::from_tensor(&rand_t(&mut rng, &[c])).unwrap();
+        let b = Var::from_tensor(&rand_t(&mut rng, &[c])).unwrap();
+        let rm0 = rand_t(&mut rng, &[c]);
+        let rv0 = (rand_t(&mut rng, &[c]).abs().unwrap() + 0.5).unwrap();
+        let (rm, rv) = (Var::from_tensor(&rm0).unwrap(), Var::from_tensor(&rv0).unwrap());
+        let opts = BatchNormOptions {
+            epsilon: 1e-3,
+            momentum: 0.3,
+            unbiased_running_var: unbiased,
+            relu,
+        };
+        let wb = affine.then_some((w.as_tensor(), b.as_tensor()));
+        let ours = batch_norm_train(&x, wb, Some((&rm, &rv)), &opts).unwrap();
+        assert_eq!(ours.dims(), dims, "{what}");
+        if cl && dims.len() >= 3 {
+            let expect = cudnn_backend::reference::channels_last_strides(dims);
+            assert_eq!(ours.stride(), expect.as_slice(), "{what}: output stored channels-last");
+        }
+        let (theirs, mean, var_unbiased) = composed_batch_norm(&x, wb, 1e-3, relu);
+        assert_close(&ours, &theirs, 1e-12, &format!("{what}: forward"));
+        let m = (dims[0] * dims[2..].iter().product::<usize>()) as f64;
+        let batch_var = if unbiased {
+            var_unbiased
+        } else {
+            (var_unbiased * ((m - 1.0) / m)).unwrap()
+        };
+        let mix = |old: &Tensor, new: &Tensor| ((old * 0.7).unwrap() + (new * 0.3).unwrap()).unwrap();
+        assert_close(
+            rm.as_tensor(),
+            &mix(&rm0, &mean),
+            1e-12,
+            &format!("{what}: running mean"),
+        );
+        assert_close(
+            rv.as_tensor(),
+            &mix(&rv0, &batch_var),
+            1e-12,
+            &format!("{what}: running var"),
+        );
+        let probe = rand_t(&mut rng, dims);
+        let vars: Vec<&Var> = if affine { vec![&xv, &w, &b] } else { vec![&xv] };
+        let got = grads_of(&vars, &(&ours * &probe).unwrap().sum_all().unwrap());
+        let want = grads_of(&vars, &(&theirs * &probe).unwrap().sum_all().unwrap());
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, e, 1e-10, &format!("{what}: gradient {i}"));
+        }
+    }
+}
+
+/// `nn::BatchNorm` in training trains like candle-nn's: the same outputs, running statistics
+/// (momentum and unbiased running variance as candle-nn 0.11) and inference outputs over
+/// several steps, also without mean removal (composed) and on the composed path; the running
+/// statistics are updated in the `VarMap`'s variables, so a checkpoint saves them.
+#[test]
+fn batch_norm_layer_trains_like_candle_nn() {
+    let dev = Device::Cpu;
+    let mut rng = SplitMix64::new(41);
+    for (remove_mean, fused) in [(true, true), (true, false), (false, true)] {
+        let what = format!("remove_mean {remove_mean} fused {fused}");
+        let cfg = candle_nn::BatchNormConfig {
+            remove_mean,
+            momentum: 0.2,
+            ..Default::default()
+        };
+        let (ours_map, theirs_map) = (VarMap::new(), VarMap::new());
+        let ours = cnn::batch_norm(5, cfg, VarBuilder::from_varmap(&ours_map, DType::F32, &dev).pp("bn"))
+            .unwrap()
+            .with_fused_training(fused);
+        let theirs =
+            candle_nn::batch_norm(5, cfg, VarBuilder::from_varmap(&theirs_map, DType::F32, &dev).pp("bn")).unwrap();
+        for step in 0..3 {
+            let x = (rand_t(&mut rng, &[4, 5, 3, 3]).to_dtype(DType::F32).unwrap() * (step as f64 + 1.0)).unwrap();
+            let (a, b) = (ours.forward_t(&x, true).unwrap(), theirs.forward_t(&x, true).unwrap());
+            assert_close(&a, &b, 1e-5, &format!("{what}: step {step} output"));
+            assert_close(
+                ours.running_mean(),
+                theirs.running_mean(),
+                1e-6,
+                &format!("{what}: running mean"),
+            );
+            assert_close(
+                ours.running_var(),
+                theirs.running_var(),
+                1e-6,
+                &format!("{what}: running var"),
+            );
+            let relu = ours.forward_relu_t(&x, true).unwrap();
+            assert_close(&relu, &b.relu().unwrap(), 1e-5, &format!("{what}: forward_relu_t"));
+            // forward_relu_t updated the statistics once more: so does candle-nn's layer.
+            theirs.forward_t(&x, true).unwrap();
+        }
+        let x = rand_t(&mut rng, &[2, 5, 4, 4]).to_dtype(DType::F32).unwrap();
+        let (a, b) = (ours.forward_t(&x, false).unwrap(), theirs.forward_t(&x, false).unwrap());
+        assert_close(&a, &b, 1e-5, &format!("{what}: inference"));
+        let saved = ours_map
+            .data()
+            .lock()
+            .unwrap()
+            .get("bn.running_var")
+            .unwrap()
+            .as_tensor()
+            .clone();
+        assert_close(
+            &saved,
+            ours.running_var(),
+            0.0,
+            &format!("{what}: the VarMap holds the update"),
+        );
+    }
+}
+
+/// Invalid batch-norm training calls are errors naming the op and the operand, not panics or
+/// hangs (running statistics that share storage are refused before anything is locked).
+#[test]
+fn batch_norm_train_rejects_bad_arguments() {
+    use cudnn_backend::candle::ops::batch_norm_train;
+    use cudnn_backend::ops::BatchNormOptions;
+    let mut rng = SplitMix64::new(42);
+    let o = BatchNormOptions::default();
+    let f = |t: Tensor| t.to_dtype(DType::F32).unwrap();
+    let x = f(rand_t(&mut rng, &[2, 3, 4]));
+    let (w, b) = (f(rand_t(&mut rng, &[3])), f(rand_t(&mut rng, &[3])));
+    let rm = Var::from_tensor(&f(rand_t(&mut rng, &[3]))).unwrap();
+    let rv = Var::from_tensor(&f(rand_t(&mut rng, &[3]))).unwrap();
+    let e = |r: Result<Tensor>| err_text("batch_norm_train", r);
+    let one = e(batch_norm_train(&f(rand_t(&mut rng, &[1, 3])), None, None, &o));
+    assert!(one.contains("more than one"), "{one}");
+    let bad_w = e(batch_norm_train(&x, Some((&f(rand_t(&mut rng, &[4])), &b)), None, &o));
+    assert!(
+        bad_w.contains("weight") && bad_w.contains("batch_norm_train"),
+        "{bad_w}"
+    );
+    let half = Var::from_tensor(&rand_t(&mut rng, &[3]).to_dtype(DType::BF16).unwrap()).unwrap();
+    let mixed = e(batch_norm_train(&x, Some((&w, &b)), Some((&half, &rv)), &o));
+    assert!(mixed.contains("running_mean"), "{mixed}");
+    let same = e(batch_norm_train(&x, None, Some((&rm, &rm)), &o));
+    assert!(same.contains("shares its storage"), "{same}");
+    let aliased = e(batch_norm_train(&x, Some((rm.as_tensor(), &b)), Some((&rm, &rv)), &o));
+    assert!(aliased.contains("shares its storage"), "{aliased}");
+    let rank1 = e(batch_norm_train(&f(rand_t(&mut rng, &[3])), None, None, &o));
+    assert!(rank1.contains("(N, C"), "{rank1}");
+    let ints = Tensor::zeros((2, 3, 4), DType::U32, &Device::Cpu).unwrap();
+    let ints = e(batch_norm_train(&ints, None, None, &o));
+    assert!(ints.contains("dtype"), "{ints}");
+    // Nothing was updated by the refused calls.
+    let before = vals(rv.as_tensor());
+    assert!(batch_norm_train(&x, Some((&w, &b)), Some((&rm, &rv)), &o).is_ok());
+    assert_ne!(vals(rv.as_tensor()), before, "a valid call updates the statistics");
+}
+
+/// The norm ops' backward pass (the engine's on CUDA) from saved statistics, and from
+/// recomputed ones when the op value kept none (the inference op, or an op applied twice),
+/// against autograd through Candle ops; empty inputs give empty gradients.
+#[test]
+fn norm_backward_with_saved_and_recomputed_statistics() {
+    use cudnn_backend::candle::ops::Norm;
+    use cudnn_backend::graph::NormMode;
+    let mut rng = SplitMix64::new(43);
+    let x = Var::from_tensor(&rand_t(&mut rng, &[3, 5, 12])).unwrap();
+    let w = Var::from_tensor(&rand_t(&mut rng, &[12])).unwrap();
+    let b = Var::from_tensor(&rand_t(&mut rng, &[12])).unwrap();
+    let probe = rand_t(&mut rng, &[3, 5, 12]);
+    for mode in [NormMode::LayerNorm, NormMode::RmsNorm] {
+        let reference = x
+            .as_tensor()
+            .cudnn_layer_norm(w.as_tensor(), Some(b.as_tensor()), 1e-5)
+            .unwrap();
+        let reference = match mode {
+            NormMode::LayerNorm => reference,
+            NormMode::RmsNorm => {
+                let xt = x.as_tensor();
+                let inv = (xt.sqr().unwrap().mean_keepdim(D::Minus1).unwrap() + 1e-5)
+                    .unwrap()
+                    .sqrt()
+                    .unwrap();
+                xt.broadcast_div(&inv)
+                    .unwrap()
+                    .broadcast_mul(w.as_tensor())
+                    .unwrap()
+                    .broadcast_add(b.as_tensor())
+                    .unwrap()
+            }
+        };
+        let want = grads_of(&[&x, &w, &b], &(&reference * &probe).unwrap().sum_all().unwrap());
+        let training = x
+            .as_tensor()
+            .apply_op3(w.as_tensor(), b.as_tensor(), Norm::training(mode, 1e-5))
+            .unwrap();
+        let inference = x
+            .as_tensor()
+            .apply_op3(w.as_tensor(), b.as_tensor(), Norm::new(mode, 1e-5))
+            .unwrap();
+        let shared =
+            std::sync::Arc::new(Box::new(Norm::training(mode, 1e-5)) as Box<dyn candle_core::CustomOp3 + Send + Sync>);
+        let twice = x
+            .as_tensor()
+            .apply_op3_arc(w.as_tensor(), b.as_tensor(), shared.clone())
+            .unwrap();
+        let _again = (x.as_tensor() * 2.0)
+            .unwrap()
+            .apply_op3_arc(w.as_tensor(), b.as_tensor(), shared)
+            .unwrap();
+        for (name, y) in [("saved", training), ("recomputed", inference), ("applied twice", twice)] {
+            assert_close(&y, &reference, 1e-12, &format!("{mode:?} {name}: forward"));
+            let got = grads_of(&[&x, &w, &b], &(&y * &probe).unwrap().sum_all().unwrap());
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert_close(g, e, 1e-10, &format!("{mode:?} {name}: gradient {i}"));
+            }
+        }
+    }
+    let empty = Var::from_tensor(&Tensor::zeros((0, 12), DType::F64, &Device::Cpu).unwrap()).unwrap();
+    let y =
+        cudnn_backend::candle::ops::norm(empty.as_tensor(), w.as_tensor(), None, NormMode::LayerNorm, 1e-5).unwrap();
+    assert_eq!(y.dims(), [0, 12]);
+    let g = grads_of(&[&empty, &w], &y.sum_all().unwrap());
+    assert_eq!(g[0].dims(), [0, 12]);
+    assert_eq!(vals(&g[1]), vec![0.0; 12]);
+}
+
+/// `FusedAdamW` updates like candle-nn's `AdamW` (bias correction, decoupled weight decay,
+/// one step count for all variables; variables without a gradient untouched), each variable
+/// once even when listed twice; a gradient of the wrong shape is an error.
+#[test]
+fn fused_adamw_matches_candle_nn_adamw() {
+    use cudnn_backend::candle::optim::{FusedAdamW, ParamsAdamW};
+    let mut rng = SplitMix64::new(44);
+    let shapes: [&[usize]; 4] = [&[3, 4], &[7], &[2, 3, 2], &[5]];
+    let init: Vec<Tensor> = shapes
+        .iter()
+        .map(|d| rand_t(&mut rng, d).to_dtype(DType::F32).unwrap())
+        .collect();
+    let targets: Vec<Tensor> = shapes
+        .iter()
+        .map(|d| rand_t(&mut rng, d).to_dtype(DType::F32).unwrap())
+        .collect();
+    let make = || -> Vec<Var> { init.iter().map(|t| Var::from_tensor(t).unwrap()).collect() };
+    let (ours_vars, theirs_vars) = (make(), make());
+    let params = ParamsAdamW {
+        lr: 0.05,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
+    let mut listed = ours_vars.clone();
+    listed.push(ours_vars[0].clone()); // listed twice: updated once
+    let mut ours = FusedAdamW::new(listed, params.clone()).unwrap();
+    let mut theirs = candle_nn::AdamW::new(theirs_vars.clone(), params).unwrap();
+    // The last variable gets no gradient (it is left out of the loss).
+    let loss = |vars: &[Var]| -> Tensor {
+        let mut total = Tensor::zeros((), DType::F32, &Device::Cpu).unwrap();
+        for (v, t) in vars.iter().zip(&targets).take(3) {
+            let d = (v.as_tensor() - t).unwrap();
+            total = (total + (d.sqr().unwrap() * 3.0).unwrap().sum_all().unwrap()).unwrap();
+        }
+        total
+    };
+    for _ in 0..5 {
+        ours.backward_step(&loss(&ours_vars)).unwrap();
+        theirs.backward_step(&loss(&theirs_vars)).unwrap();
+    }
+    assert_eq!(ours.step_count(), 5);
+    assert_eq!(ours.vars().len(), 4);
+    for (i, (a, b)) in ours_vars.iter().zip(&theirs_vars).enumerate() {
+        assert_close(a.as_tensor(), b.as_tensor(), 1e-6, &format!("variable {i}"));
+    }
+    assert_close(ours_vars[3].as_tensor(), &init[3], 0.0, "no gradient, no update");
+    let mut grads = candle_core::backprop::GradStore::default();
+    grads.insert(
+        ours_vars[0].as_tensor(),
+        Tensor::zeros(5, DType::F32, &Device::Cpu).unwrap(),
+    );
+    let e = ours.step(&grads).unwrap_err().to_string();
+    assert!(e.contains("FusedAdamW") && e.contains("gradient"), "{e}");
+    ours.set_learning_rate(0.5);
+    assert_eq!(ours.learning_rate(), 0.5);
+}

@@ -164,15 +164,19 @@ pub trait CudnnExt {
         padding: [usize; 2],
         count_include_pad: bool,
     ) -> Result<Tensor>;
-    /// Layer norm over the last dim, with optional bias: one cuDNN norm graph on CUDA (f32,
-    /// f16, bf16; backward composed of Candle ops), Candle ops with f32 statistics otherwise.
+    /// Layer norm over the last dim, with optional bias. On CUDA (f32, f16, bf16; parameters of
+    /// x's dtype) one cuDNN norm graph, or, when a gradient can be needed, the engine's norm
+    /// kernel saving the row statistics, and the backward pass (dx, dweight, dbias) is one
+    /// engine call from them ([`ops::norm`]). Candle ops with f32 statistics otherwise.
     fn cudnn_layer_norm(&self, weight: &Tensor, bias: Option<&Tensor>, eps: f64) -> Result<Tensor>;
-    /// RMS norm over the last dim: one cuDNN norm graph on CUDA (f32, f16, bf16), Candle
+    /// RMS norm over the last dim: on CUDA (f32, f16, bf16) as
+    /// [`cudnn_layer_norm`](CudnnExt::cudnn_layer_norm) (forward and fused backward), Candle
     /// ops with f32 statistics otherwise.
     fn cudnn_rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor>;
     /// Batch norm with given statistics over channel dim 1 (inference form):
-    /// `(x - mean) / sqrt(var + eps) · weight + bias`. Composed of Candle ops;
-    /// [`nn::BatchNorm`](super::nn::BatchNorm) also computes batch statistics in training.
+    /// `(x - mean) / sqrt(var + eps) · weight + bias`. Composed of Candle ops; training with
+    /// batch statistics is [`ops::batch_norm_train`] (what
+    /// [`nn::BatchNorm`](super::nn::BatchNorm) runs in training).
     fn cudnn_batch_norm(
         &self,
         mean: &Tensor,
@@ -185,8 +189,10 @@ pub trait CudnnExt {
     /// (.., Lq, D), k (.., Lk, D), v (.., Lk, Dv). `mask` broadcasts to (.., Lq, Lk): a U8
     /// mask keeps positions where it is non-zero, any float mask is added to the scores.
     /// Without a mask, f16/bf16 rank-4 inputs with head dims that are multiples of 8 (≤ 256)
-    /// run as one fused cuDNN attention graph (backward composed of Candle ops). Other cases
-    /// run both products on our cuDNN matmul and the softmax in Candle (f32).
+    /// run as one fused cuDNN attention graph, and when a gradient can be needed its backward
+    /// pass is cuDNN's fused attention backward graph from the forward's softmax statistics
+    /// (composed of Candle ops where cuDNN declines: see [`ops::Sdpa`]). Other cases run both
+    /// products on our cuDNN matmul and the softmax in Candle (f32).
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor>;
     /// [`cudnn_sdpa`](CudnnExt::cudnn_sdpa) with a causal mask: query `i` of Lq sees keys
     /// `j <= i + Lk - Lq` (aligned to the bottom right, as with a KV cache; Lq <= Lk). Where

@@ -10,10 +10,18 @@
 //!   through cudarc's `DevicePtr` guards, kept alive until the graph is enqueued; outputs are
 //!   allocated on Candle's stream and wrapped in a `CudaStorage`), a `cpu_fwd` (a float64
 //!   reference: correct, not fast, so the same program runs on `Device::Cpu`), and a `bwd` that
-//!   Candle's autograd uses, composed of our own ops (conv dgrad/wgrad graphs, pooling
-//!   backward), so training runs through cuDNN too.
+//!   Candle's autograd uses, made of our own ops (conv dgrad/wgrad graphs, pooling backward) or
+//!   one fused engine backward (batch norm, layer/RMS norm, attention), so training runs
+//!   through cuDNN and the engine's kernels too.
+//! - Training: [`ops::batch_norm_train`] (batch statistics, running statistics updated in
+//!   place, backward from the saved mean and inverse std), the training variants of
+//!   [`ops::Norm`] and [`ops::Sdpa`] (forward keeping the row / softmax statistics, backward
+//!   through the engine's norm backward and cuDNN's fused attention backward), and
+//!   [`optim::FusedAdamW`] (candle-nn's AdamW as one multi-tensor kernel launch per 32
+//!   variables).
 //! - [`nn`]: layers loading the same `VarBuilder` names as candle-nn's (`weight`, `bias`,
-//!   `running_mean`, `running_var`), so a candle-nn model switches by changing imports.
+//!   `running_mean`, `running_var`), so a candle-nn model switches by changing imports;
+//!   [`nn::BatchNorm`] trains on the fused batch-norm op.
 //!
 //! Layout: Candle tensors are logically NCHW. An input whose strides are channels-last (an
 //! NHWC buffer viewed as NCHW, e.g. `x_nhwc.permute((0, 3, 1, 2))`) runs channels-last, and the
@@ -22,18 +30,23 @@
 //! passed to cuDNN through its strides; layouts with gaps, overlaps or broadcast (stride 0)
 //! dims are copied once (`Tensor::contiguous`) before the op.
 //!
-//! Dtypes: f32, f16 and bf16 on CUDA; the CPU reference also takes f64. Norms and attention
-//! compose Candle's own ops around our matmuls (this crate has no cuDNN norm/SDPA graphs yet);
-//! see [`CudnnExt::cudnn_layer_norm`] and [`CudnnExt::cudnn_sdpa`].
+//! Dtypes: f32, f16 and bf16 on CUDA; the CPU reference also takes f64. Layer/RMS norm run a
+//! cuDNN norm graph (inference) or the engine's norm kernels (training), attention cuDNN's
+//! fused flash-attention graphs (f16/bf16, forward and backward); the cases those do not take
+//! (masks, f32 attention, other dtypes, cuDNN declining a shape) compose Candle's own ops
+//! around our matmuls: see [`CudnnExt::cudnn_layer_norm`] and [`CudnnExt::cudnn_sdpa`].
 //!
 //! Errors are values: the crate's [`Error`](crate::Error) converts into `candle_core::Error`.
 
+mod access;
 mod cpu;
 #[cfg(feature = "candle-cuda")]
 mod cuda;
 mod ext;
 pub mod nn;
 pub mod ops;
+pub mod optim;
+mod saved;
 
 pub use crate::ops::{Activation, ConvParams, PoolMode};
 pub use ext::{Conv1dParams, Conv2dParams, Conv3dParams, ConvTranspose2dParams, CudnnExt};

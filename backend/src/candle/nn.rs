@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Convolutions and linear layers run our cuDNN graphs (bias and an optional activation fused
-//! into the same graph). The norms compose Candle ops (this crate has no cuDNN norm graph yet).
+//! into the same graph). Layer and RMS norm run cuDNN's norm graph, or the engine's norm
+//! kernels when a gradient can be needed (fused backward); [`BatchNorm`] trains on the fused
+//! batch-norm op ([`ops::batch_norm_train`]) and infers with Candle ops.
 
 use candle_core::{DType, Module, ModuleT, Result, Tensor, Var};
 use candle_nn::Init;
@@ -367,7 +369,9 @@ pub fn linear_no_bias(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<L
 }
 
 /// Layer norm over the last dim (`remove_mean`) or RMS norm, a drop-in for
-/// `candle_nn::LayerNorm`. Composed of Candle ops with f32 statistics.
+/// `candle_nn::LayerNorm`: [`CudnnExt::cudnn_layer_norm`] / `cudnn_rms_norm` (on CUDA a cuDNN
+/// norm graph, or the engine's norm kernels with their fused backward when a gradient can be
+/// needed; Candle ops with f32 statistics elsewhere).
 #[derive(Clone, Debug)]
 pub struct LayerNorm {
     weight: Tensor,
@@ -477,8 +481,23 @@ pub fn rms_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<RmsNorm> {
 }
 
 /// Batch norm over channel dim 1, a drop-in for `candle_nn::BatchNorm` (`ModuleT`: training
-/// uses batch statistics and updates the running ones with `momentum`, as candle-nn does).
-/// Composed of Candle ops with f32 statistics.
+/// uses batch statistics and updates the running ones, as candle-nn does).
+///
+/// Training (`forward_t(x, true)`) runs the fused op [`ops::batch_norm_train`]: on CUDA the
+/// engine's batch-norm kernels (statistics, running update and output in three launches, the
+/// backward pass's dx, dweight and dbias in three more), NCHW or channels-last, f32/f16/bf16
+/// data with parameters and statistics of f32 or the data's dtype; on the CPU the float64
+/// reference. The running statistics follow candle-nn 0.11: `running = (1 - momentum) ·
+/// running + momentum · batch`, the running variance taking the *unbiased* batch variance
+/// (`/ (M - 1)` over the M values of a channel), the output normalized with the biased one. They
+/// are updated in place in the variables loaded from the `VarBuilder` (`running_mean`,
+/// `running_var`), so a `VarMap` saves them. Each channel needs more than one value per batch
+/// (an error otherwise, as in PyTorch).
+///
+/// Composed of Candle ops with f32 statistics instead (the same results): without mean removal
+/// (`remove_mean: false`, which the fused op does not do), for parameters of mixed dtypes, on
+/// other devices, and after [`BatchNorm::with_fused_training`]`(false)`. Inference uses the
+/// running statistics (composed of Candle ops).
 #[derive(Clone, Debug)]
 pub struct BatchNorm {
     running_mean: Var,
@@ -487,6 +506,7 @@ pub struct BatchNorm {
     remove_mean: bool,
     eps: f64,
     momentum: f64,
+    fused: bool,
 }
 
 impl BatchNorm {
@@ -505,7 +525,54 @@ impl BatchNorm {
         self.weight_and_bias.as_ref().map(|(w, b)| (w, b))
     }
 
-    fn forward_train(&self, x: &Tensor) -> Result<Tensor> {
+    /// The layer training on the fused op (`true`, the default) or on the composition of
+    /// Candle ops (`false`: what it did before the fused op; for comparisons).
+    pub fn with_fused_training(mut self, fused: bool) -> Self {
+        self.fused = fused;
+        self
+    }
+
+    /// `relu(forward_t(x, train))`; in training on the fused op, the ReLU runs inside it
+    /// (forward and backward).
+    pub fn forward_relu_t(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        if train && self.fused_applies(x) {
+            self.check_channels(x)?;
+            return self.forward_fused(x, true);
+        }
+        self.forward_t(x, train)?.relu()
+    }
+
+    /// Whether training can run on the fused op: mean removal, a float input on the CPU or
+    /// CUDA, and all per-channel tensors of one dtype that is f32 or x's.
+    fn fused_applies(&self, x: &Tensor) -> bool {
+        let dt = x.dtype();
+        let float = match x.device() {
+            candle_core::Device::Cpu => matches!(dt, DType::F32 | DType::F16 | DType::BF16 | DType::F64),
+            candle_core::Device::Cuda(_) => matches!(dt, DType::F32 | DType::F16 | DType::BF16),
+            _ => false,
+        };
+        let pdt = self.running_mean.dtype();
+        let params_ok = (pdt == DType::F32 || pdt == dt)
+            && self.running_var.dtype() == pdt
+            && self
+                .weight_and_bias
+                .as_ref()
+                .is_none_or(|(w, b)| w.dtype() == pdt && b.dtype() == pdt);
+        self.fused && self.remove_mean && float && params_ok
+    }
+
+    fn forward_fused(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+        let options = crate::ops::BatchNormOptions {
+            epsilon: self.eps,
+            momentum: self.momentum,
+            unbiased_running_var: true,
+            relu,
+        };
+        let wb = self.weight_and_bias.as_ref().map(|(w, b)| (w, b));
+        ops::batch_norm_train(x, wb, Some((&self.running_mean, &self.running_var)), &options)
+    }
+
+    fn check_channels(&self, x: &Tensor) -> Result<()> {
         let c = self.running_mean.as_tensor().dim(0)?;
         if x.rank() < 2 || x.dim(1)? != c {
             return Err(super::arg_err(
@@ -514,6 +581,11 @@ impl BatchNorm {
                 format!("needs rank >= 2 and {c} channels in dim 1, got {:?}", x.dims()),
             ));
         }
+        Ok(())
+    }
+
+    /// Training on Candle ops with f32 (f64) statistics.
+    fn forward_composed(&self, x: &Tensor) -> Result<Tensor> {
         let dt = x.dtype();
         let sd = if dt == DType::F64 { DType::F64 } else { DType::F32 };
         // (C, everything else)
@@ -559,7 +631,11 @@ impl BatchNorm {
 impl ModuleT for BatchNorm {
     fn forward_t(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         if train {
-            return self.forward_train(x);
+            self.check_channels(x)?;
+            if self.fused_applies(x) {
+                return self.forward_fused(x, false);
+            }
+            return self.forward_composed(x);
         }
         let (w, b) = match &self.weight_and_bias {
             Some((w, b)) => (Some(w), Some(b)),
@@ -598,5 +674,6 @@ pub fn batch_norm<C: Into<BatchNormConfig>>(num_features: usize, config: C, vb: 
         remove_mean: config.remove_mean,
         eps: config.eps,
         momentum: config.momentum,
+        fused: true,
     })
 }

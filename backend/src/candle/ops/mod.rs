@@ -1,26 +1,38 @@
 //! The Candle custom ops and the tensor-level functions that apply them.
 //!
 //! Each op struct implements Candle's `CustomOp1/2/3`: `cpu_fwd` (float64 reference),
-//! `cuda_fwd` (our cuDNN graph on Candle's stream, feature `candle-cuda`) and `bwd` (made of
-//! these same ops, so gradients run through cuDNN's dgrad/wgrad/pooling-backward too).
+//! `cuda_fwd` (our cuDNN graph or engine kernel on Candle's stream, feature `candle-cuda`) and
+//! `bwd` (made of these same ops, so gradients run through cuDNN's dgrad/wgrad/pooling-backward
+//! too, or one fused engine backward: batch norm, layer/RMS norm, attention).
+//!
+//! A Candle op returns one tensor, but a fused backward pass computes several gradients in one
+//! call (batch norm: dx, dweight and dbias from one pass over the data). Those `bwd`s call the
+//! engine op directly on the storages of their operands and wrap each gradient buffer it wrote
+//! as a tensor (`Tensor::from_storage`), so one backward costs the engine's launches and nothing
+//! more. What the forward pass saves for it (statistics) is kept in the op value, which Candle's
+//! graph holds until the backward pass.
 //! The free functions ([`conv`], [`matmul`], [`pool`], ...) validate the arguments, pick
 //! the memory format, make a single copy of inputs whose layout cuDNN cannot take, apply
 //! the op with autograd tracking and return logically-shaped (NCHW) tensors.
 
 mod act;
+mod attention;
+mod batch_norm;
 mod conv;
 mod matmul;
+mod norm;
 mod pool;
-mod transformer;
 
+pub(crate) use attention::{causal_bias, check_causal, sdpa_fusable};
+pub use attention::{sdpa, Sdpa};
+pub use batch_norm::{batch_norm_train, BatchNormTrain};
 pub use conv::{
     conv, conv_backward_data, conv_backward_filter, conv_bias_act, conv_transpose, Conv, ConvBackwardData,
     ConvBackwardFilter, ConvBiasAct,
 };
 pub use matmul::{matmul, matmul_bias_act, Matmul, MatmulBiasAct};
+pub use norm::{norm, Norm};
 pub use pool::{pool, pool_backward, Pool, PoolBackwardAvg, PoolBackwardMax};
-pub(crate) use transformer::{causal_bias, check_causal, sdpa_fusable};
-pub use transformer::{norm, sdpa, Norm, Sdpa};
 
 use candle_core::{Layout, Result, Tensor};
 
