@@ -370,15 +370,25 @@ pub fn wait_for_builds() {
     }
 }
 
-/// Builds the kernel of `program` for the device of `stream` now (blocking).
-pub fn prepare(stream: &Arc<CudaStream>, program: &Program) -> Result<()> {
-    stream_function(stream, source_for(program)?, ENTRY).map(|_| ())
-}
-
 /// Runs `program`: `inputs` broadcast to the dims of the outputs, which all share those dims
-/// and must not overlap themselves; `scalars` are the program's scalar operands.
+/// and must not overlap themselves; `scalars` are the program's scalar operands. Builds its
+/// kernel first when needed (blocking).
 pub fn run(
     stream: &Arc<CudaStream>,
+    program: &Program,
+    inputs: &[TensorRef],
+    outputs: &[TensorRef],
+    scalars: &[f32],
+) -> Result<()> {
+    let f = stream_function(stream, source_for(program)?, ENTRY)?;
+    run_built(stream, &f, program, inputs, outputs, scalars)
+}
+
+/// [`run`] with the program's kernel `f` already in hand (from [`ready_or_queue`]), so a
+/// launch takes no lock and no program lookup.
+pub fn run_built(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
     program: &Program,
     inputs: &[TensorRef],
     outputs: &[TensorRef],
@@ -435,7 +445,6 @@ pub fn run(
     if n == 0 {
         return Ok(());
     }
-    let f = stream_function(stream, source_for(program)?, ENTRY)?;
     let (shape, strides) = coalesce(&out0.dims, &strides);
     let mut args = FusedArgs {
         ptr: [0; MAX_INPUTS + MAX_OUTPUTS],
@@ -452,7 +461,7 @@ pub fn run(
         args.ptr[MAX_INPUTS + j] = o.ptr;
     }
     args.s[..scalars.len()].copy_from_slice(scalars);
-    launch::fused(stream, &f, &args)
+    launch::fused(stream, f, &args)
 }
 
 #[cfg(test)]

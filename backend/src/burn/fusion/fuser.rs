@@ -377,6 +377,7 @@ impl ElementwiseFuser {
             dropped: self.dropped.clone(),
             scalars: self.scalars.clone(),
             operations: self.absorbed.clone(),
+            function: None,
         }
     }
 }

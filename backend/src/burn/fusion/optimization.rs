@@ -7,6 +7,7 @@ use burn_backend::DType;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_fusion::{NumOperations, Optimization};
 use burn_ir::{OperationIr, ScalarIr, TensorId};
+use cudarc::driver::CudaFunction;
 use serde::{Deserialize, Serialize};
 
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
@@ -43,6 +44,8 @@ pub struct ElementwiseOptimization {
     pub(crate) scalars: Vec<FusedScalar>,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
+    /// The program's kernel once built (an optimization lives on one device).
+    pub(crate) function: Option<CudaFunction>,
 }
 
 /// Every optimization of the backend's fusers.
@@ -128,7 +131,7 @@ fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
 impl ElementwiseOptimization {
     /// Runs the program; false (nothing consumed) when its kernel is still being built or
     /// cannot be built, so the caller runs the operations one by one instead.
-    fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> bool {
+    fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> bool {
         const OP: &str = "fused elementwise";
         let global = |id: &TensorId| {
             context
@@ -147,8 +150,12 @@ impl ElementwiseOptimization {
         };
         let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| read(context, &t.id)).collect();
         let stream = inputs[0].stream().clone();
-        match fused::ready_or_queue(&stream, &self.program) {
-            Ok(Some(_)) => {}
+        let ready = match &self.function {
+            Some(f) => Ok(Some(f.clone())),
+            None => fused::ready_or_queue(&stream, &self.program),
+        };
+        let function = match ready {
+            Ok(Some(f)) => self.function.insert(f).clone(),
             // Building in the background: unfused this time.
             Ok(None) => return false,
             Err(e) => {
@@ -158,7 +165,7 @@ impl ElementwiseOptimization {
                 }
                 return false;
             }
-        }
+        };
         for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
             if slot.last_use {
                 context.handles.remove_handle(ir.id);
@@ -196,7 +203,10 @@ impl ElementwiseOptimization {
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
         let out_refs: Vec<_> = outputs.iter().map(|t| t.tref()).collect();
-        expect(OP, fused::run(&stream, &self.program, &in_refs, &out_refs, &scalars));
+        expect(
+            OP,
+            fused::run_built(&stream, &function, &self.program, &in_refs, &out_refs, &scalars),
+        );
         drop(inputs);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
