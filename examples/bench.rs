@@ -18,6 +18,9 @@
 //! (host-side launch cost included, as in `torch.cuda.Event` timing). Inputs are random; when one
 //! set of buffers fits in L2, runs rotate over three sets so no run reads the previous run's data
 //! from L2. `bench/compare_torch.py --rust out.json` times the same cases with PyTorch.
+//!
+//! `BENCH_HOST_PROFILE=FILE` (built with `--features host-profile`) writes where the host time
+//! of the selected cases went (see `--host-profile` of the training examples).
 
 use std::error::Error as StdError;
 use std::hint::black_box;
@@ -1583,7 +1586,14 @@ fn main() {
         opts.runs
     );
     let t0 = Instant::now();
+    // `BENCH_HOST_PROFILE=FILE` (examples feature `host-profile`): where the host time of the
+    // selected cases goes.
+    let profile =
+        std::env::var_os("BENCH_HOST_PROFILE").map(|path| examples::host_profile::Session::start(path.as_ref()));
     let results: Vec<Case> = defs.iter().map(|d| run_case(&ctx, d)).collect();
+    if let Some(Err(e)) = profile.map(|p| p.and_then(|p| p.finish())) {
+        println!("host profile: {e}");
+    }
     print_table(&results);
     let st = plan::stats();
     println!(

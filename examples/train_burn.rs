@@ -9,7 +9,9 @@
 //! `--batch-size N`, `--dtype f32|f16|bf16`, `--benchmark` (cuDNN autotuning, like
 //! `torch.backends.cudnn.benchmark`), `--train N` / `--test N` (set sizes), `--out DIR`,
 //! `--stock` (Burn's own `BatchNorm` and `Adam` instead of this crate's fused drop-ins),
-//! `--fusion` (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers).
+//! `--fusion` (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers),
+//! `--host-profile FILE` (examples built with `--features host-profile`: where the host time
+//! of the last epoch's steps goes).
 //!
 //! By default the network uses `cudnn_backend::burn::nn::BatchNorm` (batch norm, residual
 //! add and ReLU in one fused pass, forward and backward) and `FusedAdamConfig` (one launch
@@ -164,6 +166,7 @@ struct Args {
     benchmark: bool,
     stock: bool,
     fusion: bool,
+    host_profile: Option<PathBuf>,
     train: usize,
     test: usize,
     out: PathBuf,
@@ -178,6 +181,7 @@ fn parse_args() -> Result<Args, String> {
         benchmark: false,
         stock: false,
         fusion: false,
+        host_profile: None,
         train: 10_000,
         test: 2_000,
         out: PathBuf::from("out/train_burn"),
@@ -196,11 +200,12 @@ fn parse_args() -> Result<Args, String> {
             "--benchmark" => a.benchmark = true,
             "--stock" => a.stock = true,
             "--fusion" => a.fusion = true,
+            "--host-profile" => a.host_profile = Some(PathBuf::from(value()?)),
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --stock --fusion --train N --test N --out DIR"
+                            --stock --fusion --host-profile FILE --train N --test N --out DIR"
                         .into(),
                 )
             }
@@ -282,6 +287,11 @@ where
         bar.set_message(format!("{epoch}/{}", args.epochs));
         let started = Instant::now();
         let launches_before = cudnn_backend::runtime::launch_counts();
+        // `--host-profile`: the last epoch's steps are sampled.
+        let profile = match &args.host_profile {
+            Some(path) if epoch == args.epochs => Some(examples::host_profile::Session::start(path)?),
+            _ => None,
+        };
         let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
         for step in 0..steps {
             let rows = step * args.batch..(step + 1) * args.batch;
@@ -296,11 +306,18 @@ where
                 // Time to the end of the first step (kernel compiles, cuDNN plans included).
                 B::sync(device).map_err(|e| e.to_string())?;
                 eprintln!("{}", examples::startup::report(*STARTED.get_or_init(Instant::now)));
+                // Lazy fusion builds each new fused kernel in the background and runs the ops
+                // unfused meanwhile; the first step saw every program of the network, so waiting
+                // here makes the later steps (the measured ones) run fused.
+                cudnn_backend::kernels::fused::wait_for_builds();
             }
             bar.inc(1);
         }
         let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
         B::sync(device).map_err(|e| e.to_string())?;
+        if let Some(profile) = profile {
+            profile.finish()?;
+        }
         let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
         launches_per_step = launches.total() as f64 / steps as f64;
         let seconds = started.elapsed().as_secs_f64();

@@ -12,7 +12,8 @@
 //! `--layers N`, `--seq N`, `--train N` / `--test N` (sequences), `--out DIR`, `--fusion`
 //! (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers), `--stock`
 //! (Burn's own `LayerNorm`, `MultiHeadAttention` and `Adam` instead of this crate's
-//! drop-ins). Dropout is 0, as in the PyTorch reference of `bench/train_torch.py`.
+//! drop-ins), `--host-profile FILE` (examples built with `--features host-profile`: where the
+//! host time of the last epoch's steps goes). Dropout is 0, as in the PyTorch reference of `bench/train_torch.py`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -202,6 +203,7 @@ struct Args {
     seq: usize,
     stock: bool,
     fusion: bool,
+    host_profile: Option<PathBuf>,
     train: usize,
     test: usize,
     lr: f64,
@@ -218,6 +220,7 @@ fn parse_args() -> Result<Args, String> {
         seq: 256,
         stock: false,
         fusion: false,
+        host_profile: None,
         train: 2048,
         test: 512,
         lr: 3e-4,
@@ -239,11 +242,12 @@ fn parse_args() -> Result<Args, String> {
             "--out" => a.out = PathBuf::from(value()?),
             "--stock" => a.stock = true,
             "--fusion" => a.fusion = true,
+            "--host-profile" => a.host_profile = Some(PathBuf::from(value()?)),
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --layers N \
-                            --seq N --train N --test N --lr X --stock --fusion --out DIR"
+                            --seq N --train N --test N --lr X --stock --fusion --host-profile FILE --out DIR"
                         .into(),
                 )
             }
@@ -329,6 +333,11 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         bar.set_message(format!("{epoch}/{}", args.epochs));
         let t0 = Instant::now();
         let before = cudnn_backend::runtime::launch_counts();
+        // `--host-profile`: the last epoch's steps are sampled.
+        let profile = match &args.host_profile {
+            Some(path) if epoch == args.epochs => Some(examples::host_profile::Session::start(path)?),
+            _ => None,
+        };
         let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
         for step in 0..steps {
             let rows = step * args.batch..(step + 1) * args.batch;
@@ -341,11 +350,18 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
             if epoch == 1 && step == 0 {
                 B::sync(device).map_err(|e| e.to_string())?;
                 eprintln!("{}", examples::startup::report(*STARTED.get_or_init(Instant::now)));
+                // Lazy fusion builds each new fused kernel in the background and runs the ops
+                // unfused meanwhile; the first step saw every program of the network, so waiting
+                // here makes the later steps (the measured ones) run fused.
+                cudnn_backend::kernels::fused::wait_for_builds();
             }
             bar.inc(1);
         }
         let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
         B::sync(device).map_err(|e| e.to_string())?;
+        if let Some(profile) = profile {
+            profile.finish()?;
+        }
         rate = (steps * args.batch) as f64 / t0.elapsed().as_secs_f64();
         launches_per_step = cudnn_backend::runtime::launch_counts().since(&before).total() as f64 / steps as f64;
         let accuracy = evaluate(&model.valid(), &test_set, args, device);

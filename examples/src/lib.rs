@@ -140,3 +140,196 @@ pub mod cli {
         gpu
     }
 }
+
+/// `--host-profile FILE`: where the host (CPU) time of the timed training steps goes, from a
+/// sampling profiler (feature `host-profile`), written as text tables of the hottest functions.
+pub mod host_profile {
+    /// A running profile; [`Session::finish`] writes the tables.
+    pub struct Session {
+        #[cfg(feature = "host-profile")]
+        guard: pprof::ProfilerGuard<'static>,
+        path: std::path::PathBuf,
+    }
+
+    /// Samples per second of CPU time.
+    #[cfg(feature = "host-profile")]
+    const FREQUENCY: i32 = 2000;
+
+    impl Session {
+        /// Starts sampling every thread of the process.
+        #[cfg(feature = "host-profile")]
+        pub fn start(path: &std::path::Path) -> Result<Self, String> {
+            // Samples that land in these libraries are dropped (unwinding from some of them is
+            // unreliable); `HOST_PROFILE_BLOCKLIST=vdso` also keeps the samples taken inside
+            // libc, such as driver system calls.
+            let blocklist =
+                std::env::var("HOST_PROFILE_BLOCKLIST").unwrap_or_else(|_| "libc,libgcc,pthread,vdso".into());
+            let blocklist: Vec<&str> = blocklist.split(',').filter(|s| !s.is_empty()).collect();
+            let guard = pprof::ProfilerGuardBuilder::default()
+                .frequency(FREQUENCY)
+                .blocklist(&blocklist)
+                .build()
+                .map_err(|e| format!("--host-profile: {e}"))?;
+            Ok(Self {
+                guard,
+                path: path.to_owned(),
+            })
+        }
+
+        /// Without the `host-profile` feature there is no profiler to start.
+        #[cfg(not(feature = "host-profile"))]
+        pub fn start(path: &std::path::Path) -> Result<Self, String> {
+            let _ = path;
+            Err("--host-profile needs the examples built with `--features host-profile`".into())
+        }
+
+        /// Stops sampling and writes the tables to the file given to [`Session::start`].
+        pub fn finish(self) -> Result<(), String> {
+            let text = self.tables()?;
+            std::fs::write(&self.path, text).map_err(|e| format!("{}: {e}", self.path.display()))
+        }
+
+        #[cfg(not(feature = "host-profile"))]
+        fn tables(&self) -> Result<String, String> {
+            Err("--host-profile needs the `host-profile` feature".into())
+        }
+
+        #[cfg(feature = "host-profile")]
+        fn tables(&self) -> Result<String, String> {
+            let report = self
+                .guard
+                .report()
+                .build()
+                .map_err(|e| format!("--host-profile: {e}"))?;
+            let stacks = report.data.iter().map(|(frames, &count)| {
+                let names = frames.frames.iter().flatten().map(|s| short_name(&s.name())).collect();
+                (frames.thread_name.clone(), names, count.max(0) as u64)
+            });
+            Ok(summarize(stacks))
+        }
+    }
+
+    /// A demangled symbol without its trailing `::h<hash>`.
+    pub fn short_name(name: &str) -> String {
+        match name.rfind("::h") {
+            Some(i) if name.len() - i == 19 && name[i + 3..].bytes().all(|b| b.is_ascii_hexdigit()) => {
+                name[..i].to_owned()
+            }
+            _ => name.to_owned(),
+        }
+    }
+
+    /// The crate a symbol belongs to (`<impl X for Y>` paths count as Y's crate).
+    pub fn crate_of(name: &str) -> &str {
+        let trimmed = name
+            .trim_start_matches(['<', '&', '*'])
+            .trim_start_matches("mut ")
+            .trim_start_matches("dyn ");
+        let end = trimmed.find("::").unwrap_or(trimmed.len());
+        let head = &trimmed[..end];
+        if head.is_empty() || head.contains(' ') {
+            "?"
+        } else {
+            head
+        }
+    }
+
+    /// Crates whose frames are attributed to the nearest caller outside them.
+    const LIBRARY_CRATES: &[&str] = &[
+        "core",
+        "alloc",
+        "std",
+        "hashbrown",
+        "Unknown",
+        "?",
+        "__rust_alloc",
+        "malloc",
+    ];
+
+    /// Text tables from `(thread, leaf-first frame names, samples)`: samples per thread, per
+    /// responsible crate (the first frame outside the standard library), and the functions with
+    /// the most self and inclusive samples.
+    pub fn summarize(stacks: impl Iterator<Item = (String, Vec<String>, u64)>) -> String {
+        use std::collections::{BTreeMap, HashMap, HashSet};
+        let mut threads: BTreeMap<String, u64> = BTreeMap::new();
+        let mut crates: HashMap<String, u64> = HashMap::new();
+        let mut leaf: HashMap<String, u64> = HashMap::new();
+        let mut inclusive: HashMap<String, u64> = HashMap::new();
+        let mut total = 0;
+        for (thread, names, count) in stacks {
+            total += count;
+            *threads.entry(thread).or_default() += count;
+            let owner = names
+                .iter()
+                .map(|n| crate_of(n))
+                .find(|c| !LIBRARY_CRATES.contains(c))
+                .unwrap_or("(library only)");
+            *crates.entry(owner.to_owned()).or_default() += count;
+            if let Some(first) = names.first() {
+                *leaf.entry(first.clone()).or_default() += count;
+            }
+            let unique: HashSet<&String> = names.iter().collect();
+            for n in unique {
+                *inclusive.entry(n.clone()).or_default() += count;
+            }
+        }
+        let mut out = format!("host profile: {total} samples\n");
+        let pct = |c: u64| 100.0 * c as f64 / total.max(1) as f64;
+        let mut table = |title: &str, rows: Vec<(String, u64)>, limit: usize| {
+            out.push_str(&format!("\n## {title}\n"));
+            for (name, c) in rows.into_iter().take(limit) {
+                let name: String = name.chars().take(220).collect();
+                out.push_str(&format!("{:6.2}% {c:7} {name}\n", pct(c)));
+            }
+        };
+        let sorted = |m: HashMap<String, u64>| {
+            let mut v: Vec<_> = m.into_iter().collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            v
+        };
+        table("threads", threads.into_iter().collect(), 40);
+        table(
+            "responsible crate (first frame outside core/alloc/std)",
+            sorted(crates),
+            40,
+        );
+        table("self (leaf function)", sorted(leaf), 60);
+        table("inclusive (function anywhere on the stack)", sorted(inclusive), 150);
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn names_lose_their_hash_and_find_their_crate() {
+            assert_eq!(
+                short_name("burn_fusion::stream::Foo::bar::h0123456789abcdef"),
+                "burn_fusion::stream::Foo::bar"
+            );
+            assert_eq!(short_name("a::h12"), "a::h12");
+            assert_eq!(
+                crate_of("<cudnn_backend::burn::Cudnn as burn_backend::Backend>::sync"),
+                "cudnn_backend"
+            );
+            assert_eq!(crate_of("Unknown"), "Unknown");
+        }
+
+        #[test]
+        fn summary_attributes_library_frames_to_their_caller() {
+            let stacks = vec![
+                (
+                    "main".to_owned(),
+                    vec!["alloc::alloc::alloc".into(), "burn_autodiff::graph::x".into()],
+                    3,
+                ),
+                ("main".to_owned(), vec!["cudarc::driver::launch".into()], 1),
+            ];
+            let text = summarize(stacks.into_iter());
+            assert!(text.contains("host profile: 4 samples"));
+            assert!(text.contains(" 75.00%       3 burn_autodiff\n"), "{text}");
+            assert!(text.contains(" 25.00%       1 cudarc\n"), "{text}");
+        }
+    }
+}

@@ -64,9 +64,16 @@ fn gpu() -> CudnnDevice {
     CudnnDevice::default()
 }
 
+/// Launch counts are process-wide: the tests that compare them run one at a time.
+fn counting_launches() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_fused_elementwise_chain_matches_float64_in_few_launches() {
+    let _serial = counting_launches();
     let mut rng = Rng::new(0xf05e);
     let dims = [64, 257];
     let n = dims[0] * dims[1];
@@ -222,6 +229,7 @@ fn rel_l2(got: &TensorData, want: &TensorData) -> f64 {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn burn_adam_training_under_fusion_matches_the_unfused_backend() {
+    let _serial = counting_launches();
     let (want, _) = train::<Autodiff<F64>>(5);
     let (plain, plain_launches) = train::<Autodiff<Cudnn>>(5);
     let (fused, fused_launches) = train::<Autodiff<CudnnFusion>>(5);

@@ -3,7 +3,8 @@
 //! newer than any bindings are reported rather than misread.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -56,6 +57,79 @@ macro_rules! sym {
             Err(_) => return Err($name),
         }
     }};
+}
+
+/// Compiles in flight, and whether the process has begun to exit (then no compile starts).
+static COMPILES: Mutex<(usize, bool)> = Mutex::new((0, false));
+static COMPILE_DONE: Condvar = Condvar::new();
+/// The longest the exit hook waits for compiles in flight.
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+extern "C" {
+    /// C's `atexit` (libc).
+    fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+}
+
+/// Runs at process exit, before libnvrtc's own teardown: background kernel builds may still
+/// be compiling, and NVRTC torn down under a compile crashes the process. Stops new compiles
+/// and waits for those in flight. Exit handlers run in reverse order of registration, and
+/// NVRTC registers the destructors of its lazily built state during its first compile, so
+/// the hook is registered once a compile has returned.
+extern "C" fn wait_for_compiles_at_exit() {
+    // Nothing may unwind out of a C callback.
+    let _ = std::panic::catch_unwind(|| {
+        let deadline = Instant::now() + EXIT_WAIT;
+        let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 = true;
+        while state.0 > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = COMPILE_DONE
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    });
+}
+
+/// One compile in flight (counted for the exit hook) while it lives.
+struct CompileSlot;
+
+impl CompileSlot {
+    fn enter(label: &'static str) -> Result<Self> {
+        let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
+        if state.1 {
+            return Err(Error::Cuda {
+                op: "compiling a kernel",
+                message: format!("{label}: the process is exiting"),
+            });
+        }
+        state.0 += 1;
+        Ok(Self)
+    }
+}
+
+/// Registers [`wait_for_compiles_at_exit`] once (after the first compile returned).
+fn register_exit_hook() {
+    static REGISTERED: OnceLock<()> = OnceLock::new();
+    REGISTERED.get_or_init(|| {
+        // SAFETY: `atexit` stores a pointer to a plain `extern "C"` function that lives for the
+        // whole process and catches every panic.
+        if unsafe { atexit(wait_for_compiles_at_exit) } != 0 {
+            tracing::debug!("could not register the NVRTC exit hook; a build in flight at exit may crash");
+        }
+    });
+}
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        register_exit_hook();
+        let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 -= 1;
+        COMPILE_DONE.notify_all();
+    }
 }
 
 fn load(name: &str) -> std::result::Result<NvrtcApi, &'static str> {
@@ -211,6 +285,7 @@ pub(crate) fn compile(
     output: Output,
 ) -> Result<Compiled> {
     let api = api()?;
+    let _slot = CompileSlot::enter(label)?;
     let c_src = cstring(src, "the source", label)?;
     let c_name = cstring(label, "the program name", label)?;
     let c_exprs = name_expressions

@@ -19,6 +19,8 @@ use crate::graph::lower::LoweredGraph;
 const NOTE_TENSOR_CORE: u32 = 0;
 const NOTE_DOWN_CONVERT_INPUTS: u32 = 1;
 const NOTE_NONDETERMINISTIC: u32 = 4;
+/// `CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION`.
+const NOTE_RUNTIME_COMPILATION: u32 = 0;
 const MAX_NOTES: usize = 16;
 const MAX_KNOBS: usize = 32;
 
@@ -28,6 +30,8 @@ pub(crate) struct Candidate {
     pub(crate) engine_id: i64,
     pub(crate) knobs: Vec<(i64, i64)>,
     pub(crate) numerical_notes: Vec<u32>,
+    /// cuDNN compiles this engine's kernel when the plan is built (milliseconds per shape).
+    pub(crate) runtime_compiled: bool,
 }
 
 /// A built execution plan and what it needs at run time.
@@ -56,16 +60,22 @@ struct CachedPack {
 /// Identical consecutive calls after which an execution is captured into a CUDA graph.
 pub(crate) const REPLAY_AFTER: u32 = 2;
 
-fn heuristic_results(graph: &LoweredGraph, mode: u32) -> Result<Vec<Descriptor>> {
+/// The finalized heuristics query of `graph` in `mode` and how many configs it offers.
+fn heuristic_query(graph: &LoweredGraph, mode: u32) -> Result<(Descriptor, usize)> {
     let mut h = Descriptor::new(K::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
     h.set_desc(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &graph.op_graph)?;
     h.set_enum(A::CUDNN_ATTR_ENGINEHEUR_MODE, T::CUDNN_TYPE_HEUR_MODE, mode)?;
     h.finalize()?;
     let n = h.count(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR)?;
-    h.get_descs(
+    Ok((h, n))
+}
+
+/// The first `count` engine configs of a finalized heuristics query, best first.
+fn heuristic_configs(query: &Descriptor, count: usize) -> Result<Vec<Descriptor>> {
+    query.get_descs(
         A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
         K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
-        n,
+        count,
     )
 }
 
@@ -83,10 +93,21 @@ fn read_candidate(cfg: Descriptor) -> Result<Candidate> {
         T::CUDNN_TYPE_NUMERICAL_NOTE,
         MAX_NOTES,
     )?;
+    // Older cuDNN versions may not report behavior notes: then nothing is known compiled.
+    let runtime_compiled = engine
+        .get_enums(
+            A::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+            T::CUDNN_TYPE_BEHAVIOR_NOTE,
+            MAX_NOTES,
+        )
+        .is_ok_and(|notes| notes.contains(&NOTE_RUNTIME_COMPILATION));
+    let knob_count = cfg
+        .count(A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, T::CUDNN_TYPE_BACKEND_DESCRIPTOR)?
+        .min(MAX_KNOBS);
     let knob_descs = cfg.get_descs(
         A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
         K::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR,
-        MAX_KNOBS,
+        knob_count,
     )?;
     let mut knobs = Vec::with_capacity(knob_descs.len());
     for k in &knob_descs {
@@ -101,68 +122,161 @@ fn read_candidate(cfg: Descriptor) -> Result<Candidate> {
         engine_id,
         knobs,
         numerical_notes,
+        runtime_compiled,
     })
 }
 
-/// Engine configs for `graph`, best first: the policy's heuristic, then the fallback list,
-/// deduplicated and filtered by the policy's numerical-note rules. `exclude_tf32` drops
-/// engines noted as using tensor cores on f32 data (meaningful for convolutions; cuDNN's
-/// matmul engines expose no non-TF32 f32 path through notes).
-pub(crate) fn candidates(
-    graph: &LoweredGraph,
-    policy: &EnginePolicy,
+/// Configs read from a heuristics query before the rest are asked for: a plan usually
+/// builds from the first, and cuDNN checks each config it returns for support (for matmuls
+/// that check dominates a new shape's host time), so the first is asked for alone.
+const FIRST_CONFIGS: usize = 1;
+
+/// With [`Candidates::prefer_precompiled`], how many configs are read looking for a
+/// precompiled engine before the runtime-compiled ones passed over are offered.
+const PRECOMPILED_SEARCH: usize = 8;
+
+/// Engine configs for `graph`, best first, read lazily: the policy's heuristic, then (only
+/// when those run out) the fallback list, deduplicated and filtered by the policy's
+/// numerical-note rules. `exclude_tf32` drops engines noted as using tensor cores on f32
+/// data (meaningful for convolutions; cuDNN's matmul engines expose no non-TF32 f32 path
+/// through notes).
+pub(crate) struct Candidates<'a> {
+    graph: &'a LoweredGraph,
+    policy: &'a EnginePolicy,
     exclude_tf32: bool,
-) -> Result<(Vec<Candidate>, Vec<String>)> {
-    let first = match policy.heuristic {
-        HeuristicMode::A => 3,
-        HeuristicMode::B => 1,
-    };
-    let mut rejected = Vec::new();
-    let mut out: Vec<Candidate> = Vec::new();
-    let mut last_err = None;
-    for mode in [first, 2 /* fallback */] {
-        let cfgs = match heuristic_results(graph, mode) {
-            Ok(c) => c,
-            Err(e) => {
-                last_err = Some(e);
-                continue;
-            }
+    /// Heuristic modes still to query.
+    modes: std::vec::IntoIter<u32>,
+    /// The current mode's query, its config count, and how many configs were fetched.
+    query: Option<(Descriptor, usize, usize)>,
+    pending: std::collections::VecDeque<Descriptor>,
+    seen: Vec<(i64, Vec<(i64, i64)>)>,
+    /// Offer precompiled engines before runtime-compiled ones among the first
+    /// [`PRECOMPILED_SEARCH`] configs.
+    prefer_precompiled: bool,
+    /// Runtime-compiled candidates held back by `prefer_precompiled`.
+    deferred: std::collections::VecDeque<Candidate>,
+    /// Configs read so far.
+    examined: usize,
+    /// Why configs were passed over.
+    pub(crate) rejected: Vec<String>,
+    /// The last heuristics query that failed.
+    pub(crate) query_error: Option<Error>,
+}
+
+impl<'a> Candidates<'a> {
+    /// Candidates of `graph` under `policy` (nothing is queried until the first `next`).
+    pub(crate) fn new(graph: &'a LoweredGraph, policy: &'a EnginePolicy, exclude_tf32: bool) -> Self {
+        let first = match policy.heuristic {
+            HeuristicMode::A => 3,
+            HeuristicMode::B => 1,
         };
-        for cfg in cfgs {
+        Self {
+            graph,
+            policy,
+            exclude_tf32,
+            modes: vec![first, 2 /* fallback */].into_iter(),
+            query: None,
+            pending: Default::default(),
+            seen: Vec::new(),
+            prefer_precompiled: false,
+            deferred: Default::default(),
+            examined: 0,
+            rejected: Vec::new(),
+            query_error: None,
+        }
+    }
+
+    /// Offers engines that need no runtime compilation first when one is among the first
+    /// few configs: a new shape then costs no kernel compile (for plain matmuls, where
+    /// cuDNN's precompiled engines are as fast).
+    pub(crate) fn prefer_precompiled(mut self, yes: bool) -> Self {
+        self.prefer_precompiled = yes;
+        self
+    }
+
+    /// The next unread engine config, querying and fetching as needed.
+    fn next_config(&mut self) -> Option<Descriptor> {
+        loop {
+            if let Some(cfg) = self.pending.pop_front() {
+                return Some(cfg);
+            }
+            if let Some((query, total, fetched)) = &mut self.query {
+                if *fetched < *total {
+                    // One config, then a few, then all: each one fetched costs a support check.
+                    let want = match *fetched {
+                        0 => FIRST_CONFIGS,
+                        f if f < PRECOMPILED_SEARCH => PRECOMPILED_SEARCH,
+                        _ => *total,
+                    }
+                    .min(*total);
+                    match heuristic_configs(query, want) {
+                        Ok(cfgs) => {
+                            self.pending.extend(cfgs.into_iter().skip(*fetched));
+                            *fetched = want;
+                            continue;
+                        }
+                        Err(e) => self.query_error = Some(e),
+                    }
+                }
+                self.query = None;
+            }
+            let mode = self.modes.next()?;
+            match heuristic_query(self.graph, mode) {
+                Ok((query, total)) => self.query = Some((query, total, 0)),
+                Err(e) => self.query_error = Some(e),
+            }
+        }
+    }
+}
+
+impl Iterator for Candidates<'_> {
+    type Item = Candidate;
+
+    fn next(&mut self) -> Option<Candidate> {
+        loop {
+            if self.examined >= PRECOMPILED_SEARCH {
+                if let Some(c) = self.deferred.pop_front() {
+                    return Some(c);
+                }
+            }
+            let Some(cfg) = self.next_config() else {
+                return self.deferred.pop_front();
+            };
+            self.examined += 1;
             let c = match read_candidate(cfg) {
                 Ok(c) => c,
                 Err(e) => {
-                    rejected.push(format!("unreadable config: {e}"));
+                    self.rejected.push(format!("unreadable config: {e}"));
                     continue;
                 }
             };
-            if out.iter().any(|o| o.engine_id == c.engine_id && o.knobs == c.knobs) {
+            if self
+                .seen
+                .iter()
+                .any(|(id, knobs)| *id == c.engine_id && *knobs == c.knobs)
+            {
                 continue;
             }
+            self.seen.push((c.engine_id, c.knobs.clone()));
             let has = |n: u32| c.numerical_notes.contains(&n);
-            let reason = if policy.deterministic && has(NOTE_NONDETERMINISTIC) {
+            let reason = if self.policy.deterministic && has(NOTE_NONDETERMINISTIC) {
                 Some("nondeterministic")
-            } else if policy.forbid_down_convert && has(NOTE_DOWN_CONVERT_INPUTS) {
+            } else if self.policy.forbid_down_convert && has(NOTE_DOWN_CONVERT_INPUTS) {
                 Some("down-converts inputs")
-            } else if exclude_tf32 && has(NOTE_TENSOR_CORE) {
+            } else if self.exclude_tf32 && has(NOTE_TENSOR_CORE) {
                 Some("TF32 tensor cores on f32 data")
             } else {
                 None
             };
             match reason {
-                Some(r) => rejected.push(format!("engine {}: {r}", c.engine_id)),
-                None => out.push(c),
+                Some(r) => self.rejected.push(format!("engine {}: {r}", c.engine_id)),
+                None if self.prefer_precompiled && c.runtime_compiled && self.examined <= PRECOMPILED_SEARCH => {
+                    self.deferred.push_back(c)
+                }
+                None => return Some(c),
             }
         }
     }
-    if out.is_empty() {
-        if let Some(e) = last_err {
-            if rejected.is_empty() {
-                return Err(e);
-            }
-        }
-    }
-    Ok((out, rejected))
 }
 
 /// Builds (finalizes) an execution plan for one engine config.

@@ -373,23 +373,27 @@ pub(crate) fn select_plan(
         .iter()
         .any(|n| matches!(n.op, Op::ConvFprop { .. } | Op::ConvDgrad { .. } | Op::ConvWgrad { .. }));
     let exclude_tf32 = !policy.allow_tf32 && io_dtype(graph) == DataType::F32 && has_conv;
-    let (cands, mut notes) = engine::candidates(&lowered, policy, exclude_tf32).map_err(|e| Error::Unsupported {
-        graph: graph.describe(),
-        reason: format!("heuristics failed: {e}"),
-    })?;
+    // A plain matmul takes a precompiled engine when heuristics offer one early, so a new
+    // shape costs no runtime kernel compile (autotuning still measures them all).
+    let plain_matmul = graph.nodes().len() == 1 && matches!(graph.nodes()[0].op, Op::Matmul { .. });
+    let mut cands =
+        engine::Candidates::new(&lowered, policy, exclude_tf32).prefer_precompiled(plain_matmul && !policy.benchmark);
     let want = if policy.benchmark {
         policy.autotune_top_k.max(1) as usize
     } else {
         1
     };
     let mut built: Vec<BuiltPlan> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut offered = false;
     // A build that failed for lack of memory may succeed later: such a failure is returned
     // as is (never remembered as "unsupported").
     let mut transient: Option<Error> = None;
     for Candidate {
         cfg, engine_id, knobs, ..
-    } in cands
+    } in cands.by_ref()
     {
+        offered = true;
         let choice = EngineChoice {
             engine_id,
             knobs,
@@ -414,6 +418,15 @@ pub(crate) fn select_plan(
             }
         }
     }
+    if !offered && cands.rejected.is_empty() {
+        if let Some(e) = cands.query_error.take() {
+            return Err(Error::Unsupported {
+                graph: graph.describe(),
+                reason: format!("heuristics failed: {e}"),
+            });
+        }
+    }
+    notes.append(&mut cands.rejected);
     if built.is_empty() {
         notes.truncate(12);
         if let Some(e) = transient {

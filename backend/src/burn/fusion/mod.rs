@@ -18,9 +18,11 @@
 //!   use is in the run lends its buffer to an output. A kernel that fails to build falls back
 //!   to the operations one by one, with a one-time warning.
 //!
-//! `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
+//! A background thread per device keeps burn-fusion's operation channel flowing
+//! ([`flusher`]; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
+mod flusher;
 mod fuser;
 mod optimization;
 
@@ -66,7 +68,8 @@ impl FusionRuntime for CudnnFusionRuntime {
     type FusionHandle = CudnnFusionHandle;
     type FusionDevice = CudnnDevice;
 
-    fn fusers(_device: CudnnDevice) -> Vec<Box<dyn OperationFuser<CudnnOptimization>>> {
+    fn fusers(device: CudnnDevice) -> Vec<Box<dyn OperationFuser<CudnnOptimization>>> {
+        flusher::ensure_started(&device);
         if fusers_enabled() {
             vec![Box::new(fuser::ElementwiseFuser::default())]
         } else {
