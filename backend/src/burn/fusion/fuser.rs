@@ -378,6 +378,7 @@ impl ElementwiseFuser {
             scalars: self.scalars.clone(),
             operations: self.absorbed.clone(),
             function: None,
+            unbuildable: false,
         }
     }
 }

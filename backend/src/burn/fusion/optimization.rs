@@ -46,6 +46,9 @@ pub struct ElementwiseOptimization {
     pub(crate) operations: Vec<OperationIr>,
     /// The program's kernel once built (an optimization lives on one device).
     pub(crate) function: Option<CudaFunction>,
+    /// The kernel failed to build: every execution runs the operations one by one, without
+    /// asking the builder again.
+    pub(crate) unbuildable: bool,
 }
 
 /// Every optimization of the backend's fusers.
@@ -133,6 +136,9 @@ impl ElementwiseOptimization {
     /// cannot be built, so the caller runs the operations one by one instead.
     fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> bool {
         const OP: &str = "fused elementwise";
+        if self.unbuildable {
+            return false;
+        }
         let global = |id: &TensorId| {
             context
                 .tensors
@@ -159,6 +165,7 @@ impl ElementwiseOptimization {
             // Building in the background: unfused this time.
             Ok(None) => return false,
             Err(e) => {
+                self.unbuildable = true;
                 static WARNED: AtomicBool = AtomicBool::new(false);
                 if !WARNED.swap(true, Ordering::Relaxed) {
                     tracing::warn!(reason = %e, "cudnn-backend: a fused elementwise kernel could not be built; running its operations one by one (warned once)");
