@@ -12,6 +12,16 @@
 //
 // Accumulators: f32/f16/bf16 in float, f64 in double, integers and bool in i64 (sums and
 // products wrap, stored truncated to the output type). Max/Min propagate NaN.
+//
+// Two more reduction paths, picked by the host planner (reduce.rs):
+// * split rows (few long rows): `reduce_split_*` reduces chunk c of row o with one block and
+//   writes the partial to an accumulator-typed scratch buffer at [c * n_out + o];
+//   `reduce_finish_*` combines the partials of each row in a fixed order and stores.
+// * columns (reduced axis not innermost): `reduce_cols_*` maps consecutive threads to
+//   consecutive outputs, so a warp reads contiguous memory; long axes are split across
+//   blockIdx.y into the same scratch layout, then `reduce_finish_*`.
+// Mean partials are plain sums (the finish divides by the full length); any/all partials are
+// 0/1. Every order depends only on the plan (shapes and strides), never on timing.
 
 #define RED_THREADS 256
 
@@ -113,6 +123,42 @@ template <typename A> __device__ __forceinline__ A red_combine(int op, A a, A b)
 
 // ---- reductions ---------------------------------------------------------------------------
 
+// Stores a finished accumulator at out[oo]: 0/1 bytes for any/all, the mean divided by
+// `mean_len`, everything else converted to the output type `T`.
+template <typename T, typename A>
+__device__ __forceinline__ void red_store(void* out, i64 oo, int op, A acc, i64 mean_len) {
+    if (op == OP_ANY || op == OP_ALL) {
+        ((u8*)out)[oo] = acc != (A)0 ? 1 : 0;
+    } else {
+        if (op == OP_MEAN) acc = acc / (A)mean_len;
+        st_acc((T*)out, oo, acc);
+    }
+}
+
+// Whether row o's element k sits at offset_of(l, o * len) + k * row_step(l): true when the
+// layout's last dim holds whole rows (its extent is a multiple of len), which is always the
+// case for `reduce` (the axis is the last dim before merging) and for a packed `reduce_all`.
+__device__ __forceinline__ bool rows_are_linear(const Layout& l, i64 len) {
+    return len > 0 && (l.rank == 0 || l.shape[l.rank - 1] % len == 0);
+}
+__device__ __forceinline__ i64 row_step(const Layout& l) { return l.rank == 0 ? 0 : l.strides[l.rank - 1]; }
+
+// Folds elements [k0, k1) of row o, lane-strided from k0 + lane by `step_k`, into `acc`.
+template <typename T, typename A>
+__device__ __forceinline__ A red_row_range(const T* __restrict__ x, const Layout& xl, bool linear, i64 o, i64 len,
+                                           i64 k0, i64 k1, int step_k, int op, A acc) {
+    if (linear) {
+        const T* p = x + offset_of(xl, o * len);
+        const i64 s = row_step(xl);
+#pragma unroll 8
+        for (i64 k = k0; k < k1; k += step_k) acc = red_combine<A>(op, acc, red_lift<A>(op, ld_acc(p, k * s)));
+    } else {
+        for (i64 k = k0; k < k1; k += step_k)
+            acc = red_combine<A>(op, acc, red_lift<A>(op, ld_acc(x, offset_of(xl, o * len + k))));
+    }
+    return acc;
+}
+
 // The largest accumulator/pair is 16 bytes; one slot per thread.
 template <typename T, typename A>
 __device__ void reduce_impl(const T* __restrict__ x, Layout xl, void* __restrict__ out, Layout ol,
@@ -122,15 +168,11 @@ __device__ void reduce_impl(const T* __restrict__ x, Layout xl, void* __restrict
     const int lane = tid % group;
     const int slot = tid / group;
     const i64 per_block = blockDim.x / group;
+    const bool linear = rows_are_linear(xl, len);
     for (i64 base = blockIdx.x * per_block; base < n_out; base += (i64)gridDim.x * per_block) {
         const i64 o = base + slot;
         A acc = red_identity<A>(op);
-        if (o < n_out) {
-            for (i64 k = lane; k < len; k += group) {
-                A v = red_lift<A>(op, ld_acc(x, offset_of(xl, o * len + k)));
-                acc = red_combine<A>(op, acc, v);
-            }
-        }
+        if (o < n_out) acc = red_row_range<T, A>(x, xl, linear, o, len, lane, len, group, op, acc);
         if (group > 1) {
             sh[tid] = acc;
             __syncthreads();
@@ -141,15 +183,85 @@ __device__ void reduce_impl(const T* __restrict__ x, Layout xl, void* __restrict
             acc = sh[tid];
             __syncthreads();
         }
-        if (lane == 0 && o < n_out) {
-            const i64 oo = offset_of(ol, o);
-            if (op == OP_ANY || op == OP_ALL) {
-                ((u8*)out)[oo] = acc != (A)0 ? 1 : 0;
+        if (lane == 0 && o < n_out) red_store<T, A>(out, offset_of(ol, o), op, acc, len);
+    }
+}
+
+// Split rows, pass 1: block b (grid-stride) reduces chunk c = b % parts of row o = b / parts,
+// elements [c * chunk, min(len, (c + 1) * chunk)), thread t taking k = c * chunk + t,
+// + blockDim.x, ...; a fixed block tree combines them and thread 0 writes
+// partial[c * n_out + o] (not divided for mean; 0/1 for any/all).
+template <typename T, typename A>
+__device__ void reduce_split_impl(const T* __restrict__ x, Layout xl, A* __restrict__ partial, i64 n_out, i64 len,
+                                  i64 chunk, i64 parts, int op) {
+    __shared__ A sh[RED_THREADS];
+    const int tid = threadIdx.x;
+    const int nt = blockDim.x;
+    const bool linear = rows_are_linear(xl, len);
+    for (i64 b = blockIdx.x; b < n_out * parts; b += gridDim.x) {
+        const i64 o = b / parts;
+        const i64 c = b - o * parts;
+        const i64 k0 = c * chunk;
+        const i64 k1 = k0 + chunk < len ? k0 + chunk : len;
+        A acc = red_row_range<T, A>(x, xl, linear, o, len, k0 + tid, k1, nt, op, red_identity<A>(op));
+        sh[tid] = acc;
+        __syncthreads();
+        for (int s = nt >> 1; s > 0; s >>= 1) {
+            if (tid < s) sh[tid] = red_combine<A>(op, sh[tid], sh[tid + s]);
+            __syncthreads();
+        }
+        if (tid == 0) partial[c * n_out + o] = sh[0];
+        __syncthreads();
+    }
+}
+
+// Columns: the input is (outer, len, inner) with element strides (so, sl, 1), and output
+// o = i * inner + j reduces x[i * so + k * sl + j] over k. A block of blockDim.x = tx * ty
+// threads (tx a power of two <= 32) covers tx consecutive j of one i (tile blockIdx.x,
+// grid-stride) and the chunk [c * chunk, min(len, (c + 1) * chunk)) of k, c = blockIdx.y:
+// thread (lx, ly) = (tid % tx, tid / tx) takes k = c * chunk + ly, + ty, ...; a fixed tree over
+// ly combines them. Without `partial` (one chunk) the result is stored at offset_of(ol, o)
+// (mean divided by mean_len); with it, at partial[c * n_out + o], n_out = outer * inner.
+// `reduce_finish_*` is this kernel over the partials viewed as (1, parts, n_out).
+template <typename In, typename T, typename A>
+__device__ void reduce_cols_impl(const In* __restrict__ x, i64 outer, i64 len, i64 inner, i64 so, i64 sl,
+                                 void* __restrict__ out, Layout ol, A* __restrict__ partial, i64 chunk,
+                                 i64 mean_len, int op, int tx) {
+    __shared__ A sh[RED_THREADS];
+    const int tid = threadIdx.x;
+    const int lx = tid % tx;
+    const int ly = tid / tx;
+    const int ty = blockDim.x / tx;
+    const i64 tiles_per_outer = (inner + tx - 1) / tx;
+    const i64 n_tiles = outer * tiles_per_outer;
+    const i64 n_out = outer * inner;
+    const i64 c = blockIdx.y;
+    const i64 k0 = c * chunk;
+    const i64 k1 = k0 + chunk < len ? k0 + chunk : len;
+    for (i64 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        const i64 i = t / tiles_per_outer;
+        const i64 j = (t - i * tiles_per_outer) * tx + lx;
+        A acc = red_identity<A>(op);
+        if (j < inner) {
+            const In* p = x + i * so + j;
+#pragma unroll 8
+            for (i64 k = k0 + ly; k < k1; k += ty) acc = red_combine<A>(op, acc, red_lift<A>(op, ld_acc(p, k * sl)));
+        }
+        sh[tid] = acc;
+        __syncthreads();
+        for (int s = ty >> 1; s > 0; s >>= 1) {
+            if (ly < s) sh[tid] = red_combine<A>(op, sh[tid], sh[tid + s * tx]);
+            __syncthreads();
+        }
+        if (ly == 0 && j < inner) {
+            const i64 o = i * inner + j;
+            if (partial != nullptr) {
+                partial[c * n_out + o] = sh[tid];
             } else {
-                if (op == OP_MEAN) acc = acc / (A)len;
-                st_acc((T*)out, oo, acc);
+                red_store<T, A>(out, offset_of(ol, o), op, sh[tid], mean_len);
             }
         }
+        __syncthreads();
     }
 }
 
@@ -285,6 +397,21 @@ __device__ void scan_impl(const T* __restrict__ x, Layout xl, T* __restrict__ ou
         reduce_##NAME(const T* x, Layout xl, void* out, Layout ol, i64 n_out, i64 len, int op,       \
                       int group) {                                                                   \
         reduce_impl<T, A>(x, xl, out, ol, n_out, len, op, group);                                    \
+    }                                                                                                \
+    KERNEL void __launch_bounds__(RED_THREADS)                                                       \
+        reduce_split_##NAME(const T* x, Layout xl, A* partial, i64 n_out, i64 len, i64 chunk, i64 parts, \
+                            int op) {                                                                \
+        reduce_split_impl<T, A>(x, xl, partial, n_out, len, chunk, parts, op);                       \
+    }                                                                                                \
+    KERNEL void __launch_bounds__(RED_THREADS)                                                       \
+        reduce_cols_##NAME(const T* x, i64 outer, i64 len, i64 inner, i64 so, i64 sl, void* out,      \
+                           Layout ol, A* partial, i64 chunk, i64 mean_len, int op, int tx) {         \
+        reduce_cols_impl<T, T, A>(x, outer, len, inner, so, sl, out, ol, partial, chunk, mean_len, op, tx); \
+    }                                                                                                \
+    KERNEL void __launch_bounds__(RED_THREADS)                                                       \
+        reduce_finish_##NAME(const A* x, i64 outer, i64 len, i64 inner, i64 so, i64 sl, void* out,    \
+                             Layout ol, A* partial, i64 chunk, i64 mean_len, int op, int tx) {       \
+        reduce_cols_impl<A, T, A>(x, outer, len, inner, so, sl, out, ol, partial, chunk, mean_len, op, tx); \
     }                                                                                                \
     KERNEL void __launch_bounds__(RED_THREADS)                                                       \
         argreduce_##NAME(const T* x, Layout xl, i64* out, Layout ol, i64 n_out, i64 len, int op,     \

@@ -6,7 +6,9 @@
 //!   and share their records.
 //! - GPU (`--include-ignored`): a small residual CNN built on the fused modules under
 //!   `Autodiff<Cudnn>` gives the loss, gradients and running statistics of the same network on
-//!   `Autodiff<NdArray>`; fused Adam/AdamW steps on the GPU track Burn's on the CPU.
+//!   `Autodiff<NdArray>`; fused Adam/AdamW steps on the GPU track Burn's on the CPU; the
+//!   same under `Autodiff<CudnnFusion>`, where the fused ops are recorded as custom
+//!   operations (checked by launch counts: no more work than on `Autodiff<Cudnn>`).
 
 use burn::backend::Autodiff;
 use burn::module::{AutodiffModule, Module, Param, ParamId};
@@ -24,6 +26,23 @@ use integration_tests::burn_ref::{compare, Nd, Rng, Tol};
 
 /// The GPU backend under test.
 type Gpu = cudnn_backend::burn::Cudnn;
+/// The same behind burn-fusion's lazy queue.
+type GpuFusion = cudnn_backend::burn::CudnnFusion;
+
+/// GPU tests of this file run one at a time (launch counts are process-wide).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` and returns its result with the launches it enqueued (all synced by reading).
+/// Under fusion, run it once and `wait_for_builds` first: a new chain runs unfused while its
+/// kernel builds.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = cudnn_backend::runtime::launch_counts();
+    let out = f();
+    (out, cudnn_backend::runtime::launch_counts().since(&before).total())
+}
 
 fn uniform(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<f32> {
     (0..n).map(|_| (lo + (hi - lo) * rng.unit()) as f32).collect()
@@ -300,23 +319,39 @@ fn fused_adam_on_other_backends_is_burn_adam_with_its_record() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fused_modules_match_ndarray_gradients() {
+    let _serial = serial();
     let (want_loss, want) = block_step::<Autodiff<Nd>>(&Default::default());
-    let (got_loss, got) = block_step::<Autodiff<Gpu>>(&Default::default());
+    let ((got_loss, got), eager) = counted(|| block_step::<Autodiff<Gpu>>(&Default::default()));
     compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-4)).expect("loss");
     assert_close("fused batch norm block vs ndarray", &got, &want, Tol::Rel(1e-3));
+    // Under fusion: the same fused kernels as custom operations; Burn's composed batch norm
+    // (its reductions are not fused) would take more launches than the eager fused path.
+    let _ = block_step::<Autodiff<GpuFusion>>(&Default::default());
+    cudnn_backend::kernels::fused::wait_for_builds();
+    let ((got_loss, got), lazy) = counted(|| block_step::<Autodiff<GpuFusion>>(&Default::default()));
+    compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-4)).expect("loss under fusion");
+    assert_close(
+        "fused batch norm block under fusion vs ndarray",
+        &got,
+        &want,
+        Tol::Rel(1e-3),
+    );
+    assert!(
+        lazy <= eager,
+        "under fusion the block step took {lazy} launches, unfused {eager}: the fused batch norm was not recorded"
+    );
 }
 
 /// A run returning (GPU values, CPU reference values).
 type GpuCpuRun = dyn Fn() -> (Vec<TensorData>, Vec<TensorData>);
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn fused_adam_tracks_burn_adam() {
-    let cases: Vec<(&str, Box<GpuCpuRun>)> = vec![
+/// Fused Adam and AdamW (AMSGrad, weight decay) on GPU backend `G` against Burn's on the CPU.
+fn adam_cases<G: AutodiffBackend>() -> Vec<(&'static str, Box<GpuCpuRun>)> {
+    vec![
         (
             "adam",
             Box::new(|| {
-                let mut gpu = FusedAdamConfig::new().init::<Autodiff<Gpu>, Block<Autodiff<Gpu>>>();
+                let mut gpu = FusedAdamConfig::new().init::<G, Block<G>>();
                 assert!(gpu.is_fused());
                 let mut cpu = AdamConfig::new().init::<Autodiff<Nd>, Block<Autodiff<Nd>>>();
                 let (lg, mg) = optimize(&mut gpu, 4);
@@ -331,7 +366,8 @@ fn fused_adam_tracks_burn_adam() {
                 let mut gpu = FusedAdamWConfig::new()
                     .with_weight_decay(0.05)
                     .with_amsgrad(true)
-                    .init::<Autodiff<Gpu>, Block<Autodiff<Gpu>>>();
+                    .init::<G, Block<G>>();
+                assert!(gpu.is_fused());
                 let mut cpu = AdamWConfig::new()
                     .with_weight_decay(0.05)
                     .with_amsgrad(true)
@@ -342,8 +378,20 @@ fn fused_adam_tracks_burn_adam() {
                 ([lg, p(float_params(&mg))].concat(), [lc, p(float_params(&mc))].concat())
             }),
         ),
-    ];
-    for (name, run) in cases {
+    ]
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_adam_tracks_burn_adam() {
+    let _serial = serial();
+    let cases = adam_cases::<Autodiff<Gpu>>()
+        .into_iter()
+        .map(|(n, r)| (n.to_string(), r));
+    let lazy = adam_cases::<Autodiff<GpuFusion>>()
+        .into_iter()
+        .map(|(n, r)| (format!("{n} under fusion"), r));
+    for (name, run) in cases.chain(lazy) {
         let (got, want) = run();
         let named = |v: Vec<TensorData>| {
             v.into_iter()
@@ -511,14 +559,29 @@ fn norm_and_attention_drop_ins_match_burn_nn_on_ndarray() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn norm_and_attention_drop_ins_match_ndarray_gradients() {
+    let _serial = serial();
     let (want_loss, want) = tblock_grads::<Autodiff<Nd>>(&Default::default());
-    let (got_loss, got) = tblock_grads::<Autodiff<Gpu>>(&Default::default());
+    let ((got_loss, got), eager) = counted(|| tblock_grads::<Autodiff<Gpu>>(&Default::default()));
     compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-3)).expect("loss");
     assert_close(
         "transformer block (drop-ins, f32) vs ndarray",
         &got,
         &want,
         Tol::Rel(2e-3),
+    );
+    let _ = tblock_grads::<Autodiff<GpuFusion>>(&Default::default());
+    cudnn_backend::kernels::fused::wait_for_builds();
+    let ((got_loss, got), lazy) = counted(|| tblock_grads::<Autodiff<GpuFusion>>(&Default::default()));
+    compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-3)).expect("loss under fusion");
+    assert_close(
+        "transformer block (drop-ins, f32) under fusion vs ndarray",
+        &got,
+        &want,
+        Tol::Rel(2e-3),
+    );
+    assert!(
+        lazy <= eager,
+        "under fusion the block took {lazy} launches, unfused {eager}: the fused norms were not recorded"
     );
 }
 
@@ -550,9 +613,22 @@ fn attention_grads<B: AutodiffBackend>(
     ]
 }
 
+/// [`TrainingOps::sdpa`] on backend `B` with scale 0.125.
+fn fused_sdpa<B: AutodiffBackend + TrainingOps>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    causal: bool,
+) -> Tensor<B, 4> {
+    let p = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    let o = B::sdpa(p(q), p(k), p(v), None, causal, 0.125);
+    Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(o))
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fused_attention_backward_matches_ndarray_in_half_precision() {
+    let _serial = serial();
     for causal in [false, true] {
         let options = AttentionModuleOptions {
             scale: Some(0.125),
@@ -562,13 +638,16 @@ fn fused_attention_backward_matches_ndarray_in_half_precision() {
         let want =
             attention_grads::<Autodiff<Nd>>(DType::F32, |q, k, v| attention_fallback(q, k, v, None, None, options));
         for dtype in [DType::BF16, DType::F16] {
-            let got = attention_grads::<Autodiff<Gpu>>(dtype, |q, k, v| {
-                let p = |t: Tensor<Autodiff<Gpu>, 4>| t.into_primitive().tensor();
-                let o = <Autodiff<Gpu> as TrainingOps>::sdpa(p(q), p(k), p(v), None, causal, 0.125);
-                Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(o))
-            });
+            let got = attention_grads::<Autodiff<Gpu>>(dtype, |q, k, v| fused_sdpa(q, k, v, causal));
             assert_close(
                 &format!("fused attention {dtype:?} causal {causal} vs ndarray f32"),
+                &got,
+                &want,
+                Tol::Rel(3e-2),
+            );
+            let got = attention_grads::<Autodiff<GpuFusion>>(dtype, |q, k, v| fused_sdpa(q, k, v, causal));
+            assert_close(
+                &format!("fused attention {dtype:?} causal {causal} under fusion vs ndarray f32"),
                 &got,
                 &want,
                 Tol::Rel(3e-2),

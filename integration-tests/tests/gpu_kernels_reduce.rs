@@ -1011,3 +1011,282 @@ fn int_and_bool_values_are_exact_for_every_dtype() {
     }
     report.finish();
 }
+
+// ---- long rows, long columns and big tensors (the split-row and column paths) ----------------
+
+/// [`rows`] for big inputs: row `o = i * inner + j` of the `(outer, len, inner)` view of the
+/// logical row-major values, element `k` at `(i * len + k) * inner + j`.
+fn rows_fast(values: &[f64], dims: &[i64], axis: usize) -> Vec<Vec<f64>> {
+    let len = dims[axis] as usize;
+    let outer = dims[..axis].iter().product::<i64>() as usize;
+    let inner = dims[axis + 1..].iter().product::<i64>() as usize;
+    let mut out = Vec::with_capacity(outer * inner);
+    for i in 0..outer {
+        for j in 0..inner {
+            out.push((0..len).map(|k| values[(i * len + k) * inner + j]).collect());
+        }
+    }
+    out
+}
+
+/// Any/all inputs whose answers hinge on single elements: everything is 0 (any) or 1 (all)
+/// except one opposite element, at a random position, in every third row.
+fn sparse_truth(rng: &mut SplitMix64, dims: &[i64], axis: usize, any: bool) -> Vec<f64> {
+    let len = dims[axis] as usize;
+    let inner = dims[axis + 1..].iter().product::<i64>() as usize;
+    let n = dims.iter().product::<i64>() as usize;
+    let base = if any { 0.0 } else { 1.0 };
+    let mut v = vec![base; n];
+    for o in (0..n / len).step_by(3) {
+        let (i, j) = (o / inner, o % inner);
+        let k = rng.below(len as u64) as usize;
+        v[(i * len + k) * inner + j] = 1.0 - base;
+    }
+    v
+}
+
+/// The ops checked on long rows / columns of `dt`: f16 sums of long rows overflow f16, and
+/// float products of thousands of factors are covered by the row-path tests.
+fn big_ops(dt: DataType, len: i64) -> Vec<ReduceOp> {
+    match dt {
+        DataType::Bool => vec![ReduceOp::Any, ReduceOp::All],
+        DataType::F16 if len > 50_000 => vec![ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
+        _ if is_float(dt) => vec![ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
+        _ => vec![ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max],
+    }
+}
+
+/// Random values for `op` on `dims` (sparse truth values for any/all).
+fn big_values(rng: &mut SplitMix64, op: ReduceOp, dt: DataType, dims: &[i64], axis: usize) -> Vec<f64> {
+    match op {
+        ReduceOp::Any | ReduceOp::All => sparse_truth(rng, dims, axis, op == ReduceOp::Any),
+        _ => {
+            let g = reduce_gen(op, rng);
+            gen(rng, dt, g, dims.iter().product::<i64>() as usize)
+        }
+    }
+}
+
+fn out_dtype(op: ReduceOp, dt: DataType) -> DataType {
+    if matches!(op, ReduceOp::Any | ReduceOp::All) {
+        DataType::Bool
+    } else {
+        dt
+    }
+}
+
+/// One `reduce` of `dims` over `axis` (packed or transposed input and output) against the
+/// reference, with the usual tolerances.
+fn big_reduce_case(
+    s: &Arc<CudaStream>,
+    rng: &mut SplitMix64,
+    report: &mut Report,
+    (op, dt): (ReduceOp, DataType),
+    dims: &[i64],
+    axis: usize,
+    view: View,
+) {
+    let case = format!("{op:?} {dt:?} {dims:?} axis {axis} {view:?}");
+    let v = big_values(rng, op, dt, dims, axis);
+    let x = upload(s, &v, dims, &input_strides(view, dims, axis).0, dt);
+    let mut od = dims.to_vec();
+    od[axis] = 1;
+    let odt = out_dtype(op, dt);
+    let out = poisoned(s, &od, &output_strides(view, &od), odt);
+    if let Err(e) = reduce::reduce(s, op, &x.t, axis, &out.t) {
+        report.fail(case, e.to_string());
+        return;
+    }
+    let got = download(s, &out);
+    let want: Vec<Want> = rows_fast(&v, dims, axis)
+        .iter()
+        .map(|r| reduce_ref(op, dt, r))
+        .collect();
+    let exact = matches!(op, ReduceOp::Max | ReduceOp::Min);
+    let bound = bound_for(dt, op == ReduceOp::Prod, dims[axis]);
+    report.check(case, odt, &want, &got, exact, bound);
+}
+
+const BIG_DTYPES: [DataType; 7] = [
+    DataType::F32,
+    DataType::F16,
+    DataType::BF16,
+    DataType::F64,
+    DataType::I32,
+    DataType::I64,
+    DataType::Bool,
+];
+
+/// Few long rows take the split-row path (chunks of a row reduced by separate blocks into
+/// scratch, then combined); the transposed views of the same shapes take the split column
+/// path (3 contiguous outputs).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn split_rows_match_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(78);
+    let mut report = Report::new("split rows");
+    for view in [View::Packed, View::Transposed] {
+        for dt in BIG_DTYPES {
+            for op in big_ops(dt, 300_000) {
+                big_reduce_case(&s, &mut rng, &mut report, (op, dt), &[3, 300_000], 1, view);
+            }
+        }
+    }
+    // Batch-norm style statistics: 64 rows of 131072.
+    for dt in [DataType::F32, DataType::F16, DataType::BF16] {
+        for op in [ReduceOp::Mean, ReduceOp::Max, ReduceOp::Sum] {
+            if dt == DataType::F16 && op == ReduceOp::Sum {
+                continue;
+            }
+            big_reduce_case(&s, &mut rng, &mut report, (op, dt), &[64, 131_072], 1, View::Packed);
+        }
+    }
+    // NaN anywhere in a long row wins for max/min (in one chunk of several).
+    for dt in [DataType::F32, DataType::BF16] {
+        for op in [ReduceOp::Max, ReduceOp::Min] {
+            let dims = [4i64, 100_000];
+            let case = format!("NaN {op:?} {dt:?} {dims:?}");
+            let mut v = gen(&mut rng, dt, Gen::Ties, 400_000);
+            v[77_777] = f64::NAN; // row 0
+            v[2 * 100_000 + 99_999] = f64::NAN; // row 2, last element
+            let x = upload(&s, &v, &dims, &contiguous(&dims), dt);
+            let out = poisoned(&s, &[4, 1], &[1, 1], dt);
+            if let Err(e) = reduce::reduce(&s, op, &x.t, 1, &out.t) {
+                report.fail(case, e.to_string());
+                continue;
+            }
+            let got = download(&s, &out);
+            let want: Vec<Want> = rows_fast(&v, &dims, 1).iter().map(|r| reduce_ref(op, dt, r)).collect();
+            report.check(case, dt, &want, &got, true, 0.0);
+        }
+    }
+    report.finish();
+}
+
+/// `reduce_all` of ~1e6 elements (packed, and transposed: rows that are not linear in
+/// memory) and of 3e7 elements: the split-row path with one row.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn big_reduce_all_matches_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(79);
+    let mut report = Report::new("big reduce_all");
+    let mut cases: Vec<(Vec<i64>, View, DataType, ReduceOp)> = Vec::new();
+    for view in [View::Packed, View::Transposed] {
+        for dt in BIG_DTYPES {
+            for op in big_ops(dt, 1_000_000) {
+                cases.push((vec![1000, 1000], view, dt, op));
+            }
+        }
+    }
+    for (dt, op) in [
+        (DataType::F32, ReduceOp::Sum),
+        (DataType::F32, ReduceOp::Mean),
+        (DataType::F32, ReduceOp::Max),
+        (DataType::BF16, ReduceOp::Mean),
+        (DataType::BF16, ReduceOp::Min),
+        (DataType::I32, ReduceOp::Sum),
+        (DataType::Bool, ReduceOp::All),
+    ] {
+        cases.push((vec![30_000_000], View::Packed, dt, op));
+    }
+    for (dims, view, dt, op) in cases {
+        let case = format!("{op:?} {dt:?} {dims:?} {view:?}");
+        let n: i64 = dims.iter().product();
+        let v = big_values(&mut rng, op, dt, &[n], 0);
+        let x = upload(&s, &v, &dims, &input_strides(view, &dims, 0).0, dt);
+        let odt = out_dtype(op, dt);
+        let od = vec![1i64; dims.len()];
+        let out = poisoned(&s, &od, &contiguous(&od), odt);
+        if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.t) {
+            report.fail(case, e.to_string());
+            continue;
+        }
+        let got = download(&s, &out);
+        let want = vec![reduce_ref(op, dt, &v)];
+        let exact = matches!(op, ReduceOp::Max | ReduceOp::Min);
+        let bound = bound_for(dt, op == ReduceOp::Prod, n);
+        report.check(case, odt, &want, &got, exact, bound);
+    }
+    report.finish();
+}
+
+/// Reductions over a non-innermost axis take the column path (consecutive threads on
+/// consecutive outputs), split across blocks when there are few output tiles: a bias
+/// gradient (dim 0 of [8192, 2048]), dims 0 / 1 / 2 of [128, 64, 1024], narrow columns,
+/// several outer tiles, and a column-major input reduced over its last dim.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn column_reductions_match_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(80);
+    let mut report = Report::new("columns");
+    let shard = Shard::from_env();
+    let cases: Vec<(Vec<i64>, usize, View)> = vec![
+        (vec![8192, 2048], 0, View::Packed),
+        (vec![128, 64, 1024], 0, View::Packed),
+        (vec![128, 64, 1024], 1, View::Packed),
+        (vec![128, 64, 1024], 2, View::Packed),
+        (vec![30_000, 3], 0, View::Packed),
+        (vec![16, 2048, 8], 1, View::Packed),
+        (vec![2048, 8192], 1, View::Transposed),
+    ];
+    for (c, (dims, axis, view)) in cases.iter().enumerate() {
+        if !shard.has(c) {
+            continue;
+        }
+        for dt in BIG_DTYPES {
+            for op in big_ops(dt, dims[*axis]) {
+                big_reduce_case(&s, &mut rng, &mut report, (op, dt), dims, *axis, *view);
+            }
+        }
+    }
+    report.finish();
+}
+
+/// The split-row, split-column, column and big reduce_all paths give bitwise identical
+/// results run to run (fixed chunking and combine order, no atomics).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn split_and_column_paths_are_bitwise_reproducible() {
+    let s = stream();
+    let mut rng = SplitMix64::new(81);
+    let mut report = Report::new("split reproducibility");
+    let cases: [(Vec<i64>, Option<usize>, DataType, ReduceOp); 5] = [
+        (vec![64, 131_072], Some(1), DataType::F32, ReduceOp::Sum),
+        (vec![8192, 2048], Some(0), DataType::F32, ReduceOp::Sum),
+        (vec![8192, 2048], Some(0), DataType::BF16, ReduceOp::Mean),
+        (vec![128, 64, 1024], Some(0), DataType::F16, ReduceOp::Sum),
+        (vec![10_000_000], None, DataType::F32, ReduceOp::Sum),
+    ];
+    for (dims, axis, dt, op) in cases {
+        let v = gen(&mut rng, dt, Gen::Additive, dims.iter().product::<i64>() as usize);
+        let x = upload(&s, &v, &dims, &contiguous(&dims), dt);
+        let od: Vec<i64> = match axis {
+            Some(a) => {
+                let mut od = dims.clone();
+                od[a] = 1;
+                od
+            }
+            None => vec![1; dims.len()],
+        };
+        let run = || -> Option<Vec<u8>> {
+            let out = poisoned(&s, &od, &contiguous(&od), dt);
+            match axis {
+                Some(a) => reduce::reduce(&s, op, &x.t, a, &out.t).ok()?,
+                None => reduce::reduce_all(&s, op, &x.t, &out.t).ok()?,
+            }
+            s.clone_dtoh(&out.buf).ok()
+        };
+        report.cases += 1;
+        let first = run();
+        let same = first.is_some() && (0..3).all(|_| run() == first);
+        if !same {
+            report
+                .failures
+                .push(format!("{op:?} {dt:?} {dims:?} axis {axis:?}: runs differ (or failed)"));
+        }
+    }
+    report.finish();
+}

@@ -2,7 +2,8 @@
 //! (same config fields and defaults; `init()` returns a Burn [`Optimizer`] whose record is
 //! the record of Burn's Adam/AdamW, so optimizer checkpoints load both ways).
 //!
-//! On `Autodiff<Cudnn>` one step updates every parameter, both moments, the bias correction
+//! On `Autodiff<Cudnn>` (and `Autodiff<CudnnFusion>`, as one recorded custom operation) one
+//! step updates every parameter, both moments, the bias correction
 //! and the weight decay in one kernel launch per 32 tensors ([`crate::ops::adam_step`]);
 //! Burn's own Adam runs about a dozen launches per parameter. On any other backend the step
 //! is Burn's own optimizer.
@@ -22,9 +23,12 @@ use burn_optim::{
 };
 use hashbrown::HashMap;
 
-use super::route::{cast_primitive, is_cudnn};
+use burn_backend::tensor::FloatTensor;
+
+use super::fusion::custom::{record, Lazy};
+use super::route::{cast_primitive, is_cudnn, route, Route};
 use super::tensor::{expect, CudnnTensor};
-use super::{exec, Cudnn};
+use super::{exec, Cudnn, CudnnFusion};
 use crate::ops::{self, AdamOptions, AdamParam};
 
 /// Configuration of [`FusedAdam`]: the fields and defaults of `burn::optim::AdamConfig`.
@@ -194,28 +198,37 @@ where
             options,
             grad_clipping: clipping.map(|c| c.init()),
             records: HashMap::new(),
-            fallback: (!is_cudnn::<B::InnerBackend>()).then(burn),
+            fallback: (!matches!(route::<B::InnerBackend>(), Route::Cudnn | Route::Fusion)).then(burn),
         }
     }
 
-    /// True when steps run fused (the backend is `Autodiff<Cudnn>`).
+    /// True when steps run fused (the backend is `Autodiff<Cudnn>` or `Autodiff<CudnnFusion>`).
     pub fn is_fused(&self) -> bool {
         self.fallback.is_none()
     }
 
+    /// Collects every parameter with a gradient, updates them all in one fused launch
+    /// (recorded as one custom operation on `Fusion<Cudnn>`), then maps the new values in.
     fn fused_step(&mut self, lr: LearningRate, module: M, grads: Grads) -> M {
-        let mut mapper = StepMapper::<O, B> {
+        let mut collect = CollectMapper::<O, B> {
             records: &mut self.records,
             grads,
             clipping: self.grad_clipping.as_ref(),
-            amsgrad: self.options.amsgrad,
             pending: Vec::new(),
         };
-        let module = module.map(&mut mapper);
-        let pending = std::mem::take(&mut mapper.pending);
+        let module = module.map(&mut collect);
+        let pending = std::mem::take(&mut collect.pending);
         let options = AdamOptions { lr, ..self.options };
-        launch(&pending, &options);
-        module
+        let updated = run_step::<B::InnerBackend>(&pending, &options);
+        let mut apply = ApplyMapper::<O, B> {
+            records: &mut self.records,
+            updated: pending
+                .iter()
+                .map(|p| p.id)
+                .zip(updated.into_iter().zip(pending.iter().map(|p| p.step)))
+                .collect(),
+        };
+        module.map(&mut apply)
     }
 }
 
@@ -237,34 +250,136 @@ impl Grads {
     }
 }
 
-/// One parameter's tensors for the fused launch.
-struct Pending {
-    param: CudnnTensor,
-    grad: CudnnTensor,
-    moments: [Option<CudnnTensor>; 3],
-    outputs: [CudnnTensor; 3],
-    max_out: Option<CudnnTensor>,
+/// One parameter's tensors for the fused launch (`I` is the inner backend).
+struct Pending<I: Backend> {
+    id: ParamId,
+    param: FloatTensor<I>,
+    grad: FloatTensor<I>,
+    /// First, second and AMSGrad's maximum second moment (none on the first step).
+    moments: [Option<FloatTensor<I>>; 3],
     step: u64,
 }
 
-/// Launches the fused step for every parameter collected (grouped by device).
-fn launch(pending: &[Pending], o: &AdamOptions) {
-    let mut devices: Vec<usize> = pending.iter().map(|p| p.param.device().ordinal()).collect();
+/// Updated parameter, first and second moment, and AMSGrad's maximum second moment.
+type Updated<I> = ([FloatTensor<I>; 3], Option<FloatTensor<I>>);
+
+/// The step of every collected parameter on the inner backend `I` (ours: [`Cudnn`], or
+/// `Fusion<Cudnn>`, where the launch is recorded as one custom operation).
+fn run_step<I: Backend>(pending: &[Pending<I>], o: &AdamOptions) -> Vec<Updated<I>> {
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let to = |t: &FloatTensor<I>| cast_primitive::<I, Cudnn>(t.clone());
+    let back = |t: CudnnTensor| cast_primitive::<Cudnn, I>(t);
+    if is_cudnn::<I>() {
+        let eager: Vec<_> = pending
+            .iter()
+            .map(|p| {
+                (
+                    to(&p.param),
+                    to(&p.grad),
+                    p.moments.each_ref().map(|m| m.as_ref().map(to)),
+                    p.step,
+                )
+            })
+            .collect();
+        return step_cudnn(eager, o)
+            .into_iter()
+            .map(|(u, m)| (u.map(back), m.map(back)))
+            .collect();
+    }
+    let lazy = |t: &FloatTensor<I>| cast_primitive::<I, CudnnFusion>(t.clone());
+    let from_lazy = |t: FloatTensor<CudnnFusion>| cast_primitive::<CudnnFusion, I>(t);
+    let recorded: Vec<_> = pending
+        .iter()
+        .map(|p| {
+            (
+                lazy(&p.param),
+                lazy(&p.grad),
+                p.moments.each_ref().map(|m| m.as_ref().map(lazy)),
+                p.step,
+            )
+        })
+        .collect();
+    record_step(recorded, *o)
+        .into_iter()
+        .map(|(u, m)| (u.map(from_lazy), m.map(from_lazy)))
+        .collect()
+}
+
+/// Records the fused step of every parameter as one custom operation on `Fusion<Cudnn>`.
+fn record_step(inputs: Vec<AdamInput<Lazy>>, o: AdamOptions) -> Vec<Updated<CudnnFusion>> {
+    let has: Vec<[bool; 3]> = inputs
+        .iter()
+        .map(|(_, _, m, _)| m.each_ref().map(|m| m.is_some()))
+        .collect();
+    let steps: Vec<u64> = inputs.iter().map(|i| i.3).collect();
+    let n = steps.len();
+    let per_param = 3 + usize::from(o.amsgrad);
+    let outputs = inputs
+        .iter()
+        .flat_map(|(p, ..)| std::iter::repeat_n((p.shape.clone(), p.dtype), per_param))
+        .collect();
+    let flat = inputs
+        .into_iter()
+        .flat_map(|(p, g, m, _)| [Some(p), Some(g)].into_iter().chain(m).flatten())
+        .collect();
+    let out = record("cudnn_adam_step", flat, outputs, move |ins| {
+        let mut ins = ins.into_iter();
+        let inputs = has
+            .iter()
+            .zip(&steps)
+            .map(|(has, &step)| {
+                let mut next = || ins.next().expect("cudnn-backend: internal error: adam step arity");
+                let (p, g) = (next(), next());
+                (p, g, has.map(|h| h.then(&mut next)), step)
+            })
+            .collect();
+        step_cudnn(inputs, &o)
+            .into_iter()
+            .flat_map(|(u, m)| u.into_iter().chain(m))
+            .collect()
+    });
+    let mut out = out.into_iter();
+    let mut next = || out.next().expect("cudnn-backend: internal error: adam step outputs");
+    (0..n)
+        .map(|_| ([next(), next(), next()], o.amsgrad.then(&mut next)))
+        .collect()
+}
+
+/// Packs the inputs, allocates the outputs and launches the fused step for every parameter
+/// (grouped by device): `(param, grad, moments, step)` in, [`Updated`] out, in order.
+fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Vec<Updated<Cudnn>> {
+    const OP: &str = "adam_step";
+    let prepared: Vec<_> = inputs
+        .into_iter()
+        .map(|(param, grad, moments, step)| {
+            let p = param.contiguous();
+            let packed = |t: CudnnTensor| exec::cast(t, p.dtype, OP).contiguous();
+            let g = packed(grad);
+            let moments = moments.map(|m| m.map(packed));
+            let new = || p.empty_like(p.dtype, OP);
+            let outputs = [new(), new(), new()];
+            let max_out = o.amsgrad.then(new);
+            (p, g, moments, outputs, max_out, step)
+        })
+        .collect();
+    let mut devices: Vec<usize> = prepared.iter().map(|p| p.0.device().ordinal()).collect();
     devices.sort_unstable();
     devices.dedup();
     for dev in devices {
-        let group: Vec<&Pending> = pending.iter().filter(|p| p.param.device().ordinal() == dev).collect();
+        let group: Vec<_> = prepared.iter().filter(|p| p.0.device().ordinal() == dev).collect();
         let refs: Vec<_> = group
             .iter()
-            .map(|p| {
+            .map(|(p, g, moments, outputs, max_out, step)| {
                 let r = |t: &Option<CudnnTensor>| t.as_ref().map(|t| t.tref());
                 (
-                    p.param.tref(),
-                    p.grad.tref(),
-                    p.moments.each_ref().map(r),
-                    p.outputs.each_ref().map(|t| t.tref()),
-                    r(&p.max_out),
-                    p.step,
+                    p.tref(),
+                    g.tref(),
+                    moments.each_ref().map(r),
+                    outputs.each_ref().map(|t| t.tref()),
+                    r(max_out),
+                    *step,
                 )
             })
             .collect();
@@ -283,14 +398,21 @@ fn launch(pending: &[Pending], o: &AdamOptions) {
                 step: *step,
             })
             .collect();
-        expect("adam_step", ops::adam_step(group[0].param.stream(), &params, o));
+        expect(OP, ops::adam_step(group[0].0.stream(), &params, o));
     }
+    prepared
+        .into_iter()
+        .map(|(_, _, _, outputs, max_out, _)| (outputs, max_out))
+        .collect()
 }
 
-/// Maps every parameter with a gradient to its updated value: the new tensors are
-/// allocated here and written by the one launch after the mapping (stream order makes
-/// every later use see them written).
-struct StepMapper<'a, O, B>
+/// One parameter's inputs to a fused step: parameter, gradient, the three optional moments
+/// and the step number.
+pub(crate) type AdamInput<T> = (T, T, [Option<T>; 3], u64);
+
+/// First pass of a step: takes every parameter's gradient (clipped) and optimizer state,
+/// leaving the module unchanged.
+struct CollectMapper<'a, O, B>
 where
     O: MomentumOptimizer<B::InnerBackend>,
     B: AutodiffBackend,
@@ -298,31 +420,27 @@ where
     records: &'a mut HashMap<ParamId, AdaptorRecord<O, B>>,
     grads: Grads,
     clipping: Option<&'a GradientClipping>,
-    /// Whether the step keeps AMSGrad's maximum second moment.
-    amsgrad: bool,
-    pending: Vec<Pending>,
+    pending: Vec<Pending<B::InnerBackend>>,
 }
 
-fn to_cudnn<I: Backend, const D: usize>(t: Tensor<I, D>) -> CudnnTensor {
-    cast_primitive::<I, Cudnn>(t.into_primitive().tensor())
+fn primitive<I: Backend, const D: usize>(t: Tensor<I, D>) -> FloatTensor<I> {
+    t.into_primitive().tensor()
 }
 
-fn from_cudnn<I: Backend, const D: usize>(t: CudnnTensor) -> Tensor<I, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(cast_primitive::<Cudnn, I>(t)))
+fn from_primitive<I: Backend, const D: usize>(t: FloatTensor<I>) -> Tensor<I, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-impl<O, B> ModuleMapper<B> for StepMapper<'_, O, B>
+impl<O, B> ModuleMapper<B> for CollectMapper<'_, O, B>
 where
     O: MomentumOptimizer<B::InnerBackend>,
     B: AutodiffBackend,
 {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        const OP: &str = "adam_step";
         let (id, tensor, mapper) = param.consume();
         let Some((grad, device)) = self.grads.remove::<B::InnerBackend, D>(id) else {
             return Param::from_mapped_value(id, tensor, mapper);
         };
-        let require_grad = tensor.is_require_grad();
         let tensor = if tensor.device() != device {
             tensor.to_device(&device)
         } else {
@@ -337,40 +455,57 @@ where
             .remove(&id)
             .map(|r| O::into_momentum(O::to_device(r.into_state::<D>(), &device)));
         let step = momentum.as_ref().map_or(1, |m| m.time as u64 + 1);
-        let p = to_cudnn(tensor.inner()).contiguous();
-        let packed = |t: CudnnTensor| exec::cast(t, p.dtype, OP).contiguous();
-        let g = packed(to_cudnn(grad));
-        let (m, v, vm) = match momentum {
-            Some(s) => (
-                Some(packed(to_cudnn(s.moment_1))),
-                Some(packed(to_cudnn(s.moment_2))),
-                s.max_moment_2.map(|t| packed(to_cudnn(t))),
-            ),
-            None => (None, None, None),
+        let moments = match momentum {
+            Some(s) => [
+                Some(primitive(s.moment_1)),
+                Some(primitive(s.moment_2)),
+                s.max_moment_2.map(primitive),
+            ],
+            None => [None, None, None],
         };
-        let new = || p.empty_like(p.dtype, OP);
-        let outputs = [new(), new(), new()];
-        let max_out = self.amsgrad.then(new);
+        self.pending.push(Pending {
+            id,
+            param: primitive(tensor.clone().inner()),
+            grad: primitive(grad),
+            moments,
+            step,
+        });
+        Param::from_mapped_value(id, tensor, mapper)
+    }
+}
+
+/// Second pass of a step: swaps in every updated parameter and stores its new state.
+struct ApplyMapper<'a, O, B>
+where
+    O: MomentumOptimizer<B::InnerBackend>,
+    B: AutodiffBackend,
+{
+    records: &'a mut HashMap<ParamId, AdaptorRecord<O, B>>,
+    updated: HashMap<ParamId, (Updated<B::InnerBackend>, u64)>,
+}
+
+impl<O, B> ModuleMapper<B> for ApplyMapper<'_, O, B>
+where
+    O: MomentumOptimizer<B::InnerBackend>,
+    B: AutodiffBackend,
+{
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let Some((([value, m, v], max), step)) = self.updated.remove(&id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
         let state = AdaptiveMomentumState::<B::InnerBackend, D> {
             time: step as usize,
-            moment_1: from_cudnn(outputs[1].clone()),
-            moment_2: from_cudnn(outputs[2].clone()),
-            max_moment_2: max_out.clone().map(from_cudnn),
+            moment_1: from_primitive(m),
+            moment_2: from_primitive(v),
+            max_moment_2: max.map(from_primitive),
         };
         self.records
             .insert(id, AdaptorRecord::from_state(O::from_momentum(state)));
-        let mut updated = Tensor::<B, D>::from_inner(from_cudnn(outputs[0].clone()));
-        if require_grad {
+        let mut updated = Tensor::<B, D>::from_inner(from_primitive(value));
+        if tensor.is_require_grad() {
             updated = updated.require_grad();
         }
-        self.pending.push(Pending {
-            param: p,
-            grad: g,
-            moments: [m, v, vm],
-            outputs,
-            max_out,
-            step,
-        });
         Param::from_mapped_value(id, updated, mapper)
     }
 }

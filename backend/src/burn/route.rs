@@ -9,7 +9,7 @@ use burn_autodiff::Autodiff;
 use burn_backend::Backend;
 use burn_core::tensor::{Tensor, TensorPrimitive};
 
-use super::Cudnn;
+use super::{Cudnn, CudnnFusion};
 
 /// The concrete backend behind a generic one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +20,12 @@ pub(crate) enum Route {
     Autodiff,
     /// `Autodiff<Cudnn, BalancedCheckpointing>`.
     AutodiffBalanced,
+    /// [`CudnnFusion`] (`Fusion<Cudnn>`).
+    Fusion,
+    /// `Autodiff<CudnnFusion>`.
+    AutodiffFusion,
+    /// `Autodiff<CudnnFusion, BalancedCheckpointing>`.
+    AutodiffFusionBalanced,
     /// Any other backend: compose from Burn's ops.
     Other,
 }
@@ -33,10 +39,55 @@ pub(crate) fn route<B: Backend>() -> Route {
         Route::Autodiff
     } else if id == TypeId::of::<Autodiff<Cudnn, BalancedCheckpointing>>() {
         Route::AutodiffBalanced
+    } else if id == TypeId::of::<CudnnFusion>() {
+        Route::Fusion
+    } else if id == TypeId::of::<Autodiff<CudnnFusion, NoCheckpointing>>() {
+        Route::AutodiffFusion
+    } else if id == TypeId::of::<Autodiff<CudnnFusion, BalancedCheckpointing>>() {
+        Route::AutodiffFusionBalanced
     } else {
         Route::Other
     }
 }
+
+/// Evaluates `$body` with the type `$T` bound to the concrete backend of ours that `$B` is,
+/// or `$other` when `$B` is none of ours.
+macro_rules! on_our_backend {
+    ($B:ty, $T:ident => $body:expr, else $other:expr) => {{
+        use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
+        use burn_autodiff::Autodiff;
+        use $crate::burn::route::{route, Route};
+        use $crate::burn::{Cudnn, CudnnFusion};
+        match route::<$B>() {
+            Route::Cudnn => {
+                type $T = Cudnn;
+                $body
+            }
+            Route::Autodiff => {
+                type $T = Autodiff<Cudnn>;
+                $body
+            }
+            Route::AutodiffBalanced => {
+                type $T = Autodiff<Cudnn, BalancedCheckpointing>;
+                $body
+            }
+            Route::Fusion => {
+                type $T = CudnnFusion;
+                $body
+            }
+            Route::AutodiffFusion => {
+                type $T = Autodiff<CudnnFusion>;
+                $body
+            }
+            Route::AutodiffFusionBalanced => {
+                type $T = Autodiff<CudnnFusion, BalancedCheckpointing>;
+                $body
+            }
+            Route::Other => $other,
+        }
+    }};
+}
+pub(crate) use on_our_backend;
 
 /// True when `B` is [`Cudnn`] (what an optimizer sees as the inner backend of ours).
 pub(crate) fn is_cudnn<B: Backend>() -> bool {
@@ -78,6 +129,12 @@ mod tests {
         assert_eq!(
             route::<Autodiff<Cudnn, BalancedCheckpointing>>(),
             Route::AutodiffBalanced
+        );
+        assert_eq!(route::<CudnnFusion>(), Route::Fusion);
+        assert_eq!(route::<Autodiff<CudnnFusion>>(), Route::AutodiffFusion);
+        assert_eq!(
+            route::<Autodiff<CudnnFusion, BalancedCheckpointing>>(),
+            Route::AutodiffFusionBalanced
         );
         assert_eq!(route::<Autodiff<Autodiff<Cudnn>>>(), Route::Other);
         assert!(is_cudnn::<Cudnn>() && !is_cudnn::<Autodiff<Cudnn>>());

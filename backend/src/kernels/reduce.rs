@@ -7,6 +7,17 @@
 //! dims merged where strides allow. The plan is then launched on the caller's stream; nothing
 //! synchronizes.
 //!
+//! `reduce` and `reduce_all` pick one of three paths ([`ReducePlan`]):
+//! * rows: a group of 1, 32 or 256 threads per row (`reduce_<dt>`);
+//! * split rows: few long rows ([`SPLIT_MIN_LEN`] or more elements, fewer than
+//!   [`FEW_BLOCKS`] rows) are cut into chunks, one block each (`reduce_split_<dt>`), whose
+//!   partials go to a stream-ordered scratch buffer of accumulators; `reduce_finish_<dt>`
+//!   combines each row's partials in a fixed order;
+//! * columns: when the reduced axis is not the innermost in memory and the outputs are
+//!   contiguous in the input (`(outer, len, inner)` with inner stride 1), consecutive threads
+//!   take consecutive outputs so warps read contiguous memory (`reduce_cols_<dt>`); few
+//!   output tiles and a long axis split the axis across blocks through the same scratch.
+//!
 //! Accumulation: f32/f16/bf16 in f32 (f16/bf16 rounded on store), f64 in f64, integers and
 //! bool in i64 (sums and products wrap to the output type). Max/Min (and CumMax/CumMin)
 //! propagate NaN. Results are bitwise reproducible run to run: the summation order depends
@@ -18,10 +29,11 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
-use crate::ffi::launch_reduce::{launch_rows, RowArgs, REDUCE_THREADS};
+use crate::ffi::launch_reduce::{launch_cols, launch_rows, launch_split, ColArgs, RowArgs, SplitArgs, REDUCE_THREADS};
+use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{stream_function, REDUCE};
+use crate::kernels::{stream_function, stream_functions, REDUCE};
 use crate::ops::TensorRef;
 
 /// A reduction along one axis.
@@ -100,7 +112,24 @@ pub(crate) enum Kind {
     Reduce,
     Arg,
     Scan,
+    /// Pass 1 of a split-row reduction (`reduce_split_<dt>`).
+    Split,
+    /// Column reduction, or its pass 1 when split (`reduce_cols_<dt>`).
+    Cols,
+    /// Pass 2 of a split reduction: partials to output (`reduce_finish_<dt>`).
+    Finish,
 }
+
+/// Blocks below which a reduction leaves the GPU under-occupied (2 per SM of a 132-SM H100).
+pub(crate) const FEW_BLOCKS: i64 = 264;
+/// Blocks a split reduction aims for (rows x chunks, or column tiles x chunks).
+pub(crate) const TARGET_BLOCKS: i64 = 1024;
+/// Shortest row the split-row path takes.
+pub(crate) const SPLIT_MIN_LEN: i64 = 8192;
+/// Fewest input elements per chunk of a split (column chunks: rows x tile width).
+pub(crate) const MIN_CHUNK: i64 = 2048;
+/// Widest column tile: threads of a block along the contiguous output dim.
+const MAX_TILE: i64 = 32;
 
 /// Everything one launch needs, computed without touching the GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,7 +160,241 @@ pub(crate) fn entry(kind: Kind, dtype: DataType) -> &'static str {
         Kind::Reduce => pick!("reduce"),
         Kind::Arg => pick!("argreduce"),
         Kind::Scan => pick!("scan"),
+        Kind::Split => pick!("reduce_split"),
+        Kind::Cols => pick!("reduce_cols"),
+        Kind::Finish => pick!("reduce_finish"),
     }
+}
+
+/// Bytes of one accumulator of `dtype` (f32 for f32/f16/bf16, f64, i64 for ints and bool).
+pub(crate) fn acc_bytes(dtype: DataType) -> usize {
+    match dtype {
+        DataType::F32 | DataType::F16 | DataType::BF16 => 4,
+        _ => 8,
+    }
+}
+
+/// The first launch of a two-pass reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirstPass {
+    /// `reduce_split_<dt>`: chunks of few long rows.
+    Split(&'static str, SplitArgs),
+    /// `reduce_cols_<dt>` with the reduced axis split across `blockIdx.y`.
+    Cols(&'static str, ColArgs),
+}
+
+impl FirstPass {
+    fn entry(&self) -> &'static str {
+        match self {
+            FirstPass::Split(e, _) | FirstPass::Cols(e, _) => e,
+        }
+    }
+}
+
+/// Two launches through a scratch buffer of `parts * n_out` accumulators (chunk `c` of
+/// output `o` at `c * n_out + o`); the scratch address (0 in the plan) is set at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TwoPass {
+    /// Pass 1: writes the partials.
+    pub first: FirstPass,
+    /// Pass 2 (`reduce_finish_<dt>`): the partials as `(1, parts, n_out)` to the output.
+    pub finish: (&'static str, ColArgs),
+    /// Bytes of scratch.
+    pub scratch_bytes: usize,
+}
+
+impl TwoPass {
+    /// Both launches with the scratch buffer at `scratch`.
+    pub(crate) fn with_scratch(&self, scratch: u64) -> (FirstPass, ColArgs) {
+        let first = match self.first {
+            FirstPass::Split(e, a) => FirstPass::Split(e, SplitArgs { partial: scratch, ..a }),
+            FirstPass::Cols(e, a) => FirstPass::Cols(e, ColArgs { partial: scratch, ..a }),
+        };
+        (
+            first,
+            ColArgs {
+                x: scratch,
+                ..self.finish.1
+            },
+        )
+    }
+}
+
+/// How a `reduce` / `reduce_all` call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReducePlan {
+    /// One `reduce_<dt>` launch (a group of threads per row).
+    Rows(RowPlan),
+    /// One `reduce_cols_<dt>` launch (consecutive threads on consecutive outputs).
+    Cols(&'static str, ColArgs),
+    /// Split rows or split columns.
+    TwoPass(TwoPass),
+}
+
+/// `a / b` rounded up (`a >= 0`, `b > 0`).
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// Threads along the contiguous dim of a column tile: `inner` rounded up to a power of two,
+/// at most [`MAX_TILE`].
+fn tile_width(inner: i64) -> i64 {
+    (inner.max(1) as u64).next_power_of_two().min(MAX_TILE as u64) as i64
+}
+
+/// `(parts, chunk)` cutting `len` into chunks of at least `min_len` elements (rounded up to
+/// a multiple of `align`) so that `units * parts` approaches [`TARGET_BLOCKS`]; `parts` is 1
+/// when fewer than two chunks would result.
+fn split_len(units: i64, len: i64, min_len: i64, align: i64) -> (i64, i64) {
+    let parts = ceil_div(TARGET_BLOCKS, units.max(1)).min(len / min_len.max(1));
+    if parts < 2 {
+        return (1, len);
+    }
+    let chunk = ceil_div(ceil_div(len, parts), align) * align;
+    let parts = ceil_div(len, chunk);
+    if parts < 2 {
+        (1, len)
+    } else {
+        (parts, chunk)
+    }
+}
+
+/// The finish of a two-pass reduction: `parts` partials per output, read as the column
+/// problem `(1, parts, n_out)`, stored through `out_layout` (mean divided by `mean_len`).
+fn finish_args(n_out: i64, parts: i64, out: u64, out_layout: KernelLayout, mean_len: i64, op: i32) -> ColArgs {
+    let tx = tile_width(n_out);
+    ColArgs {
+        x: 0,
+        outer: 1,
+        len: parts,
+        inner: n_out,
+        outer_stride: 0,
+        len_stride: n_out,
+        out,
+        out_layout,
+        partial: 0,
+        chunk: parts,
+        mean_len,
+        op,
+        tx: tx as i32,
+        blocks: blocks_for(ceil_div(n_out, tx), 1),
+        parts: 1,
+    }
+}
+
+/// The split-row plan for `n_out` rows of `len` (`x_layout` as for `reduce_<dt>`), or `None`
+/// when the rows are short or numerous enough for one block per row.
+fn split_rows_plan(
+    dtype: DataType,
+    (x, x_layout): (u64, KernelLayout),
+    (out, out_layout): (u64, KernelLayout),
+    n_out: i64,
+    len: i64,
+    op: i32,
+) -> Option<TwoPass> {
+    if len < SPLIT_MIN_LEN || n_out >= FEW_BLOCKS {
+        return None;
+    }
+    let (parts, chunk) = split_len(n_out, len, MIN_CHUNK, REDUCE_THREADS as i64);
+    if parts < 2 {
+        return None;
+    }
+    let first = SplitArgs {
+        x,
+        x_layout,
+        partial: 0,
+        n_out,
+        len,
+        chunk,
+        parts,
+        op,
+        blocks: blocks_for(n_out * parts, 1),
+    };
+    Some(TwoPass {
+        first: FirstPass::Split(entry(Kind::Split, dtype), first),
+        finish: (
+            entry(Kind::Finish, dtype),
+            finish_args(n_out, parts, out, out_layout, len, op),
+        ),
+        scratch_bytes: (n_out * parts) as usize * acc_bytes(dtype),
+    })
+}
+
+/// `x` reduced over `axis` as a column problem: `(outer, outer_stride, inner, out_layout)`
+/// where the non-axis dims (ordered by decreasing stride in `x`, size-1 dims dropped) merge
+/// into `outer x inner` with inner stride 1, and `out_layout` enumerates the outputs in that
+/// order. `None` when they do not (e.g. the axis is innermost, or the inner dims have gaps).
+fn col_geometry(
+    op: &'static str,
+    x: &TensorRef,
+    out: &TensorRef,
+    axis: usize,
+) -> Option<(i64, i64, i64, KernelLayout)> {
+    let mut rest: Vec<usize> = (0..x.dims.len()).filter(|&d| d != axis && x.dims[d] != 1).collect();
+    rest.sort_by_key(|&d| std::cmp::Reverse(x.strides[d]));
+    let pick = |v: &[i64]| -> Vec<i64> { rest.iter().map(|&d| v[d]).collect() };
+    let shape = pick(&x.dims);
+    let (xs, xst) = coalesce(&shape, &[pick(&x.strides)]);
+    let (outer, outer_stride, inner) = match (xs.as_slice(), xst[0].as_slice()) {
+        (&[n], &[1]) => (1, 0, n),
+        (&[m, n], &[s, 1]) => (m, s, n),
+        _ => return None,
+    };
+    let out_layout = packed(op, &shape, &pick(&out.strides)).ok()?;
+    Some((outer, outer_stride, inner, out_layout))
+}
+
+/// The column plan of a `reduce` call, or `None` when its geometry is not a column problem
+/// or the axis is shorter than 2.
+fn col_plan(op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Option<ReducePlan> {
+    let len = x.dims[axis];
+    if len < 2 {
+        return None;
+    }
+    let (outer, outer_stride, inner, out_layout) = col_geometry("reduce", x, out, axis)?;
+    let tx = tile_width(inner);
+    let tiles = outer * ceil_div(inner, tx);
+    let args = ColArgs {
+        x: x.ptr,
+        outer,
+        len,
+        inner,
+        outer_stride,
+        len_stride: x.strides[axis],
+        out: out.ptr,
+        out_layout,
+        partial: 0,
+        chunk: len,
+        mean_len: len,
+        op: op.code(),
+        tx: tx as i32,
+        blocks: blocks_for(tiles, 1),
+        parts: 1,
+    };
+    let cols = entry(Kind::Cols, x.dtype);
+    if tiles < FEW_BLOCKS {
+        let ty = REDUCE_THREADS as i64 / tx;
+        let (parts, chunk) = split_len(tiles, len, ceil_div(MIN_CHUNK, tx), ty);
+        if parts >= 2 {
+            let n_out = outer * inner;
+            return Some(ReducePlan::TwoPass(TwoPass {
+                first: FirstPass::Cols(
+                    cols,
+                    ColArgs {
+                        chunk,
+                        parts: parts as u32,
+                        ..args
+                    },
+                ),
+                finish: (
+                    entry(Kind::Finish, x.dtype),
+                    finish_args(n_out, parts, out.ptr, out_layout, len, op.code()),
+                ),
+                scratch_bytes: (n_out * parts) as usize * acc_bytes(x.dtype),
+            }));
+        }
+    }
+    Some(ReducePlan::Cols(cols, args))
 }
 
 /// Threads per row of a reduction: one for short rows, a warp for medium ones, the whole
@@ -272,8 +535,9 @@ fn empty_axis_error(name: &'static str, what: &str, x: &TensorRef, axis: usize) 
     Error::invalid_arg(name, "x", format!("{what} of an empty axis {axis} (dims {:?})", x.dims))
 }
 
-/// Validates a `reduce` call and plans it; `None` when the output is empty.
-pub(crate) fn plan_reduce(op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Result<Option<RowPlan>> {
+/// Validates a `reduce` call and plans it (columns, then split rows, then rows: see the
+/// module docs); `None` when the output is empty.
+pub(crate) fn plan_reduce(op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Result<Option<ReducePlan>> {
     const NAME: &str = "reduce";
     check_pair(NAME, x, out)?;
     check_axis(NAME, x, axis)?;
@@ -286,13 +550,24 @@ pub(crate) fn plan_reduce(op: ReduceOp, x: &TensorRef, axis: usize, out: &Tensor
         return Err(empty_axis_error(NAME, &format!("{op:?}"), x, axis));
     }
     let (x_layout, out_layout, n_out, len) = row_layouts(NAME, x, out, axis, false)?;
-    Ok(Some(row_plan(
-        entry(Kind::Reduce, x.dtype),
-        x,
-        out,
-        (x_layout, out_layout, n_out, len),
-        op.code(),
-    )))
+    if let Some(p) = col_plan(op, x, axis, out) {
+        return Ok(Some(p));
+    }
+    Ok(Some(rows_or_split(x, out, (x_layout, out_layout, n_out, len), op)))
+}
+
+/// The split-row plan when it applies, else the one-launch row plan.
+fn rows_or_split(
+    x: &TensorRef,
+    out: &TensorRef,
+    layouts: (KernelLayout, KernelLayout, i64, i64),
+    op: ReduceOp,
+) -> ReducePlan {
+    let (x_layout, out_layout, n_out, len) = layouts;
+    match split_rows_plan(x.dtype, (x.ptr, x_layout), (out.ptr, out_layout), n_out, len, op.code()) {
+        Some(t) => ReducePlan::TwoPass(t),
+        None => ReducePlan::Rows(row_plan(entry(Kind::Reduce, x.dtype), x, out, layouts, op.code())),
+    }
 }
 
 fn row_plan(
@@ -319,9 +594,9 @@ fn row_plan(
     }
 }
 
-/// Validates a `reduce_all` call and plans it (always one row; an empty `x` is a row of
-/// length 0, so sum/prod/any/all of nothing still write their identity).
-pub(crate) fn plan_reduce_all(op: ReduceOp, x: &TensorRef, out: &TensorRef) -> Result<Option<RowPlan>> {
+/// Validates a `reduce_all` call and plans it (always one row, split when long; an empty
+/// `x` is a row of length 0, so sum/prod/any/all of nothing still write their identity).
+pub(crate) fn plan_reduce_all(op: ReduceOp, x: &TensorRef, out: &TensorRef) -> Result<Option<ReducePlan>> {
     const NAME: &str = "reduce_all";
     check_pair(NAME, x, out)?;
     if out.numel() != 1 {
@@ -342,13 +617,7 @@ pub(crate) fn plan_reduce_all(op: ReduceOp, x: &TensorRef, out: &TensorRef) -> R
     }
     let x_layout = packed(NAME, &x.dims, &x.strides)?;
     let out_layout = KernelLayout::default();
-    Ok(Some(row_plan(
-        entry(Kind::Reduce, x.dtype),
-        x,
-        out,
-        (x_layout, out_layout, 1, len),
-        op.code(),
-    )))
+    Ok(Some(rows_or_split(x, out, (x_layout, out_layout, 1, len), op)))
 }
 
 /// Validates an `arg_reduce` call and plans it; `None` when the output is empty.
@@ -424,15 +693,41 @@ fn launch(stream: &Arc<CudaStream>, plan: Option<RowPlan>) -> Result<()> {
     launch_rows(stream, &f, &plan.args)
 }
 
+/// Enqueues a reduction plan. A two-pass plan allocates its scratch stream-ordered and frees
+/// it stream-ordered after both launches (as `sort` does).
+fn launch_reduce(stream: &Arc<CudaStream>, plan: Option<ReducePlan>) -> Result<()> {
+    match plan {
+        None => Ok(()),
+        Some(ReducePlan::Rows(p)) => launch(stream, Some(p)),
+        Some(ReducePlan::Cols(e, a)) => {
+            let f = stream_function(stream, REDUCE, e)?;
+            launch_cols(stream, &f, &a)
+        }
+        Some(ReducePlan::TwoPass(t)) => {
+            let [first_fn, finish_fn] = stream_functions(stream, REDUCE, [t.first.entry(), t.finish.0])?;
+            let scratch = DeviceBuffer::alloc(stream, t.scratch_bytes, "reduce")?;
+            let (first, finish) = t.with_scratch(scratch.ptr());
+            match first {
+                FirstPass::Split(_, a) => launch_split(stream, &first_fn, &a)?,
+                FirstPass::Cols(_, a) => launch_cols(stream, &first_fn, &a)?,
+            }
+            launch_cols(stream, &finish_fn, &finish)?;
+            drop(scratch);
+            Ok(())
+        }
+    }
+}
+
 /// Reduces `x` over `axis` into `out` (dims of `x` with `dims[axis] = 1`; dtype of `x`,
-/// or `Bool` for [`ReduceOp::Any`]/[`ReduceOp::All`]). Enqueued on `stream`, never synced.
+/// or `Bool` for [`ReduceOp::Any`]/[`ReduceOp::All`]). Enqueued on `stream`, never synced
+/// (long rows and long columns use a stream-ordered scratch buffer of a few KiB).
 pub fn reduce(stream: &Arc<CudaStream>, op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Result<()> {
-    launch(stream, plan_reduce(op, x, axis, out)?)
+    launch_reduce(stream, plan_reduce(op, x, axis, out)?)
 }
 
 /// Reduces every element of `x` into the single element of `out` (any rank, all dims 1).
 pub fn reduce_all(stream: &Arc<CudaStream>, op: ReduceOp, x: &TensorRef, out: &TensorRef) -> Result<()> {
-    launch(stream, plan_reduce_all(op, x, out)?)
+    launch_reduce(stream, plan_reduce_all(op, x, out)?)
 }
 
 /// Writes into `out` (I64, dims of `x` with `dims[axis] = 1`) the index along `axis` of the
@@ -448,6 +743,8 @@ pub fn scan(stream: &Arc<CudaStream>, op: ScanOp, x: &TensorRef, axis: usize, ou
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     const P: u64 = 0x1000;
@@ -491,6 +788,14 @@ mod tests {
         rows
     }
 
+    /// The row plan of a call the planner must leave on the row path.
+    fn rows(p: Result<Option<ReducePlan>>) -> RowPlan {
+        match p.unwrap().unwrap() {
+            ReducePlan::Rows(r) => r,
+            other => panic!("expected the row path, got {other:?}"),
+        }
+    }
+
     fn plan_offsets(p: &RowPlan) -> Vec<Vec<i64>> {
         let a = &p.args;
         (0..a.n_out)
@@ -512,8 +817,9 @@ mod tests {
                 let mut od = x.dims.clone();
                 od[axis] = 1;
                 let out = t(&od, DataType::F32);
-                let p = plan_reduce(ReduceOp::Sum, x, axis, &out).unwrap().unwrap();
-                assert_eq!(p.entry, "reduce_f32");
+                // The row path's layouts (whatever path the planner picks for this call).
+                let layouts = row_layouts("t", x, &out, axis, false).unwrap();
+                let p = row_plan("reduce_f32", x, &out, layouts, 0);
                 assert_eq!(p.args.len, x.dims[axis]);
                 assert_eq!(plan_offsets(&p), expected_offsets(x, axis), "{x:?} axis {axis}");
                 // Output rows are enumerated row-major over the remaining dims.
@@ -526,14 +832,11 @@ mod tests {
     #[test]
     fn packed_rows_merge_into_few_dims() {
         let x = t(&[4, 5, 6, 7], DataType::F16);
-        let p = plan_reduce(ReduceOp::Sum, &x, 3, &t(&[4, 5, 6, 1], DataType::F16))
-            .unwrap()
-            .unwrap();
+        let p = rows(plan_reduce(ReduceOp::Sum, &x, 3, &t(&[4, 5, 6, 1], DataType::F16)));
         assert_eq!((p.args.x_layout.rank, p.args.out_layout.rank), (1, 1));
         assert_eq!((p.args.n_out, p.args.len), (120, 7));
-        let p = plan_reduce(ReduceOp::Max, &x, 1, &t(&[4, 1, 6, 7], DataType::F16))
-            .unwrap()
-            .unwrap();
+        let out = t(&[4, 1, 6, 7], DataType::F16);
+        let p = row_plan("reduce_f16", &x, &out, row_layouts("t", &x, &out, 1, false).unwrap(), 3);
         assert_eq!(p.args.x_layout.rank, 3);
         assert_eq!(&p.args.x_layout.shape[..3], &[4, 42, 5]);
         assert_eq!(&p.args.x_layout.strides[..3], &[210, 1, 42]);
@@ -564,14 +867,16 @@ mod tests {
     fn reduce_all_flattens_in_row_major_order() {
         let x = ts(&[3, 4], &[1, 3], DataType::F64);
         let out = t(&[1, 1], DataType::F64);
-        let p = plan_reduce_all(ReduceOp::Prod, &x, &out).unwrap().unwrap();
+        let p = rows(plan_reduce_all(ReduceOp::Prod, &x, &out));
         assert_eq!((p.args.n_out, p.args.len, p.args.op), (1, 12, 1));
         let offs: Vec<i64> = (0..12).map(|i| offset(&p.args.x_layout, i)).collect();
         assert_eq!(offs, vec![0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]);
         assert_eq!(p.args.out_layout.rank, 0);
-        let p = plan_reduce_all(ReduceOp::Sum, &t(&[0, 3], DataType::I32), &t(&[1], DataType::I32))
-            .unwrap()
-            .unwrap();
+        let p = rows(plan_reduce_all(
+            ReduceOp::Sum,
+            &t(&[0, 3], DataType::I32),
+            &t(&[1], DataType::I32),
+        ));
         assert_eq!(p.args.len, 0);
     }
 
@@ -583,27 +888,23 @@ mod tests {
         assert_eq!(reduce_group(1_000_000, 3), 1);
         assert_eq!(entry(Kind::Arg, DataType::Bool), "argreduce_u8");
         assert_eq!(entry(Kind::Scan, DataType::BF16), "scan_bf16");
-        let p = plan_reduce(
+        let p = rows(plan_reduce(
             ReduceOp::Sum,
-            &t(&[1, 100_000], DataType::F32),
+            &t(&[1, 5000], DataType::F32),
             1,
             &t(&[1, 1], DataType::F32),
-        )
-        .unwrap()
-        .unwrap();
+        ));
         assert_eq!((p.args.group, p.args.blocks), (256, 1));
-        let p = plan_reduce(
+        let p = rows(plan_reduce(
             ReduceOp::Sum,
             &t(&[100_000, 3], DataType::F32),
             1,
             &t(&[100_000, 1], DataType::F32),
-        )
-        .unwrap()
-        .unwrap();
+        ));
         assert_eq!((p.args.group, p.args.blocks), (1, 391));
     }
 
-    fn arg_err(r: Result<Option<RowPlan>>) -> &'static str {
+    fn arg_err<T: std::fmt::Debug>(r: Result<Option<T>>) -> &'static str {
         match r {
             Err(Error::InvalidArgument { arg, .. }) => arg,
             other => panic!("expected InvalidArgument, got {other:?}"),
@@ -687,6 +988,529 @@ mod tests {
             arg_err(plan_reduce(ReduceOp::Sum, &xw, 0, &t(&od, DataType::F32))),
             "shape"
         );
+    }
+
+    // ---- host simulation of the kernels' index math -------------------------------------
+
+    /// Where a block's result goes: an output offset, or a scratch slot.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    enum Dest {
+        Out(i64),
+        Part(i64),
+    }
+
+    /// Per destination, the input offsets (or scratch slots) folded into it.
+    type Reads = BTreeMap<Dest, Vec<i64>>;
+
+    const THREADS: i64 = REDUCE_THREADS as i64;
+    const SCRATCH: u64 = 0x9000_0000;
+
+    fn put(m: &mut Reads, d: Dest, reads: Vec<i64>) {
+        assert!(m.insert(d, reads).is_none(), "{d:?} written twice");
+    }
+
+    /// `rows_are_linear` / `row_step` of reduce.cu.
+    fn linear_step(l: &KernelLayout, len: i64) -> Option<i64> {
+        let r = l.rank as usize;
+        (len > 0 && (r == 0 || l.shape[r - 1] % len == 0)).then(|| if r == 0 { 0 } else { l.strides[r - 1] })
+    }
+
+    /// `red_row_range` of reduce.cu: offsets of elements k0, k0 + step, ... < k1 of row o.
+    fn row_range(l: &KernelLayout, o: i64, len: i64, k0: i64, k1: i64, step: i64) -> Vec<i64> {
+        let ks = (k0..k1).step_by(step as usize);
+        match linear_step(l, len) {
+            Some(s) => {
+                let base = offset(l, o * len);
+                ks.map(|k| base + k * s).collect()
+            }
+            None => ks.map(|k| offset(l, o * len + k)).collect(),
+        }
+    }
+
+    /// `reduce_impl`: every (block, grid-stride step, thread).
+    fn sim_rows(a: &RowArgs) -> Reads {
+        let group = a.group as i64;
+        let per_block = THREADS / group;
+        let mut m = Reads::new();
+        for block in 0..a.blocks as i64 {
+            let mut base = block * per_block;
+            while base < a.n_out {
+                let mut acc: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+                for tid in 0..THREADS {
+                    let (lane, o) = (tid % group, base + tid / group);
+                    if o < a.n_out {
+                        let r = row_range(&a.x_layout, o, a.len, lane, a.len, group);
+                        acc.entry(o).or_default().extend(r);
+                    }
+                }
+                for (o, r) in acc {
+                    put(&mut m, Dest::Out(offset(&a.out_layout, o)), r);
+                }
+                base += a.blocks as i64 * per_block;
+            }
+        }
+        m
+    }
+
+    /// `reduce_split_impl`.
+    fn sim_split(a: &SplitArgs) -> Reads {
+        let mut m = Reads::new();
+        for block in 0..a.blocks as i64 {
+            let mut b = block;
+            while b < a.n_out * a.parts {
+                let (o, c) = (b / a.parts, b % a.parts);
+                let (k0, k1) = (c * a.chunk, (c * a.chunk + a.chunk).min(a.len));
+                let r = (0..THREADS)
+                    .flat_map(|tid| row_range(&a.x_layout, o, a.len, k0 + tid, k1, THREADS))
+                    .collect();
+                put(&mut m, Dest::Part(c * a.n_out + o), r);
+                b += a.blocks as i64;
+            }
+        }
+        m
+    }
+
+    /// `reduce_cols_impl` (also the finish, whose "input offsets" are scratch slots).
+    fn sim_cols(a: &ColArgs) -> Reads {
+        let tx = a.tx as i64;
+        assert!((tx as u64).is_power_of_two() && tx <= MAX_TILE);
+        let ty = THREADS / tx;
+        let tiles_per_outer = ceil_div(a.inner, tx);
+        let n_out = a.outer * a.inner;
+        assert!(a.partial != 0 || a.parts == 1, "an unsplit launch stores its results");
+        let mut m = Reads::new();
+        for c in 0..a.parts as i64 {
+            let (k0, k1) = (c * a.chunk, (c * a.chunk + a.chunk).min(a.len));
+            for block in 0..a.blocks as i64 {
+                let mut t = block;
+                while t < a.outer * tiles_per_outer {
+                    let i = t / tiles_per_outer;
+                    let mut acc: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+                    for tid in 0..THREADS {
+                        let (lx, ly) = (tid % tx, tid / tx);
+                        let j = (t - i * tiles_per_outer) * tx + lx;
+                        if j < a.inner {
+                            let base = i * a.outer_stride + j;
+                            let r = (k0 + ly..k1).step_by(ty as usize).map(|k| base + k * a.len_stride);
+                            acc.entry(j).or_default().extend(r);
+                        }
+                    }
+                    for (j, r) in acc {
+                        let o = i * a.inner + j;
+                        let d = if a.partial != 0 {
+                            Dest::Part(c * n_out + o)
+                        } else {
+                            Dest::Out(offset(&a.out_layout, o))
+                        };
+                        put(&mut m, d, r);
+                    }
+                    t += a.blocks as i64;
+                }
+            }
+        }
+        m
+    }
+
+    /// Simulates `plan` end to end: per output offset, the sorted input offsets that reach it
+    /// (through the scratch for two-pass plans, each partial written and read exactly once).
+    /// Also checks the mean divisor and the scratch size.
+    fn simulate(plan: &ReducePlan, dtype: DataType, full_len: i64) -> BTreeMap<i64, Vec<i64>> {
+        let m = match plan {
+            ReducePlan::Rows(p) => {
+                assert_eq!(p.args.len, full_len);
+                sim_rows(&p.args)
+            }
+            ReducePlan::Cols(_, a) => {
+                assert_eq!((a.mean_len, a.len, a.partial), (full_len, full_len, 0));
+                sim_cols(a)
+            }
+            ReducePlan::TwoPass(t) => {
+                let (first, finish) = t.with_scratch(SCRATCH);
+                assert_eq!((finish.x, finish.partial, finish.parts), (SCRATCH, 0, 1));
+                assert_eq!(finish.mean_len, full_len);
+                let mut parts = match first {
+                    FirstPass::Split(e, a) => {
+                        assert!(e.starts_with("reduce_split_") && a.partial == SCRATCH);
+                        assert!(a.parts >= 2 && a.chunk * (a.parts - 1) < a.len && a.chunk * a.parts >= a.len);
+                        sim_split(&a)
+                    }
+                    FirstPass::Cols(e, a) => {
+                        assert!(e.starts_with("reduce_cols_") && a.partial == SCRATCH);
+                        let p = a.parts as i64;
+                        assert!(p >= 2 && a.chunk * (p - 1) < a.len && a.chunk * p >= a.len);
+                        assert_eq!(a.outer * a.inner, finish.inner);
+                        sim_cols(&a)
+                    }
+                };
+                assert!(t.finish.0.starts_with("reduce_finish_"));
+                assert_eq!(t.scratch_bytes, parts.len() * acc_bytes(dtype));
+                assert_eq!(parts.len() as i64, finish.len * finish.inner);
+                let mut m = Reads::new();
+                for (d, slots) in sim_cols(&finish) {
+                    let reads = slots
+                        .iter()
+                        .flat_map(|&s| {
+                            parts
+                                .remove(&Dest::Part(s))
+                                .unwrap_or_else(|| panic!("slot {s} read twice"))
+                        })
+                        .collect();
+                    put(&mut m, d, reads);
+                }
+                assert!(parts.is_empty(), "partials never read: {:?}", parts.keys());
+                m
+            }
+        };
+        m.into_iter()
+            .map(|(d, mut r)| match d {
+                Dest::Out(o) => {
+                    r.sort_unstable();
+                    (o, r)
+                }
+                Dest::Part(s) => panic!("partial {s} left as a result"),
+            })
+            .collect()
+    }
+
+    /// What `reduce(x, axis) -> out` must produce: per output offset, the sorted input offsets.
+    fn expected_map(x: &TensorRef, axis: usize, out: &TensorRef) -> BTreeMap<i64, Vec<i64>> {
+        let outs = expected_offsets(out, axis);
+        expected_offsets(x, axis)
+            .into_iter()
+            .zip(outs)
+            .map(|(mut r, o)| {
+                r.sort_unstable();
+                (o[0], r)
+            })
+            .collect()
+    }
+
+    fn path(p: &ReducePlan) -> &'static str {
+        match p {
+            ReducePlan::Rows(_) => "rows",
+            ReducePlan::Cols(..) => "cols",
+            ReducePlan::TwoPass(TwoPass {
+                first: FirstPass::Split(..),
+                ..
+            }) => "split",
+            ReducePlan::TwoPass(TwoPass {
+                first: FirstPass::Cols(..),
+                ..
+            }) => "cols2",
+        }
+    }
+
+    #[test]
+    fn simulated_plans_read_every_element_once_into_the_right_output() {
+        // (x, axis, out strides (None: packed), expected path)
+        let cases: Vec<(TensorRef, usize, Option<Vec<i64>>, &str)> = vec![
+            // Split rows: packed, gapped rows, a strided output.
+            (t(&[3, 20_000], DataType::F32), 1, None, "split"),
+            (ts(&[4, 9000], &[9100, 1], DataType::F16), 1, Some(vec![3, 1]), "split"),
+            (t(&[2, 3, 10_000], DataType::I32), 2, None, "split"),
+            // Rows that are long but strided in memory and not expressible as columns.
+            (ts(&[2, 3, 9000], &[54_000, 18_000, 2], DataType::F64), 2, None, "split"),
+            // The same rows with a stride-1 dim elsewhere: columns (inner 2), split.
+            (ts(&[2, 3, 9000], &[1, 36_000, 2], DataType::F64), 2, None, "cols2"),
+            // Columns: packed, outer > 1, permuted, broadcast along the axis, strided output.
+            (t(&[64, 48], DataType::F32), 0, None, "cols"),
+            (t(&[2, 5, 7], DataType::BF16), 1, None, "cols"),
+            (t(&[3, 4, 5], DataType::F32), 0, None, "cols"),
+            (t(&[3, 4, 5], DataType::F32), 1, Some(vec![1, 7, 3]), "cols"),
+            (ts(&[2, 3, 4], &[1, 2, 6], DataType::F32), 2, None, "cols"),
+            (ts(&[3, 4, 5], &[0, 5, 1], DataType::U8), 0, None, "cols"),
+            (ts(&[5, 6, 3], &[1, 40, 5], DataType::F32), 1, None, "cols"),
+            (t(&[30_000, 2], DataType::F32), 0, None, "cols2"),
+            // Split columns: column-major rows, one tile, several outer tiles.
+            (ts(&[3, 20_000], &[1, 3], DataType::F32), 1, None, "cols2"),
+            (t(&[4096, 40], DataType::I64), 0, None, "cols2"),
+            (t(&[16, 2048, 8], DataType::Bool), 1, None, "cols2"),
+            // Rows: axis innermost, zero-stride rest dims, short rows.
+            (t(&[3, 4, 5], DataType::F32), 2, None, "rows"),
+            (ts(&[3, 4, 5], &[20, 0, 1], DataType::F32), 2, None, "rows"),
+            (ts(&[3, 4, 5], &[20, 0, 1], DataType::F32), 0, None, "rows"),
+            (ts(&[2, 3, 4], &[1, 2, 6], DataType::F32), 0, None, "rows"),
+            (t(&[300, 70], DataType::F32), 1, None, "rows"),
+            (t(&[5, 1, 3], DataType::F32), 1, None, "rows"),
+        ];
+        for (x, axis, ost, want) in &cases {
+            let mut od = x.dims.clone();
+            od[*axis] = 1;
+            let odt = if x.dtype == DataType::Bool {
+                DataType::Bool
+            } else {
+                x.dtype
+            };
+            let out = match ost {
+                Some(st) => ts(&od, st, odt),
+                None => t(&od, odt),
+            };
+            let op = if x.dtype == DataType::Bool {
+                ReduceOp::Any
+            } else {
+                ReduceOp::Max
+            };
+            let p = plan_reduce(op, x, *axis, &out).unwrap().unwrap();
+            assert_eq!(path(&p), *want, "{x:?} axis {axis}");
+            assert_eq!(
+                simulate(&p, x.dtype, x.dims[*axis]),
+                expected_map(x, *axis, &out),
+                "{x:?} axis {axis}"
+            );
+        }
+    }
+
+    #[test]
+    fn simulated_reduce_all_reads_every_element_once() {
+        let cases: Vec<(TensorRef, &str)> = vec![
+            (t(&[50_000], DataType::F32), "split"),
+            (t(&[7, 3000], DataType::BF16), "split"),
+            // Transposed: rows are not linear, every element goes through offset_of.
+            (ts(&[200, 100], &[1, 200], DataType::F64), "split"),
+            (ts(&[3, 4], &[1, 3], DataType::I8), "rows"),
+            (t(&[8191], DataType::F32), "rows"),
+            (t(&[0, 3], DataType::F32), "rows"),
+        ];
+        for (x, want) in &cases {
+            let out = t(&[1], x.dtype);
+            let p = plan_reduce_all(ReduceOp::Sum, x, &out).unwrap().unwrap();
+            assert_eq!(path(&p), *want, "{x:?}");
+            let mut all: Vec<i64> = expected_offsets(x, 0).concat();
+            all.sort_unstable();
+            let want_map: BTreeMap<i64, Vec<i64>> = [(0, all)].into_iter().collect();
+            assert_eq!(simulate(&p, x.dtype, x.numel()), want_map, "{x:?}");
+        }
+    }
+
+    #[test]
+    fn row_step_agrees_with_offset_of_whenever_rows_are_linear() {
+        let cases: Vec<TensorRef> = vec![
+            t(&[2, 3, 4], DataType::F32),
+            ts(&[2, 3, 4], &[1, 2, 6], DataType::F32),
+            ts(&[2, 3, 4], &[0, 4, 1], DataType::F32),
+            ts(&[2, 3, 4], &[24, 8, 2], DataType::F32),
+            ts(&[2, 3, 4], &[12, 0, 0], DataType::F32),
+            ts(&[5, 1, 3], &[3, 3, 1], DataType::F32),
+        ];
+        for x in &cases {
+            for axis in 0..3 {
+                let mut od = x.dims.clone();
+                od[axis] = 1;
+                let layouts = row_layouts("t", x, &t(&od, DataType::F32), axis, false).unwrap();
+                let p = row_plan("reduce_f32", x, &t(&od, DataType::F32), layouts, 0);
+                // `reduce` rows are always linear (the axis is the last dim before merging).
+                let s = linear_step(&p.args.x_layout, p.args.len).expect("linear");
+                for o in 0..p.args.n_out {
+                    let base = offset(&p.args.x_layout, o * p.args.len);
+                    for k in 0..p.args.len {
+                        assert_eq!(offset(&p.args.x_layout, o * p.args.len + k), base + k * s);
+                    }
+                }
+            }
+            // reduce_all: linear only when the last merged dim holds the whole tensor.
+            let p = rows(plan_reduce_all(ReduceOp::Sum, x, &t(&[1], DataType::F32)));
+            if let Some(s) = linear_step(&p.args.x_layout, p.args.len) {
+                for k in 0..p.args.len {
+                    assert_eq!(offset(&p.args.x_layout, k), k * s, "{x:?}");
+                }
+            }
+        }
+        let p = rows(plan_reduce_all(
+            ReduceOp::Sum,
+            &ts(&[3, 4], &[1, 3], DataType::F32),
+            &t(&[1], DataType::F32),
+        ));
+        assert_eq!(linear_step(&p.args.x_layout, 12), None);
+    }
+
+    #[test]
+    fn planner_picks_paths_chunks_and_scratch() {
+        let two = |p: ReducePlan| match p {
+            ReducePlan::TwoPass(t) => t,
+            other => panic!("expected a two-pass plan, got {other:?}"),
+        };
+        // Batch-norm style mean over [64, 131072]: 16 chunks of 8192 per row, 1024 blocks.
+        for (dt, acc) in [(DataType::F32, 4), (DataType::F16, 4), (DataType::BF16, 4)] {
+            let x = t(&[64, 131_072], dt);
+            let tp = two(plan_reduce(ReduceOp::Mean, &x, 1, &t(&[64, 1], dt)).unwrap().unwrap());
+            let FirstPass::Split(e, a) = tp.first else {
+                panic!("{tp:?}")
+            };
+            assert_eq!(e, entry(Kind::Split, dt));
+            assert_eq!(
+                (a.n_out, a.len, a.parts, a.chunk, a.blocks),
+                (64, 131_072, 16, 8192, 1024)
+            );
+            assert_eq!(tp.scratch_bytes, 64 * 16 * acc);
+            let (fe, f) = tp.finish;
+            assert_eq!(fe, entry(Kind::Finish, dt));
+            assert_eq!(
+                (f.outer, f.len, f.inner, f.len_stride, f.tx, f.blocks),
+                (1, 16, 64, 64, 32, 2)
+            );
+            assert_eq!((f.mean_len, f.op), (131_072, 2));
+        }
+        // [3, 300000]: chunks of >= 2048 elements (multiples of 256).
+        let tp = two(plan_reduce(
+            ReduceOp::Sum,
+            &t(&[3, 300_000], DataType::F32),
+            1,
+            &t(&[3, 1], DataType::F32),
+        )
+        .unwrap()
+        .unwrap());
+        let FirstPass::Split(_, a) = tp.first else { panic!() };
+        assert_eq!((a.parts, a.chunk), (131, 2304));
+        // reduce_all of 3e7 and 1e6 elements.
+        let tp = two(
+            plan_reduce_all(ReduceOp::Sum, &t(&[30_000_000], DataType::F16), &t(&[1], DataType::F16))
+                .unwrap()
+                .unwrap(),
+        );
+        let FirstPass::Split(_, a) = tp.first else { panic!() };
+        assert_eq!((a.n_out, a.parts, a.chunk, a.blocks), (1, 1020, 29_440, 1020));
+        assert_eq!(tp.scratch_bytes, 1020 * 4);
+        assert_eq!((tp.finish.1.tx, tp.finish.1.blocks), (1, 1));
+        let tp = two(plan_reduce_all(
+            ReduceOp::Prod,
+            &t(&[1000, 1000], DataType::I32),
+            &t(&[1, 1], DataType::I32),
+        )
+        .unwrap()
+        .unwrap());
+        let FirstPass::Split(e, a) = tp.first else { panic!() };
+        assert_eq!((e, a.parts, a.chunk), ("reduce_split_i32", 435, 2304));
+        assert_eq!(tp.scratch_bytes, 435 * 8);
+        // Many long rows, or short ones: the row path.
+        assert_eq!(
+            path(
+                &plan_reduce(
+                    ReduceOp::Sum,
+                    &t(&[264, 10_000], DataType::F32),
+                    1,
+                    &t(&[264, 1], DataType::F32)
+                )
+                .unwrap()
+                .unwrap()
+            ),
+            "rows"
+        );
+        assert_eq!(
+            path(
+                &plan_reduce(
+                    ReduceOp::Sum,
+                    &t(&[3, 8191], DataType::F32),
+                    1,
+                    &t(&[3, 1], DataType::F32)
+                )
+                .unwrap()
+                .unwrap()
+            ),
+            "rows"
+        );
+        // Bias gradient: sum over dim 0 of [8192, 2048]: 64 tiles of 32 columns, 16 chunks.
+        for (dt, acc) in [
+            (DataType::F32, 4),
+            (DataType::F64, 8),
+            (DataType::I32, 8),
+            (DataType::Bool, 8),
+        ] {
+            let op = if dt == DataType::Bool {
+                ReduceOp::All
+            } else {
+                ReduceOp::Sum
+            };
+            let tp = two(plan_reduce(op, &t(&[8192, 2048], dt), 0, &t(&[1, 2048], dt))
+                .unwrap()
+                .unwrap());
+            let FirstPass::Cols(e, a) = tp.first else {
+                panic!("{tp:?}")
+            };
+            assert_eq!(e, entry(Kind::Cols, dt));
+            assert_eq!((a.outer, a.len, a.inner, a.len_stride, a.tx), (1, 8192, 2048, 2048, 32));
+            assert_eq!((a.blocks, a.parts, a.chunk), (64, 16, 512));
+            assert_eq!(tp.scratch_bytes, 16 * 2048 * acc);
+            assert_eq!((tp.finish.1.len, tp.finish.1.inner, tp.finish.1.blocks), (16, 2048, 64));
+        }
+        // [128, 64, 1024]: dims 0 and 1 are columns without a split; dim 2 is rows.
+        let x = t(&[128, 64, 1024], DataType::F32);
+        let ReducePlan::Cols(e, a) = plan_reduce(ReduceOp::Sum, &x, 0, &t(&[1, 64, 1024], DataType::F32))
+            .unwrap()
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(e, "reduce_cols_f32");
+        assert_eq!(
+            (
+                a.outer,
+                a.outer_stride,
+                a.len,
+                a.len_stride,
+                a.inner,
+                a.tx,
+                a.blocks,
+                a.parts
+            ),
+            (1, 0, 128, 65_536, 65_536, 32, 2048, 1)
+        );
+        let ReducePlan::Cols(_, a) = plan_reduce(ReduceOp::Sum, &x, 1, &t(&[128, 1, 1024], DataType::F32))
+            .unwrap()
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (a.outer, a.outer_stride, a.len, a.len_stride, a.inner, a.blocks),
+            (128, 65_536, 64, 1024, 1024, 4096)
+        );
+        assert_eq!(
+            path(
+                &plan_reduce(ReduceOp::Sum, &x, 2, &t(&[128, 64, 1], DataType::F32))
+                    .unwrap()
+                    .unwrap()
+            ),
+            "rows"
+        );
+        // Narrow columns get narrow tiles (tx = 4 for 3 outputs).
+        let ReducePlan::Cols(_, a) = plan_reduce(
+            ReduceOp::Sum,
+            &t(&[1000, 3], DataType::F32),
+            0,
+            &t(&[1, 3], DataType::F32),
+        )
+        .unwrap()
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((a.tx, a.inner, a.blocks), (4, 3, 1));
+        // Length-1 and empty axes stay on the row path.
+        assert_eq!(
+            path(
+                &plan_reduce(ReduceOp::Sum, &t(&[1, 8], DataType::F32), 0, &t(&[1, 8], DataType::F32))
+                    .unwrap()
+                    .unwrap()
+            ),
+            "rows"
+        );
+        assert_eq!(
+            path(
+                &plan_reduce(
+                    ReduceOp::Mean,
+                    &t(&[0, 8], DataType::F32),
+                    0,
+                    &t(&[1, 8], DataType::F32)
+                )
+                .unwrap()
+                .unwrap()
+            ),
+            "rows"
+        );
+        assert_eq!(entry(Kind::Finish, DataType::Bool), "reduce_finish_u8");
+        assert_eq!(split_len(1, 8192, MIN_CHUNK, 256), (4, 2048));
+        assert_eq!(split_len(2000, 100_000, MIN_CHUNK, 256), (1, 100_000));
+        assert_eq!(split_len(1, 10_000, 4096, 4096), (2, 8192));
+        assert_eq!(split_len(1, 5000, 4096, 4096), (1, 5000));
     }
 
     #[test]

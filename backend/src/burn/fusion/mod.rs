@@ -18,10 +18,14 @@
 //!   use is in the run lends its buffer to an output. A kernel that fails to build falls back
 //!   to the operations one by one, with a one-time warning.
 //!
+//! Our fused training ops and optimizer step are recorded as custom operations ([`custom`]):
+//! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
+//!
 //! A background thread per device keeps burn-fusion's operation channel flowing
 //! ([`flusher`]; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
+pub(crate) mod custom;
 mod flusher;
 mod fuser;
 mod optimization;

@@ -2,8 +2,6 @@
 //! on our backends the attention itself is cuDNN's fused flash attention, forward and
 //! backward.
 
-use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
-use burn_autodiff::Autodiff;
 use burn_core as burn;
 use burn_core::config::Config;
 use burn_core::module::{Initializer, Module};
@@ -11,9 +9,8 @@ use burn_core::tensor::backend::Backend;
 use burn_core::tensor::{Bool, Tensor, TensorPrimitive};
 use burn_nn::{Dropout, DropoutConfig, Gelu, Linear, LinearConfig};
 
-use crate::burn::route::{cast, route, Route};
+use crate::burn::route::{cast, on_our_backend};
 use crate::burn::training::TrainingOps;
-use crate::burn::Cudnn;
 
 /// Configuration of [`MultiHeadAttention`] (the fields and defaults of
 /// `burn::nn::attention::MultiHeadAttentionConfig`).
@@ -149,16 +146,10 @@ impl<B: Backend> MultiHeadAttention<B> {
     pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let dropout_active = self.dropout.prob > 0.0 && B::ad_enabled(&input.query.device());
         let plain = input.mask_pad.is_none() && input.mask_attn.is_none() && !self.quiet_softmax && !dropout_active;
-        let route = route::<B>();
-        if plain && route != Route::Other {
-            let context = match route {
-                Route::Cudnn => self.fused::<Cudnn>(input),
-                Route::Autodiff => self.fused::<Autodiff<Cudnn>>(input),
-                _ => self.fused::<Autodiff<Cudnn, BalancedCheckpointing>>(input),
-            };
-            return MhaOutput { weights: None, context };
+        if !plain {
+            return self.burns(input);
         }
-        self.burns(input)
+        on_our_backend!(B, T => MhaOutput { weights: None, context: self.fused::<T>(input) }, else self.burns(input))
     }
 
     /// Projections, fused attention on backend `T` (which is `B`), output projection.

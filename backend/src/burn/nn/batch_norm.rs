@@ -1,17 +1,14 @@
 //! A drop-in for `burn::nn::BatchNorm`: same config, fields and record; fused on our
 //! backends.
 
-use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
-use burn_autodiff::Autodiff;
 use burn_core as burn;
 use burn_core::config::Config;
 use burn_core::module::{Initializer, Module, Param, RunningState};
 use burn_core::tensor::backend::Backend;
 use burn_core::tensor::{Tensor, TensorPrimitive};
 
-use crate::burn::route::{cast, route, Route};
+use crate::burn::route::{cast, on_our_backend};
 use crate::burn::training::TrainingOps;
-use crate::burn::Cudnn;
 use crate::ops::BatchNormOptions;
 
 /// Configuration of [`BatchNorm`] (the fields and defaults of `burn::nn::BatchNormConfig`).
@@ -95,12 +92,7 @@ impl<B: Backend> BatchNorm<B> {
                  received a {D}-D tensor"
             );
         }
-        match route::<B>() {
-            Route::Cudnn => self.fused::<Cudnn, D>(input, residual, relu),
-            Route::Autodiff => self.fused::<Autodiff<Cudnn>, D>(input, residual, relu),
-            Route::AutodiffBalanced => self.fused::<Autodiff<Cudnn, BalancedCheckpointing>, D>(input, residual, relu),
-            Route::Other => self.composed(input, residual, relu),
-        }
+        on_our_backend!(B, T => self.fused::<T, D>(input, residual, relu), else self.composed(input, residual, relu))
     }
 
     /// The fused path on backend `T` (which is `B`).

@@ -2,17 +2,14 @@
 //! backends one kernel pass forward and one fused backward (instead of Burn's composed
 //! mean/variance graph under autodiff).
 
-use burn_autodiff::checkpoint::strategy::BalancedCheckpointing;
-use burn_autodiff::Autodiff;
 use burn_core as burn;
 use burn_core::config::Config;
 use burn_core::module::{Initializer, Module, Param};
 use burn_core::tensor::backend::Backend;
 use burn_core::tensor::{DType, Tensor, TensorPrimitive};
 
-use crate::burn::route::{cast, route, Route};
+use crate::burn::route::{cast, on_our_backend};
 use crate::burn::training::TrainingOps;
-use crate::burn::Cudnn;
 use crate::graph::NormMode;
 
 /// Configuration of [`LayerNorm`] (the fields and defaults of `burn::nn::LayerNormConfig`).
@@ -82,14 +79,7 @@ fn on_ours<B: Backend, const D: usize>(
     epsilon: f64,
     mode: NormMode,
 ) -> Result<Tensor<B, D>, NotOurs<B, D>> {
-    match route::<B>() {
-        Route::Cudnn => Ok(fused::<B, Cudnn, D>(x, gamma, beta, epsilon, mode)),
-        Route::Autodiff => Ok(fused::<B, Autodiff<Cudnn>, D>(x, gamma, beta, epsilon, mode)),
-        Route::AutodiffBalanced => Ok(fused::<B, Autodiff<Cudnn, BalancedCheckpointing>, D>(
-            x, gamma, beta, epsilon, mode,
-        )),
-        Route::Other => Err((x, gamma, beta)),
-    }
+    on_our_backend!(B, T => Ok(fused::<B, T, D>(x, gamma, beta, epsilon, mode)), else Err((x, gamma, beta)))
 }
 
 impl<B: Backend> LayerNorm<B> {

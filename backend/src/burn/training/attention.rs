@@ -1,15 +1,9 @@
-//! Attention for training: cuDNN's fused flash-attention forward (writing the softmax
-//! statistics) and its autodiff node, whose backward is cuDNN's fused attention backward
-//! graph ([`crate::ops::sdpa_backward`]), or, where cuDNN declines, the same math from the
+//! Attention for training on [`Cudnn`]: cuDNN's fused flash-attention forward (writing the
+//! softmax statistics) and its backward, cuDNN's fused attention backward graph
+//! ([`crate::ops::sdpa_backward`]), or, where cuDNN declines, the same math from the
 //! backend's own ops (probabilities recomputed from the statistics).
 
-use burn_autodiff::checkpoint::base::Checkpointer;
-use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use burn_autodiff::Autodiff;
 use burn_backend::ops::{AttentionModuleOptions, FloatTensorOps};
-use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Scalar};
 
 use super::super::exec;
@@ -28,14 +22,20 @@ pub(super) fn fusable(
     bias: Option<&CudnnTensor>,
     causal: bool,
 ) -> bool {
-    let (qd, kd, vd) = (q.dims(), k.dims(), v.dims());
+    let meta = |t: &CudnnTensor| (t.dims().iter().map(|&d| d as usize).collect::<Vec<_>>(), t.dtype);
+    fusable_shapes([meta(q), meta(k), meta(v)], bias.map(meta), causal)
+}
+
+/// [`fusable`] from the dims and dtypes of q, k, v and the bias.
+pub(super) fn fusable_shapes(qkv: [(Vec<usize>, DType); 3], bias: Option<(Vec<usize>, DType)>, causal: bool) -> bool {
+    let [(qd, qt), (kd, kt), (vd, vt)] = qkv;
     qd.len() == 4
         && kd.len() == 4
         && vd.len() == 4
-        && k.dtype == q.dtype
-        && v.dtype == q.dtype
-        && bias.is_none_or(|b| b.dtype == q.dtype && b.rank() == 4)
-        && storage_type(q.dtype).is_some_and(|dt| ops::sdpa_fusable(dt, qd[3], vd[3], kd[2]))
+        && kt == qt
+        && vt == qt
+        && bias.as_ref().is_none_or(|(bd, bt)| *bt == qt && bd.len() == 4)
+        && storage_type(qt).is_some_and(|dt| ops::sdpa_fusable(dt, qd[3] as i64, vd[3] as i64, kd[2] as i64))
         && !(causal && qd[2] > kd[2])
         // cuDNN combines a bias with the causal mask only for square scores.
         && !(causal && bias.is_some() && qd[2] != kd[2])
@@ -61,7 +61,7 @@ fn bshd_like(like: &CudnnTensor, dims: [i64; 4], op: &str) -> CudnnTensor {
 
 /// What the backward pass needs.
 #[derive(Clone, Debug)]
-pub(super) struct AttentionSaved {
+pub(crate) struct AttentionSaved {
     q: CudnnTensor,
     k: CudnnTensor,
     v: CudnnTensor,
@@ -72,8 +72,40 @@ pub(super) struct AttentionSaved {
     scale: f64,
 }
 
+impl AttentionSaved {
+    /// The saved state from the forward's inputs as passed, its output and statistics: what
+    /// a lazily recorded forward hands its backward.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rebuild(
+        q: CudnnTensor,
+        k: CudnnTensor,
+        v: CudnnTensor,
+        o: CudnnTensor,
+        stats: CudnnTensor,
+        bias: Option<CudnnTensor>,
+        causal: bool,
+        scale: f64,
+    ) -> Self {
+        Self {
+            q: ready(&q),
+            k: ready(&k),
+            v: ready(&v),
+            o,
+            stats,
+            bias: bias.as_ref().map(ready),
+            causal,
+            scale,
+        }
+    }
+
+    /// The softmax statistics (log-sum-exp per query row, f32 `[b, h, s_q, 1]`).
+    pub(super) fn stats(&self) -> &CudnnTensor {
+        &self.stats
+    }
+}
+
 /// Fused forward writing the statistics; `None` when cuDNN declines the case.
-fn forward(
+pub(super) fn forward(
     q: CudnnTensor,
     k: CudnnTensor,
     v: CudnnTensor,
@@ -121,7 +153,7 @@ fn forward(
 }
 
 /// `[dq, dk, dv]` from cuDNN's fused backward, or the composed one where it declines.
-fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
+pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
     const OP: &str = "attention_backward";
     let d_o = ready(&exec::cast(d_o, s.q.dtype, OP));
     let [dq, dk, dv] = [&s.q, &s.k, &s.v].map(|t| {
@@ -160,6 +192,46 @@ fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
     }
 }
 
+/// `q·kᵀ·scale + bias` with the causal mask, in f32, from f32 `q` and `k`.
+fn scores_f32(q: CudnnTensor, k: CudnnTensor, bias: Option<&CudnnTensor>, causal: bool, scale: f64) -> CudnnTensor {
+    const OP: &str = "attention";
+    let (sq, skv) = (q.dims()[2], k.dims()[2]);
+    let mut scores = Cudnn::float_mul_scalar(
+        Cudnn::float_matmul(q, Cudnn::float_swap_dims(k, 2, 3)),
+        Scalar::Float(scale),
+    );
+    if let Some(b) = bias {
+        scores = Cudnn::float_add(scores, exec::cast(b.clone(), DType::F32, OP));
+    }
+    if causal {
+        scores = exec::binary(scores.clone(), causal_bias(&scores, sq, skv), BinaryOp::Add, OP);
+    }
+    scores
+}
+
+/// The forward from the backend's ops in f32, with the statistics the backward needs:
+/// `(o in q's dtype, log-sum-exp f32 [b, h, s_q, 1])`. For a lazily recorded forward whose
+/// fused graph cuDNN declines when it runs.
+pub(super) fn composed_forward(
+    q: CudnnTensor,
+    k: CudnnTensor,
+    v: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    causal: bool,
+    scale: f64,
+) -> (CudnnTensor, CudnnTensor) {
+    const OP: &str = "attention";
+    let dtype = q.dtype;
+    let f32_ = |t: CudnnTensor| exec::cast(t, DType::F32, OP);
+    let scores = scores_f32(f32_(q), f32_(k), bias.as_ref(), causal, scale);
+    let max = Cudnn::float_max_dim(scores.clone(), 3);
+    let sum = Cudnn::float_sum_dim(Cudnn::float_exp(Cudnn::float_sub(scores.clone(), max.clone())), 3);
+    let stats = Cudnn::float_add(max, Cudnn::float_log(sum));
+    let p = Cudnn::float_exp(Cudnn::float_sub(scores, stats.clone()));
+    let o = exec::cast(Cudnn::float_matmul(p, f32_(v)), dtype, OP);
+    (o, stats)
+}
+
 /// The attention backward from the backend's ops in f32: `P = exp(q·kᵀ·scale + bias − lse)`,
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dQ = dS·K`, `dK = dSᵀ·Q`.
 fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
@@ -167,14 +239,7 @@ fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
     let f32_ = |t: &CudnnTensor| exec::cast(t.clone(), DType::F32, OP);
     let (q, k, v, o, d_o) = (f32_(&s.q), f32_(&s.k), f32_(&s.v), f32_(&s.o), f32_(&d_o));
     let t = |x: CudnnTensor| Cudnn::float_swap_dims(x, 2, 3);
-    let mut scores = Cudnn::float_mul_scalar(Cudnn::float_matmul(q.clone(), t(k.clone())), Scalar::Float(s.scale));
-    if let Some(b) = &s.bias {
-        scores = Cudnn::float_add(scores, f32_(b));
-    }
-    if s.causal {
-        let (sq, skv) = (s.q.dims()[2], s.k.dims()[2]);
-        scores = exec::binary(scores.clone(), causal_bias(&scores, sq, skv), BinaryOp::Add, OP);
-    }
+    let scores = scores_f32(q.clone(), k.clone(), s.bias.as_ref(), s.causal, s.scale);
     let p = Cudnn::float_exp(Cudnn::float_sub(scores, s.stats.clone()));
     let dv = Cudnn::float_matmul(t(p.clone()), d_o.clone());
     let dp = Cudnn::float_matmul(d_o.clone(), t(v));
@@ -185,19 +250,8 @@ fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
     [dq, dk, dv].map(|g| exec::cast(g, s.q.dtype, OP))
 }
 
-/// The node of an attention: parents q, k, v (a bias gets no gradient: see the module).
-#[derive(Debug)]
-struct AttentionNode;
-
-impl Backward<Cudnn, 3> for AttentionNode {
-    type State = AttentionSaved;
-
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        super::register_parent_grads(ops, grads, |s, d_o, _| backward(s, d_o).map(Some));
-    }
-}
-
-fn options(causal: bool, scale: f64) -> AttentionModuleOptions {
+/// Burn's attention options for a plain causal-or-not attention with this scale.
+pub(super) fn options(causal: bool, scale: f64) -> AttentionModuleOptions {
     AttentionModuleOptions {
         scale: Some(scale),
         softcap: None,
@@ -221,43 +275,4 @@ pub(super) fn cudnn(
         }
     }
     layer_attention(q, k, v, None, bias, options(causal, scale))
-}
-
-/// Attention on `Autodiff<Cudnn, C>`: the fused forward and backward node when fusable and
-/// the bias is not tracked; otherwise Burn's composed attention on the autodiff backend.
-pub(super) fn autodiff<C: CheckpointStrategy>(
-    q: FloatTensor<Autodiff<Cudnn, C>>,
-    k: FloatTensor<Autodiff<Cudnn, C>>,
-    v: FloatTensor<Autodiff<Cudnn, C>>,
-    bias: Option<FloatTensor<Autodiff<Cudnn, C>>>,
-    causal: bool,
-    scale: f64,
-) -> FloatTensor<Autodiff<Cudnn, C>> {
-    let bias_tracked = bias.as_ref().is_some_and(|b| !b.node.requirement.is_none());
-    let fused = !bias_tracked
-        && fusable(
-            &q.primitive,
-            &k.primitive,
-            &v.primitive,
-            bias.as_ref().map(|b| &b.primitive),
-            causal,
-        );
-    if fused {
-        let r = forward(
-            q.primitive.clone(),
-            k.primitive.clone(),
-            v.primitive.clone(),
-            bias.as_ref().map(|b| b.primitive.clone()),
-            causal,
-            scale,
-        );
-        if let Some((o, saved)) = r {
-            let nodes = [q.node.clone(), k.node.clone(), v.node.clone()];
-            return match AttentionNode.prepare::<C>(nodes).compute_bound().stateful() {
-                OpsKind::Tracked(prep) => prep.finish(saved, o),
-                OpsKind::UnTracked(prep) => prep.finish(o),
-            };
-        }
-    }
-    burn_backend::ops::attention::attention_fallback::<Autodiff<Cudnn, C>>(q, k, v, None, bias, options(causal, scale))
 }

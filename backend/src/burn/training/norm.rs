@@ -1,23 +1,16 @@
-//! Layer and RMS norm over the last dim: the training forward (row statistics kept) and
-//! its autodiff node, whose backward runs [`crate::ops::norm_backward`].
+//! Layer and RMS norm over the last dim on [`Cudnn`]: the training forward (row statistics
+//! kept) and its backward, [`crate::ops::norm_backward`].
 
-use burn_autodiff::checkpoint::base::Checkpointer;
-use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use burn_autodiff::Autodiff;
-use burn_backend::tensor::FloatTensor;
 use burn_backend::DType;
 
 use super::super::exec;
 use super::super::tensor::{expect, CudnnTensor};
-use super::super::Cudnn;
 use crate::graph::NormMode;
 use crate::ops::{self, NormBackward};
 
 /// What the backward pass needs.
 #[derive(Clone, Debug)]
-pub(super) struct NormSaved {
+pub(crate) struct NormSaved {
     /// The input as packed `[rows, features]`.
     x: CudnnTensor,
     /// The input's dims (the gradient gets them back).
@@ -30,6 +23,47 @@ pub(super) struct NormSaved {
     mode: NormMode,
 }
 
+/// `x` as packed `[rows, features]`, its dims, and `scale` in the dtype the kernels take (the
+/// data dtype or f32) with the dtype it was passed in.
+fn rows_and_params(x: CudnnTensor, scale: CudnnTensor, op: &str) -> (CudnnTensor, Vec<i64>, CudnnTensor, DType) {
+    let dims = x.dims().to_vec();
+    let features = dims.last().copied().unwrap_or(1);
+    let rows = if features == 0 { 0 } else { x.numel() / features };
+    let x2 = x.contiguous().reshape(&[rows, features]);
+    let param_dtype = scale.dtype;
+    let pdt = if scale.dtype == x2.dtype { x2.dtype } else { DType::F32 };
+    let scale = exec::cast(scale, pdt, op).contiguous();
+    (x2, dims, scale, param_dtype)
+}
+
+impl NormSaved {
+    /// The saved state from the forward's inputs as passed and its row statistics: what a
+    /// lazily recorded forward hands its backward.
+    pub(super) fn rebuild(
+        x: CudnnTensor,
+        scale: CudnnTensor,
+        mean: Option<CudnnTensor>,
+        inv_std: CudnnTensor,
+        mode: NormMode,
+    ) -> Self {
+        let (x, dims, scale, param_dtype) = rows_and_params(x, scale, "norm_backward");
+        Self {
+            x,
+            dims,
+            scale,
+            param_dtype,
+            mean,
+            inv_std,
+            mode,
+        }
+    }
+
+    /// The row statistics: the mean (layer norm only) and the inverse std, f32 `[rows]`.
+    pub(super) fn stats(&self) -> (Option<&CudnnTensor>, &CudnnTensor) {
+        (self.mean.as_ref(), &self.inv_std)
+    }
+}
+
 /// Forward over the last dim; returns `y` (x's dims) and what the backward needs.
 pub(super) fn forward(
     x: CudnnTensor,
@@ -39,14 +73,9 @@ pub(super) fn forward(
     mode: NormMode,
 ) -> (CudnnTensor, NormSaved) {
     const OP: &str = "norm_train_forward";
-    let dims = x.dims().to_vec();
-    let features = dims.last().copied().unwrap_or(1);
-    let rows = if features == 0 { 0 } else { x.numel() / features };
-    let x2 = x.contiguous().reshape(&[rows, features]);
-    let param_dtype = scale.dtype;
-    let pdt = if scale.dtype == x2.dtype { x2.dtype } else { DType::F32 };
-    let scale = exec::cast(scale, pdt, OP).contiguous();
-    let bias = bias.map(|b| exec::cast(b, pdt, OP).contiguous());
+    let (x2, dims, scale, param_dtype) = rows_and_params(x, scale, OP);
+    let bias = bias.map(|b| exec::cast(b, scale.dtype, OP).contiguous());
+    let rows = x2.dims()[0];
     let y = x2.empty_like(x2.dtype, OP);
     let stat = || CudnnTensor::empty(x2.device(), &[rows], DType::F32, OP);
     let mean = (mode == NormMode::LayerNorm).then(stat);
@@ -80,7 +109,7 @@ pub(super) fn forward(
 }
 
 /// `[dx, dscale, dbias]`, each when `want` asks.
-fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Option<CudnnTensor>; 3] {
+pub(super) fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Option<CudnnTensor>; 3] {
     const OP: &str = "norm_backward";
     let (rows, features) = (s.x.dims()[0], s.x.dims()[1]);
     let dy = exec::cast(dy, s.x.dtype, OP).contiguous().reshape(&[rows, features]);
@@ -103,83 +132,4 @@ fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Option<CudnnTen
     expect(OP, ops::norm_backward(dy.stream(), s.mode, &args));
     let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP));
     [dx.map(|t| t.reshape(&s.dims)), back(ds), back(db)]
-}
-
-/// The node of a norm with a bias (parents x, scale, bias).
-#[derive(Debug)]
-struct NormBiasNode;
-
-/// The node of a norm without a bias (parents x, scale).
-#[derive(Debug)]
-struct NormNode;
-
-/// The norm's gradients in parent order (x, scale[, bias]).
-fn register<const N: usize>(ops: Ops<NormSaved, N>, grads: &mut Gradients) {
-    super::register_parent_grads(ops, grads, |s, dy, t: [bool; N]| {
-        let at = |i: usize| i < N && t[i];
-        let mut all = backward(s, dy, [at(0), at(1), at(2)]).into_iter();
-        std::array::from_fn(|_| all.next().flatten())
-    });
-}
-
-impl Backward<Cudnn, 3> for NormBiasNode {
-    type State = NormSaved;
-
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        register(ops, grads);
-    }
-}
-
-impl Backward<Cudnn, 2> for NormNode {
-    type State = NormSaved;
-
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        register(ops, grads);
-    }
-}
-
-/// The norm on `Cudnn` (no gradients): the training kernels, whose statistics are dropped.
-pub(super) fn cudnn(
-    x: CudnnTensor,
-    scale: CudnnTensor,
-    bias: Option<CudnnTensor>,
-    epsilon: f64,
-    mode: NormMode,
-) -> CudnnTensor {
-    forward(x, scale, bias, epsilon, mode).0
-}
-
-/// The norm on `Autodiff<Cudnn, C>` with its backward node.
-pub(super) fn autodiff<C: CheckpointStrategy>(
-    x: FloatTensor<Autodiff<Cudnn, C>>,
-    scale: FloatTensor<Autodiff<Cudnn, C>>,
-    bias: Option<FloatTensor<Autodiff<Cudnn, C>>>,
-    epsilon: f64,
-    mode: NormMode,
-) -> FloatTensor<Autodiff<Cudnn, C>> {
-    let (y, saved) = forward(
-        x.primitive.clone(),
-        scale.primitive.clone(),
-        bias.as_ref().map(|b| b.primitive.clone()),
-        epsilon,
-        mode,
-    );
-    match bias {
-        Some(b) => match NormBiasNode
-            .prepare::<C>([x.node.clone(), scale.node.clone(), b.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(saved, y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        },
-        None => match NormNode
-            .prepare::<C>([x.node.clone(), scale.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(saved, y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        },
-    }
 }

@@ -1,0 +1,190 @@
+//! Batch norm on [`Cudnn`]: the training forward (batch statistics, running-statistic
+//! update, saved mean and inverse std), its backward, and the inference forward.
+
+use burn_backend::DType;
+
+use super::super::exec;
+use super::super::tensor::{expect, CudnnTensor};
+use crate::ops::{self, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions, RunningStats};
+
+/// The forward results the backward pass needs.
+#[derive(Clone, Debug)]
+pub(crate) struct BnSaved {
+    x: CudnnTensor,
+    /// The output, kept when the forward applied ReLU (its sign masks the gradient).
+    y: Option<CudnnTensor>,
+    scale: CudnnTensor,
+    /// The dtype of the scale and bias parameters as passed (their gradients get it back).
+    param_dtype: DType,
+    mean: CudnnTensor,
+    inv_std: CudnnTensor,
+}
+
+impl BnSaved {
+    /// The saved state from the forward's inputs as passed (`x`, `scale`), its ReLU output
+    /// (`y`) and its statistics: what a lazily recorded forward hands its backward.
+    pub(super) fn rebuild(
+        x: CudnnTensor,
+        y: Option<CudnnTensor>,
+        scale: CudnnTensor,
+        mean: CudnnTensor,
+        inv_std: CudnnTensor,
+    ) -> Self {
+        let x = x.cudnn_ready();
+        let param_dtype = scale.dtype;
+        let pdt = param_dtype_for(x.dtype, &scale);
+        let scale = exec::cast(scale, pdt, "batch_norm_backward").contiguous();
+        Self {
+            x,
+            y: y.map(|y| y.cudnn_ready()),
+            scale,
+            param_dtype,
+            mean,
+            inv_std,
+        }
+    }
+
+    /// The batch statistics: mean and inverse std, f32 `[C]`.
+    pub(super) fn stats(&self) -> [&CudnnTensor; 2] {
+        [&self.mean, &self.inv_std]
+    }
+}
+
+/// A new packed tensor with `like`'s dims and dim order (`like` is packed).
+pub(super) fn empty_as(like: &CudnnTensor, op: &str) -> CudnnTensor {
+    let mut out = CudnnTensor::empty(like.device(), like.dims(), like.dtype, op);
+    out.layout.strides = like.layout.strides.clone();
+    out
+}
+
+/// The per-channel tensors in one dtype the kernels accept: the data dtype or f32.
+fn param_dtype_for(data: DType, scale: &CudnnTensor) -> DType {
+    if scale.dtype == data {
+        data
+    } else {
+        DType::F32
+    }
+}
+
+/// Training forward: `(y, [running mean, running var] updated (in the dtype of the running
+/// statistics passed), saved state)`.
+pub(super) fn forward(
+    x: CudnnTensor,
+    scale: CudnnTensor,
+    bias: CudnnTensor,
+    residual: Option<CudnnTensor>,
+    running: [CudnnTensor; 2],
+    o: &BatchNormOptions,
+) -> (CudnnTensor, [CudnnTensor; 2], BnSaved) {
+    const OP: &str = "batch_norm_train";
+    let x = x.cudnn_ready();
+    let residual = residual.map(|r| {
+        exec::check_same_device(OP, &x, &r);
+        r.cudnn_ready()
+    });
+    let running_dtype = running[0].dtype;
+    let param_dtype_in = scale.dtype;
+    let pdt = param_dtype_for(x.dtype, &scale);
+    let [scale, bias] = [scale, bias].map(|t| exec::cast(t, pdt, OP).contiguous());
+    let [rm, rv] = running.map(|t| exec::cast(t, pdt, OP).contiguous());
+    let c = x.dims().get(1).copied().unwrap_or(0);
+    let y = empty_as(&x, OP);
+    let [rm_out, rv_out] = [(); 2].map(|_| CudnnTensor::empty(x.device(), &[c], pdt, OP));
+    let [mean, inv_std] = [(); 2].map(|_| CudnnTensor::empty(x.device(), &[c], DType::F32, OP));
+    let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tref());
+    let (ts, tb) = (scale.tref(), bias.tref());
+    let (trm, trv, trmo, trvo) = (rm.tref(), rv.tref(), rm_out.tref(), rv_out.tref());
+    let (tm, ti) = (mean.tref(), inv_std.tref());
+    let args = BatchNormForward {
+        x: &tx,
+        residual: tz.as_ref(),
+        y: &ty,
+        scale: Some(&ts),
+        bias: Some(&tb),
+        running: Some(RunningStats {
+            mean: &trm,
+            var: &trv,
+            mean_out: &trmo,
+            var_out: &trvo,
+        }),
+        saved_mean: &tm,
+        saved_inv_std: &ti,
+    };
+    expect(OP, ops::batch_norm_train_forward(x.stream(), &args, o));
+    let saved = BnSaved {
+        x,
+        y: o.relu.then(|| y.clone()),
+        scale,
+        param_dtype: param_dtype_in,
+        mean,
+        inv_std,
+    };
+    let stats = [rm_out, rv_out].map(|t| exec::cast(t, running_dtype, OP));
+    (y, stats, saved)
+}
+
+/// Gradients of one batch-norm node: `[dx, d_residual, d_scale, d_bias]`, each computed
+/// only when `want` asks for it.
+pub(super) fn backward(s: &BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option<CudnnTensor>; 4] {
+    const OP: &str = "batch_norm_backward";
+    // Gradients arrive in any layout (broadcasts from a mean, say): packed for the kernels.
+    let dy = exec::cast(dy, s.x.dtype, OP).cudnn_ready();
+    let [dx, dz] = [want[0], want[1]].map(|w| w.then(|| empty_as(&s.x, OP)));
+    let c = s.scale.numel();
+    let [ds, db] = [want[2], want[3]].map(|w| w.then(|| CudnnTensor::empty(s.x.device(), &[c], s.scale.dtype, OP)));
+    let r = |t: &Option<CudnnTensor>| t.as_ref().map(|t| t.tref());
+    let (tx, ty, tdy) = (s.x.tref(), r(&s.y), dy.tref());
+    let (tdx, tdz, tds, tdb) = (r(&dx), r(&dz), r(&ds), r(&db));
+    let (tscale, tm, ti) = (s.scale.tref(), s.mean.tref(), s.inv_std.tref());
+    let args = BatchNormBackward {
+        x: &tx,
+        y: ty.as_ref(),
+        dy: &tdy,
+        dx: tdx.as_ref(),
+        d_residual: tdz.as_ref(),
+        scale: Some(&tscale),
+        saved_mean: &tm,
+        saved_inv_std: &ti,
+        d_scale: tds.as_ref(),
+        d_bias: tdb.as_ref(),
+    };
+    expect(OP, ops::batch_norm_backward(dy.stream(), &args));
+    let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP));
+    [dx, dz, back(ds), back(db)]
+}
+
+/// Inference forward with the running statistics, the optional residual add and ReLU.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn inference(
+    x: CudnnTensor,
+    scale: CudnnTensor,
+    bias: CudnnTensor,
+    residual: Option<CudnnTensor>,
+    running_mean: CudnnTensor,
+    running_var: CudnnTensor,
+    epsilon: f64,
+    relu: bool,
+) -> CudnnTensor {
+    const OP: &str = "batch_norm_inference";
+    let x = x.cudnn_ready();
+    let residual = residual.map(|r| {
+        exec::check_same_device(OP, &x, &r);
+        r.cudnn_ready()
+    });
+    let pdt = param_dtype_for(x.dtype, &scale);
+    let [scale, bias, rm, rv] = [scale, bias, running_mean, running_var].map(|t| exec::cast(t, pdt, OP).contiguous());
+    let y = empty_as(&x, OP);
+    let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tref());
+    let (ts, tb, tm, tv) = (scale.tref(), bias.tref(), rm.tref(), rv.tref());
+    let args = BatchNormInference {
+        x: &tx,
+        residual: tz.as_ref(),
+        y: &ty,
+        scale: Some(&ts),
+        bias: Some(&tb),
+        mean: &tm,
+        var: &tv,
+    };
+    expect(OP, ops::batch_norm_inference(x.stream(), &args, epsilon, relu));
+    y
+}

@@ -1,0 +1,132 @@
+//! [`TrainingKernels`]: the forward-with-saved-state and backward primitives the autodiff
+//! nodes of [`super::autodiff`] run, implemented for [`Cudnn`] (eagerly) and for
+//! `Fusion<Cudnn>` (as recorded custom operations, [`super::fusion`]).
+
+use std::fmt::Debug;
+
+use burn_backend::tensor::FloatTensor;
+
+use super::super::tensor::CudnnTensor;
+use super::super::Cudnn;
+use super::{attention, batch_norm, norm, TrainingOps};
+use crate::graph::NormMode;
+use crate::ops::BatchNormOptions;
+
+/// The primitives behind the fused training ops' forward and backward passes.
+pub(crate) trait TrainingKernels: TrainingOps {
+    /// What a batch norm's backward needs.
+    type BnSaved: Clone + Send + Debug + 'static;
+    /// What a layer or RMS norm's backward needs.
+    type NormSaved: Clone + Send + Debug + 'static;
+    /// What an attention's backward needs.
+    type AttentionSaved: Clone + Send + Debug + 'static;
+
+    /// Batch-norm training forward: `(y, [running mean, running var] updated, saved)`.
+    fn bn_forward(
+        x: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        residual: Option<FloatTensor<Self>>,
+        running: [FloatTensor<Self>; 2],
+        options: &BatchNormOptions,
+    ) -> (FloatTensor<Self>, [FloatTensor<Self>; 2], Self::BnSaved);
+
+    /// `[dx, d_residual, d_scale, d_bias]`, each when `want` asks.
+    fn bn_backward(saved: &Self::BnSaved, dy: FloatTensor<Self>, want: [bool; 4]) -> [Option<FloatTensor<Self>>; 4];
+
+    /// Norm training forward over the last dim: `(y, saved)`.
+    fn norm_forward(
+        x: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        epsilon: f64,
+        mode: NormMode,
+    ) -> (FloatTensor<Self>, Self::NormSaved);
+
+    /// `[dx, d_scale, d_bias]`, each when `want` asks.
+    fn norm_backward(saved: &Self::NormSaved, dy: FloatTensor<Self>, want: [bool; 3])
+        -> [Option<FloatTensor<Self>>; 3];
+
+    /// Whether the fused attention graphs take these tensors (dims and dtypes only).
+    fn attention_fusable(
+        q: &FloatTensor<Self>,
+        k: &FloatTensor<Self>,
+        v: &FloatTensor<Self>,
+        bias: Option<&FloatTensor<Self>>,
+        causal: bool,
+    ) -> bool;
+
+    /// Fused attention forward keeping the softmax statistics: `(o, saved)`, or `None`
+    /// when cuDNN declines the case.
+    fn attention_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        causal: bool,
+        scale: f64,
+    ) -> Option<(FloatTensor<Self>, Self::AttentionSaved)>;
+
+    /// `[dq, dk, dv]`.
+    fn attention_backward(saved: &Self::AttentionSaved, d_o: FloatTensor<Self>) -> [FloatTensor<Self>; 3];
+}
+
+impl TrainingKernels for Cudnn {
+    type BnSaved = batch_norm::BnSaved;
+    type NormSaved = norm::NormSaved;
+    type AttentionSaved = attention::AttentionSaved;
+
+    fn bn_forward(
+        x: CudnnTensor,
+        scale: CudnnTensor,
+        bias: CudnnTensor,
+        residual: Option<CudnnTensor>,
+        running: [CudnnTensor; 2],
+        options: &BatchNormOptions,
+    ) -> (CudnnTensor, [CudnnTensor; 2], Self::BnSaved) {
+        batch_norm::forward(x, scale, bias, residual, running, options)
+    }
+
+    fn bn_backward(saved: &Self::BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option<CudnnTensor>; 4] {
+        batch_norm::backward(saved, dy, want)
+    }
+
+    fn norm_forward(
+        x: CudnnTensor,
+        scale: CudnnTensor,
+        bias: Option<CudnnTensor>,
+        epsilon: f64,
+        mode: NormMode,
+    ) -> (CudnnTensor, Self::NormSaved) {
+        norm::forward(x, scale, bias, epsilon, mode)
+    }
+
+    fn norm_backward(saved: &Self::NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Option<CudnnTensor>; 3] {
+        norm::backward(saved, dy, want)
+    }
+
+    fn attention_fusable(
+        q: &CudnnTensor,
+        k: &CudnnTensor,
+        v: &CudnnTensor,
+        bias: Option<&CudnnTensor>,
+        causal: bool,
+    ) -> bool {
+        attention::fusable(q, k, v, bias, causal)
+    }
+
+    fn attention_forward(
+        q: CudnnTensor,
+        k: CudnnTensor,
+        v: CudnnTensor,
+        bias: Option<CudnnTensor>,
+        causal: bool,
+        scale: f64,
+    ) -> Option<(CudnnTensor, Self::AttentionSaved)> {
+        attention::forward(q, k, v, bias, causal, scale)
+    }
+
+    fn attention_backward(saved: &Self::AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
+        attention::backward(saved, d_o)
+    }
+}
