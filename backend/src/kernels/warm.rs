@@ -140,8 +140,11 @@ mod tests {
     #[test]
     fn siblings_come_from_the_first_group_listing_the_kernel() {
         let s: Vec<_> = siblings(ELEMENTWISE, "binary_f32").map(|(_, n)| n).collect();
-        assert_eq!(s.len(), 28);
+        assert_eq!(s.len(), 31);
         assert!(s.contains(&"reduce_f32") && s.contains(&"cast") && !s.contains(&"binary_f32"));
+        assert!(["reduce_split_f32", "reduce_cols_f32", "reduce_finish_f32"]
+            .iter()
+            .all(|k| s.contains(k)));
         // `cast` is in every float group: the f32 one wins.
         assert!(siblings(ELEMENTWISE, "cast").any(|(_, n)| n == "binary_f32"));
         // `fill_b8` is in the i64 group before the f64 one.
