@@ -66,6 +66,48 @@ pub(crate) struct LazyAttentionSaved {
     scale: f64,
 }
 
+/// Records the fused attention forward keeping the softmax statistics; cuDNN decides when
+/// the queue executes, and a case it declines runs the composed forward there (same output
+/// and statistics).
+fn record_attention(
+    q: Lazy,
+    k: Lazy,
+    v: Lazy,
+    bias: Option<Lazy>,
+    causal: bool,
+    scale: f64,
+) -> (Lazy, LazyAttentionSaved) {
+    let (qd, vd) = (q.shape.to_vec(), v.shape.to_vec());
+    let o_meta = (Shape::from(vec![qd[0], qd[1], qd[2], vd[3]]), q.dtype);
+    let stats_meta = (Shape::from(vec![qd[0], qd[1], qd[2], 1]), DType::F32);
+    let has_bias = bias.is_some();
+    let mut inputs = vec![q.clone(), k.clone(), v.clone()];
+    inputs.extend(bias.clone());
+    let out = record("cudnn_attention", inputs, vec![o_meta, stats_meta], move |ins| {
+        let mut ins = ins.into_iter();
+        let [q, k, v] = take(&mut ins);
+        let bias = has_bias.then(|| take::<_, 1>(&mut ins)[0].clone());
+        let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale);
+        let (o, stats) = match fused {
+            Some((o, saved)) => (o, saved.stats().clone()),
+            None => attention::composed_forward(q, k, v, bias, causal, scale),
+        };
+        vec![o, stats]
+    });
+    let [o, stats] = take(&mut out.into_iter());
+    let saved = LazyAttentionSaved {
+        q,
+        k,
+        v,
+        o: o.clone(),
+        stats,
+        bias,
+        causal,
+        scale,
+    };
+    (o, saved)
+}
+
 impl TrainingKernels for CudnnFusion {
     type BnSaved = LazyBnSaved;
     type NormSaved = LazyNormSaved;
@@ -195,35 +237,7 @@ impl TrainingKernels for CudnnFusion {
         causal: bool,
         scale: f64,
     ) -> Option<(Lazy, LazyAttentionSaved)> {
-        let (qd, vd) = (q.shape.to_vec(), v.shape.to_vec());
-        let o_meta = (Shape::from(vec![qd[0], qd[1], qd[2], vd[3]]), q.dtype);
-        let stats_meta = (Shape::from(vec![qd[0], qd[1], qd[2], 1]), DType::F32);
-        let has_bias = bias.is_some();
-        let mut inputs = vec![q.clone(), k.clone(), v.clone()];
-        inputs.extend(bias.clone());
-        let out = record("cudnn_attention", inputs, vec![o_meta, stats_meta], move |ins| {
-            let mut ins = ins.into_iter();
-            let [q, k, v] = take(&mut ins);
-            let bias = has_bias.then(|| take::<_, 1>(&mut ins)[0].clone());
-            let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale);
-            let (o, stats) = match fused {
-                Some((o, saved)) => (o, saved.stats().clone()),
-                None => attention::composed_forward(q, k, v, bias, causal, scale),
-            };
-            vec![o, stats]
-        });
-        let [o, stats] = take(&mut out.into_iter());
-        let saved = LazyAttentionSaved {
-            q,
-            k,
-            v,
-            o: o.clone(),
-            stats,
-            bias,
-            causal,
-            scale,
-        };
-        Some((o, saved))
+        Some(record_attention(q, k, v, bias, causal, scale))
     }
 
     fn attention_backward(s: &LazyAttentionSaved, d_o: Lazy) -> [Lazy; 3] {
@@ -290,10 +304,7 @@ impl TrainingOps for CudnnFusion {
 
     fn sdpa(q: Lazy, k: Lazy, v: Lazy, bias: Option<Lazy>, causal: bool, scale: f64) -> Lazy {
         if Self::attention_fusable(&q, &k, &v, bias.as_ref(), causal) {
-            if let Some((o, _)) = Self::attention_forward(q, k, v, bias, causal, scale) {
-                return o;
-            }
-            unreachable!("the recorded attention forward always returns its output");
+            return record_attention(q, k, v, bias, causal, scale).0;
         }
         let outputs = vec![(
             Shape::from(vec![q.shape[0], q.shape[1], q.shape[2], v.shape[3]]),
