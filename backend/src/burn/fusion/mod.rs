@@ -18,6 +18,10 @@
 //!   use is in the run lends its buffer to an output. A kernel that fails to build falls back
 //!   to the operations one by one, with a one-time warning.
 //!
+//! - **linear weight gradient** ([`linear`]): Burn's composed `linear_weight_backward` (a
+//!   batched matmul of the swapped input with the gradient, then a sum over the batch) runs
+//!   as one GEMM over the folded batch.
+//!
 //! Our fused training ops and optimizer step are recorded as custom operations ([`custom`]):
 //! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
 //!
@@ -28,6 +32,7 @@
 pub(crate) mod custom;
 mod flusher;
 mod fuser;
+mod linear;
 mod optimization;
 
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
@@ -75,7 +80,10 @@ impl FusionRuntime for CudnnFusionRuntime {
     fn fusers(device: CudnnDevice) -> Vec<Box<dyn OperationFuser<CudnnOptimization>>> {
         flusher::ensure_started(&device);
         if fusers_enabled() {
-            vec![Box::new(fuser::ElementwiseFuser::default())]
+            vec![
+                Box::new(fuser::ElementwiseFuser::default()),
+                Box::new(linear::LinearGradFuser::default()),
+            ]
         } else {
             Vec::new()
         }

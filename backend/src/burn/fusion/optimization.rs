@@ -56,6 +56,8 @@ pub struct ElementwiseOptimization {
 pub enum CudnnOptimization {
     /// Elementwise operations in one kernel.
     Elementwise(ElementwiseOptimization),
+    /// Burn's composed linear weight gradient as one matmul.
+    LinearGrad(super::linear::LinearGradOptimization),
 }
 
 /// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
@@ -64,18 +66,22 @@ pub enum CudnnOptimization {
 pub enum CudnnOptimizationState {
     /// The operations of an elementwise run.
     Elementwise(Vec<OperationIr>),
+    /// The operations of a composed linear weight gradient.
+    LinearGrad(Vec<OperationIr>),
 }
 
 impl NumOperations for CudnnOptimization {
     fn len(&self) -> usize {
         match self {
             CudnnOptimization::Elementwise(e) => e.operations.len(),
+            CudnnOptimization::LinearGrad(l) => l.operations.len(),
         }
     }
 
     fn name(&self) -> &'static str {
         match self {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
+            CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
         }
     }
 }
@@ -90,12 +96,14 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                     }
                 }
             }
+            CudnnOptimization::LinearGrad(l) => l.execute(context),
         }
     }
 
     fn to_state(&self) -> CudnnOptimizationState {
         match self {
             CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
+            CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
         }
     }
 
@@ -104,6 +112,10 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimizationState::Elementwise(ops) => match super::fuser::ElementwiseFuser::from_operations(&ops) {
                 Some(e) => CudnnOptimization::Elementwise(e),
                 None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
+            },
+            CudnnOptimizationState::LinearGrad(ops) => match super::linear::LinearGradFuser::from_operations(&ops) {
+                Some(l) => CudnnOptimization::LinearGrad(l),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
             },
         }
     }
