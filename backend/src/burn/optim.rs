@@ -340,10 +340,10 @@ fn record_step(inputs: Vec<AdamInput<Lazy>>, o: AdamOptions) -> Vec<Updated<Cudn
             .flat_map(|(u, m)| u.into_iter().chain(m))
             .collect()
     });
-    let mut out = out.into_iter();
-    let mut next = || out.next().expect("cudnn-backend: internal error: adam step outputs");
-    (0..n)
-        .map(|_| ([next(), next(), next()], o.amsgrad.then(&mut next)))
+    // `record` returns exactly the `n * per_param` outputs declared above.
+    debug_assert_eq!(out.len(), n * per_param);
+    out.chunks_exact(per_param)
+        .map(|c| ([c[0].clone(), c[1].clone(), c[2].clone()], c.get(3).cloned()))
         .collect()
 }
 

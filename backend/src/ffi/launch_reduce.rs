@@ -32,14 +32,19 @@ pub(crate) struct RowArgs {
     pub blocks: u32,
 }
 
+/// A `(x, y)` grid (each at least 1) of [`REDUCE_THREADS`]-thread blocks.
+fn grid(x: u32, y: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (x.max(1), y.max(1), 1),
+        block_dim: (REDUCE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Launches one `reduce_*`, `argreduce_*` or `scan_*` kernel with `a.blocks` blocks of
 /// [`REDUCE_THREADS`] threads.
 pub(crate) fn launch_rows(stream: &CudaStream, f: &CudaFunction, a: &RowArgs) -> Result<()> {
-    let cfg = LaunchConfig {
-        grid_dim: (a.blocks.max(1), 1, 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid(a.blocks, 1);
     let mut b = stream.launch_builder(f);
     b.arg(&a.x)
         .arg(&a.x_layout)
@@ -86,11 +91,7 @@ pub(crate) struct SplitArgs {
 
 /// Launches one `reduce_split_*` kernel with `a.blocks` blocks of [`REDUCE_THREADS`] threads.
 pub(crate) fn launch_split(stream: &CudaStream, f: &CudaFunction, a: &SplitArgs) -> Result<()> {
-    let cfg = LaunchConfig {
-        grid_dim: (a.blocks.max(1), 1, 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid(a.blocks, 1);
     let mut b = stream.launch_builder(f);
     b.arg(&a.x)
         .arg(&a.x_layout)
@@ -152,11 +153,7 @@ pub(crate) struct ColArgs {
 /// Launches one `reduce_cols_*` or `reduce_finish_*` kernel on a `(a.blocks, a.parts)` grid
 /// of [`REDUCE_THREADS`]-thread blocks.
 pub(crate) fn launch_cols(stream: &CudaStream, f: &CudaFunction, a: &ColArgs) -> Result<()> {
-    let cfg = LaunchConfig {
-        grid_dim: (a.blocks.max(1), a.parts.max(1), 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid(a.blocks, a.parts);
     let mut b = stream.launch_builder(f);
     b.arg(&a.x)
         .arg(&a.outer)

@@ -93,3 +93,12 @@ pub(crate) fn take<T, const N: usize>(it: &mut impl Iterator<Item = T>) -> [T; N
             .expect("cudnn-backend: internal error: custom operation arity")
     })
 }
+
+/// The next item of `it` when `present` (an optional input the caller declared).
+pub(crate) fn optional<T>(it: &mut impl Iterator<Item = T>, present: bool) -> Option<T> {
+    if present {
+        it.next()
+    } else {
+        None
+    }
+}

@@ -13,10 +13,9 @@ use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr, TensorStatus};
 
-use super::optimization::CudnnOptimization;
+use super::optimization::{global_ir, handle_tensor, CudnnOptimization};
 use super::CudnnFusionHandle;
 use crate::burn::layers::linear_weight_backward;
-use crate::burn::tensor::CudnnTensor;
 use crate::burn::Cudnn;
 
 /// The matched run, in relative ids: what the optimization reads and writes.
@@ -226,21 +225,12 @@ impl LinearGradOptimization {
     /// Runs the one GEMM and registers its `[K, N]` result.
     pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) {
         const OP: &str = "fused linear weight gradient";
-        let global = |id: &TensorId| {
-            context
-                .tensors
-                .get(id)
-                .cloned()
-                .unwrap_or_else(|| panic!("cudnn-backend: {OP}: tensor {id:?} is not in the fusion context"))
-        };
+        let global = |id: &TensorId| global_ir(context, id, OP);
         let (x_ir, dy_ir, out_ir) = (global(&self.x.0), global(&self.dy.0), global(&self.out));
-        let read = |context: &Context<CudnnFusionHandle>, id: &TensorId| -> CudnnTensor {
-            match context.handles.get_handle_ref(id) {
-                Some(CudnnFusionHandle::Tensor(t)) => t.clone(),
-                _ => panic!("cudnn-backend: {OP}: no tensor handle for input {id:?}"),
-            }
-        };
-        let (x, dy) = (read(context, &x_ir.id), read(context, &dy_ir.id));
+        let (x, dy) = (
+            handle_tensor(context, &x_ir.id, OP),
+            handle_tensor(context, &dy_ir.id, OP),
+        );
         for (ir, last) in [(&x_ir, self.x.1), (&dy_ir, self.dy.1)] {
             if last {
                 context.handles.remove_handle(ir.id);

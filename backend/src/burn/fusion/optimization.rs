@@ -6,7 +6,7 @@ use std::sync::Arc;
 use burn_backend::DType;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_fusion::{NumOperations, Optimization};
-use burn_ir::{OperationIr, ScalarIr, TensorId};
+use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 use cudarc::driver::CudaFunction;
 use serde::{Deserialize, Serialize};
 
@@ -121,6 +121,23 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     }
 }
 
+/// The tensor that relative id `id` of an optimization stands for in this execution.
+pub(crate) fn global_ir(context: &Context<CudnnFusionHandle>, id: &TensorId, op: &str) -> TensorIr {
+    context
+        .tensors
+        .get(id)
+        .cloned()
+        .unwrap_or_else(|| panic!("cudnn-backend: {op}: tensor {id:?} is not in the fusion context"))
+}
+
+/// The tensor behind handle `id` (a global id), left in place.
+pub(crate) fn handle_tensor(context: &Context<CudnnFusionHandle>, id: &TensorId, op: &str) -> CudnnTensor {
+    match context.handles.get_handle_ref(id) {
+        Some(CudnnFusionHandle::Tensor(t)) => t.clone(),
+        _ => panic!("cudnn-backend: {op}: no tensor handle for input {id:?}"),
+    }
+}
+
 /// The f32 value of scalar `s` of the context, rounded to `round_to` first.
 fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
     let ir = match s.value {
@@ -151,22 +168,9 @@ impl ElementwiseOptimization {
         if self.unbuildable {
             return false;
         }
-        let global = |id: &TensorId| {
-            context
-                .tensors
-                .get(id)
-                .cloned()
-                .unwrap_or_else(|| panic!("cudnn-backend: {OP}: tensor {id:?} is not in the fusion context"))
-        };
-        let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global(&i.id)).collect();
-        let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global(id)).collect();
-        let read = |context: &Context<CudnnFusionHandle>, id: &TensorId| -> CudnnTensor {
-            match context.handles.get_handle_ref(id) {
-                Some(CudnnFusionHandle::Tensor(t)) => t.clone(),
-                _ => panic!("cudnn-backend: {OP}: no tensor handle for input {id:?}"),
-            }
-        };
-        let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| read(context, &t.id)).collect();
+        let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global_ir(context, &i.id, OP)).collect();
+        let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
+        let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| handle_tensor(context, &t.id, OP)).collect();
         let stream = inputs[0].stream().clone();
         let ready = match &self.function {
             Some(f) => Ok(Some(f.clone())),
@@ -191,7 +195,7 @@ impl ElementwiseOptimization {
             }
         }
         for id in &self.dropped {
-            let ir = global(id);
+            let ir = global_ir(context, id, OP);
             context.handles.remove_handle(ir.id);
         }
         let dims = to_dims(&outputs_ir[0].shape);

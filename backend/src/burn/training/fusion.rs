@@ -5,7 +5,7 @@
 
 use burn_backend::{DType, Shape, TensorMetadata};
 
-use super::super::fusion::custom::{record, take, Lazy};
+use super::super::fusion::custom::{optional, record, take, Lazy};
 use super::super::CudnnFusion;
 use super::kernels::TrainingKernels;
 use super::{attention, batch_norm, norm, BatchNormOutput, TrainingOps};
@@ -86,7 +86,7 @@ fn record_attention(
     let out = record("cudnn_attention", inputs, vec![o_meta, stats_meta], move |ins| {
         let mut ins = ins.into_iter();
         let [q, k, v] = take(&mut ins);
-        let bias = has_bias.then(|| take::<_, 1>(&mut ins)[0].clone());
+        let bias = optional(&mut ins, has_bias);
         let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale);
         let (o, stats) = match fused {
             Some((o, saved)) => (o, saved.stats().clone()),
@@ -133,7 +133,7 @@ impl TrainingKernels for CudnnFusion {
         let out = record("cudnn_batch_norm_train", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [x, scale, bias, rm, rv] = take(&mut ins);
-            let residual = has_residual.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let residual = optional(&mut ins, has_residual);
             let (y, [rm, rv], saved) = batch_norm::forward(x, scale, bias, residual, [rm, rv], &o);
             let [mean, inv_std] = saved.stats().map(|t| t.clone());
             vec![y, rm, rv, mean, inv_std]
@@ -160,7 +160,7 @@ impl TrainingKernels for CudnnFusion {
         let out = record("cudnn_batch_norm_backward", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [x, scale, mean, inv_std, dy] = take(&mut ins);
-            let y = has_y.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let y = optional(&mut ins, has_y);
             let saved = batch_norm::BnSaved::rebuild(x, y, scale, mean, inv_std);
             batch_norm::backward(&saved, dy, want).into_iter().flatten().collect()
         });
@@ -182,7 +182,7 @@ impl TrainingKernels for CudnnFusion {
         let out = record("cudnn_norm_train", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [x, scale] = take(&mut ins);
-            let bias = has_bias.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let bias = optional(&mut ins, has_bias);
             let (y, saved) = norm::forward(x, scale, bias, epsilon, mode);
             let (mean, inv_std) = saved.stats();
             let mut out = vec![y];
@@ -191,8 +191,8 @@ impl TrainingKernels for CudnnFusion {
             out
         });
         let mut out = out.into_iter();
-        let y = take::<_, 1>(&mut out)[0].clone();
-        let mean = if layer { out.next() } else { None };
+        let [y] = take(&mut out);
+        let mean = optional(&mut out, layer);
         let [inv_std] = take(&mut out);
         let saved = LazyNormSaved {
             x,
@@ -215,7 +215,7 @@ impl TrainingKernels for CudnnFusion {
         let out = record("cudnn_norm_backward", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [x, scale, inv_std, dy] = take(&mut ins);
-            let mean = has_mean.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let mean = optional(&mut ins, has_mean);
             let saved = norm::NormSaved::rebuild(x, scale, mean, inv_std, mode);
             norm::backward(&saved, dy, want).into_iter().flatten().collect()
         });
@@ -248,7 +248,7 @@ impl TrainingKernels for CudnnFusion {
         let out = record("cudnn_attention_backward", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [q, k, v, o, stats, d_o] = take(&mut ins);
-            let bias = has_bias.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let bias = optional(&mut ins, has_bias);
             let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale);
             attention::backward(&saved, d_o).to_vec()
         });
@@ -292,10 +292,11 @@ impl TrainingOps for CudnnFusion {
         let out = record("cudnn_batch_norm_inference", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [x, scale, bias, rm, rv] = take(&mut ins);
-            let residual = has_residual.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let residual = optional(&mut ins, has_residual);
             vec![batch_norm::inference(x, scale, bias, residual, rm, rv, epsilon, relu)]
         });
-        take::<_, 1>(&mut out.into_iter())[0].clone()
+        let [y] = take(&mut out.into_iter());
+        y
     }
 
     fn norm(x: Lazy, scale: Lazy, bias: Option<Lazy>, epsilon: f64, mode: NormMode) -> Lazy {
@@ -316,9 +317,10 @@ impl TrainingOps for CudnnFusion {
         let out = record("cudnn_attention_composed", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [q, k, v] = take(&mut ins);
-            let bias = has_bias.then(|| take::<_, 1>(&mut ins)[0].clone());
+            let bias = optional(&mut ins, has_bias);
             vec![attention::cudnn(q, k, v, bias, causal, scale)]
         });
-        take::<_, 1>(&mut out.into_iter())[0].clone()
+        let [y] = take(&mut out.into_iter());
+        y
     }
 }
