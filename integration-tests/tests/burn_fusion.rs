@@ -5,7 +5,10 @@
 //!   unfused path's bounds, f32/f16/bf16), in a handful of launches instead of one per op;
 //! - a small MLP trained for a few steps with Burn's own Adam under `Autodiff<CudnnFusion>`
 //!   ends as close to the float64 training (burn-ndarray) as the same training under
-//!   `Autodiff<Cudnn>`, in fewer launches.
+//!   `Autodiff<Cudnn>`, in fewer launches;
+//! - Burn's composed linear weight and bias gradients (which burn-fusion does not forward to
+//!   the backend) are matched and run as one GEMM and one reduction, with the unfused
+//!   backend's gradients.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -302,4 +305,113 @@ fn the_composed_linear_weight_gradient_under_fusion_matches_the_unfused_backend(
             "{name} gradient under fusion: relative L2 {d:e} from the unfused backend"
         );
     }
+}
+
+/// Gradients of `sum(linear(x) * w)` for a `[4, 33, 48]` input and a biased `48 → 40` layer
+/// on backend `B` (weight, bias and input), and `w`: the output gradient, whose sum over the
+/// leading dims is the bias gradient.
+fn biased_linear_grads<B: AutodiffBackend>() -> (Vec<TensorData>, Vec<f64>) {
+    let device: B::Device = Default::default();
+    let mut rng = Rng::new(0xb1a5);
+    let mut lin = LinearConfig::new(48, 40).init::<B>(&device);
+    let param = |rng: &mut Rng, dims: Vec<usize>| {
+        let n = dims.iter().product();
+        TensorData::new(uniform(rng, n, -0.3, 0.3), dims).convert_dtype(DType::F32)
+    };
+    lin.weight = Param::from_data(param(&mut rng, vec![48, 40]), &device);
+    lin.bias = Some(Param::from_data(param(&mut rng, vec![40]), &device));
+    let (xs, ws) = (
+        uniform(&mut rng, 4 * 33 * 48, -1.0, 1.0),
+        uniform(&mut rng, 4 * 33 * 40, -1.0, 1.0),
+    );
+    let data = |v: &[f64], dims: [usize; 3]| TensorData::new(v.to_vec(), dims).convert_dtype(DType::F32);
+    let x = Tensor::<B, 3>::from_data(data(&xs, [4, 33, 48]), &device).require_grad();
+    let w = Tensor::<B, 3>::from_data(data(&ws, [4, 33, 40]), &device);
+    let grads = (lin.forward(x.clone()) * w).sum().backward();
+    let out = vec![
+        lin.weight.grad(&grads).expect("weight grad").into_data(),
+        lin.bias
+            .as_ref()
+            .expect("bias")
+            .grad(&grads)
+            .expect("bias grad")
+            .into_data(),
+        x.grad(&grads).expect("input grad").into_data(),
+    ];
+    (out, rounded(&ws, DType::F32))
+}
+
+/// The gradient whose leading dims [`leading_sums`] sums: small enough that the folded
+/// `[32, 1024]` reduction is one launch (the chain of two sums takes two).
+const SUMMED: [usize; 3] = [4, 8, 1024];
+
+/// `dy` of [`SUMMED`] dims summed over dims 0 and 1 as Burn's composed bias gradient does, on
+/// backend `B`: the result and the launches it took.
+fn leading_sums<B: Backend>(dy: &[f64]) -> (TensorData, u64) {
+    let device: B::Device = Default::default();
+    let dy = Tensor::<B, 3>::from_data(TensorData::new(dy.to_vec(), SUMMED).convert_dtype(DType::F32), &device);
+    B::sync(&device).unwrap();
+    let before = launch_counts();
+    let db: Tensor<B, 1> = dy.sum_dim(0).sum_dim(1).reshape([SUMMED[2]]);
+    B::sync(&device).unwrap();
+    let launches = launch_counts().since(&before).total();
+    (db.into_data(), launches)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Burn's composed linear bias gradient (a sum over each leading dim, then a reshape) is
+/// matched under fusion and run as one reduction over the folded leading dims (the matcher
+/// has CPU tests): the gradients match the unfused backend's, and the sums alone take the
+/// launches of one reduction instead of one per dim.
+fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() {
+    let _serial = counting_launches();
+    let (want, dy) = biased_linear_grads::<Autodiff<Cudnn>>();
+    let _ = biased_linear_grads::<Autodiff<CudnnFusion>>();
+    cudnn_backend::kernels::fused::wait_for_builds();
+    let (got, _) = biased_linear_grads::<Autodiff<CudnnFusion>>();
+    // The bias gradient is the output gradient `w` summed over the 4 × 33 rows.
+    let host: Vec<f64> = (0..40).map(|j| (0..4 * 33).map(|r| dy[r * 40 + j]).sum()).collect();
+    let host = TensorData::new(host, [40]);
+    for (name, g) in [("unfused", &want[1]), ("fused", &got[1])] {
+        let d = rel_l2(g, &host);
+        assert!(d < 1e-5, "{name} bias gradient: relative L2 {d:e} from the float64 sum");
+    }
+    // As in the weight-gradient test: the input gradient may take TF32 on one side only.
+    for ((name, tol), (g, w)) in [("weight", 1e-5), ("bias", 1e-5), ("input", 2e-3)]
+        .iter()
+        .zip(got.iter().zip(&want))
+    {
+        let d = rel_l2(g, w);
+        assert!(
+            d < *tol,
+            "{name} gradient under fusion: relative L2 {d:e} from the unfused backend"
+        );
+    }
+
+    let mut rng = Rng::new(0x5a5);
+    let dy = uniform(&mut rng, SUMMED.iter().product(), -1.0, 1.0);
+    let (plain, plain_launches) = leading_sums::<Cudnn>(&dy);
+    let _ = leading_sums::<CudnnFusion>(&dy);
+    let (fused, fused_launches) = leading_sums::<CudnnFusion>(&dy);
+    let d = rel_l2(&fused, &plain);
+    assert!(
+        d < 1e-5,
+        "fused leading sums: relative L2 {d:e} from the unfused backend"
+    );
+    // One reduction of the folded `[32, 1024]` view, as the fused run computes it.
+    let (_, folded_launches) = {
+        let device = gpu();
+        let t = Tensor::<Cudnn, 3>::from_data(TensorData::new(dy.clone(), SUMMED).convert_dtype(DType::F32), &device);
+        <Cudnn as Backend>::sync(&device).unwrap();
+        let before = launch_counts();
+        let db: Tensor<Cudnn, 1> = t.reshape([32, 1024]).sum_dim(0).reshape([1024]);
+        <Cudnn as Backend>::sync(&device).unwrap();
+        (db, launch_counts().since(&before).total())
+    };
+    println!("sums over dims 0 and 1 of {SUMMED:?}: {plain_launches} launches unfused, {fused_launches} fused");
+    assert!(
+        fused_launches == folded_launches && fused_launches < plain_launches,
+        "fused {fused_launches} launches vs {folded_launches} for one folded reduction and {plain_launches} unfused"
+    );
 }

@@ -1174,3 +1174,176 @@ fn where_every_dtype() {
     }
     r.finish(true);
 }
+
+// ---------------------------------------------------------------------------------------
+// Generated fused programs (`kernels::fused`) in every launch variant
+
+/// A view of `d` that starts `k` elements into its buffer (a misaligned start for vector
+/// accesses), holding `values[k..]` of a packed rank-1 upload.
+fn shifted(d: &Dev, k: usize) -> (TensorRef, Vec<f64>) {
+    let n = d.t.dims[0] - k as i64;
+    let t = TensorRef::new(&[n], &[1], d.t.dtype, d.t.ptr + (k * d.t.dtype.size()) as u64);
+    (t, d.values[k..].to_vec())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_programs_match_the_host_in_every_launch_variant() {
+    use cudnn_backend::kernels::fused::{self, FusedLaunch, FusedOp, Program, Value};
+    let s = stream();
+    let mut rng = SplitMix64::new(41);
+    // y = (x + b > 0.25 || m) ? tanh(x + b) : -3, stored in the float dtype; the condition
+    // stored as bools.
+    let program = |dtype: DataType| Program {
+        inputs: vec![dtype, dtype, Bool],
+        scalars: 2,
+        ops: vec![
+            FusedOp::Binary(BinaryOp::Add, Value::Input(0), Value::Input(1)),
+            FusedOp::unary(UnaryOp::Tanh, Value::Reg(0)).unwrap(),
+            FusedOp::Compare(CompareOp::Gt, Value::Reg(0), Value::Scalar(0)),
+            FusedOp::Or(Value::Reg(2), Value::Input(2)),
+            FusedOp::Select(Value::Reg(3), Value::Reg(1), Value::Scalar(1)),
+        ],
+        outputs: vec![(4, dtype), (3, Bool)],
+    };
+    // (what it covers, out dims, x dims + strides, b dims, m dims, dtype, x shifted by one)
+    type Case = (
+        &'static str,
+        Vec<i64>,
+        (Vec<i64>, Vec<i64>),
+        Vec<i64>,
+        Vec<i64>,
+        DataType,
+        bool,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "bias rows, 8 per step",
+            vec![64, 96],
+            packed(&[64, 96]),
+            vec![96],
+            vec![64, 1],
+            BF16,
+            false,
+        ),
+        (
+            "bias rows f32",
+            vec![64, 96],
+            packed(&[64, 96]),
+            vec![96],
+            vec![64, 1],
+            F32,
+            false,
+        ),
+        (
+            "inner dim 7: 1 per step",
+            vec![33, 7],
+            packed(&[33, 7]),
+            vec![7],
+            vec![33, 7],
+            F16,
+            false,
+        ),
+        (
+            "transposed input gathers",
+            vec![8, 16],
+            (vec![8, 16], vec![1, 8]),
+            vec![16],
+            vec![8, 16],
+            F32,
+            false,
+        ),
+        (
+            "rank 3, middle broadcast",
+            vec![4, 5, 16],
+            packed(&[4, 5, 16]),
+            vec![4, 1, 16],
+            vec![1, 5, 1],
+            BF16,
+            false,
+        ),
+        (
+            "misaligned input start",
+            vec![128],
+            packed(&[129]),
+            vec![128],
+            vec![128],
+            BF16,
+            true,
+        ),
+        ("one element", vec![], packed(&[]), vec![], vec![], F32, false),
+        (
+            "many grid steps",
+            vec![3, 70_000],
+            packed(&[3, 70_000]),
+            vec![70_000],
+            vec![3, 1],
+            F16,
+            false,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, out_dims, (x_dims, x_st), b_dims, m_dims, dtype, shift) in cases {
+        let p = program(dtype);
+        let x = upload(
+            &s,
+            &rand_vec(&mut rng, numel(&x_dims), |g| g.next_f64() * 2.0 - 1.0),
+            &x_dims,
+            &x_st,
+            dtype,
+        );
+        let (x_ref, x_vals) = if shift {
+            shifted(&x, 1)
+        } else {
+            (x.t.clone(), x.values.clone())
+        };
+        let b = upload(
+            &s,
+            &rand_vec(&mut rng, numel(&b_dims), |g| g.next_f64() - 0.5),
+            &b_dims,
+            &packed(&b_dims).1,
+            dtype,
+        );
+        let m = upload(
+            &s,
+            &rand_vec(&mut rng, numel(&m_dims), |g| (g.below(5) == 0) as u8 as f64),
+            &m_dims,
+            &packed(&m_dims).1,
+            Bool,
+        );
+        let out_st = packed(&out_dims).1;
+        let y = poisoned(&s, &out_dims, &out_st, dtype);
+        let c = poisoned(&s, &out_dims, &out_st, Bool);
+        let inputs = [x_ref.clone(), b.t.clone(), m.t.clone()];
+        let outputs = [y.t.clone(), c.t.clone()];
+        let variant = FusedLaunch::new(&p, &inputs, &outputs, &[0.25, -3.0])
+            .expect("launch")
+            .variant();
+        fused::run(&s, &p, &inputs, &outputs, &[0.25, -3.0]).expect("fused run");
+        let xb: Vec<f64> = (0..numel(&out_dims))
+            .map(|i| x_vals[bcast_index(i, &out_dims, &x_ref.dims)])
+            .collect();
+        let (bb, mb) = (bcast(&b, &out_dims), bcast(&m, &out_dims));
+        let mut want_y = Vec::with_capacity(xb.len());
+        let mut want_c = Vec::with_capacity(xb.len());
+        for i in 0..xb.len() {
+            // The sum in f32 as the kernel computes it, so the comparison agrees exactly.
+            let sum = (xb[i] as f32 + bb[i] as f32) as f64;
+            let cond = sum > 0.25 || mb[i] != 0.0;
+            want_c.push(cond as u8 as f64);
+            want_y.push(to_dtype(dtype, if cond { sum.tanh() } else { -3.0 }));
+        }
+        let (got_y, got_c) = (download(&s, &y), download(&s, &c));
+        let tol = if dtype == F32 { 1e-6 } else { 1e-2 };
+        let err = rel_l2_error(&got_y, &want_y);
+        // A NaN error fails too.
+        if err.is_nan() || err > tol || got_c != want_c {
+            failures.push(format!(
+                "{what} ({dtype:?}, {variant:?}): rel L2 {err:.2e} (bound {tol:.0e}), bools equal: {}",
+                got_c == want_c
+            ));
+        }
+        println!("{what}: {variant:?}, rel L2 {err:.2e}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,9 +1,9 @@
 //! Typed launch of the generated fused elementwise kernels (`kernels::fused`).
 
-use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::ffi::launch::{CountedLaunch, KernelLayout};
 
 /// Most inputs of one fused program.
 pub const MAX_INPUTS: usize = 16;
@@ -30,13 +30,32 @@ pub(crate) struct FusedArgs {
 // compilers); any bit pattern is a valid value.
 unsafe impl cudarc::driver::DeviceRepr for FusedArgs {}
 
-/// Launches a generated `fused_elementwise(const FusedArgs)` over `args.n` elements.
-pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs) -> Result<()> {
+/// Most blocks of a fused launch (16 per SM of a 132-SM GPU); larger tensors take more
+/// grid-stride steps per thread.
+const MAX_BLOCKS: u64 = 2048;
+
+/// Threads per block of a fused launch.
+const THREADS: u32 = 256;
+
+/// Launches a generated `fused_elementwise(const FusedArgs)` over `groups` thread steps (the
+/// elements divided by the kernel's vector width); nothing when `groups` is 0.
+pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, groups: u64) -> Result<()> {
+    if groups == 0 {
+        return Ok(());
+    }
+    let blocks = groups.div_ceil(u64::from(THREADS)).min(MAX_BLOCKS) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let mut b = stream.launch_builder(f);
     b.arg(args);
-    // SAFETY: the one argument matches the kernel's signature; the caller (`kernels::fused::run`)
-    // validated that every input view, broadcast by its layout, and every output view is in
-    // bounds for each index < n, and that the pointers' dtypes are the program's.
-    unsafe { b.launch_counted(grid_for(args.n as u64)) }?;
+    // SAFETY: the one argument matches the kernel's signature; the caller
+    // (`kernels::fused::FusedLaunch::new`) validated that every input view, broadcast by its
+    // layout, and every output view is in bounds for each element index < n, that the
+    // pointers' dtypes are the program's, and that the kernel variant's vector accesses
+    // (`groups` steps of its width, which divides the innermost dim) are aligned.
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }

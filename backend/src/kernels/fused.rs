@@ -11,9 +11,10 @@
 //! unfused ops bit for bit in f32.
 //!
 //! The generated source is compiled like every other kernel (NVRTC straight to a CUBIN, the
-//! persistent kernel cache keyed by the source's hash), once per program and device; later
-//! launches of the same program are one map lookup. [`ready_or_queue`] builds new programs on
-//! background threads, so a caller can run the operations unfused until the kernel is ready.
+//! persistent kernel cache keyed by the source's hash), once per program, launch [`Variant`]
+//! (rank of the merged shape, vector width) and device; later launches of the same program
+//! are one map lookup. [`ready_or_queue`] builds new programs on background threads, so a
+//! caller can run the operations unfused until the kernel is ready.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -186,26 +187,86 @@ impl Program {
         Ok(())
     }
 
-    /// The CUDA source of the program's kernel `fused_elementwise` (it calls the math of
-    /// `kernels/elementwise_math.cuh`, which precedes it in the compiled text).
-    pub fn source(&self) -> String {
-        let mut s = String::with_capacity(1024 + 96 * self.ops.len());
+    /// The CUDA source of the program's kernel `fused_elementwise` for launch shape
+    /// `variant` (it calls the math of `kernels/elementwise_math.cuh`, which precedes it in
+    /// the compiled text).
+    ///
+    /// The kernel walks groups of `variant.vec` consecutive elements of the innermost
+    /// (coalesced) dim: the coordinates of a group are computed once, with the rank a
+    /// compile-time constant (unrolled, strides read straight from the launch arguments), and
+    /// each operand whose innermost stride is 1 moves its group with one vector access; a
+    /// broadcast operand (stride 0) loads once, any other stride gathers.
+    pub fn source(&self, variant: Variant) -> String {
+        let mut s = String::with_capacity(2048 + 128 * self.ops.len());
         let _ = writeln!(
             s,
             "\nstruct FusedArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout out_layout; float s[{MAX_SCALARS}]; i64 n; }};",
             MAX_INPUTS + MAX_OUTPUTS
         );
-        s.push_str("KERNEL void fused_elementwise(const FusedArgs a) {\n    FOR_EACH(i, a.n) {\n");
-        s.push_str("        const i64 o = offset_of(a.out_layout, i);\n");
+        s.push_str(VECTOR_ACCESS);
+        let rank = variant.rank.max(1);
+        let vec = variant.vec.max(1);
+        let idx = if variant.wide {
+            "unsigned long long"
+        } else {
+            "unsigned int"
+        };
+        let _ = writeln!(s, "#define FR {rank}\n#define FV {vec}\ntypedef {idx} FIDX;");
+        s.push_str("KERNEL void fused_elementwise(const FusedArgs a) {\n");
+        s.push_str(
+            "    FIDX sh[FR];\n#pragma unroll\n    for (int d = 0; d < FR; ++d) sh[d] = (FIDX)a.out_layout.shape[d];\n",
+        );
+        s.push_str("    sh[FR - 1] /= FV;\n    const FIDX groups = (FIDX)(a.n / FV);\n");
+        for (k, d) in self.inputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    const {t}* p{k} = (const {t}*)a.ptr[{k}] + a.in_layout[{k}].offset;",
+                t = storage_type(*d)
+            );
+        }
+        for (j, &(_, d)) in self.outputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    {t}* q{j} = ({t}*)a.ptr[{p}] + a.out_layout.offset;",
+                t = storage_type(d),
+                p = MAX_INPUTS + j
+            );
+        }
+        s.push_str(
+            "    for (FIDX g = (FIDX)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (FIDX)gridDim.x * blockDim.x) {\n",
+        );
+        let offsets: Vec<String> = (0..self.inputs.len())
+            .map(|k| format!("o{k} = 0"))
+            .chain(std::iter::once("oo = 0".to_string()))
+            .collect();
+        let _ = writeln!(s, "        i64 {};\n        FIDX j = g;", offsets.join(", "));
+        s.push_str("#pragma unroll\n        for (int d = FR - 1; d >= 0; --d) {\n");
+        s.push_str("            const FIDX c = d == 0 ? j : j % sh[d];\n            j = d == 0 ? j : j / sh[d];\n");
+        s.push_str("            const i64 cc = d == FR - 1 ? (i64)c * FV : (i64)c;\n");
+        for k in 0..self.inputs.len() {
+            let _ = writeln!(s, "            o{k} += cc * a.in_layout[{k}].strides[d];");
+        }
+        s.push_str("            oo += cc * a.out_layout.strides[d];\n        }\n");
+        for (k, d) in self.inputs.iter().enumerate() {
+            let t = storage_type(*d);
+            let _ = writeln!(
+                s,
+                "        {t} v{k}[FV];\n        fused_load<{t}, FV>(p{k}, o{k}, a.in_layout[{k}].strides[FR - 1], v{k});"
+            );
+        }
+        for (j, &(_, d)) in self.outputs.iter().enumerate() {
+            let _ = writeln!(s, "        {} w{j}[FV];", storage_type(d));
+        }
+        s.push_str("#pragma unroll\n        for (int v = 0; v < FV; ++v) {\n");
         for (k, d) in self.inputs.iter().enumerate() {
             let load = match d {
-                DataType::F32 => format!("((const float*)a.ptr[{k}])[offset_of(a.in_layout[{k}], i)]"),
-                DataType::F16 => format!("f16_to_f32(((const u16*)a.ptr[{k}])[offset_of(a.in_layout[{k}], i)])"),
-                DataType::BF16 => format!("bf16_to_f32(((const u16*)a.ptr[{k}])[offset_of(a.in_layout[{k}], i)])"),
-                _ => format!("(((const u8*)a.ptr[{k}])[offset_of(a.in_layout[{k}], i)] != 0)"),
+                DataType::F32 => format!("v{k}[v]"),
+                DataType::F16 => format!("f16_to_f32(v{k}[v])"),
+                DataType::BF16 => format!("bf16_to_f32(v{k}[v])"),
+                _ => format!("(v{k}[v] != 0)"),
             };
             let ty = if *d == DataType::Bool { "bool" } else { "float" };
-            let _ = writeln!(s, "        const {ty} x{k} = {load};");
+            let _ = writeln!(s, "            const {ty} x{k} = {load};");
         }
         let v = |v: Value| match v {
             Value::Input(k) => format!("x{k}"),
@@ -238,46 +299,155 @@ impl Program {
                 FusedOp::And(x, y) => format!("({} && {})", v(x), v(y)),
                 FusedOp::Or(x, y) => format!("({} || {})", v(x), v(y)),
             };
-            let _ = writeln!(s, "        const {ty} r{i} = {expr};");
+            let _ = writeln!(s, "            const {ty} r{i} = {expr};");
         }
         for (j, &(r, d)) in self.outputs.iter().enumerate() {
-            let p = MAX_INPUTS + j;
             let store = match d {
-                DataType::F32 => format!("((float*)a.ptr[{p}])[o] = r{r};"),
-                DataType::F16 => format!("((u16*)a.ptr[{p}])[o] = f32_to_f16(r{r});"),
-                DataType::BF16 => format!("((u16*)a.ptr[{p}])[o] = f32_to_bf16(r{r});"),
-                _ => format!("((u8*)a.ptr[{p}])[o] = r{r} ? 1 : 0;"),
+                DataType::F32 => format!("r{r}"),
+                DataType::F16 => format!("f32_to_f16(r{r})"),
+                DataType::BF16 => format!("f32_to_bf16(r{r})"),
+                _ => format!("(u8)(r{r} ? 1 : 0)"),
             };
-            let _ = writeln!(s, "        {store}");
+            let _ = writeln!(s, "            w{j}[v] = {store};");
+        }
+        s.push_str("        }\n");
+        for (j, &(_, d)) in self.outputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "        fused_store<{}, FV>(q{j}, oo, a.out_layout.strides[FR - 1], w{j});",
+                storage_type(d)
+            );
         }
         s.push_str("    }\n}\n");
         s
     }
 }
 
+/// The CUDA type an operand of storage dtype `d` is read and written as.
+fn storage_type(d: DataType) -> &'static str {
+    match d {
+        DataType::F32 => "float",
+        DataType::F16 | DataType::BF16 => "u16",
+        _ => "u8",
+    }
+}
+
+/// Group loads and stores of the generated kernels: one vector access of `V` elements when
+/// the innermost stride is 1 (the host checked the alignment), one load for a broadcast
+/// (stride 0), element by element otherwise.
+const VECTOR_ACCESS: &str = r#"
+template <int B> struct FusedRaw;
+template <> struct FusedRaw<1> { typedef u8 T; };
+template <> struct FusedRaw<2> { typedef u16 T; };
+template <> struct FusedRaw<4> { typedef u32 T; };
+template <> struct FusedRaw<8> { typedef uint2 T; };
+template <> struct FusedRaw<16> { typedef uint4 T; };
+struct __align__(32) FusedRaw32 { uint4 lo, hi; };
+template <> struct FusedRaw<32> { typedef FusedRaw32 T; };
+template <typename S, int V>
+__device__ __forceinline__ void fused_load(const S* p, i64 o, i64 inner, S (&x)[V]) {
+    if (inner == 1) {
+        typedef typename FusedRaw<sizeof(S) * V>::T R;
+        union { R r; S s[V]; } u;
+        u.r = *(const R*)(p + o);
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = u.s[v];
+    } else if (inner == 0) {
+        const S b = p[o];
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = b;
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = p[o + v * inner];
+    }
+}
+template <typename S, int V>
+__device__ __forceinline__ void fused_store(S* p, i64 o, i64 inner, const S (&x)[V]) {
+    if (inner == 1) {
+        typedef typename FusedRaw<sizeof(S) * V>::T R;
+        union { R r; S s[V]; } u;
+#pragma unroll
+        for (int v = 0; v < V; ++v) u.s[v] = x[v];
+        *(R*)(p + o) = u.r;
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) p[o + v * inner] = x[v];
+    }
+}
+"#;
+
+/// How a program's kernel is specialized for a launch: the rank of the coalesced shape, the
+/// elements each thread moves per step (a vector width the innermost dim and every
+/// vector-accessed operand's alignment allow) and whether indices need 64 bits. Programs
+/// compile once per variant they meet (usually one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Variant {
+    /// Dims after merging (1 to the kernels' maximum).
+    pub rank: u8,
+    /// Consecutive innermost elements per thread step: 1, 2, 4 or 8.
+    pub vec: u8,
+    /// More than `2^31` groups: 64-bit indexing.
+    pub wide: bool,
+}
+
+/// Widest vector step for a program with `operands` inputs and outputs (more operands, more
+/// registers per element).
+fn max_vec(operands: usize) -> i64 {
+    match operands {
+        0..=4 => 8,
+        5..=10 => 4,
+        _ => 2,
+    }
+}
+
+/// The variant for a launch over the coalesced `shape`, where operand `k` has `strides[k]`,
+/// starts at byte address `addrs[k]` and has elements of `sizes[k]` bytes.
+fn choose_variant(shape: &[i64], strides: &[Vec<i64>], addrs: &[u64], sizes: &[usize], n: i64) -> Variant {
+    let rank = shape.len().max(1);
+    let inner = shape.last().copied().unwrap_or(1);
+    let vec = [8i64, 4, 2, 1]
+        .into_iter()
+        .filter(|&v| v <= max_vec(strides.len()))
+        .find(|&v| {
+            inner % v == 0
+                && strides.iter().zip(addrs).zip(sizes).all(|((st, &addr), &size)| {
+                    st.last() != Some(&1)
+                        || (st[..st.len() - 1].iter().all(|s| s % v == 0) && addr % (v as u64 * size as u64) == 0)
+                })
+        })
+        .unwrap_or(1);
+    Variant {
+        rank: rank as u8,
+        vec: vec as u8,
+        wide: n / vec >= 1 << 31,
+    }
+}
+
 /// Entry point of every generated program.
 const ENTRY: &str = "fused_elementwise";
 
-/// The kernel source of `program` (generated once per distinct program, then looked up).
-fn source_for(program: &Program) -> Result<KernelSource> {
-    static SOURCES: OnceLock<Mutex<HashMap<Program, KernelSource>>> = OnceLock::new();
+/// The kernel source of `program` in `variant` (generated once, then looked up).
+fn source_for(program: &Program, variant: Variant) -> Result<KernelSource> {
+    type Sources = HashMap<(Program, Variant), KernelSource>;
+    static SOURCES: OnceLock<Mutex<Sources>> = OnceLock::new();
     let mut map = SOURCES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = map.get(program) {
+    let key = (program.clone(), variant);
+    if let Some(s) = map.get(&key) {
         return Ok(*s);
     }
     program.validate()?;
-    let code = format!("{}\n{}", super::ELEMENTWISE_MATH, program.source());
+    let code = format!("{}\n{}", super::ELEMENTWISE_MATH, program.source(variant));
     let name = format!("fused-{:032x}.cu", super::cache::source_hash(&code));
-    // One leak per distinct program: the loader keys kernels by `&'static str`.
+    // One leak per distinct program and variant: the loader keys kernels by `&'static str`.
     let s = KernelSource {
         name: Box::leak(name.into_boxed_str()),
         code: Box::leak(code.into_boxed_str()),
         common: true,
     };
-    map.insert(program.clone(), s);
+    map.insert(key, s);
     Ok(s)
 }
 
@@ -322,12 +492,12 @@ fn build_worker() {
     }
 }
 
-/// The kernel of `program` on the device of `stream` when it is built; otherwise `Ok(None)`
-/// after queueing its build on a background thread (up to one per CPU core), so the caller
-/// runs the operations unfused meanwhile and a new program never stalls the stream's host
-/// thread. `Err` when the program is invalid or its build failed.
-pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program) -> Result<Option<CudaFunction>> {
-    let source = source_for(program)?;
+/// The kernel of `program` in `variant` on the device of `stream` when it is built;
+/// otherwise `Ok(None)` after queueing its build on a background thread (up to one per CPU
+/// core), so the caller runs the operations unfused meanwhile and a new program never stalls
+/// the stream's host thread. `Err` when the program is invalid or its build failed.
+pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Variant) -> Result<Option<CudaFunction>> {
+    let source = source_for(program, variant)?;
     let ordinal = stream.context().ordinal();
     if let Some(f) = super::load::ready(ordinal, source, ENTRY) {
         return Ok(Some(f));
@@ -380,88 +550,151 @@ pub fn run(
     outputs: &[TensorRef],
     scalars: &[f32],
 ) -> Result<()> {
-    let f = stream_function(stream, source_for(program)?, ENTRY)?;
-    run_built(stream, &f, program, inputs, outputs, scalars)
+    let launch = FusedLaunch::new(program, inputs, outputs, scalars)?;
+    let f = stream_function(stream, source_for(program, launch.variant)?, ENTRY)?;
+    launch::fused(stream, &f, &launch.args, launch.groups())
 }
 
-/// [`run`] with the program's kernel `f` already in hand (from [`ready_or_queue`]), so a
-/// launch takes no lock and no program lookup.
-pub fn run_built(
-    stream: &Arc<CudaStream>,
-    f: &CudaFunction,
-    program: &Program,
-    inputs: &[TensorRef],
-    outputs: &[TensorRef],
-    scalars: &[f32],
-) -> Result<()> {
-    const OP: &str = "fused elementwise";
-    if inputs.len() != program.inputs.len()
-        || outputs.len() != program.outputs.len()
-        || scalars.len() != program.scalars
-    {
-        return Err(Error::invalid_arg(
-            OP,
-            "operands",
-            format!(
-                "{} inputs, {} outputs, {} scalars for a program of {}, {}, {}",
-                inputs.len(),
-                outputs.len(),
-                scalars.len(),
-                program.inputs.len(),
-                program.outputs.len(),
-                program.scalars
-            ),
-        ));
-    }
-    let out0 = &outputs[0];
-    let n = check_tensor(OP, "out", out0)?;
-    for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
-        check_tensor(OP, "out", o)?;
-        check_no_overlap(OP, "out", o)?;
-        if o.dims != out0.dims || o.strides != out0.strides || o.dtype != d {
+/// The variant a launch of `program` over `inputs` takes when its outputs are freshly
+/// allocated, packed tensors of `out_dims` (what [`ready_or_queue`] is asked for before the
+/// outputs exist).
+pub fn packed_output_variant(program: &Program, inputs: &[TensorRef], out_dims: &[i64]) -> Result<Variant> {
+    let outputs: Vec<TensorRef> = program
+        .outputs
+        .iter()
+        .map(|&(_, d)| TensorRef::contiguous(out_dims, d, OUTPUT_ALIGNMENT))
+        .collect();
+    let scalars = vec![0.0; program.scalars];
+    Ok(FusedLaunch::new(program, inputs, &outputs, &scalars)?.variant)
+}
+
+/// An address every fresh device allocation is aligned to (at least), for
+/// [`packed_output_variant`].
+const OUTPUT_ALIGNMENT: u64 = 256;
+
+/// A checked launch of a program: its arguments and the kernel variant they need.
+#[derive(Clone, Debug)]
+pub struct FusedLaunch {
+    args: FusedArgs,
+    variant: Variant,
+}
+
+impl FusedLaunch {
+    /// Checks `inputs`, `outputs` and `scalars` against `program` (as [`run`] describes) and
+    /// packs the launch.
+    pub fn new(program: &Program, inputs: &[TensorRef], outputs: &[TensorRef], scalars: &[f32]) -> Result<Self> {
+        const OP: &str = "fused elementwise";
+        if inputs.len() != program.inputs.len()
+            || outputs.len() != program.outputs.len()
+            || scalars.len() != program.scalars
+        {
             return Err(Error::invalid_arg(
                 OP,
-                "out",
+                "operands",
                 format!(
-                    "output {j} is {:?} {:?} {:?}; want {:?} {:?} {d:?}",
-                    o.dims, o.strides, o.dtype, out0.dims, out0.strides
+                    "{} inputs, {} outputs, {} scalars for a program of {}, {}, {}",
+                    inputs.len(),
+                    outputs.len(),
+                    scalars.len(),
+                    program.inputs.len(),
+                    program.outputs.len(),
+                    program.scalars
                 ),
             ));
         }
-    }
-    let mut strides = Vec::with_capacity(inputs.len() + 1);
-    for (k, (t, &d)) in inputs.iter().zip(&program.inputs).enumerate() {
-        check_tensor(OP, "input", t)?;
-        if t.dtype != d {
-            return Err(Error::invalid_arg(
-                OP,
-                "input",
-                format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
-            ));
+        let Some(out0) = outputs.first() else {
+            return Err(Error::invalid_arg(OP, "out", "no outputs"));
+        };
+        let n = check_tensor(OP, "out", out0)?;
+        for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
+            check_tensor(OP, "out", o)?;
+            check_no_overlap(OP, "out", o)?;
+            if o.dims != out0.dims || o.strides != out0.strides || o.dtype != d {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "out",
+                    format!(
+                        "output {j} is {:?} {:?} {:?}; want {:?} {:?} {d:?}",
+                        o.dims, o.strides, o.dtype, out0.dims, out0.strides
+                    ),
+                ));
+            }
         }
-        strides.push(broadcast_strides(OP, &t.dims, &t.strides, &out0.dims)?);
+        let mut strides = Vec::with_capacity(inputs.len() + 1);
+        for (k, (t, &d)) in inputs.iter().zip(&program.inputs).enumerate() {
+            check_tensor(OP, "input", t)?;
+            if t.dtype != d {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "input",
+                    format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
+                ));
+            }
+            strides.push(broadcast_strides(OP, &t.dims, &t.strides, &out0.dims)?);
+        }
+        strides.push(out0.strides.clone());
+        let (mut shape, mut strides) = coalesce(&out0.dims, &strides);
+        if shape.is_empty() {
+            // One element (or none): rank 1 of length 1.
+            shape.push(1);
+            for s in &mut strides {
+                s.push(0);
+            }
+        }
+        let out_strides = &strides[inputs.len()];
+        let mut all_strides: Vec<Vec<i64>> = strides[..inputs.len()].to_vec();
+        let mut addrs: Vec<u64> = inputs.iter().map(|t| t.ptr).collect();
+        let mut sizes: Vec<usize> = inputs.iter().map(|t| t.dtype.size()).collect();
+        for o in outputs {
+            all_strides.push(out_strides.clone());
+            addrs.push(o.ptr);
+            sizes.push(o.dtype.size());
+        }
+        let variant = choose_variant(&shape, &all_strides, &addrs, &sizes, n);
+        let mut args = FusedArgs {
+            ptr: [0; MAX_INPUTS + MAX_OUTPUTS],
+            in_layout: [KernelLayout::default(); MAX_INPUTS],
+            out_layout: kernel_layout(OP, &shape, out_strides)?,
+            s: [0.0; MAX_SCALARS],
+            n,
+        };
+        for (k, t) in inputs.iter().enumerate() {
+            args.ptr[k] = t.ptr;
+            args.in_layout[k] = kernel_layout(OP, &shape, &strides[k])?;
+        }
+        for (j, o) in outputs.iter().enumerate() {
+            args.ptr[MAX_INPUTS + j] = o.ptr;
+        }
+        args.s[..scalars.len()].copy_from_slice(scalars);
+        Ok(Self { args, variant })
     }
-    strides.push(out0.strides.clone());
-    if n == 0 {
-        return Ok(());
+
+    /// The kernel variant this launch needs.
+    pub fn variant(&self) -> Variant {
+        self.variant
     }
-    let (shape, strides) = coalesce(&out0.dims, &strides);
-    let mut args = FusedArgs {
-        ptr: [0; MAX_INPUTS + MAX_OUTPUTS],
-        in_layout: [KernelLayout::default(); MAX_INPUTS],
-        out_layout: kernel_layout(OP, &shape, &strides[inputs.len()])?,
-        s: [0.0; MAX_SCALARS],
-        n,
-    };
-    for (k, t) in inputs.iter().enumerate() {
-        args.ptr[k] = t.ptr;
-        args.in_layout[k] = kernel_layout(OP, &shape, &strides[k])?;
+
+    /// Thread steps of the launch (elements / vector width); 0 launches nothing.
+    fn groups(&self) -> u64 {
+        self.args.n as u64 / u64::from(self.variant.vec.max(1))
     }
-    for (j, o) in outputs.iter().enumerate() {
-        args.ptr[MAX_INPUTS + j] = o.ptr;
+
+    /// Launches with `f`, the program's kernel for [`FusedLaunch::variant`] (from
+    /// [`ready_or_queue`]); builds the right one first (blocking) when `f` was made for
+    /// another variant (`f_variant`).
+    pub fn launch(
+        &self,
+        stream: &Arc<CudaStream>,
+        program: &Program,
+        f: &CudaFunction,
+        f_variant: Variant,
+    ) -> Result<()> {
+        if f_variant == self.variant {
+            return launch::fused(stream, f, &self.args, self.groups());
+        }
+        let f = stream_function(stream, source_for(program, self.variant)?, ENTRY)?;
+        launch::fused(stream, &f, &self.args, self.groups())
     }
-    args.s[..scalars.len()].copy_from_slice(scalars);
-    launch::fused(stream, f, &args)
 }
 
 #[cfg(test)]
@@ -486,12 +719,48 @@ mod tests {
     fn valid_programs_generate_one_kernel() {
         let p = relu_add();
         p.validate().unwrap();
-        let src = p.source();
+        let src = p.source(Variant {
+            rank: 2,
+            vec: 4,
+            wide: false,
+        });
         assert!(src.contains("KERNEL void fused_elementwise"));
-        assert!(src.contains("const float x0 = f16_to_f32("));
+        assert!(src.contains("#define FR 2\n#define FV 4\ntypedef unsigned int FIDX;"));
+        assert!(src.contains("fused_load<u16, FV>(p0, o0, a.in_layout[0].strides[FR - 1], v0);"));
+        assert!(src.contains("const float x0 = f16_to_f32(v0[v]);"));
         assert!(src.contains("const bool r1 = (r0 <= a.s[0]);"));
-        assert!(src.contains("= f32_to_f16(r2);"));
-        assert!(src.contains("= r1 ? 1 : 0;"));
+        assert!(src.contains("w0[v] = f32_to_f16(r2);"));
+        assert!(src.contains("w1[v] = (u8)(r1 ? 1 : 0);"));
+        assert!(src.contains("fused_store<u8, FV>(q1, oo, a.out_layout.strides[FR - 1], w1);"));
+    }
+
+    #[test]
+    fn the_vector_width_follows_the_inner_dim_the_alignment_and_the_operand_count() {
+        let v = |shape: &[i64], strides: &[Vec<i64>], addrs: &[u64], sizes: &[usize]| {
+            let n = shape.iter().product();
+            let c = choose_variant(shape, strides, addrs, sizes, n);
+            (c.rank, c.vec)
+        };
+        // A bias [512] over [8192, 512] bf16, packed output: 8 per step.
+        let bias = [vec![512, 1], vec![0, 1], vec![512, 1]];
+        assert_eq!(v(&[8192, 512], &bias, &[0, 0, 0], &[2, 2, 2]), (2, 8));
+        // The bias starts 8 bytes in: 4 per step keeps its vector loads aligned.
+        assert_eq!(v(&[8192, 512], &bias, &[0, 8, 0], &[2, 2, 2]), (2, 4));
+        // An inner dim of 6: 2 per step; of 7: 1.
+        assert_eq!(v(&[10, 6], &[vec![6, 1], vec![6, 1]], &[0, 0], &[4, 4]), (2, 2));
+        assert_eq!(v(&[10, 7], &[vec![7, 1], vec![7, 1]], &[0, 0], &[4, 4]), (2, 1));
+        // A gathered (transposed) input needs no alignment; a row stride of 6 limits to 2.
+        assert_eq!(v(&[8, 16], &[vec![1, 8], vec![16, 1]], &[2, 0], &[4, 4]), (2, 8));
+        assert_eq!(v(&[8, 4], &[vec![6, 1], vec![4, 1]], &[0, 0], &[4, 4]), (2, 2));
+        // Many operands: at most 4, then 2.
+        let six = vec![vec![1i64]; 6];
+        assert_eq!(v(&[1024], &six, &[0; 6], &[4; 6]), (1, 4));
+        let twelve = vec![vec![1i64]; 12];
+        assert_eq!(v(&[1024], &twelve, &[0; 12], &[4; 12]), (1, 2));
+        // 2^31 groups and more index in 64 bits.
+        let c = choose_variant(&[1 << 32], &[vec![1], vec![1]], &[0, 0], &[1, 1], 1 << 32);
+        assert_eq!((c.vec, c.wide), (8, false));
+        assert!(choose_variant(&[1 << 34], &[vec![1], vec![1]], &[0, 0], &[1, 1], 1 << 34).wide);
     }
 
     #[test]

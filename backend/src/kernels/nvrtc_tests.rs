@@ -361,13 +361,35 @@ fn generated_fused_programs_compile() {
         ],
     };
     program.validate().unwrap();
-    let source = KernelSource {
-        name: "fused-test.cu",
-        code: Box::leak(format!("{}\n{}", super::ELEMENTWISE_MATH, program.source()).into_boxed_str()),
-        common: true,
-    };
-    let t = Instant::now();
-    let image = compile::compile(source, Some("fused_elementwise"), SM90).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!image.bytes.is_empty());
-    println!("fused program compiled in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    let variants = [
+        super::fused::Variant {
+            rank: 1,
+            vec: 1,
+            wide: true,
+        },
+        super::fused::Variant {
+            rank: 3,
+            vec: 4,
+            wide: false,
+        },
+        super::fused::Variant {
+            rank: 2,
+            vec: 8,
+            wide: false,
+        },
+    ];
+    for variant in variants {
+        let source = KernelSource {
+            name: "fused-test.cu",
+            code: Box::leak(format!("{}\n{}", super::ELEMENTWISE_MATH, program.source(variant)).into_boxed_str()),
+            common: true,
+        };
+        let t = Instant::now();
+        let image = compile::compile(source, Some("fused_elementwise"), SM90).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!image.bytes.is_empty());
+        println!(
+            "fused program {variant:?} compiled in {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
 }

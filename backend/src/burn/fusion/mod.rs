@@ -15,12 +15,18 @@
 //!   per-parameter arithmetic of Burn's optimizers, the elementwise parts of backward passes)
 //!   becomes one generated kernel ([`crate::kernels::fused`]), compiled once per distinct
 //!   chain and kept in the persistent kernel cache. Inputs may broadcast; a tensor whose last
-//!   use is in the run lends its buffer to an output. A kernel that fails to build falls back
-//!   to the operations one by one, with a one-time warning.
+//!   use is in the run lends its buffer to an output. The kernel is specialized to the rank
+//!   of the merged shape and moves up to 8 elements per thread step with vector accesses. A
+//!   kernel that fails to build falls back to the operations one by one, with a one-time
+//!   warning.
 //!
 //! - **linear weight gradient** ([`linear`]): Burn's composed `linear_weight_backward` (a
 //!   batched matmul of the swapped input with the gradient, then a sum over the batch) runs
 //!   as one GEMM over the folded batch.
+//!
+//! - **linear bias gradient** ([`leading_sum`]): Burn's composed `linear_bias_backward` (a
+//!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums
+//!   over dims `0, 1, ..`, runs as one reduction over the folded leading dims.
 //!
 //! Our fused training ops and optimizer step are recorded as custom operations ([`custom`]):
 //! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
@@ -32,6 +38,7 @@
 pub(crate) mod custom;
 mod flusher;
 mod fuser;
+mod leading_sum;
 mod linear;
 mod optimization;
 
@@ -83,6 +90,7 @@ impl FusionRuntime for CudnnFusionRuntime {
             vec![
                 Box::new(fuser::ElementwiseFuser::default()),
                 Box::new(linear::LinearGradFuser::default()),
+                Box::new(leading_sum::LeadingSumFuser::default()),
             ]
         } else {
             Vec::new()

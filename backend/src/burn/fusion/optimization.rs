@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{Cudnn, CudnnDevice};
-use crate::kernels::fused::{self, Program};
+use crate::kernels::fused::{self, FusedLaunch, Program, Variant};
 use crate::view::ViewLayout;
 
 /// An input of a fused program: the (relative) tensor and whether the program holds its last
@@ -44,8 +44,9 @@ pub struct ElementwiseOptimization {
     pub(crate) scalars: Vec<FusedScalar>,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
-    /// The program's kernel once built (an optimization lives on one device).
-    pub(crate) function: Option<CudaFunction>,
+    /// The program's kernel once built, with the launch variant it was built for (an
+    /// optimization lives on one device).
+    pub(crate) function: Option<(Variant, CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one, without
     /// asking the builder again.
     pub(crate) unbuildable: bool,
@@ -58,6 +59,8 @@ pub enum CudnnOptimization {
     Elementwise(ElementwiseOptimization),
     /// Burn's composed linear weight gradient as one matmul.
     LinearGrad(super::linear::LinearGradOptimization),
+    /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
+    LeadingSum(super::leading_sum::LeadingSumOptimization),
 }
 
 /// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
@@ -68,6 +71,8 @@ pub enum CudnnOptimizationState {
     Elementwise(Vec<OperationIr>),
     /// The operations of a composed linear weight gradient.
     LinearGrad(Vec<OperationIr>),
+    /// The operations of a chain of sums over the leading dims.
+    LeadingSum(Vec<OperationIr>),
 }
 
 impl NumOperations for CudnnOptimization {
@@ -75,6 +80,7 @@ impl NumOperations for CudnnOptimization {
         match self {
             CudnnOptimization::Elementwise(e) => e.operations.len(),
             CudnnOptimization::LinearGrad(l) => l.operations.len(),
+            CudnnOptimization::LeadingSum(s) => s.operations.len(),
         }
     }
 
@@ -82,6 +88,7 @@ impl NumOperations for CudnnOptimization {
         match self {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
+            CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
         }
     }
 }
@@ -97,6 +104,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 }
             }
             CudnnOptimization::LinearGrad(l) => l.execute(context),
+            CudnnOptimization::LeadingSum(s) => s.execute(context),
         }
     }
 
@@ -104,6 +112,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
         match self {
             CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
             CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
+            CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
         }
     }
 
@@ -117,6 +126,12 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 Some(l) => CudnnOptimization::LinearGrad(l),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
             },
+            CudnnOptimizationState::LeadingSum(ops) => {
+                match super::leading_sum::LeadingSumFuser::from_operations(&ops) {
+                    Some(s) => CudnnOptimization::LeadingSum(s),
+                    None => panic!("cudnn-backend: a saved fusion state does not describe a sum over leading dims"),
+                }
+            }
         }
     }
 }
@@ -172,12 +187,15 @@ impl ElementwiseOptimization {
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
         let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| handle_tensor(context, &t.id, OP)).collect();
         let stream = inputs[0].stream().clone();
-        let ready = match &self.function {
-            Some(f) => Ok(Some(f.clone())),
-            None => fused::ready_or_queue(&stream, &self.program),
-        };
-        let function = match ready {
-            Ok(Some(f)) => self.function.insert(f).clone(),
+        let dims = to_dims(&outputs_ir[0].shape);
+        let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+        let ready =
+            fused::packed_output_variant(&self.program, &in_refs, &dims).and_then(|variant| match &self.function {
+                Some((v, f)) if *v == variant => Ok(Some((variant, f.clone()))),
+                _ => fused::ready_or_queue(&stream, &self.program, variant).map(|f| f.map(|f| (variant, f))),
+            });
+        let (variant, function) = match ready {
+            Ok(Some(built)) => self.function.insert(built).clone(),
             // Building in the background: unfused this time.
             Ok(None) => return false,
             Err(e) => {
@@ -198,7 +216,6 @@ impl ElementwiseOptimization {
             let ir = global_ir(context, id, OP);
             context.handles.remove_handle(ir.id);
         }
-        let dims = to_dims(&outputs_ir[0].shape);
         let device = inputs[0].device().clone();
         // An input at its last use that nothing else references, packed and of the outputs'
         // dims, lends its buffer to an output of its dtype (each thread reads its element
@@ -224,11 +241,11 @@ impl ElementwiseOptimization {
             });
         }
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
-        let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
         let out_refs: Vec<_> = outputs.iter().map(|t| t.tref()).collect();
         expect(
             OP,
-            fused::run_built(&stream, &function, &self.program, &in_refs, &out_refs, &scalars),
+            FusedLaunch::new(&self.program, &in_refs, &out_refs, &scalars)
+                .and_then(|launch| launch.launch(&stream, &self.program, &function, variant)),
         );
         drop(inputs);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
