@@ -268,16 +268,42 @@ fn linear_grads<B: AutodiffBackend>() -> Vec<TensorData> {
     let x = Tensor::<B, 3>::from_data(data(&mut rng, [4, 24, 32]), &device).require_grad();
     let w = Tensor::<B, 3>::from_data(data(&mut rng, [4, 24, 48]), &device);
     let grads = (lin.forward(x.clone()) * w).sum().backward();
+    layer_grads(&lin, &x, &grads)
+}
+
+/// The weight, bias and input gradients of a biased linear layer.
+fn layer_grads<B: AutodiffBackend>(
+    lin: &Linear<B>,
+    x: &Tensor<B, 3>,
+    grads: &<B as AutodiffBackend>::Gradients,
+) -> Vec<TensorData> {
     vec![
-        lin.weight.grad(&grads).expect("weight grad").into_data(),
+        lin.weight.grad(grads).expect("weight grad").into_data(),
         lin.bias
             .as_ref()
             .expect("bias")
-            .grad(&grads)
+            .grad(grads)
             .expect("bias grad")
             .into_data(),
-        x.grad(&grads).expect("input grad").into_data(),
+        x.grad(grads).expect("input grad").into_data(),
     ]
+}
+
+/// Fusion's linear gradients `got` against the unfused backend's `want`: weight and bias to
+/// 1e-5; the input gradient is composed differently (a broadcast batched matmul against one
+/// folded matmul: one of them may take TF32 tensor cores, the other the exact small-GEMM
+/// kernel), so it gets TF32's bound.
+fn assert_linear_grads_match(got: &[TensorData], want: &[TensorData]) {
+    for ((name, tol), (g, w)) in [("weight", 1e-5), ("bias", 1e-5), ("input", 2e-3)]
+        .iter()
+        .zip(got.iter().zip(want))
+    {
+        let d = rel_l2(g, w);
+        assert!(
+            d < *tol,
+            "{name} gradient under fusion: relative L2 {d:e} from the unfused backend"
+        );
+    }
 }
 
 #[test]
@@ -291,20 +317,8 @@ fn the_composed_linear_weight_gradient_under_fusion_matches_the_unfused_backend(
     let _ = linear_grads::<Autodiff<CudnnFusion>>();
     cudnn_backend::kernels::fused::wait_for_builds();
     let got = linear_grads::<Autodiff<CudnnFusion>>();
-    // The weight gradient is now the same GEMM on both backends and the bias the same sums;
-    // the input gradient is composed differently (a broadcast batched matmul against one
-    // folded matmul: one of them may take TF32 tensor cores, the other the exact small-GEMM
-    // kernel), so it gets TF32's bound.
-    for ((name, tol), (g, w)) in [("weight", 1e-5), ("bias", 1e-5), ("input", 2e-3)]
-        .iter()
-        .zip(got.iter().zip(&want))
-    {
-        let d = rel_l2(g, w);
-        assert!(
-            d < *tol,
-            "{name} gradient under fusion: relative L2 {d:e} from the unfused backend"
-        );
-    }
+    // The weight gradient is now the same GEMM on both backends and the bias the same sums.
+    assert_linear_grads_match(&got, &want);
 }
 
 /// Gradients of `sum(linear(x) * w)` for a `[4, 33, 48]` input and a biased `48 → 40` layer
@@ -328,17 +342,7 @@ fn biased_linear_grads<B: AutodiffBackend>() -> (Vec<TensorData>, Vec<f64>) {
     let x = Tensor::<B, 3>::from_data(data(&xs, [4, 33, 48]), &device).require_grad();
     let w = Tensor::<B, 3>::from_data(data(&ws, [4, 33, 40]), &device);
     let grads = (lin.forward(x.clone()) * w).sum().backward();
-    let out = vec![
-        lin.weight.grad(&grads).expect("weight grad").into_data(),
-        lin.bias
-            .as_ref()
-            .expect("bias")
-            .grad(&grads)
-            .expect("bias grad")
-            .into_data(),
-        x.grad(&grads).expect("input grad").into_data(),
-    ];
-    (out, rounded(&ws, DType::F32))
+    (layer_grads(&lin, &x, &grads), rounded(&ws, DType::F32))
 }
 
 /// The gradient whose leading dims [`leading_sums`] sums: small enough that the folded
@@ -377,17 +381,7 @@ fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() 
         let d = rel_l2(g, &host);
         assert!(d < 1e-5, "{name} bias gradient: relative L2 {d:e} from the float64 sum");
     }
-    // As in the weight-gradient test: the input gradient may take TF32 on one side only.
-    for ((name, tol), (g, w)) in [("weight", 1e-5), ("bias", 1e-5), ("input", 2e-3)]
-        .iter()
-        .zip(got.iter().zip(&want))
-    {
-        let d = rel_l2(g, w);
-        assert!(
-            d < *tol,
-            "{name} gradient under fusion: relative L2 {d:e} from the unfused backend"
-        );
-    }
+    assert_linear_grads_match(&got, &want);
 
     let mut rng = Rng::new(0x5a5);
     let dy = uniform(&mut rng, SUMMED.iter().product(), -1.0, 1.0);

@@ -555,21 +555,8 @@ pub fn run(
     launch::fused(stream, &f, &launch.args, launch.groups())
 }
 
-/// The variant a launch of `program` over `inputs` takes when its outputs are freshly
-/// allocated, packed tensors of `out_dims` (what [`ready_or_queue`] is asked for before the
-/// outputs exist).
-pub fn packed_output_variant(program: &Program, inputs: &[TensorRef], out_dims: &[i64]) -> Result<Variant> {
-    let outputs: Vec<TensorRef> = program
-        .outputs
-        .iter()
-        .map(|&(_, d)| TensorRef::contiguous(out_dims, d, OUTPUT_ALIGNMENT))
-        .collect();
-    let scalars = vec![0.0; program.scalars];
-    Ok(FusedLaunch::new(program, inputs, &outputs, &scalars)?.variant)
-}
-
-/// An address every fresh device allocation is aligned to (at least), for
-/// [`packed_output_variant`].
+/// An address every fresh device allocation is aligned to (at least): where
+/// [`FusedLaunch::for_packed_outputs`] assumes its outputs until they are bound.
 const OUTPUT_ALIGNMENT: u64 = 256;
 
 /// A checked launch of a program: its arguments and the kernel variant they need.
@@ -577,6 +564,8 @@ const OUTPUT_ALIGNMENT: u64 = 256;
 pub struct FusedLaunch {
     args: FusedArgs,
     variant: Variant,
+    /// The outputs' dims (every output shares them).
+    out_dims: Vec<i64>,
 }
 
 impl FusedLaunch {
@@ -666,7 +655,67 @@ impl FusedLaunch {
             args.ptr[MAX_INPUTS + j] = o.ptr;
         }
         args.s[..scalars.len()].copy_from_slice(scalars);
-        Ok(Self { args, variant })
+        Ok(Self {
+            args,
+            variant,
+            out_dims: out0.dims.clone(),
+        })
+    }
+
+    /// A launch of `program` over `inputs` into packed outputs of `out_dims` that do not exist
+    /// yet: its variant is known (for [`ready_or_queue`]) before the outputs are allocated;
+    /// [`FusedLaunch::bind`] supplies them and the scalars.
+    pub fn for_packed_outputs(program: &Program, inputs: &[TensorRef], out_dims: &[i64]) -> Result<Self> {
+        let outputs: Vec<TensorRef> = program
+            .outputs
+            .iter()
+            .map(|&(_, d)| TensorRef::contiguous(out_dims, d, OUTPUT_ALIGNMENT))
+            .collect();
+        Self::new(program, inputs, &outputs, &vec![0.0; program.scalars])
+    }
+
+    /// Binds the real outputs (packed, of the dims and dtypes the launch was made for) and the
+    /// scalars of a launch from [`FusedLaunch::for_packed_outputs`]. An output less aligned
+    /// than the variant's vector accesses need narrows the vector width.
+    pub fn bind(&mut self, program: &Program, outputs: &[TensorRef], scalars: &[f32]) -> Result<()> {
+        const OP: &str = "fused elementwise";
+        if outputs.len() != program.outputs.len() || scalars.len() != program.scalars {
+            return Err(Error::invalid_arg(
+                OP,
+                "operands",
+                format!(
+                    "{} outputs, {} scalars for a program of {}, {}",
+                    outputs.len(),
+                    scalars.len(),
+                    program.outputs.len(),
+                    program.scalars
+                ),
+            ));
+        }
+        for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
+            check_tensor(OP, "out", o)?;
+            let packed = TensorRef::contiguous(&self.out_dims, d, o.ptr);
+            if o.dims != packed.dims || o.strides != packed.strides || o.dtype != d {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "out",
+                    format!(
+                        "output {j} is {:?} {:?} {:?}; want packed {:?} {d:?}",
+                        o.dims, o.strides, o.dtype, self.out_dims
+                    ),
+                ));
+            }
+            let mut vec = u64::from(self.variant.vec.max(1));
+            while vec > 1 && o.ptr % (vec * d.size() as u64) != 0 {
+                vec /= 2;
+            }
+            // Narrower widths keep every other condition of the variant (they divide it).
+            self.variant.vec = vec as u8;
+            self.args.ptr[MAX_INPUTS + j] = o.ptr;
+        }
+        self.variant.wide = self.args.n / i64::from(self.variant.vec) >= 1 << 31;
+        self.args.s[..scalars.len()].copy_from_slice(scalars);
+        Ok(())
     }
 
     /// The kernel variant this launch needs.
@@ -761,6 +810,36 @@ mod tests {
         let c = choose_variant(&[1 << 32], &[vec![1], vec![1]], &[0, 0], &[1, 1], 1 << 32);
         assert_eq!((c.vec, c.wide), (8, false));
         assert!(choose_variant(&[1 << 34], &[vec![1], vec![1]], &[0, 0], &[1, 1], 1 << 34).wide);
+    }
+
+    #[test]
+    fn binding_outputs_narrows_the_vector_width_to_their_alignment() {
+        let p = relu_add();
+        let dims = [8i64, 16];
+        let inputs = [
+            TensorRef::contiguous(&dims, DataType::F16, 0x1000),
+            TensorRef::contiguous(&[16], DataType::F32, 0x2000),
+        ];
+        let mut launch = FusedLaunch::for_packed_outputs(&p, &inputs, &dims).unwrap();
+        assert_eq!(launch.variant().vec, 8);
+        let out = |ptr_f16: u64| {
+            [
+                TensorRef::contiguous(&dims, DataType::F16, ptr_f16),
+                TensorRef::contiguous(&dims, DataType::Bool, 0x4000),
+            ]
+        };
+        launch.bind(&p, &out(0x3000), &[0.5]).unwrap();
+        assert_eq!(launch.variant().vec, 8);
+        // An f16 output 4 bytes past an aligned address allows 2 per step.
+        launch.bind(&p, &out(0x3004), &[0.5]).unwrap();
+        assert_eq!(launch.variant().vec, 2);
+        // Outputs of other dims, or too few scalars, are refused.
+        let wrong = [
+            TensorRef::contiguous(&[16, 8], DataType::F16, 0x3000),
+            TensorRef::contiguous(&dims, DataType::Bool, 0x4000),
+        ];
+        assert!(launch.bind(&p, &wrong, &[0.5]).is_err());
+        assert!(launch.bind(&p, &out(0x3000), &[]).is_err());
     }
 
     #[test]

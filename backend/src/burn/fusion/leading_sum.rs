@@ -18,12 +18,12 @@
 //! gradient's dtype.
 
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::{DType, Shape};
+use burn_backend::Shape;
 use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, handle_tensor, CudnnOptimization};
+use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
 use super::CudnnFusionHandle;
 use crate::burn::{Cudnn, CudnnTensor};
 
@@ -63,16 +63,6 @@ enum Step {
     Sum { input: TensorIr, out: TensorIr },
     /// The closing reshape: its output.
     Reshape { out: TensorIr },
-}
-
-/// Whether the operation reading `t` holds its last use.
-fn last_use(t: &TensorIr) -> bool {
-    t.status == TensorStatus::ReadWrite
-}
-
-/// Whether `dtype` is one of the pattern's float dtypes.
-fn is_float(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// Whether `out` is `input` without some of its first `reduced` dims (size 1 after the
@@ -224,7 +214,8 @@ impl LeadingSumOptimization {
 
 #[cfg(test)]
 mod tests {
-    use burn_ir::{ReduceDimOpIr, ShapeOpIr, UnaryOpIr};
+    use burn_backend::DType;
+    use burn_ir::{ReduceDimOpIr, ShapeOpIr, TensorStatus, UnaryOpIr};
 
     use super::*;
 

@@ -8,12 +8,11 @@
 //! use, and [`LinearGradOptimization`] computes the same `[K, N]` as one GEMM over the folded
 //! batch (what `Cudnn` runs for `linear_weight_backward`).
 
-use burn_backend::DType;
 use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, handle_tensor, CudnnOptimization};
+use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
 use super::CudnnFusionHandle;
 use crate::burn::layers::linear_weight_backward;
 use crate::burn::Cudnn;
@@ -65,14 +64,6 @@ pub(crate) struct LinearGradFuser {
     stage: Stage,
     ops: Vec<OperationIr>,
     closed: bool,
-}
-
-fn last_use(t: &TensorIr) -> bool {
-    t.status == TensorStatus::ReadWrite
-}
-
-fn is_float(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 impl LinearGradFuser {
@@ -243,8 +234,8 @@ impl LinearGradOptimization {
 
 #[cfg(test)]
 mod tests {
-    use burn_backend::Shape;
-    use burn_ir::{MatmulOpIr, ReduceDimOpIr, ShapeOpIr, SwapDimsOpIr};
+    use burn_backend::{DType, Shape};
+    use burn_ir::{MatmulOpIr, ReduceDimOpIr, ShapeOpIr, SwapDimsOpIr, TensorStatus};
 
     use super::*;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use burn_backend::DType;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_fusion::{NumOperations, Optimization};
-use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
+use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr, TensorStatus};
 use cudarc::driver::CudaFunction;
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +136,16 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     }
 }
 
+/// Whether the operation reading `t` holds its last use (the fusers' pattern checks).
+pub(crate) fn last_use(t: &TensorIr) -> bool {
+    t.status == TensorStatus::ReadWrite
+}
+
+/// Whether `dtype` is a float dtype the pattern fusers take (f32, f16, bf16).
+pub(crate) fn is_float(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
 /// The tensor that relative id `id` of an optimization stands for in this execution.
 pub(crate) fn global_ir(context: &Context<CudnnFusionHandle>, id: &TensorId, op: &str) -> TensorIr {
     context
@@ -176,6 +186,17 @@ fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
 }
 
 impl ElementwiseOptimization {
+    /// Marks the program as unbuildable for good (its operations run one by one from now
+    /// on, with a one-time warning); false, for [`ElementwiseOptimization::execute`].
+    fn unbuildable_after(&mut self, e: crate::Error) -> bool {
+        self.unbuildable = true;
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(reason = %e, "cudnn-backend: a fused elementwise kernel could not be built; running its operations one by one (warned once)");
+        }
+        false
+    }
+
     /// Runs the program; false (nothing consumed) when its kernel is still being built or
     /// cannot be built, so the caller runs the operations one by one instead.
     fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> bool {
@@ -189,23 +210,20 @@ impl ElementwiseOptimization {
         let stream = inputs[0].stream().clone();
         let dims = to_dims(&outputs_ir[0].shape);
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
-        let ready =
-            fused::packed_output_variant(&self.program, &in_refs, &dims).and_then(|variant| match &self.function {
-                Some((v, f)) if *v == variant => Ok(Some((variant, f.clone()))),
-                _ => fused::ready_or_queue(&stream, &self.program, variant).map(|f| f.map(|f| (variant, f))),
-            });
+        let mut launch = match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims) {
+            Ok(l) => l,
+            Err(e) => return self.unbuildable_after(e),
+        };
+        let variant = launch.variant();
+        let ready = match &self.function {
+            Some((v, f)) if *v == variant => Ok(Some((variant, f.clone()))),
+            _ => fused::ready_or_queue(&stream, &self.program, variant).map(|f| f.map(|f| (variant, f))),
+        };
         let (variant, function) = match ready {
             Ok(Some(built)) => self.function.insert(built).clone(),
             // Building in the background: unfused this time.
             Ok(None) => return false,
-            Err(e) => {
-                self.unbuildable = true;
-                static WARNED: AtomicBool = AtomicBool::new(false);
-                if !WARNED.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(reason = %e, "cudnn-backend: a fused elementwise kernel could not be built; running its operations one by one (warned once)");
-                }
-                return false;
-            }
+            Err(e) => return self.unbuildable_after(e),
         };
         for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
             if slot.last_use {
@@ -244,8 +262,9 @@ impl ElementwiseOptimization {
         let out_refs: Vec<_> = outputs.iter().map(|t| t.tref()).collect();
         expect(
             OP,
-            FusedLaunch::new(&self.program, &in_refs, &out_refs, &scalars)
-                .and_then(|launch| launch.launch(&stream, &self.program, &function, variant)),
+            launch
+                .bind(&self.program, &out_refs, &scalars)
+                .and_then(|()| launch.launch(&stream, &self.program, &function, variant)),
         );
         drop(inputs);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
