@@ -286,6 +286,262 @@ BINARY_SCALAR_INT(i8, i8)
 BINARY_SCALAR_INT(u8, u8)
 
 // ---------------------------------------------------------------------------------------
+// Vectorized unary / binary / binary_scalar for the float dtypes
+//
+// Entries `unary_vec_<dt>`, `binary_vec_<dt>` and `binary_scalar_vec_<dt>` take the arguments
+// of their scalar kernels plus `int vec`, the elements each thread moves per grid-stride step
+// (V: 2, 4 or 8 for f16/bf16, 2 or 4 for f32, 2 for f64; at most 16 bytes). The host picks
+// them only where every operand's innermost stride is 1 (one aligned vector access of V
+// elements) or 0 (one scalar load per group, broadcast), the innermost dim is a multiple of V
+// and every vector-accessed operand is aligned to V elements. The layouts they receive are
+// *group* layouts (innermost dim divided by V, innermost stride multiplied by V), so the
+// offset helpers above give each group's first element, and `n` counts groups.
+//
+// Per element the math is the scalar kernels' (LOAD, then MATH in the compute type, then
+// STORE), so results are bit-identical. The op switch runs once per group. At the dtype's
+// widest V the common ops are instantiated with a compile-time op (their switch folds away,
+// the V elements unroll); the other ops, and every op at the narrower widths (taken only for
+// less aligned views), share one runtime-op loop, so the large math (pow, sin, ...) is not
+// copied V times.
+
+template <int B> struct VecRaw;
+template <> struct VecRaw<4> { typedef u32 T; };
+template <> struct VecRaw<8> { typedef uint2 T; };
+template <> struct VecRaw<16> { typedef uint4 T; };
+
+// V elements of `p` at element offset `o`, converted to the compute type: one vector load,
+// or (a broadcast operand) one scalar load used V times.
+template <typename D, int V>
+__device__ __forceinline__ void vec_load(const typename D::T* p, i64 o, bool broadcast, typename D::C (&x)[V]) {
+    typedef typename D::T S;
+    if (broadcast) {
+        const typename D::C b = D::load(p[o]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = b;
+    } else {
+        typedef typename VecRaw<sizeof(S) * V>::T R;
+        union { R r; S s[V]; } u;
+        u.r = *(const R*)(p + o);
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = D::load(u.s[v]);
+    }
+}
+
+// V compute-type values rounded to the storage type and stored at `p + o` with one vector
+// store.
+template <typename D, int V>
+__device__ __forceinline__ void vec_store(typename D::T* p, i64 o, const typename D::C (&x)[V]) {
+    typedef typename D::T S;
+    typedef typename VecRaw<sizeof(S) * V>::T R;
+    union { R r; S s[V]; } u;
+#pragma unroll
+    for (int v = 0; v < V; ++v) u.s[v] = D::store(x[v]);
+    *(R*)(p + o) = u.r;
+}
+
+// Whether an operand's group layout broadcasts its innermost dim (one load per group).
+__device__ __forceinline__ bool vec_broadcast(const Layout& l) { return l.strides[l.rank - 1] == 0; }
+
+// A float dtype for the vector kernels: storage T, compute type C, the widest V (16 bytes),
+// and the scalar kernels' conversions and math.
+#define VEC_DTYPE(NAME, T_, C_, UMATH, BMATH, LOAD, STORE)                                     \
+    struct NAME {                                                                              \
+        typedef T_ T;                                                                          \
+        typedef C_ C;                                                                          \
+        enum { MAXV = 16 / sizeof(T_) };                                                       \
+        static __device__ __forceinline__ C load(T v) { return LOAD(v); }                      \
+        static __device__ __forceinline__ T store(C v) { return STORE(v); }                    \
+        static __device__ __forceinline__ C unary(int op, C x, C p0, C p1) {                   \
+            return UMATH(op, x, p0, p1);                                                       \
+        }                                                                                      \
+        static __device__ __forceinline__ C binary(int op, C a, C b) { return BMATH(op, a, b); } \
+    };
+
+VEC_DTYPE(VecF32, float, float, unary_math_f32, binary_math_f32, ID, ID)
+VEC_DTYPE(VecF16, u16, float, unary_math_f32, binary_math_f32, f16_to_f32, f32_to_f16)
+VEC_DTYPE(VecBF16, u16, float, unary_math_f32, binary_math_f32, bf16_to_f32, f32_to_bf16)
+VEC_DTYPE(VecF64, double, double, unary_math_f64, binary_math_f64, ID, ID)
+
+// x[v] = unary(OP, x[v]) for a compile-time OP.
+template <typename D, int V, int OP>
+__device__ __forceinline__ void unary_fixed(typename D::C (&x)[V], typename D::C p0, typename D::C p1) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) x[v] = D::unary(OP, x[v], p0, p1);
+}
+
+// x[v] = unary(op, x[v]) for a runtime op, one element per (not unrolled) iteration: take
+// x[0], shift the rest down, append the result; after V steps x holds the results in order.
+template <typename D, int V>
+__device__ __forceinline__ void unary_any(int op, typename D::C (&x)[V], typename D::C p0, typename D::C p1) {
+#pragma unroll 1
+    for (int step = 0; step < V; ++step) {
+        const typename D::C r = D::unary(op, x[0], p0, p1);
+#pragma unroll
+        for (int v = 0; v + 1 < V; ++v) x[v] = x[v + 1];
+        x[V - 1] = r;
+    }
+}
+
+// x[v] = unary(op, x[v], p0, p1): one switch per group.
+template <typename D, int V>
+__device__ __forceinline__ void unary_group(int op, typename D::C (&x)[V], typename D::C p0, typename D::C p1) {
+    if (V < D::MAXV) {
+        unary_any<D, V>(op, x, p0, p1);
+        return;
+    }
+#define UNARY_FIXED_CASE(OP)                                                                   \
+    case OP: unary_fixed<D, V, OP>(x, p0, p1); return;
+    switch (op) {
+        UNARY_FIXED_CASE(U_NEG)
+        UNARY_FIXED_CASE(U_ABS)
+        UNARY_FIXED_CASE(U_EXP)
+        UNARY_FIXED_CASE(U_LOG)
+        UNARY_FIXED_CASE(U_SQRT)
+        UNARY_FIXED_CASE(U_RSQRT)
+        UNARY_FIXED_CASE(U_RECIP)
+        UNARY_FIXED_CASE(U_TANH)
+        UNARY_FIXED_CASE(U_SIGMOID)
+        UNARY_FIXED_CASE(U_RELU)
+        UNARY_FIXED_CASE(U_GELU)
+        UNARY_FIXED_CASE(U_SQUARE)
+        UNARY_FIXED_CASE(U_ADD_SCALAR)
+        UNARY_FIXED_CASE(U_MUL_SCALAR)
+        UNARY_FIXED_CASE(U_CLAMP)
+        UNARY_FIXED_CASE(U_LEAKY_RELU)
+        default: unary_any<D, V>(op, x, p0, p1);
+    }
+#undef UNARY_FIXED_CASE
+}
+
+// x[v] = binary(OP, x[v], y[v]) for a compile-time OP.
+template <typename D, int V, int OP>
+__device__ __forceinline__ void binary_fixed(typename D::C (&x)[V], const typename D::C (&y)[V]) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) x[v] = D::binary(OP, x[v], y[v]);
+}
+
+// x[v] = binary(op, x[v], y[v]) for a runtime op, rotating like `unary_any`.
+template <typename D, int V>
+__device__ __forceinline__ void binary_any(int op, typename D::C (&x)[V], typename D::C (&y)[V]) {
+#pragma unroll 1
+    for (int step = 0; step < V; ++step) {
+        const typename D::C r = D::binary(op, x[0], y[0]);
+        const typename D::C y0 = y[0];
+#pragma unroll
+        for (int v = 0; v + 1 < V; ++v) {
+            x[v] = x[v + 1];
+            y[v] = y[v + 1];
+        }
+        x[V - 1] = r;
+        y[V - 1] = y0;
+    }
+}
+
+// x[v] = binary(op, x[v], y[v]): one switch per group.
+template <typename D, int V>
+__device__ __forceinline__ void binary_group(int op, typename D::C (&x)[V], typename D::C (&y)[V]) {
+    if (V < D::MAXV) {
+        binary_any<D, V>(op, x, y);
+        return;
+    }
+#define BINARY_FIXED_CASE(OP)                                                                  \
+    case OP: binary_fixed<D, V, OP>(x, y); return;
+    switch (op) {
+        BINARY_FIXED_CASE(B_ADD)
+        BINARY_FIXED_CASE(B_SUB)
+        BINARY_FIXED_CASE(B_MUL)
+        BINARY_FIXED_CASE(B_DIV)
+        BINARY_FIXED_CASE(B_MAX)
+        BINARY_FIXED_CASE(B_MIN)
+        BINARY_FIXED_CASE(B_RELU_BWD)
+        BINARY_FIXED_CASE(B_GELU_BWD)
+        default: binary_any<D, V>(op, x, y);
+    }
+#undef BINARY_FIXED_CASE
+}
+
+template <typename D, int V>
+__device__ __forceinline__ void unary_vec_run(const typename D::T* x, typename D::T* y, const Layout& lx,
+                                              const Layout& ly, i64 n, int op, typename D::C p0,
+                                              typename D::C p1) {
+    const bool bx = vec_broadcast(lx);
+    FOR_EACH(g, n) {
+        i64 ox, oy;
+        off2(lx, ly, g, ox, oy);
+        typename D::C v[V];
+        vec_load<D, V>(x, ox, bx, v);
+        unary_group<D, V>(op, v, p0, p1);
+        vec_store<D, V>(y, oy, v);
+    }
+}
+
+template <typename D, int V>
+__device__ __forceinline__ void binary_vec_run(const typename D::T* a, const typename D::T* b, typename D::T* out,
+                                               const Layout& la, const Layout& lb, const Layout& lo, i64 n,
+                                               int op) {
+    const bool ba = vec_broadcast(la), bb = vec_broadcast(lb);
+    FOR_EACH(g, n) {
+        i64 oa, ob, oo;
+        off3(la, lb, lo, g, oa, ob, oo);
+        typename D::C x[V], y[V];
+        vec_load<D, V>(a, oa, ba, x);
+        vec_load<D, V>(b, ob, bb, y);
+        binary_group<D, V>(op, x, y);
+        vec_store<D, V>(out, oo, x);
+    }
+}
+
+template <typename D, int V>
+__device__ __forceinline__ void binary_scalar_vec_run(const typename D::T* a, typename D::T* out, const Layout& la,
+                                                      const Layout& lo, i64 n, int op, typename D::C s) {
+    const bool ba = vec_broadcast(la);
+    FOR_EACH(g, n) {
+        i64 oa, oo;
+        off2(la, lo, g, oa, oo);
+        typename D::C x[V], y[V];
+        vec_load<D, V>(a, oa, ba, x);
+#pragma unroll
+        for (int v = 0; v < V; ++v) y[v] = s;
+        binary_group<D, V>(op, x, y);
+        vec_store<D, V>(out, oo, x);
+    }
+}
+
+#define VMIN(A, B) ((A) < (B) ? (A) : (B))
+
+// Calls RUN<D, V>(ARGS) for the host's `vec` (2, 4 or 8), V at most D::MAXV: the host never
+// asks for more, and the branches of wider V fold away at compile time.
+#define VEC_DISPATCH(RUN, D, ARGS)                                                             \
+    if (D::MAXV >= 8 && vec == 8) {                                                            \
+        RUN<D, VMIN(8, D::MAXV)> ARGS;                                                         \
+    } else if (D::MAXV >= 4 && vec == 4) {                                                     \
+        RUN<D, VMIN(4, D::MAXV)> ARGS;                                                         \
+    } else {                                                                                   \
+        RUN<D, 2> ARGS;                                                                        \
+    }
+
+#define FLOAT_VEC(DT, D)                                                                 \
+    KERNEL void unary_vec_##DT(const D::T* x, D::T* y, Layout lx, Layout ly, i64 n, int op,    \
+                               double p0, double p1, int vec) {                                \
+        const D::C q0 = (D::C)p0, q1 = (D::C)p1;                                               \
+        VEC_DISPATCH(unary_vec_run, D, (x, y, lx, ly, n, op, q0, q1))                    \
+    }                                                                                          \
+    KERNEL void binary_vec_##DT(const D::T* a, const D::T* b, D::T* out, Layout la,            \
+                                Layout lb, Layout lo, i64 n, int op, int vec) {                \
+        VEC_DISPATCH(binary_vec_run, D, (a, b, out, la, lb, lo, n, op))                  \
+    }                                                                                          \
+    KERNEL void binary_scalar_vec_##DT(const D::T* a, D::T* out, Layout la, Layout lo, i64 n,  \
+                                       int op, double s, int vec) {                            \
+        const D::C b = (D::C)s;                                                                \
+        VEC_DISPATCH(binary_scalar_vec_run, D, (a, out, la, lo, n, op, b))               \
+    }
+
+FLOAT_VEC(f32, VecF32)
+FLOAT_VEC(f16, VecF16)
+FLOAT_VEC(bf16, VecBF16)
+FLOAT_VEC(f64, VecF64)
+
+// ---------------------------------------------------------------------------------------
 // compare (output one byte 0/1; NaN compares false except Ne)
 
 #define C_EQ 0

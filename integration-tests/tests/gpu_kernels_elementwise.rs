@@ -1347,3 +1347,400 @@ fn fused_programs_match_the_host_in_every_launch_variant() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+// ---------------------------------------------------------------------------------------
+// Vector kernels (`unary_vec_<dt>`, `binary_vec_<dt>`, `binary_scalar_vec_<dt>`): the layouts
+// that take them, the ones that fall back, and bit-equality with the scalar kernels
+
+/// Poisoned elements after every placed view.
+const PAD: usize = 8;
+
+/// A view starting `offset` elements into its own buffer; every element of the buffer
+/// outside the view holds 0xFF bytes (NaN for floats).
+struct Placed {
+    buf: CudaSlice<u8>,
+    t: TensorRef,
+    /// Logical values (already rounded to the dtype); empty for an output.
+    values: Vec<f64>,
+    offset: usize,
+}
+
+/// Buffer positions of the view's elements in row-major logical order (strides >= 0).
+fn positions(dims: &[i64], st: &[i64], offset: usize) -> Vec<usize> {
+    (0..numel(dims))
+        .map(|i| {
+            let (mut rem, mut p) = (i as i64, offset as i64);
+            for d in (0..dims.len()).rev() {
+                p += rem % dims[d] * st[d];
+                rem /= dims[d];
+            }
+            p as usize
+        })
+        .collect()
+}
+
+/// `values` (rounded to `dtype`) as a view `dims`/`st` placed `offset` elements into a
+/// poisoned buffer; no values: a poisoned output.
+fn place(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dtype: DataType, offset: usize) -> Placed {
+    let values: Vec<f64> = values.iter().map(|&v| to_dtype(dtype, v)).collect();
+    let pos = positions(dims, st, offset);
+    let len = pos.iter().max().map_or(offset + 1, |&p| p + 1) + PAD;
+    let size = dtype.size();
+    let mut bytes = vec![0xFFu8; len * size];
+    for (&p, &v) in pos.iter().zip(&values) {
+        bytes[p * size..(p + 1) * size].copy_from_slice(&encode(dtype, &[v]));
+    }
+    let buf = stream.clone_htod(&bytes).expect("upload");
+    let ptr = buf.device_ptr(stream).0 + (offset * size) as u64;
+    Placed {
+        buf,
+        t: TensorRef::new(dims, st, dtype, ptr),
+        values,
+        offset,
+    }
+}
+
+/// The view's values, and whether every element outside it still holds its poison.
+fn read_placed(stream: &Arc<CudaStream>, p: &Placed) -> (Vec<f64>, bool) {
+    let bytes = stream.clone_dtoh(&p.buf).expect("download");
+    let size = p.t.dtype.size();
+    let pos = positions(&p.t.dims, &p.t.strides, p.offset);
+    let mut inside = vec![false; bytes.len() / size];
+    for &q in &pos {
+        inside[q] = true;
+    }
+    let values = pos
+        .iter()
+        .map(|&q| decode(p.t.dtype, &bytes[q * size..(q + 1) * size])[0])
+        .collect();
+    let untouched = bytes
+        .chunks_exact(size)
+        .zip(&inside)
+        .all(|(c, &i)| i || c.iter().all(|&b| b == 0xFF));
+    (values, untouched)
+}
+
+/// `p`'s values broadcast to `out` dims.
+fn placed_bcast(p: &Placed, out: &[i64]) -> Vec<f64> {
+    (0..numel(out))
+        .map(|i| p.values[bcast_index(i, out, &p.t.dims)])
+        .collect()
+}
+
+/// Equal values, NaN equal to NaN (the vector and scalar kernels must agree bit for bit).
+fn same_values(x: &[f64], y: &[f64]) -> bool {
+    x.len() == y.len() && x.iter().zip(y).all(|(a, b)| a == b || (a.is_nan() && b.is_nan()))
+}
+
+/// A view: dims, strides, offset in elements.
+type View = (Vec<i64>, Vec<i64>, usize);
+
+fn at(dims: &[i64], st: &[i64], offset: usize) -> View {
+    (dims.to_vec(), st.to_vec(), offset)
+}
+
+fn packed_at(dims: &[i64], offset: usize) -> View {
+    let (d, s) = packed(dims);
+    (d, s, offset)
+}
+
+struct VecCase {
+    what: &'static str,
+    out: View,
+    a: View,
+    b: View,
+    /// Elements per thread step expected for the dtype's widest step (16 bytes).
+    vec: fn(u32) -> u32,
+    /// A large tensor (one op per family, bf16 and f32): several grid-stride steps.
+    big: bool,
+}
+
+fn vec_cases() -> Vec<VecCase> {
+    let case = |what, out, a, b, vec: fn(u32) -> u32| VecCase {
+        what,
+        out,
+        a,
+        b,
+        vec,
+        big: false,
+    };
+    let (r, c) = (48, 64);
+    vec![
+        case(
+            "contiguous",
+            packed_at(&[r, c], 0),
+            packed_at(&[r, c], 0),
+            packed_at(&[r, c], 0),
+            |m| m,
+        ),
+        case(
+            "bias along rows",
+            packed_at(&[r, c], 0),
+            packed_at(&[r, c], 0),
+            packed_at(&[c], 0),
+            |m| m,
+        ),
+        case(
+            "broadcast scalar a",
+            packed_at(&[r, c], 0),
+            packed_at(&[1], 1),
+            packed_at(&[r, c], 0),
+            |m| m,
+        ),
+        case(
+            "column broadcast a",
+            packed_at(&[r, c], 0),
+            packed_at(&[r, 1], 1),
+            packed_at(&[r, c], 0),
+            |m| m,
+        ),
+        case(
+            "rank 3, middle broadcast",
+            packed_at(&[4, 5, 16], 0),
+            packed_at(&[4, 5, 16], 0),
+            packed_at(&[4, 1, 16], 0),
+            |m| m,
+        ),
+        case(
+            "gapped rows (72, 80)",
+            at(&[r, c], &[80, 1], 0),
+            at(&[r, c], &[72, 1], 0),
+            packed_at(&[c], 0),
+            |m| m,
+        ),
+        case(
+            "input row stride 68",
+            packed_at(&[r, c], 0),
+            at(&[r, c], &[68, 1], 0),
+            packed_at(&[c], 0),
+            |m| m.min(4),
+        ),
+        case(
+            "input 2 elements in",
+            packed_at(&[r, c], 0),
+            packed_at(&[r, c], 2),
+            packed_at(&[r, c], 0),
+            |m| m.min(2),
+        ),
+        case(
+            "misaligned input (1 element in)",
+            packed_at(&[r, c], 0),
+            packed_at(&[r, c], 1),
+            packed_at(&[r, c], 0),
+            |_| 1,
+        ),
+        case(
+            "misaligned output (1 element in)",
+            packed_at(&[r, c], 1),
+            packed_at(&[r, c], 0),
+            packed_at(&[c], 0),
+            |_| 1,
+        ),
+        // Input rows 8 apart: the dims stay apart (packed ones would merge into one dim).
+        case(
+            "inner dim 7",
+            packed_at(&[33, 7], 0),
+            at(&[33, 7], &[8, 1], 0),
+            packed_at(&[7], 0),
+            |_| 1,
+        ),
+        case(
+            "inner dim 6",
+            packed_at(&[40, 6], 0),
+            at(&[40, 6], &[8, 1], 0),
+            packed_at(&[6], 0),
+            |m| m.min(2),
+        ),
+        case(
+            "transposed input",
+            packed_at(&[r, c], 0),
+            at(&[r, c], &[1, r], 0),
+            packed_at(&[c], 0),
+            |_| 1,
+        ),
+        VecCase {
+            big: true,
+            ..case(
+                "many grid steps",
+                packed_at(&[4096, 1280], 0),
+                packed_at(&[4096, 1280], 0),
+                packed_at(&[1280], 0),
+                |m| m,
+            )
+        },
+    ]
+}
+
+/// One launch into an aligned output and one into the same output placed at an odd element
+/// offset (which takes the scalar kernel): checks the expected step, the host reference,
+/// bit-equality of the two and that nothing outside either output view was written.
+struct VecRun<'a> {
+    s: &'a Arc<CudaStream>,
+    r: &'a mut Report,
+    case: &'a VecCase,
+    dtype: DataType,
+}
+
+impl VecRun<'_> {
+    fn check(
+        &mut self,
+        name: String,
+        inputs: &[&TensorRef],
+        launch: &dyn Fn(&TensorRef) -> cudnn_backend::Result<()>,
+        want: &[f64],
+        bound: f64,
+    ) {
+        let (dims, st, offset) = &self.case.out;
+        let out = place(self.s, &[], dims, st, self.dtype, *offset);
+        let odd = if offset % 2 == 0 { offset + 1 } else { offset + 2 };
+        let scalar_out = place(self.s, &[], dims, st, self.dtype, odd);
+        let widest = 16 / self.dtype.size() as u32;
+        let want_vec = (self.case.vec)(widest);
+        let got_vec = ew::vector_width(inputs, &out.t).expect("vector_width");
+        if got_vec != want_vec {
+            self.r
+                .failures
+                .push(format!("{name}: {got_vec} elements per step, expected {want_vec}"));
+        }
+        if ew::vector_width(inputs, &scalar_out.t).expect("vector_width") != 1 {
+            self.r.failures.push(format!("{name}: the odd output vectorizes"));
+        }
+        for o in [&out, &scalar_out] {
+            if let Err(e) = launch(&o.t) {
+                self.r.error(name.clone(), e);
+                return;
+            }
+        }
+        let (got, untouched) = read_placed(self.s, &out);
+        let (scalar, scalar_untouched) = read_placed(self.s, &scalar_out);
+        if !untouched || !scalar_untouched {
+            self.r.failures.push(format!(
+                "{name}: wrote outside the output view (vector launch {}, scalar launch {})",
+                !untouched, !scalar_untouched
+            ));
+        }
+        if !same_values(&got, &scalar) {
+            let i = got.iter().zip(&scalar).position(|(a, b)| a != b).unwrap_or(0);
+            self.r.failures.push(format!(
+                "{name}: the {got_vec}-wide kernel differs from the scalar one at {i}: {} vs {}",
+                got.get(i).copied().unwrap_or(f64::NAN),
+                scalar.get(i).copied().unwrap_or(f64::NAN)
+            ));
+        }
+        self.r.close(name, self.dtype, &got, want, bound);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn vector_kernels_match_the_host_and_the_scalar_kernels() {
+    let s = stream();
+    let mut r = Report::new("vector");
+    let mut rng = SplitMix64::new(66);
+    let unary_ops = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Gelu,
+        UnaryOp::Clamp { min: -0.4, max: 0.55 },
+        UnaryOp::Sin,
+        UnaryOp::Round,
+        UnaryOp::PowScalar(1.7),
+    ];
+    let binary_ops = [
+        BinaryOp::Add,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::GeluBackward,
+        BinaryOp::Pow,
+        BinaryOp::Rem,
+        BinaryOp::Atan2,
+    ];
+    let scalar_ops = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Max,
+        BinaryOp::Pow,
+        BinaryOp::Rem,
+    ];
+    for case in vec_cases() {
+        for dtype in FLOATS {
+            if case.big && !matches!(dtype, BF16 | F32) {
+                continue;
+            }
+            let out_dims = case.out.0.clone();
+            let (ad, ast, aoff) = &case.a;
+            let (bd, bst, boff) = &case.b;
+            let mut run = VecRun {
+                s: &s,
+                r: &mut r,
+                case: &case,
+                dtype,
+            };
+            for op in unary_ops {
+                if case.big && op != UnaryOp::Neg {
+                    continue;
+                }
+                let vals = rand_vec(&mut rng, numel(ad), |g| unary_input(op, g));
+                let a = place(&s, &vals, ad, ast, dtype, *aoff);
+                let want: Vec<f64> = placed_bcast(&a, &out_dims)
+                    .into_iter()
+                    .map(|v| unary_ref(op, v))
+                    .collect();
+                run.check(
+                    format!("unary {op:?} {dtype:?} {}", case.what),
+                    &[&a.t],
+                    &|o| ew::unary(&s, op, &a.t, o),
+                    &want,
+                    float_bound(dtype, transcendental(op)),
+                );
+            }
+            for op in binary_ops {
+                if case.big && op != BinaryOp::Add {
+                    continue;
+                }
+                let (na, nb) = (numel(ad), numel(bd));
+                let pairs: Vec<(f64, f64)> = (0..na.max(nb)).map(|_| binary_inputs(op, dtype, &mut rng)).collect();
+                let av: Vec<f64> = pairs[..na].iter().map(|p| p.0).collect();
+                let bv: Vec<f64> = pairs[..nb].iter().map(|p| p.1).collect();
+                let a = place(&s, &av, ad, ast, dtype, *aoff);
+                let b = place(&s, &bv, bd, bst, dtype, *boff);
+                let want: Vec<f64> = placed_bcast(&a, &out_dims)
+                    .iter()
+                    .zip(placed_bcast(&b, &out_dims))
+                    .map(|(&x, y)| binary_ref(op, x, y))
+                    .collect();
+                let tr = matches!(op, BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::GeluBackward);
+                run.check(
+                    format!("binary {op:?} {dtype:?} {}", case.what),
+                    &[&a.t, &b.t],
+                    &|o| ew::binary(&s, op, &a.t, &b.t, o),
+                    &want,
+                    float_bound(dtype, tr),
+                );
+            }
+            for op in scalar_ops {
+                if case.big && op != BinaryOp::Sub {
+                    continue;
+                }
+                let pairs: Vec<(f64, f64)> = (0..numel(ad)).map(|_| binary_inputs(op, dtype, &mut rng)).collect();
+                let av: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+                // An unrounded scalar: the kernels round it to the dtype first.
+                let scalar = pairs[0].1 * 1.0001;
+                let a = place(&s, &av, ad, ast, dtype, *aoff);
+                let sv = to_dtype(dtype, scalar);
+                let want: Vec<f64> = placed_bcast(&a, &out_dims)
+                    .into_iter()
+                    .map(|x| binary_ref(op, x, sv))
+                    .collect();
+                run.check(
+                    format!("binary_scalar {op:?} {dtype:?} s={scalar} {}", case.what),
+                    &[&a.t],
+                    &|o| ew::binary_scalar(&s, op, &a.t, scalar, o),
+                    &want,
+                    float_bound(dtype, op == BinaryOp::Pow),
+                );
+            }
+        }
+    }
+    r.finish(false);
+}

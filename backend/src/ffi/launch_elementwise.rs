@@ -4,7 +4,7 @@
 //! `kernels::elementwise` have validated dtypes, shapes and the layouts beforehand, so
 //! every element a kernel touches lies inside the views the caller was handed.
 
-use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
@@ -209,4 +209,139 @@ pub(crate) fn with_scalar(
     // views are in bounds for every index < n (validated by the caller).
     unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Vector kernels (`unary_vec_<dt>`, `binary_vec_<dt>`, `binary_scalar_vec_<dt>`)
+
+/// Most blocks of a vector-kernel launch (about 16 per SM of a 132-SM H100, like the fused
+/// kernels' `MAX_BLOCKS`); larger tensors take more grid-stride steps per thread.
+pub(crate) const VEC_MAX_BLOCKS: u64 = 2048;
+
+/// Threads per block of a vector-kernel launch.
+const VEC_THREADS: u32 = 256;
+
+/// Grid for a grid-stride loop over `groups` thread steps, at most [`VEC_MAX_BLOCKS`] blocks.
+pub(crate) fn vec_grid(groups: u64) -> LaunchConfig {
+    let blocks = groups.div_ceil(u64::from(VEC_THREADS)).clamp(1, VEC_MAX_BLOCKS) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (VEC_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// What every vector launch shares: the group layouts (innermost dim divided by `vec`,
+/// innermost stride multiplied by it), the group count and the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VecStep {
+    /// Thread steps: the elements divided by `vec`.
+    pub groups: i64,
+    /// Elements per thread step (2, 4 or 8, at most 16 bytes).
+    pub vec: i32,
+    /// The kernel's op code.
+    pub op: i32,
+}
+
+/// Launches `unary_vec_<dt>(const T* x, T* y, Layout lx, Layout ly, i64 groups, int op,
+/// double p0, double p1, int vec)`.
+pub(crate) fn unary_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    x: u64,
+    y: u64,
+    layouts: &[KernelLayout; 2],
+    step: VecStep,
+    params: (f64, f64),
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&y)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&step.groups)
+        .arg(&step.op)
+        .arg(&params.0)
+        .arg(&params.1)
+        .arg(&step.vec);
+    // SAFETY: the arguments match `unary_vec_<dt>(const T*, T*, Layout, Layout, long long,
+    // int, double, double, int)`; both views, walked as `groups` groups of `vec` elements
+    // under their group layouts, are in bounds, and every vector-accessed operand's address
+    // and outer strides are multiples of `vec` elements (validated by the caller's plan).
+    unsafe { b.launch_counted(vec_grid(step.groups as u64)) }?;
+    Ok(())
+}
+
+/// Launches `binary_vec_<dt>(const T* a, const T* b, T* out, Layout la, Layout lb,
+/// Layout lo, i64 groups, int op, int vec)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn binary_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    a: u64,
+    b_ptr: u64,
+    out: u64,
+    layouts: &[KernelLayout; 3],
+    step: VecStep,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&a)
+        .arg(&b_ptr)
+        .arg(&out)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(&step.groups)
+        .arg(&step.op)
+        .arg(&step.vec);
+    // SAFETY: the arguments match `binary_vec_<dt>(const T*, const T*, T*, Layout, Layout,
+    // Layout, long long, int, int)`; the three views, walked as `groups` groups of `vec`
+    // elements under their group layouts, are in bounds, and every vector-accessed operand's
+    // address and outer strides are multiples of `vec` elements (validated by the caller's
+    // plan).
+    unsafe { b.launch_counted(vec_grid(step.groups as u64)) }?;
+    Ok(())
+}
+
+/// Launches `binary_scalar_vec_<dt>(const T* a, T* out, Layout la, Layout lo, i64 groups,
+/// int op, double s, int vec)`.
+pub(crate) fn with_scalar_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    a: u64,
+    out: u64,
+    layouts: &[KernelLayout; 2],
+    step: VecStep,
+    scalar: f64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&a)
+        .arg(&out)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&step.groups)
+        .arg(&step.op)
+        .arg(&scalar)
+        .arg(&step.vec);
+    // SAFETY: the arguments match `binary_scalar_vec_<dt>(const T*, T*, Layout, Layout,
+    // long long, int, double, int)`; both views, walked as `groups` groups of `vec` elements
+    // under their group layouts, are in bounds, and every vector-accessed operand's address
+    // and outer strides are multiples of `vec` elements (validated by the caller's plan).
+    unsafe { b.launch_counted(vec_grid(step.groups as u64)) }?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_grids_are_capped() {
+        assert_eq!(vec_grid(0).grid_dim.0, 1);
+        assert_eq!(vec_grid(256).grid_dim.0, 1);
+        assert_eq!(vec_grid(257).grid_dim.0, 2);
+        assert_eq!(vec_grid(8192 * 512 / 8).grid_dim.0, 2048);
+        assert_eq!(vec_grid(1 << 40).grid_dim.0, VEC_MAX_BLOCKS as u32);
+        assert_eq!(vec_grid(1).block_dim.0, 256);
+    }
 }

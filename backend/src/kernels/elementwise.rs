@@ -9,6 +9,12 @@
 //! Host work is split in two: a pure `plan_*` function (validation, broadcasting, dim
 //! merging, kernel choice) that needs no device, and the launch of the planned kernel
 //! (`kernels/elementwise.cu`, one entry point per dtype family with the op as an argument).
+//!
+//! `unary`, `binary` and `binary_scalar` on float dtypes run vector kernels
+//! (`unary_vec_<dt>`, ...: V consecutive elements per thread step, one 4-, 8- or 16-byte
+//! access per operand) when the merged layouts and the device addresses allow it (see
+//! [`vector_width`]: contiguous tensors, row-broadcast biases, broadcast scalars and columns,
+//! aligned views); every other layout runs the one-element-per-step kernels.
 
 use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
 use std::sync::Arc;
@@ -17,7 +23,7 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
-use crate::ffi::launch_elementwise::{self as launch, ScalarParam, UnaryParams};
+use crate::ffi::launch_elementwise::{self as launch, ScalarParam, UnaryParams, VecStep};
 use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, ELEMENTWISE};
@@ -297,6 +303,20 @@ const COMPARE_ENTRIES: [&str; 9] = [
     "compare_u8",
 ];
 
+/// Vector entry points (`unary_vec_<dt>` in `elementwise.cu`) per float dtype, in
+/// `dtype_code` order (F32, F16, BF16, F64).
+pub(crate) const UNARY_VEC_ENTRIES: [&str; 4] = ["unary_vec_f32", "unary_vec_f16", "unary_vec_bf16", "unary_vec_f64"];
+/// Vector entry points `binary_vec_<dt>`, in the order of [`UNARY_VEC_ENTRIES`].
+pub(crate) const BINARY_VEC_ENTRIES: [&str; 4] =
+    ["binary_vec_f32", "binary_vec_f16", "binary_vec_bf16", "binary_vec_f64"];
+/// Vector entry points `binary_scalar_vec_<dt>`, in the order of [`UNARY_VEC_ENTRIES`].
+pub(crate) const BINARY_SCALAR_VEC_ENTRIES: [&str; 4] = [
+    "binary_scalar_vec_f32",
+    "binary_scalar_vec_f16",
+    "binary_scalar_vec_bf16",
+    "binary_scalar_vec_f64",
+];
+
 /// `<family>_b{1,2,4,8}` by element size.
 fn sized_entry(family: &str, dtype: DataType) -> &'static str {
     match (family, dtype.size()) {
@@ -343,6 +363,112 @@ fn prepare(
         .map(|s| kernel_layout(op, &shape, s))
         .collect::<Result<Vec<_>>>()?;
     Ok(Some((layouts, n)))
+}
+
+// ---------------------------------------------------------------------------------------
+// Vector steps: which launches move V consecutive elements per thread step
+
+/// Widest vector step of a dtype's vector kernels: one 16-byte access.
+const VECTOR_BYTES: usize = 16;
+
+/// The innermost stride of an operand's (coalesced) layout; `None` for rank 0.
+fn inner_stride(l: &KernelLayout) -> Option<i64> {
+    let rank = l.rank as usize;
+    (rank > 0).then(|| l.strides[rank - 1])
+}
+
+/// Whether an operand with innermost stride 1, starting at byte address `addr`, can be
+/// moved `vec` elements of `elem_size` bytes at a time: its start is aligned to the vector
+/// and every outer stride is a multiple of `vec` (so every group start stays aligned).
+fn vector_aligned(l: &KernelLayout, addr: u64, vec: i64, elem_size: usize) -> bool {
+    let rank = l.rank as usize;
+    addr.is_multiple_of(vec as u64 * elem_size as u64) && l.strides[..rank - 1].iter().all(|s| s % vec == 0)
+}
+
+/// Elements per thread step for a launch over the jointly coalesced `layouts` (inputs
+/// first, the output last) whose views start at byte addresses `addrs`, with elements of
+/// `elem_size` bytes: the widest V in 8, 4, 2 (at most 16 bytes) such that the output's
+/// innermost stride is 1, every input's is 1 (vector access) or 0 (broadcast: one load per
+/// group), the innermost dim is a multiple of V, and every vector-accessed operand is
+/// [`vector_aligned`]. 1 (the scalar kernels) when there is none.
+fn choose_vector_width(layouts: &[KernelLayout], addrs: &[u64], elem_size: usize) -> u32 {
+    let Some(out) = layouts.last() else {
+        return 1;
+    };
+    if inner_stride(out) != Some(1) || layouts.iter().any(|l| !matches!(inner_stride(l), Some(0 | 1))) {
+        return 1;
+    }
+    let inner = out.shape[out.rank as usize - 1];
+    let widest = (VECTOR_BYTES / elem_size.max(1)) as i64;
+    [8i64, 4, 2]
+        .into_iter()
+        .filter(|&v| v <= widest && inner % v == 0)
+        .find(|&v| {
+            layouts
+                .iter()
+                .zip(addrs)
+                .all(|(l, &addr)| inner_stride(l) == Some(0) || vector_aligned(l, addr, v, elem_size))
+        })
+        .map_or(1, |v| v as u32)
+}
+
+/// [`choose_vector_width`] for a launch on `dtype`: 1 for the non-float dtypes (which have
+/// no vector kernels).
+fn float_vector_width(dtype: DataType, layouts: &[KernelLayout], addrs: &[u64]) -> u32 {
+    if dtype.is_float() {
+        choose_vector_width(layouts, addrs, dtype.size())
+    } else {
+        1
+    }
+}
+
+/// `l` walked in groups of `vec` consecutive innermost elements: the innermost dim divided
+/// by `vec`, its stride multiplied by it (0 stays 0), 32-bit indexing when the groups fit.
+fn group_layout(l: &KernelLayout, vec: i64) -> KernelLayout {
+    let rank = l.rank as usize;
+    let mut g = *l;
+    g.shape[rank - 1] /= vec;
+    g.strides[rank - 1] *= vec;
+    let groups = g.shape[..rank].iter().try_fold(1i64, |acc, &d| acc.checked_mul(d));
+    g.index32 = groups.is_some_and(|n| n < 1 << 31) as i32;
+    g
+}
+
+/// The layouts a launch of step `vec` takes: group layouts for a vector kernel, unchanged
+/// for the scalar kernels (`vec` 1).
+fn step_layouts(layouts: Vec<KernelLayout>, vec: u32) -> Vec<KernelLayout> {
+    if vec <= 1 {
+        return layouts;
+    }
+    layouts.iter().map(|l| group_layout(l, i64::from(vec))).collect()
+}
+
+/// The vector launch of a plan with `vec` elements per step over `n` elements; `None` for
+/// the scalar kernels.
+fn vec_step(vec: u32, n: i64, op: i32) -> Option<VecStep> {
+    (vec > 1).then(|| VecStep {
+        groups: n / i64::from(vec),
+        vec: vec as i32,
+        op,
+    })
+}
+
+/// Elements per thread step that [`unary`], [`binary`] and [`binary_scalar`] use for these
+/// operands (broadcast to `out.dims`, at their device addresses): V > 1 when they run a
+/// vector kernel (a float dtype; the output and every input with innermost stride 1 or 0
+/// after merging dims; the innermost dim a multiple of V; every input with stride 1, and
+/// the output, aligned to V elements with outer strides that are multiples of V), 1 when
+/// they run the one-element-per-step kernels. `Ok(1)` for an empty output.
+pub fn vector_width(inputs: &[&TensorRef], out: &TensorRef) -> Result<u32> {
+    for x in inputs {
+        same_dtype("vector_width", "input", x, out.dtype, "the output")?;
+    }
+    let named: Vec<(&'static str, &TensorRef)> = inputs.iter().map(|x| ("input", *x)).collect();
+    let Some((layouts, _)) = prepare("vector_width", "out", out, &named)? else {
+        return Ok(1);
+    };
+    let addrs: Vec<u64> = inputs.iter().map(|x| x.ptr).chain(std::iter::once(out.ptr)).collect();
+    Ok(float_vector_width(out.dtype, &layouts, &addrs))
 }
 
 fn array<const N: usize>(v: Vec<KernelLayout>) -> [KernelLayout; N] {
@@ -422,6 +548,16 @@ pub(crate) struct UnaryPlan {
     pub params: UnaryParams,
     pub layouts: [KernelLayout; 2],
     pub n: i64,
+    /// Elements per thread step: 1 for a scalar kernel; V > 1 for a vector kernel, whose
+    /// `layouts` are then group layouts (float dtypes only, so `params` are `Float`).
+    pub vec: u32,
+}
+
+impl UnaryPlan {
+    /// The vector launch, or `None` for the scalar kernel.
+    pub(crate) fn vec_step(&self) -> Option<VecStep> {
+        vec_step(self.vec, self.n, self.op)
+    }
 }
 
 /// Float scalar -> integer kernel parameter (truncates toward zero, saturates, NaN -> 0).
@@ -450,12 +586,19 @@ pub(crate) fn plan_unary(op: UnaryOp, x: &TensorRef, out: &TensorRef) -> Result<
         ));
     };
     let prepared = prepare("unary", "out", out, &[("x", x)])?;
-    Ok(prepared.map(|(l, n)| UnaryPlan {
-        entry: UNARY_ENTRIES[dtype_code(dtype)],
-        op: op.code(),
-        params,
-        layouts: array(l),
-        n,
+    Ok(prepared.map(|(l, n)| {
+        let vec = float_vector_width(dtype, &l, &[x.ptr, out.ptr]);
+        UnaryPlan {
+            entry: match vec {
+                1 => UNARY_ENTRIES[dtype_code(dtype)],
+                _ => UNARY_VEC_ENTRIES[dtype_code(dtype)],
+            },
+            op: op.code(),
+            params,
+            layouts: array(step_layouts(l, vec)),
+            n,
+            vec,
+        }
     }))
 }
 
@@ -466,6 +609,16 @@ pub(crate) struct BinaryPlan {
     pub op: i32,
     pub layouts: [KernelLayout; 3],
     pub n: i64,
+    /// Elements per thread step: 1 for a scalar kernel (always for `compare`); V > 1 for a
+    /// vector kernel, whose `layouts` are then group layouts.
+    pub vec: u32,
+}
+
+impl BinaryPlan {
+    /// The vector launch, or `None` for the scalar kernel.
+    pub(crate) fn vec_step(&self) -> Option<VecStep> {
+        vec_step(self.vec, self.n, self.op)
+    }
 }
 
 pub(crate) fn plan_binary(op: BinaryOp, a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<Option<BinaryPlan>> {
@@ -480,11 +633,18 @@ pub(crate) fn plan_binary(op: BinaryOp, a: &TensorRef, b: &TensorRef, out: &Tens
         ));
     }
     let prepared = prepare("binary", "out", out, &[("a", a), ("b", b)])?;
-    Ok(prepared.map(|(l, n)| BinaryPlan {
-        entry: BINARY_ENTRIES[dtype_code(dtype)],
-        op: op.code(),
-        layouts: array(l),
-        n,
+    Ok(prepared.map(|(l, n)| {
+        let vec = float_vector_width(dtype, &l, &[a.ptr, b.ptr, out.ptr]);
+        BinaryPlan {
+            entry: match vec {
+                1 => BINARY_ENTRIES[dtype_code(dtype)],
+                _ => BINARY_VEC_ENTRIES[dtype_code(dtype)],
+            },
+            op: op.code(),
+            layouts: array(step_layouts(l, vec)),
+            n,
+            vec,
+        }
     }))
 }
 
@@ -509,6 +669,7 @@ pub(crate) fn plan_compare(op: CompareOp, a: &TensorRef, b: &TensorRef, out: &Te
         op: op as i32,
         layouts: array(l),
         n,
+        vec: 1,
     }))
 }
 
@@ -537,6 +698,17 @@ pub(crate) struct ScalarPlan {
     pub scalar: ScalarParam,
     pub layouts: [KernelLayout; 2],
     pub n: i64,
+    /// Elements per thread step: 1 for a scalar kernel (always for `compare_scalar`); V > 1
+    /// for a vector kernel, whose `layouts` are then group layouts (float dtypes only, so
+    /// `scalar` is `Float`).
+    pub vec: u32,
+}
+
+impl ScalarPlan {
+    /// The vector launch, or `None` for the scalar kernel.
+    pub(crate) fn vec_step(&self) -> Option<VecStep> {
+        vec_step(self.vec, self.n, self.op)
+    }
 }
 
 pub(crate) fn plan_binary_scalar(op: BinaryOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<Option<ScalarPlan>> {
@@ -550,12 +722,19 @@ pub(crate) fn plan_binary_scalar(op: BinaryOp, a: &TensorRef, s: f64, out: &Tens
         ));
     }
     let prepared = prepare("binary_scalar", "out", out, &[("a", a)])?;
-    Ok(prepared.map(|(l, n)| ScalarPlan {
-        entry: BINARY_SCALAR_ENTRIES[dtype_code(dtype)],
-        op: op.code(),
-        scalar: scalar_param(dtype, s),
-        layouts: array(l),
-        n,
+    Ok(prepared.map(|(l, n)| {
+        let vec = float_vector_width(dtype, &l, &[a.ptr, out.ptr]);
+        ScalarPlan {
+            entry: match vec {
+                1 => BINARY_SCALAR_ENTRIES[dtype_code(dtype)],
+                _ => BINARY_SCALAR_VEC_ENTRIES[dtype_code(dtype)],
+            },
+            op: op.code(),
+            scalar: scalar_param(dtype, s),
+            layouts: array(step_layouts(l, vec)),
+            n,
+            vec,
+        }
     }))
 }
 
@@ -574,6 +753,7 @@ pub(crate) fn plan_compare_scalar(op: CompareOp, a: &TensorRef, s: f64, out: &Te
         scalar: scalar_param(a.dtype, s),
         layouts: array(l),
         n,
+        vec: 1,
     }))
 }
 
@@ -638,7 +818,12 @@ pub fn unary(stream: &Arc<CudaStream>, op: UnaryOp, x: &TensorRef, out: &TensorR
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::unary(stream, &f, x.ptr, out.ptr, &p.layouts, p.n, p.op, p.params)
+    match (p.vec_step(), p.params) {
+        (Some(step), UnaryParams::Float(p0, p1)) => {
+            launch::unary_vec(stream, &f, x.ptr, out.ptr, &p.layouts, step, (p0, p1))
+        }
+        _ => launch::unary(stream, &f, x.ptr, out.ptr, &p.layouts, p.n, p.op, p.params),
+    }
 }
 
 /// `out = a op b` with `a` and `b` broadcast to `out.dims`, all of one dtype. Bitwise ops
@@ -648,7 +833,10 @@ pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorR
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op)
+    match p.vec_step() {
+        Some(step) => launch::binary_vec(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, step),
+        None => launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op),
+    }
 }
 
 /// `out = a op s` for a scalar `s` passed to the kernel by value (no one-element tensor,
@@ -659,7 +847,10 @@ pub fn binary_scalar(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, s: f
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::with_scalar(stream, &f, a.ptr, out.ptr, &p.layouts, p.n, p.op, p.scalar)
+    match (p.vec_step(), p.scalar) {
+        (Some(step), ScalarParam::Float(v)) => launch::with_scalar_vec(stream, &f, a.ptr, out.ptr, &p.layouts, step, v),
+        _ => launch::with_scalar(stream, &f, a.ptr, out.ptr, &p.layouts, p.n, p.op, p.scalar),
+    }
 }
 
 /// `out = a op s` as 0/1 bytes for a scalar `s` passed by value (rounded to `a`'s dtype
@@ -729,7 +920,8 @@ mod tests {
     #[test]
     fn entry_names_by_dtype() {
         use DataType::*;
-        let x = |d| t(&[4], d);
+        // 3 elements: no vector step divides them, so the floats take the scalar kernels too.
+        let x = |d| t(&[3], d);
         let names: Vec<_> = [F32, F16, BF16, F64, I32, I64, U8, I8]
             .into_iter()
             .map(|d| plan_unary(UnaryOp::Neg, &x(d), &x(d)).unwrap().unwrap().entry)
@@ -882,7 +1074,9 @@ mod tests {
 
     #[test]
     fn broadcast_and_merge_layouts() {
-        let f = DataType::F32;
+        // I32: the element layouts (float dtypes may take vector kernels, whose group layouts
+        // are tested below).
+        let f = DataType::I32;
         // [1, 4] + [3, 4] -> [3, 4]: packed out merges nothing with a broadcast operand.
         let p = plan_binary(BinaryOp::Add, &t(&[1, 4], f), &t(&[3, 4], f), &t(&[3, 4], f))
             .unwrap()
@@ -907,5 +1101,183 @@ mod tests {
         // A scalar output is rank 0.
         let p = plan_fill(&t(&[], f), 2.0).unwrap().unwrap();
         assert_eq!((p.layout.rank, p.n), (0, 1));
+    }
+
+    fn layouts_of(p: &BinaryPlan) -> Vec<(i32, Vec<i64>, Vec<i64>, i32)> {
+        p.layouts
+            .iter()
+            .map(|l| {
+                let r = l.rank as usize;
+                (l.rank, l.shape[..r].to_vec(), l.strides[..r].to_vec(), l.index32)
+            })
+            .collect()
+    }
+
+    /// `binary`'s elements per step for `a op b -> out`, all of `dtype`.
+    fn bin_vec(a: &TensorRef, b: &TensorRef, out: &TensorRef) -> u32 {
+        plan_binary(BinaryOp::Add, a, b, out).unwrap().unwrap().vec
+    }
+
+    fn at(t: TensorRef, ptr: u64) -> TensorRef {
+        TensorRef { ptr, ..t }
+    }
+
+    #[test]
+    fn contiguous_float_tensors_take_the_widest_vector_step() {
+        use DataType::*;
+        for (d, v) in [(F32, 4), (F16, 8), (BF16, 8), (F64, 2)] {
+            let x = t(&[8192, 512], d);
+            let p = plan_binary(BinaryOp::Add, &x, &x, &x).unwrap().unwrap();
+            assert_eq!(p.vec, v, "{d:?}");
+            assert_eq!(p.entry, BINARY_VEC_ENTRIES[dtype_code(d)]);
+            let groups = 8192 * 512 / v as i64;
+            // One merged dim walked in groups: shape / V, stride V.
+            assert_eq!(layouts_of(&p), vec![(1, vec![groups], vec![v as i64], 1); 3]);
+            let step = p.vec_step().unwrap();
+            assert_eq!((step.groups, step.vec, step.op), (groups, v as i32, 0));
+            let u = plan_unary(UnaryOp::Exp, &x, &x).unwrap().unwrap();
+            assert_eq!((u.entry, u.vec), (UNARY_VEC_ENTRIES[dtype_code(d)], v));
+            let sc = plan_binary_scalar(BinaryOp::Mul, &x, 2.0, &x).unwrap().unwrap();
+            assert_eq!((sc.entry, sc.vec), (BINARY_SCALAR_VEC_ENTRIES[dtype_code(d)], v));
+            assert_eq!(vector_width(&[&x, &x], &x).unwrap(), v);
+        }
+        assert_eq!(
+            [
+                UNARY_VEC_ENTRIES[2],
+                BINARY_VEC_ENTRIES[1],
+                BINARY_SCALAR_VEC_ENTRIES[0]
+            ],
+            ["unary_vec_bf16", "binary_vec_f16", "binary_scalar_vec_f32"]
+        );
+    }
+
+    #[test]
+    fn broadcast_operands_load_once_per_group() {
+        let bf = DataType::BF16;
+        let x = t(&[64, 96], bf);
+        // A bias along rows: strides (0, 1), vector-accessed, two dims kept.
+        let p = plan_binary(BinaryOp::Add, &x, &t(&[96], bf), &x).unwrap().unwrap();
+        assert_eq!(p.vec, 8);
+        assert_eq!(
+            layouts_of(&p),
+            vec![
+                (2, vec![64, 12], vec![96, 8], 1),
+                (2, vec![64, 12], vec![0, 8], 1),
+                (2, vec![64, 12], vec![96, 8], 1)
+            ]
+        );
+        // A broadcast scalar (one element, or rank 0): stride 0, any address.
+        for s in [t(&[1], bf), t(&[], bf), at(t(&[1], bf), P + 2)] {
+            let p = plan_binary(BinaryOp::Mul, &x, &s, &x).unwrap().unwrap();
+            assert_eq!((p.vec, p.layouts[1].rank, p.layouts[1].strides[0]), (8, 1, 0));
+        }
+        // A column broadcast [64, 1]: strides (1, 0), one load per group, any address.
+        let col = at(t(&[64, 1], bf), P + 2);
+        let p = plan_binary(BinaryOp::Sub, &col, &x, &x).unwrap().unwrap();
+        assert_eq!(p.vec, 8);
+        assert_eq!(layouts_of(&p)[0], (2, vec![64, 12], vec![1, 0], 1));
+        // A bias broadcast along the outer dims of a rank-3 tensor.
+        let x3 = t(&[4, 5, 16], DataType::F32);
+        assert_eq!(bin_vec(&x3, &t(&[4, 1, 16], DataType::F32), &x3), 4);
+    }
+
+    #[test]
+    fn alignment_narrows_or_refuses_the_vector_step() {
+        let bf = DataType::BF16;
+        let x = t(&[64, 96], bf);
+        // The start address of any vector-accessed operand (input or output) picks V.
+        for (offset, v) in [(0, 8), (2, 1), (4, 2), (6, 1), (8, 4), (16, 8), (24, 4)] {
+            let shifted = at(x.clone(), P + offset);
+            assert_eq!(bin_vec(&shifted, &x, &x), v, "a at +{offset}");
+            assert_eq!(bin_vec(&x, &x, &shifted), v, "out at +{offset}");
+            assert_eq!(bin_vec(&x, &at(t(&[96], bf), P + offset), &x), v, "bias at +{offset}");
+        }
+        let f = DataType::F32;
+        let y = t(&[16, 32], f);
+        assert_eq!(bin_vec(&at(y.clone(), P + 4), &y, &y), 1);
+        assert_eq!(bin_vec(&at(y.clone(), P + 8), &y, &y), 2);
+        let d = t(&[16, 32], DataType::F64);
+        assert_eq!(bin_vec(&at(d.clone(), P + 8), &d, &d), 1);
+        // A misaligned view falls back to the scalar kernel with its plain layouts.
+        let p = plan_unary(UnaryOp::Neg, &at(x.clone(), P + 2), &x).unwrap().unwrap();
+        assert_eq!((p.entry, p.vec, p.vec_step()), ("unary_bf16", 1, None));
+        assert_eq!((p.layouts[0].shape[0], p.layouts[0].strides[0]), (64 * 96, 1));
+    }
+
+    #[test]
+    fn the_inner_dim_and_outer_strides_must_be_multiples_of_the_step() {
+        let bf = DataType::BF16;
+        // Inner dim 7, 6 or 12 (with a broadcast bias keeping the rows apart).
+        for (cols, v) in [(7, 1), (6, 2), (12, 4), (24, 8)] {
+            let x = t(&[10, cols], bf);
+            assert_eq!(bin_vec(&x, &t(&[cols], bf), &x), v, "{cols} columns");
+        }
+        // Rows of 16 at row strides 20, 18, 17 (a gapped input), or a gapped output.
+        let out = t(&[8, 16], bf);
+        for (row, v) in [(24, 8), (20, 4), (18, 2), (17, 1)] {
+            let a = ts(&[8, 16], &[row, 1], bf);
+            assert_eq!(bin_vec(&a, &out, &out), v, "input row stride {row}");
+            assert_eq!(bin_vec(&out, &out, &a), v, "output row stride {row}");
+        }
+        // A broadcast (stride 0) operand's outer strides are free.
+        let col = ts(&[8, 1], &[3, 1], bf);
+        assert_eq!(bin_vec(&col, &out, &out), 8);
+    }
+
+    #[test]
+    fn non_unit_inner_strides_and_other_dtypes_take_the_scalar_kernels() {
+        let f = DataType::F32;
+        let out = t(&[8, 16], f);
+        // A transposed input, a gapped (stride 2) inner dim, a reversed one.
+        for a in [
+            ts(&[8, 16], &[1, 8], f),
+            ts(&[8, 16], &[32, 2], f),
+            ts(&[8, 16], &[16, -1], f),
+        ] {
+            assert_eq!(bin_vec(&a, &out, &out), 1, "{:?}", a.strides);
+            assert_eq!(bin_vec(&out, &out, &ts(&[8, 16], &a.strides, f)), 1);
+        }
+        // A negative outer stride that is a multiple of V is fine.
+        assert_eq!(bin_vec(&ts(&[8, 16], &[-16, 1], f), &out, &out), 4);
+        // A single element, integer and bool dtypes, and comparisons stay scalar.
+        assert_eq!(bin_vec(&t(&[], f), &t(&[], f), &t(&[], f)), 1);
+        for d in [DataType::I32, DataType::I64, DataType::U8, DataType::I8] {
+            let x = t(&[64, 64], d);
+            let p = plan_binary(BinaryOp::Add, &x, &x, &x).unwrap().unwrap();
+            assert_eq!((p.vec, p.vec_step()), (1, None), "{d:?}");
+            assert_eq!(plan_unary(UnaryOp::Neg, &x, &x).unwrap().unwrap().vec, 1);
+            assert_eq!(vector_width(&[&x], &x).unwrap(), 1);
+        }
+        let b = t(&[64], DataType::Bool);
+        assert_eq!(plan_binary(BinaryOp::BitOr, &b, &b, &b).unwrap().unwrap().vec, 1);
+        let x = t(&[64], f);
+        let c = plan_compare(CompareOp::Lt, &x, &x, &t(&[64], DataType::Bool))
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.entry, c.vec), ("compare_f32", 1));
+        let c = plan_compare_scalar(CompareOp::Lt, &x, 0.5, &t(&[64], DataType::U8))
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.entry, c.vec), ("compare_scalar_f32", 1));
+        // Vector plans always carry float parameters.
+        let p = plan_unary(UnaryOp::Clamp { min: -1.0, max: 1.0 }, &x, &x)
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.vec, p.params), (4, UnaryParams::Float(-1.0, 1.0)));
+        assert!(vector_width(&[&t(&[64], DataType::F16)], &x).is_err());
+        assert_eq!(vector_width(&[&t(&[0], f)], &t(&[0], f)).unwrap(), 1);
+    }
+
+    #[test]
+    fn group_layouts_index_in_32_bits_while_the_groups_fit() {
+        let f = DataType::F16;
+        // 2^32 elements: more than 2^31 elements, but 2^29 groups of 8.
+        let big = t(&[1 << 16, 1 << 16], f);
+        let p = plan_unary(UnaryOp::Neg, &big, &big).unwrap().unwrap();
+        assert_eq!((p.vec, p.layouts[1].index32, p.layouts[1].shape[0]), (8, 1, 1 << 29));
+        let huge = t(&[1 << 20, 1 << 16], f);
+        let p = plan_unary(UnaryOp::Neg, &huge, &huge).unwrap().unwrap();
+        assert_eq!((p.vec, p.layouts[1].index32), (8, 0));
+        assert_eq!(p.vec_step().unwrap().groups, 1 << 33);
     }
 }

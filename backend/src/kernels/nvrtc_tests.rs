@@ -393,3 +393,33 @@ fn generated_fused_programs_compile() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
+fn vector_elementwise_entries_compile() {
+    use super::elementwise::{BINARY_SCALAR_VEC_ENTRIES, BINARY_VEC_ENTRIES, UNARY_VEC_ENTRIES};
+    check_nvrtc().expect("libnvrtc");
+    let listed = entries(super::ELEMENTWISE);
+    let names = UNARY_VEC_ENTRIES
+        .iter()
+        .chain(&BINARY_VEC_ENTRIES)
+        .chain(&BINARY_SCALAR_VEC_ENTRIES);
+    for &name in names {
+        assert!(
+            listed.iter().any(|n| n == name),
+            "{name} is not an entry point of elementwise.cu"
+        );
+        let t = Instant::now();
+        let image = compile::compile(super::ELEMENTWISE, Some(name), SM90).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !image.bytes.is_empty() && image.symbol.contains(name),
+            "{name}: {}",
+            image.symbol
+        );
+        println!(
+            "{name}: {:.0} ms, {} B",
+            t.elapsed().as_secs_f64() * 1e3,
+            image.bytes.len()
+        );
+    }
+}
