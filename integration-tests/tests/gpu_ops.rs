@@ -498,17 +498,29 @@ fn matmul_suite(name: &'static str, with_bias: bool, seed: u64) {
                     Activation::Identity
                 };
                 let label = format!("{name} {dtype:?} ta={ta} tb={tb} #{i} a{ad:?} b{bd:?} {act:?}");
-                let result = if with_bias {
+                let (result, again) = if with_bias {
                     let bias = random(&s, &mut rng, &[n], &[1], dtype);
                     let r = ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.t, act);
                     let cdu: Vec<usize> = cd.iter().map(|&d| d as usize).collect();
                     cpu::bias_activation(&mut reference, &cdu, cdu.len() - 1, &bias.values, ref_act(act));
-                    r
+                    // A new fused shape may run unfused while its plan builds in the background:
+                    // the first result is checked, then the same call once the plan is built.
+                    if r.is_ok() {
+                        report.check(format!("{label} (first call)"), dtype, &download(&s, &c), &reference);
+                        cudnn_backend::plan::wait_for_background_builds();
+                        let c2 = poisoned(&s, &cd, &mat_strides(&cd, false), dtype);
+                        (
+                            ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c2.t, act),
+                            Some(c2),
+                        )
+                    } else {
+                        (r, None)
+                    }
                 } else {
-                    ops::matmul(&s, &a.t, &b.t, &c.t)
+                    (ops::matmul(&s, &a.t, &b.t, &c.t), None)
                 };
                 match result {
-                    Ok(()) => report.check(label, dtype, &download(&s, &c), &reference),
+                    Ok(()) => report.check(label, dtype, &download(&s, again.as_ref().unwrap_or(&c)), &reference),
                     Err(e) => report.error(label, e),
                 }
             }
@@ -527,6 +539,56 @@ fn matmul_matches_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn matmul_bias_act_matches_reference() {
     matmul_suite("matmul_bias_act", true, 22);
+}
+
+/// A fused matmul graph seen for the first time builds its plan on a background thread while
+/// the call runs unfused; both calls give the reference result. (When the persistent cache
+/// already holds the plan, the first call restores it instead.)
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_new_fused_matmul_builds_in_the_background_and_then_runs_fused() {
+    use cudnn_backend::runtime::{build_events, BuildKind};
+    let s = stream();
+    let mut rng = SplitMix64::new(77);
+    let dtype = DataType::F16;
+    // A shape no other test uses, so the events below are this test's.
+    let (m, k, n) = (48i64, 40i64, 88i64);
+    let a = random(&s, &mut rng, &[m, k], &[k, 1], dtype);
+    let b = random(&s, &mut rng, &[k, n], &[n, 1], dtype);
+    let bias = random(&s, &mut rng, &[n], &[1], dtype);
+    let (mut want, _) = cpu::matmul(&a.values, &udims(&a), &b.values, &udims(&b));
+    cpu::bias_activation(
+        &mut want,
+        &[m as usize, n as usize],
+        1,
+        &bias.values,
+        ref_act(Activation::Relu),
+    );
+    let mut report = Report::new("matmul_background_build");
+    let ours =
+        |e: &&cudnn_backend::runtime::BuildEvent| e.label.contains("a[1, 48, 40]F16") && e.label.contains("bias");
+    for call in ["first", "second"] {
+        let c = poisoned(&s, &[m, n], &[n, 1], dtype);
+        match ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.t, Activation::Relu) {
+            Ok(()) => report.check(format!("{call} call"), dtype, &download(&s, &c), &want),
+            Err(e) => report.error(format!("{call} call"), e),
+        }
+        if call == "first" {
+            cudnn_backend::plan::wait_for_background_builds();
+        }
+    }
+    report.finish();
+    let events = build_events();
+    let mine: Vec<_> = events.iter().filter(ours).collect();
+    let from_disk =
+        mine.iter().any(|e| e.kind == BuildKind::PlanRestore) && !mine.iter().any(|e| e.kind == BuildKind::PlanBuild);
+    let built_aside = mine
+        .iter()
+        .any(|e| e.kind == BuildKind::PlanBuild && e.thread == "cudnn-backend-plan");
+    assert!(
+        from_disk || built_aside,
+        "expected the fused plan built on a background thread (or restored from disk), got {mine:#?}"
+    );
 }
 
 /// A packed tensor that starts `shift` elements into its buffer (`shift` 1 leaves the

@@ -94,11 +94,13 @@ extern "C" fn wait_for_compiles_at_exit() {
     });
 }
 
-/// One compile in flight (counted for the exit hook) while it lives.
-struct CompileSlot;
+/// One compile in flight (counted for the exit hook) while it lives: an NVRTC compile, or a
+/// cuDNN plan build on a background thread (cuDNN's runtime compilation runs NVRTC too).
+pub(crate) struct CompileSlot;
 
 impl CompileSlot {
-    fn enter(label: &'static str) -> Result<Self> {
+    /// Counts a compile in flight; an error once the process has begun to exit.
+    pub(crate) fn enter(label: &'static str) -> Result<Self> {
         let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
         if state.1 {
             return Err(Error::Cuda {

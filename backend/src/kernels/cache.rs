@@ -230,6 +230,11 @@ impl KernelCache {
         self.dir.join(format!("{label}-{:032x}.kernel", key.0))
     }
 
+    /// Whether a file for `key` exists (its contents are checked only by [`Self::load`]).
+    pub fn contains(&self, key: CacheKey, label: &str) -> bool {
+        self.path_for(key, label).is_file()
+    }
+
     /// The entry for `key`, if present and intact. A missing file is a silent `None`; an
     /// unreadable, corrupt, truncated or mismatched one is `None` with a `tracing` warning.
     pub fn load(&self, key: CacheKey, label: &str) -> Option<CachedImage> {

@@ -237,6 +237,7 @@ pub(crate) fn image_for(
     let t = Instant::now();
     let image = compile::compile(source, kernel, b.target)?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
+    crate::runtime::record_build(crate::runtime::BuildKind::KernelCompile, label, t);
     add_us(&COMPILE_US, t);
     COMPILED.fetch_add(1, Ordering::Relaxed);
     let entry = CachedImage {
@@ -385,44 +386,99 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
         return Ok(f);
     }
     // A miss: build this kernel. If that means compiling, the kernels that usually run beside
-    // it compile at the same time on the other cores; those threads never wait for a kernel
-    // another thread is building, so no two builders can wait on each other.
-    let mut built = None;
-    std::thread::scope(|s| {
-        let mut spawn_siblings = || {
-            let siblings = super::warm::siblings(source, function)
-                .filter(|(s2, n2)| ready(dev.ordinal(), *s2, n2).is_none())
-                .take(parallelism() - 1);
-            for (s2, n2) in siblings {
-                let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
-                    match load_locked(dev, s2, n2, false, &mut || {}) {
-                        Ok(Some((_, true))) => {
-                            PREFETCHED.fetch_add(1, Ordering::Relaxed);
+    // it start compiling at the same time on the other cores, on detached threads: the caller
+    // waits for its own kernel only. Those threads never wait for a kernel another thread is
+    // building, so no two builders can wait on each other.
+    let waited = Instant::now();
+    let ordinal = dev.ordinal();
+    let mut spawn_siblings = || {
+        let todo: Arc<Vec<(KernelSource, &'static str)>> = Arc::new(
+            super::warm::siblings(source, function)
+                .filter(|(s2, n2)| ready(ordinal, *s2, n2).is_none())
+                .collect(),
+        );
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for _ in 0..todo.len().min(parallelism() - 1) {
+            let (todo, next) = (todo.clone(), next.clone());
+            let spawned = std::thread::Builder::new()
+                .name("cudnn-backend-sibling".into())
+                .spawn(move || {
+                    let Ok(dev) = Device::new(ordinal) else { return };
+                    while let Some(&(s2, n2)) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let _permit = BackgroundPermit::acquire();
+                        match load_locked(&dev, s2, n2, false, &mut || {}) {
+                            Ok(Some((_, true))) => {
+                                PREFETCHED.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::debug!(kernel = n2, reason = %e, "prefetching a kernel failed"),
                         }
-                        Ok(_) => {}
-                        Err(e) => tracing::debug!(kernel = n2, reason = %e, "prefetching a kernel failed"),
                     }
                 });
-                if spawned.is_err() {
-                    break; // no more threads: the remaining siblings load when asked for
-                }
+            if spawned.is_err() {
+                break; // no more threads: the remaining siblings load when asked for
             }
-        };
-        built = Some(load_locked(dev, source, function, true, &mut spawn_siblings));
-    });
+        }
+    };
+    let built = load_locked(dev, source, function, true, &mut spawn_siblings);
+    crate::runtime::record_build(crate::runtime::BuildKind::KernelWait, function, waited);
     match built {
-        Some(Ok(Some((f, _)))) => Ok(f),
-        Some(Err(e)) => Err(e),
-        _ => Err(Error::Cuda {
+        Ok(Some((f, _))) => Ok(f),
+        Err(e) => Err(e),
+        Ok(None) => Err(Error::Cuda {
             op: "loading a kernel",
             message: format!("{function} of {} was not built", source.name),
         }),
     }
 }
 
+/// Kernels compiling at once on behalf of no waiting caller (warm-up, a group's siblings):
+/// all cores but two, so the compile a caller waits for runs on a free core.
+fn background_limit() -> usize {
+    parallelism().saturating_sub(2).max(1)
+}
+
+/// One background compile slot (see [`background_limit`]), held while it lives.
+struct BackgroundPermit;
+
+fn background_permits() -> &'static (Mutex<usize>, std::sync::Condvar) {
+    static PERMITS: OnceLock<(Mutex<usize>, std::sync::Condvar)> = OnceLock::new();
+    PERMITS.get_or_init(|| (Mutex::new(0), std::sync::Condvar::new()))
+}
+
+impl BackgroundPermit {
+    /// Waits for a free slot.
+    fn acquire() -> Self {
+        let (count, freed) = background_permits();
+        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= background_limit() {
+            n = freed.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n += 1;
+        Self
+    }
+}
+
+impl Drop for BackgroundPermit {
+    fn drop(&mut self) {
+        let (count, freed) = background_permits();
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
 /// Makes every kernel of `kernels` ready on `dev`, building the missing ones in parallel (up
 /// to [`parallelism`] threads); returns the first error after all have been tried.
 pub(crate) fn prefetch(dev: &Device, kernels: &[(KernelSource, &'static str)]) -> Result<()> {
+    prefetch_with(dev, kernels, false)
+}
+
+/// [`prefetch`] for kernels no caller waits for yet: their compiles take background slots.
+pub(crate) fn prefetch_in_background(dev: &Device, kernels: &[(KernelSource, &'static str)]) -> Result<()> {
+    prefetch_with(dev, kernels, true)
+}
+
+fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], background: bool) -> Result<()> {
     let todo: Vec<(KernelSource, &'static str)> = kernels
         .iter()
         .copied()
@@ -430,7 +486,7 @@ pub(crate) fn prefetch(dev: &Device, kernels: &[(KernelSource, &'static str)]) -
         .collect();
     match todo.len() {
         0 => return Ok(()),
-        1 => return function(dev, todo[0].0, todo[0].1).map(|_| ()),
+        1 if !background => return function(dev, todo[0].0, todo[0].1).map(|_| ()),
         _ => {}
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -438,6 +494,7 @@ pub(crate) fn prefetch(dev: &Device, kernels: &[(KernelSource, &'static str)]) -
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&(src, name)) = todo.get(i) else { break };
+        let _permit = background.then(BackgroundPermit::acquire);
         if let Err(e) = load_locked(dev, src, name, true, &mut || {}) {
             first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
         }

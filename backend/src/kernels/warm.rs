@@ -15,6 +15,9 @@ type Group = &'static [(KernelSource, &'static str)];
 macro_rules! float_group {
     ($s:literal, $b:literal $(, $extra:expr)*) => {
         &[
+            (ELEMENTWISE, concat!("binary_vec_", $s)),
+            (ELEMENTWISE, concat!("unary_vec_", $s)),
+            (ELEMENTWISE, concat!("binary_scalar_vec_", $s)),
             (ELEMENTWISE, concat!("binary_", $s)),
             (ELEMENTWISE, concat!("unary_", $s)),
             (ELEMENTWISE, concat!("fill_b", $b)),
@@ -34,6 +37,8 @@ macro_rules! float_group {
             (RANDOM, concat!("normal_", $s)),
             (POOL, concat!("adaptive_avgpool2d_fwd_", $s)),
             (POOL, concat!("adaptive_avgpool2d_bwd_", $s)),
+            (POOL, concat!("maxpool2d_fwd_", $s)),
+            (POOL, concat!("maxpool2d_bwd_", $s)),
             (ELEMENTWISE, "cast"),
             $($extra,)*
         ]
@@ -82,6 +87,7 @@ pub(crate) const GROUPS: &[Group] = &[
         (REDUCE, "argreduce_i64"),
         (INDEX, "gather_b8"),
         (INDEX, "scatter_add_i64"),
+        (REDUCE, "scan_i64"),
     ],
     &[
         (ELEMENTWISE, "binary_u8"),
@@ -114,7 +120,7 @@ pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
     let spawned = std::thread::Builder::new()
         .name("cudnn-backend-warm-up".into())
         .spawn(move || {
-            if let Err(e) = super::load::prefetch(&dev, &kernels) {
+            if let Err(e) = super::load::prefetch_in_background(&dev, &kernels) {
                 tracing::debug!(reason = %e, "kernel warm-up stopped");
             }
         });
@@ -140,7 +146,7 @@ mod tests {
     #[test]
     fn siblings_come_from_the_first_group_listing_the_kernel() {
         let s: Vec<_> = siblings(ELEMENTWISE, "binary_f32").map(|(_, n)| n).collect();
-        assert_eq!(s.len(), 31);
+        assert_eq!(s.len(), 36);
         assert!(s.contains(&"reduce_f32") && s.contains(&"cast") && !s.contains(&"binary_f32"));
         assert!(["reduce_split_f32", "reduce_cols_f32", "reduce_finish_f32"]
             .iter()

@@ -408,6 +408,71 @@ fn backward_graph(
     (g, bound, scalars)
 }
 
+/// The plan key of [`sdpa_backward`]'s graph.
+fn backward_key(a: &SdpaBackward<'_>, causal: bool) -> OpKey {
+    let swap = |t: &TensorRef| {
+        let mut t = t.clone();
+        t.dims.swap(2, 3);
+        t.strides.swap(2, 3);
+        t
+    };
+    let (kt, vt) = (swap(a.k), swap(a.v));
+    let shifted_mask = causal && a.q.dims[2] != a.k.dims[2];
+    let mut key = OpKey::new("sdpa_backward");
+    key.ints(&[a.bias.is_some() as i64, causal as i64 + shifted_mask as i64]);
+    for t in [a.q, &kt, &vt, a.o, a.d_o, a.stats, a.dq, a.dk, a.dv] {
+        key.tensor(t);
+    }
+    if let Some(t) = a.bias {
+        key.tensor(t);
+    }
+    key
+}
+
+/// Starts building, in the background, the plan [`sdpa_backward`] will need for the forward
+/// just run (`q`, `k`, `v`, `o`, `stats`, `bias` as passed to [`sdpa_forward`]), so that on a
+/// fresh machine its runtime compilation overlaps the rest of the forward pass. The gradients
+/// are assumed laid out like their forward tensors and freshly allocated (16-byte aligned);
+/// if the backward's tensors differ, it builds its own plan as it would have anyway.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_backward_prefetch(
+    stream: &Arc<CudaStream>,
+    q: &TensorRef,
+    k: &TensorRef,
+    v: &TensorRef,
+    bias: Option<&TensorRef>,
+    causal: bool,
+    o: &TensorRef,
+    scale: f32,
+    stats: &TensorRef,
+) -> Result<()> {
+    if !matches!(q.dtype, DataType::F16 | DataType::BF16) || o.is_empty() || k.dims[2] == 0 {
+        return Ok(());
+    }
+    // Any 16-byte-aligned address stands for the buffers the backward will allocate.
+    const FRESH: u64 = 256;
+    let fresh = |t: &TensorRef| TensorRef::new(&t.dims, &t.strides, t.dtype, FRESH);
+    let (d_o, dq, dk, dv) = (fresh(o), fresh(q), fresh(k), fresh(v));
+    let (b, h, sq, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
+    let sum_t = TensorRef::contiguous(&[b, h, sq, 1], DataType::F32, FRESH);
+    let acc_t = TensorRef::contiguous(&[b, h, sq, d], DataType::F32, FRESH);
+    let a = SdpaBackward {
+        q,
+        k,
+        v,
+        o,
+        d_o: &d_o,
+        stats,
+        bias,
+        dq: &dq,
+        dk: &dk,
+        dv: &dv,
+    };
+    super::prefetch(stream, "sdpa_backward", backward_key(&a, causal), &|| {
+        backward_graph(&a, &sum_t, &acc_t, causal, scale).0
+    })
+}
+
 /// Attention backward as ONE cuDNN graph, the fused flash-attention backward pattern:
 /// recomputes the probabilities from `q`, `k` and the saved statistics, then
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dK = dSᵀ·Q`, `dQ = dS·K`.
@@ -486,7 +551,6 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
     let sum_t = TensorRef::contiguous(&[b, h, sq, 1], DataType::F32, scratch.ptr());
     let acc_t = TensorRef::contiguous(&[b, h, sq, d], DataType::F32, scratch.ptr() + sum_bytes as u64);
     let (neg_inf, one, skv32, sq32) = (f32::NEG_INFINITY, 1.0f32, skv as i32, sq as i32);
-    let shifted_mask = causal && sq != skv;
     let (g, bound, sc) = backward_graph(a, &sum_t, &acc_t, causal, scale);
     let mut scalars = vec![
         (sc.scale, (&scale as *const f32) as u64),
@@ -499,27 +563,13 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
         scalars.push((kv, (&skv32 as *const i32) as u64));
         scalars.push((q, (&sq32 as *const i32) as u64));
     }
-    let mut kt = a.k.clone();
-    kt.dims.swap(2, 3);
-    kt.strides.swap(2, 3);
-    let mut vt = a.v.clone();
-    vt.dims.swap(2, 3);
-    vt.strides.swap(2, 3);
     let mut io: Vec<(i64, u64)> = bound
         .iter()
         .chain(&scalars)
         .map(|&(id, ptr)| (g.tensor_info(id).uid, ptr))
         .collect();
     io.sort_unstable_by_key(|&(uid, _)| uid);
-    let mut key = OpKey::new(OP);
-    key.ints(&[a.bias.is_some() as i64, causal as i64 + shifted_mask as i64]);
-    for t in [a.q, &kt, &vt, a.o, a.d_o, st, a.dq, a.dk, a.dv] {
-        key.tensor(t);
-    }
-    if let Some(t) = a.bias {
-        key.tensor(t);
-    }
-    run_with_scalars(stream, OP, key, &io, &|| g.clone())?;
+    run_with_scalars(stream, OP, backward_key(a, causal), &io, &|| g.clone())?;
     // The scratch is freed stream-ordered, after the graph that uses it.
     drop(scratch);
     Ok(())

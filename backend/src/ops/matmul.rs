@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{check_on_stream_device, run, zero_fill, Activation, OpKey, TensorRef};
+use super::{check_on_stream_device, run, run_when_built, zero_fill, Activation, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::Graph;
@@ -249,13 +249,23 @@ fn matmul3(
     if let Some(bias) = bias {
         key.tensor(bias);
     }
-    match run(stream, op, key, &io, &build) {
-        Err(e) if e.is_not_supported() && fused => {
+    let unfused = || {
+        matmul3(stream, op, a, b, None, c, Activation::Identity)?;
+        bias_act_in_place(stream, op, c, bias, 2, act)
+    };
+    if !fused {
+        return run(stream, op, key, &io, &build);
+    }
+    // A new fused graph may need a runtime-compiled engine (0.3 s or more to build): it builds
+    // in the background while the unfused pair runs.
+    match run_when_built(stream, op, key, &io, &build) {
+        Ok(true) => Ok(()),
+        Ok(false) => unfused(),
+        Err(e) if e.is_not_supported() => {
             tracing::debug!("{op}: fused graph unsupported ({e}); running matmul + bias/activation kernel");
-            matmul3(stream, op, a, b, None, c, Activation::Identity)?;
-            bias_act_in_place(stream, op, c, bias, 2, act)
+            unfused()
         }
-        other => other,
+        Err(e) => Err(e),
     }
 }
 

@@ -17,7 +17,7 @@ mod optim;
 mod pool;
 mod tensor;
 
-pub use attention::{sdpa_backward, sdpa_forward, sdpa_fusable, SdpaBackward};
+pub use attention::{sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_fusable, SdpaBackward};
 pub use batch_norm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train_forward, BatchNormBackward, BatchNormForward,
     BatchNormInference, BatchNormOptions, RunningStats,
@@ -39,7 +39,7 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, SignatureContext};
-use crate::plan::execute_keyed;
+use crate::plan::{execute_keyed, execute_keyed_when_built, prefetch_keyed};
 
 /// The cache key of one op call: op name, every tensor's dims, strides, dtype and pointer
 /// alignment, and the op's parameters. Together with the execution context it is the plan
@@ -116,17 +116,50 @@ fn run_graph(
     replayable: bool,
     build: &dyn Fn() -> Graph,
 ) -> Result<()> {
-    let uids: Vec<i64> = io.iter().map(|&(u, _)| u).collect();
-    let ptrs: Vec<*mut c_void> = io.iter().map(|&(_, p)| p as *mut c_void).collect();
-    let graph = || {
-        let mut g = build();
-        g.validate().map_err(|e| match e {
-            Error::InvalidGraph(msg) => Error::invalid_arg(op, "tensors", msg),
-            other => other,
-        })?;
-        Ok(Cow::Owned(g))
-    };
-    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, replayable, &graph)
+    let (uids, ptrs) = variant_pack(io);
+    execute_keyed(stream, |ctx| key.finish(ctx), &uids, &ptrs, replayable, &|| {
+        validated(op, build)
+    })
+}
+
+/// [`run`] for a fused graph whose op has an unfused way to run: `Ok(false)` when the plan
+/// is still being built in the background and nothing ran (see
+/// [`crate::plan::execute_keyed_when_built`]).
+fn run_when_built(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    key: OpKey,
+    io: &[(i64, u64)],
+    build: &dyn Fn() -> Graph,
+) -> Result<bool> {
+    let (uids, ptrs) = variant_pack(io);
+    execute_keyed_when_built(stream, |ctx| key.finish(ctx), &uids, &ptrs, true, &|| {
+        validated(op, build)
+    })
+}
+
+/// Starts building, in the background, the plan of a graph the caller will run soon with
+/// the same key (see [`crate::plan::prefetch_keyed`]).
+fn prefetch(stream: &Arc<CudaStream>, op: &'static str, key: OpKey, build: &dyn Fn() -> Graph) -> Result<()> {
+    prefetch_keyed(stream, |ctx| key.finish(ctx), &|| validated(op, build))
+}
+
+/// The uids and pointers of a variant pack given as `(uid, address)` pairs.
+fn variant_pack(io: &[(i64, u64)]) -> (Vec<i64>, Vec<*mut c_void>) {
+    (
+        io.iter().map(|&(u, _)| u).collect(),
+        io.iter().map(|&(_, p)| p as *mut c_void).collect(),
+    )
+}
+
+/// `build()` validated, its errors reported as invalid arguments of `op`.
+fn validated<'g>(op: &'static str, build: &dyn Fn() -> Graph) -> Result<Cow<'g, Graph>> {
+    let mut g = build();
+    g.validate().map_err(|e| match e {
+        Error::InvalidGraph(msg) => Error::invalid_arg(op, "tensors", msg),
+        other => other,
+    })?;
+    Ok(Cow::Owned(g))
 }
 
 /// Zero-fills an output whose op has an empty reduction (e.g. a batch of 0 in wgrad).

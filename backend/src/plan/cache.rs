@@ -713,6 +713,11 @@ impl ChoiceCache {
         }
     }
 
+    /// Whether a choice for `key` is cached (no recency refresh, no counting).
+    pub fn contains(&self, key: &Signature) -> bool {
+        self.lock().lru.find(key).is_some()
+    }
+
     /// Looks up `key` (refreshing its recency); counts a hit or a miss.
     pub fn get(&self, key: &Signature) -> Option<EngineChoice> {
         let mut inner = self.lock();

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 
+use super::background;
 use super::cache::{EngineChoice, Signature};
 use super::engine::{self, BuiltPlan, Candidate};
 use super::persist::{dir_from_env, TuningFile, TuningKey};
 use super::policy::EnginePolicy;
-use super::{cache_stats, choice_cache, policy};
+use super::{choice_cache, policy};
 use crate::error::{Error, Result};
 use crate::ffi::memory::device_memory_ordinal;
 use crate::ffi::CudnnHandle;
@@ -132,23 +133,105 @@ pub(crate) fn execute_keyed<'g>(
     replayable: bool,
     graph: &dyn Fn() -> Result<Cow<'g, Graph>>,
 ) -> Result<()> {
+    execute_core(stream, key, uids, ptrs, replayable, graph, false).map(|_| ())
+}
+
+/// [`execute_keyed`] for an op that has an unfused way to run: when the plan is new and no
+/// serialized form of it is at hand, its build starts on a background thread and `Ok(false)`
+/// says that nothing ran (the caller runs its unfused path); once built, the plan runs as
+/// usual (`Ok(true)`). With a benchmark or deterministic policy the plan is built here and
+/// always runs, so results never depend on how fast a build finished.
+pub(crate) fn execute_keyed_when_built<'g>(
+    stream: &Arc<CudaStream>,
+    key: impl FnOnce(&SignatureContext) -> Vec<u8>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    replayable: bool,
+    graph: &dyn Fn() -> Result<Cow<'g, Graph>>,
+) -> Result<bool> {
+    execute_core(stream, key, uids, ptrs, replayable, graph, true)
+}
+
+/// Starts building the plan of a graph the caller will execute soon (same key, same graph),
+/// on a background thread, so the build overlaps the work in between; does nothing when the
+/// plan is known, stored in the persistent cache, or the policy autotunes (an autotuned
+/// build needs the real buffers). `graph()` is called only when a build starts.
+pub(crate) fn prefetch_keyed<'g>(
+    stream: &Arc<CudaStream>,
+    key: impl FnOnce(&SignatureContext) -> Vec<u8>,
+    graph: &dyn Fn() -> Result<Cow<'g, Graph>>,
+) -> Result<()> {
+    let policy = policy();
+    if policy.benchmark {
+        return Ok(());
+    }
+    let (dev, cudnn, sig) = signature_for(stream, key, &policy)?;
+    if background::progress(&sig) != background::Progress::Absent
+        || known_unsupported(&sig).is_some()
+        || choice_cache().contains(&sig)
+        || super::serialized::stored(&sig, &dev, cudnn)
+    {
+        return Ok(());
+    }
+    load_tuning(&dev, cudnn);
+    background::start(&dev, sig, graph()?.into_owned(), policy, cudnn);
+    Ok(())
+}
+
+/// The device, cuDNN version and plan signature of a call on `stream`.
+fn signature_for(
+    stream: &Arc<CudaStream>,
+    key: impl FnOnce(&SignatureContext) -> Vec<u8>,
+    policy: &EnginePolicy,
+) -> Result<(Arc<Device>, usize, Signature)> {
     let dev = Device::new(stream.context().ordinal())?;
     dev.context().bind_to_thread()?;
     let cudnn = crate::ffi::cudnn_version()?;
-    let policy = policy();
     let ctx = SignatureContext {
         compute_capability: dev.info().compute_capability,
         cudnn_version: cudnn as u64,
         policy: policy.signature_bits(),
     };
-    let sig = Signature::new(key(&ctx));
-    let run = |h: &mut crate::handle::PooledCudnn| -> Result<()> {
+    Ok((dev, cudnn, Signature::new(key(&ctx))))
+}
+
+/// [`execute_keyed`] and, with `when_built`, [`execute_keyed_when_built`].
+#[allow(clippy::too_many_arguments)]
+fn execute_core<'g>(
+    stream: &Arc<CudaStream>,
+    key: impl FnOnce(&SignatureContext) -> Vec<u8>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    replayable: bool,
+    graph: &dyn Fn() -> Result<Cow<'g, Graph>>,
+    when_built: bool,
+) -> Result<bool> {
+    let policy = policy();
+    let (dev, cudnn, sig) = signature_for(stream, key, &policy)?;
+    let when_built = when_built && !policy.benchmark && !policy.deterministic;
+    let run = |h: &mut crate::handle::PooledCudnn| -> Result<bool> {
         let crate::handle::PooledCudnn {
             handle,
             plans,
             capture_stream,
         } = h;
         let handle = &*handle;
+        if when_built && !plans.contains(&sig) && known_unsupported(&sig).is_none() {
+            match background::progress(&sig) {
+                background::Progress::Building => return Ok(false),
+                background::Progress::Built | background::Progress::Settled => {}
+                background::Progress::Absent => {
+                    if !choice_cache().contains(&sig) && !super::serialized::stored(&sig, &dev, cudnn) {
+                        let g = graph()?;
+                        check_uids(&g, uids)?;
+                        load_tuning(&dev, cudnn);
+                        if background::start(&dev, sig.clone(), g.into_owned(), policy, cudnn) {
+                            return Ok(false);
+                        }
+                    }
+                }
+            }
+        }
         let mut fresh = None;
         let plan = plans.get_or_try_insert_with(&sig, || {
             if let Some(err) = known_unsupported(&sig) {
@@ -193,6 +276,7 @@ pub(crate) fn execute_keyed<'g>(
             }
             other => other,
         }
+        .map(|()| true)
     };
     cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, run)?
 }
@@ -300,7 +384,22 @@ fn plan_for(
     dev: &Device,
     cudnn: usize,
 ) -> Result<BuiltPlan> {
+    let start = Instant::now();
+    if let Some((json, choice)) = background::take_built(sig, &|| graph.describe()) {
+        match engine::deserialize(handle, &json, choice) {
+            Ok(plan) => {
+                crate::runtime::record_build(crate::runtime::BuildKind::PlanRestore, graph.describe(), start);
+                return Ok(plan);
+            }
+            Err(e) => {
+                tracing::warn!(reason = %e, "a plan built in the background did not restore; building it again");
+                background::settle(sig);
+            }
+        }
+    }
+    let start = Instant::now();
     if let Some(plan) = super::serialized::restore(handle, sig, dev, cudnn) {
+        crate::runtime::record_build(crate::runtime::BuildKind::PlanRestore, graph.describe(), start);
         return Ok(plan);
     }
     let plan = plan_built(handle, graph, sig, policy, stream, uids, ptrs, dev, cudnn)?;
@@ -310,7 +409,7 @@ fn plan_for(
 
 /// [`plan_for`] when no serialized plan exists: heuristics (or the shared choice) and a build.
 #[allow(clippy::too_many_arguments)]
-fn plan_built(
+pub(super) fn plan_built(
     handle: &CudnnHandle,
     graph: &Graph,
     sig: &Signature,
@@ -329,9 +428,9 @@ fn plan_built(
                 remember_unsupported(sig, graph, reason);
             }
         })?;
-        cache_stats()
-            .build_time_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        // (`build_time_ns` is counted by the choice cache around this builder.)
+        let label = format!("{} -> engine {}", graph.describe(), plan.choice.engine_id);
+        crate::runtime::record_build(crate::runtime::BuildKind::PlanBuild, label, start);
         let choice = plan.choice.clone();
         built = Some(plan);
         Ok::<_, Error>(choice)

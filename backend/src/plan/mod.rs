@@ -2,6 +2,7 @@
 //! built plans + a shared single-flight map of engine choices + an optional tuning file),
 //! and graph execution.
 
+mod background;
 pub mod cache;
 pub(crate) mod engine;
 mod executor;
@@ -13,8 +14,9 @@ mod serialized;
 
 use std::sync::{Arc, OnceLock};
 
+pub use background::wait_for_background_builds;
 pub use executor::{execute_graph, execute_graph_on, Binding};
-pub(crate) use executor::{execute_keyed, with_cudnn_handle};
+pub(crate) use executor::{execute_keyed, execute_keyed_when_built, prefetch_keyed, with_cudnn_handle};
 pub use policy::{policy, set_policy, EnginePolicy, HeuristicMode};
 pub use serialized::{serialized_plan_counts, SerializedPlanCounts};
 

@@ -75,6 +75,11 @@ fn decode_choice(s: &str) -> Option<EngineChoice> {
     })
 }
 
+/// Whether the persistent cache holds an entry for `sig` (a cheap check: no read).
+pub(crate) fn stored(sig: &Signature, dev: &Device, cudnn: usize) -> bool {
+    KernelCache::from_env().is_some_and(|cache| cache.contains(key(sig, dev, cudnn), "plan"))
+}
+
 /// The plan of `sig` restored from the persistent cache, if an entry exists and cuDNN
 /// accepts it.
 pub(crate) fn restore(handle: &CudnnHandle, sig: &Signature, dev: &Device, cudnn: usize) -> Option<BuiltPlan> {

@@ -45,6 +45,7 @@ impl Device {
             return Ok(d.clone());
         }
         let _open = OPEN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        super::build_trace::start_clock();
         if let Some(d) = DEVICES.get(ordinal).and_then(|slot| slot.get()) {
             return Ok(d.clone());
         }

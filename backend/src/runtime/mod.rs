@@ -1,11 +1,14 @@
 //! Run-time discovery and device management: library probing (libcuda, libcudnn,
 //! libnvrtc), devices with their context and default stream, and per-stream workspace.
 
+mod build_trace;
 mod device;
 mod launches;
 mod probe;
 mod workspace;
 
+pub(crate) use build_trace::record as record_build;
+pub use build_trace::{build_events, dropped_build_events, thread_ms, BuildEvent, BuildKind, MAX_EVENTS};
 pub use device::{Device, DeviceInfo, MAX_DEVICES};
 pub(crate) use launches::{count_cudnn_execution, count_kernel};
 pub use launches::{launch_counts, LaunchCounts};

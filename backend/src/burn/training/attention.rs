@@ -131,19 +131,36 @@ pub(super) fn forward(
         Some(&stats.tref()),
     );
     match r {
-        Ok(()) => Some((
-            o.clone(),
-            AttentionSaved {
-                q,
-                k,
-                v,
-                o,
-                stats,
-                bias,
+        Ok(()) => {
+            // The backward's plan builds while the rest of the forward runs (fresh machines).
+            let prefetched = ops::sdpa_backward_prefetch(
+                o.stream(),
+                &q.tref(),
+                &k.tref(),
+                &v.tref(),
+                tb.as_ref(),
                 causal,
-                scale,
-            },
-        )),
+                &o.tref(),
+                scale as f32,
+                &stats.tref(),
+            );
+            if let Err(e) = prefetched {
+                tracing::debug!("{OP}: backward plan not prefetched ({e})");
+            }
+            Some((
+                o.clone(),
+                AttentionSaved {
+                    q,
+                    k,
+                    v,
+                    o,
+                    stats,
+                    bias,
+                    causal,
+                    scale,
+                },
+            ))
+        }
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused forward not used ({e}); composing it");
             None
