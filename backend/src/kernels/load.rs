@@ -405,7 +405,7 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
                 .spawn(move || {
                     let Ok(dev) = Device::new(ordinal) else { return };
                     while let Some(&(s2, n2)) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        let _permit = BackgroundPermit::acquire();
+                        let _permit = BackgroundPermit::acquire(true);
                         match load_locked(&dev, s2, n2, false, &mut || {}) {
                             Ok(Some((_, true))) => {
                                 PREFETCHED.fetch_add(1, Ordering::Relaxed);
@@ -441,29 +441,43 @@ fn background_limit() -> usize {
 /// One background compile slot (see [`background_limit`]), held while it lives.
 struct BackgroundPermit;
 
-fn background_permits() -> &'static (Mutex<usize>, std::sync::Condvar) {
-    static PERMITS: OnceLock<(Mutex<usize>, std::sync::Condvar)> = OnceLock::new();
-    PERMITS.get_or_init(|| (Mutex::new(0), std::sync::Condvar::new()))
+/// Background compile slots in use, and the siblings waiting for one.
+#[derive(Default)]
+struct Permits {
+    in_use: usize,
+    siblings_waiting: usize,
+}
+
+fn background_permits() -> &'static (Mutex<Permits>, std::sync::Condvar) {
+    static PERMITS: OnceLock<(Mutex<Permits>, std::sync::Condvar)> = OnceLock::new();
+    PERMITS.get_or_init(Default::default)
 }
 
 impl BackgroundPermit {
-    /// Waits for a free slot.
-    fn acquire() -> Self {
-        let (count, freed) = background_permits();
-        let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
-        while *n >= background_limit() {
-            n = freed.wait(n).unwrap_or_else(|e| e.into_inner());
+    /// Waits for a free slot. Siblings of a kernel a program asked for go first: the
+    /// warm-up's guesses wait while a sibling waits.
+    fn acquire(sibling: bool) -> Self {
+        let (permits, freed) = background_permits();
+        let mut p = permits.lock().unwrap_or_else(|e| e.into_inner());
+        if sibling {
+            p.siblings_waiting += 1;
         }
-        *n += 1;
+        while p.in_use >= background_limit() || (!sibling && p.siblings_waiting > 0) {
+            p = freed.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        if sibling {
+            p.siblings_waiting -= 1;
+        }
+        p.in_use += 1;
         Self
     }
 }
 
 impl Drop for BackgroundPermit {
     fn drop(&mut self) {
-        let (count, freed) = background_permits();
-        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-        freed.notify_one();
+        let (permits, freed) = background_permits();
+        permits.lock().unwrap_or_else(|e| e.into_inner()).in_use -= 1;
+        freed.notify_all();
     }
 }
 
@@ -494,7 +508,7 @@ fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], backgro
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&(src, name)) = todo.get(i) else { break };
-        let _permit = background.then(BackgroundPermit::acquire);
+        let _permit = background.then(|| BackgroundPermit::acquire(false));
         if let Err(e) = load_locked(dev, src, name, true, &mut || {}) {
             first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
         }
@@ -510,5 +524,41 @@ fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], backgro
     match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siblings_take_a_freed_compile_slot_before_the_warm_up() {
+        let mut held: Vec<BackgroundPermit> =
+            (0..background_limit()).map(|_| BackgroundPermit::acquire(false)).collect();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let waiting = |n: usize| {
+            let deadline = Instant::now() + std::time::Duration::from_secs(10);
+            while background_permits().0.lock().unwrap().siblings_waiting < n && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        };
+        let take = |sibling: bool, order: Arc<Mutex<Vec<bool>>>| {
+            std::thread::spawn(move || {
+                let _p = BackgroundPermit::acquire(sibling);
+                order.lock().unwrap().push(sibling);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            })
+        };
+        let warm = take(false, order.clone());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let sibling = take(true, order.clone());
+        waiting(1);
+        // One slot frees: the sibling takes it; the warm-up gets it only after the sibling.
+        drop(held.pop());
+        sibling.join().unwrap();
+        warm.join().unwrap();
+        drop(held);
+        assert_eq!(*order.lock().unwrap(), vec![true, false], "the sibling must go first");
+        assert_eq!(background_permits().0.lock().unwrap().in_use, 0);
     }
 }

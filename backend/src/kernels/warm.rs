@@ -116,7 +116,12 @@ pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
     if std::env::var(WARM_UP_ENV).is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off")) {
         return;
     }
-    let kernels: Vec<(KernelSource, &'static str)> = GROUPS[..4].iter().flat_map(|g| g.iter().copied()).collect();
+    // The small integer and mask groups first: every program needs them early (labels,
+    // indices, masks), whatever its float dtype.
+    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], GROUPS[0], GROUPS[1]]
+        .iter()
+        .flat_map(|g| g.iter().copied())
+        .collect();
     let spawned = std::thread::Builder::new()
         .name("cudnn-backend-warm-up".into())
         .spawn(move || {

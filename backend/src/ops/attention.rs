@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, run_with_scalars, OpKey, TensorRef};
+use super::{check_on_stream_device, run_when_built, run_with_scalars, OpKey, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{DataType, Graph, PointwiseMode, ReduceOp, Scalar, TensorId};
 
@@ -110,6 +110,41 @@ pub fn sdpa_forward(
     scale: f32,
     stats: Option<&TensorRef>,
 ) -> Result<()> {
+    sdpa_forward_impl(stream, q, k, v, bias, causal, o, scale, stats, false).map(|_| ())
+}
+
+/// [`sdpa_forward`] for callers that can compose the attention instead: when its fused plan
+/// is new (on a fresh machine it needs a runtime compile, about a second), the build starts
+/// on a background thread and `Ok(false)` says that nothing ran; later calls run the plan
+/// once it is built (`Ok(true)`). With a benchmark or deterministic policy it always runs.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_forward_when_built(
+    stream: &Arc<CudaStream>,
+    q: &TensorRef,
+    k: &TensorRef,
+    v: &TensorRef,
+    bias: Option<&TensorRef>,
+    causal: bool,
+    o: &TensorRef,
+    scale: f32,
+    stats: Option<&TensorRef>,
+) -> Result<bool> {
+    sdpa_forward_impl(stream, q, k, v, bias, causal, o, scale, stats, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sdpa_forward_impl(
+    stream: &Arc<CudaStream>,
+    q: &TensorRef,
+    k: &TensorRef,
+    v: &TensorRef,
+    bias: Option<&TensorRef>,
+    causal: bool,
+    o: &TensorRef,
+    scale: f32,
+    stats: Option<&TensorRef>,
+    when_built: bool,
+) -> Result<bool> {
     const OP: &str = "sdpa";
     check(q, k, v, bias, o)?;
     if causal && q.dims[2] > k.dims[2] {
@@ -143,7 +178,7 @@ pub fn sdpa_forward(
     ];
     check_on_stream_device(stream, OP, &operands)?;
     if o.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     if !matches!(q.dtype, DataType::F16 | DataType::BF16) {
         return Err(Error::Unsupported {
@@ -256,7 +291,11 @@ pub fn sdpa_forward(
     if let Some(t) = bias {
         key.tensor(t);
     }
-    run_with_scalars(stream, OP, key, &io, &build)
+    if when_built {
+        run_when_built(stream, OP, key, &io, false, &build)
+    } else {
+        run_with_scalars(stream, OP, key, &io, &build).map(|()| true)
+    }
 }
 
 /// Operands of [`sdpa_backward`]: the forward's inputs, output and softmax statistics, the

@@ -258,7 +258,7 @@ fn matmul3(
     }
     // A new fused graph may need a runtime-compiled engine (0.3 s or more to build): it builds
     // in the background while the unfused pair runs.
-    match run_when_built(stream, op, key, &io, &build) {
+    match run_when_built(stream, op, key, &io, true, &build) {
         Ok(true) => Ok(()),
         Ok(false) => unfused(),
         Err(e) if e.is_not_supported() => {

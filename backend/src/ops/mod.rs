@@ -17,7 +17,9 @@ mod optim;
 mod pool;
 mod tensor;
 
-pub use attention::{sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_fusable, SdpaBackward};
+pub use attention::{
+    sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_when_built, sdpa_fusable, SdpaBackward,
+};
 pub use batch_norm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train_forward, BatchNormBackward, BatchNormForward,
     BatchNormInference, BatchNormOptions, RunningStats,
@@ -122,18 +124,19 @@ fn run_graph(
     })
 }
 
-/// [`run`] for a fused graph whose op has an unfused way to run: `Ok(false)` when the plan
-/// is still being built in the background and nothing ran (see
-/// [`crate::plan::execute_keyed_when_built`]).
+/// [`run`] (or, `replayable` false, [`run_with_scalars`]) for a fused graph whose op has an
+/// unfused way to run: `Ok(false)` when the plan is still being built in the background and
+/// nothing ran (see [`crate::plan::execute_keyed_when_built`]).
 fn run_when_built(
     stream: &Arc<CudaStream>,
     op: &'static str,
     key: OpKey,
     io: &[(i64, u64)],
+    replayable: bool,
     build: &dyn Fn() -> Graph,
 ) -> Result<bool> {
     let (uids, ptrs) = variant_pack(io);
-    execute_keyed_when_built(stream, |ctx| key.finish(ctx), &uids, &ptrs, true, &|| {
+    execute_keyed_when_built(stream, |ctx| key.finish(ctx), &uids, &ptrs, replayable, &|| {
         validated(op, build)
     })
 }

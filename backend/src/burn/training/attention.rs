@@ -119,7 +119,24 @@ pub(super) fn forward(
     let o = bshd_like(&q, [qd[0], qd[1], qd[2], vd[3]], OP);
     let stats = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], 1], DType::F32, OP);
     let tb = bias.as_ref().map(|b| b.tref());
-    let r = ops::sdpa_forward(
+    // The backward's plan builds beside the forward's and the rest of the forward pass
+    // (on a fresh machine both need a runtime compile).
+    let prefetched = ops::sdpa_backward_prefetch(
+        o.stream(),
+        &q.tref(),
+        &k.tref(),
+        &v.tref(),
+        tb.as_ref(),
+        causal,
+        &o.tref(),
+        scale as f32,
+        &stats.tref(),
+    );
+    if let Err(e) = prefetched {
+        tracing::debug!("{OP}: backward plan not prefetched ({e})");
+    }
+    // A new fused forward builds in the background; this call composes meanwhile.
+    let r = ops::sdpa_forward_when_built(
         o.stream(),
         &q.tref(),
         &k.tref(),
@@ -131,36 +148,20 @@ pub(super) fn forward(
         Some(&stats.tref()),
     );
     match r {
-        Ok(()) => {
-            // The backward's plan builds while the rest of the forward runs (fresh machines).
-            let prefetched = ops::sdpa_backward_prefetch(
-                o.stream(),
-                &q.tref(),
-                &k.tref(),
-                &v.tref(),
-                tb.as_ref(),
+        Ok(false) => None,
+        Ok(true) => Some((
+            o.clone(),
+            AttentionSaved {
+                q,
+                k,
+                v,
+                o,
+                stats,
+                bias,
                 causal,
-                &o.tref(),
-                scale as f32,
-                &stats.tref(),
-            );
-            if let Err(e) = prefetched {
-                tracing::debug!("{OP}: backward plan not prefetched ({e})");
-            }
-            Some((
-                o.clone(),
-                AttentionSaved {
-                    q,
-                    k,
-                    v,
-                    o,
-                    stats,
-                    bias,
-                    causal,
-                    scale,
-                },
-            ))
-        }
+                scale,
+            },
+        )),
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused forward not used ({e}); composing it");
             None
