@@ -11,12 +11,16 @@
 //! `--stock` (Burn's own `BatchNorm` and `Adam` instead of this crate's fused drop-ins),
 //! `--fusion` (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers),
 //! `--host-profile FILE` (examples built with `--features host-profile`: where the host time
-//! of the last epoch's steps goes).
+//! of the last epoch's steps goes), `--backend ours|burn-cuda` (default `ours`; `burn-cuda`:
+//! the same `--stock` network on `Autodiff<burn::backend::Cuda>`, Burn's own CUDA backend with
+//! burn-fusion and autotuning, for comparison; examples built with `--features burn-cuda`;
+//! `--benchmark` changes nothing there, as burn-cuda autotunes its kernels itself).
 //!
 //! By default the network uses `cudnn_backend::burn::nn::BatchNorm` (batch norm, residual
 //! add and ReLU in one fused pass, forward and backward) and `FusedAdamConfig` (one launch
 //! per optimizer step); with `--stock` it is the same network on `burn::nn::BatchNorm` and
-//! `burn::optim::Adam`. The last line reports kernel launches per training step.
+//! `burn::optim::Adam`. The last line reports kernel launches per training step (this
+//! crate's launches: `n/a` on burn-cuda, whose kernels it does not count).
 
 #[path = "shapes.rs"]
 mod shapes;
@@ -36,6 +40,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
+use examples::cli::BackendChoice;
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -167,6 +172,7 @@ struct Args {
     stock: bool,
     fusion: bool,
     host_profile: Option<PathBuf>,
+    backend: BackendChoice,
     train: usize,
     test: usize,
     out: PathBuf,
@@ -182,6 +188,7 @@ fn parse_args() -> Result<Args, String> {
         stock: false,
         fusion: false,
         host_profile: None,
+        backend: BackendChoice::Ours,
         train: 10_000,
         test: 2_000,
         out: PathBuf::from("out/train_burn"),
@@ -201,11 +208,12 @@ fn parse_args() -> Result<Args, String> {
             "--stock" => a.stock = true,
             "--fusion" => a.fusion = true,
             "--host-profile" => a.host_profile = Some(PathBuf::from(value()?)),
+            "--backend" => a.backend = examples::cli::parse_backend(&value()?)?,
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --stock --fusion --host-profile FILE --train N --test N --out DIR"
+                            --stock --fusion --backend ours|burn-cuda --host-profile FILE --train N --test N --out DIR"
                         .into(),
                 )
             }
@@ -305,7 +313,12 @@ where
             if epoch == 1 && step == 0 {
                 // Time to the end of the first step (kernel compiles, cuDNN plans included).
                 B::sync(device).map_err(|e| e.to_string())?;
-                eprintln!("{}", examples::startup::report(*STARTED.get_or_init(Instant::now)));
+                let started = *STARTED.get_or_init(Instant::now);
+                if args.backend.counts_launches() {
+                    eprintln!("{}", examples::startup::report(started));
+                } else {
+                    eprintln!("{}", examples::startup::first_step(started));
+                }
                 // Lazy fusion builds each new fused kernel in the background and runs the ops
                 // unfused meanwhile; the first step saw every program of the network, so waiting
                 // here makes the later steps (the measured ones) run fused.
@@ -340,14 +353,33 @@ where
     plot(&history, &png)?;
     let accuracy = *history.accuracy.last().unwrap_or(&0.0);
     println!("checkpoint: {}.mpk, curves: {}", checkpoint.display(), png.display());
+    // Our launch counters do not see another backend's kernels.
+    let launches = if args.backend.counts_launches() {
+        format!("{launches_per_step:.0}")
+    } else {
+        "n/a".to_owned()
+    };
     println!(
         "train_burn {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s, \
-         {launches_per_step:.0} launches/step",
+         {launches} launches/step",
         args.dtype,
         args.batch,
         accuracy * 100.0
     );
     Ok((accuracy, last_rate))
+}
+
+/// `--backend burn-cuda`: the `--stock` network on Burn's own CUDA backend (fused, autotuned).
+#[cfg(feature = "burn-cuda")]
+fn run_burn_cuda(args: &Args) -> Result<(f64, f64), String> {
+    let device = examples::cli::burn_cuda_device("train_burn", args.dtype);
+    run::<Autodiff<examples::cli::BurnCuda>>(&device, args, "gpu (burn-cuda, fusion, autotune)")
+}
+
+/// `--backend burn-cuda` in a build without the `burn-cuda` feature: exits with status 2.
+#[cfg(not(feature = "burn-cuda"))]
+fn run_burn_cuda(_args: &Args) -> Result<(f64, f64), String> {
+    examples::cli::burn_cuda_missing("train_burn")
 }
 
 fn main() {
@@ -359,6 +391,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.backend == BackendChoice::BurnCuda {
+        if let Some(conflict) = examples::cli::burn_cuda_flag_conflict(args.gpu, args.stock, args.fusion) {
+            eprintln!("train_burn: {conflict}");
+            std::process::exit(2);
+        }
+        if let Err(e) = run_burn_cuda(&args) {
+            eprintln!("train_burn: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let device = CudnnDevice::default();
     let gpu = examples::cli::use_gpu("train_burn", args.gpu, &device, args.dtype);
     if args.benchmark {

@@ -13,7 +13,11 @@
 //! (run on `Autodiff<CudnnFusion>`: burn-fusion's lazy queue with our fusers), `--stock`
 //! (Burn's own `LayerNorm`, `MultiHeadAttention` and `Adam` instead of this crate's
 //! drop-ins), `--host-profile FILE` (examples built with `--features host-profile`: where the
-//! host time of the last epoch's steps goes). Dropout is 0, as in the PyTorch reference of `bench/train_torch.py`.
+//! host time of the last epoch's steps goes), `--backend ours|burn-cuda` (default `ours`;
+//! `burn-cuda`: the same `--stock` model on `Autodiff<burn::backend::Cuda>`, Burn's own CUDA
+//! backend with burn-fusion and autotuning, for comparison; examples built with `--features
+//! burn-cuda`; launches per step read `n/a` there, as this crate counts only its own). Dropout
+//! is 0, as in the PyTorch reference of `bench/train_torch.py`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,6 +32,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
+use examples::cli::BackendChoice;
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -204,6 +209,7 @@ struct Args {
     stock: bool,
     fusion: bool,
     host_profile: Option<PathBuf>,
+    backend: BackendChoice,
     train: usize,
     test: usize,
     lr: f64,
@@ -221,6 +227,7 @@ fn parse_args() -> Result<Args, String> {
         stock: false,
         fusion: false,
         host_profile: None,
+        backend: BackendChoice::Ours,
         train: 2048,
         test: 512,
         lr: 3e-4,
@@ -243,11 +250,13 @@ fn parse_args() -> Result<Args, String> {
             "--stock" => a.stock = true,
             "--fusion" => a.fusion = true,
             "--host-profile" => a.host_profile = Some(PathBuf::from(value()?)),
+            "--backend" => a.backend = examples::cli::parse_backend(&value()?)?,
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --layers N \
-                            --seq N --train N --test N --lr X --stock --fusion --host-profile FILE --out DIR"
+                            --seq N --train N --test N --lr X --stock --fusion --backend ours|burn-cuda --host-profile FILE \
+                            --out DIR"
                         .into(),
                 )
             }
@@ -349,7 +358,12 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
             model = optim.step(args.lr, model, grads);
             if epoch == 1 && step == 0 {
                 B::sync(device).map_err(|e| e.to_string())?;
-                eprintln!("{}", examples::startup::report(*STARTED.get_or_init(Instant::now)));
+                let started = *STARTED.get_or_init(Instant::now);
+                if args.backend.counts_launches() {
+                    eprintln!("{}", examples::startup::report(started));
+                } else {
+                    eprintln!("{}", examples::startup::first_step(started));
+                }
                 // Lazy fusion builds each new fused kernel in the background and runs the ops
                 // unfused meanwhile; the first step saw every program of the network, so waiting
                 // here makes the later steps (the measured ones) run fused.
@@ -382,9 +396,15 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
     plot(&history, &png)?;
     let accuracy = history.accuracy.last().copied().unwrap_or(0.0);
     println!("checkpoint: {}.mpk, curves: {}", checkpoint.display(), png.display());
+    // Our launch counters do not see another backend's kernels.
+    let launches = if args.backend.counts_launches() {
+        format!("{launches_per_step:.0}")
+    } else {
+        "n/a".to_owned()
+    };
     println!(
         "train_transformer {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {rate:.1} sequences/s, \
-         {launches_per_step:.0} launches/step",
+         {launches} launches/step",
         args.dtype,
         args.batch,
         accuracy * 100.0
@@ -395,6 +415,19 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
 /// When `main` started (for the time to the first training step).
 static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
+/// `--backend burn-cuda`: the `--stock` model on Burn's own CUDA backend (fused, autotuned).
+#[cfg(feature = "burn-cuda")]
+fn run_burn_cuda(args: &Args) -> Result<(), String> {
+    let device = examples::cli::burn_cuda_device("train_transformer", args.dtype);
+    run::<Autodiff<examples::cli::BurnCuda>>(&device, args, "gpu (burn-cuda, fusion, autotune)")
+}
+
+/// `--backend burn-cuda` in a build without the `burn-cuda` feature: exits with status 2.
+#[cfg(not(feature = "burn-cuda"))]
+fn run_burn_cuda(_args: &Args) -> Result<(), String> {
+    examples::cli::burn_cuda_missing("train_transformer")
+}
+
 fn main() {
     STARTED.get_or_init(Instant::now);
     let args = match parse_args() {
@@ -404,6 +437,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.backend == BackendChoice::BurnCuda {
+        if let Some(conflict) = examples::cli::burn_cuda_flag_conflict(args.gpu, args.stock, args.fusion) {
+            eprintln!("train_transformer: {conflict}");
+            std::process::exit(2);
+        }
+        if let Err(e) = run_burn_cuda(&args) {
+            eprintln!("train_transformer: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let device = CudnnDevice::default();
     let gpu = examples::cli::use_gpu("train_transformer", args.gpu, &device, args.dtype);
     let result = if gpu {

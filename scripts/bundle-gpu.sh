@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # Builds the release test binaries and examples and copies them, stripped, into .gpu/
 # together with run-gpu.sh, so they can run on a CUDA machine that has no Rust toolchain.
+# BUNDLE_BURN_CUDA=1 builds the examples with `--features burn-cuda` (train_burn and
+# train_transformer take `--backend burn-cuda`: Burn's own CUDA backend, the burn-cuda variant
+# of train-bench.sh); it compiles Burn's CUDA backend and CubeCL too, which takes a while.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 rm -rf .gpu && mkdir -p .gpu
-cargo build --release --examples -p examples
+example_features=()
+if [[ ${BUNDLE_BURN_CUDA:-0} == 1 ]]; then
+  example_features=(--features burn-cuda)
+fi
+cargo build --release --examples -p examples "${example_features[@]}"
+# Copied now: the workspace test build below rebuilds the examples with the default features.
+for ex in target/release/examples/*; do
+  case "$ex" in *.d|*-*) continue ;; esac
+  [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"
+done
 cargo test --release --workspace --no-run --message-format=json \
   | python3 -c '
 import json, sys
@@ -24,10 +36,6 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])
 ' | while read -r exe; do cp "$exe" .gpu/test-burn_conformance_fusion; done
-for ex in target/release/examples/*; do
-  case "$ex" in *.d|*-*) continue ;; esac
-  [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"
-done
 # The Burn program outside the workspace (uses the shared target dir).
 cargo build --release --manifest-path external/burn-app/Cargo.toml --target-dir target
 cp target/release/burn-app .gpu/burn-app

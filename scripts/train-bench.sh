@@ -12,7 +12,17 @@
 # Variants (TRAIN_BENCH_VARIANTS, default "fused stock stock-fusion"): fused (this crate's
 # drop-in modules and fused Adam on Autodiff<Cudnn>), stock (burn::nn modules and Burn's Adam),
 # stock-fusion (the stock model on Autodiff<CudnnFusion>: unchanged Burn code, lazy fusion),
-# fused-fusion (the drop-ins on Autodiff<CudnnFusion>).
+# fused-fusion (the drop-ins on Autodiff<CudnnFusion>), burn-cuda (the stock model on Burn's
+# own CUDA backend, Autodiff<burn::backend::Cuda> with burn-fusion and autotuning: flags
+# --stock --backend burn-cuda; needs train_burn/train_transformer built with
+# `--features burn-cuda`, e.g. BUNDLE_BURN_CUDA=1 scripts/bundle-gpu.sh; not for candle).
+# burn-cuda runs with CUBECL_AUTOTUNE_LEVEL=minimal unless the variable is set (minimal,
+# balanced, extensive or full; CubeCL keeps autotune results in ~/.cache/cubecl, or in
+# target/ under the nearest folder with a Cargo.toml, so a second run skips the tuning).
+# burn-cuda needs NVRTC (libnvrtc.so.13) on the loader path and a CUDA toolkit's headers
+# (CUDA_PATH, default /usr/local/cuda). Its rows report n/a for our launches/step.
+# Each log ends with "process: X s", the wall time of the whole process (start-up, kernel
+# compiles and autotuning included, which burn-cuda does before and during its first steps).
 # Prints one table row per config and variant.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -45,12 +55,24 @@ for cfg in "${configs[@]}"; do
       stock) flag=(--stock) ;;
       stock-fusion) flag=(--stock --fusion) ;;
       fused-fusion) flag=(--fusion) ;;
+      burn-cuda) flag=(--stock --backend burn-cuda) ;;
       *) flag=() ;;
     esac
-    line=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" \
-        2>&1 | tee "$logs/ours-$variant-$tag.log" | grep -E '^train_(burn|transformer|candle) ')
+    env_set=()
+    if [[ $variant == burn-cuda ]]; then
+      env_set=(CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}")
+    fi
+    log="$logs/ours-$variant-$tag.log"
+    t0=$(date +%s.%N)
+    line=$(env "${env_set[@]}" "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 \
+        --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" 2>&1 | tee "$log" | grep -E '^train_(burn|transformer|candle) ')
+    t1=$(date +%s.%N)
+    if [[ $variant == burn-cuda ]]; then
+      echo "CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}" >>"$log"
+    fi
+    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "process: %.1f s\n", b - a }' >>"$log"
     rate=$(sed -E "s/.*%\), ([0-9.]+) $unit.*/\1/" <<<"$line")
-    launches=$(sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p' <<<"$line")
+    launches=$(sed -nE 's/.*, ([0-9]+|n\/a) launches\/step.*/\1/p' <<<"$line")
     acc=$(sed -nE 's/.*test accuracy ([0-9.]+)%.*/\1/p' <<<"$line")
     rows+=("$(awk -v m="$model" -v d="$dtype" -v b="$batch" -v v="$variant" -v r="$rate" -v t="$torch_rate" \
         -v l="$launches" -v k="$torch_kernels" -v a="$acc" 'BEGIN { if (r > 0 && t > 0) printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s%% |", m, d, b, v, 1000*b/r, 1000*b/t, r/t, l, k, a; else printf "| %s | %s | %s | %s | failed (see logs) |", m, d, b, v }')")

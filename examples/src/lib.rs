@@ -82,7 +82,41 @@ pub mod startup {
             p.build_time_ns as f64 / 1e6,
             r.restored,
             r.stored
-        )
+        ) + &build_timeline()
+    }
+
+    /// `first step: … s after start` alone: for a backend other than ours (`--backend
+    /// burn-cuda`), whose compiles and autotuning this crate's counters do not see.
+    pub fn first_step(started: Instant) -> String {
+        format!("first step: {:.2} s after start", started.elapsed().as_secs_f64())
+    }
+
+    /// With `CUDNN_BACKEND_BUILD_TRACE` set: the time the main thread waited on builds, and
+    /// every compile, wait and plan build of the start-up (one line each, by start time).
+    fn build_timeline() -> String {
+        use cudnn_backend::runtime::{build_events, thread_ms, BuildKind};
+        if std::env::var_os("CUDNN_BACKEND_BUILD_TRACE").is_none() {
+            return String::new();
+        }
+        let mut events = build_events();
+        events.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+        let mut out = format!(
+            "\nmain thread waited: {:.0} ms for kernels, {:.0} ms building plans, {:.0} ms for speculative plans",
+            thread_ms(&events, BuildKind::KernelWait, "main"),
+            thread_ms(&events, BuildKind::PlanBuild, "main"),
+            thread_ms(&events, BuildKind::PlanWait, "main"),
+        );
+        for e in &events {
+            out += &format!(
+                "\n  {:>8.1} ms +{:>7.1} ms {:<14} {:<28} {}",
+                e.start_ms,
+                e.ms,
+                format!("{:?}", e.kind),
+                e.thread,
+                e.label
+            );
+        }
+        out
     }
 }
 
@@ -99,6 +133,123 @@ pub mod cli {
             "cpu" => Ok(false),
             other => Err(format!("--device {other}: use gpu or cpu")),
         }
+    }
+
+    /// `--backend ours|burn-cuda`: which backend trains the model.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub enum BackendChoice {
+        /// This crate's `Cudnn` (`CudnnFusion` with `--fusion`; Burn's ndarray on the CPU).
+        #[default]
+        Ours,
+        /// Burn's own CUDA backend (burn-cuda with burn-fusion and autotuning, kernels from
+        /// CubeCL compiled by NVRTC at run time): the examples built with `--features burn-cuda`.
+        BurnCuda,
+    }
+
+    impl BackendChoice {
+        /// Whether this crate's launch counters see the training's kernels (not on burn-cuda).
+        pub fn counts_launches(self) -> bool {
+            self == Self::Ours
+        }
+    }
+
+    /// `--backend ours|burn-cuda` (`cudnn` is accepted for `ours`).
+    pub fn parse_backend(value: &str) -> Result<BackendChoice, String> {
+        match value {
+            "ours" | "cudnn" => Ok(BackendChoice::Ours),
+            "burn-cuda" => Ok(BackendChoice::BurnCuda),
+            other => Err(format!("--backend {other}: use ours or burn-cuda")),
+        }
+    }
+
+    /// The flags `--backend burn-cuda` cannot take with it, as an error message: it trains
+    /// Burn's own modules (`--stock`; the fused drop-ins are this crate's and run on ours), is
+    /// fused already (no `--fusion`, which selects `CudnnFusion`) and runs on the GPU.
+    pub fn burn_cuda_flag_conflict(device: Option<bool>, stock: bool, fusion: bool) -> Option<&'static str> {
+        if !stock {
+            Some(
+                "--backend burn-cuda trains Burn's own modules and Adam: add --stock (the fused drop-in \
+                 modules and FusedAdam run on this crate's backend only)",
+            )
+        } else if fusion {
+            Some("--fusion selects this crate's CudnnFusion; burn-cuda runs burn-fusion already: drop --fusion")
+        } else if device == Some(false) {
+            Some("--backend burn-cuda runs on the GPU: drop --device cpu")
+        } else {
+            None
+        }
+    }
+
+    /// Burn's CUDA backend as the `burn-cuda` feature builds it: `Fusion<CubeBackend<CudaRuntime>>`
+    /// (burn's `fusion` feature makes `burn::backend::Cuda` the fused one), autotuned.
+    #[cfg(feature = "burn-cuda")]
+    pub type BurnCuda = burn::backend::Cuda;
+
+    /// GPU 0 for `--backend burn-cuda`, with `dtype` as its default float dtype. CubeCL's CUDA
+    /// runtime panics on a machine without the driver (cudarc `unwrap`s) and on its first kernel
+    /// compile without NVRTC or a CUDA toolkit folder (it passes `<toolkit>/include` to NVRTC,
+    /// and its kernels include `cuda_runtime.h`), so these are checked first: exits with status
+    /// 2 and the reason when one is missing, and warns when the toolkit has no headers.
+    #[cfg(feature = "burn-cuda")]
+    pub fn burn_cuda_device(program: &str, dtype: FloatDType) -> burn::backend::cuda::CudaDevice {
+        fn fail(program: &str, e: &dyn std::fmt::Display) -> ! {
+            eprintln!("{program}: --backend burn-cuda, but {e}");
+            std::process::exit(2);
+        }
+        if let Err(e) = cudnn_backend::runtime::device_count() {
+            fail(program, &e);
+        }
+        if let Err(e) = cudnn_backend::runtime::check_nvrtc() {
+            fail(program, &e);
+        }
+        match cuda_toolkit() {
+            None => fail(
+                program,
+                &"burn-cuda compiles its kernels with NVRTC against a CUDA toolkit's headers and found none \
+                  (CUDA_PATH, /usr/local/cuda, /opt/cuda or nvcc in /usr/bin): set CUDA_PATH",
+            ),
+            Some(root) if !root.join("include/cuda_runtime.h").exists() => eprintln!(
+                "{program}: warning: {} has no include/cuda_runtime.h, which burn-cuda's kernels include; \
+                 set CUDA_PATH to a CUDA toolkit if kernel compiles fail",
+                root.display()
+            ),
+            Some(_) => {}
+        }
+        let device = burn::backend::cuda::CudaDevice::default();
+        if dtype != FloatDType::F32 {
+            if let Err(e) = set_default_float_dtype::<BurnCuda>(&device, dtype) {
+                eprintln!("{program}: --backend burn-cuda --dtype {dtype:?}: {e:?}");
+                std::process::exit(2);
+            }
+        }
+        device
+    }
+
+    /// The CUDA toolkit folder CubeCL's CUDA runtime uses (cubecl-cuda 0.10's `cuda_path`):
+    /// `CUDA_PATH`, else `/usr/local/cuda`, `/opt/cuda`, or `/usr` when `/usr/bin/nvcc` exists.
+    #[cfg(feature = "burn-cuda")]
+    fn cuda_toolkit() -> Option<std::path::PathBuf> {
+        use std::path::{Path, PathBuf};
+        if let Some(path) = std::env::var_os("CUDA_PATH") {
+            return Some(PathBuf::from(path));
+        }
+        [
+            ("/usr/local/cuda", "/usr/local/cuda"),
+            ("/opt/cuda", "/opt/cuda"),
+            ("/usr/bin/nvcc", "/usr"),
+        ]
+        .into_iter()
+        .find(|(probe, _)| Path::new(probe).exists())
+        .map(|(_, root)| PathBuf::from(root))
+    }
+
+    /// `--backend burn-cuda` in a build without the `burn-cuda` feature: exits with status 2.
+    pub fn burn_cuda_missing(program: &str) -> ! {
+        eprintln!(
+            "{program}: --backend burn-cuda needs the examples built with `--features burn-cuda` \
+             (cargo build --release -p examples --features burn-cuda --example {program})"
+        );
+        std::process::exit(2);
     }
 
     /// `--dtype f32|f16|bf16`.

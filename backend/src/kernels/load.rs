@@ -533,8 +533,9 @@ mod tests {
 
     #[test]
     fn siblings_take_a_freed_compile_slot_before_the_warm_up() {
-        let mut held: Vec<BackgroundPermit> =
-            (0..background_limit()).map(|_| BackgroundPermit::acquire(false)).collect();
+        let mut held: Vec<BackgroundPermit> = (0..background_limit())
+            .map(|_| BackgroundPermit::acquire(false))
+            .collect();
         let order = Arc::new(Mutex::new(Vec::new()));
         let waiting = |n: usize| {
             let deadline = Instant::now() + std::time::Duration::from_secs(10);

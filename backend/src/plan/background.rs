@@ -23,8 +23,12 @@ use crate::graph::Graph;
 use crate::handle::cudnn_pool;
 use crate::runtime::{record_build, BuildKind, Device};
 
-/// Plans kept in serialized form at most; when full, plans are built on the calling thread.
+/// Signatures tracked at most; when full, plans are built on the calling thread.
 const MAX_ENTRIES: usize = 256;
+
+/// Host memory the serialized plans may take together; a plan beyond it is not kept (the
+/// callers restore it from the persistent cache or build it themselves).
+const MAX_BYTES: usize = 64 << 20;
 
 enum State {
     Building,
@@ -41,6 +45,17 @@ enum State {
 struct Table {
     states: Mutex<HashMap<Signature, State>>,
     done: Condvar,
+}
+
+/// Bytes of the serialized plans in the table.
+fn kept_bytes(states: &HashMap<Signature, State>) -> usize {
+    states
+        .values()
+        .map(|s| match s {
+            State::Built { json, .. } => json.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 fn table() -> &'static Table {
@@ -130,13 +145,13 @@ fn build(
 }
 
 /// Publishes the outcome of a build and wakes its waiters: a serialized plan stays in the
-/// table; anything else (failure, unserializable engine) settles it, so callers build or
-/// report the error themselves.
+/// table (within [`MAX_BYTES`]); anything else (failure, unserializable engine) settles it,
+/// so callers restore it from the persistent cache, build it, or report the error themselves.
 fn finish(sig: &Signature, built: Option<(Vec<u8>, EngineChoice)>) {
     let t = table();
     let mut states = t.states.lock().unwrap_or_else(|e| e.into_inner());
     match built {
-        Some((json, choice)) if !json.is_empty() => {
+        Some((json, choice)) if !json.is_empty() && kept_bytes(&states) + json.len() <= MAX_BYTES => {
             states.insert(
                 sig.clone(),
                 State::Built {
