@@ -21,10 +21,13 @@
 //! without CUDA, and a machine without a GPU gets a clear [`Error`] instead of a panic.
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "burn")]
+#[cfg_attr(docsrs, doc(cfg(feature = "burn")))]
 pub mod burn;
 #[cfg(feature = "candle")]
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;
 mod error;
 mod ffi;

@@ -4,12 +4,14 @@
 
 use std::sync::OnceLock;
 
+use cudnn_backend_kernels as kernel_sources;
+
 use super::KernelSource;
 use crate::error::Result;
 use crate::ffi::nvrtc::{self, Output};
 
 /// `kernels/prelude.cuh`: the `KERNEL` macro, prepended to every source.
-pub(crate) const PRELUDE: &str = include_str!("../../../kernels/prelude.cuh");
+pub(crate) const PRELUDE: &str = kernel_sources::PRELUDE;
 
 /// The full translation unit of `source`: prelude, then `common.cuh` when it asks, then its code.
 pub(crate) fn full_source(source: KernelSource) -> String {

@@ -1,9 +1,10 @@
 //! CUDA C kernels for what cuDNN does not cover, compiled by NVRTC at first use (the sources
-//! live in the repository's `kernels/` folder and are embedded with `include_str!`).
+//! live in the `cudnn-backend-kernels` crate, the repository's `kernels/` folder, which
+//! embeds them as strings).
 //!
 //! # Loading
 //!
-//! [`function`] returns a kernel by its plain name (`"binary_f32"`). The first request in a
+//! `kernels::function` (crate-internal) returns a kernel by its plain name (`"binary_f32"`). The first request in a
 //! process reads the kernel's CUBIN from the on-disk cache ([`cache`], on by default in the
 //! user's cache directory, `CUDNN_BACKEND_KERNEL_CACHE` moves or disables it) or compiles it
 //! with NVRTC straight to a CUBIN for the device's architecture (`compile.rs`; PTX only when the
@@ -15,7 +16,7 @@
 //! # Kernel convention (for new `.cu` files)
 //!
 //! * Every source gets `kernels/prelude.cuh` prepended, then `kernels/common.cuh` when its
-//!   [`KernelSource::common`] is set.
+//!   `KernelSource::common` is set.
 //! * Declare entry points `KERNEL void name(...)` (the prelude's macro for
 //!   `template <int = 0> __global__`), not `extern "C" __global__ void name(...)`; macros that
 //!   stamp out one kernel per dtype work unchanged. The loader instantiates only the requested
@@ -23,11 +24,12 @@
 //! * Entry-point names are unique within their source (no overloads).
 //! * A source that still contains `extern "C"` keeps working: it is compiled whole, once per
 //!   device, and its kernels are loaded by their plain names (slower on a fresh machine).
-//! * Add the new [`KernelSource`] to `ALL_SOURCES` below so the NVRTC-only tests compile it.
+//! * Add the new `KernelSource` to `ALL_SOURCES` below so the NVRTC-only tests compile it.
 //! * Kernels of a new source that run in most training steps may be listed in a group of
 //!   `warm.rs`, so they compile alongside their neighbours.
 
 use cudarc::driver::CudaFunction;
+use cudnn_backend_kernels as kernel_sources;
 
 pub mod cache;
 pub(crate) mod compile;
@@ -64,12 +66,12 @@ pub(crate) struct KernelSource {
 }
 
 /// Shared CUDA definitions (layouts, f16/bf16 conversions).
-pub(crate) const COMMON: &str = include_str!("../../../kernels/common.cuh");
+pub(crate) const COMMON: &str = kernel_sources::COMMON;
 
 /// Bias add + activation, in place.
 pub(crate) const BIAS_ACT: KernelSource = KernelSource {
     name: "bias_act.cu",
-    code: include_str!("../../../kernels/bias_act.cu"),
+    code: kernel_sources::BIAS_ACT,
     common: false,
 };
 
@@ -104,49 +106,46 @@ pub(crate) fn stream_functions<const N: usize>(
 /// Fill, copy/cast, unary, binary, compare and where on strided views.
 pub(crate) const ELEMENTWISE: KernelSource = KernelSource {
     name: "elementwise.cu",
-    code: concat!(
-        include_str!("../../../kernels/elementwise_math.cuh"),
-        include_str!("../../../kernels/elementwise.cu")
-    ),
+    code: kernel_sources::ELEMENTWISE,
     common: true,
 };
 
 /// Op codes and per-op math of the elementwise kernels (the head of [`ELEMENTWISE`]); the
 /// generated fused kernels are built on it.
-pub(crate) const ELEMENTWISE_MATH: &str = include_str!("../../../kernels/elementwise_math.cuh");
+pub(crate) const ELEMENTWISE_MATH: &str = kernel_sources::ELEMENTWISE_MATH;
 
 /// Reductions, arg-reductions and scans along one axis.
 pub(crate) const REDUCE: KernelSource = KernelSource {
     name: "reduce.cu",
-    code: include_str!("../../../kernels/reduce.cu"),
+    code: kernel_sources::REDUCE,
     common: true,
 };
 
 /// Gather, scatter-add, index-select and index-add along one axis.
 pub(crate) const INDEX: KernelSource = KernelSource {
     name: "index.cu",
-    code: include_str!("../../../kernels/index.cu"),
+    code: kernel_sources::INDEX,
     common: true,
 };
 
 /// Philox4x32-10 uniform, normal, bernoulli and uniform_int on strided outputs.
 pub(crate) const RANDOM: KernelSource = KernelSource {
     name: "random.cu",
-    code: include_str!("../../../kernels/random.cu"),
+    code: kernel_sources::RANDOM,
     common: true,
 };
 
 /// Stable bitonic sort of rows along one axis (values and/or i64 indices).
 pub(crate) const SORT: KernelSource = KernelSource {
     name: "sort.cu",
-    code: include_str!("../../../kernels/sort.cu"),
+    code: kernel_sources::SORT,
     common: true,
 };
 
 /// 2-D max (with indices), average and adaptive average pooling, forward and backward.
 pub(crate) const POOL: KernelSource = KernelSource {
     name: "pool.cu",
-    code: include_str!("../../../kernels/pool.cu"),
+    code: kernel_sources::POOL,
     common: true,
 };
 
@@ -154,35 +153,35 @@ pub(crate) const POOL: KernelSource = KernelSource {
 /// sampling.
 pub(crate) const RESIZE: KernelSource = KernelSource {
     name: "resize.cu",
-    code: include_str!("../../../kernels/resize.cu"),
+    code: kernel_sources::RESIZE,
     common: true,
 };
 
 /// Integer matmul, 3-vector cross product, symmetric int8 quantize / dequantize.
 pub(crate) const LINALG: KernelSource = KernelSource {
     name: "linalg.cu",
-    code: include_str!("../../../kernels/linalg.cu"),
+    code: kernel_sources::LINALG,
     common: true,
 };
 
 /// Batch normalization: training statistics, inference, backward (with residual + ReLU).
 pub(crate) const BATCH_NORM: KernelSource = KernelSource {
     name: "batch_norm.cu",
-    code: include_str!("../../../kernels/batch_norm.cu"),
+    code: kernel_sources::BATCH_NORM,
     common: true,
 };
 
 /// Multi-tensor fused optimizer steps (Adam / AdamW).
 pub(crate) const OPTIM: KernelSource = KernelSource {
     name: "optim.cu",
-    code: include_str!("../../../kernels/optim.cu"),
+    code: kernel_sources::OPTIM,
     common: true,
 };
 
 /// Layer and RMS norm training forward (with row statistics) and backward.
 pub(crate) const NORM: KernelSource = KernelSource {
     name: "norm.cu",
-    code: include_str!("../../../kernels/norm.cu"),
+    code: kernel_sources::NORM,
     common: true,
 };
 

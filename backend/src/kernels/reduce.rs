@@ -7,10 +7,10 @@
 //! dims merged where strides allow. The plan is then launched on the caller's stream; nothing
 //! synchronizes.
 //!
-//! `reduce` and `reduce_all` pick one of three paths ([`ReducePlan`]):
+//! `reduce` and `reduce_all` pick one of three paths (`ReducePlan`):
 //! * rows: a group of 1, 32 or 256 threads per row (`reduce_<dt>`);
-//! * split rows: few long rows ([`SPLIT_MIN_LEN`] or more elements, fewer than
-//!   [`FEW_BLOCKS`] rows) are cut into chunks, one block each (`reduce_split_<dt>`), whose
+//! * split rows: few long rows (`SPLIT_MIN_LEN` or more elements, fewer than
+//!   `FEW_BLOCKS` rows) are cut into chunks, one block each (`reduce_split_<dt>`), whose
 //!   partials go to a stream-ordered scratch buffer of accumulators; `reduce_finish_<dt>`
 //!   combines each row's partials in a fixed order;
 //! * columns: when the reduced axis is not the innermost in memory and the outputs are

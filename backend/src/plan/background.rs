@@ -200,7 +200,7 @@ pub(crate) fn settle(sig: &Signature) {
     }
 }
 
-/// Blocks until no plan is being built in the background (see [`super::execute_keyed_when_built`]).
+/// Blocks until no plan is being built in the background (see `execute_keyed_when_built`).
 pub fn wait_for_background_builds() {
     let t = table();
     let mut states = t.states.lock().unwrap_or_else(|e| e.into_inner());

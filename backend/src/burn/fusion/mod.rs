@@ -10,7 +10,7 @@
 //! what no fuser takes runs through [`Cudnn`] exactly as without fusion (convolutions,
 //! matmuls, pooling and norms stay cuDNN graphs). The fusers:
 //!
-//! - **elementwise** ([`fuser`]): a run of float and bool elementwise operations of one output
+//! - **elementwise** (`fuser.rs`): a run of float and bool elementwise operations of one output
 //!   shape (activations as Burn composes them, residual adds, scaling, masks, casts, the
 //!   per-parameter arithmetic of Burn's optimizers, the elementwise parts of backward passes)
 //!   becomes one generated kernel ([`crate::kernels::fused`]), compiled once per distinct
@@ -20,19 +20,19 @@
 //!   kernel that fails to build falls back to the operations one by one, with a one-time
 //!   warning.
 //!
-//! - **linear weight gradient** ([`linear`]): Burn's composed `linear_weight_backward` (a
+//! - **linear weight gradient** (`linear.rs`): Burn's composed `linear_weight_backward` (a
 //!   batched matmul of the swapped input with the gradient, then a sum over the batch) runs
 //!   as one GEMM over the folded batch.
 //!
-//! - **linear bias gradient** ([`leading_sum`]): Burn's composed `linear_bias_backward` (a
+//! - **linear bias gradient** (`leading_sum.rs`): Burn's composed `linear_bias_backward` (a
 //!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums
 //!   over dims `0, 1, ..`, runs as one reduction over the folded leading dims.
 //!
-//! Our fused training ops and optimizer step are recorded as custom operations ([`custom`]):
+//! Our fused training ops and optimizer step are recorded as custom operations (`custom.rs`):
 //! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
 //!
 //! A background thread per device keeps burn-fusion's operation channel flowing
-//! ([`flusher`]; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
+//! (`flusher.rs`; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
 pub(crate) mod custom;
