@@ -32,11 +32,12 @@ use cudnn_backend::cudarc::driver::sys::CUevent_flags;
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudnn_backend::graph::{ConvAttrs, DataType, Graph, SignatureContext};
 use cudnn_backend::handle::cudnn_pool;
-use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
+use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorMut, TensorRef};
 use cudnn_backend::plan::cache::{CacheStats, PlanLru, Signature};
 use cudnn_backend::plan::{self, EnginePolicy};
 use cudnn_backend::reference::causal_masked;
 use cudnn_backend::runtime::{self, Device};
+use cudnn_backend::types::{channels_last_strides, row_major_strides};
 use half::{bf16, f16};
 
 type BoxResult<T> = Result<T, Box<dyn StdError>>;
@@ -320,17 +321,49 @@ impl Fmt {
     }
 
     /// An N, C, spatial... tensor (activations and filters) in this layout, not yet backed.
-    fn image(self, dims: &[i64]) -> TensorRef {
-        if self.nhwc {
-            TensorRef::channels_last(dims, self.dtype, 0)
+    fn image(self, dims: &[i64]) -> Proto {
+        let strides = if self.nhwc {
+            channels_last_strides(dims)
         } else {
-            TensorRef::contiguous(dims, self.dtype, 0)
-        }
+            row_major_strides(dims)
+        };
+        Proto::new(dims, strides, self.dtype)
     }
 
     /// A packed row-major tensor (bias, matrices), not yet backed.
-    fn packed(self, dims: &[i64]) -> TensorRef {
-        TensorRef::contiguous(dims, self.dtype, 0)
+    fn packed(self, dims: &[i64]) -> Proto {
+        Proto::new(dims, row_major_strides(dims), self.dtype)
+    }
+}
+
+/// The dims, strides and dtype of a case tensor, before it has memory.
+#[derive(Clone, Debug)]
+struct Proto {
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    dtype: DataType,
+}
+
+impl Proto {
+    fn new(dims: &[i64], strides: Vec<i64>, dtype: DataType) -> Self {
+        Self {
+            dims: dims.to_vec(),
+            strides,
+            dtype,
+        }
+    }
+
+    /// Elements from the first to the last one in memory (`1 + Σ (d-1)·s`; 0 when empty).
+    fn extent_elements(&self) -> i64 {
+        if self.dims.contains(&0) {
+            return 0;
+        }
+        1 + self
+            .dims
+            .iter()
+            .zip(&self.strides)
+            .map(|(&d, &s)| (d - 1) * s)
+            .sum::<i64>()
     }
 }
 
@@ -343,7 +376,7 @@ fn dtype_name(dtype: DataType) -> &'static str {
     }
 }
 
-fn tensor_bytes(t: &TensorRef) -> usize {
+fn tensor_bytes(t: &Proto) -> usize {
     t.extent_elements() as usize * t.dtype.size()
 }
 
@@ -380,28 +413,25 @@ fn random_bytes(dtype: DataType, n: usize, rng: &mut Rng) -> BoxResult<Vec<u8>> 
     Ok(out)
 }
 
-/// Device memory kept alive for the raw pointer handed to the ops.
-struct DevBuf {
-    _mem: CudaSlice<u8>,
-    ptr: u64,
-}
+/// Device memory for case tensors.
+mod dev_buf {
+    use super::*;
 
-impl DevBuf {
-    fn zeros(stream: &Arc<CudaStream>, bytes: usize) -> BoxResult<DevBuf> {
-        let mem = stream.alloc_zeros::<u8>(bytes.max(1))?;
-        let ptr = mem.device_ptr(stream).0;
-        Ok(DevBuf { _mem: mem, ptr })
+    /// `bytes` zeroed bytes (at least one).
+    pub(super) fn zeros(stream: &Arc<CudaStream>, bytes: usize) -> BoxResult<CudaSlice<u8>> {
+        Ok(stream.alloc_zeros::<u8>(bytes.max(1))?)
     }
 
-    fn random(stream: &Arc<CudaStream>, t: &TensorRef, rng: &mut Rng) -> BoxResult<DevBuf> {
-        Self::upload(stream, &random_bytes(t.dtype, t.extent_elements() as usize, rng)?)
+    /// Random elements for every element `t` spans.
+    pub(super) fn random(stream: &Arc<CudaStream>, t: &Proto, rng: &mut Rng) -> BoxResult<CudaSlice<u8>> {
+        upload(stream, &random_bytes(t.dtype, t.extent_elements() as usize, rng)?)
     }
 
-    fn upload(stream: &Arc<CudaStream>, host: &[u8]) -> BoxResult<DevBuf> {
+    /// A copy of `host` (at least one byte).
+    pub(super) fn upload(stream: &Arc<CudaStream>, host: &[u8]) -> BoxResult<CudaSlice<u8>> {
         let mut mem = stream.alloc_zeros::<u8>(host.len().max(1))?;
         stream.memcpy_htod(host, &mut mem)?;
-        let ptr = mem.device_ptr(stream).0;
-        Ok(DevBuf { _mem: mem, ptr })
+        Ok(mem)
     }
 }
 
@@ -416,7 +446,7 @@ enum Fill {
 }
 
 /// The bytes of a causal attention bias of `t`'s dims (its last two: queries, keys).
-fn causal_bias_bytes(t: &TensorRef) -> BoxResult<Vec<u8>> {
+fn causal_bias_bytes(t: &Proto) -> BoxResult<Vec<u8>> {
     let r = t.dims.len();
     let (sq, skv) = (t.dims[r - 2], t.dims[r - 1]);
     let n = t.extent_elements();
@@ -439,37 +469,44 @@ fn causal_bias_bytes(t: &TensorRef) -> BoxResult<Vec<u8>> {
 
 /// One or more sets of backed tensors; runs rotate over the sets.
 struct Sets {
-    _bufs: Vec<DevBuf>,
-    sets: Vec<Vec<TensorRef>>,
+    sets: Vec<Vec<(Proto, CudaSlice<u8>)>>,
 }
 
 impl Sets {
-    /// Backs `protos` (dims/strides/dtype with a null pointer) with device memory: three sets when
-    /// one set fits in L2, else one.
-    fn new(stream: &Arc<CudaStream>, seed: u64, protos: &[(TensorRef, Fill)]) -> BoxResult<Sets> {
+    /// Backs `protos` with device memory: three sets when one set fits in L2, else one.
+    fn new(stream: &Arc<CudaStream>, seed: u64, protos: &[(Proto, Fill)]) -> BoxResult<Sets> {
         let set_bytes: usize = protos.iter().map(|(t, _)| tensor_bytes(t)).sum();
         let count = if set_bytes <= L2_BYTES { ROTATE_SETS } else { 1 };
         let mut rng = Rng::new(seed);
-        let mut bufs = Vec::new();
         let mut sets = Vec::with_capacity(count);
         for _ in 0..count {
             let mut set = Vec::with_capacity(protos.len());
             for (proto, fill) in protos {
                 let buf = match fill {
-                    Fill::Random => DevBuf::random(stream, proto, &mut rng)?,
-                    Fill::Zero => DevBuf::zeros(stream, tensor_bytes(proto))?,
-                    Fill::CausalBias => DevBuf::upload(stream, &causal_bias_bytes(proto)?)?,
+                    Fill::Random => dev_buf::random(stream, proto, &mut rng)?,
+                    Fill::Zero => dev_buf::zeros(stream, tensor_bytes(proto))?,
+                    Fill::CausalBias => dev_buf::upload(stream, &causal_bias_bytes(proto)?)?,
                 };
-                set.push(TensorRef {
-                    ptr: buf.ptr,
-                    ..proto.clone()
-                });
-                bufs.push(buf);
+                set.push((proto.clone(), buf));
             }
             sets.push(set);
         }
         stream.synchronize()?;
-        Ok(Sets { _bufs: bufs, sets })
+        Ok(Sets { sets })
+    }
+
+    /// A view of every tensor of every set for ops on `stream`: writable, so one set serves
+    /// any op (a `&TensorMut` is read as a `&TensorRef`).
+    fn views<'a>(&'a mut self, stream: &'a Arc<CudaStream>) -> BoxResult<Vec<Vec<TensorMut<'a>>>> {
+        let mut out = Vec::with_capacity(self.sets.len());
+        for set in &mut self.sets {
+            let mut views = Vec::with_capacity(set.len());
+            for (p, mem) in set.iter_mut() {
+                views.push(TensorMut::from_bytes(mem, stream, p.dtype, &p.dims, &p.strides)?);
+            }
+            out.push(views);
+        }
+        Ok(out)
     }
 }
 
@@ -492,18 +529,22 @@ const CALLS_PER_RUN: usize = 10;
 
 /// Warm-up, then the median over `runs` of the CUDA-event time per `op` call, each run being
 /// [`CALLS_PER_RUN`] back-to-back calls that cycle through the buffer sets.
-fn time_gpu(ctx: &Ctx, sets: &Sets, mut op: impl FnMut(&[TensorRef]) -> cudnn_backend::Result<()>) -> BoxResult<f64> {
+fn time_gpu(
+    ctx: &Ctx,
+    sets: &[Vec<TensorMut>],
+    mut op: impl FnMut(&[TensorMut]) -> cudnn_backend::Result<()>,
+) -> BoxResult<f64> {
     let stream = &ctx.stream;
-    let n = sets.sets.len();
+    let n = sets.len();
     for i in 0..WARMUP_RUNS.max(n) {
-        op(&sets.sets[i % n])?;
+        op(&sets[i % n])?;
     }
     stream.synchronize()?;
     let mut times = Vec::with_capacity(ctx.opts.runs);
     for i in 0..ctx.opts.runs {
         let start = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         for k in 0..CALLS_PER_RUN {
-            op(&sets.sets[(i * CALLS_PER_RUN + k) % n])?;
+            op(&sets[(i * CALLS_PER_RUN + k) % n])?;
         }
         let end = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         end.synchronize()?;
@@ -690,16 +731,19 @@ fn run_conv(ctx: &Ctx, case: &mut Case, layer: ConvLayer, fmt: Fmt, dir: ConvDir
     let y = fmt.image(&layer.y_dims(BATCH));
     let ms = match dir {
         ConvDir::Fwd => {
-            let sets = Sets::new(s, 1, &[(x, Fill::Random), (w, Fill::Random), (y, Fill::Zero)])?;
-            time_gpu(ctx, &sets, |t| ops::conv_forward(s, &t[0], &t[1], &t[2], &p))?
+            let mut sets = Sets::new(s, 1, &[(x, Fill::Random), (w, Fill::Random), (y, Fill::Zero)])?;
+            let views = sets.views(s)?;
+            time_gpu(ctx, &views, |t| ops::conv_forward(s, &t[0], &t[1], &t[2], &p))?
         }
         ConvDir::Dgrad => {
-            let sets = Sets::new(s, 2, &[(y, Fill::Random), (w, Fill::Random), (x, Fill::Zero)])?;
-            time_gpu(ctx, &sets, |t| ops::conv_backward_data(s, &t[0], &t[1], &t[2], &p))?
+            let mut sets = Sets::new(s, 2, &[(y, Fill::Random), (w, Fill::Random), (x, Fill::Zero)])?;
+            let views = sets.views(s)?;
+            time_gpu(ctx, &views, |t| ops::conv_backward_data(s, &t[0], &t[1], &t[2], &p))?
         }
         ConvDir::Wgrad => {
-            let sets = Sets::new(s, 3, &[(x, Fill::Random), (y, Fill::Random), (w, Fill::Zero)])?;
-            time_gpu(ctx, &sets, |t| ops::conv_backward_filter(s, &t[0], &t[1], &t[2], &p))?
+            let mut sets = Sets::new(s, 3, &[(x, Fill::Random), (y, Fill::Random), (w, Fill::Zero)])?;
+            let views = sets.views(s)?;
+            time_gpu(ctx, &views, |t| ops::conv_backward_filter(s, &t[0], &t[1], &t[2], &p))?
         }
         ConvDir::BiasRelu => {
             let bias = fmt.packed(&[layer.k]);
@@ -709,8 +753,9 @@ fn run_conv(ctx: &Ctx, case: &mut Case, layer: ConvLayer, fmt: Fmt, dir: ConvDir
                 (bias, Fill::Random),
                 (y, Fill::Zero),
             ];
-            let sets = Sets::new(s, 4, &protos)?;
-            time_gpu(ctx, &sets, |t| {
+            let mut sets = Sets::new(s, 4, &protos)?;
+            let views = sets.views(s)?;
+            time_gpu(ctx, &views, |t| {
                 ops::conv_bias_act_forward(s, &t[0], &t[1], &t[2], &t[3], &p, Activation::Relu)
             })?
         }
@@ -744,8 +789,8 @@ fn run_matmul(ctx: &Ctx, case: &mut Case, dtype: DataType, m: i64, n: i64, k: i6
         (fmt.packed(&[k, n]), Fill::Random),
         (fmt.packed(&[m, n]), Fill::Zero),
     ];
-    let sets = Sets::new(s, 5, &protos)?;
-    let ms = time_gpu(ctx, &sets, |t| ops::matmul(s, &t[0], &t[1], &t[2]))?;
+    let mut sets = Sets::new(s, 5, &protos)?;
+    let ms = time_gpu(ctx, &sets.views(&ctx.stream)?, |t| ops::matmul(s, &t[0], &t[1], &t[2]))?;
     case.set_time(ms, Some(2.0 * (m * n * k) as f64), None);
     Ok(())
 }
@@ -810,11 +855,21 @@ fn run_sdpa(ctx: &Ctx, case: &mut Case, dtype: DataType, [b, h, s, d]: [i64; 4],
     if mask == AttnMask::CausalBias {
         protos.push((fmt.packed(&[1, 1, s, s]), Fill::CausalBias));
     }
-    let sets = Sets::new(st, 11, &protos)?;
+    let mut sets = Sets::new(st, 11, &protos)?;
     let scale = 1.0 / (d as f32).sqrt();
     let causal = mask == AttnMask::Causal;
-    let ms = time_gpu(ctx, &sets, |t| {
-        ops::sdpa_forward(st, &t[0], &t[1], &t[2], t.get(4), causal, &t[3], scale, None)
+    let ms = time_gpu(ctx, &sets.views(&ctx.stream)?, |t| {
+        ops::sdpa_forward(
+            st,
+            &t[0],
+            &t[1],
+            &t[2],
+            t.get(4).map(TensorMut::as_input),
+            causal,
+            &t[3],
+            scale,
+            None,
+        )
     })?;
     // Two products of 2·S·S·D per head; a causal mask leaves half of them to compute.
     let full = 4.0 * (b * h * s * s * d) as f64;
@@ -924,8 +979,10 @@ fn run_pool(ctx: &Ctx, case: &mut Case, cfg: PoolCfg, fmt: Fmt, backward: bool) 
     let y = fmt.image(&p.output_dims(&x.dims)?);
     let (xb, yb) = (tensor_bytes(&x) as f64, tensor_bytes(&y) as f64);
     let (ms, bytes) = if !backward {
-        let sets = Sets::new(s, 6, &[(x, Fill::Random), (y, Fill::Zero)])?;
-        let ms = time_gpu(ctx, &sets, |t| ops::pool_forward(s, &t[0], &t[1], &p))?;
+        let mut sets = Sets::new(s, 6, &[(x, Fill::Random), (y, Fill::Zero)])?;
+        let ms = time_gpu(ctx, &sets.views(&ctx.stream)?, |t| {
+            ops::pool_forward(s, &t[0], &t[1], &p)
+        })?;
         (ms, xb + yb)
     } else if cfg.mode == PoolMode::Max {
         // x, y (the forward's real output, so argmax positions are consistent), dy, dx.
@@ -935,17 +992,20 @@ fn run_pool(ctx: &Ctx, case: &mut Case, cfg: PoolCfg, fmt: Fmt, backward: bool) 
             (y, Fill::Random),
             (x, Fill::Zero),
         ];
-        let sets = Sets::new(s, 7, &protos)?;
-        for t in &sets.sets {
+        let mut sets = Sets::new(s, 7, &protos)?;
+        let views = sets.views(s)?;
+        for t in &views {
             ops::pool_forward(s, &t[0], &t[1], &p)?;
         }
-        let ms = time_gpu(ctx, &sets, |t| {
-            ops::pool_backward(s, Some(&t[0]), Some(&t[1]), &t[2], &t[3], &p)
+        let ms = time_gpu(ctx, &views, |t| {
+            ops::pool_backward(s, Some(t[0].as_input()), Some(t[1].as_input()), &t[2], &t[3], &p)
         })?;
         (ms, 2.0 * (xb + yb))
     } else {
-        let sets = Sets::new(s, 8, &[(y, Fill::Random), (x, Fill::Zero)])?;
-        let ms = time_gpu(ctx, &sets, |t| ops::pool_backward(s, None, None, &t[0], &t[1], &p))?;
+        let mut sets = Sets::new(s, 8, &[(y, Fill::Random), (x, Fill::Zero)])?;
+        let ms = time_gpu(ctx, &sets.views(&ctx.stream)?, |t| {
+            ops::pool_backward(s, None, None, &t[0], &t[1], &p)
+        })?;
         (ms, xb + yb)
     };
     case.set_time(ms, None, Some(bytes));
@@ -1016,8 +1076,9 @@ fn host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
         (fmt.image(&TINY.w_dims()), Fill::Random),
         (fmt.image(&TINY.y_dims(1)), Fill::Zero),
     ];
-    let sets = Sets::new(s, 9, &protos)?;
-    let t = &sets.sets[0];
+    let mut sets = Sets::new(s, 9, &protos)?;
+    let views = sets.views(s)?;
+    let t = &views[0];
     for _ in 0..100 {
         ops::conv_forward(s, &t[0], &t[1], &t[2], &p)?;
     }
@@ -1047,7 +1108,7 @@ fn host_cost(ctx: &Ctx, case: &mut Case, calls: usize) -> BoxResult<()> {
 /// The driver query behind the engine's per-operand device check (one per operand per op).
 fn run_pointer_device(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<()> {
     let sets = Sets::new(&ctx.stream, 3, &[(Fmt::FP32_NCHW.image(&TINY.x_dims(1)), Fill::Random)])?;
-    let ptr = sets.sets[0][0].ptr;
+    let ptr = sets.sets[0][0].1.device_ptr(&ctx.stream).0;
     let found = runtime::pointer_device(ptr);
     if found != Some(ctx.device.ordinal()) {
         return Err(format!("pointer_device of a GPU {} buffer gave {found:?}", ctx.device.ordinal()).into());
@@ -1294,8 +1355,8 @@ fn cold_start_defs() -> Vec<CaseDef> {
 // New shapes: the first call of a never-seen shape (host time to the end of the work)
 
 /// Device memory for `n` f32 values.
-fn scratch(stream: &Arc<CudaStream>, n: usize) -> BoxResult<CudaSlice<f32>> {
-    Ok(stream.alloc_zeros::<f32>(n.max(1))?)
+fn scratch(stream: &Arc<CudaStream>, n: usize) -> BoxResult<CudaSlice<u8>> {
+    Ok(stream.alloc_zeros::<u8>(4 * n.max(1))?)
 }
 
 /// Median over `n` never-seen shapes of the wall time of one call (to `synchronize`).
@@ -1321,13 +1382,14 @@ fn new_shape_defs() -> Vec<CaseDef> {
             let s = ctx.stream.clone();
             let x = scratch(&s, 8 * 64 * 80 * 80)?;
             let w = scratch(&s, 64 * 64 * 9)?;
-            let y = scratch(&s, 8 * 64 * 80 * 80)?;
+            let mut y = scratch(&s, 8 * 64 * 80 * 80)?;
             let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
             case.median_ms = Some(first_calls(ctx, 9, |i| {
                 let hw = 41 + 3 * i as i64 + (std::process::id() % 7) as i64;
-                let xt = TensorRef::channels_last(&[8, 64, hw, hw], DataType::F16, x.device_ptr(&s).0);
-                let wt = TensorRef::channels_last(&[64, 64, 3, 3], DataType::F16, w.device_ptr(&s).0);
-                let yt = TensorRef::channels_last(&[8, 64, hw, hw], DataType::F16, y.device_ptr(&s).0);
+                let (xd, wd) = ([8, 64, hw, hw], [64, 64, 3, 3]);
+                let xt = TensorRef::from_bytes(&x, &s, DataType::F16, &xd, &channels_last_strides(&xd))?;
+                let wt = TensorRef::from_bytes(&w, &s, DataType::F16, &wd, &channels_last_strides(&wd))?;
+                let yt = TensorMut::from_bytes(&mut y, &s, DataType::F16, &xd, &channels_last_strides(&xd))?;
                 Ok(ops::conv_forward(&s, &xt, &wt, &yt, &p)?)
             })?);
             Ok(())
@@ -1340,12 +1402,12 @@ fn new_shape_defs() -> Vec<CaseDef> {
             let s = ctx.stream.clone();
             let a = scratch(&s, 1200 * 512)?;
             let b = scratch(&s, 512 * 512)?;
-            let c = scratch(&s, 1200 * 512)?;
+            let mut c = scratch(&s, 1200 * 512)?;
             case.median_ms = Some(first_calls(ctx, 9, |i| {
                 let m = 1000 + 17 * i as i64 + (std::process::id() % 13) as i64;
-                let at = TensorRef::contiguous(&[m, 512], DataType::F32, a.device_ptr(&s).0);
-                let bt = TensorRef::contiguous(&[512, 512], DataType::F32, b.device_ptr(&s).0);
-                let ct = TensorRef::contiguous(&[m, 512], DataType::F32, c.device_ptr(&s).0);
+                let at = TensorRef::from_bytes(&a, &s, DataType::F32, &[m, 512], &[512, 1])?;
+                let bt = TensorRef::from_bytes(&b, &s, DataType::F32, &[512, 512], &[512, 1])?;
+                let ct = TensorMut::from_bytes(&mut c, &s, DataType::F32, &[m, 512], &[512, 1])?;
                 Ok(ops::matmul(&s, &at, &bt, &ct)?)
             })?);
             Ok(())

@@ -3,9 +3,7 @@
 //!
 //! `cargo run --release --example quickstart`
 
-use cudnn_backend::cudarc::driver::DevicePtr;
-use cudnn_backend::graph::DataType;
-use cudnn_backend::ops::{self, Activation, ConvParams, TensorRef};
+use cudnn_backend::ops::{self, Activation, ConvParams, TensorMut, TensorRef};
 use cudnn_backend::reference::{self as cpu, ConvGeometry, SplitMix64};
 use cudnn_backend::{runtime, Device};
 
@@ -85,15 +83,19 @@ fn run_on_gpu(
     let xb = stream.clone_htod(&f32s(x))?;
     let wb = stream.clone_htod(&f32s(w))?;
     let bb = stream.clone_htod(&f32s(bias))?;
-    let yb = stream.alloc_zeros::<f32>(y_dims.iter().product())?;
-    let xt = TensorRef::contiguous(&dims(&X_DIMS), DataType::F32, xb.device_ptr(stream).0);
-    let wt = TensorRef::contiguous(&dims(&W_DIMS), DataType::F32, wb.device_ptr(stream).0);
-    let bt = TensorRef::contiguous(&[W_DIMS[0] as i64], DataType::F32, bb.device_ptr(stream).0);
-    let yt = TensorRef::contiguous(&dims(y_dims), DataType::F32, yb.device_ptr(stream).0);
-    let params = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
-    // Twice: the second call is served from the plan cache.
-    for _ in 0..2 {
-        ops::conv_bias_act_forward(stream, &xt, &wt, &bt, &yt, &params, Activation::Relu)?;
+    let mut yb = stream.alloc_zeros::<f32>(y_dims.iter().product())?;
+    {
+        // Views borrow the buffers (checked to hold every element), so the memory stays
+        // alive and, for the output, unaliased while the ops use it.
+        let xt = TensorRef::packed(&xb, stream, &dims(&X_DIMS))?;
+        let wt = TensorRef::packed(&wb, stream, &dims(&W_DIMS))?;
+        let bt = TensorRef::packed(&bb, stream, &[W_DIMS[0] as i64])?;
+        let yt = TensorMut::packed(&mut yb, stream, &dims(y_dims))?;
+        let params = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
+        // Twice: the second call is served from the plan cache.
+        for _ in 0..2 {
+            ops::conv_bias_act_forward(stream, &xt, &wt, &bt, &yt, &params, Activation::Relu)?;
+        }
     }
     let out = stream.clone_dtoh(&yb)?;
     Ok(out.into_iter().map(f64::from).collect())

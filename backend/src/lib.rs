@@ -21,6 +21,7 @@
 //! without CUDA, and a machine without a GPU gets a clear [`Error`] instead of a panic.
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "burn")]
@@ -38,6 +39,7 @@ pub mod ops;
 pub mod plan;
 pub mod reference;
 pub mod runtime;
+pub mod types;
 pub mod view;
 
 pub use error::{CudnnStatus, Error, Result};

@@ -1,10 +1,10 @@
 //! Strided views of device memory: the layout algebra (permute, slice, expand, reshape,
 //! unfold …) a framework tensor needs so that views cost no copy. Pure metadata, no device
-//! access; [`ViewLayout::tensor_ref`] turns a view into the [`TensorRef`] the `ops` take.
+//! access: a view's offset, dims and strides cut the [`TensorRef`](crate::types::TensorRef)
+//! the ops take out of its buffer's view ([`TensorRef::view`](crate::types::TensorRef::view)).
 
 use crate::error::{Error, Result};
-use crate::graph::{packed_strides, DataType};
-use crate::ops::TensorRef;
+use crate::graph::packed_strides;
 
 /// Dims, strides (elements; 0 = broadcast) and the element offset of a view into a buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -237,16 +237,6 @@ impl ViewLayout {
         }
         off
     }
-
-    /// The view as a [`TensorRef`] of `dtype` over a buffer starting at device address `base`.
-    pub fn tensor_ref(&self, dtype: DataType, base: u64) -> TensorRef {
-        TensorRef::new(
-            &self.dims,
-            &self.strides,
-            dtype,
-            base + (self.offset as u64) * dtype.size() as u64,
-        )
-    }
 }
 
 #[cfg(test)]
@@ -352,9 +342,10 @@ mod tests {
     }
 
     #[test]
-    fn tensor_ref_applies_the_offset_in_bytes() {
+    fn the_buffer_view_applies_the_offset_in_bytes() {
         let v = ViewLayout::contiguous(&[4, 4]).slice(0, 1, 4, 1).unwrap();
-        let t = v.tensor_ref(DataType::F16, 0x1000);
+        let buffer = crate::types::TensorRef::fake_packed(&[16], crate::graph::DataType::F16, 0x1000);
+        let t = buffer.view(v.offset, &v.dims, &v.strides).unwrap();
         assert_eq!(t.ptr, 0x1000 + 4 * 2);
         assert_eq!(t.dims, vec![3, 4]);
         assert!(v.is_contiguous());

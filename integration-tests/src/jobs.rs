@@ -4,15 +4,36 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
-use cudnn_backend::ops::{self, ConvParams, PoolMode, PoolParams, TensorRef};
+use cudnn_backend::ops::{self, ConvParams, PoolMode, PoolParams, TensorMut};
 use cudnn_backend::reference::SplitMix64;
 
 use crate::{random, strides, DevTensor, Layout};
 
 /// Runs one op with the given inputs into the given output view.
-pub type RunFn = Box<dyn Fn(&Arc<CudaStream>, &[DevTensor], &TensorRef) -> cudnn_backend::Result<()> + Send + Sync>;
+pub type RunFn = Box<dyn Fn(&Arc<CudaStream>, &[DevTensor], &TensorMut) -> cudnn_backend::Result<()> + Send + Sync>;
+
+/// The dims, strides and dtype of a job's output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutSpec {
+    /// Dims.
+    pub dims: Vec<i64>,
+    /// Strides in elements.
+    pub strides: Vec<i64>,
+    /// Element type.
+    pub dtype: DataType,
+}
+
+impl OutSpec {
+    fn new(dims: &[i64], strides: &[i64], dtype: DataType) -> Self {
+        Self {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
+            dtype,
+        }
+    }
+}
 
 /// One engine op with fixed inputs; `run` writes into the output view it is given.
 pub struct Job {
@@ -20,8 +41,8 @@ pub struct Job {
     pub name: String,
     /// The inputs (kept alive for the views).
     pub inputs: Vec<DevTensor>,
-    /// The output's dims, strides and dtype (its pointer is set per run).
-    pub out: TensorRef,
+    /// The output's dims, strides and dtype (its memory is allocated per run).
+    pub out: OutSpec,
     /// The op.
     pub run: RunFn,
 }
@@ -57,7 +78,7 @@ pub fn engine_jobs(
                 random(s, &mut rng, &xd, &strides(&xd, layout), dtype),
                 random(s, &mut rng, &wd, &strides(&wd, layout), dtype),
             ],
-            out: TensorRef::new(&yd, &strides(&yd, layout), dtype, 0),
+            out: OutSpec::new(&yd, &strides(&yd, layout), dtype),
             run: Box::new(move |s, i, o| ops::conv_forward(s, &i[0].t, &i[1].t, o, &p1)),
         });
         jobs.push(Job {
@@ -66,13 +87,13 @@ pub fn engine_jobs(
                 random(s, &mut rng, &yd, &strides(&yd, layout), dtype),
                 random(s, &mut rng, &wd, &strides(&wd, layout), dtype),
             ],
-            out: TensorRef::new(&xd, &strides(&xd, layout), dtype, 0),
+            out: OutSpec::new(&xd, &strides(&xd, layout), dtype),
             run: Box::new(move |s, i, o| ops::conv_backward_data(s, &i[0].t, &i[1].t, o, &p2)),
         });
         jobs.push(Job {
             name: format!("conv_wgrad#{i}"),
             inputs: vec![x, dy],
-            out: TensorRef::new(&wd, &strides(&wd, layout), dtype, 0),
+            out: OutSpec::new(&wd, &strides(&wd, layout), dtype),
             run: Box::new(move |s, i, o| ops::conv_backward_filter(s, &i[0].t, &i[1].t, o, &p3)),
         });
     }
@@ -84,7 +105,7 @@ pub fn engine_jobs(
                 random(s, &mut rng, &ad, &strides(&ad, Layout::Nchw), dtype),
                 random(s, &mut rng, &bd, &strides(&bd, Layout::Nchw), dtype),
             ],
-            out: TensorRef::new(&cd, &strides(&cd, Layout::Nchw), dtype, 0),
+            out: OutSpec::new(&cd, &strides(&cd, Layout::Nchw), dtype),
             run: Box::new(|s, i, o| ops::matmul(s, &i[0].t, &i[1].t, o)),
         });
     }
@@ -97,17 +118,17 @@ pub fn engine_jobs(
         jobs.push(Job {
             name: format!("pool_fwd#{i}"),
             inputs: vec![random(s, &mut rng, &xd, &strides(&xd, layout), dtype)],
-            out: TensorRef::new(&yd, &strides(&yd, layout), dtype, 0),
+            out: OutSpec::new(&yd, &strides(&yd, layout), dtype),
             run: Box::new(move |s, i, o| ops::pool_forward(s, &i[0].t, o, &pf)),
         });
         // Backward needs the forward's y: compute it once into an input buffer.
         let y = random(s, &mut rng, &yd, &strides(&yd, layout), dtype);
-        ops::pool_forward(s, &x.t, &y.t, &p).unwrap();
+        ops::pool_forward(s, &x.t, &y.m, &p).unwrap();
         let dy = random(s, &mut rng, &yd, &strides(&yd, layout), dtype);
         jobs.push(Job {
             name: format!("pool_bwd#{i}"),
             inputs: vec![x, y, dy],
-            out: TensorRef::new(&xd, &strides(&xd, layout), dtype, 0),
+            out: OutSpec::new(&xd, &strides(&xd, layout), dtype),
             run: Box::new(move |s, i, o| ops::pool_backward(s, Some(&i[0].t), Some(&i[1].t), &i[2].t, o, &p)),
         });
     }
@@ -117,12 +138,7 @@ pub fn engine_jobs(
 
 /// Runs `job` into a fresh buffer poisoned with 0xFF on `s` and returns the output bytes.
 pub fn run_once(s: &Arc<CudaStream>, job: &Job) -> Vec<u8> {
-    let bytes = job.out.extent_elements() as usize * job.out.dtype.size();
-    let buf: CudaSlice<u8> = s.clone_htod(&vec![0xFFu8; bytes]).unwrap();
-    let out = TensorRef {
-        ptr: buf.device_ptr(s).0,
-        ..job.out.clone()
-    };
-    (job.run)(s, &job.inputs, &out).unwrap_or_else(|e| panic!("{}: {e}", job.name));
-    s.clone_dtoh(&buf).unwrap()
+    let out = crate::poisoned(s, &job.out.dims, &job.out.strides, job.out.dtype);
+    (job.run)(s, &job.inputs, &out.m).unwrap_or_else(|e| panic!("{}: {e}", job.name));
+    s.clone_dtoh(&out.buf).unwrap()
 }

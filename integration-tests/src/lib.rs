@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudnn_backend::graph::DataType;
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::types::{channels_last_strides, row_major_strides, TensorMut, TensorRef};
 use half::{bf16, f16};
 
 pub mod burn_ref;
@@ -23,11 +23,10 @@ pub enum Layout {
 
 /// Strides (elements) of `dims` in `layout`.
 pub fn strides(dims: &[i64], layout: Layout) -> Vec<i64> {
-    let t = match layout {
-        Layout::Nchw => TensorRef::contiguous(dims, DataType::F32, 0),
-        Layout::Nhwc => TensorRef::channels_last(dims, DataType::F32, 0),
-    };
-    t.strides
+    match layout {
+        Layout::Nchw => row_major_strides(dims),
+        Layout::Nhwc => channels_last_strides(dims),
+    }
 }
 
 /// Rounds `v` to the nearest value representable in `dtype`.
@@ -73,13 +72,71 @@ fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
 }
 
 /// A device buffer viewed as a strided tensor.
+///
+/// The views are made from the buffer's raw address (so the tests can pass them around like
+/// the plain values they were): they are fields dropped before the buffer, and every test
+/// uses them on the stream the buffer was allocated on. Library users make views with the
+/// safe `TensorRef::from_slice` / `TensorMut::from_slice` instead.
 pub struct DevTensor {
-    /// The memory (kept alive for the view).
+    /// The view ops read.
+    pub t: TensorRef<'static>,
+    /// The same view, for ops that write it.
+    pub m: TensorMut<'static>,
+    /// The memory (kept alive for the views).
     pub buf: CudaSlice<u8>,
-    /// The view passed to ops.
-    pub t: TensorRef,
     /// The logical values (rounded to the dtype) that were uploaded.
     pub values: Vec<f64>,
+}
+
+impl DevTensor {
+    /// Views `buf` (on `stream`) with `dims`, `strides` and `dtype`.
+    fn new(stream: &Arc<CudaStream>, buf: CudaSlice<u8>, dims: &[i64], strides: &[i64], dtype: DataType) -> Self {
+        // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+        let (t, m) = unsafe { views_of(stream, &buf, 0, dims, strides, dtype) };
+        DevTensor {
+            t,
+            m,
+            buf,
+            values: Vec::new(),
+        }
+    }
+}
+
+/// The read and write views the tests pass to ops: `dims` / `strides` of `dtype` with
+/// element `(0, …, 0)` at byte `offset` of `buf`, which was allocated on `stream`.
+///
+/// # Safety
+///
+/// `buf` outlives the views (and every op enqueued with them, which the tests order by
+/// synchronizing `stream` before they read or free it), and the views are used with ops on
+/// `stream` only.
+///
+/// # Panics
+///
+/// When an element of the view lies outside `buf`.
+pub unsafe fn views_of(
+    stream: &Arc<CudaStream>,
+    buf: &CudaSlice<u8>,
+    offset: usize,
+    dims: &[i64],
+    strides: &[i64],
+    dtype: DataType,
+) -> (TensorRef<'static>, TensorMut<'static>) {
+    let span = strided_len(&to_usize(dims), &to_usize(strides)) * dtype.size();
+    assert!(
+        dims.contains(&0) || offset + span <= buf.len(),
+        "views_of: {dims:?} / {strides:?} of {dtype:?} at byte {offset} outgrow the {}-byte buffer",
+        buf.len()
+    );
+    let ptr = buf.device_ptr(stream).0 + offset as u64;
+    // SAFETY: every element lies in `buf` (asserted above), which the caller keeps alive and
+    // uses on `stream` only.
+    unsafe {
+        (
+            TensorRef::from_raw(dims, strides, dtype, ptr),
+            TensorMut::from_raw(dims, strides, dtype, ptr),
+        )
+    }
 }
 
 fn to_usize(v: &[i64]) -> Vec<usize> {
@@ -96,11 +153,9 @@ pub fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], strides: &
     scatter_to_strided(&rounded, &d, &s, &mut host);
     let bytes = encode(dtype, &host);
     let buf = stream.clone_htod(&bytes).expect("upload");
-    let ptr = buf.device_ptr(stream).0;
     DevTensor {
-        buf,
-        t: TensorRef::new(dims, strides, dtype, ptr),
         values: rounded,
+        ..DevTensor::new(stream, buf, dims, strides, dtype)
     }
 }
 
@@ -121,19 +176,14 @@ pub fn random(
 pub fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], strides: &[i64], dtype: DataType) -> DevTensor {
     let len = strided_len(&to_usize(dims), &to_usize(strides)).max(1);
     let buf = stream.clone_htod(&vec![0xFFu8; len * dtype.size()]).expect("alloc");
-    let ptr = buf.device_ptr(stream).0;
-    DevTensor {
-        buf,
-        t: TensorRef::new(dims, strides, dtype, ptr),
-        values: Vec::new(),
-    }
+    DevTensor::new(stream, buf, dims, strides, dtype)
 }
 
 /// Reads a tensor back in logical row-major order (synchronizes the stream).
 pub fn download(stream: &Arc<CudaStream>, t: &DevTensor) -> Vec<f64> {
     let bytes = stream.clone_dtoh(&t.buf).expect("download");
-    let all = decode(t.t.dtype, &bytes);
-    gather_from_strided(&all, &to_usize(&t.t.dims), &to_usize(&t.t.strides))
+    let all = decode(t.t.dtype(), &bytes);
+    gather_from_strided(&all, &to_usize(t.t.dims()), &to_usize(t.t.strides()))
 }
 
 /// Relative L2 error bound for results computed from `dtype` inputs
@@ -147,7 +197,7 @@ pub fn bound(dtype: DataType) -> f64 {
 
 /// The ops' dims as `usize` for the CPU reference.
 pub fn udims(t: &DevTensor) -> Vec<usize> {
-    to_usize(&t.t.dims)
+    to_usize(t.t.dims())
 }
 
 /// The part of a long test's cases one process runs: `TEST_SHARD=k/n` keeps every n-th

@@ -106,9 +106,9 @@ fn sdpa_matches_f64_reference() {
                 &v.t,
                 bias.as_ref().map(|(t, _)| &t.t),
                 causal,
-                &o.t,
+                &o.m,
                 scale as f32,
-                with_stats.then_some(&st.t),
+                with_stats.then_some(&st.m),
             );
             match r {
                 Ok(()) => {}
@@ -167,7 +167,7 @@ fn sdpa_matches_f64_reference() {
     let q = random(&s, &mut rng, &qd, &packed(&qd), DataType::F32);
     let o = poisoned(&s, &qd, &packed(&qd), DataType::F32);
     let f32_err =
-        ops::sdpa_forward(&s, &q.t, &q.t, &q.t, None, false, &o.t, 0.125, None).expect_err("f32 sdpa must be refused");
+        ops::sdpa_forward(&s, &q.t, &q.t, &q.t, None, false, &o.m, 0.125, None).expect_err("f32 sdpa must be refused");
     assert!(f32_err.is_not_supported(), "f32 sdpa: {f32_err}");
     println!(
         "sdpa: {runs} runs checked ({causal_runs} with the causal mask in the graph), {} not supported by cuDNN, {} failed; worst rel L2 {worst:.2e}",
@@ -214,15 +214,15 @@ fn layer_and_rms_norm_match_f64_reference() {
                 let mean = poisoned(&s, &[rows], &[1], DataType::F32);
                 let inv = poisoned(&s, &[rows], &[1], DataType::F32);
                 let stats = with_stats.then_some(NormStats {
-                    mean: &mean.t,
-                    inv_std: &inv.t,
+                    mean: &mean.m,
+                    inv_std: &inv.m,
                 });
                 let eps = 1e-5;
                 let label = format!(
                     "{mode:?} {dtype:?} [{rows}, {f}] row stride {row_stride} params {pdt:?} bias {} stats {with_stats}",
                     bias.is_some()
                 );
-                let r = ops::norm_forward(&s, mode, &x.t, &scale.t, bias.as_ref().map(|b| &b.t), &y.t, eps, stats);
+                let r = ops::norm_forward(&s, mode, &x.t, &scale.t, bias.as_ref().map(|b| &b.t), &y.m, eps, stats);
                 // cuDNN's norm engines take packed rows only: padded rows must be refused
                 // with a typed not-supported error; packed ones must run.
                 match r {
@@ -323,7 +323,7 @@ fn sdpa_backward_matches_f64_reference() {
                 if head_split { "bshd" } else { "bhsd" }
             );
             let bt = bias.as_ref().map(|t| &t.t);
-            if let Err(e) = ops::sdpa_forward(&s, &q.t, &k.t, &v.t, bt, causal, &o.t, scale as f32, Some(&st.t)) {
+            if let Err(e) = ops::sdpa_forward(&s, &q.t, &k.t, &v.t, bt, causal, &o.m, scale as f32, Some(&st.m)) {
                 failures.push(format!("{label} forward: {e}"));
                 continue;
             }
@@ -340,9 +340,9 @@ fn sdpa_backward_matches_f64_reference() {
                 d_o: &d_o.t,
                 stats: &st.t,
                 bias: bt,
-                dq: &dq.t,
-                dk: &dk.t,
-                dv: &dvv.t,
+                dq: &dq.m,
+                dk: &dk.m,
+                dv: &dvv.m,
             };
             match ops::sdpa_backward(&s, &args, causal, scale as f32) {
                 Ok(()) => {}

@@ -50,7 +50,7 @@ fn out_of_memory_is_an_error_and_the_engine_recovers() {
     }
     s.synchronize().unwrap();
     let held: usize = hog.iter().map(|b| b.len()).sum();
-    let outcome = ops::conv_forward(&s, &x.t, &w.t, &y.t, &p);
+    let outcome = ops::conv_forward(&s, &x.t, &w.t, &y.m, &p);
     let sync = s.synchronize();
     println!(
         "faults: held {:.1} GiB; conv with memory full -> {outcome:?}; sync -> {sync:?}",
@@ -68,7 +68,7 @@ fn out_of_memory_is_an_error_and_the_engine_recovers() {
     drop(hog);
     s.synchronize().unwrap();
     // Same thread, same pooled handle, same caches: must work and be right now.
-    ops::conv_forward(&s, &x.t, &w.t, &y.t, &p).expect("conv after freeing memory");
+    ops::conv_forward(&s, &x.t, &w.t, &y.m, &p).expect("conv after freeing memory");
     let g = p.reference_geometry();
     let reference = cpu::conv_forward(
         &x.values,
@@ -160,7 +160,7 @@ impl ConvCase {
     /// Zeroes the output (so a run that writes nothing shows) and runs the pass on `s`.
     fn run(&mut self, s: &Arc<CudaStream>) -> cudnn_backend::Result<()> {
         s.memset_zeros(&mut self.out.buf).expect("clear the output");
-        let (a, b, o) = (&self.a.t, &self.b.t, &self.out.t);
+        let (a, b, o) = (&self.a.t, &self.b.t, &self.out.m);
         match self.pass {
             Pass::Forward => ops::conv_forward(s, a, b, o, &self.p),
             Pass::Data => ops::conv_backward_data(s, a, b, o, &self.p),
@@ -177,7 +177,7 @@ impl ConvCase {
     fn assert_works(&mut self, s: &Arc<CudaStream>, when: &str) {
         self.run(s).unwrap_or_else(|e| panic!("{}: {when}: {e}", self.name));
         let err = self.error(s);
-        let tol = tolerance(self.out.t.dtype);
+        let tol = tolerance(self.out.t.dtype());
         assert!(err <= tol, "{}: {when}: rel L2 error {err:.2e} > {tol:.0e}", self.name);
     }
 }
@@ -334,7 +334,7 @@ fn run_with_alloc_faults(
     match &outcome {
         Ok(()) => {
             let err = case.error(s);
-            let tol = tolerance(case.out.t.dtype);
+            let tol = tolerance(case.out.t.dtype());
             assert!(err <= tol, "{}: wrong result {what}: {err:.2e}", case.name);
         }
         Err(Error::OutOfMemory { .. }) => {}

@@ -8,10 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use cudnn_backend::cudarc::driver::DevicePtr;
-use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::elementwise::{self as ew, BinaryOp};
-use cudnn_backend::ops::TensorRef;
+use cudnn_backend::types::{TensorMut, TensorRef};
 use cudnn_backend::Device;
 
 /// Fills two f32 vectors and adds them (kernels `fill_b4` and `binary_f32`), checks the sum,
@@ -22,15 +20,22 @@ fn child_kernels() {
     let dev = Device::new(0).expect("needs a CUDA GPU");
     let s = dev.stream();
     let n = 1000usize;
-    let bufs: Vec<_> = (0..3).map(|_| s.alloc_zeros::<f32>(n).expect("alloc")).collect();
-    let t: Vec<TensorRef> = bufs
-        .iter()
-        .map(|b| TensorRef::contiguous(&[n as i64], DataType::F32, b.device_ptr(s).0))
-        .collect();
+    let mut bufs: Vec<_> = (0..3).map(|_| s.alloc_zeros::<f32>(n).expect("alloc")).collect();
+    let dims = [n as i64];
     let start = Instant::now();
-    ew::fill(s, &t[0], 1.5).expect("fill");
-    ew::fill(s, &t[1], 2.25).expect("fill");
-    ew::binary(s, BinaryOp::Add, &t[0], &t[1], &t[2]).expect("add");
+    {
+        let [a, b, sum] = &mut bufs[..] else {
+            unreachable!("three buffers")
+        };
+        let (a, b, sum) = (
+            TensorMut::packed(a, s, &dims).expect("view"),
+            TensorMut::packed(b, s, &dims).expect("view"),
+            TensorMut::packed(sum, s, &dims).expect("view"),
+        );
+        ew::fill(s, &a, 1.5).expect("fill");
+        ew::fill(s, &b, 2.25).expect("fill");
+        ew::binary(s, BinaryOp::Add, &a, &b, &sum).expect("add");
+    }
     s.synchronize().unwrap();
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let sum = s.clone_dtoh(&bufs[2]).expect("download");
@@ -152,22 +157,25 @@ fn child_attention() {
     let s = dev.stream();
     let dims = [1i64, 2, 64, 64];
     let n = 2 * 64 * 64;
-    let vals: Vec<u16> = (0..n)
-        .map(|i| half::bf16::from_f32(((i * 37 % 101) as f32 - 50.0) / 64.0).to_bits())
+    let vals: Vec<half::bf16> = (0..n)
+        .map(|i| half::bf16::from_f32(((i * 37 % 101) as f32 - 50.0) / 64.0))
         .collect();
     let q = s.clone_htod(&vals).expect("upload");
-    let o = s.alloc_zeros::<u16>(n).expect("alloc");
-    let st = s.alloc_zeros::<f32>(2 * 64).expect("alloc");
-    let t = |b: u64| TensorRef::contiguous(&dims, DataType::BF16, b);
-    let (qp, op) = (q.device_ptr(s).0, o.device_ptr(s).0);
-    let stats = TensorRef::contiguous(&[1, 2, 64, 1], DataType::F32, st.device_ptr(s).0);
+    let mut o = s.alloc_zeros::<half::bf16>(n).expect("alloc");
+    let mut st = s.alloc_zeros::<f32>(2 * 64).expect("alloc");
     let start = Instant::now();
-    cudnn_backend::ops::sdpa_forward(s, &t(qp), &t(qp), &t(qp), None, false, &t(op), 0.125, Some(&stats))
-        .expect("sdpa");
+    {
+        let qt = TensorRef::packed(&q, s, &dims).expect("view");
+        let ot = TensorMut::packed(&mut o, s, &dims).expect("view");
+        let stats = TensorMut::packed(&mut st, s, &[1, 2, 64, 1]).expect("view");
+        cudnn_backend::ops::sdpa_forward(s, &qt, &qt, &qt, None, false, &ot, 0.125, Some(&stats)).expect("sdpa");
+    }
     s.synchronize().unwrap();
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let out = s.clone_dtoh(&o).expect("download");
-    let checksum = out.iter().fold(0u64, |h, &v| h.wrapping_mul(31).wrapping_add(v as u64));
+    let checksum = out
+        .iter()
+        .fold(0u64, |h, v| h.wrapping_mul(31).wrapping_add(v.to_bits() as u64));
     let p = cudnn_backend::plan::serialized_plan_counts();
     println!("FIRST_OPS_MS={ms:.1}");
     println!("PLANS_STORED={}", p.stored);

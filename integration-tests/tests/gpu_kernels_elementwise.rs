@@ -5,13 +5,14 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
 use half::{bf16, f16};
+use integration_tests::views_of;
 use integration_tests::{round_to, strides, Layout};
 
 use DataType::*;
@@ -86,8 +87,9 @@ fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
 }
 
 struct Dev {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
     /// Logical values (already converted to the dtype).
     values: Vec<f64>,
 }
@@ -102,12 +104,9 @@ fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dt
     let mut host = vec![if dtype.is_float() { f64::NAN } else { 77.0 }; len];
     scatter_to_strided(&values, &us(dims), &us(st), &mut host);
     let buf = stream.clone_htod(&encode(dtype, &host)).expect("upload");
-    let ptr = buf.device_ptr(stream).0;
-    Dev {
-        buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
-        values,
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, st, dtype) };
+    Dev { t, m, buf, values }
 }
 
 /// An output filled with 0xFF (NaN for floats, an invalid bool) or 0xA5 (ints).
@@ -115,17 +114,19 @@ fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType)
     let len = strided_len(&us(dims), &us(st)).max(1);
     let byte = if dtype.is_float() || dtype == Bool { 0xFF } else { 0xA5 };
     let buf = stream.clone_htod(&vec![byte; len * dtype.size()]).expect("alloc");
-    let ptr = buf.device_ptr(stream).0;
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, st, dtype) };
     Dev {
+        t,
+        m,
         buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
         values: Vec::new(),
     }
 }
 
 fn download(stream: &Arc<CudaStream>, d: &Dev) -> Vec<f64> {
     let bytes = stream.clone_dtoh(&d.buf).expect("download");
-    gather_from_strided(&decode(d.t.dtype, &bytes), &us(&d.t.dims), &us(&d.t.strides))
+    gather_from_strided(&decode(d.t.dtype(), &bytes), &us(d.t.dims()), &us(d.t.strides()))
 }
 
 /// Row-major index -> the broadcast input's logical index.
@@ -149,7 +150,7 @@ fn bcast_index(i: usize, out: &[i64], dims: &[i64]) -> usize {
 fn bcast(d: &Dev, out: &[i64]) -> Vec<f64> {
     let n: i64 = out.iter().product();
     (0..n as usize)
-        .map(|i| d.values[bcast_index(i, out, &d.t.dims)])
+        .map(|i| d.values[bcast_index(i, out, d.t.dims())])
         .collect()
 }
 
@@ -163,7 +164,7 @@ struct Case {
 }
 
 fn packed(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
-    (dims.to_vec(), TensorRef::contiguous(dims, F32, 0).strides)
+    (dims.to_vec(), row_major_strides(dims))
 }
 
 /// Strides of `dims` stored with the dim order reversed (a full transpose).
@@ -378,7 +379,7 @@ fn fill_every_dtype_and_layout() {
             for value in [1.5, -2.75, 300.25] {
                 let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
                 let name = format!("fill {dtype:?} {value} {:?}", case.out);
-                if let Err(e) = ew::fill(&s, &out.t, value) {
+                if let Err(e) = ew::fill(&s, &out.m, value) {
                     r.error(name, e);
                     continue;
                 }
@@ -415,7 +416,7 @@ fn copy_and_cast_every_dtype_pair() {
                 let src = upload(&s, &vals, dims, st, src_t);
                 let dst = poisoned(&s, &case.out.0, &case.out.1, dst_t);
                 let name = format!("copy {src_t:?}->{dst_t:?} {case:?}");
-                if let Err(e) = ew::copy(&s, &src.t, &dst.t) {
+                if let Err(e) = ew::copy(&s, &src.t, &dst.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -448,15 +449,17 @@ fn cast_large_i64_exactly() {
     ];
     let bytes: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
     let src_buf = s.clone_htod(&bytes).expect("upload");
-    let src = TensorRef::contiguous(&[big.len() as i64], I64, src_buf.device_ptr(&s).0);
+    let n = [big.len() as i64];
+    let src = TensorRef::from_bytes(&src_buf, &s, I64, &n, &[1]).expect("view");
     for dst_t in [I64, I32, U8, I8, Bool] {
-        let dst_buf = s.clone_htod(&vec![0xA5u8; big.len() * dst_t.size()]).expect("alloc");
-        let dst = TensorRef::contiguous(&[big.len() as i64], dst_t, dst_buf.device_ptr(&s).0);
+        let mut dst_buf = s.clone_htod(&vec![0xA5u8; big.len() * dst_t.size()]).expect("alloc");
         let name = format!("cast I64->{dst_t:?}");
+        let dst = TensorMut::from_bytes(&mut dst_buf, &s, dst_t, &n, &[1]).expect("view");
         if let Err(e) = ew::copy(&s, &src, &dst) {
             r.error(name, e);
             continue;
         }
+        drop(dst);
         let out = s.clone_dtoh(&dst_buf).expect("download");
         let got: Vec<i64> = out
             .chunks_exact(dst_t.size())
@@ -487,9 +490,13 @@ fn cast_large_i64_exactly() {
     // And back: i32 -> i64 sign-extends, f64 2^60 -> i64 exactly.
     let vals: Vec<f64> = vec![(1u64 << 60) as f64, -((1u64 << 55) as f64), 3.9, -3.9];
     let src = upload(&s, &vals, &[4], &[1], F64);
-    let dst_buf = s.clone_htod(&[0u8; 32]).expect("alloc");
-    let dst = TensorRef::contiguous(&[4], I64, dst_buf.device_ptr(&s).0);
-    match ew::copy(&s, &src.t, &dst) {
+    let mut dst_buf = s.clone_htod(&[0u8; 32]).expect("alloc");
+    let copied = ew::copy(
+        &s,
+        &src.t,
+        &TensorMut::from_bytes(&mut dst_buf, &s, I64, &[4], &[1]).expect("view"),
+    );
+    match copied {
         Err(e) => r.error("cast F64->I64".into(), e),
         Ok(()) => {
             let out = s.clone_dtoh(&dst_buf).expect("download");
@@ -691,7 +698,7 @@ fn unary_every_op_and_dtype() {
                 let x = upload(&s, &vals, dims, st, dtype);
                 let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
                 let name = format!("unary {op:?} {dtype:?} {case:?}");
-                if let Err(e) = ew::unary(&s, op, &x.t, &out.t) {
+                if let Err(e) = ew::unary(&s, op, &x.t, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -719,7 +726,7 @@ fn unary_every_op_and_dtype() {
                 let x = upload(&s, &vals, dims, st, dtype);
                 let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
                 let name = format!("unary {op:?} {dtype:?} {case:?}");
-                if let Err(e) = ew::unary(&s, op, &x.t, &out.t) {
+                if let Err(e) = ew::unary(&s, op, &x.t, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -733,7 +740,7 @@ fn unary_every_op_and_dtype() {
     }
     // Ops an int dtype does not support are refused.
     let x = upload(&s, &[1.0, 2.0], &[2], &[1], I32);
-    if ew::unary(&s, UnaryOp::Exp, &x.t, &x.t).is_ok() {
+    if ew::unary(&s, UnaryOp::Exp, &x.t, &x.m).is_ok() {
         r.failures.push("unary Exp on I32 was accepted".into());
     }
     r.finish(false);
@@ -938,7 +945,7 @@ fn binary_every_op_and_dtype() {
                 let b = upload(&s, &bv, db, sb, dtype);
                 let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
                 let name = format!("binary {op:?} {dtype:?}");
-                if let Err(e) = ew::binary(&s, op, &a.t, &b.t, &out.t) {
+                if let Err(e) = ew::binary(&s, op, &a.t, &b.t, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -995,7 +1002,7 @@ fn scalar_operands_every_op_and_dtype() {
                 let a = upload(&s, &av, da, sa, dtype);
                 let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
                 let name = format!("binary_scalar {op:?} {dtype:?} s={scalar}");
-                if let Err(e) = ew::binary_scalar(&s, op, &a.t, scalar, &out.t) {
+                if let Err(e) = ew::binary_scalar(&s, op, &a.t, scalar, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -1030,7 +1037,7 @@ fn scalar_operands_every_op_and_dtype() {
                 let a = upload(&s, &av, da, sa, dtype);
                 let out = poisoned(&s, &case.out.0, &case.out.1, Bool);
                 let name = format!("compare_scalar {op:?} {dtype:?} s={scalar}");
-                if let Err(e) = ew::compare_scalar(&s, op, &a.t, scalar, &out.t) {
+                if let Err(e) = ew::compare_scalar(&s, op, &a.t, scalar, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -1101,7 +1108,7 @@ fn compare_every_op_and_dtype() {
                     let b = upload(&s, &bv, db, sb, dtype);
                     let out = poisoned(&s, &case.out.0, &case.out.1, out_t);
                     let name = format!("compare {op:?} {dtype:?}->{out_t:?} {case:?}");
-                    if let Err(e) = ew::compare(&s, op, &a.t, &b.t, &out.t) {
+                    if let Err(e) = ew::compare(&s, op, &a.t, &b.t, &out.m) {
                         r.error(name, e);
                         continue;
                     }
@@ -1160,7 +1167,7 @@ fn where_every_dtype() {
                 let b = upload(&s, &bv, db, sb, dtype);
                 let out = poisoned(&s, &case.out.0, &case.out.1, dtype);
                 let name = format!("where {dtype:?} cond {cond_t:?} {case:?}");
-                if let Err(e) = ew::where_(&s, &c.t, &a.t, &b.t, &out.t) {
+                if let Err(e) = ew::where_(&s, &c.t, &a.t, &b.t, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -1180,9 +1187,9 @@ fn where_every_dtype() {
 
 /// A view of `d` that starts `k` elements into its buffer (a misaligned start for vector
 /// accesses), holding `values[k..]` of a packed rank-1 upload.
-fn shifted(d: &Dev, k: usize) -> (TensorRef, Vec<f64>) {
-    let n = d.t.dims[0] - k as i64;
-    let t = TensorRef::new(&[n], &[1], d.t.dtype, d.t.ptr + (k * d.t.dtype.size()) as u64);
+fn shifted(d: &Dev, k: usize) -> (TensorRef<'static>, Vec<f64>) {
+    let n = d.t.dims()[0] - k as i64;
+    let t = d.t.view(k as i64, &[n], &[1]).expect("shifted view");
     (t, d.values[k..].to_vec())
 }
 
@@ -1315,13 +1322,16 @@ fn fused_programs_match_the_host_in_every_launch_variant() {
         let y = poisoned(&s, &out_dims, &out_st, dtype);
         let c = poisoned(&s, &out_dims, &out_st, Bool);
         let inputs = [x_ref.clone(), b.t.clone(), m.t.clone()];
-        let outputs = [y.t.clone(), c.t.clone()];
+        let outputs = [
+            y.m.reshaped_mut(y.t.dims(), y.t.strides()).expect("view"),
+            c.m.reshaped_mut(c.t.dims(), c.t.strides()).expect("view"),
+        ];
         let variant = FusedLaunch::new(&p, &inputs, &outputs, &[0.25, -3.0])
             .expect("launch")
             .variant();
         fused::run(&s, &p, &inputs, &outputs, &[0.25, -3.0]).expect("fused run");
         let xb: Vec<f64> = (0..numel(&out_dims))
-            .map(|i| x_vals[bcast_index(i, &out_dims, &x_ref.dims)])
+            .map(|i| x_vals[bcast_index(i, &out_dims, x_ref.dims())])
             .collect();
         let (bb, mb) = (bcast(&b, &out_dims), bcast(&m, &out_dims));
         let mut want_y = Vec::with_capacity(xb.len());
@@ -1358,8 +1368,9 @@ const PAD: usize = 8;
 /// A view starting `offset` elements into its own buffer; every element of the buffer
 /// outside the view holds 0xFF bytes (NaN for floats).
 struct Placed {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
     /// Logical values (already rounded to the dtype); empty for an output.
     values: Vec<f64>,
     offset: usize,
@@ -1391,10 +1402,12 @@ fn place(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dty
         bytes[p * size..(p + 1) * size].copy_from_slice(&encode(dtype, &[v]));
     }
     let buf = stream.clone_htod(&bytes).expect("upload");
-    let ptr = buf.device_ptr(stream).0 + (offset * size) as u64;
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, offset * size, dims, st, dtype) };
     Placed {
+        t,
+        m,
         buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
         values,
         offset,
     }
@@ -1403,15 +1416,15 @@ fn place(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dty
 /// The view's values, and whether every element outside it still holds its poison.
 fn read_placed(stream: &Arc<CudaStream>, p: &Placed) -> (Vec<f64>, bool) {
     let bytes = stream.clone_dtoh(&p.buf).expect("download");
-    let size = p.t.dtype.size();
-    let pos = positions(&p.t.dims, &p.t.strides, p.offset);
+    let size = p.t.dtype().size();
+    let pos = positions(p.t.dims(), p.t.strides(), p.offset);
     let mut inside = vec![false; bytes.len() / size];
     for &q in &pos {
         inside[q] = true;
     }
     let values = pos
         .iter()
-        .map(|&q| decode(p.t.dtype, &bytes[q * size..(q + 1) * size])[0])
+        .map(|&q| decode(p.t.dtype(), &bytes[q * size..(q + 1) * size])[0])
         .collect();
     let untouched = bytes
         .chunks_exact(size)
@@ -1423,7 +1436,7 @@ fn read_placed(stream: &Arc<CudaStream>, p: &Placed) -> (Vec<f64>, bool) {
 /// `p`'s values broadcast to `out` dims.
 fn placed_bcast(p: &Placed, out: &[i64]) -> Vec<f64> {
     (0..numel(out))
-        .map(|i| p.values[bcast_index(i, out, &p.t.dims)])
+        .map(|i| p.values[bcast_index(i, out, p.t.dims())])
         .collect()
 }
 
@@ -1586,7 +1599,7 @@ impl VecRun<'_> {
         &mut self,
         name: String,
         inputs: &[&TensorRef],
-        launch: &dyn Fn(&TensorRef) -> cudnn_backend::Result<()>,
+        launch: &dyn Fn(&TensorMut) -> cudnn_backend::Result<()>,
         want: &[f64],
         bound: f64,
     ) {
@@ -1606,7 +1619,7 @@ impl VecRun<'_> {
             self.r.failures.push(format!("{name}: the odd output vectorizes"));
         }
         for o in [&out, &scalar_out] {
-            if let Err(e) = launch(&o.t) {
+            if let Err(e) = launch(&o.m) {
                 self.r.error(name.clone(), e);
                 return;
             }

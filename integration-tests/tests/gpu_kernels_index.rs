@@ -7,14 +7,15 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::index::{self as ix, ScatterNdOp};
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
 use half::{bf16, f16};
 use integration_tests::round_to;
+use integration_tests::views_of;
 
 use DataType::*;
 
@@ -73,8 +74,9 @@ fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
 }
 
 struct Dev {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
     /// Logical values (row-major, already converted to the dtype).
     values: Vec<f64>,
 }
@@ -91,12 +93,9 @@ fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dt
     let buf = stream
         .clone_htod(&whole_words(encode(dtype, &host), 0))
         .expect("upload");
-    let ptr = buf.device_ptr(stream).0;
-    Dev {
-        buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
-        values,
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, st, dtype) };
+    Dev { t, m, buf, values }
 }
 
 /// `bytes` padded with `fill` to whole 4-byte words: 1-byte scatter updates work on the
@@ -123,17 +122,19 @@ fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType)
             poison_byte(dtype),
         ))
         .expect("alloc");
-    let ptr = buf.device_ptr(stream).0;
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, st, dtype) };
     Dev {
+        t,
+        m,
         buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
         values: Vec::new(),
     }
 }
 
 fn download(stream: &Arc<CudaStream>, d: &Dev) -> Vec<f64> {
     let bytes = stream.clone_dtoh(&d.buf).expect("download");
-    gather_from_strided(&decode(d.t.dtype, &bytes), &us(&d.t.dims), &us(&d.t.strides))
+    gather_from_strided(&decode(d.t.dtype(), &bytes), &us(d.t.dims()), &us(d.t.strides()))
 }
 
 fn numel(dims: &[i64]) -> usize {
@@ -160,7 +161,7 @@ fn linear(c: &[usize], dims: &[i64]) -> usize {
 // Layouts
 
 fn packed(dims: &[i64]) -> Vec<i64> {
-    TensorRef::contiguous(dims, F32, 0).strides
+    row_major_strides(dims)
 }
 
 /// Strides of `dims` stored with the dim order reversed (a full transpose).
@@ -437,9 +438,9 @@ fn run_gather(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector:
                 let out = poisoned(s, &odims, &case.other, dtype);
                 let name = format!("{dtype:?} idx {it:?} {case:?}");
                 let res = if vector {
-                    ix::index_select(s, &x.t, case.axis, &idx.t, &out.t)
+                    ix::index_select(s, &x.t, case.axis, &idx.t, &out.m)
                 } else {
-                    ix::gather(s, &x.t, case.axis, &idx.t, &out.t)
+                    ix::gather(s, &x.t, case.axis, &idx.t, &out.m)
                 };
                 if let Err(e) = res {
                     r.error(name, e);
@@ -495,9 +496,9 @@ fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bo
                 let values = upload(s, &rand_vec(rng, numel(&odims), dtype), &odims, &case.other, dtype);
                 let name = format!("{dtype:?} idx {it:?} {case:?}");
                 let res = if vector {
-                    ix::index_add(s, &target.t, case.axis, &idx.t, &values.t)
+                    ix::index_add(s, &target.m, case.axis, &idx.t, &values.t)
                 } else {
-                    ix::scatter_add(s, &target.t, case.axis, &idx.t, &values.t)
+                    ix::scatter_add(s, &target.m, case.axis, &idx.t, &values.t)
                 };
                 if let Err(e) = res {
                     r.error(name, e);
@@ -564,7 +565,7 @@ fn out_of_range_indices_are_skipped() {
             idx: (vec![4, 5], packed(&[4, 5])),
             other: packed(&[4, 5]),
         };
-        match ix::gather(&s, &x.t, 1, &idx.t, &out.t) {
+        match ix::gather(&s, &x.t, 1, &idx.t, &out.m) {
             Err(e) => r.error(format!("gather {it:?}"), e),
             Ok(()) => {
                 let want: Vec<f64> = (0..20)
@@ -576,7 +577,7 @@ fn out_of_range_indices_are_skipped() {
         // scatter_add with the same indices: skipped items add nothing.
         let target = upload(&s, &rand_vec(&mut rng, 24, I32), &xd, &xs, I32);
         let values = upload(&s, &rand_vec(&mut rng, 20, I32), &[4, 5], &packed(&[4, 5]), I32);
-        match ix::scatter_add(&s, &target.t, 1, &idx.t, &values.t) {
+        match ix::scatter_add(&s, &target.m, 1, &idx.t, &values.t) {
             Err(e) => r.error(format!("scatter_add {it:?}"), e),
             Ok(()) => {
                 let mut want = target.values.clone();
@@ -598,7 +599,7 @@ fn out_of_range_indices_are_skipped() {
             other: packed(&[7, 6]),
         };
         let out = poisoned(&s, &[7, 6], &packed(&[7, 6]), I32);
-        match ix::index_select(&s, &x.t, 0, &vidx.t, &out.t) {
+        match ix::index_select(&s, &x.t, 0, &vidx.t, &out.m) {
             Err(e) => r.error(format!("index_select {it:?}"), e),
             Ok(()) => {
                 let want: Vec<f64> = (0..42)
@@ -609,7 +610,7 @@ fn out_of_range_indices_are_skipped() {
         }
         let target = upload(&s, &rand_vec(&mut rng, 24, I32), &xd, &xs, I32);
         let values = upload(&s, &rand_vec(&mut rng, 42, I32), &[7, 6], &packed(&[7, 6]), I32);
-        match ix::index_add(&s, &target.t, 0, &vidx.t, &values.t) {
+        match ix::index_add(&s, &target.m, 0, &vidx.t, &values.t) {
             Err(e) => r.error(format!("index_add {it:?}"), e),
             Ok(()) => {
                 let mut want = target.values.clone();
@@ -644,7 +645,7 @@ fn half_atomics_share_words_correctly() {
             let vals: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
             let values = upload(&s, &vals, &[n as i64], &[1], dtype);
             let name = format!("{dtype:?} idx {it:?}");
-            match ix::scatter_add(&s, &target.t, 0, &idx.t, &values.t) {
+            match ix::scatter_add(&s, &target.m, 0, &idx.t, &values.t) {
                 Err(e) => r.error(name, e),
                 Ok(()) => {
                     let mut want = vec![0.0; 8];
@@ -862,7 +863,7 @@ fn run_gather_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64) {
                 let idx = upload(s, &idx_vals, &case.idx.0, &case.idx.1, it);
                 let out = poisoned(s, &odims, &case.other, dtype);
                 let name = format!("{dtype:?} idx {it:?} {case:?}");
-                if let Err(e) = ix::gather_nd(s, &x.t, &idx.t, &out.t) {
+                if let Err(e) = ix::gather_nd(s, &x.t, &idx.t, &out.m) {
                     r.error(name, e);
                     continue;
                 }
@@ -901,7 +902,7 @@ fn run_scatter_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, op:
                 let idx = upload(s, &rand_tuples(rng, case, dups), &case.idx.0, &case.idx.1, it);
                 let values = upload(s, &nd_values(rng, numel(&vdims), dtype, op), &vdims, &case.other, dtype);
                 let name = format!("{op:?} {dtype:?} idx {it:?} dups {dups} {case:?}");
-                if let Err(e) = ix::scatter_nd(s, &target.t, &idx.t, &values.t, op) {
+                if let Err(e) = ix::scatter_nd(s, &target.m, &idx.t, &values.t, op) {
                     r.error(name, e);
                     continue;
                 }
@@ -986,7 +987,7 @@ fn nd_out_of_range_tuples_are_skipped() {
         let idx = upload(&s, &idx_vals, &case.idx.0, &case.idx.1, it);
         let x = upload(&s, &rand_vec(&mut rng, 72, I32), &case.data.0, &case.data.1, I32);
         let out = poisoned(&s, &[12, 3], &case.other, I32);
-        match ix::gather_nd(&s, &x.t, &idx.t, &out.t) {
+        match ix::gather_nd(&s, &x.t, &idx.t, &out.m) {
             Err(e) => r.error(format!("gather_nd {it:?}"), e),
             Ok(()) => {
                 let want: Vec<f64> = (0..36)
@@ -1000,7 +1001,7 @@ fn nd_out_of_range_tuples_are_skipped() {
             let target = upload(&s, &rand_vec(&mut rng, 72, I32), &case.data.0, &case.data.1, I32);
             let values = upload(&s, &nd_values(&mut rng, 36, I32, op), &[12, 3], &case.other, I32);
             let name = format!("scatter_nd {op:?} {it:?}");
-            match ix::scatter_nd(&s, &target.t, &idx.t, &values.t, op) {
+            match ix::scatter_nd(&s, &target.m, &idx.t, &values.t, op) {
                 Err(e) => r.error(name, e),
                 Ok(()) => {
                     let got = download(&s, &target);
@@ -1064,7 +1065,7 @@ fn nd_narrow_atomics_share_words_correctly() {
                 .collect();
             let values = upload(&s, &vals, &[n as i64], &[1], dtype);
             let name = format!("{op:?} {dtype:?}");
-            match ix::scatter_nd(&s, &target.t, &idx.t, &values.t, op) {
+            match ix::scatter_nd(&s, &target.m, &idx.t, &values.t, op) {
                 Err(e) => r.error(name, e),
                 Ok(()) => {
                     let mut want = target.values.clone();

@@ -9,13 +9,14 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::linalg as la;
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
-use integration_tests::{download, poisoned, round_to, upload};
+use integration_tests::views_of;
+use integration_tests::{download, poisoned, round_to, upload, DevTensor};
 
 use DataType::*;
 
@@ -34,7 +35,7 @@ fn numel(dims: &[i64]) -> usize {
 }
 
 fn packed(dims: &[i64]) -> Vec<i64> {
-    TensorRef::contiguous(dims, F32, 0).strides
+    row_major_strides(dims)
 }
 
 /// Packed strides with a gap of one element between neighbours (every stride doubled).
@@ -57,8 +58,9 @@ fn coords(mut i: usize, dims: &[i64]) -> Vec<usize> {
 // Integer and int8 buffers (values carried as i64)
 
 struct IntDev {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
 }
 
 fn encode_int(dtype: DataType, v: &[i64]) -> Vec<u8> {
@@ -86,33 +88,27 @@ fn upload_int(s: &Arc<CudaStream>, values: &[i64], dims: &[i64], st: &[i64], dty
     let mut host = vec![0x5A5A_5A5Ai64; len];
     scatter_to_strided(values, &us(dims), &us(st), &mut host);
     let buf = s.clone_htod(&encode_int(dtype, &host)).expect("upload");
-    let ptr = buf.device_ptr(s).0;
-    IntDev {
-        buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(s, &buf, 0, dims, st, dtype) };
+    IntDev { t, m, buf }
 }
 
 fn poisoned_int(s: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType) -> IntDev {
     let len = strided_len(&us(dims), &us(st)).max(1);
     let buf = s.clone_htod(&vec![0xA5u8; len * dtype.size()]).expect("alloc");
-    let ptr = buf.device_ptr(s).0;
-    IntDev {
-        buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(s, &buf, 0, dims, st, dtype) };
+    IntDev { t, m, buf }
 }
 
 fn download_int(s: &Arc<CudaStream>, d: &IntDev) -> Vec<i64> {
     let bytes = s.clone_dtoh(&d.buf).expect("download");
-    gather_from_strided(&decode_int(d.t.dtype, &bytes), &us(&d.t.dims), &us(&d.t.strides))
+    gather_from_strided(&decode_int(d.t.dtype(), &bytes), &us(d.t.dims()), &us(d.t.strides()))
 }
 
 /// A packed F32 buffer poisoned with NaN, read back as raw f32.
-fn poisoned_f32(s: &Arc<CudaStream>, n: usize) -> (CudaSlice<u8>, TensorRef) {
-    let buf = s.clone_htod(&vec![0xFFu8; n.max(1) * 4]).expect("alloc");
-    let ptr = buf.device_ptr(s).0;
-    (buf, TensorRef::contiguous(&[n as i64], F32, ptr))
+fn poisoned_f32(s: &Arc<CudaStream>, n: usize) -> DevTensor {
+    poisoned(s, &[n as i64], &[1], F32)
 }
 
 fn download_f32(s: &Arc<CudaStream>, buf: &CudaSlice<u8>, n: usize) -> Vec<f32> {
@@ -281,7 +277,7 @@ fn int_matmul_exact_with_broadcast_transpose_and_wrap() {
                 let b = upload_int(&s, &bv, bd, &sb, dtype);
                 let c = poisoned_int(&s, cd, &sc, dtype);
                 let case = format!("{dtype:?} {ad:?}x{bd:?} {layout} wide={wide}");
-                if let Err(e) = la::int_matmul(&s, &a.t, &b.t, &c.t) {
+                if let Err(e) = la::int_matmul(&s, &a.t, &b.t, &c.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -402,12 +398,12 @@ fn float_matmul_exact_with_broadcast_and_strides() {
                 if expanded {
                     let mut st = sa.clone();
                     st[..ad.len() - 2].fill(0);
-                    a.t = TensorRef::new(ad, &st, dtype, a.t.ptr);
+                    a.t = a.t.reshaped(ad, &st).expect("broadcast view");
                 }
                 let b = upload(&s, &bv, bd, &sb, dtype);
                 let c = poisoned(&s, cd, &sc, dtype);
                 let case = format!("{dtype:?} {ad:?}x{bd:?} {layout}");
-                if let Err(e) = la::matmul(&s, &a.t, &b.t, &c.t) {
+                if let Err(e) = la::matmul(&s, &a.t, &b.t, &c.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -472,7 +468,7 @@ fn cross3_every_float_dtype() {
                 let so = if gap { gapped(od) } else { packed(od) };
                 let out = poisoned(&s, od, &so, dtype);
                 let case = format!("{dtype:?} {ad:?}x{bd:?}->{od:?} axis {axis} gap={gap}");
-                if let Err(e) = la::cross3(&s, &a.t, &b.t, axis, &out.t) {
+                if let Err(e) = la::cross3(&s, &a.t, &b.t, axis, &out.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -557,16 +553,16 @@ fn quantize_dequantize_symmetric_i8() {
             }
             let x = upload(&s, &v, dims, &packed(dims), dtype);
             let nb = n / blk;
-            let (sbuf, scales) = poisoned_f32(&s, nb);
+            let scales = poisoned_f32(&s, nb);
             let q = poisoned_int(&s, dims, &packed(dims), I8);
             let case = format!("{dtype:?} {dims:?} block {block:?}");
-            if let Err(e) = la::quantize_symmetric_i8(&s, &x.t, block, &scales, &q.t) {
+            if let Err(e) = la::quantize_symmetric_i8(&s, &x.t, block, &scales.m, &q.m) {
                 rq.error(case, e);
                 continue;
             }
             let xf: Vec<f32> = x.values.iter().map(|&v| v as f32).collect();
             let (want_s, want_q) = cpu_quantize(&xf, blk);
-            let got_s = download_f32(&s, &sbuf, nb);
+            let got_s = download_f32(&s, &scales.buf, nb);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             rq.exact(format!("{case} scales"), &bits(&got_s), &bits(&want_s));
             let got_q = download_int(&s, &q);
@@ -574,7 +570,7 @@ fn quantize_dequantize_symmetric_i8() {
             for out_dt in FLOATS {
                 let out = poisoned(&s, dims, &packed(dims), out_dt);
                 let case = format!("{case} -> {out_dt:?}");
-                if let Err(e) = la::dequantize_symmetric_i8(&s, &q.t, block, &scales, &out.t) {
+                if let Err(e) = la::dequantize_symmetric_i8(&s, &q.t, block, &scales.t, &out.m) {
                     rd.error(case, e);
                     continue;
                 }
@@ -610,17 +606,17 @@ fn argument_errors_before_any_launch() {
     let s = stream();
     let mut r = Report::new("errors");
     let x = upload(&s, &[1.0; 8], &[2, 4], &[1, 2], F32);
-    let (_sb, scales) = poisoned_f32(&s, 1);
+    let scales = poisoned_f32(&s, 1);
     let q = poisoned_int(&s, &[2, 4], &packed(&[2, 4]), I8);
     r.runs += 1;
-    match la::quantize_symmetric_i8(&s, &x.t, None, &scales, &q.t) {
+    match la::quantize_symmetric_i8(&s, &x.t, None, &scales.m, &q.m) {
         Err(cudnn_backend::Error::InvalidArgument { arg: "x", .. }) => {}
         other => r.failures.push(format!("transposed x: {other:?}")),
     }
     let a = upload_int(&s, &[1; 6], &[2, 3], &packed(&[2, 3]), I64);
     let c = poisoned_int(&s, &[2, 2], &packed(&[2, 2]), I64);
     r.runs += 1;
-    match la::int_matmul(&s, &a.t, &a.t, &c.t) {
+    match la::int_matmul(&s, &a.t, &a.t, &c.m) {
         Err(cudnn_backend::Error::InvalidArgument { arg: "b", .. }) => {}
         other => r.failures.push(format!("K mismatch: {other:?}")),
     }

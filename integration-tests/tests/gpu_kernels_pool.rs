@@ -7,12 +7,13 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::pool::{self as pl, Pool2d};
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, rel_l2_error, strided_len, SplitMix64};
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
+use integration_tests::views_of;
 use integration_tests::{download, poisoned, upload};
 
 use DataType::*;
@@ -39,19 +40,18 @@ fn us(v: &[i64]) -> Vec<usize> {
 // I64 index buffers
 
 struct DevIdx {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
 }
 
 /// An I64 output poisoned with -1 (every byte 0xFF).
 fn poisoned_idx(s: &Arc<CudaStream>, dims: &[i64], st: &[i64]) -> DevIdx {
     let len = strided_len(&us(dims), &us(st)).max(1);
     let buf = s.clone_htod(&vec![0xFFu8; len * 8]).expect("alloc");
-    let ptr = buf.device_ptr(s).0;
-    DevIdx {
-        buf,
-        t: TensorRef::new(dims, st, I64, ptr),
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(s, &buf, 0, dims, st, I64) };
+    DevIdx { t, m, buf }
 }
 
 fn download_idx(s: &Arc<CudaStream>, d: &DevIdx) -> Vec<f64> {
@@ -60,7 +60,7 @@ fn download_idx(s: &Arc<CudaStream>, d: &DevIdx) -> Vec<f64> {
         .chunks_exact(8)
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
         .collect();
-    gather_from_strided(&all, &us(&d.t.dims), &us(&d.t.strides))
+    gather_from_strided(&all, &us(d.t.dims()), &us(d.t.strides()))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -444,7 +444,7 @@ fn max_pool_values_and_indices() {
                 let x = upload(&s, &distinct(&mut rng, &xd), &xd, &strides(lx, &xd), dtype);
                 let out = poisoned(&s, &od, &strides(lo, &od), dtype);
                 let idx = poisoned_idx(&s, &od, &strides(lo, &od));
-                if let Err(e) = pl::max_pool2d_with_indices(&s, &x.t, &p, &out.t, &idx.t) {
+                if let Err(e) = pl::max_pool2d_with_indices(&s, &x.t, &p, &out.m, &idx.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -477,7 +477,7 @@ fn max_pool_ties_pick_the_first_max_and_nan_wins() {
                 let x = upload(&s, &v, &xd, &strides(lx, &xd), dtype);
                 let out = poisoned(&s, &od, &strides(lo, &od), dtype);
                 let idx = poisoned_idx(&s, &od, &strides(lo, &od));
-                if let Err(e) = pl::max_pool2d_with_indices(&s, &x.t, &p, &out.t, &idx.t) {
+                if let Err(e) = pl::max_pool2d_with_indices(&s, &x.t, &p, &out.m, &idx.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -506,8 +506,8 @@ fn max_pool_backward_scatters_by_indices() {
                 let idx = poisoned_idx(&s, &od, &packed_like(&od));
                 let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
                 let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
-                let run = pl::max_pool2d_with_indices(&s, &x.t, &p, &out.t, &idx.t)
-                    .and_then(|_| pl::max_pool2d_backward(&s, &idx.t, &dy.t, &dx.t));
+                let run = pl::max_pool2d_with_indices(&s, &x.t, &p, &out.m, &idx.m)
+                    .and_then(|_| pl::max_pool2d_backward(&s, &idx.t, &dy.t, &dx.m));
                 if let Err(e) = run {
                     r.error(case, e);
                     continue;
@@ -524,7 +524,7 @@ fn max_pool_backward_scatters_by_indices() {
 }
 
 fn packed_like(d: &[i64]) -> Vec<i64> {
-    TensorRef::contiguous(d, F32, 0).strides
+    row_major_strides(d)
 }
 
 #[test]
@@ -542,7 +542,7 @@ fn avg_pool_forward_and_backward() {
                     let case = format!("{dtype:?} x {xd:?} {lx:?} out {lo:?} cip={cip} {p:?}");
                     let x = upload(&s, &random(&mut rng, &dims_of(&xd)), &xd, &strides(lx, &xd), dtype);
                     let out = poisoned(&s, &od, &strides(lo, &od), dtype);
-                    match pl::avg_pool2d(&s, &x.t, &p, cip, &out.t) {
+                    match pl::avg_pool2d(&s, &x.t, &p, cip, &out.m) {
                         Ok(()) => fwd.close(
                             case.clone(),
                             dtype,
@@ -553,7 +553,7 @@ fn avg_pool_forward_and_backward() {
                     }
                     let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
                     let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
-                    match pl::avg_pool2d_backward(&s, &dy.t, &p, cip, &dx.t) {
+                    match pl::avg_pool2d_backward(&s, &dy.t, &p, cip, &dx.m) {
                         Ok(()) => bwd.close(case, dtype, &download(&s, &dx), &avg_bwd_ref(&dy.values, &xd, &p, cip)),
                         Err(e) => bwd.error(case, e),
                     }
@@ -588,7 +588,7 @@ fn adaptive_avg_pool_forward_and_backward() {
                 let case = format!("{dtype:?} x {xd:?} {lx:?} -> {od:?} {lo:?}");
                 let x = upload(&s, &random(&mut rng, &xd), &xd, &strides(lx, &xd), dtype);
                 let out = poisoned(&s, &od, &strides(lo, &od), dtype);
-                match pl::adaptive_avg_pool2d(&s, &x.t, &out.t) {
+                match pl::adaptive_avg_pool2d(&s, &x.t, &out.m) {
                     Ok(()) => fwd.close(
                         case.clone(),
                         dtype,
@@ -599,7 +599,7 @@ fn adaptive_avg_pool_forward_and_backward() {
                 }
                 let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
                 let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
-                match pl::adaptive_avg_pool2d_backward(&s, &dy.t, &dx.t) {
+                match pl::adaptive_avg_pool2d_backward(&s, &dy.t, &dx.m) {
                     Ok(()) => bwd.close(case, dtype, &download(&s, &dx), &adaptive_bwd_ref(&dy.values, &xd, &od)),
                     Err(e) => bwd.error(case, e),
                 }

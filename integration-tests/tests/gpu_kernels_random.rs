@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::random::{self as rnd, Philox};
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::rel_l2_error;
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
 use half::{bf16, f16};
+use integration_tests::views_of;
 
 use DataType::*;
 
@@ -31,8 +32,9 @@ fn stream() -> Arc<CudaStream> {
 // Outputs read back as raw bit patterns
 
 struct Out {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
     /// Element offset of every logical (row-major) index.
     offsets: Vec<usize>,
     /// Buffer length in elements.
@@ -59,10 +61,12 @@ fn alloc(stream: &Arc<CudaStream>, dims: &[i64], strides: &[i64], dtype: DataTyp
     let offsets = offsets(dims, strides);
     let len = offsets.iter().max().map_or(1, |&m| m + 1);
     let buf = stream.clone_htod(&vec![POISON; len * dtype.size()]).expect("alloc");
-    let ptr = buf.device_ptr(stream).0;
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, strides, dtype) };
     Out {
+        t,
+        m,
         buf,
-        t: TensorRef::new(dims, strides, dtype, ptr),
         offsets,
         len,
     }
@@ -72,7 +76,7 @@ fn alloc(stream: &Arc<CudaStream>, dims: &[i64], strides: &[i64], dtype: DataTyp
 /// still poison.
 fn read_bits(stream: &Arc<CudaStream>, o: &Out) -> (Vec<u64>, bool) {
     let bytes = stream.clone_dtoh(&o.buf).expect("download");
-    let s = o.t.dtype.size();
+    let s = o.t.dtype().size();
     let bits = |e: usize| {
         let mut v = [0u8; 8];
         v[..s].copy_from_slice(&bytes[e * s..(e + 1) * s]);
@@ -273,7 +277,7 @@ fn uniform_int_ref(dtype: DataType, g: Philox, n: usize, low: i64, high: i64) ->
 // Layouts
 
 fn packed(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
-    (dims.to_vec(), TensorRef::contiguous(dims, F32, 0).strides)
+    (dims.to_vec(), row_major_strides(dims))
 }
 
 /// `dims` stored with the dim order reversed (a full transpose).
@@ -410,7 +414,7 @@ fn uniform_matches_cpu_philox_bit_for_bit() {
                 let mut g = start;
                 let out = alloc(&s, dims, st, dtype);
                 let case = format!("uniform {dtype:?} [{low}, {high}) {dims:?}/{st:?} {start:?}");
-                if let Err(e) = rnd::uniform(&s, &mut g, low, high, &out.t) {
+                if let Err(e) = rnd::uniform(&s, &mut g, low, high, &out.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -444,7 +448,7 @@ fn bernoulli_and_uniform_int_match_cpu_bit_for_bit() {
                 let mut g = start;
                 let out = alloc(&s, dims, st, dtype);
                 let case = format!("bernoulli {dtype:?} p={p} {dims:?}/{st:?}");
-                match rnd::bernoulli(&s, &mut g, p, &out.t) {
+                match rnd::bernoulli(&s, &mut g, p, &out.m) {
                     Ok(()) => r.exact(case, &read_bits(&s, &out), &bernoulli_ref(dtype, start, n, p)),
                     Err(e) => r.error(case, e),
                 }
@@ -474,7 +478,7 @@ fn bernoulli_and_uniform_int_match_cpu_bit_for_bit() {
                 let mut g = start;
                 let out = alloc(&s, dims, st, dtype);
                 let case = format!("uniform_int {dtype:?} [{low}, {high}) {dims:?}/{st:?}");
-                match rnd::uniform_int(&s, &mut g, low, high, &out.t) {
+                match rnd::uniform_int(&s, &mut g, low, high, &out.m) {
                     Ok(()) => r.exact(case, &read_bits(&s, &out), &uniform_int_ref(dtype, start, n, low, high)),
                     Err(e) => r.error(case, e),
                 }
@@ -501,7 +505,7 @@ fn normal_matches_cpu_box_muller() {
                 let mut g = start;
                 let out = alloc(&s, &dims, &st, dtype);
                 let case = format!("normal {dtype:?} mean={mean} std={std} {dims:?}/{st:?}");
-                if let Err(e) = rnd::normal(&s, &mut g, mean, std, &out.t) {
+                if let Err(e) = rnd::normal(&s, &mut g, mean, std, &out.m) {
                     r.error(case, e);
                     continue;
                 }
@@ -541,10 +545,10 @@ fn same_position_repeats_and_other_positions_differ() {
     let draw = |g: &mut Philox, dtype: DataType, which: usize| -> (Vec<u64>, bool) {
         let out = alloc(&s, &dims, &st, dtype);
         match which {
-            0 => rnd::uniform(&s, g, -1.0, 1.0, &out.t),
-            1 => rnd::normal(&s, g, 0.0, 1.0, &out.t),
-            2 => rnd::bernoulli(&s, g, 0.5, &out.t),
-            _ => rnd::uniform_int(&s, g, 0, 1000, &out.t),
+            0 => rnd::uniform(&s, g, -1.0, 1.0, &out.m),
+            1 => rnd::normal(&s, g, 0.0, 1.0, &out.m),
+            2 => rnd::bernoulli(&s, g, 0.5, &out.m),
+            _ => rnd::uniform_int(&s, g, 0, 1000, &out.m),
         }
         .expect("launch");
         read_bits(&s, &out)
@@ -599,11 +603,11 @@ fn same_position_repeats_and_other_positions_differ() {
     // A packed and a transposed output of one shape hold the same logical values.
     let mut g = Philox::new(5);
     let packed_out = alloc(&s, &dims, &packed(&dims).1, F32);
-    rnd::uniform(&s, &mut g, 0.0, 1.0, &packed_out.t).expect("launch");
+    rnd::uniform(&s, &mut g, 0.0, 1.0, &packed_out.m).expect("launch");
     let mut g = Philox::new(5);
     let u = {
         let out = alloc(&s, &dims, &st, F32);
-        rnd::uniform(&s, &mut g, 0.0, 1.0, &out.t).expect("launch");
+        rnd::uniform(&s, &mut g, 0.0, 1.0, &out.m).expect("launch");
         read_bits(&s, &out)
     };
     r.check(
@@ -640,7 +644,7 @@ fn uniform_and_normal_statistics() {
         let (a, b) = (-2.0f64, 3.0f64);
         let out = alloc(&s, &dims, &st, dtype);
         let mut g = Philox::new(100 + k as u64);
-        rnd::uniform(&s, &mut g, a, b, &out.t).expect("uniform");
+        rnd::uniform(&s, &mut g, a, b, &out.m).expect("uniform");
         let v: Vec<f64> = read_bits(&s, &out).0.iter().map(|&x| value(dtype, x)).collect();
         let (m, var) = mean_var(&v);
         let w = b - a;
@@ -669,7 +673,7 @@ fn uniform_and_normal_statistics() {
         // Normal(1.5, 2): mean, std, ~68.27% within one std.
         let (mean, std) = (1.5f64, 2.0f64);
         let out = alloc(&s, &dims, &st, dtype);
-        rnd::normal(&s, &mut g, mean, std, &out.t).expect("normal");
+        rnd::normal(&s, &mut g, mean, std, &out.m).expect("normal");
         let v: Vec<f64> = read_bits(&s, &out).0.iter().map(|&x| value(dtype, x)).collect();
         let (m, var) = mean_var(&v);
         let sd = var.sqrt();
@@ -714,7 +718,7 @@ fn uniform_never_returns_high() {
             let out = alloc(&s, &dims, &st, dtype);
             let mut g = Philox::new(77);
             let case = format!("uniform {dtype:?} [{low}, {high})");
-            if let Err(e) = rnd::uniform(&s, &mut g, low, high, &out.t) {
+            if let Err(e) = rnd::uniform(&s, &mut g, low, high, &out.m) {
                 r.error(case, e);
                 continue;
             }
@@ -745,7 +749,7 @@ fn bernoulli_and_uniform_int_statistics() {
         for p in [0.3, 0.5, 0.99] {
             let out = alloc(&s, &dims, &st, dtype);
             let mut g = Philox::new(300 + k as u64);
-            rnd::bernoulli(&s, &mut g, p, &out.t).expect("bernoulli");
+            rnd::bernoulli(&s, &mut g, p, &out.m).expect("bernoulli");
             let v: Vec<f64> = read_bits(&s, &out).0.iter().map(|&x| value(dtype, x)).collect();
             let ones = v.iter().filter(|&&x| x == 1.0).count();
             let zeros = v.iter().filter(|&&x| x == 0.0).count();
@@ -766,7 +770,7 @@ fn bernoulli_and_uniform_int_statistics() {
         let (low, high) = if dtype == U8 { (250i64, 256i64) } else { (-3, 4) };
         let out = alloc(&s, &dims, &st, dtype);
         let mut g = Philox::new(400 + k as u64);
-        rnd::uniform_int(&s, &mut g, low, high, &out.t).expect("uniform_int");
+        rnd::uniform_int(&s, &mut g, low, high, &out.m).expect("uniform_int");
         let v: Vec<f64> = read_bits(&s, &out).0.iter().map(|&x| value(dtype, x)).collect();
         let kinds = (high - low) as usize;
         let mut counts = vec![0usize; kinds];
@@ -806,15 +810,15 @@ fn invalid_arguments_are_rejected_without_advancing() {
     let overlap = alloc(&s, &[4, 3], &[0, 1], F32);
     let mut g = Philox::new(1);
     let cases: Vec<(&str, cudnn_backend::Result<()>)> = vec![
-        ("uniform low == high", rnd::uniform(&s, &mut g, 1.0, 1.0, &out_f.t)),
-        ("uniform int dtype", rnd::uniform(&s, &mut g, 0.0, 1.0, &out_i.t)),
-        ("uniform overlap", rnd::uniform(&s, &mut g, 0.0, 1.0, &overlap.t)),
-        ("normal std < 0", rnd::normal(&s, &mut g, 0.0, -1.0, &out_f.t)),
-        ("bernoulli p > 1", rnd::bernoulli(&s, &mut g, 1.5, &out_i.t)),
-        ("uniform_int float dtype", rnd::uniform_int(&s, &mut g, 0, 3, &out_f.t)),
+        ("uniform low == high", rnd::uniform(&s, &mut g, 1.0, 1.0, &out_f.m)),
+        ("uniform int dtype", rnd::uniform(&s, &mut g, 0.0, 1.0, &out_i.m)),
+        ("uniform overlap", rnd::uniform(&s, &mut g, 0.0, 1.0, &overlap.m)),
+        ("normal std < 0", rnd::normal(&s, &mut g, 0.0, -1.0, &out_f.m)),
+        ("bernoulli p > 1", rnd::bernoulli(&s, &mut g, 1.5, &out_i.m)),
+        ("uniform_int float dtype", rnd::uniform_int(&s, &mut g, 0, 3, &out_f.m)),
         (
             "uniform_int high > max",
-            rnd::uniform_int(&s, &mut g, 0, 1 << 40, &out_i.t),
+            rnd::uniform_int(&s, &mut g, 0, 1 << 40, &out_i.m),
         ),
     ];
     for (name, res) in cases {
@@ -828,7 +832,7 @@ fn invalid_arguments_are_rejected_without_advancing() {
     let empty = alloc(&s, &[0, 3], &[3, 1], F32);
     r.check(
         "empty output".into(),
-        rnd::uniform(&s, &mut g, 0.0, 1.0, &empty.t).is_ok() && g == Philox::new(1),
+        rnd::uniform(&s, &mut g, 0.0, 1.0, &empty.m).is_ok() && g == Philox::new(1),
         "empty output failed or advanced".into(),
     );
     r.finish();

@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::reduce::{self, ArgOp, ReduceOp, ScanOp};
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
 use half::{bf16, f16};
+use integration_tests::views_of;
 use integration_tests::{round_to, Shard};
 
 const FLOATS: [DataType; 4] = [DataType::F32, DataType::F16, DataType::BF16, DataType::F64];
@@ -71,8 +72,9 @@ fn is_float(dt: DataType) -> bool {
 // ---- device buffers in any dtype ----------------------------------------------------------
 
 struct Dev {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
 }
 
 fn us(v: &[i64]) -> Vec<usize> {
@@ -138,29 +140,25 @@ fn upload(s: &Arc<CudaStream>, values: &[f64], dims: &[i64], strides: &[i64], dt
     let mut host = vec![fill; len];
     scatter_to_strided(values, &d, &st, &mut host);
     let buf = s.clone_htod(&encode(dt, &host)).expect("upload");
-    let ptr = buf.device_ptr(s).0;
-    Dev {
-        buf,
-        t: TensorRef::new(dims, strides, dt, ptr),
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(s, &buf, 0, dims, strides, dt) };
+    Dev { t, m, buf }
 }
 
 /// An output poisoned with 0xFF bytes (NaN, -1, 255, or an invalid bool).
 fn poisoned(s: &Arc<CudaStream>, dims: &[i64], strides: &[i64], dt: DataType) -> Dev {
     let len = strided_len(&us(dims), &us(strides)).max(1);
     let buf = s.clone_htod(&vec![0xFFu8; len * dt.size()]).expect("alloc");
-    let ptr = buf.device_ptr(s).0;
-    Dev {
-        buf,
-        t: TensorRef::new(dims, strides, dt, ptr),
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(s, &buf, 0, dims, strides, dt) };
+    Dev { t, m, buf }
 }
 
 /// Reads `d` back in logical row-major order (synchronizes).
 fn download(s: &Arc<CudaStream>, d: &Dev) -> (Vec<f64>, Vec<i64>) {
     let bytes = s.clone_dtoh(&d.buf).expect("download");
-    let (f, i) = decode(d.t.dtype, &bytes);
-    let (dims, st) = (us(&d.t.dims), us(&d.t.strides));
+    let (f, i) = decode(d.t.dtype(), &bytes);
+    let (dims, st) = (us(d.t.dims()), us(d.t.strides()));
     let g = |v: &[f64]| {
         if v.is_empty() {
             Vec::new()
@@ -179,7 +177,7 @@ fn download(s: &Arc<CudaStream>, d: &Dev) -> (Vec<f64>, Vec<i64>) {
 }
 
 fn contiguous(dims: &[i64]) -> Vec<i64> {
-    TensorRef::contiguous(dims, DataType::F32, 0).strides
+    row_major_strides(dims)
 }
 
 /// Column-major strides: every dim transposed relative to row-major.
@@ -631,7 +629,7 @@ fn reduce_matches_reference() {
                         dt
                     };
                     let out = poisoned(&s, &od, &output_strides(view, &od), odt);
-                    if let Err(e) = reduce::reduce(&s, op, &x.t, axis, &out.t) {
+                    if let Err(e) = reduce::reduce(&s, op, &x.t, axis, &out.m) {
                         report.fail(case, e.to_string());
                         continue;
                     }
@@ -671,7 +669,7 @@ fn reduce_all_matches_reference() {
                     };
                     let od = vec![1i64; dims.len()];
                     let out = poisoned(&s, &od, &contiguous(&od), odt);
-                    if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.t) {
+                    if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.m) {
                         report.fail(case, e.to_string());
                         continue;
                     }
@@ -700,7 +698,7 @@ fn reduce_all_matches_reference() {
                 dt
             };
             let out = poisoned(&s, &[1], &[1], odt);
-            if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.t) {
+            if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.m) {
                 report.fail(case, e.to_string());
                 continue;
             }
@@ -725,7 +723,7 @@ fn empty_axes_and_errors() {
     for (op, want) in [(ReduceOp::Sum, 0.0), (ReduceOp::Prod, 1.0), (ReduceOp::Mean, f64::NAN)] {
         let out = poisoned(&s, &[4, 1], &[1, 1], DataType::F32);
         let case = format!("{op:?} over an empty axis");
-        match reduce::reduce(&s, op, &x.t, 1, &out.t) {
+        match reduce::reduce(&s, op, &x.t, 1, &out.m) {
             Ok(()) => {
                 let got = download(&s, &out);
                 report.check(
@@ -744,7 +742,7 @@ fn empty_axes_and_errors() {
         let out = poisoned(&s, &[4, 1], &[1, 1], DataType::F32);
         report.cases += 1;
         if !matches!(
-            reduce::reduce(&s, op, &x.t, 1, &out.t),
+            reduce::reduce(&s, op, &x.t, 1, &out.m),
             Err(cudnn_backend::Error::InvalidArgument { .. })
         ) {
             report
@@ -754,7 +752,7 @@ fn empty_axes_and_errors() {
     }
     let out = poisoned(&s, &[4, 1], &[1, 1], DataType::I64);
     report.cases += 1;
-    if reduce::arg_reduce(&s, ArgOp::ArgMax, &x.t, 1, &out.t).is_ok() {
+    if reduce::arg_reduce(&s, ArgOp::ArgMax, &x.t, 1, &out.m).is_ok() {
         report
             .failures
             .push("ArgMax over an empty axis: expected an error".into());
@@ -763,7 +761,7 @@ fn empty_axes_and_errors() {
     let xe = upload(&s, &[], &[0, 5], &[5, 1], DataType::F32);
     let oe = poisoned(&s, &[0, 1], &[1, 1], DataType::F32);
     report.cases += 1;
-    if let Err(e) = reduce::reduce(&s, ReduceOp::Max, &xe.t, 1, &oe.t) {
+    if let Err(e) = reduce::reduce(&s, ReduceOp::Max, &xe.t, 1, &oe.m) {
         report.failures.push(format!("empty output: {e}"));
     }
     report.finish();
@@ -784,7 +782,7 @@ fn arg_reduce_matches_reference() {
                     let mut od = dims.clone();
                     od[axis] = 1;
                     let out = poisoned(&s, &od, &output_strides(view, &od), DataType::I64);
-                    if let Err(e) = reduce::arg_reduce(&s, op, &x.t, axis, &out.t) {
+                    if let Err(e) = reduce::arg_reduce(&s, op, &x.t, axis, &out.m) {
                         report.fail(case, e.to_string());
                         continue;
                     }
@@ -822,7 +820,7 @@ fn arg_reduce_matches_reference() {
                 let mut od = dims.clone();
                 od[axis] = 1;
                 let out = poisoned(&s, &od, &contiguous(&od), DataType::I64);
-                if let Err(e) = reduce::arg_reduce(&s, op, &x.t, axis, &out.t) {
+                if let Err(e) = reduce::arg_reduce(&s, op, &x.t, axis, &out.m) {
                     report.fail(case, e.to_string());
                     continue;
                 }
@@ -836,7 +834,7 @@ fn arg_reduce_matches_reference() {
                     ReduceOp::Min
                 };
                 let outv = poisoned(&s, &od, &contiguous(&od), dt);
-                if let Err(e) = reduce::reduce(&s, rop, &x.t, axis, &outv.t) {
+                if let Err(e) = reduce::reduce(&s, rop, &x.t, axis, &outv.m) {
                     report.fail(case, e.to_string());
                     continue;
                 }
@@ -860,7 +858,7 @@ fn arg_reduce_matches_reference() {
             let n = row.len() as i64;
             let x = upload(&s, row, &[1, n], &[n, 1], DataType::F32);
             let out = poisoned(&s, &[1, 1], &[1, 1], DataType::I64);
-            match reduce::arg_reduce(&s, op, &x.t, 1, &out.t) {
+            match reduce::arg_reduce(&s, op, &x.t, 1, &out.m) {
                 Ok(()) => {
                     let got = download(&s, &out);
                     report.check(case, DataType::I64, &[Want::I(want)], &got, true, 0.0);
@@ -917,7 +915,7 @@ fn scan_suite(name: &'static str, seed: u64, shapes: &[(Vec<i64>, usize)]) {
                     };
                     let (x, v) = input(&s, &mut rng, &dims, axis, view, dt, g);
                     let out = poisoned(&s, &dims, &output_strides(view, &dims), dt);
-                    if let Err(e) = reduce::scan(&s, op, &x.t, axis, &out.t) {
+                    if let Err(e) = reduce::scan(&s, op, &x.t, axis, &out.m) {
                         report.fail(case, e.to_string());
                         continue;
                     }
@@ -961,9 +959,9 @@ fn float_results_are_bitwise_reproducible() {
                 f(&out).ok()?;
                 s.clone_dtoh(&out.buf).ok()
             };
-            let sum = |o: &Dev| reduce::reduce(&s, ReduceOp::Sum, &x.t, *axis, &o.t);
-            let cum = |o: &Dev| reduce::scan(&s, ScanOp::CumSum, &x.t, *axis, &o.t);
-            let all = |o: &Dev| reduce::reduce_all(&s, ReduceOp::Sum, &x.t, &o.t);
+            let sum = |o: &Dev| reduce::reduce(&s, ReduceOp::Sum, &x.t, *axis, &o.m);
+            let cum = |o: &Dev| reduce::scan(&s, ScanOp::CumSum, &x.t, *axis, &o.m);
+            let all = |o: &Dev| reduce::reduce_all(&s, ReduceOp::Sum, &x.t, &o.m);
             let one = vec![1i64; dims.len()];
             type Launch<'a> = &'a dyn Fn(&Dev) -> cudnn_backend::Result<()>;
             let runs: [(&str, Launch, &Vec<i64>); 3] =
@@ -997,7 +995,7 @@ fn int_and_bool_values_are_exact_for_every_dtype() {
             let case = format!("Sum {dt:?} {dims:?} axis 1 {view:?}");
             let (x, v) = input(&s, &mut rng, &dims, 1, view, dt, Gen::Additive);
             let out = poisoned(&s, &[33, 1], &[1, 1], dt);
-            if let Err(e) = reduce::reduce(&s, ReduceOp::Sum, &x.t, 1, &out.t) {
+            if let Err(e) = reduce::reduce(&s, ReduceOp::Sum, &x.t, 1, &out.m) {
                 report.fail(case, e.to_string());
                 continue;
             }
@@ -1093,7 +1091,7 @@ fn big_reduce_case(
     od[axis] = 1;
     let odt = out_dtype(op, dt);
     let out = poisoned(s, &od, &output_strides(view, &od), odt);
-    if let Err(e) = reduce::reduce(s, op, &x.t, axis, &out.t) {
+    if let Err(e) = reduce::reduce(s, op, &x.t, axis, &out.m) {
         report.fail(case, e.to_string());
         return;
     }
@@ -1152,7 +1150,7 @@ fn split_rows_match_reference() {
             v[2 * 100_000 + 99_999] = f64::NAN; // row 2, last element
             let x = upload(&s, &v, &dims, &contiguous(&dims), dt);
             let out = poisoned(&s, &[4, 1], &[1, 1], dt);
-            if let Err(e) = reduce::reduce(&s, op, &x.t, 1, &out.t) {
+            if let Err(e) = reduce::reduce(&s, op, &x.t, 1, &out.m) {
                 report.fail(case, e.to_string());
                 continue;
             }
@@ -1199,7 +1197,7 @@ fn big_reduce_all_matches_reference() {
         let odt = out_dtype(op, dt);
         let od = vec![1i64; dims.len()];
         let out = poisoned(&s, &od, &contiguous(&od), odt);
-        if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.t) {
+        if let Err(e) = reduce::reduce_all(&s, op, &x.t, &out.m) {
             report.fail(case, e.to_string());
             continue;
         }
@@ -1274,8 +1272,8 @@ fn split_and_column_paths_are_bitwise_reproducible() {
         let run = || -> Option<Vec<u8>> {
             let out = poisoned(&s, &od, &contiguous(&od), dt);
             match axis {
-                Some(a) => reduce::reduce(&s, op, &x.t, a, &out.t).ok()?,
-                None => reduce::reduce_all(&s, op, &x.t, &out.t).ok()?,
+                Some(a) => reduce::reduce(&s, op, &x.t, a, &out.m).ok()?,
+                None => reduce::reduce_all(&s, op, &x.t, &out.m).ok()?,
             }
             s.clone_dtoh(&out.buf).ok()
         };

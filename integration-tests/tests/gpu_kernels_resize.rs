@@ -323,7 +323,7 @@ fn interpolate_forward_matches_burn_ndarray() {
                         let case = format!("{dtype:?} {mode:?} align={align} x {xd:?} {lx:?} -> {od:?} {lo:?}");
                         let x = upload(&s, &random(&mut rng, &xd), &xd, &strides(lx, &xd), dtype);
                         let out = poisoned(&s, &od, &strides(lo, &od), dtype);
-                        match rz::interpolate(&s, &x.t, mode, align, &out.t) {
+                        match rz::interpolate(&s, &x.t, mode, align, &out.m) {
                             Ok(()) => r.close(
                                 case,
                                 dtype,
@@ -358,8 +358,8 @@ fn interpolate_backward_is_the_adjoint() {
                         let y = poisoned(&s, &od, &strides(lo, &od), dtype);
                         let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
                         let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
-                        let run = rz::interpolate(&s, &x.t, mode, align, &y.t)
-                            .and_then(|()| rz::interpolate_backward(&s, &dy.t, mode, align, &dx.t));
+                        let run = rz::interpolate(&s, &x.t, mode, align, &y.m)
+                            .and_then(|()| rz::interpolate_backward(&s, &dy.t, mode, align, &dx.m));
                         if let Err(e) = run {
                             direct.error(case, e);
                             continue;
@@ -393,14 +393,14 @@ fn interpolate_backward_direct_case() {
         let od = [1i64, 1, 1, 4];
         let dy = upload(&s, &[1.0, 1.0, 1.0, 1.0], &od, &strides(Lay::Nchw, &od), dtype);
         let dx = poisoned(&s, &xd, &strides(Lay::Nchw, &xd), dtype);
-        match rz::interpolate_backward(&s, &dy.t, Bilinear, true, &dx.t) {
+        match rz::interpolate_backward(&s, &dy.t, Bilinear, true, &dx.m) {
             Ok(()) => r.close(format!("{dtype:?} bilinear"), dtype, &download(&s, &dx), &[2.0, 2.0]),
             Err(e) => r.error(format!("{dtype:?} bilinear"), e),
         }
         let od = [1i64, 1, 1, 3];
         let dy = upload(&s, &[1.0, 2.0, 4.0], &od, &strides(Lay::Nchw, &od), dtype);
         let dx = poisoned(&s, &xd, &strides(Lay::Nchw, &xd), dtype);
-        match rz::interpolate_backward(&s, &dy.t, Nearest, false, &dx.t) {
+        match rz::interpolate_backward(&s, &dy.t, Nearest, false, &dx.m) {
             Ok(()) => r.close(format!("{dtype:?} nearest"), dtype, &download(&s, &dx), &[3.0, 4.0]),
             Err(e) => r.error(format!("{dtype:?} nearest"), e),
         }
@@ -438,7 +438,7 @@ fn grid_sample_matches_burn_ndarray() {
                     };
                     let grid = upload(&s, &gv, &gd, &gs, dtype);
                     let out = poisoned(&s, &od, &strides(lo, &od), dtype);
-                    match rz::grid_sample_2d(&s, &x.t, &grid.t, align, &out.t) {
+                    match rz::grid_sample_2d(&s, &x.t, &grid.t, align, &out.m) {
                         Ok(()) => r.close(
                             case,
                             dtype,

@@ -7,13 +7,14 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::sort as so;
-use cudnn_backend::ops::TensorRef;
 use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
 use half::{bf16, f16};
+use integration_tests::views_of;
 use integration_tests::{round_to, Shard};
 
 use DataType::*;
@@ -63,8 +64,9 @@ fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
 }
 
 struct Dev {
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
     buf: CudaSlice<u8>,
-    t: TensorRef,
     /// Logical values (row-major, already converted to the dtype).
     values: Vec<f64>,
 }
@@ -82,12 +84,9 @@ fn upload(stream: &Arc<CudaStream>, values: &[f64], dims: &[i64], st: &[i64], dt
     let mut host = vec![if dtype.is_float() { f64::NAN } else { 77.0 }; len];
     scatter_to_strided(&values, &us(dims), &us(st), &mut host);
     let buf = stream.clone_htod(&encode(dtype, &host)).expect("upload");
-    let ptr = buf.device_ptr(stream).0;
-    Dev {
-        buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
-        values,
-    }
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, st, dtype) };
+    Dev { t, m, buf, values }
 }
 
 /// Byte an output is poisoned with: 0x7B for floats (a large finite value no input
@@ -106,17 +105,19 @@ fn poisoned(stream: &Arc<CudaStream>, dims: &[i64], st: &[i64], dtype: DataType)
     let buf = stream
         .clone_htod(&vec![poison_byte(dtype); len * dtype.size()])
         .expect("alloc");
-    let ptr = buf.device_ptr(stream).0;
+    // SAFETY: the views are fields of the struct that owns the buffer, dropped before it.
+    let (t, m) = unsafe { views_of(stream, &buf, 0, dims, st, dtype) };
     Dev {
+        t,
+        m,
         buf,
-        t: TensorRef::new(dims, st, dtype, ptr),
         values: Vec::new(),
     }
 }
 
 fn download(stream: &Arc<CudaStream>, d: &Dev) -> Vec<f64> {
     let bytes = stream.clone_dtoh(&d.buf).expect("download");
-    gather_from_strided(&decode(d.t.dtype, &bytes), &us(&d.t.dims), &us(&d.t.strides))
+    gather_from_strided(&decode(d.t.dtype(), &bytes), &us(d.t.dims()), &us(d.t.strides()))
 }
 
 fn numel(dims: &[i64]) -> usize {
@@ -127,7 +128,7 @@ fn numel(dims: &[i64]) -> usize {
 // Layouts
 
 fn packed(dims: &[i64]) -> Vec<i64> {
-    TensorRef::contiguous(dims, F32, 0).strides
+    row_major_strides(dims)
 }
 
 /// Strides of `dims` stored with the dim order reversed (a full transpose).
@@ -337,8 +338,8 @@ fn run(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, cases: &[Case]
                     &x.t,
                     case.axis,
                     descending,
-                    outputs.0.then_some(&v.t),
-                    outputs.1.then_some(&i.t),
+                    outputs.0.then_some(&v.m),
+                    outputs.1.then_some(&i.m),
                 );
                 if let Err(e) = res {
                     r.error(name, e);
@@ -430,7 +431,7 @@ fn many_rows_loop_over_the_grid() {
         let v = poisoned(&s, &case.dims, &case.values, dtype);
         let i = poisoned(&s, &case.dims, &case.indices, I64);
         let name = format!("{dtype:?} {:?}", case.dims);
-        if let Err(e) = so::sort(&s, &x.t, case.axis, false, Some(&v.t), Some(&i.t)) {
+        if let Err(e) = so::sort(&s, &x.t, case.axis, false, Some(&v.m), Some(&i.m)) {
             r.error(name, e);
             continue;
         }
@@ -534,7 +535,7 @@ fn long_rows_ties_and_presorted() {
                     let v = poisoned(&s, &dims, &[1], dtype);
                     let i = poisoned(&s, &dims, &[1], I64);
                     let name = format!("{what} {dtype:?} len {len} desc {descending}");
-                    if let Err(e) = so::sort(&s, &x.t, 0, descending, Some(&v.t), Some(&i.t)) {
+                    if let Err(e) = so::sort(&s, &x.t, 0, descending, Some(&v.m), Some(&i.m)) {
                         r.error(name, e);
                         continue;
                     }
@@ -575,7 +576,7 @@ fn many_long_rows() {
             let v = poisoned(&s, &case.dims, &case.values, dtype);
             let i = poisoned(&s, &case.dims, &case.indices, I64);
             let name = format!("{dtype:?} desc {descending} {:?}", case.dims);
-            if let Err(e) = so::sort(&s, &x.t, case.axis, descending, Some(&v.t), Some(&i.t)) {
+            if let Err(e) = so::sort(&s, &x.t, case.axis, descending, Some(&v.m), Some(&i.m)) {
                 r.error(name, e);
                 continue;
             }

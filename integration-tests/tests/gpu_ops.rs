@@ -8,6 +8,7 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
 use cudnn_backend::reference::{self as cpu, PoolGeometry, SplitMix64};
+use cudnn_backend::types::row_major_strides;
 use cudnn_backend::Device;
 use integration_tests::{bound, download, poisoned, random, strides, udims, upload, DevTensor, Layout};
 
@@ -217,18 +218,18 @@ fn run_conv(
             let mut reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
             if let ConvKind::BiasAct(act) = kind {
                 let b = random(s, rng, &[case.w[0]], &[1], dtype);
-                ops::conv_bias_act_forward(s, &x.t, &w.t, &b.t, &y.t, &case.p, act)?;
+                ops::conv_bias_act_forward(s, &x.t, &w.t, &b.t, &y.m, &case.p, act)?;
                 cpu::bias_activation(&mut reference, &udims(&y), 1, &b.values, ref_act(act));
                 return Ok((download(s, &y), reference));
             }
-            ops::conv_forward(s, &x.t, &w.t, &y.t, &case.p)?;
+            ops::conv_forward(s, &x.t, &w.t, &y.m, &case.p)?;
             Ok((download(s, &y), reference))
         }
         ConvKind::BackwardData => {
             let dy = random(s, rng, &yd, &ys, dtype);
             let w = random(s, rng, &case.w, &ws, dtype);
             let dx = poisoned(s, &case.x, &xs, dtype);
-            ops::conv_backward_data(s, &dy.t, &w.t, &dx.t, &case.p)?;
+            ops::conv_backward_data(s, &dy.t, &w.t, &dx.m, &case.p)?;
             let reference = cpu::conv_backward_data(&dy.values, &udims(&dy), &w.values, &udims(&w), &udims(&dx), &g);
             Ok((download(s, &dx), reference))
         }
@@ -236,7 +237,7 @@ fn run_conv(
             let x = random(s, rng, &case.x, &xs, dtype);
             let dy = random(s, rng, &yd, &ys, dtype);
             let dw = poisoned(s, &case.w, &ws, dtype);
-            ops::conv_backward_filter(s, &x.t, &dy.t, &dw.t, &case.p)?;
+            ops::conv_backward_filter(s, &x.t, &dy.t, &dw.m, &case.p)?;
             let reference = cpu::conv_backward_filter(&x.values, &udims(&x), &dy.values, &udims(&dy), &udims(&dw), &g);
             Ok((download(s, &dw), reference))
         }
@@ -373,7 +374,7 @@ fn fused_activations_of_large_pre_activations() {
             let b = upload(&s, &bv, &[8], &[1], dtype);
             let y = poisoned(&s, &yd, &pk(&yd), dtype);
             let label = format!("conv {dtype:?} {act:?}");
-            match ops::conv_bias_act_forward(&s, &x.t, &w.t, &b.t, &y.t, &p, act) {
+            match ops::conv_bias_act_forward(&s, &x.t, &w.t, &b.t, &y.m, &p, act) {
                 Ok(()) => {
                     let g = p.reference_geometry();
                     let mut want = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
@@ -390,7 +391,7 @@ fn fused_activations_of_large_pre_activations() {
             let bias = upload(&s, &biasv, &[n], &[1], dtype);
             let c = poisoned(&s, &[m, n], &[n, 1], dtype);
             let label = format!("matmul {dtype:?} {act:?}");
-            match ops::matmul_bias_act(&s, &a.t, &bm.t, Some(&bias.t), &c.t, act) {
+            match ops::matmul_bias_act(&s, &a.t, &bm.t, Some(&bias.t), &c.m, act) {
                 Ok(()) => {
                     let mut want = vec![0.0; (m * n) as usize];
                     for i in 0..m as usize {
@@ -500,7 +501,7 @@ fn matmul_suite(name: &'static str, with_bias: bool, seed: u64) {
                 let label = format!("{name} {dtype:?} ta={ta} tb={tb} #{i} a{ad:?} b{bd:?} {act:?}");
                 let (result, again) = if with_bias {
                     let bias = random(&s, &mut rng, &[n], &[1], dtype);
-                    let r = ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.t, act);
+                    let r = ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.m, act);
                     let cdu: Vec<usize> = cd.iter().map(|&d| d as usize).collect();
                     cpu::bias_activation(&mut reference, &cdu, cdu.len() - 1, &bias.values, ref_act(act));
                     // A new fused shape may run unfused while its plan builds in the background:
@@ -510,14 +511,14 @@ fn matmul_suite(name: &'static str, with_bias: bool, seed: u64) {
                         cudnn_backend::plan::wait_for_background_builds();
                         let c2 = poisoned(&s, &cd, &mat_strides(&cd, false), dtype);
                         (
-                            ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c2.t, act),
+                            ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c2.m, act),
                             Some(c2),
                         )
                     } else {
                         (r, None)
                     }
                 } else {
-                    (ops::matmul(&s, &a.t, &b.t, &c.t), None)
+                    (ops::matmul(&s, &a.t, &b.t, &c.m), None)
                 };
                 match result {
                     Ok(()) => report.check(label, dtype, &download(&s, again.as_ref().unwrap_or(&c)), &reference),
@@ -569,7 +570,7 @@ fn a_new_fused_matmul_builds_in_the_background_and_then_runs_fused() {
         |e: &&cudnn_backend::runtime::BuildEvent| e.label.contains("a[1, 48, 40]F16") && e.label.contains("bias");
     for call in ["first", "second"] {
         let c = poisoned(&s, &[m, n], &[n, 1], dtype);
-        match ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.t, Activation::Relu) {
+        match ops::matmul_bias_act(&s, &a.t, &b.t, Some(&bias.t), &c.m, Activation::Relu) {
             Ok(()) => report.check(format!("{call} call"), dtype, &download(&s, &c), &want),
             Err(e) => report.error(format!("{call} call"), e),
         }
@@ -599,10 +600,13 @@ fn shifted(
     dims: &[i64],
     dtype: DataType,
     shift: i64,
-) -> (DevTensor, TensorRef, Vec<f64>) {
+) -> (DevTensor, TensorRef<'static>, Vec<f64>) {
     let n: i64 = dims.iter().product();
     let flat = random(s, rng, &[n + 1], &[1], dtype);
-    let view = TensorRef::contiguous(dims, dtype, flat.t.ptr + (shift as u64) * dtype.size() as u64);
+    let view = flat
+        .t
+        .view(shift, dims, &row_major_strides(dims))
+        .expect("shifted view");
     let values = flat.values[shift as usize..(shift + n) as usize].to_vec();
     (flat, view, values)
 }
@@ -634,7 +638,10 @@ fn matmul_of_unaligned_views_matches_reference() {
                 let (_bias, bias, biasv) = shifted(&s, &mut rng, &[n], dtype, shift(2));
                 let numel: i64 = cd.iter().product();
                 let out = poisoned(&s, &[numel + 1], &[1], dtype);
-                let c = TensorRef::contiguous(&cd, dtype, out.t.ptr + (shift(3) as u64) * dtype.size() as u64);
+                let c = out
+                    .m
+                    .view_mut(shift(3), &cd, &row_major_strides(&cd))
+                    .expect("shifted view");
                 let label = format!("{dtype:?} a{ad:?} b{bd:?} shifted {mask:04b}");
                 let fused = mask & 4 != 0;
                 let result = if fused {
@@ -750,7 +757,7 @@ fn pool_suite(name: &'static str, backward: bool, seed: u64) {
                     random(&s, &mut rng, xd, &xs, dtype)
                 };
                 let y = poisoned(&s, &yd, &ys, dtype);
-                let fwd = ops::pool_forward(&s, &x.t, &y.t, p);
+                let fwd = ops::pool_forward(&s, &x.t, &y.m, p);
                 let outcome = fwd.and_then(|()| {
                     if !backward {
                         return Ok((download(&s, &y), cpu::pool_forward(&x.values, &udims(&x), &g)));
@@ -762,7 +769,7 @@ fn pool_suite(name: &'static str, backward: bool, seed: u64) {
                     } else {
                         (None, None)
                     };
-                    ops::pool_backward(&s, xa, ya, &dy.t, &dx.t, p)?;
+                    ops::pool_backward(&s, xa, ya, &dy.t, &dx.m, p)?;
                     Ok((
                         download(&s, &dx),
                         cpu::pool_backward(&x.values, &udims(&x), &dy.values, &g),
@@ -820,7 +827,7 @@ fn repeated_calls_track_new_input_data() {
             let fresh = random(&s, &mut rng, &xd, &xs, DataType::F16);
             s.memcpy_dtod(&fresh.buf, &mut x.buf).unwrap();
             x.values = fresh.values;
-            ops::conv_forward(&s, &x.t, &w.t, &y.t, &p).expect("conv");
+            ops::conv_forward(&s, &x.t, &w.t, &y.m, &p).expect("conv");
             let reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
             report.check(
                 format!("{label} call {i}"),
@@ -831,7 +838,7 @@ fn repeated_calls_track_new_input_data() {
         }
         // A new output buffer after the replay: the call must write there, not to the old one.
         let y2 = poisoned(&s, &yd, &ys, DataType::F16);
-        ops::conv_forward(&s, &x.t, &w.t, &y2.t, &p).expect("conv into a new buffer");
+        ops::conv_forward(&s, &x.t, &w.t, &y2.m, &p).expect("conv into a new buffer");
         let reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
         report.check(
             format!("{label} new output buffer"),
@@ -841,4 +848,69 @@ fn repeated_calls_track_new_input_data() {
         );
     }
     report.finish();
+}
+
+/// Views made with the safe constructors from cudarc slices: a conv and an elementwise
+/// kernel through them match the reference, and the checks that keep safe code inside its
+/// memory are errors before anything is enqueued: a view that outgrows its slice, a view
+/// made for another stream than the op's, and a part outside its view.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn safe_views_of_cudarc_slices() {
+    use cudnn_backend::kernels::elementwise as ew;
+    use cudnn_backend::ops::TensorMut;
+    use cudnn_backend::Error;
+
+    let dev = Device::new(0).expect("these tests need a CUDA GPU");
+    let s = dev.stream();
+    let mut report = Report::new("safe_views").tf32_matmul();
+    let mut rng = SplitMix64::new(59);
+    let (xd, wd) = ([2i64, 3, 6, 6], [4i64, 3, 3, 3]);
+    let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
+    let yd = p.output_dims(&xd, &wd).unwrap();
+    let numel = |d: &[i64]| d.iter().product::<i64>() as usize;
+    let xv: Vec<f64> = rng.fill(numel(&xd)).iter().map(|&v| v as f32 as f64).collect();
+    let wv: Vec<f64> = rng.fill(numel(&wd)).iter().map(|&v| v as f32 as f64).collect();
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let x = s.clone_htod(&f32s(&xv)).unwrap();
+    let w = s.clone_htod(&f32s(&wv)).unwrap();
+    let mut y = s.clone_htod(&vec![f32::NAN; numel(&yd)]).unwrap();
+    {
+        let xt = TensorRef::packed(&x, s, &xd).expect("x view");
+        let wt = TensorRef::packed(&w, s, &wd).expect("w view");
+        let yt = TensorMut::packed(&mut y, s, &yd).expect("y view");
+        ops::conv_forward(s, &xt, &wt, &yt, &p).expect("conv through safe views");
+    }
+    let got: Vec<f64> = s.clone_dtoh(&y).unwrap().into_iter().map(f64::from).collect();
+    let ud = |d: &[i64]| d.iter().map(|&v| v as usize).collect::<Vec<_>>();
+    let want = cpu::conv_forward(&xv, &ud(&xd), &wv, &ud(&wd), &p.reference_geometry());
+    report.check("conv".into(), DataType::F32, &got, &want);
+    // In place through one writable view: y = y * y.
+    {
+        let yt = TensorMut::packed(&mut y, s, &yd).expect("y view");
+        ew::binary(s, ew::BinaryOp::Mul, &yt, &yt, &yt).expect("in-place square");
+    }
+    let squared: Vec<f64> = s.clone_dtoh(&y).unwrap().into_iter().map(f64::from).collect();
+    let want_sq: Vec<f64> = got.iter().map(|&v| (v as f32 * v as f32) as f64).collect();
+    report.check("in-place square".into(), DataType::F32, &squared, &want_sq);
+    report.finish();
+
+    let invalid = |r: cudnn_backend::Result<()>, arg: &str| match r {
+        Err(Error::InvalidArgument { arg: a, .. }) if a == arg => {}
+        other => panic!("expected an argument error naming {arg}: {other:?}"),
+    };
+    // A view reaching one element past its slice.
+    let outgrown = TensorRef::packed(&x, s, &[2, 3, 6, 7]).map(|_| ());
+    invalid(outgrown, "slice");
+    // A view made for another stream than the op's (its synchronization is recorded there).
+    let other = dev.context().new_stream().expect("second stream");
+    let xt = TensorRef::packed(&x, &other, &xd).unwrap();
+    let wt = TensorRef::packed(&w, s, &wd).unwrap();
+    let yt = TensorMut::packed(&mut y, s, &yd).unwrap();
+    invalid(ops::conv_forward(s, &xt, &wt, &yt, &p), "x");
+    invalid(ew::unary(s, ew::UnaryOp::Neg, &xt, &yt), "x");
+    // A part outside its view.
+    let whole = TensorRef::packed(&w, s, &wd).unwrap();
+    assert!(whole.view(1, &[numel(&wd) as i64], &[1]).is_err());
+    assert!(whole.view(1, &[numel(&wd) as i64 - 1], &[1]).is_ok());
 }

@@ -46,7 +46,7 @@ fn two_thousand_threads_create_at_most_peak_live_handles() {
                     let s = dev.stream();
                     let y = poisoned(s, &xd, &strides(&xd, Layout::Nchw), DataType::F32);
                     let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
-                    ops::conv_forward(s, &x.t, &w.t, &y.t, &p).expect("conv");
+                    ops::conv_forward(s, &x.t, &w.t, &y.m, &p).expect("conv");
                     s.synchronize().expect("sync");
                     live.fetch_sub(1, Ordering::SeqCst);
                 })
@@ -84,13 +84,13 @@ fn workspaces_of_dropped_streams_are_released() {
     let dy = random(&keep, &mut rng, &xd, &strides(&xd, Layout::Nchw), DataType::F32);
     let dw = poisoned(&keep, &wd, &strides(&wd, Layout::Nchw), DataType::F32);
     let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
-    ops::conv_backward_filter(&keep, &x.t, &dy.t, &dw.t, &p).expect("conv");
+    ops::conv_backward_filter(&keep, &x.t, &dy.t, &dw.m, &p).expect("conv");
     keep.synchronize().unwrap();
     // All four stay alive until the end: a new stream drops the slots of dead ones.
     let streams: Vec<_> = (0..4).map(|_| dev.context().new_stream().unwrap()).collect();
     let mut held = 0;
     for s in &streams {
-        ops::conv_backward_filter(s, &x.t, &dy.t, &dw.t, &p).expect("conv");
+        ops::conv_backward_filter(s, &x.t, &dy.t, &dw.m, &p).expect("conv");
         s.synchronize().unwrap();
         held += workspace_bytes(s);
     }

@@ -8,9 +8,10 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{
     self, AdamOptions, AdamParam, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions,
-    RunningStats, TensorRef,
+    RunningStats, TensorMut, TensorRef,
 };
 use cudnn_backend::reference::{self as cpu, rel_l2_error, SplitMix64};
+use cudnn_backend::types::row_major_strides;
 use cudnn_backend::Device;
 use integration_tests::{bound, download, poisoned, round_to, strides, upload, DevTensor, Layout, Shard};
 
@@ -131,17 +132,17 @@ fn batch_norm_forward_and_backward_match_f64_reference() {
         let fwd = BatchNormForward {
             x: &x.t,
             residual: z.as_ref().map(|z| &z.t),
-            y: &y.t,
+            y: &y.m,
             scale: Some(&scale.t),
             bias: Some(&bias.t),
             running: Some(RunningStats {
                 mean: &rmean.t,
                 var: &rvar.t,
-                mean_out: &rmean_out.t,
-                var_out: &rvar_out.t,
+                mean_out: &rmean_out.m,
+                var_out: &rvar_out.m,
             }),
-            saved_mean: &mean.t,
-            saved_inv_std: &inv_std.t,
+            saved_mean: &mean.m,
+            saved_inv_std: &inv_std.m,
         };
         ops::batch_norm_train_forward(&s, &fwd, &o).unwrap_or_else(|e| panic!("{label}: {e}"));
         let udims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
@@ -191,13 +192,13 @@ fn batch_norm_forward_and_backward_match_f64_reference() {
             x: &x.t,
             y: relu.then_some(&yin.t),
             dy: &dy.t,
-            dx: Some(&dx.t),
-            d_residual: residual.then_some(&dz.t),
+            dx: Some(&dx.m),
+            d_residual: residual.then_some(&dz.m),
             scale: Some(&scale.t),
             saved_mean: &saved_mean.t,
             saved_inv_std: &saved_inv.t,
-            d_scale: Some(&dscale.t),
-            d_bias: Some(&dbias.t),
+            d_scale: Some(&dscale.m),
+            d_bias: Some(&dbias.m),
         };
         ops::batch_norm_backward(&s, &bwd).unwrap_or_else(|e| panic!("{label} backward: {e}"));
         let (rdx, rdz, rds, rdb) = cpu::batch_norm_backward(
@@ -221,7 +222,7 @@ fn batch_norm_forward_and_backward_match_f64_reference() {
         let inf = BatchNormInference {
             x: &x.t,
             residual: z.as_ref().map(|z| &z.t),
-            y: &yi.t,
+            y: &yi.m,
             scale: Some(&scale.t),
             bias: Some(&bias.t),
             mean: &rmean.t,
@@ -266,12 +267,12 @@ fn batch_norm_large_batch_statistics_are_accurate_and_deterministic() {
             let fwd = BatchNormForward {
                 x: &x.t,
                 residual: None,
-                y: &y.t,
+                y: &y.m,
                 scale: None,
                 bias: None,
                 running: None,
-                saved_mean: &mean.t,
-                saved_inv_std: &inv.t,
+                saved_mean: &mean.m,
+                saved_inv_std: &inv.m,
             };
             ops::batch_norm_train_forward(&s, &fwd, &BatchNormOptions::default()).expect("forward");
             outs.push((download(&s, &y), download(&s, &mean), download(&s, &inv)));
@@ -300,7 +301,7 @@ fn batch_norm_refuses_bad_input_with_typed_errors() {
     );
     let y1 = poisoned(&s, &[1, 3, 1, 1], &[3, 1, 1, 1], DataType::F32);
     let (m, i) = (poisoned1(&s, 3, DataType::F32), poisoned1(&s, 3, DataType::F32));
-    let run = |x: &TensorRef, y: &TensorRef| {
+    let run = |x: &TensorRef, y: &TensorMut| {
         ops::batch_norm_train_forward(
             &s,
             &BatchNormForward {
@@ -310,15 +311,17 @@ fn batch_norm_refuses_bad_input_with_typed_errors() {
                 scale: None,
                 bias: None,
                 running: None,
-                saved_mean: &m.t,
-                saved_inv_std: &i.t,
+                saved_mean: &m.m,
+                saved_inv_std: &i.m,
             },
             &BatchNormOptions::default(),
         )
     };
-    let e = run(&x1.t, &y1.t).expect_err("one value per channel");
+    let e = run(&x1.t, &y1.m).expect_err("one value per channel");
     assert!(e.to_string().contains("more than one"), "{e}");
-    let empty = TensorRef::contiguous(&[0, 3, 4, 4], DataType::F32, x1.t.ptr);
+    let empty =
+        x1.m.view_mut(0, &[0, 3, 4, 4], &row_major_strides(&[0, 3, 4, 4]))
+            .expect("empty view");
     let e = run(&empty, &empty).expect_err("empty batch");
     assert!(e.to_string().contains("more than one"), "{e}");
     let x2 = upload(
@@ -329,9 +332,9 @@ fn batch_norm_refuses_bad_input_with_typed_errors() {
         DataType::F32,
     );
     let y_other = poisoned(&s, &[2, 3, 2, 3], &[18, 6, 3, 1], DataType::F32);
-    assert!(run(&x2.t, &y_other.t).is_err(), "mismatched dims");
+    assert!(run(&x2.t, &y_other.m).is_err(), "mismatched dims");
     let y_half = poisoned(&s, &[2, 3, 2, 2], &[12, 4, 2, 1], DataType::F16);
-    assert!(run(&x2.t, &y_half.t).is_err(), "mismatched dtypes");
+    assert!(run(&x2.t, &y_half.m).is_err(), "mismatched dtypes");
     // Channels-last and sliced inputs are handled, not refused.
     let x_cl = upload(
         &s,
@@ -341,7 +344,7 @@ fn batch_norm_refuses_bad_input_with_typed_errors() {
         DataType::F32,
     );
     let y_cl = poisoned(&s, &[2, 3, 2, 2], &[12, 1, 6, 3], DataType::F32);
-    run(&x_cl.t, &y_cl.t).expect("channels-last");
+    run(&x_cl.t, &y_cl.m).expect("channels-last");
 }
 
 /// One tensor's f64 state for the Adam test.
@@ -431,10 +434,10 @@ fn adam_step_matches_f64_reference_over_steps() {
                     moment1: dev[k][1].as_ref().map(|t| &t.t),
                     moment2: dev[k][2].as_ref().map(|t| &t.t),
                     max_moment2: dev[k][3].as_ref().map(|t| &t.t),
-                    param_out: &outs[k][0].t,
-                    moment1_out: &outs[k][1].t,
-                    moment2_out: &outs[k][2].t,
-                    max_moment2_out: o.amsgrad.then_some(&outs[k][3].t),
+                    param_out: &outs[k][0].m,
+                    moment1_out: &outs[k][1].m,
+                    moment2_out: &outs[k][2].m,
+                    max_moment2_out: o.amsgrad.then_some(&outs[k][3].m),
                     step,
                 })
                 .collect();
@@ -513,7 +516,7 @@ fn batch_norm_inference_alone() {
     let inf = BatchNormInference {
         x: &x.t,
         residual: None,
-        y: &y.t,
+        y: &y.m,
         scale: Some(&scale.t),
         bias: Some(&bias.t),
         mean: &mean.t,
@@ -576,10 +579,10 @@ fn layer_and_rms_norm_training_match_f64_reference() {
             &x.t,
             Some(&w.t),
             bias.as_ref().map(|b| &b.t),
-            &y.t,
+            &y.m,
             1e-5,
-            mean.as_ref().map(|m| &m.t),
-            &inv.t,
+            mean.as_ref().map(|m| &m.m),
+            &inv.m,
         )
         .unwrap_or_else(|e| panic!("{label}: {e}"));
         let (ry, rm, ri) = cpu::norm(
@@ -619,9 +622,9 @@ fn layer_and_rms_norm_training_match_f64_reference() {
             scale: Some(&w.t),
             mean: (!rms).then_some(&sm.t),
             inv_std: &si.t,
-            dx: Some(&dx.t),
-            d_scale: Some(&dw.t),
-            d_bias: Some(&db.t),
+            dx: Some(&dx.m),
+            d_scale: Some(&dw.m),
+            d_bias: Some(&db.m),
         };
         ops::norm_backward(&s, mode, &args).unwrap_or_else(|e| panic!("{label} backward: {e}"));
         let (rdx, rdw, rdb) = cpu::norm_backward(&x.values, &dy.values, features as usize, &w.values, !rms, &rm, &ri);

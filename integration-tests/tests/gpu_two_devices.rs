@@ -69,7 +69,7 @@ fn conv_checked(s: &Arc<CudaStream>, x: &[f64], w: &[f64], label: &str) -> Vec<f
     let (xt, wt) = (up(x, &xd), up(w, &wd));
     let y = poisoned(s, &yd, &strides(&yd, Layout::Nchw), DataType::F32);
     let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
-    ops::conv_forward(s, &xt.t, &wt.t, &y.t, &p).unwrap_or_else(|e| panic!("{label}: {e}"));
+    ops::conv_forward(s, &xt.t, &wt.t, &y.m, &p).unwrap_or_else(|e| panic!("{label}: {e}"));
     let got = download(s, &y);
     let want = cpu::conv_forward(
         &xt.values,
@@ -112,7 +112,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         f32_on(&s1, &mut rng, &wd),
         f32_on(&s1, &mut rng, &[2, 16, 10, 10]),
     );
-    let fwd = |s, x: &DevTensor, w: &DevTensor, y: &DevTensor| ops::conv_forward(s, &x.t, &w.t, &y.t, &p);
+    let fwd = |s, x: &DevTensor, w: &DevTensor, y: &DevTensor| ops::conv_forward(s, &x.t, &w.t, &y.m, &p);
     expect(
         "conv_forward x on GPU 1",
         fwd(&s0, &x1, &w0, &y0),
@@ -137,9 +137,9 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         0,
         1,
     );
-    let r = ops::conv_backward_data(&s0, &y1.t, &w0.t, &x0.t, &p);
+    let r = ops::conv_backward_data(&s0, &y1.t, &w0.t, &x0.m, &p);
     expect("conv_backward_data dy on GPU 1", r, "conv_backward_data", "dy", 1, 0);
-    let r = ops::conv_backward_filter(&s1, &x1.t, &y1.t, &w0.t, &p);
+    let r = ops::conv_backward_filter(&s1, &x1.t, &y1.t, &w0.m, &p);
     expect(
         "conv_backward_filter dw on GPU 0",
         r,
@@ -149,7 +149,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         1,
     );
     let bias0 = f32_on(&s0, &mut rng, &[16]);
-    let r = ops::conv_bias_act_forward(&s1, &x1.t, &w1.t, &bias0.t, &y1.t, &p, ops::Activation::Relu);
+    let r = ops::conv_bias_act_forward(&s1, &x1.t, &w1.t, &bias0.t, &y1.m, &p, ops::Activation::Relu);
     expect(
         "conv_bias_act_forward bias on GPU 0",
         r,
@@ -167,14 +167,14 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
     );
     expect(
         "matmul b on GPU 1",
-        ops::matmul(&s0, &a0.t, &b1.t, &c0.t),
+        ops::matmul(&s0, &a0.t, &b1.t, &c0.m),
         "matmul",
         "b",
         1,
         0,
     );
     let (b0, bias1) = (f32_on(&s0, &mut rng, &[40, 17]), f32_on(&s1, &mut rng, &[17]));
-    let r = ops::matmul_bias_act(&s0, &a0.t, &b0.t, Some(&bias1.t), &c0.t, ops::Activation::Gelu);
+    let r = ops::matmul_bias_act(&s0, &a0.t, &b0.t, Some(&bias1.t), &c0.m, ops::Activation::Gelu);
     expect("matmul_bias_act bias on GPU 1", r, "matmul_bias_act", "bias", 1, 0);
 
     // Pooling, forward and backward.
@@ -182,7 +182,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
     let py1 = f32_on(&s1, &mut rng, &[2, 8, 5, 5]);
     expect(
         "pool_forward y on GPU 1",
-        ops::pool_forward(&s0, &x0.t, &py1.t, &pp),
+        ops::pool_forward(&s0, &x0.t, &py1.m, &pp),
         "pool_forward",
         "y",
         1,
@@ -192,7 +192,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         f32_on(&s0, &mut rng, &[2, 8, 5, 5]),
         f32_on(&s0, &mut rng, &[2, 8, 5, 5]),
     );
-    let r = ops::pool_backward(&s0, Some(&x0.t), Some(&py0.t), &pdy0.t, &x1.t, &pp);
+    let r = ops::pool_backward(&s0, Some(&x0.t), Some(&py0.t), &pdy0.t, &x1.m, &pp);
     expect("pool_backward dx on GPU 1", r, "pool_backward", "dx", 1, 0);
 
     // Layer norm with its statistics on the other GPU.
@@ -200,8 +200,8 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
     let (scale, shift) = (f32_on(&s0, &mut rng, &[64]), f32_on(&s0, &mut rng, &[64]));
     let (mean1, inv1) = (f32_on(&s1, &mut rng, &[6, 1]), f32_on(&s1, &mut rng, &[6, 1]));
     let stats = NormStats {
-        mean: &mean1.t,
-        inv_std: &inv1.t,
+        mean: &mean1.m,
+        inv_std: &inv1.m,
     };
     let r = ops::norm_forward(
         &s0,
@@ -209,7 +209,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         &nx.t,
         &scale.t,
         Some(&shift.t),
-        &ny.t,
+        &ny.m,
         1e-5,
         Some(stats),
     );
@@ -223,7 +223,7 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         half(&s1, &mut rng, &[1, 2, 16, 64]),
         half(&s1, &mut rng, &[1, 2, 16, 64]),
     );
-    let r = ops::sdpa_forward(&s1, &q1.t, &k0.t, &v1.t, None, false, &o1.t, 0.125, None);
+    let r = ops::sdpa_forward(&s1, &q1.t, &k0.t, &v1.t, None, false, &o1.m, 0.125, None);
     expect("sdpa k on GPU 0", r, "sdpa", "k", 0, 1);
 
     // A user-built graph with a binding on the other GPU.
@@ -239,9 +239,9 @@ fn two_gpus_engine_ops_refuse_operands_of_the_other_gpu() {
         .set_alignment(yi, 16);
     g.validate().expect("valid graph");
     let bindings = [
-        Binding::new(xi, x0.t.ptr),
-        Binding::new(wi, w0.t.ptr),
-        Binding::new(yi, y1.t.ptr),
+        Binding::input(xi, &x0.t),
+        Binding::input(wi, &w0.t),
+        Binding::output(yi, &y1.m),
     ];
     expect(
         "execute_graph y on GPU 1",

@@ -11,6 +11,7 @@ use cudnn_backend::graph::DataType::{self, BF16, F16, F32, F64, I8};
 use cudnn_backend::ops::{ConvParams, PoolMode, PoolParams, TensorRef};
 use cudnn_backend::plan::policy::{EnginePolicy, HeuristicMode};
 use cudnn_backend::runtime::{self, check_driver, Device};
+use cudnn_backend::types::{channels_last_strides, row_major_strides};
 use cudnn_backend::{CudnnStatus, Error, CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
 use integration_tests::panic_message;
 
@@ -229,44 +230,70 @@ fn report_never_panics_and_shows_each_component() {
 
 // ------------------------------------------------------------------ TensorRef helpers
 
+/// A view the tests only inspect (strides, alignment, extent): never passed to an op.
+fn described(dims: &[i64], strides: &[i64], dtype: DataType, ptr: u64) -> TensorRef<'static> {
+    // SAFETY: these views only describe tensors; no op reads or writes through them.
+    unsafe { TensorRef::from_raw(dims, strides, dtype, ptr) }
+}
+
 #[test]
 fn tensor_ref_contiguous_and_channels_last_strides() {
     for (case, t, strides) in [
-        ("NCHW", TensorRef::contiguous(&[2, 3, 4, 5], F32, 0), vec![60, 20, 5, 1]),
+        (
+            "NCHW",
+            described(&[2, 3, 4, 5], &row_major_strides(&[2, 3, 4, 5]), F32, 0),
+            vec![60, 20, 5, 1],
+        ),
         (
             "NHWC",
-            TensorRef::channels_last(&[2, 3, 4, 5], F32, 0),
+            described(&[2, 3, 4, 5], &channels_last_strides(&[2, 3, 4, 5]), F32, 0),
             vec![60, 1, 15, 3],
         ),
-        ("NCL", TensorRef::contiguous(&[2, 3, 5], F16, 0), vec![15, 5, 1]),
-        ("NLC", TensorRef::channels_last(&[2, 3, 5], F16, 0), vec![15, 1, 3]),
+        (
+            "NCL",
+            described(&[2, 3, 5], &row_major_strides(&[2, 3, 5]), F16, 0),
+            vec![15, 5, 1],
+        ),
+        (
+            "NLC",
+            described(&[2, 3, 5], &channels_last_strides(&[2, 3, 5]), F16, 0),
+            vec![15, 1, 3],
+        ),
         (
             "NCDHW",
-            TensorRef::contiguous(&[2, 3, 4, 5, 6], BF16, 0),
+            described(&[2, 3, 4, 5, 6], &row_major_strides(&[2, 3, 4, 5, 6]), BF16, 0),
             vec![360, 120, 30, 6, 1],
         ),
         (
             "NDHWC",
-            TensorRef::channels_last(&[2, 3, 4, 5, 6], BF16, 0),
+            described(&[2, 3, 4, 5, 6], &channels_last_strides(&[2, 3, 4, 5, 6]), BF16, 0),
             vec![360, 1, 90, 18, 3],
         ),
-        ("matrix", TensorRef::contiguous(&[4, 7], F64, 0), vec![7, 1]),
         (
-            "channels-last matrix",
-            TensorRef::channels_last(&[4, 7], F64, 0),
+            "matrix",
+            described(&[4, 7], &row_major_strides(&[4, 7]), F64, 0),
             vec![7, 1],
         ),
-        ("vector", TensorRef::channels_last(&[9], F32, 0), vec![1]),
-        ("unit dims", TensorRef::contiguous(&[1, 1, 1], F32, 0), vec![1, 1, 1]),
+        (
+            "channels-last matrix",
+            described(&[4, 7], &channels_last_strides(&[4, 7]), F64, 0),
+            vec![7, 1],
+        ),
+        ("vector", described(&[9], &channels_last_strides(&[9]), F32, 0), vec![1]),
+        (
+            "unit dims",
+            described(&[1, 1, 1], &row_major_strides(&[1, 1, 1]), F32, 0),
+            vec![1, 1, 1],
+        ),
     ] {
-        assert_eq!(t.strides, strides, "{case}");
-        assert_eq!(t.dims.len(), t.strides.len(), "{case}");
+        assert_eq!(t.strides(), strides, "{case}");
+        assert_eq!(t.dims().len(), t.strides().len(), "{case}");
     }
-    let t = TensorRef::channels_last(&[2, 3, 4, 5], F16, 0x1000);
-    assert_eq!((t.dtype, t.ptr), (F16, 0x1000), "dtype and pointer are kept");
-    let n = TensorRef::new(&[2, 3], &[1, 2], I8, 7);
+    let t = described(&[2, 3, 4, 5], &channels_last_strides(&[2, 3, 4, 5]), F16, 0x1000);
+    assert_eq!((t.dtype(), t.ptr()), (F16, 0x1000), "dtype and pointer are kept");
+    let n = described(&[2, 3], &[1, 2], I8, 7);
     assert_eq!(
-        (n.dims.as_slice(), n.strides.as_slice(), n.dtype, n.ptr),
+        (n.dims(), n.strides(), n.dtype(), n.ptr()),
         (&[2i64, 3][..], &[1i64, 2][..], I8, 7)
     );
 }
@@ -287,7 +314,7 @@ fn tensor_ref_alignment_of_pointers() {
         (0xffff_ffff_ffff_ffff, 1),
         (1 << 63, 16),
     ] {
-        let t = TensorRef::contiguous(&[4], F32, ptr);
+        let t = described(&[4], &row_major_strides(&[4]), F32, ptr);
         assert_eq!(t.alignment(), align, "alignment of {ptr:#x}");
     }
 }
@@ -295,26 +322,38 @@ fn tensor_ref_alignment_of_pointers() {
 #[test]
 fn tensor_ref_extent_numel_and_packing() {
     for (case, t, numel, extent, packed) in [
-        ("NCHW", TensorRef::contiguous(&[2, 3, 4, 5], F32, 0), 120, 120, true),
-        ("NHWC", TensorRef::channels_last(&[2, 3, 4, 5], F32, 0), 120, 120, true),
-        ("transposed", TensorRef::new(&[3, 4], &[1, 3], F32, 0), 12, 12, true),
         (
-            "row slice (gaps)",
-            TensorRef::new(&[2, 3], &[10, 1], F32, 0),
-            6,
-            13,
-            false,
+            "NCHW",
+            described(&[2, 3, 4, 5], &row_major_strides(&[2, 3, 4, 5]), F32, 0),
+            120,
+            120,
+            true,
         ),
         (
-            "broadcast stride 0",
-            TensorRef::new(&[4, 3], &[0, 1], F32, 0),
-            12,
-            3,
-            false,
+            "NHWC",
+            described(&[2, 3, 4, 5], &channels_last_strides(&[2, 3, 4, 5]), F32, 0),
+            120,
+            120,
+            true,
         ),
-        ("overlap", TensorRef::new(&[2, 2], &[1, 1], F32, 0), 4, 3, false),
-        ("scalar-like", TensorRef::contiguous(&[1, 1, 1, 1], F32, 0), 1, 1, true),
-        ("empty batch", TensorRef::contiguous(&[0, 3, 4, 5], F32, 0), 0, 0, true),
+        ("transposed", described(&[3, 4], &[1, 3], F32, 0), 12, 12, true),
+        ("row slice (gaps)", described(&[2, 3], &[10, 1], F32, 0), 6, 13, false),
+        ("broadcast stride 0", described(&[4, 3], &[0, 1], F32, 0), 12, 3, false),
+        ("overlap", described(&[2, 2], &[1, 1], F32, 0), 4, 3, false),
+        (
+            "scalar-like",
+            described(&[1, 1, 1, 1], &row_major_strides(&[1, 1, 1, 1]), F32, 0),
+            1,
+            1,
+            true,
+        ),
+        (
+            "empty batch",
+            described(&[0, 3, 4, 5], &row_major_strides(&[0, 3, 4, 5]), F32, 0),
+            0,
+            0,
+            true,
+        ),
     ] {
         assert_eq!(t.numel(), numel, "{case}: numel");
         assert_eq!(t.extent_elements(), extent, "{case}: extent_elements");
@@ -326,7 +365,7 @@ fn tensor_ref_extent_numel_and_packing() {
 #[test]
 fn tensor_ref_is_packed_rejects_overlap_balanced_by_gaps() {
     // Offsets a + b + 5c = {0, 1, 1, 2, 5, 6, 6, 7}: 1 and 6 twice, 3 and 4 never.
-    let t = TensorRef::new(&[2, 2, 2], &[1, 1, 5], F32, 0);
+    let t = described(&[2, 2, 2], &[1, 1, 5], F32, 0);
     assert_eq!((t.numel(), t.extent_elements()), (8, 8));
     assert!(!t.is_packed(), "a view with overlaps and gaps is not packed");
 }

@@ -14,7 +14,7 @@ use crate::view::ViewLayout;
 /// `dtype` filled with `value` (converted like a cast: ints truncate, bool is `!= 0`).
 pub(crate) fn full(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, value: f64, op: &str) -> CudnnTensor {
     let out = CudnnTensor::empty(device, dims, dtype, op);
-    expect(op, ew::fill(device.stream(), &out.tref(), value));
+    expect(op, ew::fill(device.stream(), &out.tmut(), value));
     out
 }
 
@@ -37,7 +37,7 @@ pub(crate) fn scalar_tensor(like: &CudnnTensor, dtype: DType, value: f64, op: &s
 /// Writes `src` (any strides, any dtype) into the view `dst`, converting the dtype.
 pub(crate) fn copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) {
     check_same_device(op, src, dst);
-    expect(op, ew::copy(src.stream(), &src.tref(), &dst.tref()));
+    expect(op, ew::copy(src.stream(), &src.tref(), &dst.tmut()));
 }
 
 /// A packed copy of `src` as `dtype`.
@@ -109,7 +109,7 @@ pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> CudnnTensor {
     } else {
         x.empty_like(x.dtype, name)
     };
-    expect(name, ew::unary(x.stream(), op, &x.tref(), &out.tref()));
+    expect(name, ew::unary(x.stream(), op, &x.tref(), &out.tmut()));
     out
 }
 
@@ -125,7 +125,7 @@ pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -
     } else {
         a.empty_on(&dims, a.dtype, name)
     };
-    expect(name, ew::binary(a.stream(), op, &a.tref(), &b.tref(), &out.tref()));
+    expect(name, ew::binary(a.stream(), op, &a.tref(), &b.tref(), &out.tmut()));
     out
 }
 
@@ -137,7 +137,7 @@ pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) ->
     } else {
         a.empty_like(a.dtype, name)
     };
-    expect(name, ew::binary_scalar(a.stream(), op, &a.tref(), s, &out.tref()));
+    expect(name, ew::binary_scalar(a.stream(), op, &a.tref(), s, &out.tmut()));
     out
 }
 
@@ -156,14 +156,14 @@ pub(crate) fn compare(a: CudnnTensor, b: CudnnTensor, op: CompareOp, out: BoolDT
     check_same_dtype(name, &a, &b);
     let dims = broadcast_dims(name, a.dims(), b.dims());
     let out = a.empty_on(&dims, bool_dtype(name, out), name);
-    expect(name, ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tref()));
+    expect(name, ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tmut()));
     out
 }
 
 /// Comparison against a scalar passed to the kernel by value.
 pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
     let out = a.empty_like(bool_dtype(name, out), name);
-    expect(name, ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tref()));
+    expect(name, ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tmut()));
     out
 }
 
@@ -176,7 +176,7 @@ pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &s
     let out = a.empty_on(&dims, a.dtype, name);
     expect(
         name,
-        ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tref()),
+        ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut()),
     );
     out
 }

@@ -75,7 +75,7 @@ pub(crate) fn narrow(t: &CudnnTensor, op: &str, axis: usize, start: i64, end: i6
 /// Fills the (possibly strided) view `t` with `value`.
 pub(crate) fn fill(t: &CudnnTensor, value: f64, op: &str) {
     if t.numel() > 0 {
-        expect(op, ew::fill(t.stream(), &t.tref(), value));
+        expect(op, ew::fill(t.stream(), &t.tmut(), value));
     }
 }
 
@@ -87,7 +87,7 @@ pub(crate) fn arange(device: &Arc<runtime::Device>, n: i64, dtype: DType, op: &s
     if n > 0 {
         expect(
             op,
-            kreduce::scan(device.stream(), ScanOp::CumSum, &ones.tref(), 0, &out.tref()),
+            kreduce::scan(device.stream(), ScanOp::CumSum, &ones.tref(), 0, &out.tmut()),
         );
     }
     let out = exec::unary(out, UnaryOp::AddScalar(-1.0), op);
@@ -96,7 +96,7 @@ pub(crate) fn arange(device: &Arc<runtime::Device>, n: i64, dtype: DType, op: &s
 
 /// Writes `op(a, b)` (broadcast) into the existing view `out`.
 pub(crate) fn binary_into(a: &CudnnTensor, b: &CudnnTensor, op: BinaryOp, out: &CudnnTensor, name: &str) {
-    expect(name, ew::binary(out.stream(), op, &a.tref(), &b.tref(), &out.tref()));
+    expect(name, ew::binary(out.stream(), op, &a.tref(), &b.tref(), &out.tmut()));
 }
 
 /// Sum of `t` over `axis`, keeping it with size 1.
@@ -106,7 +106,7 @@ pub(crate) fn sum_axis(t: &CudnnTensor, axis: usize, op: &str) -> CudnnTensor {
     let out = t.empty_on(&dims, t.dtype, op);
     expect(
         op,
-        kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tref()),
+        kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tmut()),
     );
     out
 }
@@ -115,7 +115,7 @@ pub(crate) fn sum_axis(t: &CudnnTensor, axis: usize, op: &str) -> CudnnTensor {
 pub(crate) fn sum_axis_into(t: &CudnnTensor, axis: usize, out: &CudnnTensor, op: &str) {
     expect(
         op,
-        kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tref()),
+        kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tmut()),
     );
 }
 
@@ -176,13 +176,13 @@ pub(crate) fn conv(
                     &x.tref(),
                     &w.tref(),
                     &b.tref(),
-                    &y.tref(),
+                    &y.tmut(),
                     &p,
                     Activation::Identity,
                 ),
             );
         }
-        None => expect(op, ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tref(), &p)),
+        None => expect(op, ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &p)),
     }
     y
 }
@@ -201,7 +201,7 @@ pub(crate) fn conv_x_backward(
     let dx = dy.empty_on(x_dims, dy.dtype, op);
     expect(
         op,
-        ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tref(), &g.params()),
+        ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &g.params()),
     );
     dx
 }
@@ -220,7 +220,7 @@ pub(crate) fn conv_weight_backward(
     let dw = dy.empty_on(w_dims, dy.dtype, op);
     expect(
         op,
-        ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tref(), &g.params()),
+        ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), &g.params()),
     );
     dw
 }
@@ -350,7 +350,7 @@ pub(crate) fn conv_transpose(
     if plan.valid == plan.out {
         expect(
             op,
-            ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &y.tref(), &plan.params),
+            ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &plan.params),
         );
     } else {
         fill(&y, 0.0, op);
@@ -360,7 +360,7 @@ pub(crate) fn conv_transpose(
             let tmp = x.empty_on(&vd, x.dtype, op);
             expect(
                 op,
-                ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &tmp.tref(), &plan.params),
+                ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &tmp.tmut(), &plan.params),
             );
             exec::copy_into(&tmp, &spatial_prefix(&y, &plan.valid, op), op);
         }
@@ -400,7 +400,7 @@ pub(crate) fn conv_transpose_x_backward(
     let w = w.cudnn_ready();
     expect(
         op,
-        ops::conv_forward(dy.stream(), &dy.tref(), &w.tref(), &dx.tref(), &plan.params),
+        ops::conv_forward(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &plan.params),
     );
     dx
 }
@@ -427,7 +427,7 @@ pub(crate) fn conv_transpose_weight_backward(
     let x = x.cudnn_ready();
     expect(
         op,
-        ops::conv_backward_filter(x.stream(), &dy.tref(), &x.tref(), &dw.tref(), &plan.params),
+        ops::conv_backward_filter(x.stream(), &dy.tref(), &x.tref(), &dw.tmut(), &plan.params),
     );
     dw
 }
@@ -451,7 +451,7 @@ fn matmul2(a: CudnnTensor, b: CudnnTensor, op: &str) -> CudnnTensor {
     }
     let (a, b) = (a.matmul_ready(), b.matmul_ready());
     let c = a.empty_on(&[a.dims()[0], b.dims()[1]], a.dtype, op);
-    expect(op, ops::matmul(c.stream(), &a.tref(), &b.tref(), &c.tref()));
+    expect(op, ops::matmul(c.stream(), &a.tref(), &b.tref(), &c.tmut()));
     c
 }
 
@@ -503,7 +503,7 @@ pub(crate) fn linear(x: CudnnTensor, w: CudnnTensor, bias: Option<CudnnTensor>) 
             &x2.tref(),
             &w.tref(),
             b.as_ref().map(|b| b.tref()).as_ref(),
-            &y.tref(),
+            &y.tmut(),
             Activation::Identity,
         ),
     );
@@ -571,7 +571,7 @@ pub(crate) fn embedding(weights: CudnnTensor, indices: CudnnTensor) -> CudnnTens
     let out = weights.empty_on(&[idx.numel(), d], weights.dtype, OP);
     expect(
         OP,
-        kindex::index_select(out.stream(), &weights.tref(), 0, &idx.tref(), &out.tref()),
+        kindex::index_select(out.stream(), &weights.tref(), 0, &idx.tref(), &out.tmut()),
     );
     out.reshape(&dims)
 }
@@ -592,7 +592,7 @@ pub(crate) fn embedding_backward(weights: &CudnnTensor, dy: CudnnTensor, indices
     let out = exec::full(dy.device(), &[v, d], work, 0.0, OP);
     expect(
         OP,
-        kindex::index_add(out.stream(), &out.tref(), 0, &idx.tref(), &dy.tref()),
+        kindex::index_add(out.stream(), &out.tmut(), 0, &idx.tref(), &dy.tref()),
     );
     exec::cast(out, dtype, OP)
 }
@@ -714,7 +714,7 @@ pub(crate) fn max_pool2d_with_indices(x: CudnnTensor, a: &PoolArgs) -> (CudnnTen
     };
     expect(
         OP,
-        kpool::max_pool2d_with_indices(x.stream(), &x.tref(), &s.pool, &ko.tref(), &ki.tref()),
+        kpool::max_pool2d_with_indices(x.stream(), &x.tref(), &s.pool, &ko.tmut(), &ki.tmut()),
     );
     drop((ko, ki));
     (out, idx)
@@ -737,7 +737,7 @@ pub(crate) fn max_pool2d(x: CudnnTensor, a: &PoolArgs) -> CudnnTensor {
     let d = x.dims();
     let out = x.empty_on(&[d[0], d[1], s.burn[0], s.burn[1]], x.dtype, OP);
     let p = PoolParams::new(PoolMode::Max, &s.pool.kernel, &s.pool.stride, &s.pool.padding);
-    expect(OP, ops::pool_forward(x.stream(), &x.tref(), &out.tref(), &p));
+    expect(OP, ops::pool_forward(x.stream(), &x.tref(), &out.tmut(), &p));
     out
 }
 
@@ -754,7 +754,7 @@ pub(crate) fn max_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor, indices: Cud
     let dx = dy.empty_on(x.dims(), dy.dtype, OP);
     expect(
         OP,
-        kpool::max_pool2d_backward(dx.stream(), &idx.tref(), &dy.tref(), &dx.tref()),
+        kpool::max_pool2d_backward(dx.stream(), &idx.tref(), &dy.tref(), &dx.tmut()),
     );
     dx
 }
@@ -800,7 +800,7 @@ pub(crate) fn avg_pool2d(x: CudnnTensor, a: &PoolArgs, count_include_pad: bool) 
     };
     expect(
         OP,
-        kpool::avg_pool2d(x.stream(), &x.tref(), &s.pool, count_include_pad, &ko.tref()),
+        kpool::avg_pool2d(x.stream(), &x.tref(), &s.pool, count_include_pad, &ko.tmut()),
     );
     drop(ko);
     out
@@ -824,7 +824,7 @@ pub(crate) fn avg_pool2d_backward(
     let dx = dy.empty_on(x.dims(), dy.dtype, OP);
     expect(
         OP,
-        kpool::avg_pool2d_backward(dx.stream(), &dy.tref(), &s.pool, count_include_pad, &dx.tref()),
+        kpool::avg_pool2d_backward(dx.stream(), &dy.tref(), &s.pool, count_include_pad, &dx.tmut()),
     );
     dx
 }
@@ -836,7 +836,7 @@ pub(crate) fn adaptive_avg_pool2d(x: CudnnTensor, size: [usize; 2]) -> CudnnTens
     let d = x.dims();
     assert!(d.len() == 4, "cudnn-backend: {OP}: input {d:?} must be [N, C, H, W]");
     let out = x.empty_on(&[d[0], d[1], size[0] as i64, size[1] as i64], x.dtype, OP);
-    expect(OP, kpool::adaptive_avg_pool2d(x.stream(), &x.tref(), &out.tref()));
+    expect(OP, kpool::adaptive_avg_pool2d(x.stream(), &x.tref(), &out.tmut()));
     out
 }
 
@@ -847,7 +847,7 @@ pub(crate) fn adaptive_avg_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor) -> 
     let dx = dy.empty_on(x.dims(), dy.dtype, OP);
     expect(
         OP,
-        kpool::adaptive_avg_pool2d_backward(dx.stream(), &dy.tref(), &dx.tref()),
+        kpool::adaptive_avg_pool2d_backward(dx.stream(), &dy.tref(), &dx.tmut()),
     );
     dx
 }
@@ -899,7 +899,7 @@ pub(crate) fn interpolate(
     let out = x.empty_on(&[d[0], d[1], size[0] as i64, size[1] as i64], x.dtype, OP);
     expect(
         OP,
-        kresize::interpolate(x.stream(), &x.tref(), mode, options.align_corners, &out.tref()),
+        kresize::interpolate(x.stream(), &x.tref(), mode, options.align_corners, &out.tmut()),
     );
     out
 }
@@ -919,7 +919,7 @@ pub(crate) fn interpolate_backward(
     let dx = dy.empty_on(x.dims(), dy.dtype, OP);
     expect(
         OP,
-        kresize::interpolate_backward(dx.stream(), &dy.tref(), mode, options.align_corners, &dx.tref()),
+        kresize::interpolate_backward(dx.stream(), &dy.tref(), mode, options.align_corners, &dx.tmut()),
     );
     dx
 }

@@ -12,7 +12,7 @@ pub(crate) use crate::kernels::reduce::{ArgOp, ReduceOp, ScanOp};
 
 use super::exec;
 use super::random::with_generator;
-use super::tensor::{expect, CudnnTensor};
+use super::tensor::{expect, tmut_of, CudnnTensor};
 use super::CudnnDevice;
 use crate::graph::DataType;
 use crate::kernels::sort::MAX_SORT_LEN;
@@ -335,7 +335,7 @@ fn reduce_dim_as(x: CudnnTensor, dim: usize, op: ReduceOp, dtype: DType, name: &
         return reduce_dim_as(partial, dim, op, dtype, name);
     }
     let out = x.empty_on(&keep_dim(&x, dim), dtype, name);
-    expect(name, reduce::reduce(x.stream(), op, &x.tref(), dim, &out.tref()));
+    expect(name, reduce::reduce(x.stream(), op, &x.tref(), dim, &out.tmut()));
     out
 }
 
@@ -368,7 +368,7 @@ fn split_chunks(x: &CudnnTensor, dim: usize, op: ReduceOp, dtype: DType) -> Opti
 /// `op` over every element into a tensor of shape `[1]` and `dtype`.
 fn reduce_all_as(x: CudnnTensor, op: ReduceOp, dtype: DType, name: &str) -> CudnnTensor {
     let out = x.empty_on(&[1], dtype, name);
-    expect(name, reduce::reduce_all(x.stream(), op, &x.tref(), &out.tref()));
+    expect(name, reduce::reduce_all(x.stream(), op, &x.tref(), &out.tmut()));
     out
 }
 
@@ -439,7 +439,7 @@ pub(crate) fn bool_logical_all(x: CudnnTensor, op: ReduceOp, name: &str) -> Cudn
 fn arg_i64(x: &CudnnTensor, dim: usize, op: ArgOp, name: &str) -> CudnnTensor {
     check_dim(name, x, dim);
     let out = x.empty_on(&keep_dim(x, dim), DType::I64, name);
-    expect(name, reduce::arg_reduce(x.stream(), op, &x.tref(), dim, &out.tref()));
+    expect(name, reduce::arg_reduce(x.stream(), op, &x.tref(), dim, &out.tmut()));
     out
 }
 
@@ -453,7 +453,7 @@ fn gather_i64(x: &CudnnTensor, dim: usize, indices: &CudnnTensor, name: &str) ->
     let out = x.empty_on(indices.dims(), x.dtype, name);
     expect(
         name,
-        index::gather(x.stream(), &x.tref(), dim, &indices.tref(), &out.tref()),
+        index::gather(x.stream(), &x.tref(), dim, &indices.tref(), &out.tmut()),
     );
     out
 }
@@ -476,7 +476,7 @@ pub(crate) fn arg_reduce_with_values(
 pub(crate) fn scan(x: CudnnTensor, dim: usize, op: ScanOp, name: &str) -> CudnnTensor {
     check_dim(name, &x, dim);
     let out = x.empty_like(x.dtype, name);
-    expect(name, reduce::scan(x.stream(), op, &x.tref(), dim, &out.tref()));
+    expect(name, reduce::scan(x.stream(), op, &x.tref(), dim, &out.tmut()));
     out
 }
 
@@ -496,11 +496,12 @@ fn sort_raw(
     check_dim(name, x, dim);
     let v = values.then(|| x.empty_like(x.dtype, name));
     let i = indices.then(|| x.empty_like(DType::I64, name));
-    let (vr, ir) = (v.as_ref().map(|t| t.tref()), i.as_ref().map(|t| t.tref()));
+    let (vr, ir) = (tmut_of(&v), tmut_of(&i));
     expect(
         name,
         ksort::sort(x.stream(), &x.tref(), dim, descending, vr.as_ref(), ir.as_ref()),
     );
+    drop((vr, ir));
     (v, i)
 }
 
@@ -644,7 +645,7 @@ pub(crate) fn argtopk(x: CudnnTensor, dim: usize, k: usize, idx_dtype: DType, na
 pub(crate) fn random(shape: &Shape, dist: Distribution, device: &CudnnDevice, dtype: DType, name: &str) -> CudnnTensor {
     let out = exec::empty(device, shape, dtype, name);
     let stream = out.stream().clone();
-    let t = out.tref();
+    let t = out.tmut();
     let float = is_float(&out);
     let r = with_generator(|g| match dist {
         Distribution::Default if float => rng::uniform(&stream, g, 0.0, 1.0, &t),
@@ -655,11 +656,12 @@ pub(crate) fn random(shape: &Shape, dist: Distribution, device: &CudnnDevice, dt
         Distribution::Normal(mean, std) if float => rng::normal(&stream, g, mean, std, &t),
         Distribution::Normal(mean, std) => {
             let wide = out.empty_like(DType::F64, name);
-            rng::normal(&stream, g, mean, std, &wide.tref())?;
+            rng::normal(&stream, g, mean, std, &wide.tmut())?;
             exec::copy_into(&wide, &out, name);
             Ok(())
         }
     });
+    drop(t);
     expect(name, r);
     out
 }
@@ -738,7 +740,8 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnT
     let dims = matmul_dims(name, &a, &b);
     let out = a.empty_on(&dims, a.dtype, name);
     let (ar, br) = (positive_unit_strides(a.tref()), positive_unit_strides(b.tref()));
-    let out = match crate::ops::matmul(a.stream(), &ar, &br, &out.tref()) {
+    let product = crate::ops::matmul(a.stream(), &ar, &br, &out.tmut());
+    let out = match product {
         Ok(()) => out,
         // Degenerate products (an inner or outer dim of 1 with unusual strides) for which
         // cuDNN has no engine run in the exact GEMM kernel instead.
@@ -778,7 +781,7 @@ pub(crate) fn exact_matmul(a: &CudnnTensor, b: &CudnnTensor, name: &str) -> Cudn
     exec::check_same_dtype(name, a, b);
     let dims = matmul_dims(name, a, b);
     let out = a.empty_on(&dims, a.dtype, name);
-    expect(name, linalg::matmul(a.stream(), &a.tref(), &b.tref(), &out.tref()));
+    expect(name, linalg::matmul(a.stream(), &a.tref(), &b.tref(), &out.tmut()));
     out
 }
 
@@ -794,7 +797,7 @@ pub(crate) fn int_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTen
     };
     let (a, b) = (exec::cast(a, work, name), exec::cast(b, work, name));
     let out = a.empty_on(&dims, work, name);
-    expect(name, linalg::int_matmul(a.stream(), &a.tref(), &b.tref(), &out.tref()));
+    expect(name, linalg::int_matmul(a.stream(), &a.tref(), &b.tref(), &out.tmut()));
     exec::cast(out, dtype, name)
 }
 
@@ -804,7 +807,7 @@ pub(crate) fn cross(a: CudnnTensor, b: CudnnTensor, dim: usize, name: &str) -> C
     exec::check_same_dtype(name, &a, &b);
     let dims = exec::broadcast_dims(name, a.dims(), b.dims());
     let out = a.empty_on(&dims, a.dtype, name);
-    expect(name, linalg::cross3(a.stream(), &a.tref(), &b.tref(), dim, &out.tref()));
+    expect(name, linalg::cross3(a.stream(), &a.tref(), &b.tref(), dim, &out.tmut()));
     out
 }
 
@@ -814,16 +817,16 @@ mod tests {
 
     #[test]
     fn unit_dims_get_strides_past_the_extent() {
-        let t = TensorRef::new(&[1, 4, 3], &[0, 3, 1], DataType::F32, 0x1000);
+        let t = TensorRef::fake(&[1, 4, 3], &[0, 3, 1], DataType::F32, 0x1000);
         assert_eq!(positive_unit_strides(t).strides, vec![12, 3, 1]);
         // Transposed matrix: the batch stride covers the whole matrix.
-        let t = TensorRef::new(&[1, 4, 3], &[0, 1, 4], DataType::F32, 0x1000);
+        let t = TensorRef::fake(&[1, 4, 3], &[0, 1, 4], DataType::F32, 0x1000);
         assert_eq!(positive_unit_strides(t).strides, vec![12, 1, 4]);
         // Every dim 1: stride 1.
-        let t = TensorRef::new(&[1, 1, 1], &[0, 0, 0], DataType::F32, 0x1000);
+        let t = TensorRef::fake(&[1, 1, 1], &[0, 0, 0], DataType::F32, 0x1000);
         assert_eq!(positive_unit_strides(t).strides, vec![1, 1, 1]);
         // Dims > 1 keep their strides.
-        let t = TensorRef::new(&[2, 1, 3], &[3, 0, 1], DataType::F16, 0x1000);
+        let t = TensorRef::fake(&[2, 1, 3], &[3, 0, 1], DataType::F16, 0x1000);
         assert_eq!(positive_unit_strides(t).strides, vec![3, 6, 1]);
     }
 

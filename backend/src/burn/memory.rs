@@ -3,8 +3,9 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::ffi::memory::{retain_pool_memory, trim_pool, DeviceBuffer};
+use crate::ffi::memory::{empty_view, retain_pool_memory, trim_pool, DeviceBuffer};
 use crate::runtime::{self, MAX_DEVICES};
+use crate::types::{DataType, TensorMut, TensorRef};
 
 static PREPARED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
 
@@ -33,7 +34,6 @@ pub(crate) fn release_cached_memory(dev: &Arc<runtime::Device>) -> Result<()> {
 /// device's stream) when the last view drops.
 pub(crate) struct Storage {
     buf: Option<DeviceBuffer>,
-    ptr: u64,
     bytes: usize,
     device: Arc<runtime::Device>,
 }
@@ -50,7 +50,6 @@ impl Storage {
         if bytes == 0 {
             return Ok(Arc::new(Storage {
                 buf: None,
-                ptr: 0,
                 bytes,
                 device: device.clone(),
             }));
@@ -58,10 +57,8 @@ impl Storage {
         // Whole 16-byte units: kernels may touch the aligned word around a narrow element
         // (byte atomics) and vectorized paths read 16 bytes at a time.
         let buf = DeviceBuffer::alloc(device.stream(), bytes.next_multiple_of(16), op)?;
-        let ptr = buf.ptr();
         Ok(Arc::new(Storage {
             buf: Some(buf),
-            ptr,
             bytes,
             device: device.clone(),
         }))
@@ -73,10 +70,8 @@ impl Storage {
             return Self::alloc(device, 0, op);
         }
         let buf = DeviceBuffer::upload(device.stream(), data, op)?;
-        let ptr = buf.ptr();
         Ok(Arc::new(Storage {
             buf: Some(buf),
-            ptr,
             bytes: data.len(),
             device: device.clone(),
         }))
@@ -97,9 +92,28 @@ impl Storage {
         Ok(out)
     }
 
-    /// Device address of the first byte (0 for an empty buffer).
-    pub(crate) fn ptr(&self) -> u64 {
-        self.ptr
+    /// The elements of `dtype` at element `offset` with `dims` and (possibly negative)
+    /// element `strides`, checked to lie in the buffer.
+    pub(crate) fn view(&self, offset: i64, dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorRef<'_>> {
+        match &self.buf {
+            Some(buf) => buf.view(offset, dims, strides, dtype),
+            None => empty_view(dims, strides, dtype).map(|v| TensorRef::clone(&v)),
+        }
+    }
+
+    /// [`view`](Self::view), writable: for results written into a buffer the op allocated or
+    /// owns alone.
+    pub(crate) fn view_mut(
+        &self,
+        offset: i64,
+        dims: &[i64],
+        strides: &[i64],
+        dtype: DataType,
+    ) -> Result<TensorMut<'_>> {
+        match &self.buf {
+            Some(buf) => buf.view_mut(offset, dims, strides, dtype),
+            None => empty_view(dims, strides, dtype),
+        }
     }
 
     /// Size in bytes.

@@ -27,7 +27,7 @@ use burn_backend::tensor::FloatTensor;
 
 use super::fusion::custom::{record, Lazy};
 use super::route::{cast_primitive, is_cudnn, route, Route};
-use super::tensor::{expect, CudnnTensor};
+use super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
 use super::{exec, Cudnn, CudnnFusion};
 use crate::ops::{self, AdamOptions, AdamParam};
 
@@ -372,13 +372,12 @@ fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Vec<Updat
         let refs: Vec<_> = group
             .iter()
             .map(|(p, g, moments, outputs, max_out, step)| {
-                let r = |t: &Option<CudnnTensor>| t.as_ref().map(|t| t.tref());
                 (
                     p.tref(),
                     g.tref(),
-                    moments.each_ref().map(r),
-                    outputs.each_ref().map(|t| t.tref()),
-                    r(max_out),
+                    moments.each_ref().map(tref_of),
+                    outputs.each_ref().map(|t| t.tmut()),
+                    tmut_of(max_out),
                     *step,
                 )
             })

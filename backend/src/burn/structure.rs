@@ -21,8 +21,8 @@ use crate::graph::{packed_strides, DataType};
 use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
 use crate::kernels::reduce::{self as red, ScanOp};
 use crate::kernels::{index as ix, resize};
-use crate::ops::TensorRef;
 use crate::runtime;
+use crate::types::{TensorMut, TensorRef};
 use crate::view::ViewLayout;
 
 // ---------------------------------------------------------------------------------------
@@ -45,10 +45,15 @@ fn fill_scalar(out: &CudnnTensor, s: Scalar, op: &str) {
         (Some(v), DataType::I64) if !(-F64_EXACT..=F64_EXACT).contains(&v) => {
             // The kernels take the value as f64: write the two 32-bit halves separately
             // (little-endian), each exact as an i32.
-            let r = out.tref();
-            let strides: Vec<i64> = r.strides.iter().map(|&s| s * 2).collect();
-            let low = TensorRef::new(&r.dims, &strides, DataType::I32, r.ptr);
-            let high = TensorRef::new(&r.dims, &strides, DataType::I32, r.ptr + 4);
+            let l = &out.layout;
+            let strides: Vec<i64> = l.strides.iter().map(|&s| s * 2).collect();
+            let half = |k: i64| {
+                expect(
+                    op,
+                    out.storage.view_mut(2 * l.offset + k, &l.dims, &strides, DataType::I32),
+                )
+            };
+            let (low, high) = (half(0), half(1));
             expect(op, ew::fill(stream, &low, v as i32 as f64));
             expect(op, ew::fill(stream, &high, (v >> 32) as i32 as f64));
             return;
@@ -58,7 +63,7 @@ fn fill_scalar(out: &CudnnTensor, s: Scalar, op: &str) {
         (Some(v), DataType::U8) => v as u8 as f64,
         _ => exec::scalar_f64(s),
     };
-    expect(op, ew::fill(stream, &out.tref(), value));
+    expect(op, ew::fill(stream, &out.tmut(), value));
 }
 
 /// A packed tensor of `shape` and `dtype` on `device`, every element `value`.
@@ -95,13 +100,13 @@ pub(crate) fn arange(
     let out = CudnnTensor::empty(device, &[len], dtype, op);
     expect(
         op,
-        red::scan(out.stream(), ScanOp::CumSum, &steps.tref(), 0, &out.tref()),
+        red::scan(out.stream(), ScanOp::CumSum, &steps.tref(), 0, &out.tmut()),
     );
     let shift = range.start.wrapping_sub(step as i64);
     if shift != 0 {
         let s = out.empty_on(&[1], dtype, op);
         fill_scalar(&s, Scalar::Int(shift), op);
-        let r = out.tref();
+        let r = out.tmut();
         expect(op, ew::binary(out.stream(), BinaryOp::Add, &r, &s.tref(), &r));
     }
     out
@@ -198,10 +203,15 @@ impl SignedView {
     }
 
     /// The view as a kernel operand over `t`'s buffer.
-    fn tref(&self, t: &CudnnTensor) -> TensorRef {
-        let kind = t.kind();
-        let ptr = t.storage.ptr() as i64 + self.offset * kind.size() as i64;
-        TensorRef::new(&self.dims, &self.strides, kind, ptr as u64)
+    fn tref<'t>(&self, t: &'t CudnnTensor) -> TensorRef<'t> {
+        let view = t.storage.view(self.offset, &self.dims, &self.strides, t.kind());
+        expect("signed view", view)
+    }
+
+    /// The view as a kernel output over `t`'s buffer.
+    fn tmut<'t>(&self, t: &'t CudnnTensor) -> TensorMut<'t> {
+        let view = t.storage.view_mut(self.offset, &self.dims, &self.strides, t.kind());
+        expect("signed view", view)
     }
 }
 
@@ -235,7 +245,7 @@ fn slice_view(layout: &ViewLayout, slices: &[Slice], op: &str) -> SignedView {
 /// A packed copy of the signed view `v` of `t`.
 fn copy_view(t: &CudnnTensor, v: &SignedView, op: &str) -> CudnnTensor {
     let out = t.empty_on(&v.dims, t.dtype, op);
-    expect(op, ew::copy(t.stream(), &v.tref(t), &out.tref()));
+    expect(op, ew::copy(t.stream(), &v.tref(t), &out.tmut()));
     out
 }
 
@@ -266,7 +276,7 @@ pub(crate) fn slice_assign(t: CudnnTensor, slices: &[Slice], value: CudnnTensor,
     let dtype = t.dtype;
     let out = owned(t, dtype, op);
     let dst = slice_view(&out.layout, slices, op);
-    expect(op, ew::copy(out.stream(), &value.tref(), &dst.tref(&out)));
+    expect(op, ew::copy(out.stream(), &value.tref(), &dst.tmut(&out)));
     out
 }
 
@@ -387,7 +397,7 @@ fn where_into_b(cond: &CudnnTensor, a: &CudnnTensor, b: CudnnTensor, op: &str) -
     };
     expect(
         op,
-        ew::where_(b.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tref()),
+        ew::where_(b.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut()),
     );
     out
 }
@@ -429,7 +439,7 @@ pub(crate) fn gather(dim: usize, t: CudnnTensor, indices: CudnnTensor, op: &str)
     check_same_device(op, &t, &indices);
     let indices = index_tensor(indices, op);
     let out = t.empty_on(indices.dims(), t.dtype, op);
-    expect(op, ix::gather(t.stream(), &t.tref(), dim, &indices.tref(), &out.tref()));
+    expect(op, ix::gather(t.stream(), &t.tref(), dim, &indices.tref(), &out.tmut()));
     out
 }
 
@@ -447,7 +457,7 @@ pub(crate) fn select(t: CudnnTensor, dim: usize, indices: CudnnTensor, op: &str)
     let out = t.empty_on(&dims, t.dtype, op);
     expect(
         op,
-        ix::index_select(t.stream(), &t.tref(), dim, &indices.tref(), &out.tref()),
+        ix::index_select(t.stream(), &t.tref(), dim, &indices.tref(), &out.tmut()),
     );
     out
 }
@@ -482,8 +492,8 @@ fn accumulate(
     let indices = index_tensor(indices, op);
     let stream = target.stream();
     let r = match kind {
-        Accumulate::Scatter => ix::scatter_add(stream, &target.tref(), dim, &indices.tref(), &value.tref()),
-        Accumulate::Select => ix::index_add(stream, &target.tref(), dim, &indices.tref(), &value.tref()),
+        Accumulate::Scatter => ix::scatter_add(stream, &target.tmut(), dim, &indices.tref(), &value.tref()),
+        Accumulate::Select => ix::index_add(stream, &target.tmut(), dim, &indices.tref(), &value.tref()),
     };
     expect(op, r);
     exec::cast(target, dtype, op)
@@ -535,7 +545,7 @@ pub(crate) fn gather_nd(data: CudnnTensor, indices: CudnnTensor, op: &str) -> Cu
     let out = data.empty_on(&dims, data.dtype, op);
     expect(
         op,
-        ix::gather_nd(out.stream(), &data.tref(), &indices.tref(), &out.tref()),
+        ix::gather_nd(out.stream(), &data.tref(), &indices.tref(), &out.tmut()),
     );
     out
 }
@@ -574,7 +584,7 @@ pub(crate) fn scatter_nd(
     let out = owned(data, dtype, op);
     expect(
         op,
-        ix::scatter_nd(out.stream(), &out.tref(), &indices.tref(), &values.tref(), update),
+        ix::scatter_nd(out.stream(), &out.tmut(), &indices.tref(), &values.tref(), update),
     );
     out
 }
@@ -605,7 +615,7 @@ pub(crate) fn grid_sample_2d(x: CudnnTensor, grid: CudnnTensor, options: GridSam
     let out = x.empty_on(&[xd[0], xd[1], gd[1], gd[2]], x.dtype, op);
     expect(
         op,
-        resize::grid_sample_2d(x.stream(), &x.tref(), &grid.tref(), options.align_corners, &out.tref()),
+        resize::grid_sample_2d(x.stream(), &x.tref(), &grid.tref(), options.align_corners, &out.tmut()),
     );
     out
 }
@@ -624,7 +634,7 @@ pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> Cudn
     let stream = mask.stream().clone();
     let flags = exec::copy_to_new(&mask, DType::I64, op).reshape(&[n]);
     let rows = flags.empty_like(DType::I64, op);
-    expect(op, red::scan(&stream, ScanOp::CumSum, &flags.tref(), 0, &rows.tref()));
+    expect(op, red::scan(&stream, ScanOp::CumSum, &flags.tref(), 0, &rows.tmut()));
     let last = expect(op, rows.layout.slice(0, n - 1, n, 1));
     let bytes = rows.with_layout(last).read_bytes();
     let count = i64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
@@ -632,7 +642,7 @@ pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> Cudn
         return mask.empty_on(&[0, rank], dtype, op);
     }
     // Row of each true element: its running count - 1; false elements get -1 (skipped).
-    let r = rows.tref();
+    let r = rows.tmut();
     expect(op, ew::binary(&stream, BinaryOp::Mul, &r, &flags.tref(), &r));
     expect(op, ew::unary(&stream, UnaryOp::AddScalar(-1.0), &r, &r));
     // Coordinates of every element: dim j's arange broadcast over the other dims.
@@ -645,12 +655,14 @@ pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> Cudn
     for j in 0..dims.len() {
         let mut src_strides = vec![0i64; dims.len()];
         src_strides[j] = 1;
-        let src = TensorRef::new(&dims, &src_strides, DataType::I64, ramp.tref().ptr);
-        let dst = TensorRef::new(&dims, &coord_strides, DataType::I64, coords.tref().ptr + 8 * j as u64);
+        let ramp_view = ramp.tref();
+        let src = expect(op, ramp_view.reshaped(&dims, &src_strides));
+        let coords_view = coords.tmut();
+        let dst = expect(op, coords_view.view_mut(j as i64, &dims, &coord_strides));
         expect(op, ew::copy(&stream, &src, &dst));
     }
     let out = exec::full(mask.device(), &[count, rank], DType::I64, 0.0, op);
-    expect(op, ix::index_add(&stream, &out.tref(), 0, &rows.tref(), &coords.tref()));
+    expect(op, ix::index_add(&stream, &out.tmut(), 0, &rows.tref(), &coords.tref()));
     exec::cast(out, dtype, op)
 }
 

@@ -12,8 +12,8 @@ use super::device::CudnnDevice;
 use super::memory::Storage;
 use crate::error::Result;
 use crate::graph::DataType;
-use crate::ops::TensorRef;
 use crate::runtime;
+use crate::types::{TensorMut, TensorRef};
 use crate::view::ViewLayout;
 
 /// A tensor of the [`Cudnn`](super::Cudnn) backend (float, int and bool tensors alike).
@@ -108,6 +108,16 @@ pub(crate) fn checked_bytes(op: &str, dims: &[i64], dtype: DType) -> usize {
     })
 }
 
+/// The read views of optional tensors.
+pub(crate) fn tref_of(t: &Option<CudnnTensor>) -> Option<TensorRef<'_>> {
+    t.as_ref().map(CudnnTensor::tref)
+}
+
+/// The write views of optional tensors (results allocated for the call).
+pub(crate) fn tmut_of(t: &Option<CudnnTensor>) -> Option<TensorMut<'_>> {
+    t.as_ref().map(CudnnTensor::tmut)
+}
+
 /// Unwraps an engine result or panics with `cudnn-backend: <op>: <error>` (Burn's ops
 /// return tensors, not results).
 pub(crate) fn expect<T>(op: &str, r: Result<T>) -> T {
@@ -174,9 +184,23 @@ impl CudnnTensor {
         engine_dtype("tensor", self.dtype)
     }
 
-    /// The strided view the engine's ops and kernels take.
-    pub(crate) fn tref(&self) -> TensorRef {
-        self.layout.tensor_ref(self.kind(), self.storage.ptr())
+    /// The strided view the engine's ops and kernels read.
+    pub(crate) fn tref(&self) -> TensorRef<'_> {
+        let l = &self.layout;
+        expect(
+            "tensor view",
+            self.storage.view(l.offset, &l.dims, &l.strides, self.kind()),
+        )
+    }
+
+    /// The strided view the engine's ops and kernels write: for a result this tensor was
+    /// allocated for (or a buffer it owns alone).
+    pub(crate) fn tmut(&self) -> TensorMut<'_> {
+        let l = &self.layout;
+        expect(
+            "tensor view",
+            self.storage.view_mut(l.offset, &l.dims, &l.strides, self.kind()),
+        )
     }
 
     /// Another view of the same buffer.

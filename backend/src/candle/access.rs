@@ -61,25 +61,25 @@ mod nest {
     use candle_core::{CpuStorage, CudaStorage, InplaceOp1, Layout, Result, Tensor};
 
     use crate::candle::{arg_err, cuda};
-    use crate::ops::TensorRef;
+    use crate::types::TensorMut;
 
     /// The body run with the written tensors' views.
-    type Body<'f> = RefCell<&'f mut dyn FnMut(&[TensorRef]) -> Result<()>>;
+    type Body<'f> = RefCell<&'f mut dyn FnMut(&[&TensorMut]) -> Result<()>>;
 
-    /// One level of the nest: lends the next tensor's storage mutably and descends.
+    /// One level of the nest: lends the next tensor's storage mutably and descends, with the
+    /// views of the levels above.
     struct Lock<'a, 'f> {
         op: &'static str,
         rest: &'a [&'a Tensor],
-        views: &'a RefCell<Vec<TensorRef>>,
+        views: &'a [&'a TensorMut<'a>],
         body: &'a Body<'f>,
     }
 
-    fn descend(op: &'static str, rest: &[&Tensor], views: &RefCell<Vec<TensorRef>>, body: &Body<'_>) -> Result<()> {
+    fn descend(op: &'static str, rest: &[&Tensor], views: &[&TensorMut], body: &Body<'_>) -> Result<()> {
         match rest.split_first() {
             None => {
-                let all = views.borrow().clone();
                 let mut f = body.borrow_mut();
-                (*f)(&all)
+                (*f)(views)
             }
             Some((t, rest)) => t.inplace_op1(&Lock { op, rest, views, body }),
         }
@@ -100,11 +100,12 @@ mod nest {
 
         fn cuda_fwd(&self, s: &mut CudaStorage, l: &Layout) -> Result<()> {
             let stream = cuda::stream(s);
-            // The guard keeps the address valid (and records the write) until this level returns,
-            // after the innermost level has enqueued the kernels.
-            let (view, _guard) = cuda::output_of(self.op, "tensor", s, l, &stream)?;
-            self.views.borrow_mut().push(view);
-            descend(self.op, self.rest, self.views, self.body)
+            // The view borrows the storage (and records the write when it drops) until this
+            // level returns, after the innermost level has enqueued the kernels.
+            let view = cuda::output_of(self.op, "tensor", s, l, &stream)?;
+            let mut views = self.views.to_vec();
+            views.push(&view);
+            descend(self.op, self.rest, &views, self.body)
         }
     }
 
@@ -116,10 +117,9 @@ mod nest {
     pub(crate) fn with_written(
         op: &'static str,
         written: &[&Tensor],
-        body: &mut dyn FnMut(&[TensorRef]) -> Result<()>,
+        body: &mut dyn FnMut(&[&TensorMut]) -> Result<()>,
     ) -> Result<()> {
-        let views = RefCell::new(Vec::with_capacity(written.len()));
         let body = RefCell::new(body);
-        descend(op, written, &views, &body)
+        descend(op, written, &[], &body)
     }
 }

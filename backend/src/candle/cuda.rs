@@ -1,4 +1,5 @@
-//! CUDA side of the custom ops (feature `candle-cuda`): Candle storage as [`TensorRef`]s on
+//! CUDA side of the custom ops (feature `candle-cuda`): Candle storage as views
+//! ([`TensorRef`], [`TensorMut`]) made with the safe constructors from its cudarc slices, on
 //! Candle's own stream, and outputs allocated there and wrapped as `CudaStorage`.
 
 use std::sync::Arc;
@@ -6,85 +7,69 @@ use std::sync::Arc;
 use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
 
 use super::arg_err;
 use crate::ffi::candle_interop::alloc_uninit;
 use crate::graph::DataType;
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 /// Candle's stream of the device that holds `s`: every op is enqueued there.
 pub(crate) fn stream(s: &CudaStorage) -> Arc<CudaStream> {
     s.device.cuda_stream()
 }
 
-/// A view of `s` with layout `l` as a [`TensorRef`]; the pointer is valid while the
-/// returned guard lives (it records the read on `stream` when dropped).
+/// A view of `s` with layout `l`, borrowed for reading by work on `stream` (cudarc records
+/// the read there when the view drops).
 pub(crate) fn input<'a>(
     op: &'static str,
     arg: &'static str,
     s: &'a CudaStorage,
     l: &Layout,
     stream: &'a CudaStream,
-) -> Result<(TensorRef, SyncOnDrop<'a>)> {
-    let (ptr, guard, dt) = match &s.slice {
-        CudaStorageSlice::F32(x) => {
-            let (p, g) = x.device_ptr(stream);
-            (p, g, DataType::F32)
-        }
-        CudaStorageSlice::F16(x) => {
-            let (p, g) = x.device_ptr(stream);
-            (p, g, DataType::F16)
-        }
-        CudaStorageSlice::BF16(x) => {
-            let (p, g) = x.device_ptr(stream);
-            (p, g, DataType::BF16)
-        }
+) -> Result<TensorRef<'a>> {
+    let (dims, strides, start) = layout(l);
+    let whole = match &s.slice {
+        CudaStorageSlice::F32(x) => TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]),
+        CudaStorageSlice::F16(x) => TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]),
+        CudaStorageSlice::BF16(x) => TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]),
         _ => {
             let msg = format!("dtype {:?} is not supported on CUDA (f32, f16, bf16)", s_dtype(s));
             return Err(arg_err(op, arg, msg));
         }
     };
-    let dims: Vec<i64> = l.dims().iter().map(|&d| d as i64).collect();
-    let strides: Vec<i64> = l.stride().iter().map(|&d| d as i64).collect();
-    let ptr = ptr + (l.start_offset() * dt.size()) as u64;
-    Ok((TensorRef::new(&dims, &strides, dt, ptr), guard))
+    Ok(whole.and_then(|w| w.view(start, &dims, &strides))?)
 }
 
 /// A writable view of `s` with layout `l` (storage Candle lent mutably, e.g. to an in-place
-/// op) as a [`TensorRef`]; the pointer is valid while the returned guard lives (it records the
-/// write on `stream` when dropped).
+/// op), for work on `stream` (cudarc records the write there when the view drops).
 pub(crate) fn output_of<'a>(
     op: &'static str,
     arg: &'static str,
     s: &'a mut CudaStorage,
     l: &Layout,
     stream: &'a CudaStream,
-) -> Result<(TensorRef, SyncOnDrop<'a>)> {
+) -> Result<TensorMut<'a>> {
     let dtype = s_dtype(s);
-    let (ptr, guard, dt) = match &mut s.slice {
-        CudaStorageSlice::F32(x) => {
-            let (p, g) = x.device_ptr_mut(stream);
-            (p, g, DataType::F32)
-        }
-        CudaStorageSlice::F16(x) => {
-            let (p, g) = x.device_ptr_mut(stream);
-            (p, g, DataType::F16)
-        }
-        CudaStorageSlice::BF16(x) => {
-            let (p, g) = x.device_ptr_mut(stream);
-            (p, g, DataType::BF16)
-        }
+    let (dims, strides, start) = layout(l);
+    let whole = match &mut s.slice {
+        CudaStorageSlice::F32(x) => TensorMut::from_slice(x, stream, &[x.len() as i64], &[1]),
+        CudaStorageSlice::F16(x) => TensorMut::from_slice(x, stream, &[x.len() as i64], &[1]),
+        CudaStorageSlice::BF16(x) => TensorMut::from_slice(x, stream, &[x.len() as i64], &[1]),
         _ => {
             let msg = format!("dtype {dtype:?} is not supported on CUDA (f32, f16, bf16)");
             return Err(arg_err(op, arg, msg));
         }
     };
-    let dims: Vec<i64> = l.dims().iter().map(|&d| d as i64).collect();
-    let strides: Vec<i64> = l.stride().iter().map(|&d| d as i64).collect();
-    let ptr = ptr + (l.start_offset() * dt.size()) as u64;
-    Ok((TensorRef::new(&dims, &strides, dt, ptr), guard))
+    Ok(whole.and_then(|w| w.view_mut(start, &dims, &strides))?)
+}
+
+/// Candle's layout as engine dims, strides and the element offset of its first element.
+fn layout(l: &Layout) -> (Vec<i64>, Vec<i64>, i64) {
+    let dims = l.dims().iter().map(|&d| d as i64).collect();
+    let strides = l.stride().iter().map(|&d| d as i64).collect();
+    (dims, strides, l.start_offset() as i64)
 }
 
 /// The CUDA storage behind a tensor's read guard, or an argument error naming `arg`.
@@ -124,30 +109,19 @@ impl Output {
         })
     }
 
-    /// The device address, valid for writes while the guard lives.
-    pub(crate) fn ptr<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        match self {
-            Output::F32(x) => x.device_ptr_mut(stream),
-            Output::F16(x) => x.device_ptr_mut(stream),
-            Output::BF16(x) => x.device_ptr_mut(stream),
-        }
-    }
-
-    /// A [`TensorRef`] over the whole buffer with logical `dims` and element `strides`; the
-    /// address is valid while the guard lives.
+    /// A writable view of the buffer with logical `dims` and element `strides`, for work on
+    /// `stream` (checked to stay inside the buffer).
     pub(crate) fn view<'a>(
         &'a mut self,
         stream: &'a CudaStream,
         dims: &[i64],
         strides: &[i64],
-    ) -> (TensorRef, SyncOnDrop<'a>) {
-        let dt = match self {
-            Output::F32(_) => DataType::F32,
-            Output::F16(_) => DataType::F16,
-            Output::BF16(_) => DataType::BF16,
-        };
-        let (ptr, guard) = self.ptr(stream);
-        (TensorRef::new(dims, strides, dt, ptr), guard)
+    ) -> Result<TensorMut<'a>> {
+        Ok(match self {
+            Output::F32(x) => TensorMut::from_slice(x, stream, dims, strides),
+            Output::F16(x) => TensorMut::from_slice(x, stream, dims, strides),
+            Output::BF16(x) => TensorMut::from_slice(x, stream, dims, strides),
+        }?)
     }
 
     /// Wraps the buffer as Candle storage of `dev`.
@@ -161,7 +135,7 @@ impl Output {
 }
 
 /// Allocates an output with logical `dims` and the given element `strides` (a packed
-/// permutation), lets `run` write it through a [`TensorRef`], and wraps it as storage of
+/// permutation), lets `run` write it through a [`TensorMut`], and wraps it as storage of
 /// `dev`.
 pub(crate) fn with_output(
     op: &'static str,
@@ -170,13 +144,10 @@ pub(crate) fn with_output(
     dt: DataType,
     dims: &[i64],
     strides: &[i64],
-    run: impl FnOnce(&TensorRef) -> crate::Result<()>,
+    run: impl FnOnce(&TensorMut) -> crate::Result<()>,
 ) -> Result<CudaStorage> {
     let len = dims.iter().product::<i64>() as usize;
     let mut out = Output::alloc(op, stream, dt, len)?;
-    {
-        let (ptr, _guard) = out.ptr(stream);
-        run(&TensorRef::new(dims, strides, dt, ptr))?;
-    }
+    run(&out.view(stream, dims, strides)?)?;
     Ok(out.into_storage(dev.clone()))
 }

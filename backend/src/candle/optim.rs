@@ -229,15 +229,15 @@ impl FusedAdamW {
             let params: Vec<AdamParam<'_>> = grads
                 .iter()
                 .enumerate()
-                .map(|(i, (g, _))| AdamParam {
-                    param: &v[3 * i],
+                .map(|(i, g)| AdamParam {
+                    param: v[3 * i],
                     grad: g,
-                    moment1: Some(&v[3 * i + 1]),
-                    moment2: Some(&v[3 * i + 2]),
+                    moment1: Some(v[3 * i + 1]),
+                    moment2: Some(v[3 * i + 2]),
                     max_moment2: None,
-                    param_out: &v[3 * i],
-                    moment1_out: &v[3 * i + 1],
-                    moment2_out: &v[3 * i + 2],
+                    param_out: v[3 * i],
+                    moment1_out: v[3 * i + 1],
+                    moment2_out: v[3 * i + 2],
                     max_moment2_out: None,
                     step,
                 })

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaStream};
 
 use crate::error::{Error, Result};
+use crate::types::{check_part, DataType, TensorMut, TensorRef};
 
 /// A raw stream-ordered device allocation for framework tensors.
 ///
@@ -78,6 +79,54 @@ impl DeviceBuffer {
     pub(crate) fn ptr(&self) -> u64 {
         self.ptr
     }
+
+    /// Elements of `dtype` at element `offset` from the start of the buffer with `dims` and
+    /// (possibly negative) element `strides`: a view checked to stay inside the buffer.
+    pub(crate) fn view(&self, offset: i64, dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorRef<'_>> {
+        let ptr = self.part(offset, dims, strides, dtype)?;
+        // SAFETY: every element of the part lies in the buffer (checked by `part`), which owns
+        // its bytes until it drops and then frees them ordered on its stream, after the work
+        // queued there.
+        Ok(unsafe { TensorRef::from_raw(dims, strides, dtype, ptr) })
+    }
+
+    /// [`view`](Self::view), writable. The buffer's owner decides who writes it: framework
+    /// tensors write only buffers they allocated for the result or own alone.
+    pub(crate) fn view_mut(
+        &self,
+        offset: i64,
+        dims: &[i64],
+        strides: &[i64],
+        dtype: DataType,
+    ) -> Result<TensorMut<'_>> {
+        let ptr = self.part(offset, dims, strides, dtype)?;
+        // SAFETY: as in `view`; the memory is the device's, written only by work on its stream.
+        Ok(unsafe { TensorMut::from_raw(dims, strides, dtype, ptr) })
+    }
+
+    /// The address of element `(0, …, 0)` of a part of the buffer, after checking that every
+    /// element of the part lies in it (whole elements from the start, which is aligned to at
+    /// least 256 bytes).
+    fn part(&self, offset: i64, dims: &[i64], strides: &[i64], dtype: DataType) -> Result<u64> {
+        let n = (self.bytes / dtype.size()) as i64;
+        check_part((n > 0).then_some((0, n - 1)), offset, dims, strides, dtype)
+            .map_err(|reason| Error::invalid_arg("view", "dims", reason + &format!("a buffer of {n} elements")))?;
+        Ok((self.ptr as i64).wrapping_add(offset.wrapping_mul(dtype.size() as i64)) as u64)
+    }
+}
+
+/// A view with no elements (of a tensor that has no buffer): an error unless some dim is 0.
+pub(crate) fn empty_view(dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorMut<'static>> {
+    if !dims.contains(&0) {
+        return Err(Error::invalid_arg(
+            "view",
+            "dims",
+            format!("{dims:?} has elements but the buffer is empty"),
+        ));
+    }
+    // SAFETY: a view with no elements reaches no memory.
+    let view = unsafe { TensorMut::from_raw(dims, strides, dtype, 0) };
+    Ok(view)
 }
 
 impl Drop for DeviceBuffer {

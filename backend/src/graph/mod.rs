@@ -3,14 +3,13 @@
 //! for the plan cache, and lowering to cuDNN backend descriptors (the only part that
 //! touches FFI, in the private `lower` module).
 
-mod layout;
 pub(crate) mod lower;
 mod signature;
 mod types;
 mod validate;
 pub use validate::conv_out as conv_output_size;
 
-pub use layout::{may_overlap, packed_strides, stride_order};
+pub use crate::types::{may_overlap, packed_strides, stride_order};
 pub use signature::SignatureContext;
 use types::Given;
 pub use types::*;

@@ -1,64 +1,7 @@
-//! Tensors, data types and op attributes of the graph IR.
+//! Tensors and op attributes of the graph IR.
 
-/// Element data types.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DataType {
-    /// IEEE f32.
-    F32,
-    /// IEEE f16.
-    F16,
-    /// bfloat16.
-    BF16,
-    /// IEEE f64.
-    F64,
-    /// i32.
-    I32,
-    /// i64.
-    I64,
-    /// u8.
-    U8,
-    /// i8 (cuDNN's max-pool index type).
-    I8,
-    /// bool (one byte).
-    Bool,
-}
-
-impl DataType {
-    /// Size of one element in bytes.
-    pub fn size(self) -> usize {
-        match self {
-            DataType::F64 | DataType::I64 => 8,
-            DataType::F32 | DataType::I32 => 4,
-            DataType::F16 | DataType::BF16 => 2,
-            DataType::U8 | DataType::I8 | DataType::Bool => 1,
-        }
-    }
-
-    /// True for f32, f16, bf16 and f64.
-    pub fn is_float(self) -> bool {
-        matches!(self, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64)
-    }
-
-    /// The `cudnnDataType_t` value.
-    pub(crate) fn cudnn(self) -> u32 {
-        match self {
-            DataType::F32 => 0,
-            DataType::F64 => 1,
-            DataType::F16 => 2,
-            DataType::I8 => 3,
-            DataType::I32 => 4,
-            DataType::U8 => 6,
-            DataType::BF16 => 9,
-            DataType::I64 => 10,
-            DataType::Bool => 11,
-        }
-    }
-
-    /// A one-byte code of the type (its `cudnnDataType_t` value).
-    pub fn code(self) -> u8 {
-        self.cudnn() as u8
-    }
-}
+use crate::types::Activation;
+pub use crate::types::DataType;
 
 /// Index of a tensor in its [`Graph`](super::Graph).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -252,6 +195,20 @@ pub enum PointwiseMode {
 }
 
 impl PointwiseMode {
+    /// The pointwise mode of a fused activation, or None for identity.
+    pub(crate) fn of_activation(a: Activation) -> Option<Self> {
+        Some(match a {
+            Activation::Identity => return None,
+            Activation::Relu => PointwiseMode::Relu,
+            Activation::Gelu => PointwiseMode::Gelu,
+            Activation::GeluTanh => PointwiseMode::GeluTanh,
+            Activation::Sigmoid => PointwiseMode::Sigmoid,
+            Activation::Tanh => PointwiseMode::Tanh,
+            Activation::Elu(a) => PointwiseMode::Elu(a),
+            Activation::Swish(b) => PointwiseMode::Swish(b),
+        })
+    }
+
     /// True when the mode takes two inputs.
     pub fn is_binary(self) -> bool {
         use PointwiseMode::*;

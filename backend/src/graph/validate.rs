@@ -1,8 +1,8 @@
 //! `Graph::validate`: shape/dtype inference and consistency checks, all on the CPU.
 
-use super::layout::{may_overlap, packed_strides, stride_order};
 use super::{ConvAttrs, DataType, Graph, Op, PointwiseMode, ResampleAttrs, ResampleMode, TensorId};
 use crate::error::{Error, Result};
+use crate::types::{may_overlap, packed_strides, stride_order};
 
 /// Largest tensor rank cuDNN accepts.
 pub const MAX_RANK: usize = 8;

@@ -5,24 +5,56 @@ use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::kernel_layout;
-use crate::ops::TensorRef;
+use cudarc::driver::CudaStream;
+
+use crate::types::TensorRef;
+
+/// Checks that every operand may be used on `stream` (a view of a cudarc slice only on the
+/// stream it was lent to): the first check of every public kernel entry point.
+pub(crate) fn on_stream(stream: &CudaStream, op: &'static str, operands: &[(&'static str, &TensorRef)]) -> Result<()> {
+    operands
+        .iter()
+        .try_for_each(|&(arg, t)| t.check_stream(stream, op, arg))
+}
+
+/// [`on_stream`] for operands that may be absent.
+pub(crate) fn on_stream_opt(
+    stream: &CudaStream,
+    op: &'static str,
+    operands: &[(&'static str, Option<&TensorRef>)],
+) -> Result<()> {
+    operands
+        .iter()
+        .filter_map(|&(arg, t)| t.map(|t| (arg, t)))
+        .try_for_each(|(arg, t)| t.check_stream(stream, op, arg))
+}
 
 /// Checks one operand's own consistency (dims vs strides, no negative dims, an element
 /// count that fits i64, a non-null pointer when non-empty); returns its element count.
 pub(crate) fn check_tensor(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<i64> {
-    if t.dims.len() != t.strides.len() {
-        let msg = format!("{} dims but {} strides", t.dims.len(), t.strides.len());
+    check_layout(op, arg, &t.dims, &t.strides, t.ptr)
+}
+
+/// [`check_tensor`] on the parts of an operand.
+pub(crate) fn check_layout(
+    op: &'static str,
+    arg: &'static str,
+    dims: &[i64],
+    strides: &[i64],
+    ptr: u64,
+) -> Result<i64> {
+    if dims.len() != strides.len() {
+        let msg = format!("{} dims but {} strides", dims.len(), strides.len());
         return Err(Error::invalid_arg(op, arg, msg));
     }
-    if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {:?}", t.dims)));
+    if let Some(d) = dims.iter().find(|&&d| d < 0) {
+        return Err(Error::invalid_arg(op, arg, format!("negative dim {d} in {dims:?}")));
     }
-    let numel = t
-        .dims
+    let numel = dims
         .iter()
         .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{:?} has too many elements", t.dims)))?;
-    if numel > 0 && t.ptr == 0 {
+        .ok_or_else(|| Error::invalid_arg(op, arg, format!("{dims:?} has too many elements")))?;
+    if numel > 0 && ptr == 0 {
         return Err(Error::invalid_arg(op, arg, "null device pointer"));
     }
     Ok(numel)

@@ -16,7 +16,7 @@
 //! [`vector_width`]: contiguous tensors, row-broadcast biases, broadcast scalars and columns,
 //! aligned views); every other layout runs the one-element-per-step kernels.
 
-use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
+use crate::kernels::check::{check_no_overlap, check_tensor, on_stream, same_dtype};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -27,7 +27,7 @@ use crate::ffi::launch_elementwise::{self as launch, ScalarParam, UnaryParams, V
 use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, ELEMENTWISE};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 /// A unary operation (the kernels' `op` code is the declaration order).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -788,7 +788,8 @@ pub(crate) fn plan_where(cond: &TensorRef, a: &TensorRef, b: &TensorRef, out: &T
 
 /// Sets every element of `out` to `value` converted to `out.dtype` (ints: truncated toward
 /// zero, NaN -> 0, wrapped to the width; bool: `value != 0`).
-pub fn fill(stream: &Arc<CudaStream>, out: &TensorRef, value: f64) -> Result<()> {
+pub fn fill(stream: &Arc<CudaStream>, out: &TensorMut, value: f64) -> Result<()> {
+    on_stream(stream, "fill", &[("out", out)])?;
     let Some(p) = plan_fill(out, value)? else {
         return Ok(());
     };
@@ -799,7 +800,8 @@ pub fn fill(stream: &Arc<CudaStream>, out: &TensorRef, value: f64) -> Result<()>
 /// Copies `src` (broadcast to `dst.dims`) into `dst`, casting when the dtypes differ
 /// (any pair of dtypes; float -> int truncates toward zero with NaN -> 0 and wraps to the
 /// width; to bool: `!= 0`).
-pub fn copy(stream: &Arc<CudaStream>, src: &TensorRef, dst: &TensorRef) -> Result<()> {
+pub fn copy(stream: &Arc<CudaStream>, src: &TensorRef, dst: &TensorMut) -> Result<()> {
+    on_stream(stream, "copy", &[("src", src), ("dst", dst)])?;
     let Some(p) = plan_copy(src, dst)? else {
         return Ok(());
     };
@@ -813,7 +815,8 @@ pub fn copy(stream: &Arc<CudaStream>, src: &TensorRef, dst: &TensorRef) -> Resul
 /// `out = op(x)` with `x` broadcast to `out.dims` and of `out`'s dtype. Float ops run on
 /// f32/f16/bf16/f64 (f16/bf16 in f32); ints (not bool) support `Neg`, `Abs`, `Sign`,
 /// `Square`, `AddScalar`, `MulScalar` and `Clamp`.
-pub fn unary(stream: &Arc<CudaStream>, op: UnaryOp, x: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn unary(stream: &Arc<CudaStream>, op: UnaryOp, x: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "unary", &[("x", x), ("out", out)])?;
     let Some(p) = plan_unary(op, x, out)? else {
         return Ok(());
     };
@@ -828,7 +831,8 @@ pub fn unary(stream: &Arc<CudaStream>, op: UnaryOp, x: &TensorRef, out: &TensorR
 
 /// `out = a op b` with `a` and `b` broadcast to `out.dims`, all of one dtype. Bitwise ops
 /// on ints and bool only (bool supports only those), `Atan2` on floats only.
-pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "binary", &[("a", a), ("b", b), ("out", out)])?;
     let Some(p) = plan_binary(op, a, b, out)? else {
         return Ok(());
     };
@@ -842,7 +846,8 @@ pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorR
 /// `out = a op s` for a scalar `s` passed to the kernel by value (no one-element tensor,
 /// no fill launch); `s` is first rounded to the dtype like a tensor of it. The ops and
 /// dtypes of [`binary`].
-pub fn binary_scalar(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<()> {
+pub fn binary_scalar(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, s: f64, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "binary_scalar", &[("a", a), ("out", out)])?;
     let Some(p) = plan_binary_scalar(op, a, s, out)? else {
         return Ok(());
     };
@@ -855,7 +860,8 @@ pub fn binary_scalar(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, s: f
 
 /// `out = a op s` as 0/1 bytes for a scalar `s` passed by value (rounded to `a`'s dtype
 /// first). NaN compares false except for `Ne`.
-pub fn compare_scalar(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, s: f64, out: &TensorRef) -> Result<()> {
+pub fn compare_scalar(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, s: f64, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "compare_scalar", &[("a", a), ("out", out)])?;
     let Some(p) = plan_compare_scalar(op, a, s, out)? else {
         return Ok(());
     };
@@ -865,7 +871,8 @@ pub fn compare_scalar(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, s:
 
 /// `out = a op b` as 0/1 bytes (`out` Bool or U8), `a` and `b` of one dtype and broadcast
 /// to `out.dims`. NaN compares false except for `Ne`.
-pub fn compare(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn compare(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, b: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "compare", &[("a", a), ("b", b), ("out", out)])?;
     let Some(p) = plan_compare(op, a, b, out)? else {
         return Ok(());
     };
@@ -875,7 +882,8 @@ pub fn compare(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, b: &Tenso
 
 /// `out = cond ? a : b` elementwise (`cond` Bool or U8, nonzero is true), all broadcast to
 /// `out.dims`; `a`, `b` and `out` of one dtype.
-pub fn where_(stream: &Arc<CudaStream>, cond: &TensorRef, a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn where_(stream: &Arc<CudaStream>, cond: &TensorRef, a: &TensorRef, b: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "where", &[("cond", cond), ("a", a), ("b", b), ("out", out)])?;
     let Some(p) = plan_where(cond, a, b, out)? else {
         return Ok(());
     };
@@ -889,12 +897,12 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
@@ -1046,7 +1054,7 @@ mod tests {
         assert!(plan_fill(&ts(&[1, 3], &[0, 1], f), 0.0).unwrap().is_some());
         assert!(plan_fill(&ts(&[2, 3], &[-3, 1], f), 0.0).unwrap().is_some());
         // null pointer
-        invalid(plan_fill(&TensorRef::contiguous(&[3], f, 0), 0.0));
+        invalid(plan_fill(&TensorRef::fake_packed(&[3], f, 0), 0.0));
         // too many dims after merging
         let dims = [2i64; 9];
         let strides: Vec<i64> = (0..9).map(|i| 1i64 << (2 * (8 - i))).collect();
@@ -1057,7 +1065,7 @@ mod tests {
     fn empty_outputs_plan_nothing_but_still_validate() {
         let f = DataType::F32;
         assert!(plan_fill(&t(&[0, 3], f), 1.0).unwrap().is_none());
-        assert!(plan_fill(&TensorRef::contiguous(&[0], f, 0), 1.0).unwrap().is_none());
+        assert!(plan_fill(&TensorRef::fake_packed(&[0], f, 0), 1.0).unwrap().is_none());
         assert!(
             plan_binary(BinaryOp::Add, &t(&[1, 3], f), &t(&[0, 3], f), &t(&[0, 3], f))
                 .unwrap()
@@ -1118,8 +1126,8 @@ mod tests {
         plan_binary(BinaryOp::Add, a, b, out).unwrap().unwrap().vec
     }
 
-    fn at(t: TensorRef, ptr: u64) -> TensorRef {
-        TensorRef { ptr, ..t }
+    fn at(t: TensorRef, ptr: u64) -> TensorRef<'static> {
+        t.fake_at(ptr)
     }
 
     #[test]

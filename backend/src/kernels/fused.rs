@@ -25,12 +25,12 @@ use cudarc::driver::{CudaFunction, CudaStream};
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_fused::{self as launch, FusedArgs};
-use crate::graph::DataType;
-use crate::kernels::check::{check_no_overlap, check_tensor};
+use crate::graph::{may_overlap, DataType};
+use crate::kernels::check::{check_layout, check_tensor};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, KernelSource};
-use crate::ops::TensorRef;
+use crate::types::{row_major_strides, TensorMut, TensorRef};
 
 pub use crate::ffi::launch_fused::{MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
 
@@ -550,31 +550,70 @@ pub fn run(
     stream: &Arc<CudaStream>,
     program: &Program,
     inputs: &[TensorRef],
-    outputs: &[TensorRef],
+    outputs: &[TensorMut],
     scalars: &[f32],
 ) -> Result<()> {
     let launch = FusedLaunch::new(program, inputs, outputs, scalars)?;
     let f = stream_function(stream, source_for(program, launch.variant)?, ENTRY)?;
-    launch::fused(stream, &f, &launch.args, launch.groups())
+    launch.launch(stream, program, &f, launch.variant)
 }
 
 /// An address every fresh device allocation is aligned to (at least): where
 /// [`FusedLaunch::for_packed_outputs`] assumes its outputs until they are bound.
 const OUTPUT_ALIGNMENT: u64 = 256;
 
-/// A checked launch of a program: its arguments and the kernel variant they need.
+/// A checked launch of a program: its arguments and the kernel variant they need. It keeps
+/// the views it was given, so their memory stays borrowed until it drops.
 #[derive(Clone, Debug)]
-pub struct FusedLaunch {
+pub struct FusedLaunch<'a> {
     args: FusedArgs,
     variant: Variant,
     /// The outputs' dims (every output shares them).
     out_dims: Vec<i64>,
+    /// Whether real outputs are bound ([`FusedLaunch::for_packed_outputs`] has none yet).
+    bound: bool,
+    /// How many of `views` are inputs (the outputs follow).
+    inputs: usize,
+    /// The inputs and outputs the arguments point into.
+    views: Vec<TensorRef<'a>>,
 }
 
-impl FusedLaunch {
+/// An output as the launch needs it.
+struct OutputDesc<'t> {
+    dims: &'t [i64],
+    strides: &'t [i64],
+    dtype: DataType,
+    ptr: u64,
+}
+
+impl<'t> OutputDesc<'t> {
+    fn of(t: &'t TensorRef) -> Self {
+        Self {
+            dims: &t.dims,
+            strides: &t.strides,
+            dtype: t.dtype,
+            ptr: t.ptr,
+        }
+    }
+}
+
+impl<'a> FusedLaunch<'a> {
     /// Checks `inputs`, `outputs` and `scalars` against `program` (as [`run`] describes) and
     /// packs the launch.
-    pub fn new(program: &Program, inputs: &[TensorRef], outputs: &[TensorRef], scalars: &[f32]) -> Result<Self> {
+    pub fn new(
+        program: &Program,
+        inputs: &[TensorRef<'a>],
+        outputs: &[TensorMut<'a>],
+        scalars: &[f32],
+    ) -> Result<Self> {
+        let descs: Vec<OutputDesc> = outputs.iter().map(|o| OutputDesc::of(o)).collect();
+        let mut launch = Self::pack(program, inputs, &descs, scalars)?;
+        launch.views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
+        launch.bound = true;
+        Ok(launch)
+    }
+
+    fn pack(program: &Program, inputs: &[TensorRef<'a>], outputs: &[OutputDesc], scalars: &[f32]) -> Result<Self> {
         const OP: &str = "fused elementwise";
         if inputs.len() != program.inputs.len()
             || outputs.len() != program.outputs.len()
@@ -597,10 +636,16 @@ impl FusedLaunch {
         let Some(out0) = outputs.first() else {
             return Err(Error::invalid_arg(OP, "out", "no outputs"));
         };
-        let n = check_tensor(OP, "out", out0)?;
+        let n = check_layout(OP, "out", out0.dims, out0.strides, out0.ptr)?;
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
-            check_tensor(OP, "out", o)?;
-            check_no_overlap(OP, "out", o)?;
+            check_layout(OP, "out", o.dims, o.strides, o.ptr)?;
+            if may_overlap(o.dims, o.strides) {
+                let msg = format!(
+                    "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
+                    o.dims, o.strides
+                );
+                return Err(Error::invalid_arg(OP, "out", msg));
+            }
             if o.dims != out0.dims || o.strides != out0.strides || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
@@ -622,10 +667,10 @@ impl FusedLaunch {
                     format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
                 ));
             }
-            strides.push(broadcast_strides(OP, &t.dims, &t.strides, &out0.dims)?);
+            strides.push(broadcast_strides(OP, &t.dims, &t.strides, out0.dims)?);
         }
-        strides.push(out0.strides.clone());
-        let (mut shape, mut strides) = coalesce(&out0.dims, &strides);
+        strides.push(out0.strides.to_vec());
+        let (mut shape, mut strides) = coalesce(out0.dims, &strides);
         if shape.is_empty() {
             // One element (or none): rank 1 of length 1.
             shape.push(1);
@@ -661,26 +706,35 @@ impl FusedLaunch {
         Ok(Self {
             args,
             variant,
-            out_dims: out0.dims.clone(),
+            out_dims: out0.dims.to_vec(),
+            bound: false,
+            inputs: inputs.len(),
+            views: inputs.to_vec(),
         })
     }
 
     /// A launch of `program` over `inputs` into packed outputs of `out_dims` that do not exist
     /// yet: its variant is known (for [`ready_or_queue`]) before the outputs are allocated;
-    /// [`FusedLaunch::bind`] supplies them and the scalars.
-    pub fn for_packed_outputs(program: &Program, inputs: &[TensorRef], out_dims: &[i64]) -> Result<Self> {
-        let outputs: Vec<TensorRef> = program
+    /// [`FusedLaunch::bind`] supplies them and the scalars, and only then can it launch.
+    pub fn for_packed_outputs(program: &Program, inputs: &[TensorRef<'a>], out_dims: &[i64]) -> Result<Self> {
+        let strides = row_major_strides(out_dims);
+        let outputs: Vec<OutputDesc> = program
             .outputs
             .iter()
-            .map(|&(_, d)| TensorRef::contiguous(out_dims, d, OUTPUT_ALIGNMENT))
+            .map(|&(_, dtype)| OutputDesc {
+                dims: out_dims,
+                strides: &strides,
+                dtype,
+                ptr: OUTPUT_ALIGNMENT,
+            })
             .collect();
-        Self::new(program, inputs, &outputs, &vec![0.0; program.scalars])
+        Self::pack(program, inputs, &outputs, &vec![0.0; program.scalars])
     }
 
     /// Binds the real outputs (packed, of the dims and dtypes the launch was made for) and the
-    /// scalars of a launch from [`FusedLaunch::for_packed_outputs`]. An output less aligned
-    /// than the variant's vector accesses need narrows the vector width.
-    pub fn bind(&mut self, program: &Program, outputs: &[TensorRef], scalars: &[f32]) -> Result<()> {
+    /// scalars of a launch from [`FusedLaunch::for_packed_outputs`] (or rebinds them). An
+    /// output less aligned than the variant's vector accesses need narrows the vector width.
+    pub fn bind(&mut self, program: &Program, outputs: &[TensorMut<'a>], scalars: &[f32]) -> Result<()> {
         const OP: &str = "fused elementwise";
         if outputs.len() != program.outputs.len() || scalars.len() != program.scalars {
             return Err(Error::invalid_arg(
@@ -695,10 +749,10 @@ impl FusedLaunch {
                 ),
             ));
         }
+        let packed = row_major_strides(&self.out_dims);
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             check_tensor(OP, "out", o)?;
-            let packed = TensorRef::contiguous(&self.out_dims, d, o.ptr);
-            if o.dims != packed.dims || o.strides != packed.strides || o.dtype != d {
+            if o.dims != self.out_dims || o.strides != packed || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
                     "out",
@@ -708,6 +762,8 @@ impl FusedLaunch {
                     ),
                 ));
             }
+        }
+        for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             let mut vec = u64::from(self.variant.vec.max(1));
             while vec > 1 && o.ptr % (vec * d.size() as u64) != 0 {
                 vec /= 2;
@@ -718,6 +774,9 @@ impl FusedLaunch {
         }
         self.variant.wide = self.args.n / i64::from(self.variant.vec) >= 1 << 31;
         self.args.s[..scalars.len()].copy_from_slice(scalars);
+        self.views.truncate(self.inputs);
+        self.views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
+        self.bound = true;
         Ok(())
     }
 
@@ -741,6 +800,13 @@ impl FusedLaunch {
         f: &CudaFunction,
         f_variant: Variant,
     ) -> Result<()> {
+        const OP: &str = "fused elementwise";
+        if !self.bound {
+            return Err(Error::invalid_arg(OP, "outputs", "bind the outputs before launching"));
+        }
+        for v in &self.views {
+            v.check_stream(stream, OP, "operands")?;
+        }
         if f_variant == self.variant {
             return launch::fused(stream, f, &self.args, self.groups());
         }
@@ -820,15 +886,15 @@ mod tests {
         let p = relu_add();
         let dims = [8i64, 16];
         let inputs = [
-            TensorRef::contiguous(&dims, DataType::F16, 0x1000),
-            TensorRef::contiguous(&[16], DataType::F32, 0x2000),
+            TensorRef::fake_packed(&dims, DataType::F16, 0x1000),
+            TensorRef::fake_packed(&[16], DataType::F32, 0x2000),
         ];
         let mut launch = FusedLaunch::for_packed_outputs(&p, &inputs, &dims).unwrap();
         assert_eq!(launch.variant().vec, 8);
         let out = |ptr_f16: u64| {
             [
-                TensorRef::contiguous(&dims, DataType::F16, ptr_f16),
-                TensorRef::contiguous(&dims, DataType::Bool, 0x4000),
+                TensorMut::fake_packed(&dims, DataType::F16, ptr_f16),
+                TensorMut::fake_packed(&dims, DataType::Bool, 0x4000),
             ]
         };
         launch.bind(&p, &out(0x3000), &[0.5]).unwrap();
@@ -838,8 +904,8 @@ mod tests {
         assert_eq!(launch.variant().vec, 2);
         // Outputs of other dims, or too few scalars, are refused.
         let wrong = [
-            TensorRef::contiguous(&[16, 8], DataType::F16, 0x3000),
-            TensorRef::contiguous(&dims, DataType::Bool, 0x4000),
+            TensorMut::fake_packed(&[16, 8], DataType::F16, 0x3000),
+            TensorMut::fake_packed(&dims, DataType::Bool, 0x4000),
         ];
         assert!(launch.bind(&p, &wrong, &[0.5]).is_err());
         assert!(launch.bind(&p, &out(0x3000), &[]).is_err());

@@ -27,7 +27,7 @@
 //! 32-bit word: their output buffers must be allocated in whole 4-byte words (the Burn
 //! backend's storage rounds every allocation up to 16 bytes).
 
-use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
+use crate::kernels::check::{check_no_overlap, check_tensor, on_stream, same_dtype};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -38,7 +38,7 @@ use crate::ffi::launch_index::{self as launch, IndexAxis};
 use crate::graph::DataType;
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{stream_function, INDEX};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 // ---------------------------------------------------------------------------------------
 // Plans (pure host logic)
@@ -534,8 +534,9 @@ pub fn gather(
     x: &TensorRef,
     axis: usize,
     indices: &TensorRef,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "gather", &[("x", x), ("indices", indices), ("out", out)])?;
     let Some(p) = plan_gather(x, axis, indices, out)? else {
         return Ok(());
     };
@@ -561,11 +562,16 @@ pub fn gather(
 /// responsibility).
 pub fn scatter_add(
     stream: &Arc<CudaStream>,
-    target: &TensorRef,
+    target: &TensorMut,
     axis: usize,
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "scatter_add",
+        &[("target", target), ("indices", indices), ("values", values)],
+    )?;
     let Some(p) = plan_scatter_add(target, axis, indices, values)? else {
         return Ok(());
     };
@@ -592,8 +598,9 @@ pub fn index_select(
     x: &TensorRef,
     axis: usize,
     indices: &TensorRef,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "index_select", &[("x", x), ("indices", indices), ("out", out)])?;
     let Some(p) = plan_index_select(x, axis, indices, out)? else {
         return Ok(());
     };
@@ -618,11 +625,16 @@ pub fn index_select(
 /// (bounds are the caller's responsibility).
 pub fn index_add(
     stream: &Arc<CudaStream>,
-    target: &TensorRef,
+    target: &TensorMut,
     axis: usize,
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "index_add",
+        &[("target", target), ("indices", indices), ("values", values)],
+    )?;
     let Some(p) = plan_index_add(target, axis, indices, values)? else {
         return Ok(());
     };
@@ -645,7 +657,8 @@ pub fn index_add(
 /// `indices.dims[..-1] ++ x.dims[K..]` and `x`'s dtype (any dtype). An index tuple with a
 /// coordinate outside `0..x.dims[j]` yields a slice of zeros (bounds are the caller's
 /// responsibility).
-pub fn gather_nd(stream: &Arc<CudaStream>, x: &TensorRef, indices: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn gather_nd(stream: &Arc<CudaStream>, x: &TensorRef, indices: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "gather_nd", &[("x", x), ("indices", indices), ("out", out)])?;
     let Some(p) = plan_gather_nd(x, indices, out)? else {
         return Ok(());
     };
@@ -673,11 +686,16 @@ pub fn gather_nd(stream: &Arc<CudaStream>, x: &TensorRef, indices: &TensorRef, o
 /// outside `0..target.dims[j]` updates nothing (bounds are the caller's responsibility).
 pub fn scatter_nd(
     stream: &Arc<CudaStream>,
-    target: &TensorRef,
+    target: &TensorMut,
     indices: &TensorRef,
     values: &TensorRef,
     op: ScatterNdOp,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "scatter_nd",
+        &[("target", target), ("indices", indices), ("values", values)],
+    )?;
     let Some(p) = plan_scatter_nd(target, indices, values)? else {
         return Ok(());
     };
@@ -705,12 +723,12 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
@@ -875,11 +893,11 @@ mod tests {
             "indices"
         );
         assert_eq!(
-            invalid(plan_gather(&x, 0, &i, &TensorRef::contiguous(&[2, 3], F32, 0))).1,
+            invalid(plan_gather(&x, 0, &i, &TensorRef::fake_packed(&[2, 3], F32, 0))).1,
             "out"
         );
         assert_eq!(
-            invalid(plan_scatter_add(&TensorRef::contiguous(&[4, 3], F32, 0), 0, &i, &o)).1,
+            invalid(plan_scatter_add(&TensorRef::fake_packed(&[4, 3], F32, 0), 0, &i, &o)).1,
             "target"
         );
     }
@@ -926,7 +944,7 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(
-            plan_index_add(&x, 0, &t(&[0], I64), &TensorRef::contiguous(&[0, 3], F32, 0))
+            plan_index_add(&x, 0, &t(&[0], I64), &TensorRef::fake_packed(&[0, 3], F32, 0))
                 .unwrap()
                 .is_none()
         );
@@ -1051,7 +1069,7 @@ mod tests {
         );
         assert_eq!(
             invalid(plan_scatter_nd(
-                &TensorRef::contiguous(&[4, 3], F32, 0),
+                &TensorRef::fake_packed(&[4, 3], F32, 0),
                 &i,
                 &t(&[5, 3], F32)
             ))

@@ -21,7 +21,7 @@
 //! reduced by one thread block, so a per-tensor scale of a large tensor is one block's
 //! work.
 
-use crate::kernels::check::{check_no_overlap, check_tensor, same_dtype};
+use crate::kernels::check::{check_no_overlap, check_tensor, on_stream, same_dtype};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -32,7 +32,7 @@ use crate::ffi::launch_linalg::{self as launch, MatmulShape};
 use crate::graph::DataType;
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, stream_functions, LINALG};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 // ---------------------------------------------------------------------------------------
 // Shared checks
@@ -508,7 +508,8 @@ pub(crate) fn plan_dequantize(
 /// with wrapping arithmetic accumulated in 64 bits (an `I32` result is the wrapped 32-bit
 /// sum). One rank ≥ 2 for all three; batch dims of `a` and `b` are 1 or c's (broadcast, as
 /// in [`crate::ops::matmul`]). Transposed operands are just strides. `K = 0` writes zeros.
-pub fn int_matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
+pub fn int_matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorMut) -> Result<()> {
+    on_stream(stream, "int_matmul", &[("a", a), ("b", b), ("c", c)])?;
     let Some(p) = plan_int_matmul(a, b, c)? else {
         return Ok(());
     };
@@ -521,7 +522,8 @@ pub fn int_matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Te
 /// precision), rounded once to c's dtype. Shapes, broadcast batch dims (size 1 or stride 0)
 /// and arbitrary strides as [`int_matmul`]; `K = 0` writes zeros. A simple tiled kernel:
 /// for accuracy-critical or F64 products, not a replacement for cuDNN's fast matmul.
-pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
+pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorMut) -> Result<()> {
+    on_stream(stream, "matmul", &[("a", a), ("b", b), ("c", c)])?;
     let Some(p) = plan_matmul(a, b, c)? else {
         return Ok(());
     };
@@ -532,7 +534,8 @@ pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Tensor
 /// `out = a × b`, the 3-vector cross product along `axis` (where `out` has size 3; `a`
 /// and `b` also have size 3 there and broadcast to `out` on every other dim). All three
 /// have one dtype: F32, F16, BF16 or F64 (f32/f64 computed in double, halfs in f32).
-pub fn cross3(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, axis: usize, out: &TensorRef) -> Result<()> {
+pub fn cross3(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, axis: usize, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "cross3", &[("a", a), ("b", b), ("out", out)])?;
     let Some(p) = plan_cross3(a, b, axis, out)? else {
         return Ok(());
     };
@@ -550,8 +553,13 @@ pub fn quantize_symmetric_i8(
     x: &TensorRef,
     block: Option<usize>,
     scales: &TensorRef,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "quantize_symmetric_i8",
+        &[("x", x), ("scales", scales), ("out", out)],
+    )?;
     let Some(p) = plan_quantize(x, block, scales, out)? else {
         return Ok(());
     };
@@ -568,8 +576,13 @@ pub fn dequantize_symmetric_i8(
     q: &TensorRef,
     block: Option<usize>,
     scales: &TensorRef,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "dequantize_symmetric_i8",
+        &[("q", q), ("scales", scales), ("out", out)],
+    )?;
     let Some(p) = plan_dequantize(q, block, scales, out)? else {
         return Ok(());
     };
@@ -585,16 +598,16 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn tp(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, ptr)
+    fn tp(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, ptr)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
@@ -678,7 +691,7 @@ mod tests {
         assert_eq!(arg, "c");
         assert!(why.contains("overlap"), "{why}");
         assert_eq!(
-            invalid(plan_int_matmul(&a, &b, &TensorRef::contiguous(&[4, 6], I64, 0))).1,
+            invalid(plan_int_matmul(&a, &b, &TensorRef::fake_packed(&[4, 6], I64, 0))).1,
             "c"
         );
     }
@@ -809,7 +822,7 @@ mod tests {
             .unwrap();
         assert_eq!((p.entry, p.block, p.nblocks, p.n), ("dequantize_f16", 8, 4, 32));
         // Size-1 dims may have any stride; empty tensors plan nothing.
-        let x1 = TensorRef::new(&[1, 32], &[7, 1], F64, 0x1000);
+        let x1 = TensorRef::fake(&[1, 32], &[7, 1], F64, 0x1000);
         assert_eq!(
             plan_quantize(&x1, Some(16), &tp(&[2], F32, 0x2000), &tp(&[1, 32], I8, 0x3000))
                 .unwrap()
@@ -847,11 +860,11 @@ mod tests {
         let (_, arg, why) = invalid(plan_quantize(&x, Some(8), &s, &q));
         assert_eq!(arg, "scales");
         assert!(why.contains("expected 4"), "{why}");
-        let xt = TensorRef::new(&[4, 8], &[1, 4], F32, 0x1000);
+        let xt = TensorRef::fake(&[4, 8], &[1, 4], F32, 0x1000);
         let (_, arg, why) = invalid(plan_quantize(&xt, None, &s, &q));
         assert_eq!(arg, "x");
         assert!(why.contains("row-major"), "{why}");
-        let gapped = TensorRef::new(&[4, 8], &[16, 1], I8, 0x3000);
+        let gapped = TensorRef::fake(&[4, 8], &[16, 1], I8, 0x3000);
         assert_eq!(invalid(plan_quantize(&x, None, &s, &gapped)).1, "out");
         // Aliasing.
         assert_eq!(invalid(plan_quantize(&x, None, &s, &tp(&[4, 8], I8, 0x1010))).1, "out");
@@ -866,7 +879,7 @@ mod tests {
             "out"
         );
         assert_eq!(
-            invalid(plan_dequantize(&q, None, &s, &TensorRef::contiguous(&[4, 8], F32, 0))).1,
+            invalid(plan_dequantize(&q, None, &s, &TensorRef::fake_packed(&[4, 8], F32, 0))).1,
             "out"
         );
     }

@@ -21,7 +21,7 @@
 //! `maxpool2d_{fwd,bwd}_<dt>`, `avgpool2d_{fwd,bwd}_<dt>`,
 //! `adaptive_avgpool2d_{fwd,bwd}_<dt>` and `pool_zero_b{2,4,8}`).
 
-use crate::kernels::check::{check_no_overlap, check_rank4, float_slot, same_dtype, view_layout};
+use crate::kernels::check::{check_no_overlap, check_rank4, float_slot, on_stream, same_dtype, view_layout};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -31,7 +31,7 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_pool::{self as launch, PoolWindow};
 use crate::graph::DataType;
 use crate::kernels::{stream_function, stream_functions, POOL};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 /// 2-D pooling geometry, `[height, width]` each (PyTorch's `max_pool2d` / `avg_pool2d`
 /// arguments).
@@ -445,9 +445,14 @@ pub fn max_pool2d_with_indices(
     stream: &Arc<CudaStream>,
     x: &TensorRef,
     p: &Pool2d,
-    out: &TensorRef,
-    indices: &TensorRef,
+    out: &TensorMut,
+    indices: &TensorMut,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "max_pool2d_with_indices",
+        &[("x", x), ("out", out), ("indices", indices)],
+    )?;
     let Some(plan) = plan_max_pool2d(x, p, out, indices)? else {
         return Ok(());
     };
@@ -472,8 +477,13 @@ pub fn max_pool2d_backward(
     stream: &Arc<CudaStream>,
     indices: &TensorRef,
     dy: &TensorRef,
-    dx: &TensorRef,
+    dx: &TensorMut,
 ) -> Result<()> {
+    on_stream(
+        stream,
+        "max_pool2d_backward",
+        &[("indices", indices), ("dy", dy), ("dx", dx)],
+    )?;
     let Some(plan) = plan_max_pool2d_backward(indices, dy, dx)? else {
         return Ok(());
     };
@@ -494,8 +504,9 @@ pub fn avg_pool2d(
     x: &TensorRef,
     p: &Pool2d,
     count_include_pad: bool,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "avg_pool2d", &[("x", x), ("out", out)])?;
     let Some(plan) = plan_avg_pool2d(x, p, count_include_pad, out)? else {
         return Ok(());
     };
@@ -520,8 +531,9 @@ pub fn avg_pool2d_backward(
     dy: &TensorRef,
     p: &Pool2d,
     count_include_pad: bool,
-    dx: &TensorRef,
+    dx: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "avg_pool2d_backward", &[("dy", dy), ("dx", dx)])?;
     let Some(plan) = plan_avg_pool2d_backward(dy, p, count_include_pad, dx)? else {
         return Ok(());
     };
@@ -541,7 +553,8 @@ pub fn avg_pool2d_backward(
 /// Adaptive average pooling of `x` `[N, C, H, W]` into `out` `[N, C, OH, OW]` (any
 /// positive OH, OW; same dtype): output `i` of `O` averages input
 /// `floor(i * L / O) .. ceil((i + 1) * L / O)` on each spatial axis.
-pub fn adaptive_avg_pool2d(stream: &Arc<CudaStream>, x: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn adaptive_avg_pool2d(stream: &Arc<CudaStream>, x: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "adaptive_avg_pool2d", &[("x", x), ("out", out)])?;
     let Some(plan) = plan_adaptive_avg_pool2d(x, out)? else {
         return Ok(());
     };
@@ -551,7 +564,8 @@ pub fn adaptive_avg_pool2d(stream: &Arc<CudaStream>, x: &TensorRef, out: &Tensor
 
 /// Adaptive average pooling backward: writes every element of `dx` `[N, C, H, W]` with
 /// the sum of `dy / window size` over the windows containing it (deterministic).
-pub fn adaptive_avg_pool2d_backward(stream: &Arc<CudaStream>, dy: &TensorRef, dx: &TensorRef) -> Result<()> {
+pub fn adaptive_avg_pool2d_backward(stream: &Arc<CudaStream>, dy: &TensorRef, dx: &TensorMut) -> Result<()> {
+    on_stream(stream, "adaptive_avg_pool2d_backward", &[("dy", dy), ("dx", dx)])?;
     let Some(plan) = plan_adaptive_avg_pool2d_backward(dy, dx)? else {
         return Ok(());
     };
@@ -567,12 +581,12 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
@@ -802,7 +816,7 @@ mod tests {
                 &x,
                 &p,
                 false,
-                &TensorRef::contiguous(&[2, 3, 4, 4], F32, 0)
+                &TensorRef::fake_packed(&[2, 3, 4, 4], F32, 0)
             ))
             .1,
             "out"

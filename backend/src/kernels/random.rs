@@ -42,9 +42,10 @@ use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_random::{self as launch, RandomTarget};
 use crate::graph::{may_overlap, DataType};
+use crate::kernels::check::on_stream;
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{stream_function, RANDOM};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 // ---------------------------------------------------------------------------------------
 // Philox4x32-10
@@ -442,26 +443,30 @@ fn run(stream: &Arc<CudaStream>, gen: &mut Philox, out: &TensorRef, plan: Option
 /// Fills `out` (F32, F16, BF16 or F64) with uniform values in `[low, high)` (both finite,
 /// `low < high`; `high` never comes out, even where rounding to the dtype would give it).
 /// Reserves `numel(out)` draws from `gen`.
-pub fn uniform(stream: &Arc<CudaStream>, gen: &mut Philox, low: f64, high: f64, out: &TensorRef) -> Result<()> {
+pub fn uniform(stream: &Arc<CudaStream>, gen: &mut Philox, low: f64, high: f64, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "uniform", &[("out", out)])?;
     run(stream, gen, out, plan_uniform(low, high, out)?)
 }
 
 /// Fills `out` (F32, F16, BF16 or F64) with normal values of mean `mean` and standard
 /// deviation `std >= 0` (Box–Muller). Reserves `numel(out)` draws from `gen`.
-pub fn normal(stream: &Arc<CudaStream>, gen: &mut Philox, mean: f64, std: f64, out: &TensorRef) -> Result<()> {
+pub fn normal(stream: &Arc<CudaStream>, gen: &mut Philox, mean: f64, std: f64, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "normal", &[("out", out)])?;
     run(stream, gen, out, plan_normal(mean, std, out)?)
 }
 
 /// Fills `out` (any dtype) with 1 with probability `p` in `[0, 1]`, else 0. Reserves
 /// `numel(out)` draws from `gen`.
-pub fn bernoulli(stream: &Arc<CudaStream>, gen: &mut Philox, p: f64, out: &TensorRef) -> Result<()> {
+pub fn bernoulli(stream: &Arc<CudaStream>, gen: &mut Philox, p: f64, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "bernoulli", &[("out", out)])?;
     run(stream, gen, out, plan_bernoulli(p, out)?)
 }
 
 /// Fills `out` (I64, I32, I8 or U8) with integers uniform in `[low, high)` (`low < high`,
 /// both within the dtype's range, `high` up to its maximum + 1). Reserves `numel(out)`
 /// draws from `gen`.
-pub fn uniform_int(stream: &Arc<CudaStream>, gen: &mut Philox, low: i64, high: i64, out: &TensorRef) -> Result<()> {
+pub fn uniform_int(stream: &Arc<CudaStream>, gen: &mut Philox, low: i64, high: i64, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "uniform_int", &[("out", out)])?;
     run(stream, gen, out, plan_uniform_int(low, high, out)?)
 }
 
@@ -471,12 +476,12 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
@@ -708,7 +713,7 @@ mod tests {
         assert!(why.contains("overlap"), "{why}");
         invalid(plan_bernoulli(0.5, &ts(&[2, 3], &[3], f)));
         invalid(plan_uniform_int(0, 2, &ts(&[-1], &[1], DataType::I32)));
-        invalid(plan_normal(0.0, 1.0, &TensorRef::contiguous(&[3], f, 0)));
+        invalid(plan_normal(0.0, 1.0, &TensorRef::fake_packed(&[3], f, 0)));
         // Negative strides are fine.
         assert!(plan_uniform(0.0, 1.0, &ts(&[2, 3], &[-3, 1], f)).unwrap().is_some());
     }
@@ -717,7 +722,7 @@ mod tests {
     fn empty_outputs_plan_nothing_but_still_validate() {
         let f = DataType::F32;
         assert!(plan_uniform(0.0, 1.0, &t(&[0, 3], f)).unwrap().is_none());
-        assert!(plan_bernoulli(0.5, &TensorRef::contiguous(&[0], f, 0))
+        assert!(plan_bernoulli(0.5, &TensorRef::fake_packed(&[0], f, 0))
             .unwrap()
             .is_none());
         invalid(plan_uniform(1.0, 0.0, &t(&[0], f)));

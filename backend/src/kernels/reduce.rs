@@ -32,9 +32,10 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_reduce::{launch_cols, launch_rows, launch_split, ColArgs, RowArgs, SplitArgs, REDUCE_THREADS};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{may_overlap, DataType};
+use crate::kernels::check::on_stream;
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{stream_function, stream_functions, REDUCE};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 /// A reduction along one axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -721,23 +722,27 @@ fn launch_reduce(stream: &Arc<CudaStream>, plan: Option<ReducePlan>) -> Result<(
 /// Reduces `x` over `axis` into `out` (dims of `x` with `dims[axis] = 1`; dtype of `x`,
 /// or `Bool` for [`ReduceOp::Any`]/[`ReduceOp::All`]). Enqueued on `stream`, never synced
 /// (long rows and long columns use a stream-ordered scratch buffer of a few KiB).
-pub fn reduce(stream: &Arc<CudaStream>, op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Result<()> {
+pub fn reduce(stream: &Arc<CudaStream>, op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "reduce", &[("x", x), ("out", out)])?;
     launch_reduce(stream, plan_reduce(op, x, axis, out)?)
 }
 
 /// Reduces every element of `x` into the single element of `out` (any rank, all dims 1).
-pub fn reduce_all(stream: &Arc<CudaStream>, op: ReduceOp, x: &TensorRef, out: &TensorRef) -> Result<()> {
+pub fn reduce_all(stream: &Arc<CudaStream>, op: ReduceOp, x: &TensorRef, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "reduce_all", &[("x", x), ("out", out)])?;
     launch_reduce(stream, plan_reduce_all(op, x, out)?)
 }
 
 /// Writes into `out` (I64, dims of `x` with `dims[axis] = 1`) the index along `axis` of the
 /// first maximum/minimum. A NaN is selected only when it is the first element of its row.
-pub fn arg_reduce(stream: &Arc<CudaStream>, op: ArgOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Result<()> {
+pub fn arg_reduce(stream: &Arc<CudaStream>, op: ArgOp, x: &TensorRef, axis: usize, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "arg_reduce", &[("x", x), ("out", out)])?;
     launch(stream, plan_arg_reduce(op, x, axis, out)?)
 }
 
 /// Inclusive scan of `x` along `axis` into `out` (same dims and dtype).
-pub fn scan(stream: &Arc<CudaStream>, op: ScanOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Result<()> {
+pub fn scan(stream: &Arc<CudaStream>, op: ScanOp, x: &TensorRef, axis: usize, out: &TensorMut) -> Result<()> {
+    on_stream(stream, "scan", &[("x", x), ("out", out)])?;
     launch(stream, plan_scan(op, x, axis, out)?)
 }
 
@@ -749,12 +754,12 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     /// Host model of the kernel's index math: element (o, k) of the plan.
@@ -937,9 +942,9 @@ mod tests {
             arg_err(plan_reduce(ReduceOp::Sum, &xb, 1, &t(&[2, 1], DataType::Bool))),
             "x"
         );
-        let bad = TensorRef::new(&[2, 3], &[3], DataType::F32, P);
+        let bad = TensorRef::fake(&[2, 3], &[3], DataType::F32, P);
         assert_eq!(arg_err(plan_reduce(ReduceOp::Sum, &bad, 1, &o)), "x");
-        let null = TensorRef::new(&[2, 3], &[3, 1], DataType::F32, 0);
+        let null = TensorRef::fake(&[2, 3], &[3, 1], DataType::F32, 0);
         assert_eq!(arg_err(plan_reduce(ReduceOp::Sum, &null, 1, &o)), "x");
         // Output overlapping itself (a broadcast output).
         let o_bcast = ts(&[2, 1, 2], &[0, 1, 1], DataType::F32);

@@ -27,7 +27,7 @@
 //! `interp_{nearest,bilinear,bicubic}_{fwd,bwd}_<dt>`, `grid_sample_<dt>` and
 //! `resize_zero_b{2,4,8}`).
 
-use crate::kernels::check::{check_no_overlap, check_rank4, float_slot, same_dtype, view_layout};
+use crate::kernels::check::{check_no_overlap, check_rank4, float_slot, on_stream, same_dtype, view_layout};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -37,7 +37,7 @@ use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_resize as launch;
 use crate::graph::DataType;
 use crate::kernels::{stream_function, RESIZE};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 /// Interpolation algorithm (Burn's `InterpolateMode` without Lanczos3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -299,8 +299,9 @@ pub fn interpolate(
     x: &TensorRef,
     mode: InterpolateMode,
     align_corners: bool,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "interpolate", &[("x", x), ("out", out)])?;
     let Some(plan) = plan_interpolate(x, mode, align_corners, out)? else {
         return Ok(());
     };
@@ -315,8 +316,9 @@ pub fn interpolate_backward(
     dy: &TensorRef,
     mode: InterpolateMode,
     align_corners: bool,
-    dx: &TensorRef,
+    dx: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "interpolate_backward", &[("dy", dy), ("dx", dx)])?;
     let Some(plan) = plan_interpolate_backward(dy, mode, align_corners, dx)? else {
         return Ok(());
     };
@@ -332,8 +334,9 @@ pub fn grid_sample_2d(
     x: &TensorRef,
     grid: &TensorRef,
     align_corners: bool,
-    out: &TensorRef,
+    out: &TensorMut,
 ) -> Result<()> {
+    on_stream(stream, "grid_sample_2d", &[("x", x), ("grid", grid), ("out", out)])?;
     let Some(plan) = plan_grid_sample_2d(x, grid, align_corners, out)? else {
         return Ok(());
     };
@@ -359,12 +362,12 @@ mod tests {
 
     const P: u64 = 0x1000;
 
-    fn t(dims: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, P)
+    fn t(dims: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, P)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, P)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, P)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
@@ -651,7 +654,7 @@ mod tests {
                 &x,
                 Nearest,
                 false,
-                &TensorRef::contiguous(&[2, 3, 8, 8], F32, 0)
+                &TensorRef::fake_packed(&[2, 3, 8, 8], F32, 0)
             ))
             .1,
             "out"

@@ -27,7 +27,7 @@
 //! pairs padded to a power of two with sentinels that sort after every element; for long
 //! rows `sort_chunks_<dt>` and `merge_runs_b{1,2,4,8}`, a merge-path merge of sorted runs).
 
-use crate::kernels::check::check_tensor;
+use crate::kernels::check::{check_tensor, on_stream, on_stream_opt};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
@@ -39,7 +39,7 @@ use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{stream_function, stream_functions, SORT};
-use crate::ops::TensorRef;
+use crate::types::{TensorMut, TensorRef};
 
 /// Longest row (length of the sorted axis) one block sorts in shared memory; longer rows
 /// are merge-sorted from chunks of this length (`SORT_CHUNK` in `kernels/sort.cu`).
@@ -334,9 +334,16 @@ pub fn sort(
     x: &TensorRef,
     axis: usize,
     descending: bool,
-    values_out: Option<&TensorRef>,
-    indices_out: Option<&TensorRef>,
+    values_out: Option<&TensorMut>,
+    indices_out: Option<&TensorMut>,
 ) -> Result<()> {
+    on_stream(stream, "sort", &[("x", x)])?;
+    let (values_out, indices_out) = (values_out.map(|t| &**t), indices_out.map(|t| &**t));
+    on_stream_opt(
+        stream,
+        "sort",
+        &[("values_out", values_out), ("indices_out", indices_out)],
+    )?;
     let Some(p) = plan_sort(x, axis, descending, values_out, indices_out)? else {
         return Ok(());
     };
@@ -360,12 +367,12 @@ mod tests {
     const Q: u64 = 0x8000;
     const R: u64 = 0x10000;
 
-    fn t(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, ptr)
+    fn t(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, ptr)
     }
 
-    fn ts(dims: &[i64], strides: &[i64], dtype: DataType, ptr: u64) -> TensorRef {
-        TensorRef::new(dims, strides, dtype, ptr)
+    fn ts(dims: &[i64], strides: &[i64], dtype: DataType, ptr: u64) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, dtype, ptr)
     }
 
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, run_when_built, run_with_scalars, OpKey, TensorRef};
+use super::{check_on_stream_device, run_when_built, run_with_scalars, OpKey, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{DataType, Graph, PointwiseMode, ReduceOp, Scalar, TensorId};
+use crate::types::row_major_strides;
 
 fn check(q: &TensorRef, k: &TensorRef, v: &TensorRef, bias: Option<&TensorRef>, o: &TensorRef) -> Result<()> {
     const OP: &str = "sdpa";
@@ -106,11 +107,23 @@ pub fn sdpa_forward(
     v: &TensorRef,
     bias: Option<&TensorRef>,
     causal: bool,
-    o: &TensorRef,
+    o: &TensorMut,
     scale: f32,
-    stats: Option<&TensorRef>,
+    stats: Option<&TensorMut>,
 ) -> Result<()> {
-    sdpa_forward_impl(stream, q, k, v, bias, causal, o, scale, stats, false).map(|_| ())
+    sdpa_forward_impl(
+        stream,
+        q,
+        k,
+        v,
+        bias,
+        causal,
+        o,
+        scale,
+        stats.map(TensorMut::as_input),
+        false,
+    )
+    .map(|_| ())
 }
 
 /// [`sdpa_forward`] for callers that can compose the attention instead: when its fused plan
@@ -125,11 +138,22 @@ pub fn sdpa_forward_when_built(
     v: &TensorRef,
     bias: Option<&TensorRef>,
     causal: bool,
-    o: &TensorRef,
+    o: &TensorMut,
     scale: f32,
-    stats: Option<&TensorRef>,
+    stats: Option<&TensorMut>,
 ) -> Result<bool> {
-    sdpa_forward_impl(stream, q, k, v, bias, causal, o, scale, stats, true)
+    sdpa_forward_impl(
+        stream,
+        q,
+        k,
+        v,
+        bias,
+        causal,
+        o,
+        scale,
+        stats.map(TensorMut::as_input),
+        true,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -304,25 +328,25 @@ fn sdpa_forward_impl(
 #[derive(Clone, Copy, Debug)]
 pub struct SdpaBackward<'a> {
     /// Queries `[B, H, Sq, D]`.
-    pub q: &'a TensorRef,
+    pub q: &'a TensorRef<'a>,
     /// Keys `[B, H, Skv, D]`.
-    pub k: &'a TensorRef,
+    pub k: &'a TensorRef<'a>,
     /// Values `[B, H, Skv, Dv]`.
-    pub v: &'a TensorRef,
+    pub v: &'a TensorRef<'a>,
     /// The forward output `[B, H, Sq, Dv]`.
-    pub o: &'a TensorRef,
+    pub o: &'a TensorRef<'a>,
     /// The output's gradient `[B, H, Sq, Dv]`.
-    pub d_o: &'a TensorRef,
+    pub d_o: &'a TensorRef<'a>,
     /// The forward's log-sum-exp statistics, f32 `[B, H, Sq, 1]` packed.
-    pub stats: &'a TensorRef,
+    pub stats: &'a TensorRef<'a>,
     /// The forward's additive bias, if any (no gradient is computed for it).
-    pub bias: Option<&'a TensorRef>,
+    pub bias: Option<&'a TensorRef<'a>>,
     /// Gradient of `q` (like `q`).
-    pub dq: &'a TensorRef,
+    pub dq: &'a TensorMut<'a>,
     /// Gradient of `k` (like `k`).
-    pub dk: &'a TensorRef,
+    pub dk: &'a TensorMut<'a>,
     /// Gradient of `v` (like `v`).
-    pub dv: &'a TensorRef,
+    pub dv: &'a TensorMut<'a>,
 }
 
 /// The transposed view of a virtual `[B, H, M, N]` product: dims `[B, H, N, M]`.
@@ -353,13 +377,7 @@ fn backward_graph(
     let (b, h, sq) = (a.q.dims[0], a.q.dims[1], a.q.dims[2]);
     let skv = a.k.dims[2];
     let shifted_mask = causal && sq != skv;
-    let swap = |t: &TensorRef| {
-        let mut t = t.clone();
-        t.dims.swap(2, 3);
-        t.strides.swap(2, 3);
-        t
-    };
-    let (kt, vt) = (swap(a.k), swap(a.v));
+    let (kt, vt) = (a.k.transposed(2, 3), a.v.transposed(2, 3));
     let mut g = Graph::new();
     let mut bound: Vec<(TensorId, u64)> = Vec::new();
     let mut input = |g: &mut Graph, t: &TensorRef, name: &str| {
@@ -449,13 +467,7 @@ fn backward_graph(
 
 /// The plan key of [`sdpa_backward`]'s graph.
 fn backward_key(a: &SdpaBackward<'_>, causal: bool) -> OpKey {
-    let swap = |t: &TensorRef| {
-        let mut t = t.clone();
-        t.dims.swap(2, 3);
-        t.strides.swap(2, 3);
-        t
-    };
-    let (kt, vt) = (swap(a.k), swap(a.v));
+    let (kt, vt) = (a.k.transposed(2, 3), a.v.transposed(2, 3));
     let shifted_mask = causal && a.q.dims[2] != a.k.dims[2];
     let mut key = OpKey::new("sdpa_backward");
     key.ints(&[a.bias.is_some() as i64, causal as i64 + shifted_mask as i64]);
@@ -490,11 +502,12 @@ pub fn sdpa_backward_prefetch(
     }
     // Any 16-byte-aligned address stands for the buffers the backward will allocate.
     const FRESH: u64 = 256;
-    let fresh = |t: &TensorRef| TensorRef::new(&t.dims, &t.strides, t.dtype, FRESH);
-    let (d_o, dq, dk, dv) = (fresh(o), fresh(q), fresh(k), fresh(v));
+    let fresh = |t: &TensorRef| TensorMut::placeholder(&t.dims, &t.strides, t.dtype, FRESH);
+    let d_o = TensorRef::placeholder(&o.dims, &o.strides, o.dtype, FRESH);
+    let (dq, dk, dv) = (fresh(q), fresh(k), fresh(v));
     let (b, h, sq, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
-    let sum_t = TensorRef::contiguous(&[b, h, sq, 1], DataType::F32, FRESH);
-    let acc_t = TensorRef::contiguous(&[b, h, sq, d], DataType::F32, FRESH);
+    let packed = |dims: &[i64]| TensorRef::placeholder(dims, &row_major_strides(dims), DataType::F32, FRESH);
+    let (sum_t, acc_t) = (packed(&[b, h, sq, 1]), packed(&[b, h, sq, d]));
     let a = SdpaBackward {
         q,
         k,
@@ -587,8 +600,10 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
         // Older cuDNN reads the accumulator before writing it.
         crate::ffi::launch::memset_zero(stream, scratch.ptr() + sum_bytes as u64, acc_bytes)?;
     }
-    let sum_t = TensorRef::contiguous(&[b, h, sq, 1], DataType::F32, scratch.ptr());
-    let acc_t = TensorRef::contiguous(&[b, h, sq, d], DataType::F32, scratch.ptr() + sum_bytes as u64);
+    let packed = |offset: usize, dims: &[i64]| {
+        scratch.view_mut((offset / 4) as i64, dims, &row_major_strides(dims), DataType::F32)
+    };
+    let (sum_t, acc_t) = (packed(0, &[b, h, sq, 1])?, packed(sum_bytes, &[b, h, sq, d])?);
     let (neg_inf, one, skv32, sq32) = (f32::NEG_INFINITY, 1.0f32, skv as i32, sq as i32);
     let (g, bound, sc) = backward_graph(a, &sum_t, &acc_t, causal, scale);
     let mut scalars = vec![
@@ -610,6 +625,7 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
     io.sort_unstable_by_key(|&(uid, _)| uid);
     run_with_scalars(stream, OP, backward_key(a, causal), &io, &|| g.clone())?;
     // The scratch is freed stream-ordered, after the graph that uses it.
+    drop((sum_t, acc_t));
     drop(scratch);
     Ok(())
 }
@@ -618,8 +634,8 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
 mod tests {
     use super::*;
 
-    fn t(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef {
-        TensorRef::contiguous(dims, dtype, ptr)
+    fn t(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef<'static> {
+        TensorRef::fake_packed(dims, dtype, ptr)
     }
 
     #[test]
@@ -649,9 +665,9 @@ mod tests {
                 d_o: &d_o,
                 stats: &stats,
                 bias: with_bias.then_some(&bias),
-                dq: &dq,
-                dk: &dk,
-                dv: &dv,
+                dq: &TensorMut::fake_of(&dq),
+                dk: &TensorMut::fake_of(&dk),
+                dv: &TensorMut::fake_of(&dv),
             };
             let (mut g, bound, sc) = backward_graph(&a, &sum, &acc, causal, 0.25);
             g.validate()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, TensorRef};
+use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch_batch_norm::{self as launch, BnOperand, BnShape, BnView, FinalizeArgs};
 use crate::graph::{may_overlap, DataType};
@@ -50,13 +50,13 @@ impl Default for BatchNormOptions {
 #[derive(Clone, Copy, Debug)]
 pub struct RunningStats<'a> {
     /// Running mean before the step.
-    pub mean: &'a TensorRef,
+    pub mean: &'a TensorRef<'a>,
     /// Running variance before the step.
-    pub var: &'a TensorRef,
+    pub var: &'a TensorRef<'a>,
     /// Running mean after the step.
-    pub mean_out: &'a TensorRef,
+    pub mean_out: &'a TensorMut<'a>,
     /// Running variance after the step.
-    pub var_out: &'a TensorRef,
+    pub var_out: &'a TensorMut<'a>,
 }
 
 /// Operands of [`batch_norm_train_forward`]:
@@ -64,65 +64,65 @@ pub struct RunningStats<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct BatchNormForward<'a> {
     /// Input `[N, C, spatial...]`.
-    pub x: &'a TensorRef,
+    pub x: &'a TensorRef<'a>,
     /// Optional tensor added after the normalization (like `x`).
-    pub residual: Option<&'a TensorRef>,
+    pub residual: Option<&'a TensorRef<'a>>,
     /// Output (like `x`).
-    pub y: &'a TensorRef,
+    pub y: &'a TensorMut<'a>,
     /// Per-channel scale `[C]` (1 when absent), f32 or the data dtype.
-    pub scale: Option<&'a TensorRef>,
+    pub scale: Option<&'a TensorRef<'a>>,
     /// Per-channel bias `[C]` (0 when absent), f32 or the data dtype.
-    pub bias: Option<&'a TensorRef>,
+    pub bias: Option<&'a TensorRef<'a>>,
     /// Running statistics to update, if any.
     pub running: Option<RunningStats<'a>>,
     /// Batch mean, `[C]` f32 (for the backward pass).
-    pub saved_mean: &'a TensorRef,
+    pub saved_mean: &'a TensorMut<'a>,
     /// Batch `1 / sqrt(var + epsilon)`, `[C]` f32 (for the backward pass).
-    pub saved_inv_std: &'a TensorRef,
+    pub saved_inv_std: &'a TensorMut<'a>,
 }
 
 /// Operands of [`batch_norm_inference`]: normalization with the running statistics.
 #[derive(Clone, Copy, Debug)]
 pub struct BatchNormInference<'a> {
     /// Input `[N, C, spatial...]`.
-    pub x: &'a TensorRef,
+    pub x: &'a TensorRef<'a>,
     /// Optional tensor added after the normalization.
-    pub residual: Option<&'a TensorRef>,
+    pub residual: Option<&'a TensorRef<'a>>,
     /// Output.
-    pub y: &'a TensorRef,
+    pub y: &'a TensorMut<'a>,
     /// Per-channel scale (1 when absent).
-    pub scale: Option<&'a TensorRef>,
+    pub scale: Option<&'a TensorRef<'a>>,
     /// Per-channel bias (0 when absent).
-    pub bias: Option<&'a TensorRef>,
+    pub bias: Option<&'a TensorRef<'a>>,
     /// Running mean `[C]`.
-    pub mean: &'a TensorRef,
+    pub mean: &'a TensorRef<'a>,
     /// Running variance `[C]`.
-    pub var: &'a TensorRef,
+    pub var: &'a TensorRef<'a>,
 }
 
 /// Operands of [`batch_norm_backward`]. Outputs left `None` are not computed.
 #[derive(Clone, Copy, Debug)]
 pub struct BatchNormBackward<'a> {
     /// The forward input.
-    pub x: &'a TensorRef,
+    pub x: &'a TensorRef<'a>,
     /// The forward output: needed (and only read) when the forward applied ReLU.
-    pub y: Option<&'a TensorRef>,
+    pub y: Option<&'a TensorRef<'a>>,
     /// Gradient of the output.
-    pub dy: &'a TensorRef,
+    pub dy: &'a TensorRef<'a>,
     /// Gradient of the input.
-    pub dx: Option<&'a TensorRef>,
+    pub dx: Option<&'a TensorMut<'a>>,
     /// Gradient of the residual (the ReLU-masked `dy`; equal to `dy` without ReLU).
-    pub d_residual: Option<&'a TensorRef>,
+    pub d_residual: Option<&'a TensorMut<'a>>,
     /// The forward scale (1 when absent).
-    pub scale: Option<&'a TensorRef>,
+    pub scale: Option<&'a TensorRef<'a>>,
     /// `saved_mean` of the forward pass.
-    pub saved_mean: &'a TensorRef,
+    pub saved_mean: &'a TensorRef<'a>,
     /// `saved_inv_std` of the forward pass.
-    pub saved_inv_std: &'a TensorRef,
+    pub saved_inv_std: &'a TensorRef<'a>,
     /// Gradient of the scale `[C]` (dtype of the scale, or f32 without one).
-    pub d_scale: Option<&'a TensorRef>,
+    pub d_scale: Option<&'a TensorMut<'a>>,
     /// Gradient of the bias `[C]` (dtype of the scale, or f32 without one).
-    pub d_bias: Option<&'a TensorRef>,
+    pub d_bias: Option<&'a TensorMut<'a>>,
 }
 
 /// An `[N, C, S]` reading of one data operand.
@@ -396,8 +396,8 @@ pub fn batch_norm_train_forward(
             ("bias", a.bias),
             ("running.mean", run.map(|r| r.mean)),
             ("running.var", run.map(|r| r.var)),
-            ("running.mean_out", run.map(|r| r.mean_out)),
-            ("running.var_out", run.map(|r| r.var_out)),
+            ("running.mean_out", run.map(|r| r.mean_out.as_input())),
+            ("running.var_out", run.map(|r| r.var_out.as_input())),
         ],
     )?;
     check_stats(
@@ -420,8 +420,8 @@ pub fn batch_norm_train_forward(
             ("bias", a.bias),
             ("running.mean", run.map(|r| r.mean)),
             ("running.var", run.map(|r| r.var)),
-            ("running.mean_out", run.map(|r| r.mean_out)),
-            ("running.var_out", run.map(|r| r.var_out)),
+            ("running.mean_out", run.map(|r| r.mean_out.as_input())),
+            ("running.var_out", run.map(|r| r.var_out.as_input())),
             ("saved_mean", Some(a.saved_mean)),
             ("saved_inv_std", Some(a.saved_inv_std)),
         ],
@@ -447,8 +447,8 @@ pub fn batch_norm_train_forward(
             pdt,
             rmean_in: ptr(run.map(|r| r.mean)),
             rvar_in: ptr(run.map(|r| r.var)),
-            rmean_out: ptr(run.map(|r| r.mean_out)),
-            rvar_out: ptr(run.map(|r| r.var_out)),
+            rmean_out: ptr(run.map(|r| r.mean_out.as_input())),
+            rvar_out: ptr(run.map(|r| r.var_out.as_input())),
             save_mean: a.saved_mean.ptr,
             save_invstd: a.saved_inv_std.ptr,
             coef,
@@ -527,14 +527,18 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
     let xo = like_x(OP, "x", a.x, a.x, false)?;
     let yo = operand(OP, "y", a.x, a.y, false)?;
     let dyo = like_x(OP, "dy", a.x, a.dy, false)?;
-    let dxo = operand(OP, "dx", a.x, a.dx, true)?;
-    let dzo = operand(OP, "d_residual", a.x, a.d_residual, true)?;
+    let dxo = operand(OP, "dx", a.x, a.dx.map(TensorMut::as_input), true)?;
+    let dzo = operand(OP, "d_residual", a.x, a.d_residual.map(TensorMut::as_input), true)?;
     let c = xv.c;
     let pdt = check_params(
         OP,
         c,
         a.x.dtype,
-        &[("scale", a.scale), ("d_scale", a.d_scale), ("d_bias", a.d_bias)],
+        &[
+            ("scale", a.scale),
+            ("d_scale", a.d_scale.map(TensorMut::as_input)),
+            ("d_bias", a.d_bias.map(TensorMut::as_input)),
+        ],
     )?;
     check_stats(
         OP,
@@ -552,13 +556,13 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
             ("x", Some(a.x)),
             ("y", a.y),
             ("dy", Some(a.dy)),
-            ("dx", a.dx),
-            ("d_residual", a.d_residual),
+            ("dx", a.dx.map(TensorMut::as_input)),
+            ("d_residual", a.d_residual.map(TensorMut::as_input)),
             ("scale", a.scale),
             ("saved_mean", Some(a.saved_mean)),
             ("saved_inv_std", Some(a.saved_inv_std)),
-            ("d_scale", a.d_scale),
-            ("d_bias", a.d_bias),
+            ("d_scale", a.d_scale.map(TensorMut::as_input)),
+            ("d_bias", a.d_bias.map(TensorMut::as_input)),
         ],
     )?;
     let sh = shape_for(stream, &xv)?;
@@ -578,7 +582,10 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
             ptr(a.scale),
             pdt,
             [a.saved_mean.ptr, a.saved_inv_std.ptr],
-            [ptr(a.d_scale), ptr(a.d_bias)],
+            [
+                ptr(a.d_scale.map(TensorMut::as_input)),
+                ptr(a.d_bias.map(TensorMut::as_input)),
+            ],
             coef,
         )?;
         if a.dx.is_none() && a.d_residual.is_none() {
@@ -592,16 +599,21 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
 mod tests {
     use super::*;
 
-    fn t(dims: &[i64], strides: &[i64]) -> TensorRef {
-        TensorRef::new(dims, strides, DataType::F32, 256)
+    fn t(dims: &[i64], strides: &[i64]) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, DataType::F32, 256)
     }
 
     #[test]
     fn ncs_reads_nchw_nhwc_and_slices() {
-        let v = ncs("t", "x", &TensorRef::contiguous(&[2, 3, 4, 5], DataType::F32, 256)).unwrap();
+        let v = ncs("t", "x", &TensorRef::fake_packed(&[2, 3, 4, 5], DataType::F32, 256)).unwrap();
         assert_eq!((v.n, v.c, v.s), (2, 3, 20));
         assert_eq!(v.view, BnView { sn: 60, sc: 20, ss: 1 });
-        let v = ncs("t", "x", &TensorRef::channels_last(&[2, 3, 4, 5], DataType::F32, 256)).unwrap();
+        let v = ncs(
+            "t",
+            "x",
+            &TensorRef::fake_channels_last(&[2, 3, 4, 5], DataType::F32, 256),
+        )
+        .unwrap();
         assert_eq!(v.view, BnView { sn: 60, sc: 1, ss: 3 });
         // A channel slice of NCHW keeps one spatial run; size-1 spatial dims are ignored.
         let v = ncs("t", "x", &t(&[2, 2, 1, 5], &[60, 20, 99, 1])).unwrap();
@@ -612,7 +624,7 @@ mod tests {
         // Transposed spatial dims are not one run.
         assert!(ncs("t", "x", &t(&[2, 3, 4, 5], &[60, 20, 1, 4])).is_err());
         assert!(ncs("t", "x", &t(&[3], &[1])).is_err());
-        assert!(ncs("t", "x", &TensorRef::contiguous(&[2, 3], DataType::I32, 256)).is_err());
+        assert!(ncs("t", "x", &TensorRef::fake_packed(&[2, 3], DataType::I32, 256)).is_err());
     }
 
     #[test]
@@ -640,9 +652,9 @@ mod tests {
 
     #[test]
     fn parameters_share_one_dtype() {
-        let f32p = TensorRef::contiguous(&[4], DataType::F32, 256);
-        let f16p = TensorRef::contiguous(&[4], DataType::F16, 256);
-        let bf = TensorRef::contiguous(&[4], DataType::BF16, 256);
+        let f32p = TensorRef::fake_packed(&[4], DataType::F32, 256);
+        let f16p = TensorRef::fake_packed(&[4], DataType::F16, 256);
+        let bf = TensorRef::fake_packed(&[4], DataType::BF16, 256);
         assert_eq!(check_params("t", 4, DataType::F16, &[("a", Some(&f32p))]).unwrap(), 0);
         assert_eq!(
             check_params("t", 4, DataType::F16, &[("a", Some(&f16p)), ("b", None)]).unwrap(),

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{check_on_stream_device, run, zero_fill, Activation, OpKey, TensorRef};
+use super::{check_on_stream_device, run, zero_fill, Activation, OpKey, TensorMut, TensorRef};
 use crate::error::{Error, Result};
-use crate::graph::{ConvAttrs, ConvMode, Graph};
+use crate::graph::{ConvAttrs, ConvMode, Graph, PointwiseMode};
 
 /// Convolution geometry (one entry per spatial dim) and group count.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -151,7 +151,7 @@ pub fn conv_forward(
     stream: &Arc<CudaStream>,
     x: &TensorRef,
     w: &TensorRef,
-    y: &TensorRef,
+    y: &TensorMut,
     p: &ConvParams,
 ) -> Result<()> {
     const OP: &str = "conv_forward";
@@ -187,7 +187,7 @@ pub fn conv_backward_data(
     stream: &Arc<CudaStream>,
     dy: &TensorRef,
     w: &TensorRef,
-    dx: &TensorRef,
+    dx: &TensorMut,
     p: &ConvParams,
 ) -> Result<()> {
     const OP: &str = "conv_backward_data";
@@ -223,7 +223,7 @@ pub fn conv_backward_filter(
     stream: &Arc<CudaStream>,
     x: &TensorRef,
     dy: &TensorRef,
-    dw: &TensorRef,
+    dw: &TensorMut,
     p: &ConvParams,
 ) -> Result<()> {
     const OP: &str = "conv_backward_filter";
@@ -263,7 +263,7 @@ pub fn conv_bias_act_forward(
     x: &TensorRef,
     w: &TensorRef,
     bias: &TensorRef,
-    y: &TensorRef,
+    y: &TensorMut,
     p: &ConvParams,
     act: Activation,
 ) -> Result<()> {
@@ -306,7 +306,7 @@ pub fn conv_bias_act_forward(
     let bstride = bias.strides[bias.dims.iter().position(|&d| d == k).unwrap_or(0)].max(1);
     let mut bstrides = vec![k * bstride; rank];
     bstrides[1] = bstride;
-    let b4 = TensorRef::new(&bdims, &bstrides, bias.dtype, bias.ptr);
+    let b4 = bias.reshaped(&bdims, &bstrides)?;
     if x.is_empty() || w.is_empty() {
         zero_fill(stream, y)?;
         return bias_act_in_place(stream, OP, y, Some(&b4), 1, act);
@@ -320,14 +320,18 @@ pub fn conv_bias_act_forward(
         );
         let conv = g.conv_fprop(xi, wi, p.attrs());
         let biased = g.bias_add(conv, bi);
-        let out = match act.mode() {
+        let out = match PointwiseMode::of_activation(act) {
             Some(m) => g.pointwise(m, biased, None),
             None => biased,
         };
         y.bind_output(&mut g, out);
         g
     };
-    let y_uid = if act.mode().is_some() { 6 } else { 5 };
+    let y_uid = if PointwiseMode::of_activation(act).is_some() {
+        6
+    } else {
+        5
+    };
     let mut k = key(OP, &[x, w, &b4, y], p);
     k.act(act);
     let io = [(1, x.ptr), (2, w.ptr), (3, bias.ptr), (y_uid, y.ptr)];

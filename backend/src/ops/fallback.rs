@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{Activation, TensorRef};
+use super::{Activation, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch::{bias_act, BiasActArgs};
 use crate::graph::DataType;
@@ -15,7 +15,7 @@ use crate::kernels::{stream_function, BIAS_ACT};
 pub(crate) fn bias_act_in_place(
     stream: &Arc<CudaStream>,
     op: &'static str,
-    y: &TensorRef,
+    y: &TensorMut,
     bias: Option<&TensorRef>,
     channel_axis: usize,
     act: Activation,
@@ -56,6 +56,6 @@ pub(crate) fn bias_act_in_place(
 }
 
 /// `y = tanh(y)` in place on any strided view (the elementwise kernel).
-pub(crate) fn tanh_in_place(stream: &Arc<CudaStream>, y: &TensorRef) -> Result<()> {
+pub(crate) fn tanh_in_place(stream: &Arc<CudaStream>, y: &TensorMut) -> Result<()> {
     crate::kernels::elementwise::unary(stream, crate::kernels::elementwise::UnaryOp::Tanh, y, y)
 }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{check_on_stream_device, run, run_when_built, zero_fill, Activation, OpKey, TensorRef};
+use super::{check_on_stream_device, run, run_when_built, zero_fill, Activation, OpKey, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
-use crate::graph::Graph;
+use crate::graph::{Graph, PointwiseMode};
 use crate::kernels::elementwise::copy;
+use crate::types::row_major_strides;
 
 fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
     a.check(op, "a")?;
@@ -27,7 +28,7 @@ fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Resul
 
 /// `c[.., M, N] = a[.., M, K] · b[.., K, N]`; batch dims broadcast (size 1 against any).
 /// Transposed operands are just strides (e.g. `b` with strides `[.., 1, K]`).
-pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
+pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorMut) -> Result<()> {
     matmul_bias_act(stream, a, b, None, c, Activation::Identity)
 }
 
@@ -39,7 +40,7 @@ pub fn matmul_bias_act(
     a: &TensorRef,
     b: &TensorRef,
     bias: Option<&TensorRef>,
-    c: &TensorRef,
+    c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
     let op = if bias.is_some() || act != Activation::Identity {
@@ -72,7 +73,7 @@ pub fn matmul_bias_act(
             dims[r - 1] = n;
             let mut strides = vec![n * s; r];
             strides[r - 1] = s;
-            Some(TensorRef::new(&dims, &strides, bias.dtype, bias.ptr))
+            Some(bias.reshaped(&dims, &strides)?)
         }
         None => None,
     };
@@ -97,58 +98,48 @@ pub fn matmul_bias_act(
             Ok(())
         };
     }
-    for (a3, b3, c3) in batches(a, b, c) {
-        matmul3(
-            stream,
-            op,
-            &a3,
-            &b3,
-            bias_full.as_ref().map(rank3_bias).as_ref(),
-            &c3,
-            act,
-        )?;
+    let bias3 = bias_full.as_ref().map(rank3_bias).transpose()?;
+    for (a3, b3, c3) in batches(a, b, c)? {
+        matmul3(stream, op, &a3, &b3, bias3.as_ref(), &c3, act)?;
     }
     Ok(())
 }
 
 /// Bias `[1, .., 1, N]` as rank 3.
-fn rank3_bias(b: &TensorRef) -> TensorRef {
+fn rank3_bias<'a>(b: &TensorRef<'a>) -> Result<TensorRef<'a>> {
     let r = b.dims.len();
-    TensorRef::new(
-        &[1, 1, b.dims[r - 1]],
-        &[b.strides[0], b.strides[0], b.strides[r - 1]],
-        b.dtype,
-        b.ptr,
-    )
+    b.reshaped(&[1, 1, b.dims[r - 1]], &[b.strides[0], b.strides[0], b.strides[r - 1]])
 }
 
 /// Splits a broadcast batched product into rank-3 problems cuDNN runs directly: batch dims
 /// are merged when strides allow; `b` shared by every batch is folded into M; other
 /// broadcasts become one problem per batch index (all sharing one cached plan).
-fn batches(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Vec<(TensorRef, TensorRef, TensorRef)> {
+#[allow(clippy::type_complexity)]
+fn batches<'a>(
+    a: &TensorRef<'a>,
+    b: &TensorRef<'a>,
+    c: &TensorMut<'a>,
+) -> Result<Vec<(TensorRef<'a>, TensorRef<'a>, TensorMut<'a>)>> {
     let r = c.dims.len();
     let nb = r - 2;
-    let esize = |t: &TensorRef| t.dtype.size() as u64;
     // b shared by all batches, a and c packed along (batch.., M): fold batches into M.
     let b_shared = b.dims[..nb].iter().all(|&d| d == 1);
     if b_shared && nb > 0 && foldable(a, nb) && foldable(c, nb) {
         let m: i64 = a.dims[..=nb].iter().product();
         let fold = |t: &TensorRef, cols: i64| {
-            TensorRef::new(
-                &[1, m, cols],
-                &[m * t.strides[nb], t.strides[nb], t.strides[nb + 1]],
-                t.dtype,
-                t.ptr,
-            )
+            [
+                vec![1, m, cols],
+                vec![m * t.strides[nb], t.strides[nb], t.strides[nb + 1]],
+            ]
         };
         let k = a.dims[r - 1];
-        let b3 = TensorRef::new(
+        let b3 = b.reshaped(
             &[1, b.dims[r - 2], b.dims[r - 1]],
             &[b.dims[r - 2] * b.dims[r - 1], b.strides[r - 2], b.strides[r - 1]],
-            b.dtype,
-            b.ptr,
-        );
-        return vec![(fold(a, k), b3, fold(c, c.dims[r - 1]))];
+        )?;
+        let [ad, as_] = fold(a, k);
+        let [cd, cs] = fold(c, c.dims[r - 1]);
+        return Ok(vec![(a.reshaped(&ad, &as_)?, b3, c.reshaped_mut(&cd, &cs)?)]);
     }
     // General case: iterate over batch indices, merging the trailing batch dims where a, b
     // and c all have matching extents and mergeable strides.
@@ -175,14 +166,13 @@ fn batches(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Vec<(TensorRef, Tenso
             t.dims[nb] * t.strides[nb]
         }
     };
-    let view = |t: &TensorRef, offset: i64| {
-        TensorRef::new(
-            &[inner, t.dims[r - 2], t.dims[r - 1]],
-            &[inner_stride(t), t.strides[r - 2], t.strides[r - 1]],
-            t.dtype,
-            t.ptr + offset as u64 * esize(t),
-        )
+    let part = |t: &TensorRef| {
+        [
+            vec![inner, t.dims[r - 2], t.dims[r - 1]],
+            vec![inner_stride(t), t.strides[r - 2], t.strides[r - 1]],
+        ]
     };
+    let ([ad, as_], [bd, bs], [cd, cs]) = (part(a), part(b), part(c));
     let outer: Vec<i64> = batch[..split].to_vec();
     let count: i64 = outer.iter().product();
     (0..count)
@@ -195,7 +185,7 @@ fn batches(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Vec<(TensorRef, Tenso
                 ob += if b.dims[i] == 1 { 0 } else { idx * b.strides[i] };
                 oc += idx * c.strides[i];
             }
-            (view(a, oa), view(b, ob), view(c, oc))
+            Ok((a.view(oa, &ad, &as_)?, b.view(ob, &bd, &bs)?, c.view_mut(oc, &cd, &cs)?))
         })
         .collect()
 }
@@ -212,7 +202,7 @@ fn matmul3(
     a: &TensorRef,
     b: &TensorRef,
     bias: Option<&TensorRef>,
-    c: &TensorRef,
+    c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
     if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
@@ -227,7 +217,7 @@ fn matmul3(
             let bt = bias.add_input(&mut g, "bias");
             out = g.bias_add(out, bt);
         }
-        if let Some(m) = act.mode() {
+        if let Some(m) = PointwiseMode::of_activation(act) {
             out = g.pointwise(m, out, None);
         }
         c.bind_output(&mut g, out);
@@ -240,7 +230,7 @@ fn matmul3(
         io.push((4, bias.ptr));
         last = 5;
     }
-    if act.mode().is_some() {
+    if PointwiseMode::of_activation(act).is_some() {
         last += 1;
     }
     io.push((last, c.ptr));
@@ -278,31 +268,50 @@ fn matmul3_aligned(
     a: &TensorRef,
     b: &TensorRef,
     bias: Option<&TensorRef>,
-    c: &TensorRef,
+    c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    let mut buffers = Vec::new();
-    let mut aligned = |t: &TensorRef| -> Result<TensorRef> {
+    let scratch = |t: &TensorRef| -> Result<Option<DeviceBuffer>> {
         if t.alignment() >= 16 {
-            return Ok(t.clone());
+            return Ok(None);
         }
-        let buf = DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op)?;
-        let packed = TensorRef::contiguous(&t.dims, t.dtype, buf.ptr());
-        buffers.push(buf);
-        Ok(packed)
+        DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op).map(Some)
     };
-    let (a2, b2, c2) = (aligned(a)?, aligned(b)?, aligned(c)?);
-    let bias2 = bias.map(&mut aligned).transpose()?;
-    for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(bias.zip(bias2.as_ref())) {
-        if src.ptr != dst.ptr {
+    let bufs = [
+        scratch(a)?,
+        scratch(b)?,
+        scratch(c)?,
+        bias.map(scratch).transpose()?.flatten(),
+    ];
+    let [a2, b2, c2, bias2] = [
+        packed_in(&bufs[0], a)?,
+        packed_in(&bufs[1], b)?,
+        packed_in(&bufs[2], c)?,
+        bias.map(|t| packed_in(&bufs[3], t)).transpose()?.flatten(),
+    ];
+    for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(bias.map(|t| (t, &bias2))) {
+        if let Some(dst) = dst {
             copy(stream, src, dst)?;
         }
     }
-    matmul3(stream, op, &a2, &b2, bias2.as_ref(), &c2, act)?;
-    if c2.ptr != c.ptr {
-        copy(stream, &c2, c)?;
+    let (a_in, b_in, c_out) = (
+        a2.as_deref().unwrap_or(a),
+        b2.as_deref().unwrap_or(b),
+        c2.as_ref().unwrap_or(c),
+    );
+    matmul3(stream, op, a_in, b_in, bias2.as_deref().or(bias), c_out, act)?;
+    if let Some(c2) = &c2 {
+        copy(stream, c2, c)?;
     }
     // The buffers are freed in stream order, after the work above.
-    drop(buffers);
+    drop((a2, b2, c2, bias2));
+    drop(bufs);
     Ok(())
+}
+
+/// A packed view of `t`'s dims and dtype in `buf`, when there is one.
+fn packed_in<'b>(buf: &'b Option<DeviceBuffer>, t: &TensorRef) -> Result<Option<TensorMut<'b>>> {
+    buf.as_ref()
+        .map(|buf| buf.view_mut(0, &t.dims, &row_major_strides(&t.dims), t.dtype))
+        .transpose()
 }

@@ -17,6 +17,7 @@ mod optim;
 mod pool;
 mod tensor;
 
+pub use crate::types::{Activation, PoolMode, TensorMut, TensorRef};
 pub use attention::{
     sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_when_built, sdpa_fusable, SdpaBackward,
 };
@@ -29,9 +30,8 @@ pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};
 pub use norm_train::{norm_backward, norm_train_forward, NormBackward};
 pub use optim::{adam_step, AdamOptions, AdamParam};
-pub use pool::{pool_backward, pool_forward, PoolMode, PoolParams};
+pub use pool::{pool_backward, pool_forward, PoolParams};
 use tensor::check_on_stream_device;
-pub use tensor::{Activation, TensorRef};
 
 use std::borrow::Cow;
 use std::ffi::c_void;
@@ -166,7 +166,7 @@ fn validated<'g>(op: &'static str, build: &dyn Fn() -> Graph) -> Result<Cow<'g, 
 }
 
 /// Zero-fills an output whose op has an empty reduction (e.g. a batch of 0 in wgrad).
-fn zero_fill(stream: &Arc<CudaStream>, t: &TensorRef) -> Result<()> {
+fn zero_fill(stream: &Arc<CudaStream>, t: &TensorMut) -> Result<()> {
     let bytes = t.extent_elements() as usize * t.dtype.size();
     crate::ffi::launch::memset_zero(stream, t.ptr, bytes)
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, run_with_scalars, OpKey, TensorRef};
+use super::{check_on_stream_device, run_with_scalars, OpKey, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::graph::{DataType, Graph, NormMode, Scalar};
 
@@ -13,19 +13,19 @@ use crate::graph::{DataType, Graph, NormMode, Scalar};
 #[derive(Clone, Copy, Debug)]
 pub struct NormStats<'a> {
     /// Row means (layer norm; RMS norm writes none).
-    pub mean: &'a TensorRef,
+    pub mean: &'a TensorMut<'a>,
     /// Row inverse standard deviations `1 / sqrt(var + eps)`.
-    pub inv_std: &'a TensorRef,
+    pub inv_std: &'a TensorMut<'a>,
 }
 
 /// Packed `[rows, features]` as cuDNN's `[rows, features, 1, 1]`.
-fn rows4(t: &TensorRef) -> TensorRef {
+fn rows4<'a>(t: &TensorRef<'a>) -> Result<TensorRef<'a>> {
     let f = t.dims[1].max(1);
-    TensorRef::new(&[t.dims[0], t.dims[1], 1, 1], &[f, 1, f, f], t.dtype, t.ptr)
+    t.reshaped(&[t.dims[0], t.dims[1], 1, 1], &[f, 1, f, f])
 }
 
 /// A `[features]` parameter as `[1, features, 1, 1]`.
-fn param4(t: &TensorRef, features: i64) -> TensorRef {
+fn param4<'a>(t: &TensorRef<'a>, features: i64) -> Result<TensorRef<'a>> {
     let s = t
         .strides
         .iter()
@@ -33,12 +33,12 @@ fn param4(t: &TensorRef, features: i64) -> TensorRef {
         .find(|(_, &d)| d == features)
         .map_or(1, |(&s, _)| s);
     let outer = (features * s).max(1);
-    TensorRef::new(&[1, features, 1, 1], &[outer, s, outer, outer], t.dtype, t.ptr)
+    t.reshaped(&[1, features, 1, 1], &[outer, s, outer, outer])
 }
 
 /// A per-row statistic as `[rows, 1, 1, 1]`.
-fn stat4(t: &TensorRef, rows: i64) -> TensorRef {
-    TensorRef::new(&[rows, 1, 1, 1], &[1, 1, 1, 1], t.dtype, t.ptr)
+fn stat4<'a>(t: &TensorRef<'a>, rows: i64) -> Result<TensorRef<'a>> {
+    t.reshaped(&[rows, 1, 1, 1], &[1, 1, 1, 1])
 }
 
 fn check(
@@ -133,7 +133,7 @@ pub fn norm_forward(
     x: &TensorRef,
     scale: &TensorRef,
     bias: Option<&TensorRef>,
-    y: &TensorRef,
+    y: &TensorMut,
     epsilon: f64,
     stats: Option<NormStats<'_>>,
 ) -> Result<()> {
@@ -147,8 +147,8 @@ pub fn norm_forward(
         ("scale", Some(scale)),
         ("bias", bias),
         ("y", Some(y)),
-        ("mean", stats.map(|s| s.mean)),
-        ("inv_std", stats.map(|s| s.inv_std)),
+        ("mean", stats.map(|s| &**s.mean)),
+        ("inv_std", stats.map(|s| &**s.inv_std)),
     ];
     check_on_stream_device(stream, op, &operands)?;
     if x.is_empty() {
@@ -161,10 +161,13 @@ pub fn norm_forward(
             reason: "cuDNN's norm engines need packed rows (strides [features, 1])".into(),
         });
     }
-    let (x4, y4) = (rows4(x), rows4(y));
-    let scale4 = param4(scale, features);
-    let bias4 = bias.map(|b| param4(b, features));
-    let stats4 = stats.map(|s| (stat4(s.mean, rows), stat4(s.inv_std, rows)));
+    let (x4, y4) = (rows4(x)?, rows4(y)?);
+    let scale4 = param4(scale, features)?;
+    let bias4 = bias.map(|b| param4(b, features)).transpose()?;
+    let stats4 = match stats {
+        Some(s) => Some((stat4(s.mean, rows)?, stat4(s.inv_std, rows)?)),
+        None => None,
+    };
     let eps = epsilon as f32;
     let build = || {
         let mut g = Graph::new();

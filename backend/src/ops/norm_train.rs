@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, TensorRef};
+use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch_norm::{self as launch, NormArgs};
 use crate::graph::{DataType, NormMode};
@@ -24,21 +24,21 @@ const CHUNK_ROWS: i64 = 256;
 #[derive(Clone, Copy, Debug)]
 pub struct NormBackward<'a> {
     /// The forward input `[rows, features]`, packed.
-    pub x: &'a TensorRef,
+    pub x: &'a TensorRef<'a>,
     /// Gradient of the output (like `x`).
-    pub dy: &'a TensorRef,
+    pub dy: &'a TensorRef<'a>,
     /// The forward scale `[features]` (1 when absent).
-    pub scale: Option<&'a TensorRef>,
+    pub scale: Option<&'a TensorRef<'a>>,
     /// Row means of the forward (layer norm), f32 `[rows]`.
-    pub mean: Option<&'a TensorRef>,
+    pub mean: Option<&'a TensorRef<'a>>,
     /// Row inverse standard deviations of the forward, f32 `[rows]`.
-    pub inv_std: &'a TensorRef,
+    pub inv_std: &'a TensorRef<'a>,
     /// Gradient of the input (like `x`).
-    pub dx: Option<&'a TensorRef>,
+    pub dx: Option<&'a TensorMut<'a>>,
     /// Gradient of the scale (dtype of the scale, or f32 without one).
-    pub d_scale: Option<&'a TensorRef>,
+    pub d_scale: Option<&'a TensorMut<'a>>,
     /// Gradient of the bias.
-    pub d_bias: Option<&'a TensorRef>,
+    pub d_bias: Option<&'a TensorMut<'a>>,
 }
 
 fn entry(kernel: &str, dtype: DataType) -> &'static str {
@@ -148,12 +148,13 @@ pub fn norm_train_forward(
     x: &TensorRef,
     scale: Option<&TensorRef>,
     bias: Option<&TensorRef>,
-    y: &TensorRef,
+    y: &TensorMut,
     epsilon: f64,
-    mean: Option<&TensorRef>,
-    inv_std: &TensorRef,
+    mean: Option<&TensorMut>,
+    inv_std: &TensorMut,
 ) -> Result<()> {
     const OP: &str = "norm_train_forward";
+    let mean = mean.map(TensorMut::as_input);
     rows_like(OP, "x", x, x)?;
     rows_like(OP, "y", x, y)?;
     let (rows, features) = (x.dims[0], x.dims[1]);
@@ -223,7 +224,11 @@ pub fn norm_backward(stream: &Arc<CudaStream>, mode: NormMode, a: &NormBackward<
         OP,
         features,
         a.x.dtype,
-        &[("scale", a.scale), ("d_scale", a.d_scale), ("d_bias", a.d_bias)],
+        &[
+            ("scale", a.scale),
+            ("d_scale", a.d_scale.map(TensorMut::as_input)),
+            ("d_bias", a.d_bias.map(TensorMut::as_input)),
+        ],
     )?;
     let rms = mode == NormMode::RmsNorm;
     if rms == a.mean.is_some() {
@@ -243,9 +248,9 @@ pub fn norm_backward(stream: &Arc<CudaStream>, mode: NormMode, a: &NormBackward<
             ("scale", a.scale),
             ("mean", a.mean),
             ("inv_std", Some(a.inv_std)),
-            ("dx", a.dx),
-            ("d_scale", a.d_scale),
-            ("d_bias", a.d_bias),
+            ("dx", a.dx.map(TensorMut::as_input)),
+            ("d_scale", a.d_scale.map(TensorMut::as_input)),
+            ("d_bias", a.d_bias.map(TensorMut::as_input)),
         ],
     )?;
     if features == 0 {
@@ -254,7 +259,7 @@ pub fn norm_backward(stream: &Arc<CudaStream>, mode: NormMode, a: &NormBackward<
     let args = NormArgs {
         x: a.x.ptr,
         y_or_dy: a.dy.ptr,
-        dx: ptr(a.dx),
+        dx: ptr(a.dx.map(TensorMut::as_input)),
         rows,
         n: features,
         gamma: ptr(a.scale),
@@ -286,7 +291,10 @@ pub fn norm_backward(stream: &Arc<CudaStream>, mode: NormMode, a: &NormBackward<
             part,
             chunks as i32,
             features,
-            [ptr(a.d_scale), ptr(a.d_bias)],
+            [
+                ptr(a.d_scale.map(TensorMut::as_input)),
+                ptr(a.d_bias.map(TensorMut::as_input)),
+            ],
             pdt,
         )
     })

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, TensorRef};
+use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch_optim::{self as launch, AdamBatch, AdamHyper, AdamTensor, ADAM_MAX};
 use crate::graph::DataType;
@@ -56,23 +56,23 @@ impl Default for AdamOptions {
 #[derive(Clone, Copy, Debug)]
 pub struct AdamParam<'a> {
     /// The parameter before the step.
-    pub param: &'a TensorRef,
+    pub param: &'a TensorRef<'a>,
     /// Its gradient.
-    pub grad: &'a TensorRef,
+    pub grad: &'a TensorRef<'a>,
     /// First moment before the step (`None` on the first step: zeros).
-    pub moment1: Option<&'a TensorRef>,
+    pub moment1: Option<&'a TensorRef<'a>>,
     /// Second moment before the step (`None` on the first step: zeros).
-    pub moment2: Option<&'a TensorRef>,
+    pub moment2: Option<&'a TensorRef<'a>>,
     /// AMSGrad's maximum second moment before the step (`None`: the new second moment).
-    pub max_moment2: Option<&'a TensorRef>,
+    pub max_moment2: Option<&'a TensorRef<'a>>,
     /// The parameter after the step.
-    pub param_out: &'a TensorRef,
+    pub param_out: &'a TensorMut<'a>,
     /// First moment after the step.
-    pub moment1_out: &'a TensorRef,
+    pub moment1_out: &'a TensorMut<'a>,
     /// Second moment after the step.
-    pub moment2_out: &'a TensorRef,
+    pub moment2_out: &'a TensorMut<'a>,
     /// AMSGrad's maximum after the step (required with `amsgrad`).
-    pub max_moment2_out: Option<&'a TensorRef>,
+    pub max_moment2_out: Option<&'a TensorMut<'a>>,
     /// The step number this update makes (1 for the first), for bias correction.
     pub step: u64,
 }
@@ -132,7 +132,7 @@ fn check_param(op: &'static str, p: &AdamParam<'_>, amsgrad: bool) -> Result<()>
         ("moment1", p.moment1),
         ("moment2", p.moment2),
         ("max_moment2", p.max_moment2),
-        ("max_moment2_out", p.max_moment2_out),
+        ("max_moment2_out", p.max_moment2_out.map(TensorMut::as_input)),
     ] {
         if let Some(t) = t {
             like(arg, t)?;
@@ -167,7 +167,7 @@ pub fn adam_step(stream: &Arc<CudaStream>, params: &[AdamParam<'_>], o: &AdamOpt
                 ("param_out", Some(p.param_out)),
                 ("moment1_out", Some(p.moment1_out)),
                 ("moment2_out", Some(p.moment2_out)),
-                ("max_moment2_out", p.max_moment2_out),
+                ("max_moment2_out", p.max_moment2_out.map(TensorMut::as_input)),
             ],
         )?;
     }
@@ -209,7 +209,7 @@ pub fn adam_step(stream: &Arc<CudaStream>, params: &[AdamParam<'_>], o: &AdamOpt
                     p_out: p.param_out.ptr,
                     m_out: p.moment1_out.ptr,
                     v_out: p.moment2_out.ptr,
-                    vmax_out: ptr(p.max_moment2_out),
+                    vmax_out: ptr(p.max_moment2_out.map(TensorMut::as_input)),
                     numel,
                     a,
                     e,
@@ -254,19 +254,20 @@ mod tests {
 
     #[test]
     fn parameters_are_checked() {
-        let p = TensorRef::contiguous(&[4, 3], DataType::F32, 256);
-        let g = TensorRef::contiguous(&[4, 3], DataType::F32, 512);
-        let bad = TensorRef::contiguous(&[3, 4], DataType::F32, 768);
-        let half = TensorRef::contiguous(&[4, 3], DataType::F16, 768);
+        let p = TensorRef::fake_packed(&[4, 3], DataType::F32, 256);
+        let g = TensorRef::fake_packed(&[4, 3], DataType::F32, 512);
+        let bad = TensorRef::fake_packed(&[3, 4], DataType::F32, 768);
+        let half = TensorRef::fake_packed(&[4, 3], DataType::F16, 768);
+        let (p_out, g_out) = (TensorMut::fake_of(&p), TensorMut::fake_of(&g));
         let good = AdamParam {
             param: &p,
             grad: &g,
             moment1: None,
             moment2: None,
             max_moment2: None,
-            param_out: &p,
-            moment1_out: &g,
-            moment2_out: &g,
+            param_out: &p_out,
+            moment1_out: &g_out,
+            moment2_out: &g_out,
             max_moment2_out: None,
             step: 1,
         };
@@ -283,7 +284,7 @@ mod tests {
             false
         )
         .is_err());
-        let strided = TensorRef::new(&[4, 3], &[1, 4], DataType::F32, 1024);
+        let strided = TensorRef::fake(&[4, 3], &[1, 4], DataType::F32, 1024);
         assert!(check_param("t", &AdamParam { grad: &strided, ..good }, false).is_err());
     }
 

@@ -5,22 +5,11 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::{check_on_stream_device, run, OpKey, TensorRef};
+use super::{check_on_stream_device, run, OpKey, PoolMode, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::legacy::{LegacyPoolMode, LegacyPooling};
 use crate::graph::{Graph, ResampleAttrs, ResampleMode};
 use crate::plan::with_cudnn_handle;
-
-/// Pooling modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PoolMode {
-    /// Max pooling (padding never wins).
-    Max,
-    /// Average over the whole window, padding counted as zeros.
-    AvgIncludePadding,
-    /// Average over the in-bounds elements only.
-    AvgExcludePadding,
-}
 
 /// Pooling window geometry (one entry per spatial dim).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -163,7 +152,7 @@ fn graph_pooling_supported(x: &TensorRef, y: &TensorRef) -> bool {
 }
 
 /// `y = pool(x)`.
-pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorRef, p: &PoolParams) -> Result<()> {
+pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorMut, p: &PoolParams) -> Result<()> {
     const OP: &str = "pool_forward";
     x.check(OP, "x")?;
     y.check(OP, "y")?;
@@ -207,7 +196,7 @@ pub fn pool_backward(
     x: Option<&TensorRef>,
     y: Option<&TensorRef>,
     dy: &TensorRef,
-    dx: &TensorRef,
+    dx: &TensorMut,
     p: &PoolParams,
 ) -> Result<()> {
     const OP: &str = "pool_backward";
@@ -231,7 +220,7 @@ pub fn pool_backward(
                 "max pooling backward needs the forward's x and y",
             ))
         }
-        _ => (dx, dy),
+        _ => (dx.as_input(), dy),
     };
     if dx.is_empty() {
         return Ok(());

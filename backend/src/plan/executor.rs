@@ -22,20 +22,90 @@ use crate::graph::lower::lower;
 use crate::graph::{DataType, Graph, Op, Scalar, SignatureContext, TensorId};
 use crate::handle::cudnn_pool;
 use crate::runtime::{with_workspace, Device};
+use crate::types::{TensorMut, TensorRef};
 
-/// A device pointer for one non-virtual tensor of a graph.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Binding {
-    /// The tensor.
-    pub tensor: TensorId,
-    /// Its device address (`CUdeviceptr`).
-    pub ptr: u64,
+/// The memory of one non-virtual tensor of a graph: a view (checked against the tensor the
+/// graph declares when the graph runs) or, `unsafe`, a raw device address.
+#[derive(Clone, Debug)]
+pub struct Binding<'a> {
+    tensor: TensorId,
+    ptr: u64,
+    view: Option<(TensorRef<'a>, bool)>,
 }
 
-impl Binding {
-    /// Binds `tensor` to `ptr`.
-    pub fn new(tensor: TensorId, ptr: u64) -> Self {
-        Self { tensor, ptr }
+impl<'a> Binding<'a> {
+    /// Binds an input tensor of the graph to `view`, which must have the dims, strides and
+    /// dtype the graph declares for it.
+    pub fn input(tensor: TensorId, view: &TensorRef<'a>) -> Self {
+        Self {
+            tensor,
+            ptr: view.ptr,
+            view: Some((view.clone(), false)),
+        }
+    }
+
+    /// Binds a tensor the graph writes (or reads) to the writable `view`, which must have the
+    /// dims, strides and dtype the graph declares for it.
+    pub fn output(tensor: TensorId, view: &TensorMut<'a>) -> Self {
+        Self {
+            tensor,
+            ptr: view.ptr,
+            view: Some((TensorRef::clone(view), true)),
+        }
+    }
+
+    /// Binds `tensor` to the raw device address `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` holds the tensor as the graph declares it (dims, strides, dtype): the memory
+    /// from its lowest to its highest element lies in one allocation of the stream's GPU,
+    /// readable, and writable where the graph writes the tensor, and stays so, untouched by
+    /// other work, until the work the execution enqueues is done.
+    pub unsafe fn from_raw(tensor: TensorId, ptr: u64) -> Self {
+        Self {
+            tensor,
+            ptr,
+            view: None,
+        }
+    }
+
+    /// The bound tensor.
+    pub fn tensor(&self) -> TensorId {
+        self.tensor
+    }
+
+    /// The bound device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Checks a view binding against the tensor `t` the graph declares (`written` when a node
+    /// of the graph writes it) and the stream it runs on.
+    fn check(&self, t: &crate::graph::Tensor, written: bool, stream: &CudaStream) -> Result<()> {
+        const OP: &str = "execute_graph";
+        let Some((view, writable)) = &self.view else {
+            return Ok(());
+        };
+        view.check_stream(stream, OP, "bindings")?;
+        if written && !writable {
+            return Err(Error::invalid_arg(
+                OP,
+                "bindings",
+                format!("`{}` is written by the graph: bind it with Binding::output", t.name),
+            ));
+        }
+        if view.dims != t.dims || view.strides != t.strides || Some(view.dtype) != t.dtype {
+            return Err(Error::invalid_arg(
+                OP,
+                "bindings",
+                format!(
+                    "the view bound to `{}` is {:?} / {:?} {:?}, the graph declares {:?} / {:?} {:?}",
+                    t.name, view.dims, view.strides, view.dtype, t.dims, t.strides, t.dtype
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -107,7 +177,7 @@ pub fn execute_graph_on(stream: &Arc<CudaStream>, graph: &Graph, bindings: &[Bin
     }
     let mut scalars: Vec<[u8; 8]> = Vec::new();
     stream.context().bind_to_thread()?;
-    let (uids, ptrs) = variant_pointers(graph, bindings, stream.context().ordinal(), &mut scalars)?;
+    let (uids, ptrs) = variant_pointers(graph, bindings, stream, &mut scalars)?;
     // A captured graph would freeze by-value scalars, so graphs with scalars never replay.
     let replayable = graph.tensors().iter().all(|t| t.by_value.is_none());
     execute_keyed(
@@ -298,9 +368,11 @@ fn check_uids(g: &Graph, uids: &[i64]) -> Result<()> {
 fn variant_pointers(
     graph: &Graph,
     bindings: &[Binding],
-    ordinal: usize,
+    stream: &CudaStream,
     scalars: &mut Vec<[u8; 8]>,
 ) -> Result<(Vec<i64>, Vec<*mut c_void>)> {
+    let ordinal = stream.context().ordinal();
+    let written: Vec<TensorId> = graph.nodes().iter().flat_map(|n| n.op.outputs()).collect();
     let io: Vec<(usize, &crate::graph::Tensor)> = graph
         .tensors()
         .iter()
@@ -345,6 +417,7 @@ fn variant_pointers(
                 format!("null pointer bound to `{}`", t.name),
             ));
         }
+        b.check(t, written.contains(&b.tensor), stream)?;
         if b.ptr % t.alignment as u64 != 0 {
             return Err(Error::invalid_arg(
                 "execute_graph",

@@ -209,6 +209,8 @@ impl ElementwiseOptimization {
         let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| handle_tensor(context, &t.id, OP)).collect();
         let stream = inputs[0].stream().clone();
         let dims = to_dims(&outputs_ir[0].shape);
+        // Declared before the launch, which ends up borrowing them, so they outlive it.
+        let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
         let mut launch = match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims) {
             Ok(l) => l,
@@ -239,7 +241,6 @@ impl ElementwiseOptimization {
         // dims, lends its buffer to an output of its dtype (each thread reads its element
         // before writing it).
         let mut lent = vec![false; inputs.len()];
-        let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
         for &(_, dtype) in &self.outputs {
             let lender = inputs.iter().zip(&self.inputs).enumerate().position(|(k, (t, slot))| {
                 !lent[k]
@@ -259,13 +260,14 @@ impl ElementwiseOptimization {
             });
         }
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
-        let out_refs: Vec<_> = outputs.iter().map(|t| t.tref()).collect();
+        let out_refs: Vec<_> = outputs.iter().map(|t| t.tmut()).collect();
         expect(
             OP,
             launch
                 .bind(&self.program, &out_refs, &scalars)
                 .and_then(|()| launch.launch(&stream, &self.program, &function, variant)),
         );
+        drop((launch, out_refs, in_refs));
         drop(inputs);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);

@@ -227,7 +227,7 @@ fn gather(x4: &CudnnTensor, tap: &Tap, dst: &CudnnTensor, op: &str) {
     let idx = exec::expand(tap.index.clone(), dst.dims(), op);
     expect(
         op,
-        kindex::gather(dst.stream(), &x4.tref(), 3, &idx.tref(), &dst.tref()),
+        kindex::gather(dst.stream(), &x4.tref(), 3, &idx.tref(), &dst.tmut()),
     );
 }
 
@@ -312,7 +312,7 @@ pub(crate) fn deform_conv2d(
     cols = cols.reshape(&[geo.b, geo.wg, cwk, geo.l()]);
     let w = weight_matrix(weight, &geo, OP);
     let out = cols.empty_on(&[geo.b, geo.wg, geo.o / geo.wg, geo.l()], DType::F32, OP);
-    expect(OP, ops::matmul(out.stream(), &w.tref(), &cols.tref(), &out.tref()));
+    expect(OP, ops::matmul(out.stream(), &w.tref(), &cols.tref(), &out.tmut()));
     let mut out = out.reshape(&[geo.b, geo.o, geo.oh, geo.ow]);
     if let Some(b) = bias {
         let b = f32(b, OP).reshape(&[1, geo.o, 1, 1]);
@@ -351,7 +351,7 @@ pub(crate) fn deform_conv2d_backward(
     // Column gradient: wᵀ · dy, [B, WG, (C / WG)·K, L] = [B, G, Cg, K·L].
     let wt = view(&weight_matrix(weight, &geo, OP), OP, |l| l.transpose(2, 3));
     let dcols = dy4.empty_on(&[geo.b, geo.wg, cwk, geo.l()], DType::F32, OP);
-    expect(OP, ops::matmul(dcols.stream(), &wt.tref(), &dy4.tref(), &dcols.tref()));
+    expect(OP, ops::matmul(dcols.stream(), &wt.tref(), &dy4.tref(), &dcols.tmut()));
     let dcols = dcols.reshape(&[geo.b, geo.g, cg, kl]);
     // What reaches the samples: mask · dcols.
     let p = match &mask {
@@ -374,7 +374,7 @@ pub(crate) fn deform_conv2d_backward(
         let idx = exec::expand(tap.index.clone(), &dims, OP);
         expect(
             OP,
-            kindex::scatter_add(dx.stream(), &dx.tref(), 3, &idx.tref(), &tmp.tref()),
+            kindex::scatter_add(dx.stream(), &dx.tmut(), 3, &idx.tref(), &tmp.tref()),
         );
     }
     drop((sample, tmp, taps));
@@ -407,7 +407,7 @@ pub(crate) fn deform_conv2d_backward(
     };
     let cols_t = view(&cols.reshape(&[geo.b, geo.wg, cwk, geo.l()]), OP, |l| l.transpose(2, 3));
     let dwb = dy4.empty_on(&[geo.b, geo.wg, ow_g, cwk], DType::F32, OP);
-    expect(OP, ops::matmul(dwb.stream(), &dy4.tref(), &cols_t.tref(), &dwb.tref()));
+    expect(OP, ops::matmul(dwb.stream(), &dy4.tref(), &cols_t.tref(), &dwb.tmut()));
     let dw = if geo.b == 1 { dwb } else { sum_axis(&dwb, 0, OP) };
     let weight_grad = dw.reshape(&[geo.o, geo.c / geo.wg, geo.kh, geo.kw]);
 

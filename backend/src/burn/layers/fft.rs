@@ -81,7 +81,7 @@ fn with_cols(out: &CudnnTensor, c0: i64, cols: i64, op: &str, write: impl FnOnce
 
 /// `c = a · b` on the exact GEMM kernel (any strides).
 fn matmul(a: &CudnnTensor, b: &CudnnTensor, c: &CudnnTensor, op: &str) {
-    expect(op, linalg::matmul(c.stream(), &a.tref(), &b.tref(), &c.tref()));
+    expect(op, linalg::matmul(c.stream(), &a.tref(), &b.tref(), &c.tmut()));
 }
 
 /// Real FFT along `dim` (length `n`, default the signal's): `(re, im)` with `n / 2 + 1`

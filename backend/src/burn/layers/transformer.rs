@@ -33,7 +33,7 @@ pub(crate) fn layer_norm(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnT
         &x2.tref(),
         &g.tref(),
         b.as_ref().map(|b| b.tref()).as_ref(),
-        &y.tref(),
+        &y.tmut(),
         epsilon,
         None,
     );
@@ -131,7 +131,7 @@ pub(crate) fn attention(
         &vr.tref(),
         bias_full.as_ref().map(|t| t.tref()).as_ref(),
         in_graph_mask,
-        &o.tref(),
+        &o.tmut(),
         scale,
         None,
     );

@@ -155,7 +155,7 @@ fn dynamic_scales(x: &CudnnTensor, scheme: &QuantScheme, op: &str) -> CudnnTenso
     let max_abs = abs.empty_on(&[nblocks, 1], DType::F32, op);
     expect(
         op,
-        reduce::reduce(abs.stream(), reduce::ReduceOp::Max, &abs.tref(), 1, &max_abs.tref()),
+        reduce::reduce(abs.stream(), reduce::ReduceOp::Max, &abs.tref(), 1, &max_abs.tmut()),
     );
     let (a, b) = q_range(scheme);
     let range = exec::unary(max_abs, UnaryOp::MulScalar(2.0), op);
@@ -178,7 +178,7 @@ fn dequantize_impl(t: CudnnQTensor, dtype: DType, op: &str) -> CudnnTensor {
     let out = values.empty_like(dtype, op);
     expect(
         op,
-        linalg::dequantize_symmetric_i8(values.stream(), &values.tref(), block, &scales.tref(), &out.tref()),
+        linalg::dequantize_symmetric_i8(values.stream(), &values.tref(), block, &scales.tref(), &out.tmut()),
     );
     out
 }

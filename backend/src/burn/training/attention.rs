@@ -118,35 +118,38 @@ pub(super) fn forward(
     let (qd, vd) = (q.dims().to_vec(), v.dims().to_vec());
     let o = bshd_like(&q, [qd[0], qd[1], qd[2], vd[3]], OP);
     let stats = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], 1], DType::F32, OP);
-    let tb = bias.as_ref().map(|b| b.tref());
-    // The backward's plan builds beside the forward's and the rest of the forward pass
-    // (on a fresh machine both need a runtime compile).
-    let prefetched = ops::sdpa_backward_prefetch(
-        o.stream(),
-        &q.tref(),
-        &k.tref(),
-        &v.tref(),
-        tb.as_ref(),
-        causal,
-        &o.tref(),
-        scale as f32,
-        &stats.tref(),
-    );
-    if let Err(e) = prefetched {
-        tracing::debug!("{OP}: backward plan not prefetched ({e})");
-    }
-    // A new fused forward builds in the background; this call composes meanwhile.
-    let r = ops::sdpa_forward_when_built(
-        o.stream(),
-        &q.tref(),
-        &k.tref(),
-        &v.tref(),
-        tb.as_ref(),
-        causal,
-        &o.tref(),
-        scale as f32,
-        Some(&stats.tref()),
-    );
+    // The views borrow `bias`, which the saved state takes afterwards.
+    let r = {
+        let tb = bias.as_ref().map(|b| b.tref());
+        // The backward's plan builds beside the forward's and the rest of the forward pass
+        // (on a fresh machine both need a runtime compile).
+        let prefetched = ops::sdpa_backward_prefetch(
+            o.stream(),
+            &q.tref(),
+            &k.tref(),
+            &v.tref(),
+            tb.as_ref(),
+            causal,
+            &o.tref(),
+            scale as f32,
+            &stats.tref(),
+        );
+        if let Err(e) = prefetched {
+            tracing::debug!("{OP}: backward plan not prefetched ({e})");
+        }
+        // A new fused forward builds in the background; this call composes meanwhile.
+        ops::sdpa_forward_when_built(
+            o.stream(),
+            &q.tref(),
+            &k.tref(),
+            &v.tref(),
+            tb.as_ref(),
+            causal,
+            &o.tmut(),
+            scale as f32,
+            Some(&stats.tmut()),
+        )
+    };
     match r {
         Ok(false) => None,
         Ok(true) => Some((
@@ -178,29 +181,33 @@ pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3]
         let d = t.dims();
         bshd_like(t, [d[0], d[1], d[2], d[3]], OP)
     });
-    let tb = s.bias.as_ref().map(|b| b.tref());
-    let (tq, tk, tv, to, tdo, tst) = (
-        s.q.tref(),
-        s.k.tref(),
-        s.v.tref(),
-        s.o.tref(),
-        d_o.tref(),
-        s.stats.tref(),
-    );
-    let (tdq, tdk, tdv) = (dq.tref(), dk.tref(), dv.tref());
-    let args = SdpaBackward {
-        q: &tq,
-        k: &tk,
-        v: &tv,
-        o: &to,
-        d_o: &tdo,
-        stats: &tst,
-        bias: tb.as_ref(),
-        dq: &tdq,
-        dk: &tdk,
-        dv: &tdv,
+    // The views borrow the tensors, which are returned below.
+    let r = {
+        let tb = s.bias.as_ref().map(|b| b.tref());
+        let (tq, tk, tv, to, tdo, tst) = (
+            s.q.tref(),
+            s.k.tref(),
+            s.v.tref(),
+            s.o.tref(),
+            d_o.tref(),
+            s.stats.tref(),
+        );
+        let (tdq, tdk, tdv) = (dq.tmut(), dk.tmut(), dv.tmut());
+        let args = SdpaBackward {
+            q: &tq,
+            k: &tk,
+            v: &tv,
+            o: &to,
+            d_o: &tdo,
+            stats: &tst,
+            bias: tb.as_ref(),
+            dq: &tdq,
+            dk: &tdk,
+            dv: &tdv,
+        };
+        ops::sdpa_backward(d_o.stream(), &args, s.causal, s.scale as f32)
     };
-    match ops::sdpa_backward(d_o.stream(), &args, s.causal, s.scale as f32) {
+    match r {
         Ok(()) => [dq, dk, dv],
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused backward not used ({e}); composing it");

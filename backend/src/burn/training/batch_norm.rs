@@ -4,7 +4,7 @@
 use burn_backend::DType;
 
 use super::super::exec;
-use super::super::tensor::{expect, CudnnTensor};
+use super::super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
 use crate::ops::{self, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions, RunningStats};
 
 /// The forward results the backward pass needs.
@@ -91,26 +91,29 @@ pub(super) fn forward(
     let y = empty_as(&x, OP);
     let [rm_out, rv_out] = [(); 2].map(|_| CudnnTensor::empty(x.device(), &[c], pdt, OP));
     let [mean, inv_std] = [(); 2].map(|_| CudnnTensor::empty(x.device(), &[c], DType::F32, OP));
-    let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tref());
-    let (ts, tb) = (scale.tref(), bias.tref());
-    let (trm, trv, trmo, trvo) = (rm.tref(), rv.tref(), rm_out.tref(), rv_out.tref());
-    let (tm, ti) = (mean.tref(), inv_std.tref());
-    let args = BatchNormForward {
-        x: &tx,
-        residual: tz.as_ref(),
-        y: &ty,
-        scale: Some(&ts),
-        bias: Some(&tb),
-        running: Some(RunningStats {
-            mean: &trm,
-            var: &trv,
-            mean_out: &trmo,
-            var_out: &trvo,
-        }),
-        saved_mean: &tm,
-        saved_inv_std: &ti,
-    };
-    expect(OP, ops::batch_norm_train_forward(x.stream(), &args, o));
+    // The views borrow the tensors, which are moved below.
+    {
+        let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tmut());
+        let (ts, tb) = (scale.tref(), bias.tref());
+        let (trm, trv, trmo, trvo) = (rm.tref(), rv.tref(), rm_out.tmut(), rv_out.tmut());
+        let (tm, ti) = (mean.tmut(), inv_std.tmut());
+        let args = BatchNormForward {
+            x: &tx,
+            residual: tz.as_ref(),
+            y: &ty,
+            scale: Some(&ts),
+            bias: Some(&tb),
+            running: Some(RunningStats {
+                mean: &trm,
+                var: &trv,
+                mean_out: &trmo,
+                var_out: &trvo,
+            }),
+            saved_mean: &tm,
+            saved_inv_std: &ti,
+        };
+        expect(OP, ops::batch_norm_train_forward(x.stream(), &args, o));
+    }
     let saved = BnSaved {
         x,
         y: o.relu.then(|| y.clone()),
@@ -132,23 +135,25 @@ pub(super) fn backward(s: &BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option
     let [dx, dz] = [want[0], want[1]].map(|w| w.then(|| empty_as(&s.x, OP)));
     let c = s.scale.numel();
     let [ds, db] = [want[2], want[3]].map(|w| w.then(|| CudnnTensor::empty(s.x.device(), &[c], s.scale.dtype, OP)));
-    let r = |t: &Option<CudnnTensor>| t.as_ref().map(|t| t.tref());
-    let (tx, ty, tdy) = (s.x.tref(), r(&s.y), dy.tref());
-    let (tdx, tdz, tds, tdb) = (r(&dx), r(&dz), r(&ds), r(&db));
-    let (tscale, tm, ti) = (s.scale.tref(), s.mean.tref(), s.inv_std.tref());
-    let args = BatchNormBackward {
-        x: &tx,
-        y: ty.as_ref(),
-        dy: &tdy,
-        dx: tdx.as_ref(),
-        d_residual: tdz.as_ref(),
-        scale: Some(&tscale),
-        saved_mean: &tm,
-        saved_inv_std: &ti,
-        d_scale: tds.as_ref(),
-        d_bias: tdb.as_ref(),
-    };
-    expect(OP, ops::batch_norm_backward(dy.stream(), &args));
+    // The views borrow the tensors, which are moved below.
+    {
+        let (tx, ty, tdy) = (s.x.tref(), tref_of(&s.y), dy.tref());
+        let (tdx, tdz, tds, tdb) = (tmut_of(&dx), tmut_of(&dz), tmut_of(&ds), tmut_of(&db));
+        let (tscale, tm, ti) = (s.scale.tref(), s.mean.tref(), s.inv_std.tref());
+        let args = BatchNormBackward {
+            x: &tx,
+            y: ty.as_ref(),
+            dy: &tdy,
+            dx: tdx.as_ref(),
+            d_residual: tdz.as_ref(),
+            scale: Some(&tscale),
+            saved_mean: &tm,
+            saved_inv_std: &ti,
+            d_scale: tds.as_ref(),
+            d_bias: tdb.as_ref(),
+        };
+        expect(OP, ops::batch_norm_backward(dy.stream(), &args));
+    }
     let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP));
     [dx, dz, back(ds), back(db)]
 }
@@ -174,17 +179,20 @@ pub(super) fn inference(
     let pdt = param_dtype_for(x.dtype, &scale);
     let [scale, bias, rm, rv] = [scale, bias, running_mean, running_var].map(|t| exec::cast(t, pdt, OP).contiguous());
     let y = empty_as(&x, OP);
-    let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tref());
-    let (ts, tb, tm, tv) = (scale.tref(), bias.tref(), rm.tref(), rv.tref());
-    let args = BatchNormInference {
-        x: &tx,
-        residual: tz.as_ref(),
-        y: &ty,
-        scale: Some(&ts),
-        bias: Some(&tb),
-        mean: &tm,
-        var: &tv,
-    };
-    expect(OP, ops::batch_norm_inference(x.stream(), &args, epsilon, relu));
+    // The views borrow the tensors, which are moved below.
+    {
+        let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tmut());
+        let (ts, tb, tm, tv) = (scale.tref(), bias.tref(), rm.tref(), rv.tref());
+        let args = BatchNormInference {
+            x: &tx,
+            residual: tz.as_ref(),
+            y: &ty,
+            scale: Some(&ts),
+            bias: Some(&tb),
+            mean: &tm,
+            var: &tv,
+        };
+        expect(OP, ops::batch_norm_inference(x.stream(), &args, epsilon, relu));
+    }
     y
 }

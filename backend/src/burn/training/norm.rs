@@ -4,7 +4,7 @@
 use burn_backend::DType;
 
 use super::super::exec;
-use super::super::tensor::{expect, CudnnTensor};
+use super::super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
 use crate::graph::NormMode;
 use crate::ops::{self, NormBackward};
 
@@ -80,22 +80,25 @@ pub(super) fn forward(
     let stat = || CudnnTensor::empty(x2.device(), &[rows], DType::F32, OP);
     let mean = (mode == NormMode::LayerNorm).then(stat);
     let inv_std = stat();
-    let (tx, ty, ts, ti) = (x2.tref(), y.tref(), scale.tref(), inv_std.tref());
-    let (tb, tm) = (bias.as_ref().map(|b| b.tref()), mean.as_ref().map(|m| m.tref()));
-    expect(
-        OP,
-        ops::norm_train_forward(
-            y.stream(),
-            mode,
-            &tx,
-            Some(&ts),
-            tb.as_ref(),
-            &ty,
-            epsilon,
-            tm.as_ref(),
-            &ti,
-        ),
-    );
+    // The views borrow the tensors, which are moved below.
+    {
+        let (tx, ty, ts, ti) = (x2.tref(), y.tmut(), scale.tref(), inv_std.tmut());
+        let (tb, tm) = (tref_of(&bias), tmut_of(&mean));
+        expect(
+            OP,
+            ops::norm_train_forward(
+                y.stream(),
+                mode,
+                &tx,
+                Some(&ts),
+                tb.as_ref(),
+                &ty,
+                epsilon,
+                tm.as_ref(),
+                &ti,
+            ),
+        );
+    }
     let saved = NormSaved {
         x: x2,
         dims: dims.clone(),
@@ -116,20 +119,22 @@ pub(super) fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Opti
     let dx = want[0].then(|| s.x.empty_like(s.x.dtype, OP));
     let [ds, db] =
         [want[1], want[2]].map(|w| w.then(|| CudnnTensor::empty(s.x.device(), &[features], s.scale.dtype, OP)));
-    let r = |t: &Option<CudnnTensor>| t.as_ref().map(|t| t.tref());
-    let (tx, tdy, tscale, ti) = (s.x.tref(), dy.tref(), s.scale.tref(), s.inv_std.tref());
-    let (tm, tdx, tds, tdb) = (r(&s.mean), r(&dx), r(&ds), r(&db));
-    let args = NormBackward {
-        x: &tx,
-        dy: &tdy,
-        scale: Some(&tscale),
-        mean: tm.as_ref(),
-        inv_std: &ti,
-        dx: tdx.as_ref(),
-        d_scale: tds.as_ref(),
-        d_bias: tdb.as_ref(),
-    };
-    expect(OP, ops::norm_backward(dy.stream(), s.mode, &args));
+    // The views borrow the tensors, which are moved below.
+    {
+        let (tx, tdy, tscale, ti) = (s.x.tref(), dy.tref(), s.scale.tref(), s.inv_std.tref());
+        let (tm, tdx, tds, tdb) = (tref_of(&s.mean), tmut_of(&dx), tmut_of(&ds), tmut_of(&db));
+        let args = NormBackward {
+            x: &tx,
+            dy: &tdy,
+            scale: Some(&tscale),
+            mean: tm.as_ref(),
+            inv_std: &ti,
+            dx: tdx.as_ref(),
+            d_scale: tds.as_ref(),
+            d_bias: tdb.as_ref(),
+        };
+        expect(OP, ops::norm_backward(dy.stream(), s.mode, &args));
+    }
     let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP));
     [dx.map(|t| t.reshape(&s.dims)), back(ds), back(db)]
 }

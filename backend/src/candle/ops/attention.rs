@@ -144,16 +144,16 @@ impl CustomOp3 for Sdpa {
         let [b, h, lq, lk, _, dv] = sdpa_dims(ql.dims(), kl.dims(), vl.dims())?;
         self.check_causal(lq, lk)?;
         let stream = cuda::stream(qs);
-        let (q, _gq) = cuda::input(SDPA, "q", qs, ql, &stream)?;
-        let (k, _gk) = cuda::input(SDPA, "k", ks, kl, &stream)?;
-        let (v, _gv) = cuda::input(SDPA, "v", vs, vl, &stream)?;
+        let q = cuda::input(SDPA, "q", qs, ql, &stream)?;
+        let k = cuda::input(SDPA, "k", ks, kl, &stream)?;
+        let v = cuda::input(SDPA, "v", vs, vl, &stream)?;
         let dims = [b as i64, h as i64, lq as i64, dv as i64];
         let strides = super::packed_strides(&[b, h, lq, dv], false);
         // The forward graph into a new output; the engine's error apart from Candle's.
-        let run = |stats: Option<&crate::ops::TensorRef>| -> Result<crate::Result<CudaStorage>> {
+        let run = |stats: Option<&crate::ops::TensorMut>| -> Result<crate::Result<CudaStorage>> {
             let mut o = cuda::Output::alloc(SDPA, &stream, q.dtype, b * h * lq * dv)?;
             let r = {
-                let (or, _guard) = o.view(&stream, &dims, &strides);
+                let or = o.view(&stream, &dims, &strides)?;
                 crate::ops::sdpa_forward(&stream, &q, &k, &v, None, self.causal, &or, self.scale as f32, stats)
             };
             Ok(r.map(|()| o.into_storage(qs.device.clone())))
@@ -162,7 +162,7 @@ impl CustomOp3 for Sdpa {
             let mut stats = cuda::Output::alloc(SDPA, &stream, crate::graph::DataType::F32, b * h * lq)?;
             let trained = {
                 let d = [b as i64, h as i64, lq as i64, 1];
-                let (st, _guard) = stats.view(&stream, &d, &super::packed_strides(&[b, h, lq, 1], false));
+                let st = stats.view(&stream, &d, &super::packed_strides(&[b, h, lq, 1], false))?;
                 run(Some(&st))?
             };
             match trained {
@@ -231,25 +231,25 @@ impl Sdpa {
         }
         let mut grads = Vec::with_capacity(3);
         for t in [q, k, v] {
-            let dt = refs[0].0.dtype;
+            let dt = refs[0].dtype;
             grads.push(cuda::Output::alloc(OP, &stream, dt, t.elem_count())?);
         }
         let r = {
             let mut views = Vec::with_capacity(3);
-            for (g, t) in grads.iter_mut().zip([&refs[0].0, &refs[1].0, &refs[2].0]) {
-                views.push(g.view(&stream, &t.dims, &super::packed_strides(&cpu::udims(&t.dims), false)));
+            for (g, t) in grads.iter_mut().zip([&refs[0], &refs[1], &refs[2]]) {
+                views.push(g.view(&stream, &t.dims, &super::packed_strides(&cpu::udims(&t.dims), false))?);
             }
             let args = SdpaBackward {
-                q: &refs[0].0,
-                k: &refs[1].0,
-                v: &refs[2].0,
-                o: &refs[3].0,
-                d_o: &refs[4].0,
-                stats: &refs[5].0,
+                q: &refs[0],
+                k: &refs[1],
+                v: &refs[2],
+                o: &refs[3],
+                d_o: &refs[4],
+                stats: &refs[5],
                 bias: None,
-                dq: &views[0].0,
-                dk: &views[1].0,
-                dv: &views[2].0,
+                dq: &views[0],
+                dk: &views[1],
+                dv: &views[2],
             };
             crate::ops::sdpa_backward(&stream, &args, self.causal, self.scale as f32)
         };

@@ -208,7 +208,7 @@ impl BatchNormTrain {
     ) -> Result<(CudaStorage, Shape)> {
         use crate::candle::cuda::Output;
         use crate::graph::DataType;
-        use crate::ops::{BatchNormForward, RunningStats, TensorRef};
+        use crate::ops::{BatchNormForward, RunningStats};
 
         let params: Vec<_> = affine
             .iter()
@@ -219,7 +219,7 @@ impl BatchNormTrain {
         inputs.extend(affine.iter().flat_map(|[(ws, _), (bs, _)]| [addr(*ws), addr(*bs)]));
         self.check_running(&inputs)?;
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(OP, "x", xs, xl, &stream)?;
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
         let mut aff = Vec::with_capacity(2);
         for (name, (s, l)) in ["weight", "bias"].into_iter().zip(affine.into_iter().flatten()) {
             if !l.is_contiguous() {
@@ -228,17 +228,17 @@ impl BatchNormTrain {
             aff.push(cuda::input(OP, name, s, l, &stream)?);
         }
         let c = g.c as i64;
-        let flat = |t: &TensorRef| TensorRef::new(&[c], &[1], t.dtype, t.ptr);
-        let (scale, bias) = (aff.first().map(|(t, _)| flat(t)), aff.get(1).map(|(t, _)| flat(t)));
+        let scale = aff.first().map(|t| t.reshaped(&[c], &[1])).transpose()?;
+        let bias = aff.get(1).map(|t| t.reshaped(&[c], &[1])).transpose()?;
         let dims = super::idims(&g.dims);
         let strides = super::packed_strides(&g.dims, g.channels_last);
         let mut y = Output::alloc(OP, &stream, x.dtype, g.numel())?;
         let mut mean = Output::alloc(OP, &stream, DataType::F32, g.c)?;
         let mut inv = Output::alloc(OP, &stream, DataType::F32, g.c)?;
         {
-            let (yr, _gy) = y.view(&stream, &dims, &strides);
-            let (mr, _gm) = mean.view(&stream, &[c], &[1]);
-            let (ir, _gi) = inv.view(&stream, &[c], &[1]);
+            let yr = y.view(&stream, &dims, &strides)?;
+            let mr = mean.view(&stream, &[c], &[1])?;
+            let ir = inv.view(&stream, &[c], &[1])?;
             let run = |running: Option<RunningStats<'_>>| -> Result<()> {
                 let a = BatchNormForward {
                     x: &x,
@@ -256,7 +256,7 @@ impl BatchNormTrain {
                 Some((rm, rv)) => {
                     let written = [rm.as_tensor(), rv.as_tensor()];
                     crate::candle::access::with_written(OP, &written, &mut |v| {
-                        let (m, var) = (flat(&v[0]), flat(&v[1]));
+                        let (m, var) = (v[0].reshaped_mut(&[c], &[1])?, v[1].reshaped_mut(&[c], &[1])?);
                         run(Some(RunningStats {
                             mean: &m,
                             var: &var,
@@ -340,23 +340,23 @@ impl BatchNormTrain {
         cl: bool,
     ) -> Result<Grads> {
         use crate::candle::cuda::Output;
-        use crate::ops::{BatchNormBackward, TensorRef};
+        use crate::ops::BatchNormBackward;
 
         let dims = x.dims().to_vec();
         let c = dims[1] as i64;
         let (xg, xl) = x.storage_and_layout();
         let xs = cuda::storage_of(OP, "x", &xg)?;
         let stream = cuda::stream(xs);
-        let (xr, _x) = cuda::input(OP, "x", xs, xl, &stream)?;
+        let xr = cuda::input(OP, "x", xs, xl, &stream)?;
         let (gg, gl) = g.storage_and_layout();
-        let (gr, _g) = cuda::input(OP, "grad", cuda::storage_of(OP, "grad", &gg)?, gl, &stream)?;
+        let gr = cuda::input(OP, "grad", cuda::storage_of(OP, "grad", &gg)?, gl, &stream)?;
         let (yg, yl) = y.storage_and_layout();
-        let (yr, _y) = cuda::input(OP, "y", cuda::storage_of(OP, "y", &yg)?, yl, &stream)?;
+        let yr = cuda::input(OP, "y", cuda::storage_of(OP, "y", &yg)?, yl, &stream)?;
         let wg = affine.map(|(w, _)| w.storage_and_layout());
         let w = match &wg {
             Some((s, l)) => {
-                let (t, guard) = cuda::input(OP, "weight", cuda::storage_of(OP, "weight", s)?, l, &stream)?;
-                Some((TensorRef::new(&[c], &[1], t.dtype, t.ptr), guard))
+                let t = cuda::input(OP, "weight", cuda::storage_of(OP, "weight", s)?, l, &stream)?;
+                Some(t.reshaped(&[c], &[1])?)
             }
             None => None,
         };
@@ -365,9 +365,9 @@ impl BatchNormTrain {
             _ => self.recompute_stats_cuda(&stream, xs, &xr)?,
         };
         let (mg, ml) = stats[0].storage_and_layout();
-        let (mr, _m) = cuda::input(OP, "saved_mean", cuda::storage_of(OP, "saved_mean", &mg)?, ml, &stream)?;
+        let mr = cuda::input(OP, "saved_mean", cuda::storage_of(OP, "saved_mean", &mg)?, ml, &stream)?;
         let (ig, il) = stats[1].storage_and_layout();
-        let (ir, _i) = cuda::input(
+        let ir = cuda::input(
             OP,
             "saved_inv_std",
             cuda::storage_of(OP, "saved_inv_std", &ig)?,
@@ -376,7 +376,7 @@ impl BatchNormTrain {
         )?;
         let numel = x.elem_count();
         let mut dx = Output::alloc(OP, &stream, xr.dtype, numel)?;
-        let pdt = w.as_ref().map(|(t, _)| t.dtype);
+        let pdt = w.as_ref().map(|t| t.dtype);
         let mut dwb = match pdt {
             Some(dt) => Some([
                 Output::alloc(OP, &stream, dt, dims[1])?,
@@ -386,21 +386,22 @@ impl BatchNormTrain {
         };
         {
             let strides = super::packed_strides(&dims, cl);
-            let (dxr, _dx) = dx.view(&stream, &super::idims(&dims), &strides);
-            let views = dwb
-                .as_mut()
-                .map(|[dw, db]| [dw.view(&stream, &[c], &[1]), db.view(&stream, &[c], &[1])]);
+            let dxr = dx.view(&stream, &super::idims(&dims), &strides)?;
+            let views = match dwb.as_mut() {
+                Some([dw, db]) => Some([dw.view(&stream, &[c], &[1])?, db.view(&stream, &[c], &[1])?]),
+                None => None,
+            };
             let a = BatchNormBackward {
                 x: &xr,
                 y: self.options.relu.then_some(&yr),
                 dy: &gr,
                 dx: Some(&dxr),
                 d_residual: None,
-                scale: w.as_ref().map(|(t, _)| t),
+                scale: w.as_ref(),
                 saved_mean: &mr,
                 saved_inv_std: &ir,
-                d_scale: views.as_ref().map(|v| &v[0].0),
-                d_bias: views.as_ref().map(|v| &v[1].0),
+                d_scale: views.as_ref().map(|v| &v[0]),
+                d_bias: views.as_ref().map(|v| &v[1]),
             };
             crate::ops::batch_norm_backward(&stream, &a)?;
         }
@@ -434,9 +435,9 @@ impl BatchNormTrain {
         let mut mean = Output::alloc(OP, stream, DataType::F32, c)?;
         let mut inv = Output::alloc(OP, stream, DataType::F32, c)?;
         {
-            let (yr, _gy) = y.view(stream, &x.dims, &x.strides);
-            let (mr, _gm) = mean.view(stream, &[c as i64], &[1]);
-            let (ir, _gi) = inv.view(stream, &[c as i64], &[1]);
+            let yr = y.view(stream, &x.dims, &x.strides)?;
+            let mr = mean.view(stream, &[c as i64], &[1])?;
+            let ir = inv.view(stream, &[c as i64], &[1])?;
             let a = BatchNormForward {
                 x,
                 residual: None,

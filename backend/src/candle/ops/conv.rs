@@ -104,8 +104,8 @@ impl CustomOp2 for Conv {
         let y = conv_out_dims(OP, &self.params, xl.dims(), wl.dims())?;
         same_dtype(OP, &[("x", xs.dtype()), ("w", ws.dtype())])?;
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(OP, "x", xs, xl, &stream)?;
-        let (w, _gw) = cuda::input(OP, "w", ws, wl, &stream)?;
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
+        let w = cuda::input(OP, "w", ws, wl, &stream)?;
         let strides = super::packed_strides(&y, self.channels_last);
         let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(&y), &strides, |yr| {
             crate::ops::conv_forward(&stream, &x, &w, yr, &self.params)
@@ -172,8 +172,8 @@ impl CustomOp2 for ConvBackwardData {
         self.check(OP, dl.dims(), wl.dims())?;
         same_dtype(OP, &[("dy", ds.dtype()), ("w", ws.dtype())])?;
         let stream = cuda::stream(ds);
-        let (dy, _gd) = cuda::input(OP, "dy", ds, dl, &stream)?;
-        let (w, _gw) = cuda::input(OP, "w", ws, wl, &stream)?;
+        let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
+        let w = cuda::input(OP, "w", ws, wl, &stream)?;
         let x = &self.x_dims;
         let strides = super::packed_strides(x, self.channels_last);
         let out = cuda::with_output(OP, &ds.device, &stream, dy.dtype, &idims(x), &strides, |dx| {
@@ -242,8 +242,8 @@ impl CustomOp2 for ConvBackwardFilter {
         self.check(OP, xl.dims(), dl.dims())?;
         same_dtype(OP, &[("x", xs.dtype()), ("dy", ds.dtype())])?;
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(OP, "x", xs, xl, &stream)?;
-        let (dy, _gd) = cuda::input(OP, "dy", ds, dl, &stream)?;
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
+        let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
         let w = &self.w_dims;
         let strides = super::packed_strides(w, self.channels_last);
         let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(w), &strides, |dw| {
@@ -329,9 +329,9 @@ impl CustomOp3 for ConvBiasAct {
         check_bias(OP, bl.dims(), wl.dims()[0])?;
         same_dtype(OP, &[("x", xs.dtype()), ("w", ws.dtype()), ("b", bs.dtype())])?;
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(OP, "x", xs, xl, &stream)?;
-        let (w, _gw) = cuda::input(OP, "w", ws, wl, &stream)?;
-        let (b, _gb) = cuda::input(OP, "b", bs, bl, &stream)?;
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
+        let w = cuda::input(OP, "w", ws, wl, &stream)?;
+        let b = cuda::input(OP, "b", bs, bl, &stream)?;
         let strides = super::packed_strides(&y, self.channels_last);
         let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(&y), &strides, |yr| {
             crate::ops::conv_bias_act_forward(&stream, &x, &w, &b, yr, &self.params, self.act)

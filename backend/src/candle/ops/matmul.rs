@@ -107,8 +107,8 @@ impl CustomOp2 for Matmul {
         let c = mm_out_dims(OP, al.dims(), bl.dims())?;
         same_dtype(OP, &[("a", as_.dtype()), ("b", bs.dtype())])?;
         let stream = cuda::stream(as_);
-        let (a, _ga) = cuda::input(OP, "a", as_, al, &stream)?;
-        let (b, _gb) = cuda::input(OP, "b", bs, bl, &stream)?;
+        let a = cuda::input(OP, "a", as_, al, &stream)?;
+        let b = cuda::input(OP, "b", bs, bl, &stream)?;
         let (a, b) = (broadcast_batch(a), broadcast_batch(b));
         let strides = super::packed_strides(&c, false);
         let out = cuda::with_output(OP, &as_.device, &stream, a.dtype, &super::idims(&c), &strides, |cr| {
@@ -180,9 +180,9 @@ impl CustomOp3 for MatmulBiasAct {
         check_bias(OP, cl.dims(), c[c.len() - 1])?;
         same_dtype(OP, &[("a", as_.dtype()), ("b", bs.dtype()), ("bias", cs.dtype())])?;
         let stream = cuda::stream(as_);
-        let (a, _ga) = cuda::input(OP, "a", as_, al, &stream)?;
-        let (b, _gb) = cuda::input(OP, "b", bs, bl, &stream)?;
-        let (bias, _gc) = cuda::input(OP, "bias", cs, cl, &stream)?;
+        let a = cuda::input(OP, "a", as_, al, &stream)?;
+        let b = cuda::input(OP, "b", bs, bl, &stream)?;
+        let bias = cuda::input(OP, "bias", cs, cl, &stream)?;
         let (a, b) = (broadcast_batch(a), broadcast_batch(b));
         let strides = super::packed_strides(&c, false);
         let out = cuda::with_output(OP, &as_.device, &stream, a.dtype, &super::idims(&c), &strides, |cr| {

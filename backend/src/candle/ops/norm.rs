@@ -120,7 +120,6 @@ impl Norm {
     ) -> Result<(CudaStorage, Shape)> {
         use crate::candle::cuda::Output;
         use crate::graph::DataType;
-        use crate::ops::TensorRef;
 
         let op = self.op_name();
         let mut params = vec![("weight", wl.dims())];
@@ -130,13 +129,13 @@ impl Norm {
             return Err(arg_err(op, "x", "needs a contiguous tensor (norm() makes one)"));
         }
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(op, "x", xs, xl, &stream)?;
-        let (w, _gw) = cuda::input(op, "weight", ws, wl, &stream)?;
+        let x = cuda::input(op, "x", xs, xl, &stream)?;
+        let w = cuda::input(op, "weight", ws, wl, &stream)?;
         let b = bias.map(|(s, l)| cuda::input(op, "bias", s, l, &stream)).transpose()?;
         let (r, f) = (rows as i64, d as i64);
-        let x2 = TensorRef::new(&[r, f], &[f, 1], x.dtype, x.ptr);
-        let flat = |t: &TensorRef| TensorRef::new(&[f], &[1], t.dtype, t.ptr);
-        let (w1, b1) = (flat(&w), b.as_ref().map(|(t, _)| flat(t)));
+        let x2 = x.reshaped(&[r, f], &[f, 1])?;
+        let w1 = w.reshaped(&[f], &[1])?;
+        let b1 = b.as_ref().map(|t| t.reshaped(&[f], &[1])).transpose()?;
         if rows * d == 0 {
             let out = cuda::with_output(op, &xs.device, &stream, x.dtype, &x2.dims, &x2.strides, |_| Ok(()))?;
             return Ok((out, xl.shape().clone()));
@@ -154,9 +153,9 @@ impl Norm {
             .then(|| Output::alloc(op, &stream, DataType::F32, rows))
             .transpose()?;
         {
-            let (yr, _gy) = y.view(&stream, &[r, f], &[f, 1]);
-            let (ir, _gi) = inv.view(&stream, &[r], &[1]);
-            let m = mean.as_mut().map(|m| m.view(&stream, &[r], &[1]));
+            let yr = y.view(&stream, &[r, f], &[f, 1])?;
+            let ir = inv.view(&stream, &[r], &[1])?;
+            let m = mean.as_mut().map(|m| m.view(&stream, &[r], &[1])).transpose()?;
             crate::ops::norm_train_forward(
                 &stream,
                 self.mode,
@@ -165,7 +164,7 @@ impl Norm {
                 b1.as_ref(),
                 &yr,
                 self.eps,
-                m.as_ref().map(|(t, _)| t),
+                m.as_ref(),
                 &ir,
             )?;
         }
@@ -215,7 +214,7 @@ impl Norm {
     #[cfg(feature = "candle-cuda")]
     fn backward_cuda(&self, x: &Tensor, w: &Tensor, with_bias: bool, g: &Tensor) -> Result<Grads> {
         use crate::candle::cuda::Output;
-        use crate::ops::{NormBackward, TensorRef};
+        use crate::ops::NormBackward;
 
         let op = self.op_name();
         let d = w.elem_count();
@@ -227,20 +226,20 @@ impl Norm {
         let (xg, xl) = x.storage_and_layout();
         let xs = cuda::storage_of(op, "x", &xg)?;
         let stream = cuda::stream(xs);
-        let (xr, _x) = cuda::input(op, "x", xs, xl, &stream)?;
+        let xr = cuda::input(op, "x", xs, xl, &stream)?;
         let (gg, gl) = g.storage_and_layout();
-        let (gr, _g) = cuda::input(op, "grad", cuda::storage_of(op, "grad", &gg)?, gl, &stream)?;
+        let gr = cuda::input(op, "grad", cuda::storage_of(op, "grad", &gg)?, gl, &stream)?;
         let (wg, wl) = w.storage_and_layout();
-        let (wr, _w) = cuda::input(op, "weight", cuda::storage_of(op, "weight", &wg)?, wl, &stream)?;
-        let x2 = TensorRef::new(&[r, f], &[f, 1], xr.dtype, xr.ptr);
-        let g2 = TensorRef::new(&[r, f], &[f, 1], gr.dtype, gr.ptr);
-        let w1 = TensorRef::new(&[f], &[1], wr.dtype, wr.ptr);
+        let wr = cuda::input(op, "weight", cuda::storage_of(op, "weight", &wg)?, wl, &stream)?;
+        let x2 = xr.reshaped(&[r, f], &[f, 1])?;
+        let g2 = gr.reshaped(&[r, f], &[f, 1])?;
+        let w1 = wr.reshaped(&[f], &[1])?;
         let stats = match self.saved.get() {
             Some(s) if s.len() == 1 + self.centred() as usize => s,
             _ => self.recompute_stats_cuda(&stream, xs, &x2, &w1)?,
         };
         let (ig, il) = stats[0].storage_and_layout();
-        let (ir, _i) = cuda::input(op, "inv_std", cuda::storage_of(op, "inv_std", &ig)?, il, &stream)?;
+        let ir = cuda::input(op, "inv_std", cuda::storage_of(op, "inv_std", &ig)?, il, &stream)?;
         let mean_guard = stats.get(1).map(|m| m.storage_and_layout());
         let mean = match &mean_guard {
             Some((mg, ml)) => Some(cuda::input(op, "mean", cuda::storage_of(op, "mean", mg)?, ml, &stream)?),
@@ -250,18 +249,18 @@ impl Norm {
         let mut dw = Output::alloc(op, &stream, wr.dtype, d)?;
         let mut db = with_bias.then(|| Output::alloc(op, &stream, wr.dtype, d)).transpose()?;
         {
-            let (dxr, _dx) = dx.view(&stream, &[r, f], &[f, 1]);
-            let (dwr, _dw) = dw.view(&stream, &[f], &[1]);
-            let dbr = db.as_mut().map(|b| b.view(&stream, &[f], &[1]));
+            let dxr = dx.view(&stream, &[r, f], &[f, 1])?;
+            let dwr = dw.view(&stream, &[f], &[1])?;
+            let dbr = db.as_mut().map(|b| b.view(&stream, &[f], &[1])).transpose()?;
             let args = NormBackward {
                 x: &x2,
                 dy: &g2,
                 scale: Some(&w1),
-                mean: mean.as_ref().map(|(t, _)| t),
+                mean: mean.as_ref(),
                 inv_std: &ir,
                 dx: Some(&dxr),
                 d_scale: Some(&dwr),
-                d_bias: dbr.as_ref().map(|(t, _)| t),
+                d_bias: dbr.as_ref(),
             };
             crate::ops::norm_backward(&stream, self.mode, &args)?;
         }
@@ -293,11 +292,10 @@ impl Norm {
             .then(|| Output::alloc(op, stream, DataType::F32, r as usize))
             .transpose()?;
         {
-            let (yr, _gy) = y.view(stream, &[r, f], &[f, 1]);
-            let (ir, _gi) = inv.view(stream, &[r], &[1]);
-            let m = mean.as_mut().map(|m| m.view(stream, &[r], &[1]));
-            let mr = m.as_ref().map(|(t, _)| t);
-            crate::ops::norm_train_forward(stream, self.mode, x2, Some(w1), None, &yr, self.eps, mr, &ir)?;
+            let yr = y.view(stream, &[r, f], &[f, 1])?;
+            let ir = inv.view(stream, &[r], &[1])?;
+            let m = mean.as_mut().map(|m| m.view(stream, &[r], &[1])).transpose()?;
+            crate::ops::norm_train_forward(stream, self.mode, x2, Some(w1), None, &yr, self.eps, m.as_ref(), &ir)?;
         }
         let dev = &xs.device;
         let mut out = vec![cuda::tensor(inv.into_storage(dev.clone()), r as usize)];

@@ -84,7 +84,7 @@ impl CustomOp1 for Pool {
         const OP: &str = "candle pool";
         let y = pool_out_dims(OP, &self.params, xl.dims())?;
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(OP, "x", xs, xl, &stream)?;
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
         let strides = super::packed_strides(&y, self.channels_last);
         let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(&y), &strides, |yr| {
             crate::ops::pool_forward(&stream, &x, yr, &self.params)
@@ -169,9 +169,9 @@ impl CustomOp3 for PoolBackwardMax {
         self.check(OP, xl.dims(), yl.dims(), dl.dims())?;
         same_dtype(OP, &[("x", xs.dtype()), ("y", ys.dtype()), ("dy", ds.dtype())])?;
         let stream = cuda::stream(xs);
-        let (x, _gx) = cuda::input(OP, "x", xs, xl, &stream)?;
-        let (y, _gy) = cuda::input(OP, "y", ys, yl, &stream)?;
-        let (dy, _gd) = cuda::input(OP, "dy", ds, dl, &stream)?;
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
+        let y = cuda::input(OP, "y", ys, yl, &stream)?;
+        let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
         let xd = xl.dims();
         let strides = super::packed_strides(xd, self.channels_last);
         let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(xd), &strides, |dx| {
@@ -231,7 +231,7 @@ impl CustomOp1 for PoolBackwardAvg {
         const OP: &str = "candle avg_pool_backward";
         self.check(OP, dl.dims())?;
         let stream = cuda::stream(ds);
-        let (dy, _gd) = cuda::input(OP, "dy", ds, dl, &stream)?;
+        let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
         let xd = &self.x_dims;
         let strides = super::packed_strides(xd, self.channels_last);
         let out = cuda::with_output(OP, &ds.device, &stream, dy.dtype, &idims(xd), &strides, |dx| {

@@ -19,6 +19,23 @@ pub fn packed_strides(dims: &[i64], order: &[usize]) -> Vec<i64> {
     strides
 }
 
+/// Packed row-major strides of `dims` (NCHW for images).
+pub fn row_major_strides(dims: &[i64]) -> Vec<i64> {
+    let order: Vec<usize> = (0..dims.len()).collect();
+    packed_strides(dims, &order)
+}
+
+/// Packed channels-last strides of `dims` given as N, C, spatial...: stored as N,
+/// spatial..., C (NHWC, NDHWC); rank 2 and below are row-major.
+pub fn channels_last_strides(dims: &[i64]) -> Vec<i64> {
+    let mut order: Vec<usize> = vec![0];
+    order.extend(2..dims.len());
+    if dims.len() > 1 {
+        order.push(1);
+    }
+    packed_strides(dims, &order)
+}
+
 /// True when two distinct indices of the view may share an address. Dims are sorted by
 /// |stride|; each must step past everything the smaller ones span. Exact for packed,
 /// sliced, permuted and flipped views; conservative (true) for exotic ones and on overflow.
@@ -41,4 +58,19 @@ pub fn may_overlap(dims: &[i64], strides: &[i64]) -> bool {
         };
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_layouts() {
+        assert_eq!(row_major_strides(&[2, 3, 4, 5]), [60, 20, 5, 1]);
+        assert_eq!(channels_last_strides(&[2, 3, 4, 5]), [60, 1, 15, 3]);
+        assert_eq!(channels_last_strides(&[4, 3]), [3, 1]);
+        assert_eq!(stride_order(&channels_last_strides(&[2, 3, 4, 5])), [0, 2, 3, 1]);
+        assert!(!may_overlap(&[2, 3], &[3, 1]));
+        assert!(may_overlap(&[2, 3], &[1, 1]));
+    }
 }
