@@ -367,7 +367,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
                 // Lazy fusion builds each new fused kernel in the background and runs the ops
                 // unfused meanwhile; the first step saw every program of the network, so waiting
                 // here makes the later steps (the measured ones) run fused.
-                cudnn_backend::kernels::fused::wait_for_builds();
+                cudnn_backend::ops::wait_for_builds();
             }
             bar.inc(1);
         }

@@ -129,7 +129,7 @@ fn a_fused_elementwise_chain_matches_float64_in_few_launches() {
         // same chain runs as one kernel.
         let (plain, plain_launches) = run(false);
         let (first, _) = run(true);
-        cudnn_backend::kernels::fused::wait_for_builds();
+        cudnn_backend::ops::wait_for_builds();
         let (fused, fused_launches) = run(true);
         for (i, ((p, f), w)) in plain.iter().zip(&fused).zip(&want).enumerate() {
             let w = w.clone().convert_dtype(dtype);
@@ -198,7 +198,7 @@ fn train<B: AutodiffBackend>(steps: usize) -> (Vec<TensorData>, u64) {
     for _ in 0..steps {
         // Fused kernels of chains seen so far are built (Adam's first steps differ from later
         // ones, so new chains appear over the first steps); unfused meanwhile.
-        cudnn_backend::kernels::fused::wait_for_builds();
+        cudnn_backend::ops::wait_for_builds();
         B::sync(&device).unwrap();
         let before = launch_counts();
         let logits = model.b.forward(activation::gelu(model.a.forward(x.clone())));
@@ -315,7 +315,7 @@ fn the_composed_linear_weight_gradient_under_fusion_matches_the_unfused_backend(
     let _serial = counting_launches();
     let want = linear_grads::<Autodiff<Cudnn>>();
     let _ = linear_grads::<Autodiff<CudnnFusion>>();
-    cudnn_backend::kernels::fused::wait_for_builds();
+    cudnn_backend::ops::wait_for_builds();
     let got = linear_grads::<Autodiff<CudnnFusion>>();
     // The weight gradient is now the same GEMM on both backends and the bias the same sums.
     assert_linear_grads_match(&got, &want);
@@ -372,7 +372,7 @@ fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() 
     let _serial = counting_launches();
     let (want, dy) = biased_linear_grads::<Autodiff<Cudnn>>();
     let _ = biased_linear_grads::<Autodiff<CudnnFusion>>();
-    cudnn_backend::kernels::fused::wait_for_builds();
+    cudnn_backend::ops::wait_for_builds();
     let (got, _) = biased_linear_grads::<Autodiff<CudnnFusion>>();
     // The bias gradient is the output gradient `w` summed over the 4 × 33 rows.
     let host: Vec<f64> = (0..40).map(|j| (0..4 * 33).map(|r| dy[r * 40 + j]).sum()).collect();

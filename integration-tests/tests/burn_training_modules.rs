@@ -327,7 +327,7 @@ fn fused_modules_match_ndarray_gradients() {
     // Under fusion: the same fused kernels as custom operations; Burn's composed batch norm
     // (its reductions are not fused) would take more launches than the eager fused path.
     let _ = block_step::<Autodiff<GpuFusion>>(&Default::default());
-    cudnn_backend::kernels::fused::wait_for_builds();
+    cudnn_backend::ops::wait_for_builds();
     let ((got_loss, got), lazy) = counted(|| block_step::<Autodiff<GpuFusion>>(&Default::default()));
     compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-4)).expect("loss under fusion");
     assert_close(
@@ -570,7 +570,7 @@ fn norm_and_attention_drop_ins_match_ndarray_gradients() {
         Tol::Rel(2e-3),
     );
     let _ = tblock_grads::<Autodiff<GpuFusion>>(&Default::default());
-    cudnn_backend::kernels::fused::wait_for_builds();
+    cudnn_backend::ops::wait_for_builds();
     let ((got_loss, got), lazy) = counted(|| tblock_grads::<Autodiff<GpuFusion>>(&Default::default()));
     compare(&got_loss, &want_loss, want_loss.dtype, Tol::Rel(1e-3)).expect("loss under fusion");
     assert_close(
@@ -647,7 +647,7 @@ fn fused_attention_backward_matches_ndarray_in_half_precision() {
                 &want,
                 Tol::Rel(3e-2),
             );
-            cudnn_backend::kernels::fused::wait_for_builds();
+            cudnn_backend::ops::wait_for_builds();
             let got = attention_grads::<Autodiff<Gpu>>(dtype, |q, k, v| fused_sdpa(q, k, v, causal));
             assert_close(
                 &format!("fused attention {dtype:?} causal {causal} vs ndarray f32"),

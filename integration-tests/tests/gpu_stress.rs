@@ -70,7 +70,7 @@ fn mixed_ops_from_32_threads_match_single_thread_bitwise() {
         .flat_map(|h| h.join().expect("thread panicked"))
         .collect();
     let stats = cudnn_backend::plan::stats();
-    let pool = cudnn_backend::handle::cudnn_pool().stats();
+    let pool = cudnn_backend::plan::cudnn_pool().stats();
     println!(
         "stress: {THREADS} threads x {OPS_PER_THREAD} ops over {} jobs in {:.1} s; {} mismatches; handles created {}; plan hits {} misses {}",
         jobs.len(),

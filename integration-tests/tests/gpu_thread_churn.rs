@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudnn_backend::graph::DataType;
-use cudnn_backend::handle::cudnn_pool;
 use cudnn_backend::ops::{self, ConvParams};
+use cudnn_backend::plan::cudnn_pool;
 use cudnn_backend::reference::SplitMix64;
 use cudnn_backend::runtime::{release_unused_workspaces, workspace_bytes};
 use cudnn_backend::Device;

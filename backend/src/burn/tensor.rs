@@ -232,113 +232,11 @@ impl CudnnTensor {
             && self.is_contiguous()
             && self.numel() as usize * self.kind().size() == self.storage.bytes()
     }
-
-    /// A packed row-major copy, or `self` when already packed.
-    pub(crate) fn contiguous(self) -> Self {
-        if self.is_contiguous() {
-            return self;
-        }
-        super::exec::copy_to_new(&self, self.dtype, "contiguous")
-    }
-
-    /// The elements in row-major order under `dims`: a view when the strides allow,
-    /// else a packed copy.
-    pub(crate) fn reshape(self, dims: &[i64]) -> Self {
-        let n: i64 = dims.iter().product();
-        assert_eq!(
-            n,
-            self.numel(),
-            "cudnn-backend: reshape: cannot reshape {:?} ({} elements) into {dims:?} ({n} elements)",
-            self.dims(),
-            self.numel()
-        );
-        if let Some(layout) = self.layout.reshape(dims) {
-            return self.with_layout(layout);
-        }
-        let packed = super::exec::copy_to_new(&self, self.dtype, "reshape");
-        let layout = ViewLayout {
-            offset: packed.layout.offset,
-            ..ViewLayout::contiguous(dims)
-        };
-        packed.with_layout(layout)
-    }
-
-    /// A view cuDNN's convolution and pooling engines handle reliably: packed row-major
-    /// (`NCHW..`) or, at rank >= 3, packed channels-last (`NHWC`, `NDHWC`: dim 1 innermost),
-    /// with every size-1 dim given the stride of that packed layout; any other layout
-    /// (other dim orders, gaps, broadcasts) becomes one packed row-major copy. (Some
-    /// engines, notably half-precision ones, return wrong results for other dim orders.)
-    pub(crate) fn cudnn_ready(self) -> Self {
-        let dims = &self.layout.dims;
-        let r = dims.len();
-        if self.numel() == 0 {
-            let layout = ViewLayout {
-                offset: self.layout.offset,
-                ..ViewLayout::contiguous(dims)
-            };
-            return self.with_layout(layout);
-        }
-        let row_major: Vec<usize> = (0..r).collect();
-        let mut orders = vec![row_major];
-        if r >= 3 {
-            let mut channels_last = vec![0];
-            channels_last.extend(2..r);
-            channels_last.push(1);
-            orders.push(channels_last);
-        }
-        for order in &orders {
-            if let Some(strides) = packed_strides_in(dims, &self.layout.strides, order) {
-                let layout = ViewLayout {
-                    strides,
-                    ..self.layout.clone()
-                };
-                return self.with_layout(layout);
-            }
-        }
-        super::exec::copy_to_new(&self, self.dtype, "cudnn input")
-    }
-
-    /// A view cuDNN's matmul engines handle reliably, for an operand `[batch.., R, C]` of
-    /// rank >= 2: the matrix row-major (`stride[-1] == 1`, `stride[-2] >= C`) or transposed
-    /// (`stride[-2] == 1`, `stride[-1] >= R`), and every batch dim of size > 1 strided past
-    /// the whole matrix (so each batch is a separate, non-interleaved matrix); size-1 dims get
-    /// strides that satisfy this. Anything else (e.g. a batch dim innermost, gapped columns,
-    /// stride-0 batch dims: squash those to size 1 first) becomes one packed row-major copy.
-    pub(crate) fn matmul_ready(self) -> Self {
-        let r = self.rank();
-        assert!(
-            r >= 2,
-            "cudnn-backend: matmul: operand {:?} needs rank >= 2",
-            self.dims()
-        );
-        if self.numel() == 0 {
-            return self;
-        }
-        match matmul_strides(&self.layout.dims, &self.layout.strides) {
-            Some(strides) => {
-                let layout = ViewLayout {
-                    strides,
-                    ..self.layout.clone()
-                };
-                self.with_layout(layout)
-            }
-            None => super::exec::copy_to_new(&self, self.dtype, "matmul input"),
-        }
-    }
-
-    /// Bytes of the packed view, read to the host (waits for the device's stream).
-    pub(crate) fn read_bytes(self) -> Vec<u8> {
-        let t = self.contiguous();
-        let elem = t.kind().size();
-        let start = t.layout.offset as usize * elem;
-        let len = t.numel() as usize * elem;
-        expect("into_data", t.storage.read(start, len))
-    }
 }
 
 /// The strides of `dims` packed in dim order `order` (outermost first), when `strides`
 /// equal them on every dim of size > 1; `None` otherwise.
-fn packed_strides_in(dims: &[i64], strides: &[i64], order: &[usize]) -> Option<Vec<i64>> {
+pub(crate) fn packed_strides_in(dims: &[i64], strides: &[i64], order: &[usize]) -> Option<Vec<i64>> {
     let mut packed = vec![0i64; dims.len()];
     let mut next = 1i64;
     for &d in order.iter().rev() {
@@ -353,7 +251,7 @@ fn packed_strides_in(dims: &[i64], strides: &[i64], order: &[usize]) -> Option<V
 
 /// The normalised strides [`CudnnTensor::matmul_ready`] accepts for a non-empty operand of
 /// `dims` (rank >= 2) with `strides`, or `None` when it needs a copy.
-fn matmul_strides(dims: &[i64], strides: &[i64]) -> Option<Vec<i64>> {
+pub(crate) fn matmul_strides(dims: &[i64], strides: &[i64]) -> Option<Vec<i64>> {
     let r = dims.len();
     let (rows, cols) = (dims[r - 2], dims[r - 1]);
     let (sr, sc) = (strides[r - 2], strides[r - 1]);

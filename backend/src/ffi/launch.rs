@@ -4,7 +4,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 
-/// [`cudarc::driver::LaunchArgs::launch`], counted in [`crate::runtime::launch_counts`].
+/// [`cudarc::driver::LaunchArgs::launch`], counted in `runtime::launch_counts`.
 pub(crate) trait CountedLaunch {
     /// Launches the kernel with `cfg`.
     ///
@@ -16,7 +16,7 @@ pub(crate) trait CountedLaunch {
 
 impl CountedLaunch for cudarc::driver::LaunchArgs<'_> {
     unsafe fn launch_counted(&mut self, cfg: LaunchConfig) -> std::result::Result<(), cudarc::driver::DriverError> {
-        crate::runtime::count_kernel();
+        super::counters::count_kernel();
         // SAFETY: forwarded: the caller upholds `launch`'s contract (see the trait method).
         unsafe { self.launch(cfg) }.map(|_| ())
     }
@@ -59,7 +59,7 @@ pub(crate) fn bias_act(stream: &CudaStream, f: &CudaFunction, a: &BiasActArgs) -
 
 /// Zero-fills `bytes` bytes at device address `ptr`, ordered on `stream`.
 pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result<()> {
-    crate::runtime::count_kernel();
+    super::counters::count_kernel();
     stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `ptr..ptr+bytes` is device memory it owns on this
     // stream's context; the memset is enqueued on `stream`.

@@ -4,11 +4,12 @@
 //! function table so that a missing library or symbol is an [`Error`](crate::Error)
 //! instead of a panic, and so that status codes newer than our bindings are read as
 //! plain integers. NVRTC gets the same treatment ([`nvrtc`]). The CUDA driver is reached through
-//! `cudarc`, after [`crate::runtime::probe`] has checked that it can be loaded.
+//! `cudarc`, after [`check_driver`] has checked that it can be loaded ([`probe`]).
 
 mod api;
 #[cfg(feature = "candle-cuda")]
 pub(crate) mod candle_interop;
+pub(crate) mod counters;
 mod descriptor;
 pub(crate) mod driver;
 mod handle;
@@ -29,12 +30,14 @@ pub(crate) mod legacy;
 #[cfg_attr(not(feature = "burn"), allow(dead_code))] // used by the Burn backend
 pub(crate) mod memory;
 pub(crate) mod nvrtc;
+mod probe;
 pub(crate) mod replay;
 
 pub(crate) use api::{api, can_load, cudnn_version};
 pub use api::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
 pub(crate) use descriptor::Descriptor;
 pub(crate) use handle::CudnnHandle;
+pub use probe::{check_driver, check_nvrtc};
 
 /// cuDNN enums re-exported from `cudarc`'s bindings (values only: every call goes through
 /// our own loader).

@@ -158,7 +158,7 @@ fn load(name: &str) -> std::result::Result<NvrtcApi, &'static str> {
 }
 
 fn api() -> Result<&'static NvrtcApi> {
-    let name = crate::runtime::check_nvrtc()?;
+    let name = super::check_nvrtc()?;
     match API.get_or_init(|| load(&name)) {
         Ok(api) => Ok(api),
         Err(symbol) => Err(Error::MissingSymbol {

@@ -1,8 +1,7 @@
-//! Thread-pooled handles: the generic [`pool::DeviceThreadHandlePool`] and the cuDNN kind
-//! whose handles carry their own plan cache.
+//! Thread-pooled handles: the generic [`pool::DeviceThreadHandlePool`], generic over the
+//! handle kind. The cuDNN kind, whose handles carry their own plan cache, is
+//! [`plan::CudnnKind`](crate::plan::CudnnKind).
 
-mod cudnn;
 pub mod pool;
 
-pub use cudnn::{cudnn_pool, CudnnKind, PooledCudnn, PLAN_CACHE_CAPACITY_ENV};
 pub use pool::{DeviceThreadHandlePool, HandleKind, PoolStats};

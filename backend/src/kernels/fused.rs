@@ -530,17 +530,14 @@ pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Vari
     Ok(None)
 }
 
-/// Blocks until every queued fused-kernel build has finished, and every cuDNN plan being
-/// built in the background ([`crate::plan::wait_for_background_builds`]); tests and
-/// benchmarks call it after a warm-up step, so later steps run fused.
+/// Blocks until every queued fused-kernel build has finished (`ops::wait_for_builds` waits
+/// for the cuDNN plans built in the background too).
 pub fn wait_for_builds() {
     let (lock, done) = builds();
     let mut b = lock.lock().unwrap_or_else(|e| e.into_inner());
     while !b.pending.is_empty() {
         b = done.wait(b).unwrap_or_else(|e| e.into_inner());
     }
-    drop(b);
-    crate::plan::wait_for_background_builds();
 }
 
 /// Runs `program`: `inputs` broadcast to the dims of the outputs, which all share those dims

@@ -31,7 +31,8 @@
 use cudarc::driver::CudaFunction;
 use cudnn_backend_kernels as kernel_sources;
 
-pub mod cache;
+/// The on-disk kernel cache ([`crate::runtime::disk_cache`]).
+pub use crate::runtime::disk_cache as cache;
 pub(crate) mod compile;
 pub(crate) mod load;
 pub(crate) mod warm;

@@ -43,6 +43,14 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, SignatureContext};
 use crate::plan::{execute_keyed, execute_keyed_when_built, prefetch_keyed};
 
+/// Blocks until every kernel and cuDNN plan being built in the background is ready (fused
+/// elementwise kernels of lazy fusion, fused plans that new shapes start building): tests and
+/// benchmarks call it after a warm-up step, so later steps run fused.
+pub fn wait_for_builds() {
+    crate::kernels::fused::wait_for_builds();
+    crate::plan::wait_for_background_builds();
+}
+
 /// The cache key of one op call: op name, every tensor's dims, strides, dtype and pointer
 /// alignment, and the op's parameters. Together with the execution context it is the plan
 /// signature, so a hit needs no graph at all.

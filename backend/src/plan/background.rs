@@ -18,9 +18,9 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
 use super::cache::{EngineChoice, Signature};
+use super::handles::cudnn_pool;
 use super::policy::EnginePolicy;
 use crate::graph::Graph;
-use crate::handle::cudnn_pool;
 use crate::runtime::{record_build, BuildKind, Device};
 
 /// Signatures tracked at most; when full, plans are built on the calling thread.

@@ -12,6 +12,7 @@ use cudarc::driver::CudaStream;
 use super::background;
 use super::cache::{EngineChoice, Signature};
 use super::engine::{self, BuiltPlan, Candidate};
+use super::handles::cudnn_pool;
 use super::persist::{dir_from_env, TuningFile, TuningKey};
 use super::policy::EnginePolicy;
 use super::{choice_cache, policy};
@@ -20,7 +21,6 @@ use crate::ffi::memory::device_memory_ordinal;
 use crate::ffi::CudnnHandle;
 use crate::graph::lower::lower;
 use crate::graph::{DataType, Graph, Op, Scalar, SignatureContext, TensorId};
-use crate::handle::cudnn_pool;
 use crate::runtime::{with_workspace, Device};
 use crate::types::{TensorMut, TensorRef};
 
@@ -279,8 +279,8 @@ fn execute_core<'g>(
     let policy = policy();
     let (dev, cudnn, sig) = signature_for(stream, key, &policy)?;
     let when_built = when_built && !policy.benchmark && !policy.deterministic;
-    let run = |h: &mut crate::handle::PooledCudnn| -> Result<bool> {
-        let crate::handle::PooledCudnn {
+    let run = |h: &mut super::handles::PooledCudnn| -> Result<bool> {
+        let super::handles::PooledCudnn {
             handle,
             plans,
             capture_stream,

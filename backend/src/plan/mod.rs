@@ -1,13 +1,15 @@
 //! Plans: engine heuristics and filtering, autotuning, the plan cache (per-handle LRU of
 //! built plans + a shared single-flight map of engine choices + an optional tuning file),
-//! and graph execution.
+//! the pooled cuDNN handles that carry those LRUs ([`cudnn_pool`]), and graph execution.
 
 mod background;
 pub mod cache;
 pub(crate) mod engine;
 mod executor;
+/// Fault injection for tests ([`crate::runtime::fault`]).
 #[doc(hidden)]
-pub mod fault;
+pub use crate::runtime::fault;
+mod handles;
 pub mod persist;
 pub mod policy;
 mod serialized;
@@ -17,6 +19,7 @@ use std::sync::{Arc, OnceLock};
 pub use background::wait_for_background_builds;
 pub use executor::{execute_graph, execute_graph_on, Binding};
 pub(crate) use executor::{execute_keyed, execute_keyed_when_built, prefetch_keyed, with_cudnn_handle};
+pub use handles::{cudnn_pool, CudnnKind, PooledCudnn, PLAN_CACHE_CAPACITY_ENV};
 pub use policy::{policy, set_policy, EnginePolicy, HeuristicMode};
 pub use serialized::{serialized_plan_counts, SerializedPlanCounts};
 

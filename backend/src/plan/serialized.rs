@@ -1,7 +1,7 @@
 //! Built execution plans kept across processes: when cuDNN builds a plan with a
 //! runtime-compiled engine (fused attention, fused pointwise patterns), its JSON
 //! representation, compiled kernels included, is written to the persistent cache (the
-//! kernel cache's directory and rules: [`crate::kernels::cache`]); a later process with the
+//! kernel cache's directory and rules: [`crate::runtime::disk_cache`]); a later process with the
 //! same signature, GPU, cuDNN, driver and crate version restores the plan from it and skips
 //! heuristics and the compilation. Engines cuDNN cannot serialize (its precompiled ones) are
 //! simply not stored; a missing, corrupt or refused entry is a miss, and the plan is built.
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::cache::{EngineChoice, Signature};
 use super::engine::{self, BuiltPlan};
 use crate::ffi::CudnnHandle;
-use crate::kernels::cache::{CacheKey, CachedImage, ImageKind, KernelCache};
+use crate::runtime::disk_cache::{CacheKey, CachedImage, ImageKind, KernelCache};
 use crate::runtime::Device;
 
 static RESTORED: AtomicU64 = AtomicU64::new(0);

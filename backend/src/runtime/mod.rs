@@ -3,15 +3,17 @@
 
 mod build_trace;
 mod device;
-mod launches;
+pub mod disk_cache;
+#[doc(hidden)]
+pub mod fault;
 mod probe;
 mod workspace;
 
+pub(crate) use crate::ffi::counters::count_cudnn_execution;
+pub use crate::ffi::counters::{launch_counts, LaunchCounts};
 pub(crate) use build_trace::record as record_build;
 pub use build_trace::{build_events, dropped_build_events, thread_ms, BuildEvent, BuildKind, MAX_EVENTS};
 pub use device::{Device, DeviceInfo, MAX_DEVICES};
-pub(crate) use launches::{count_cudnn_execution, count_kernel};
-pub use launches::{launch_counts, LaunchCounts};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
 pub(crate) use workspace::with_workspace;
 pub use workspace::{release_unused_workspaces, workspace_bytes};

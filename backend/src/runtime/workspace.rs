@@ -69,7 +69,7 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
     if guard.as_ref().is_none_or(|(b, _)| b.len() < bytes) {
         *guard = None;
         let rounded = bytes.div_ceil(1 << 20) << 20;
-        if let Some(injected) = crate::plan::fault::workspace_alloc_fault(rounded) {
+        if let Some(injected) = super::fault::workspace_alloc_fault(rounded) {
             return Err(injected);
         }
         let buf = stream.alloc_zeros::<u8>(rounded).map_err(|e| Error::OutOfMemory {

@@ -24,7 +24,7 @@ use burn_backend::tensor::{FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::*;
 use std::future::Future;
 
-use super::transaction::{catch_read, read_batch};
+use crate::burn::data::{catch_read, q_data, read_batch};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{data, exec, Cudnn, CudnnDevice, CudnnQTensor};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
@@ -221,17 +221,6 @@ fn gather_op(
     let scheme = t.scheme;
     let x = dequantize_impl(t, DType::F32, op);
     quantize_dynamic_impl(on_floats(x), &scheme, op)
-}
-
-/// The `TensorData` burn-ndarray's `q_into_data` builds: the i8 values in row-major order
-/// followed by the f32 scales (`TensorData::quantized`).
-pub(crate) fn q_data(shape: Shape, scheme: QuantScheme, values: Vec<u8>, scales: Vec<u8>) -> TensorData {
-    let values: Vec<i8> = values.into_iter().map(|v| v as i8).collect();
-    let scales: Vec<f32> = scales
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    TensorData::quantized(values, shape, scheme, &scales)
 }
 
 impl QTensorOps<Cudnn> for Cudnn {

@@ -1,99 +1,11 @@
-//! Batched reads (`TransactionOps`).
-//!
-//! Burn's default `tr_execute` reads the tensors one after the other, each read waiting for
-//! the device. Here every tensor of a transaction is first copied (one elementwise copy
-//! kernel each, any strides) into its slot of a single staging buffer per device; that
-//! buffer then comes back with one device→host transfer followed by one synchronisation.
-//!
-//! Why a staging buffer rather than one asynchronous copy per tensor: cudarc copies into a
-//! host `Vec` (pageable memory), and a device→host copy into pageable memory returns only
-//! once it has completed, so back-to-back per-tensor copies would each wait on the stream.
-//! One transfer of the staging buffer waits exactly once, whatever the number of tensors,
-//! and needs no pinned allocation.
-
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+//! Batched reads (`TransactionOps`): one staging transfer per device (see `burn::data`).
 
 use burn_backend::ops::*;
 use burn_backend::{ExecutionError, TensorData, TensorMetadata};
 
-use super::qtensor;
-use crate::burn::memory::Storage;
-use crate::burn::tensor::{expect, CudnnTensor};
-use crate::burn::{exec, Cudnn};
-use crate::view::ViewLayout;
-
-/// Alignment (bytes) of each tensor's slot in the staging buffer: a multiple of every
-/// element size, so each slot starts on a whole element.
-const SLOT_ALIGN: usize = 16;
-
-/// The packed row-major bytes of every tensor (in the order given), read with one
-/// device→host transfer and one stream synchronisation per device.
-///
-/// Panics with `cudnn-backend: <op>: ...` on an engine error (allocation, copy, transfer).
-pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Vec<Vec<u8>> {
-    let mut out = vec![Vec::new(); tensors.len()];
-    let mut by_device: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (i, t) in tensors.iter().enumerate() {
-        by_device.entry(t.device().ordinal()).or_default().push(i);
-    }
-    for indices in by_device.values() {
-        if let [i] = indices[..] {
-            // One tensor on this device: read it directly (a packed copy only if strided).
-            out[i] = tensors[i].clone().read_bytes();
-            continue;
-        }
-        // Slot of each tensor: (byte offset, byte length).
-        let mut slots = Vec::with_capacity(indices.len());
-        let mut total = 0usize;
-        for &i in indices {
-            let len = tensors[i].numel() as usize * tensors[i].kind().size();
-            let start = total.next_multiple_of(SLOT_ALIGN);
-            slots.push((start, len));
-            total = start + len;
-        }
-        let device = tensors[indices[0]].device();
-        let staging = expect(op, Storage::alloc(device, total, "transaction staging buffer"));
-        for (&i, &(start, len)) in indices.iter().zip(&slots) {
-            if len == 0 {
-                continue;
-            }
-            let src = &tensors[i];
-            let layout = ViewLayout {
-                offset: (start / src.kind().size()) as i64,
-                ..ViewLayout::contiguous(src.dims())
-            };
-            let dst = CudnnTensor {
-                storage: staging.clone(),
-                layout,
-                dtype: src.dtype,
-            };
-            exec::copy_into(src, &dst, op);
-        }
-        // One transfer and one synchronisation for the whole group.
-        let host = expect(op, staging.read(0, total));
-        for (&i, &(start, len)) in indices.iter().zip(&slots) {
-            out[i] = host[start..start + len].to_vec();
-        }
-    }
-    out
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_reason(panic: Box<dyn std::any::Any + Send>, op: &str) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| format!("cudnn-backend: {op} failed"))
-}
-
-/// Runs a read, turning a panic (engine error, device lost, ...) into an `ExecutionError`.
-pub(crate) fn catch_read<T>(op: &str, f: impl FnOnce() -> T) -> Result<T, ExecutionError> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| ExecutionError::WithContext {
-        reason: panic_reason(panic, op),
-    })
-}
+use crate::burn::data::{catch_read, q_data, read_batch};
+use crate::burn::tensor::CudnnTensor;
+use crate::burn::Cudnn;
 
 /// The data of a float/int/bool tensor from its packed bytes (as `data::into_data` builds it).
 fn tensor_data(t: &CudnnTensor, bytes: Vec<u8>) -> TensorData {
@@ -126,7 +38,7 @@ fn execute(tr: TransactionPrimitive<Cudnn>) -> TransactionPrimitiveData {
         .map(|(shape, scheme)| {
             let values = q_bytes.next().unwrap_or_default();
             let scales = q_bytes.next().unwrap_or_default();
-            qtensor::q_data(shape, scheme, values, scales)
+            q_data(shape, scheme, values, scales)
         })
         .collect();
     TransactionPrimitiveData {

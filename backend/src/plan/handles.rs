@@ -3,11 +3,11 @@
 
 use std::sync::OnceLock;
 
-use super::pool::{DeviceThreadHandlePool, HandleKind};
+use super::cache::{PlanLru, DEFAULT_PLAN_CACHE_CAPACITY};
+use super::engine::BuiltPlan;
 use crate::error::{Error, Result};
 use crate::ffi::CudnnHandle;
-use crate::plan::cache::{PlanLru, DEFAULT_PLAN_CACHE_CAPACITY};
-use crate::plan::engine::BuiltPlan;
+use crate::handle::{DeviceThreadHandlePool, HandleKind};
 use crate::runtime::Device;
 
 /// `CUDNN_BACKEND_PLAN_CACHE_CAPACITY`: plans kept per handle (default
@@ -52,7 +52,7 @@ impl HandleKind for CudnnKind {
         Ok(PooledCudnn {
             capture_stream: None,
             handle,
-            plans: PlanLru::new(plan_capacity(), crate::plan::cache_stats().clone()),
+            plans: PlanLru::new(plan_capacity(), super::cache_stats().clone()),
         })
     }
 

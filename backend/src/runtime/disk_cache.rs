@@ -1,12 +1,13 @@
-//! The on-disk cache of compiled kernels, so a process skips NVRTC for every kernel an earlier
-//! process already compiled.
+//! The on-disk cache of compiled kernels (and serialized cuDNN plans), so a process skips
+//! NVRTC and cuDNN's runtime compilation for every image an earlier process already built.
+//! The kernel loader (`kernels::cache` re-exports this module) and the plan layer share it.
 //!
 //! On by default in the user's cache directory (`$XDG_CACHE_HOME/cudnn-backend/kernels`, else
 //! `~/.cache/cudnn-backend/kernels`); [`KERNEL_CACHE_ENV`] moves it (a path) or turns it off
 //! (`0`, `off`, `false`, `no` or `none`). One file per kernel, named by its [`CacheKey`], which
 //! hashes everything the image depends on: the source text (prelude and `common.cuh`
 //! included), the kernel name, the compile options, the GPU architecture, the NVRTC and driver
-//! versions and the crate version. Like the tuning file ([`crate::plan::persist`]) the cache
+//! versions and the crate version. Like the tuning file (`plan::persist`) the cache
 //! never fails loudly: a missing entry is a silent miss, a corrupt, truncated or mismatched
 //! one is a miss with a `tracing` warning (the caller compiles and overwrites it), and writes
 //! are atomic (temporary file in the same directory, then rename), so concurrent processes

@@ -1,0 +1,393 @@
+//! Convolutions (plain and transposed) and their backward passes as cuDNN graphs.
+
+use super::*;
+use crate::burn::exec;
+use crate::burn::tensor::{expect, CudnnTensor};
+use crate::kernels::elementwise::BinaryOp;
+use crate::ops::{self, Activation, ConvParams};
+
+/// Convolution geometry in Burn's terms (one entry per spatial dim).
+#[derive(Clone, Debug)]
+pub(crate) struct ConvGeom {
+    pub stride: Vec<usize>,
+    pub padding: Vec<usize>,
+    pub dilation: Vec<usize>,
+    pub groups: usize,
+}
+
+impl ConvGeom {
+    fn params(&self) -> ConvParams {
+        let v = |s: &[usize]| s.iter().map(|&x| x as i64).collect::<Vec<_>>();
+        ConvParams::new(
+            &v(&self.padding),
+            &v(&self.stride),
+            &v(&self.dilation),
+            self.groups as i64,
+        )
+    }
+}
+
+/// `y = conv(x, w) (+ bias)`: one cuDNN graph (conv, or conv + bias add).
+pub(crate) fn conv(
+    op: &'static str,
+    x: CudnnTensor,
+    w: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    g: &ConvGeom,
+) -> CudnnTensor {
+    require_cudnn_float(op, &x);
+    check_pair(op, &x, &w);
+    let p = g.params();
+    let (x, w) = (x.cudnn_ready(), w.cudnn_ready());
+    let dims = expect(op, p.output_dims(x.dims(), w.dims()));
+    let y = x.empty_on(&dims, x.dtype, op);
+    match bias {
+        Some(b) => {
+            check_pair(op, &x, &b);
+            let b = b.cudnn_ready();
+            expect(
+                op,
+                ops::conv_bias_act_forward(
+                    x.stream(),
+                    &x.tref(),
+                    &w.tref(),
+                    &b.tref(),
+                    &y.tmut(),
+                    &p,
+                    Activation::Identity,
+                ),
+            );
+        }
+        None => expect(op, ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &p)),
+    }
+    y
+}
+
+/// Gradient of [`conv`] with respect to its input (dims `x_dims`).
+pub(crate) fn conv_x_backward(
+    op: &'static str,
+    x_dims: &[i64],
+    w: CudnnTensor,
+    dy: CudnnTensor,
+    g: &ConvGeom,
+) -> CudnnTensor {
+    require_cudnn_float(op, &dy);
+    check_pair(op, &dy, &w);
+    let (w, dy) = (w.cudnn_ready(), dy.cudnn_ready());
+    let dx = dy.empty_on(x_dims, dy.dtype, op);
+    expect(
+        op,
+        ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &g.params()),
+    );
+    dx
+}
+
+/// Gradient of [`conv`] with respect to its filter (dims `w_dims`).
+pub(crate) fn conv_weight_backward(
+    op: &'static str,
+    x: CudnnTensor,
+    w_dims: &[i64],
+    dy: CudnnTensor,
+    g: &ConvGeom,
+) -> CudnnTensor {
+    require_cudnn_float(op, &x);
+    check_pair(op, &x, &dy);
+    let (x, dy) = (x.cudnn_ready(), dy.cudnn_ready());
+    let dw = dy.empty_on(w_dims, dy.dtype, op);
+    expect(
+        op,
+        ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), &g.params()),
+    );
+    dw
+}
+
+/// Bias gradient of a (transposed) convolution: `dy [N, C, spatial..]` summed over every
+/// dim but the channels, as `[C]`.
+pub(crate) fn conv_bias_backward(op: &str, dy: CudnnTensor) -> CudnnTensor {
+    let d = dy.dims().to_vec();
+    assert!(
+        d.len() >= 2,
+        "cudnn-backend: {op}: output gradient {d:?} needs rank >= 2 ([N, C, ..])"
+    );
+    let (n, c) = (d[0], d[1]);
+    let s: i64 = d[2..].iter().product();
+    let t = dy.reshape(&[n, c, s]);
+    let t = sum_axis(&t, 2, op);
+    let t = if n == 1 { t } else { sum_axis(&t, 0, op) };
+    t.reshape(&[c])
+}
+
+/// Transposed-convolution geometry in Burn's terms.
+#[derive(Clone, Debug)]
+pub(crate) struct ConvTransposeGeom {
+    pub stride: Vec<usize>,
+    pub padding: Vec<usize>,
+    pub padding_out: Vec<usize>,
+    pub dilation: Vec<usize>,
+    pub groups: usize,
+}
+
+/// How a transposed convolution maps onto the cuDNN convolution it transposes: the
+/// convolution's params (pre-padding `padding`, a post-padding chosen so that its output
+/// has exactly the transposed conv's input size) and, per spatial dim, the length of the
+/// transposed conv's output that receives contributions (`valid`; the rest, possible when
+/// `padding_out >= stride + padding`, is zero before the bias).
+struct TransposePlan {
+    params: ConvParams,
+    out: Vec<i64>,
+    valid: Vec<i64>,
+}
+
+impl ConvTransposeGeom {
+    /// Plans for input spatial dims `input` and kernel spatial dims `kernel`.
+    fn plan(&self, op: &str, input: &[i64], kernel: &[i64]) -> TransposePlan {
+        let n = input.len();
+        let (mut pre, mut post, mut out, mut valid) = (vec![], vec![], vec![], vec![]);
+        for i in 0..n {
+            let (s, p, po, d) = (
+                self.stride[i] as i64,
+                self.padding[i] as i64,
+                self.padding_out[i] as i64,
+                self.dilation[i] as i64,
+            );
+            let (l, k) = (input[i], kernel[i]);
+            let o = (l - 1) * s + d * (k - 1) + 1 + po - 2 * p;
+            assert!(
+                o > 0,
+                "cudnn-backend: {op}: the output size {o} of spatial dim {i} is not positive (input {l}, kernel {k}, \
+                 stride {s}, padding {p}, padding_out {po}, dilation {d})"
+            );
+            let (q, v) = if po < s {
+                (p, o)
+            } else if po - p < s {
+                ((p - po).max(0), o)
+            } else {
+                (0, o - (po - p))
+            };
+            pre.push(p);
+            post.push(q);
+            out.push(o);
+            valid.push(v);
+        }
+        let v = |s: &[usize]| s.iter().map(|&x| x as i64).collect::<Vec<_>>();
+        let params =
+            ConvParams::new(&pre, &v(&self.stride), &v(&self.dilation), self.groups as i64).with_post_padding(&post);
+        TransposePlan { params, out, valid }
+    }
+
+    /// The transposed conv's input spatial dims for its output spatial dims `out`.
+    fn input_size(&self, out: &[i64], kernel: &[i64]) -> Vec<i64> {
+        (0..out.len())
+            .map(|i| {
+                let (s, p, po, d) = (
+                    self.stride[i] as i64,
+                    self.padding[i] as i64,
+                    self.padding_out[i] as i64,
+                    self.dilation[i] as i64,
+                );
+                (out[i] + 2 * p - po - d * (kernel[i] - 1) - 1) / s + 1
+            })
+            .collect()
+    }
+}
+
+/// Restricts the spatial dims (from dim 2) of `t` to `valid` (a view).
+fn spatial_prefix(t: &CudnnTensor, valid: &[i64], op: &str) -> CudnnTensor {
+    let mut t = t.clone();
+    for (i, &v) in valid.iter().enumerate() {
+        if t.dims()[i + 2] != v {
+            t = narrow(&t, op, i + 2, 0, v);
+        }
+    }
+    t
+}
+
+/// Transposed convolution `x [N, C_in, in..]` by `w [C_in, C_out / groups, k..]`
+/// (+ bias): cuDNN's backward-data of the convolution it transposes.
+pub(crate) fn conv_transpose(
+    op: &'static str,
+    x: CudnnTensor,
+    w: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    g: &ConvTransposeGeom,
+) -> CudnnTensor {
+    require_cudnn_float(op, &x);
+    check_pair(op, &x, &w);
+    let (x, w) = (x.cudnn_ready(), w.cudnn_ready());
+    let (xd, wd) = (x.dims().to_vec(), w.dims().to_vec());
+    assert!(
+        xd.len() == wd.len() && xd.len() >= 3,
+        "cudnn-backend: {op}: input {xd:?} and weight {wd:?} need the same rank >= 3"
+    );
+    let plan = g.plan(op, &xd[2..], &wd[2..]);
+    let mut dims = vec![xd[0], wd[1] * g.groups as i64];
+    dims.extend(&plan.out);
+    let y = x.empty_on(&dims, x.dtype, op);
+    if plan.valid == plan.out {
+        expect(
+            op,
+            ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &plan.params),
+        );
+    } else {
+        fill(&y, 0.0, op);
+        if plan.valid.iter().all(|&v| v > 0) {
+            let mut vd = dims[..2].to_vec();
+            vd.extend(&plan.valid);
+            let tmp = x.empty_on(&vd, x.dtype, op);
+            expect(
+                op,
+                ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &tmp.tmut(), &plan.params),
+            );
+            exec::copy_into(&tmp, &spatial_prefix(&y, &plan.valid, op), op);
+        }
+    }
+    match bias {
+        Some(b) => {
+            check_pair(op, &y, &b);
+            let mut bd = vec![1i64; dims.len()];
+            bd[1] = dims[1];
+            let b = b.reshape(&bd);
+            exec::binary(y, b, BinaryOp::Add, op)
+        }
+        None => y,
+    }
+}
+
+/// Gradient of [`conv_transpose`] with respect to its input: the convolution of `dy`.
+pub(crate) fn conv_transpose_x_backward(
+    op: &'static str,
+    w: CudnnTensor,
+    dy: CudnnTensor,
+    g: &ConvTransposeGeom,
+) -> CudnnTensor {
+    require_cudnn_float(op, &dy);
+    check_pair(op, &dy, &w);
+    let (dd, wd) = (dy.dims().to_vec(), w.dims().to_vec());
+    let input = g.input_size(&dd[2..], &wd[2..]);
+    let plan = g.plan(op, &input, &wd[2..]);
+    let mut dims = vec![dd[0], wd[0]];
+    dims.extend(&input);
+    let dx = dy.empty_on(&dims, dy.dtype, op);
+    if plan.valid.iter().any(|&v| v <= 0) {
+        fill(&dx, 0.0, op);
+        return dx;
+    }
+    let dy = spatial_prefix(&dy, &plan.valid, op).cudnn_ready();
+    let w = w.cudnn_ready();
+    expect(
+        op,
+        ops::conv_forward(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &plan.params),
+    );
+    dx
+}
+
+/// Gradient of [`conv_transpose`] with respect to its filter: cuDNN's backward-filter of
+/// the transposed convolution with the roles of input and output gradient swapped.
+pub(crate) fn conv_transpose_weight_backward(
+    op: &'static str,
+    x: CudnnTensor,
+    w_dims: &[i64],
+    dy: CudnnTensor,
+    g: &ConvTransposeGeom,
+) -> CudnnTensor {
+    require_cudnn_float(op, &x);
+    check_pair(op, &x, &dy);
+    let xd = x.dims().to_vec();
+    let plan = g.plan(op, &xd[2..], &w_dims[2..]);
+    let dw = x.empty_on(w_dims, x.dtype, op);
+    if plan.valid.iter().any(|&v| v <= 0) {
+        fill(&dw, 0.0, op);
+        return dw;
+    }
+    let dy = spatial_prefix(&dy, &plan.valid, op).cudnn_ready();
+    let x = x.cudnn_ready();
+    expect(
+        op,
+        ops::conv_backward_filter(x.stream(), &dy.tref(), &x.tref(), &dw.tmut(), &plan.params),
+    );
+    dw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transposed 1-D convolution by its definition: `y[i·s + k·d - p] += x[i] w[k]`.
+    fn transpose_reference(x: &[i64], w: &[i64], s: i64, p: i64, d: i64, out: i64) -> Vec<i64> {
+        let mut y = vec![0; out as usize];
+        for (i, &xv) in x.iter().enumerate() {
+            for (k, &wv) in w.iter().enumerate() {
+                let o = i as i64 * s + k as i64 * d - p;
+                if (0..out).contains(&o) {
+                    y[o as usize] += xv * wv;
+                }
+            }
+        }
+        y
+    }
+
+    /// What the planned cuDNN call computes: the adjoint (backward data) of a convolution
+    /// of a `valid`-long input with the planned pre/post padding, zero-extended to `out`.
+    fn planned(x: &[i64], w: &[i64], s: i64, d: i64, (pre, post, valid): (i64, i64, i64), out: i64) -> Vec<i64> {
+        let k = w.len() as i64;
+        let windows = (valid + pre + post - d * (k - 1) - 1).div_euclid(s) + 1;
+        assert_eq!(windows, x.len() as i64, "the convolution must map back onto the input");
+        let mut y = vec![0; out as usize];
+        for (i, &xv) in x.iter().enumerate() {
+            for (kk, &wv) in w.iter().enumerate() {
+                let o = i as i64 * s + kk as i64 * d - pre;
+                if (0..valid).contains(&o) {
+                    y[o as usize] += xv * wv;
+                }
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn transposed_conv_plans_match_the_definition() {
+        let mut checked = 0;
+        for l in 1..5i64 {
+            for k in 1..4i64 {
+                for s in 1..4i64 {
+                    for d in 1..4i64 {
+                        for p in 0..4i64 {
+                            // Burn allows padding_out < max(stride, dilation).
+                            for po in 0..s.max(d) {
+                                let out = (l - 1) * s + d * (k - 1) + 1 + po - 2 * p;
+                                if out <= 0 {
+                                    continue;
+                                }
+                                let g = ConvTransposeGeom {
+                                    stride: vec![s as usize],
+                                    padding: vec![p as usize],
+                                    padding_out: vec![po as usize],
+                                    dilation: vec![d as usize],
+                                    groups: 1,
+                                };
+                                let plan = g.plan("test", &[l], &[k]);
+                                assert_eq!(plan.out, vec![out]);
+                                assert_eq!(g.input_size(&[out], &[k]), vec![l]);
+                                let x: Vec<i64> = (0..l).map(|i| 3 * i + 1).collect();
+                                let w: Vec<i64> = (0..k).map(|i| 7 - 2 * i).collect();
+                                let (pre, post) = (plan.params.pre_padding[0], plan.params.post_padding[0]);
+                                assert!(pre >= 0 && post >= 0);
+                                if plan.valid[0] <= 0 {
+                                    assert!(transpose_reference(&x, &w, s, p, d, out).iter().all(|&v| v == 0));
+                                    continue;
+                                }
+                                assert_eq!(
+                                    planned(&x, &w, s, d, (pre, post, plan.valid[0]), out),
+                                    transpose_reference(&x, &w, s, p, d, out),
+                                    "l={l} k={k} s={s} d={d} p={p} po={po}"
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 500, "{checked}");
+    }
+}

@@ -1,0 +1,273 @@
+//! The crate's module graph (CPU only, read from the sources): data flows one way, so no two
+//! top-level modules of `cudnn-backend`, and no two modules of its Burn layer, depend on each
+//! other through any chain. Read from `use` declarations and paths (`crate::`, `super::`,
+//! `self::`) outside comments and `#[cfg(test)]` modules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A module path inside the crate, e.g. `["burn", "ops", "float"]`.
+type ModPath = Vec<String>;
+
+fn src_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../backend/src")
+}
+
+/// Every `.rs` file under `dir` with its module path.
+fn modules(root: &Path) -> Vec<(ModPath, String)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(ModPath, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                let rel = p.strip_prefix(root).unwrap().with_extension("");
+                let mut path: ModPath = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+                if matches!(path.last().map(String::as_str), Some("mod" | "lib")) {
+                    path.pop();
+                }
+                out.push((path, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// The source without comments, string literals' contents and `#[cfg(test)] mod` bodies.
+fn code_of(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut lines = src.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if t.starts_with("#[cfg(test)]") {
+            if let Some(next) = lines.peek() {
+                if next.trim_start().starts_with("mod ") && next.trim_end().ends_with('{') {
+                    // Skip the module: count braces until it closes.
+                    let mut depth = 0i32;
+                    for l in lines.by_ref() {
+                        depth += l.matches('{').count() as i32 - l.matches('}').count() as i32;
+                        if depth <= 0 && l.contains('}') {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+            }
+        }
+        let code = match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        out.push_str(code);
+        out.push('\n');
+    }
+    out
+}
+
+/// The module paths named by `use` trees and `crate::` / `super::` paths in `code`, resolved
+/// from `here` (the longest prefix that is a module of the crate).
+fn references(code: &str, here: &ModPath, known: &BTreeSet<ModPath>) -> BTreeSet<ModPath> {
+    let mut paths = Vec::new();
+    // `use a::{b, c::{d}}` trees, flattened.
+    let mut rest = code;
+    while let Some(i) = rest.find("use ") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + 4..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let end = rest.find(';').unwrap_or(rest.len());
+        flatten("", &rest[..end], &mut paths);
+        rest = &rest[end..];
+    }
+    // Inline paths.
+    for start in ["crate::", "super::", "self::"] {
+        let mut rest = code;
+        while let Some(i) = rest.find(start) {
+            let before = rest[..i].chars().last();
+            let tail = &rest[i..];
+            let len = tail
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(tail.len());
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                paths.push(tail[..len].to_string());
+            }
+            rest = &rest[i + start.len()..];
+        }
+    }
+    let mut out = BTreeSet::new();
+    for p in paths {
+        let segs: Vec<&str> = p.split("::").map(str::trim).filter(|s| !s.is_empty()).collect();
+        let (mut base, mut segs) = match segs.first() {
+            Some(&"crate") => (Vec::new(), &segs[1..]),
+            Some(&"super") => (here[..here.len().saturating_sub(1)].to_vec(), &segs[1..]),
+            Some(&"self") => (here.clone(), &segs[1..]),
+            _ => continue,
+        };
+        while segs.first() == Some(&"super") {
+            base.pop();
+            segs = &segs[1..];
+        }
+        for s in segs {
+            let mut next = base.clone();
+            next.push(s.to_string());
+            if !known.contains(&next) {
+                break;
+            }
+            base = next;
+        }
+        out.insert(base);
+    }
+    out
+}
+
+/// `prefix` + every path of a `use` tree body.
+fn flatten(prefix: &str, tree: &str, out: &mut Vec<String>) {
+    let tree = tree.trim();
+    let mut depth = 0;
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for (i, c) in tree.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&tree[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&tree[start..]);
+    for part in parts {
+        let part = part.trim();
+        if part.is_empty() {
+            continue;
+        }
+        match part.find('{') {
+            Some(b) if part.ends_with('}') => {
+                let head = part[..b].trim_end_matches("::");
+                flatten(&format!("{prefix}{head}::"), &part[b + 1..part.len() - 1], out);
+            }
+            _ => out.push(format!("{prefix}{part}")),
+        }
+    }
+}
+
+/// Edges between the children of `parent`: child a → child b when code in a (or below)
+/// names b (or something below it).
+fn child_edges(
+    parent: &[&str],
+    mods: &[(ModPath, String)],
+    known: &BTreeSet<ModPath>,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let parent: ModPath = parent.iter().map(|s| s.to_string()).collect();
+    let child = |p: &ModPath| (p.len() > parent.len() && p.starts_with(&parent)).then(|| p[parent.len()].clone());
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, src) in mods {
+        let Some(from) = child(path) else {
+            continue;
+        };
+        edges.entry(from.clone()).or_default();
+        for r in references(&code_of(src), path, known) {
+            if let Some(to) = child(&r).filter(|to| *to != from) {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    edges
+}
+
+/// The strongly connected components with more than one module (Tarjan).
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let i = s.index.len();
+        s.index.insert(v, i);
+        s.low.insert(v, i);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.edges.get(v).into_iter().flatten() {
+            if !s.index.contains_key(w.as_str()) {
+                visit(s, w);
+                let lw = s.low[w.as_str()];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on_stack.contains(w.as_str()) {
+                let iw = s.index[w.as_str()];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                comp.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.out.push(comp);
+            }
+        }
+    }
+    let mut s = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+fn cycles_below(parent: &[&str]) -> Vec<Vec<String>> {
+    let mods = modules(&src_root());
+    let known: BTreeSet<ModPath> = mods.iter().map(|(p, _)| p.clone()).collect();
+    cycles(&child_edges(parent, &mods, &known))
+}
+
+#[test]
+fn the_crate_modules_depend_on_each_other_one_way() {
+    let found = cycles_below(&[]);
+    assert!(found.is_empty(), "module cycles in the crate: {found:?}");
+}
+
+#[test]
+fn the_burn_layer_modules_depend_on_each_other_one_way() {
+    for parent in [&["burn"][..], &["burn", "ops"]] {
+        let found = cycles_below(parent);
+        assert!(found.is_empty(), "module cycles under {parent:?}: {found:?}");
+    }
+}
+
+#[test]
+fn the_checker_sees_a_cycle() {
+    let src = [
+        (vec!["a".to_string()], "use crate::b::X;".to_string()),
+        (vec!["b".to_string()], "fn f() { super::a::g(); }".to_string()),
+        (vec!["c".to_string()], "use crate::{a, b::Y};".to_string()),
+    ];
+    let known: BTreeSet<ModPath> = src.iter().map(|(p, _)| p.clone()).collect();
+    let found = cycles(&child_edges(&[], &src, &known));
+    assert_eq!(found, vec![vec!["a".to_string(), "b".to_string()]]);
+}
