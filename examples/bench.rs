@@ -35,9 +35,9 @@ use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, Ten
 use cudnn_backend::plan::cache::{CacheStats, PlanLru, Signature};
 use cudnn_backend::plan::cudnn_pool;
 use cudnn_backend::plan::{self, EnginePolicy};
-use cudnn_backend::reference::causal_masked;
 use cudnn_backend::runtime::{self, Device};
 use cudnn_backend::types::{channels_last_strides, row_major_strides};
+use cudnn_backend_reference::causal_masked;
 use half::{bf16, f16};
 
 type BoxResult<T> = Result<T, Box<dyn StdError>>;

@@ -4,8 +4,8 @@
 //! `cargo run --release --example quickstart`
 
 use cudnn_backend::ops::{self, Activation, ConvParams, TensorMut, TensorRef};
-use cudnn_backend::reference::{self as cpu, ConvGeometry, SplitMix64};
 use cudnn_backend::{runtime, Device};
+use cudnn_backend_reference::{self as cpu, ConvGeometry, SplitMix64};
 
 const X_DIMS: [usize; 4] = [8, 32, 28, 28];
 const W_DIMS: [usize; 4] = [64, 32, 3, 3];

@@ -4,7 +4,7 @@
 //! background. Generated from a fixed seed, so every run (and every framework) sees the
 //! same train and test sets; nothing is downloaded.
 
-use cudnn_backend::reference::SplitMix64;
+use cudnn_backend_reference::SplitMix64;
 
 /// Image side in pixels.
 pub const SIDE: usize = 32;

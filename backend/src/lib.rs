@@ -11,7 +11,6 @@
 //! - [`plan`]: heuristics, engine filtering, autotuning and the plan cache;
 //! - [`handle`]: the thread-pooled cuDNN handle manager;
 //! - [`runtime`]: library probing, devices, streams and workspace memory;
-//! - [`reference`](mod@reference): a float64 CPU reference used by tests, examples and benchmarks;
 //! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
 //! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views;
 //! - `candle` (feature `candle`): Candle custom ops, the `CudnnExt` trait and candle-nn-style
@@ -37,7 +36,6 @@ pub mod handle;
 pub mod kernels;
 pub mod ops;
 pub mod plan;
-pub mod reference;
 pub mod runtime;
 pub mod types;
 pub mod view;

@@ -10,7 +10,7 @@ use cudnn_backend::candle::nn as cnn;
 use cudnn_backend::candle::{
     Activation, Conv1dParams, Conv2dParams, Conv3dParams, ConvParams, ConvTranspose2dParams, CudnnExt,
 };
-use cudnn_backend::reference::SplitMix64;
+use cudnn_backend_reference::SplitMix64;
 
 fn rand_t(rng: &mut SplitMix64, dims: &[usize]) -> Tensor {
     let n: usize = dims.iter().product();
@@ -1213,7 +1213,7 @@ fn batch_norm_train_op_matches_composed_reference() {
         let ours = batch_norm_train(&x, wb, Some((&rm, &rv)), &opts).unwrap();
         assert_eq!(ours.dims(), dims, "{what}");
         if cl && dims.len() >= 3 {
-            let expect = cudnn_backend::reference::channels_last_strides(dims);
+            let expect = cudnn_backend_reference::channels_last_strides(dims);
             assert_eq!(ours.stride(), expect.as_slice(), "{what}: output stored channels-last");
         }
         let (theirs, mean, var_unbiased) = composed_batch_norm(&x, wb, 1e-3, relu);

@@ -13,7 +13,7 @@ use candle_core::{DType, Device, Module, ModuleT, Result, Tensor, Var};
 use candle_nn::{Optimizer, VarBuilder, VarMap};
 use cudnn_backend::candle::nn as cnn;
 use cudnn_backend::candle::{Activation, Conv1dParams, Conv2dParams, Conv3dParams, ConvTranspose2dParams, CudnnExt};
-use cudnn_backend::reference::SplitMix64;
+use cudnn_backend_reference::SplitMix64;
 
 const CASES: usize = 20;
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, ConvParams, PoolMode, PoolParams, TensorMut};
-use cudnn_backend::reference::SplitMix64;
+use cudnn_backend_reference::SplitMix64;
 
 use crate::{random, strides, DevTensor, Layout};
 

@@ -5,12 +5,17 @@ use std::sync::Arc;
 
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use cudnn_backend::graph::DataType;
-use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
 use cudnn_backend::types::{channels_last_strides, row_major_strides, TensorMut, TensorRef};
+use cudnn_backend_reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
 use half::{bf16, f16};
 
 pub mod burn_ref;
 pub mod jobs;
+
+/// The float64 reference's description of a convolution of geometry `p`.
+pub fn reference_geometry(p: &cudnn_backend::ops::ConvParams) -> cudnn_backend_reference::ConvGeometry {
+    cudnn_backend_reference::ConvGeometry::from_i64(&p.pre_padding, &p.post_padding, &p.stride, &p.dilation, p.groups)
+}
 
 /// Memory layout of an activation tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::{DataType, NormMode};
 use cudnn_backend::ops::{self, NormStats};
-use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::Device;
+use cudnn_backend_reference::{self as cpu, SplitMix64};
 use integration_tests::{bound, download, poisoned, random, strides, upload, Layout, Shard};
 
 const CASES: usize = 24;

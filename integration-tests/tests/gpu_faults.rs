@@ -9,8 +9,8 @@ use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, ConvParams};
 use cudnn_backend::plan::fault;
-use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::{Device, Error};
+use cudnn_backend_reference::{self as cpu, SplitMix64};
 use integration_tests::{download, poisoned, random, strides, DevTensor, Layout};
 
 /// The tests run one at a time: the out-of-memory test fills the GPU, which would make the
@@ -69,7 +69,7 @@ fn out_of_memory_is_an_error_and_the_engine_recovers() {
     s.synchronize().unwrap();
     // Same thread, same pooled handle, same caches: must work and be right now.
     ops::conv_forward(&s, &x.t, &w.t, &y.m, &p).expect("conv after freeing memory");
-    let g = p.reference_geometry();
+    let g = integration_tests::reference_geometry(&p);
     let reference = cpu::conv_forward(
         &x.values,
         &integration_tests::udims(&x),
@@ -123,7 +123,7 @@ impl ConvCase {
         let mut rng = SplitMix64::new(seed);
         let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
         let yd = p.output_dims(&xd, &wd).unwrap();
-        let g = p.reference_geometry();
+        let g = integration_tests::reference_geometry(&p);
         let u = |d: &[i64]| d.iter().map(|&v| v as usize).collect::<Vec<_>>();
         let (a, b, out, reference) = match pass {
             Pass::Forward => {

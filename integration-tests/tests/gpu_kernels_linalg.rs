@@ -12,9 +12,9 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::linalg as la;
-use cudnn_backend::reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
 use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
+use cudnn_backend_reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
 use integration_tests::views_of;
 use integration_tests::{download, poisoned, round_to, upload, DevTensor};
 

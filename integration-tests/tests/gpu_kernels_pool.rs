@@ -10,9 +10,9 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::pool::{self as pl, Pool2d};
-use cudnn_backend::reference::{gather_from_strided, rel_l2_error, strided_len, SplitMix64};
 use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
+use cudnn_backend_reference::{gather_from_strided, rel_l2_error, strided_len, SplitMix64};
 use integration_tests::views_of;
 use integration_tests::{download, poisoned, upload};
 

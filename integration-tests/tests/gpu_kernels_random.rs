@@ -10,9 +10,9 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::{CudaSlice, CudaStream};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::random::{self as rnd, Philox};
-use cudnn_backend::reference::rel_l2_error;
 use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
+use cudnn_backend_reference::rel_l2_error;
 use half::{bf16, f16};
 use integration_tests::views_of;
 

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::resize::{self as rz, InterpolateMode};
-use cudnn_backend::reference::{rel_l2_error, SplitMix64};
 use cudnn_backend::Device;
+use cudnn_backend_reference::{rel_l2_error, SplitMix64};
 use integration_tests::{download, poisoned, upload};
 
 use DataType::*;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, Activation, ConvParams, PoolMode, PoolParams, TensorRef};
-use cudnn_backend::reference::{self as cpu, PoolGeometry, SplitMix64};
 use cudnn_backend::types::row_major_strides;
 use cudnn_backend::Device;
+use cudnn_backend_reference::{self as cpu, PoolGeometry, SplitMix64};
 use integration_tests::{bound, download, poisoned, random, strides, udims, upload, DevTensor, Layout};
 
 const DTYPES: [DataType; 3] = [DataType::F32, DataType::F16, DataType::BF16];
@@ -208,7 +208,7 @@ fn run_conv(
     case: &ConvCase,
 ) -> Result<(Vec<f64>, Vec<f64>), cudnn_backend::Error> {
     let yd = case.y();
-    let g = case.p.reference_geometry();
+    let g = integration_tests::reference_geometry(&case.p);
     let (xs, ws, ys) = (strides(&case.x, layout), strides(&case.w, layout), strides(&yd, layout));
     match kind {
         ConvKind::Forward | ConvKind::BiasAct(_) => {
@@ -376,7 +376,7 @@ fn fused_activations_of_large_pre_activations() {
             let label = format!("conv {dtype:?} {act:?}");
             match ops::conv_bias_act_forward(&s, &x.t, &w.t, &b.t, &y.m, &p, act) {
                 Ok(()) => {
-                    let g = p.reference_geometry();
+                    let g = integration_tests::reference_geometry(&p);
                     let mut want = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
                     cpu::bias_activation(&mut want, &udims(&y), 1, &b.values, ref_act(act));
                     report.check(label, dtype, &download(&s, &y), &want);
@@ -821,7 +821,7 @@ fn repeated_calls_track_new_input_data() {
         let mut x = random(&s, &mut rng, &xd, &xs, DataType::F16);
         let w = random(&s, &mut rng, &wd, &ws, DataType::F16);
         let y = poisoned(&s, &yd, &ys, DataType::F16);
-        let g = p.reference_geometry();
+        let g = integration_tests::reference_geometry(&p);
         for i in 0..6 {
             // New values in the same buffer (same device pointer).
             let fresh = random(&s, &mut rng, &xd, &xs, DataType::F16);
@@ -883,7 +883,7 @@ fn safe_views_of_cudarc_slices() {
     }
     let got: Vec<f64> = s.clone_dtoh(&y).unwrap().into_iter().map(f64::from).collect();
     let ud = |d: &[i64]| d.iter().map(|&v| v as usize).collect::<Vec<_>>();
-    let want = cpu::conv_forward(&xv, &ud(&xd), &wv, &ud(&wd), &p.reference_geometry());
+    let want = cpu::conv_forward(&xv, &ud(&xd), &wv, &ud(&wd), &integration_tests::reference_geometry(&p));
     report.check("conv".into(), DataType::F32, &got, &want);
     // In place through one writable view: y = y * y.
     {

@@ -29,8 +29,8 @@ use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::PoolMode;
 use cudnn_backend::plan::cudnn_pool;
 use cudnn_backend::plan::{clear_choices, policy, set_policy, EnginePolicy};
-use cudnn_backend::reference::{rel_l2_error, SplitMix64};
 use cudnn_backend::Device;
+use cudnn_backend_reference::{rel_l2_error, SplitMix64};
 use integration_tests::jobs::{engine_jobs, run_once, Job};
 use integration_tests::{panic_message, Layout};
 

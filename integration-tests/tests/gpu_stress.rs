@@ -8,8 +8,8 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::PoolMode;
 use cudnn_backend::plan::{policy, set_policy, EnginePolicy};
-use cudnn_backend::reference::SplitMix64;
 use cudnn_backend::Device;
+use cudnn_backend_reference::SplitMix64;
 use integration_tests::jobs::{engine_jobs, run_once, Job};
 use integration_tests::Layout;
 

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, ConvParams};
 use cudnn_backend::plan::cudnn_pool;
-use cudnn_backend::reference::SplitMix64;
 use cudnn_backend::runtime::{release_unused_workspaces, workspace_bytes};
 use cudnn_backend::Device;
+use cudnn_backend_reference::SplitMix64;
 use integration_tests::{poisoned, random, strides, Layout};
 
 const THREADS: usize = 2000;

@@ -10,9 +10,9 @@ use cudnn_backend::ops::{
     self, AdamOptions, AdamParam, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions,
     RunningStats, TensorMut, TensorRef,
 };
-use cudnn_backend::reference::{self as cpu, rel_l2_error, SplitMix64};
 use cudnn_backend::types::row_major_strides;
 use cudnn_backend::Device;
+use cudnn_backend_reference::{self as cpu, rel_l2_error, SplitMix64};
 use integration_tests::{bound, download, poisoned, round_to, strides, upload, DevTensor, Layout, Shard};
 
 fn stream() -> Arc<CudaStream> {

@@ -10,8 +10,8 @@ use std::time::Instant;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{self, ConvParams};
 use cudnn_backend::plan::{policy, set_policy, EnginePolicy};
-use cudnn_backend::reference::SplitMix64;
 use cudnn_backend::Device;
+use cudnn_backend_reference::SplitMix64;
 use integration_tests::{poisoned, random, strides, Layout};
 
 /// Runs one autotuned conv of a shape no other test uses and prints its first-call time.

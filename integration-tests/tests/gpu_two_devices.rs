@@ -18,8 +18,8 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::{DataType, NormMode};
 use cudnn_backend::ops::{self, ConvParams, NormStats, PoolMode, PoolParams};
 use cudnn_backend::plan::{execute_graph_on, Binding};
-use cudnn_backend::reference::{self as cpu, SplitMix64};
 use cudnn_backend::{runtime, Device, Error};
+use cudnn_backend_reference::{self as cpu, SplitMix64};
 use integration_tests::{bound, download, panic_message, poisoned, random, strides, udims, DevTensor, Layout};
 
 type B = Cudnn;
@@ -76,7 +76,7 @@ fn conv_checked(s: &Arc<CudaStream>, x: &[f64], w: &[f64], label: &str) -> Vec<f
         &udims(&xt),
         &wt.values,
         &udims(&wt),
-        &p.reference_geometry(),
+        &integration_tests::reference_geometry(&p),
     );
     let err = cpu::rel_l2_error(&got, &want);
     assert!(err <= bound(DataType::F32), "{label}: relative L2 error {err:.2e}");

@@ -165,7 +165,7 @@ fn build(steps: &[Step]) -> Graph {
                 if let (Some(x), Some(w)) = (pick(&ids, a), pick(&ids, b)) {
                     let s = g.tensor_info(x).dims.len().saturating_sub(2).max(1);
                     let mut attrs = ConvAttrs::new(&vec![pad; s], &vec![stride; s], &vec![dil; s]);
-                    attrs.post_padding = vec![post; s];
+                    attrs.geometry.post_padding = vec![post; s];
                     ids.push(g.conv_fprop(x, w, attrs));
                 }
             }

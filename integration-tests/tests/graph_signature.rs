@@ -98,7 +98,7 @@ fn build(s: &Spec, validate: bool, case: &str) -> Graph {
 
     let spatial: Vec<i64> = (0..2)
         .map(|i| {
-            let cv = &s.conv;
+            let cv = &s.conv.geometry;
             conv_output_size(
                 s.x_dims[i + 2],
                 3,
@@ -168,24 +168,24 @@ fn mutations() -> Vec<Mutation> {
         ("alignment 2", |s| s.x_alignment = 2),
         ("conv output not virtual", |s| s.conv_is_output = true),
         ("padding 0", |s| {
-            s.conv.pre_padding = vec![0, 0];
-            s.conv.post_padding = vec![0, 0];
+            s.conv.geometry.pre_padding = vec![0, 0];
+            s.conv.geometry.post_padding = vec![0, 0];
         }),
         ("padding pre 2 post 0", |s| {
-            s.conv.pre_padding = vec![2, 2];
-            s.conv.post_padding = vec![0, 0];
+            s.conv.geometry.pre_padding = vec![2, 2];
+            s.conv.geometry.post_padding = vec![0, 0];
         }),
         ("padding pre 0 post 2", |s| {
-            s.conv.pre_padding = vec![0, 0];
-            s.conv.post_padding = vec![2, 2];
+            s.conv.geometry.pre_padding = vec![0, 0];
+            s.conv.geometry.post_padding = vec![2, 2];
         }),
         ("padding H only pre", |s| {
-            s.conv.pre_padding = vec![2, 1];
-            s.conv.post_padding = vec![0, 1];
+            s.conv.geometry.pre_padding = vec![2, 1];
+            s.conv.geometry.post_padding = vec![0, 1];
         }),
-        ("conv stride 2", |s| s.conv.stride = vec![2, 2]),
-        ("conv stride W 2", |s| s.conv.stride = vec![1, 2]),
-        ("dilation 2", |s| s.conv.dilation = vec![2, 2]),
+        ("conv stride 2", |s| s.conv.geometry.stride = vec![2, 2]),
+        ("conv stride W 2", |s| s.conv.geometry.stride = vec![1, 2]),
+        ("dilation 2", |s| s.conv.geometry.dilation = vec![2, 2]),
         ("conv mode convolution", |s| s.conv.mode = ConvMode::Convolution),
         ("conv compute f16", |s| s.conv.compute = Some(F16)),
         ("graph compute type f16", |s| s.compute_type = F16),

@@ -150,11 +150,9 @@ fn conv_fprop_dilation_2() {
 
 #[test]
 fn conv_fprop_asymmetric_padding() {
-    let attrs = ConvAttrs {
-        pre_padding: vec![0, 2],
-        post_padding: vec![1, 0],
-        ..conv(&[0, 0], &[1, 1], &[1, 1])
-    };
+    let mut attrs = conv(&[0, 0], &[1, 1], &[1, 1]);
+    attrs.geometry.pre_padding = vec![0, 2];
+    attrs.geometry.post_padding = vec![1, 0];
     // H: 5 + 0 + 1 - 3 + 1 = 4; W: 7 + 2 + 0 - 3 + 1 = 7.
     let (mut g, y) = conv_graph(&[1, 1, 5, 7], &[1, 1, 3, 3], attrs);
     validate_ok(&mut g, "asymmetric padding");

@@ -39,10 +39,10 @@ pub(crate) fn lift_ranks(g: &Graph) -> Cow<'_, Graph> {
         for n in &mut g.nodes {
             match &mut n.op {
                 Op::ConvFprop { attrs, .. } | Op::ConvDgrad { attrs, .. } | Op::ConvWgrad { attrs, .. } => {
-                    attrs.pre_padding.insert(0, 0);
-                    attrs.post_padding.insert(0, 0);
-                    attrs.stride.insert(0, 1);
-                    attrs.dilation.insert(0, 1);
+                    attrs.geometry.pre_padding.insert(0, 0);
+                    attrs.geometry.post_padding.insert(0, 0);
+                    attrs.geometry.stride.insert(0, 1);
+                    attrs.geometry.dilation.insert(0, 1);
                 }
                 Op::ResampleFwd { attrs, .. } | Op::ResampleBwd { attrs, .. } => {
                     attrs.window.insert(0, 1);
@@ -118,10 +118,10 @@ impl Lowering<'_> {
                     mode,
                 )?;
                 c.set_i64(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, attrs.spatial() as i64)?;
-                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &attrs.dilation)?;
-                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, &attrs.stride)?;
-                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, &attrs.pre_padding)?;
-                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, &attrs.post_padding)?;
+                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &attrs.geometry.dilation)?;
+                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, &attrs.geometry.stride)?;
+                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, &attrs.geometry.pre_padding)?;
+                c.set_i64s(A::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, &attrs.geometry.post_padding)?;
                 c.finalize()?;
                 let (kind, ax, aw, ay, adesc, aalpha, abeta) = match op {
                     Op::ConvFprop { .. } => (

@@ -7,9 +7,8 @@ pub(crate) mod lower;
 mod signature;
 mod types;
 mod validate;
-pub use validate::conv_out as conv_output_size;
 
-pub use crate::types::{may_overlap, packed_strides, stride_order};
+pub use crate::types::{conv_output_size, may_overlap, packed_strides, stride_order};
 pub use signature::SignatureContext;
 use types::Given;
 pub use types::*;

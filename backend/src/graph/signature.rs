@@ -94,10 +94,10 @@ impl Graph {
                     e.tid(self, *x);
                     e.tid(self, *w);
                     e.tid(self, *y);
-                    e.list(&attrs.pre_padding);
-                    e.list(&attrs.post_padding);
-                    e.list(&attrs.stride);
-                    e.list(&attrs.dilation);
+                    e.list(&attrs.geometry.pre_padding);
+                    e.list(&attrs.geometry.post_padding);
+                    e.list(&attrs.geometry.stride);
+                    e.list(&attrs.geometry.dilation);
                     e.u8(attrs.mode as u8);
                     e.dtype(attrs.compute);
                 }

@@ -1,7 +1,7 @@
 //! Tensors and op attributes of the graph IR.
 
-use crate::types::Activation;
 pub use crate::types::DataType;
+use crate::types::{Activation, ConvGeometry};
 
 /// Index of a tensor in its [`Graph`](super::Graph).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,17 +98,12 @@ pub enum ConvMode {
     Convolution,
 }
 
-/// Attributes of a convolution node (one entry per spatial dim).
+/// Attributes of a convolution node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvAttrs {
-    /// Padding before each spatial dim.
-    pub pre_padding: Vec<i64>,
-    /// Padding after each spatial dim.
-    pub post_padding: Vec<i64>,
-    /// Filter stride.
-    pub stride: Vec<i64>,
-    /// Filter dilation.
-    pub dilation: Vec<i64>,
+    /// Padding, stride and dilation per spatial dim. Its `groups` is not used: a graph's
+    /// convolution takes the group count from its tensors (input channels / filter channels).
+    pub geometry: ConvGeometry,
     /// Convolution mode.
     pub mode: ConvMode,
     /// Accumulation type (default: the graph's compute type).
@@ -116,13 +111,15 @@ pub struct ConvAttrs {
 }
 
 impl ConvAttrs {
-    /// Symmetric padding, stride and dilation.
+    /// A cross-correlation with symmetric padding, stride and dilation.
     pub fn new(padding: &[i64], stride: &[i64], dilation: &[i64]) -> Self {
+        Self::cross_correlation(ConvGeometry::new(padding, stride, dilation, 1))
+    }
+
+    /// A cross-correlation (what frameworks call convolution) of `geometry`.
+    pub fn cross_correlation(geometry: ConvGeometry) -> Self {
         Self {
-            pre_padding: padding.to_vec(),
-            post_padding: padding.to_vec(),
-            stride: stride.to_vec(),
-            dilation: dilation.to_vec(),
+            geometry,
             mode: ConvMode::CrossCorrelation,
             compute: None,
         }
@@ -130,7 +127,7 @@ impl ConvAttrs {
 
     /// Number of spatial dims.
     pub fn spatial(&self) -> usize {
-        self.stride.len()
+        self.geometry.stride.len()
     }
 }
 

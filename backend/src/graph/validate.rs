@@ -2,27 +2,13 @@
 
 use super::{ConvAttrs, DataType, Graph, Op, PointwiseMode, ResampleAttrs, ResampleMode, TensorId};
 use crate::error::{Error, Result};
-use crate::types::{may_overlap, packed_strides, stride_order};
+use crate::types::{conv_output_size, may_overlap, packed_strides, stride_order};
 
 /// Largest tensor rank cuDNN accepts.
 pub const MAX_RANK: usize = 8;
 
 fn err(node: &str, msg: impl std::fmt::Display) -> Error {
     Error::InvalidGraph(format!("{node}: {msg}"))
-}
-
-/// Output spatial size of a convolution (input, kernel, pre/post padding, stride, dilation),
-/// or None when the filter does not fit or has an empty window (a kernel size below 1).
-pub fn conv_out(input: i64, k: i64, pre: i64, post: i64, stride: i64, dil: i64) -> Option<i64> {
-    if k < 1 || stride < 1 || dil < 1 {
-        return None;
-    }
-    let eff = dil.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
-    let padded = input.checked_add(pre)?.checked_add(post)?;
-    if padded < eff {
-        return None;
-    }
-    Some((padded - eff) / stride + 1)
 }
 
 /// Output spatial size of a pooling window, or None when the window does not fit.
@@ -597,18 +583,30 @@ fn check_conv_ranks(node: &str, attrs: &ConvAttrs, ts: &[(&str, &[i64])]) -> Res
         return Err(err(node, format!("{s} spatial dims (1, 2 or 3 supported)")));
     }
     for (what, len) in [
-        ("pre_padding", attrs.pre_padding.len()),
-        ("post_padding", attrs.post_padding.len()),
-        ("dilation", attrs.dilation.len()),
+        ("pre_padding", attrs.geometry.pre_padding.len()),
+        ("post_padding", attrs.geometry.post_padding.len()),
+        ("dilation", attrs.geometry.dilation.len()),
     ] {
         if len != s {
             return Err(err(node, format!("{what} has {len} entries for {s} spatial dims")));
         }
     }
-    if attrs.stride.iter().chain(&attrs.dilation).any(|&v| v < 1) {
+    if attrs
+        .geometry
+        .stride
+        .iter()
+        .chain(&attrs.geometry.dilation)
+        .any(|&v| v < 1)
+    {
         return Err(err(node, "stride and dilation must be >= 1"));
     }
-    if attrs.pre_padding.iter().chain(&attrs.post_padding).any(|&v| v < 0) {
+    if attrs
+        .geometry
+        .pre_padding
+        .iter()
+        .chain(&attrs.geometry.post_padding)
+        .any(|&v| v < 0)
+    {
         return Err(err(node, "padding must be >= 0"));
     }
     for (name, d) in ts {
@@ -645,13 +643,13 @@ fn groups(node: &str, c: i64, c_per_group: i64, k: i64) -> Result<i64> {
 fn conv_spatial(node: &str, xd: &[i64], wd: &[i64], a: &ConvAttrs) -> Result<Vec<i64>> {
     (0..a.spatial())
         .map(|i| {
-            conv_out(
+            conv_output_size(
                 xd[i + 2],
                 wd[i + 2],
-                a.pre_padding[i],
-                a.post_padding[i],
-                a.stride[i],
-                a.dilation[i],
+                a.geometry.pre_padding[i],
+                a.geometry.post_padding[i],
+                a.geometry.stride[i],
+                a.geometry.dilation[i],
             )
             .filter(|&o| o >= 1)
             .ok_or_else(|| {
@@ -660,10 +658,10 @@ fn conv_spatial(node: &str, xd: &[i64], wd: &[i64], a: &ConvAttrs) -> Result<Vec
                     format!(
                         "spatial dim {i}: filter {} (dilation {}) exceeds padded input {} + {} + {}",
                         wd[i + 2],
-                        a.dilation[i],
+                        a.geometry.dilation[i],
                         xd[i + 2],
-                        a.pre_padding[i],
-                        a.post_padding[i]
+                        a.geometry.pre_padding[i],
+                        a.geometry.post_padding[i]
                     ),
                 )
             })

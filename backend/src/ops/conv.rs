@@ -5,129 +5,13 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{check_on_stream_device, run, zero_fill, Activation, OpKey, TensorMut, TensorRef};
+use super::{check_on_stream_device, run, zero_fill, Activation, ConvParams, OpKey, TensorMut, TensorRef};
 use crate::error::{Error, Result};
-use crate::graph::{ConvAttrs, ConvMode, Graph, PointwiseMode};
+use crate::graph::{ConvAttrs, Graph, PointwiseMode};
 
-/// Convolution geometry (one entry per spatial dim) and group count.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ConvParams {
-    /// Padding before each spatial dim.
-    pub pre_padding: Vec<i64>,
-    /// Padding after each spatial dim.
-    pub post_padding: Vec<i64>,
-    /// Stride.
-    pub stride: Vec<i64>,
-    /// Dilation.
-    pub dilation: Vec<i64>,
-    /// Groups: input channels / filter channels.
-    pub groups: i64,
-}
-
-impl ConvParams {
-    /// Symmetric padding.
-    pub fn new(padding: &[i64], stride: &[i64], dilation: &[i64], groups: i64) -> Self {
-        Self {
-            pre_padding: padding.to_vec(),
-            post_padding: padding.to_vec(),
-            stride: stride.to_vec(),
-            dilation: dilation.to_vec(),
-            groups,
-        }
-    }
-
-    /// Same, with separate padding after each spatial dim.
-    pub fn with_post_padding(mut self, post: &[i64]) -> Self {
-        self.post_padding = post.to_vec();
-        self
-    }
-
-    /// The same convolution for the float64 reference ([`crate::reference::conv_forward`] etc.).
-    pub fn reference_geometry(&self) -> crate::reference::ConvGeometry {
-        let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
-        crate::reference::ConvGeometry {
-            pre_padding: u(&self.pre_padding),
-            post_padding: u(&self.post_padding),
-            stride: u(&self.stride),
-            dilation: u(&self.dilation),
-            groups: self.groups as usize,
-        }
-    }
-
-    /// Output dims (N, K, spatial...) of a forward convolution of `x_dims` by `w_dims`.
-    pub fn output_dims(&self, x_dims: &[i64], w_dims: &[i64]) -> Result<Vec<i64>> {
-        let s = self.stride.len();
-        if x_dims.len() != s + 2 || w_dims.len() != s + 2 {
-            return Err(Error::invalid_arg(
-                "conv",
-                "dims",
-                format!("x {x_dims:?} and w {w_dims:?} need rank {}", s + 2),
-            ));
-        }
-        self.check_geometry("conv")?;
-        let mut out = vec![x_dims[0], w_dims[0]];
-        for i in 0..s {
-            let o = crate::graph::conv_output_size(
-                x_dims[i + 2],
-                w_dims[i + 2],
-                self.pre_padding[i],
-                self.post_padding[i],
-                self.stride[i],
-                self.dilation[i],
-            )
-            .ok_or_else(|| {
-                Error::invalid_arg(
-                    "conv",
-                    "w",
-                    format!("in spatial dim {i} the filter is empty or does not fit the padded input"),
-                )
-            })?;
-            out.push(o);
-        }
-        Ok(out)
-    }
-
-    fn attrs(&self) -> ConvAttrs {
-        ConvAttrs {
-            pre_padding: self.pre_padding.clone(),
-            post_padding: self.post_padding.clone(),
-            stride: self.stride.clone(),
-            dilation: self.dilation.clone(),
-            mode: ConvMode::CrossCorrelation,
-            compute: None,
-        }
-    }
-
-    fn check_geometry(&self, op: &'static str) -> Result<()> {
-        let s = self.stride.len();
-        if self.pre_padding.len() != s || self.post_padding.len() != s || self.dilation.len() != s {
-            return Err(Error::invalid_arg(
-                op,
-                "params",
-                "padding, stride and dilation need one entry per spatial dim",
-            ));
-        }
-        if self.stride.iter().chain(&self.dilation).any(|&v| v < 1) {
-            let msg = format!("stride {:?} and dilation {:?} must be >= 1", self.stride, self.dilation);
-            return Err(Error::invalid_arg(op, "params", msg));
-        }
-        if self.pre_padding.iter().chain(&self.post_padding).any(|&v| v < 0) {
-            return Err(Error::invalid_arg(op, "params", "padding must be >= 0"));
-        }
-        Ok(())
-    }
-
-    fn check(&self, op: &'static str, c: i64, c_per_group: i64) -> Result<()> {
-        self.check_geometry(op)?;
-        if self.groups < 1 || c_per_group * self.groups != c {
-            let msg = format!(
-                "{} groups, but input has {c} channels and the filter {c_per_group} per group",
-                self.groups
-            );
-            return Err(Error::invalid_arg(op, "groups", msg));
-        }
-        Ok(())
-    }
+/// The graph attributes of a cross-correlation with geometry `p`.
+fn attrs(p: &ConvParams) -> ConvAttrs {
+    ConvAttrs::cross_correlation(p.clone())
 }
 
 fn channels(t: &TensorRef, i: usize) -> i64 {
@@ -169,7 +53,7 @@ pub fn conv_forward(
     let build = || {
         let mut g = Graph::new();
         let (xi, wi) = (x.add_input(&mut g, "x"), w.add_input(&mut g, "w"));
-        let yi = g.conv_fprop(xi, wi, p.attrs());
+        let yi = g.conv_fprop(xi, wi, attrs(p));
         y.bind_output(&mut g, yi);
         g
     };
@@ -205,7 +89,7 @@ pub fn conv_backward_data(
     let build = || {
         let mut g = Graph::new();
         let (dyi, wi) = (dy.add_input(&mut g, "dy"), w.add_input(&mut g, "w"));
-        let dxi = g.conv_dgrad(dyi, wi, &dx.dims, p.attrs());
+        let dxi = g.conv_dgrad(dyi, wi, &dx.dims, attrs(p));
         dx.bind_output(&mut g, dxi);
         g
     };
@@ -241,7 +125,7 @@ pub fn conv_backward_filter(
     let build = || {
         let mut g = Graph::new();
         let (xi, dyi) = (x.add_input(&mut g, "x"), dy.add_input(&mut g, "dy"));
-        let dwi = g.conv_wgrad(xi, dyi, &dw.dims, p.attrs());
+        let dwi = g.conv_wgrad(xi, dyi, &dw.dims, attrs(p));
         dw.bind_output(&mut g, dwi);
         g
     };
@@ -318,7 +202,7 @@ pub fn conv_bias_act_forward(
             w.add_input(&mut g, "w"),
             b4.add_input(&mut g, "bias"),
         );
-        let conv = g.conv_fprop(xi, wi, p.attrs());
+        let conv = g.conv_fprop(xi, wi, attrs(p));
         let biased = g.bias_add(conv, bi);
         let out = match PointwiseMode::of_activation(act) {
             Some(m) => g.pointwise(m, biased, None),

@@ -17,6 +17,8 @@ mod optim;
 mod pool;
 mod tensor;
 
+/// The convolution geometry the ops take ([`crate::types::ConvGeometry`]).
+pub use crate::types::ConvGeometry as ConvParams;
 pub use crate::types::{Activation, PoolMode, TensorMut, TensorRef};
 pub use attention::{
     sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_when_built, sdpa_fusable, SdpaBackward,
@@ -25,7 +27,7 @@ pub use batch_norm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train_forward, BatchNormBackward, BatchNormForward,
     BatchNormInference, BatchNormOptions, RunningStats,
 };
-pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward, ConvParams};
+pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward};
 pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};
 pub use norm_train::{norm_backward, norm_train_forward, NormBackward};

@@ -5,11 +5,13 @@
 //! The other modules re-export what their callers need (`ops::TensorRef`,
 //! `graph::DataType`, ...), so either path works.
 
+mod conv;
 mod dtype;
 mod layout;
 mod op_kinds;
 mod tensor;
 
+pub use conv::{conv_output_size, ConvGeometry};
 pub use dtype::{DataType, DeviceElement};
 pub use layout::{channels_last_strides, may_overlap, packed_strides, row_major_strides, stride_order};
 pub use op_kinds::{Activation, PoolMode};

@@ -5,27 +5,7 @@ use crate::burn::exec;
 use crate::burn::tensor::{expect, CudnnTensor};
 use crate::kernels::elementwise::BinaryOp;
 use crate::ops::{self, Activation, ConvParams};
-
-/// Convolution geometry in Burn's terms (one entry per spatial dim).
-#[derive(Clone, Debug)]
-pub(crate) struct ConvGeom {
-    pub stride: Vec<usize>,
-    pub padding: Vec<usize>,
-    pub dilation: Vec<usize>,
-    pub groups: usize,
-}
-
-impl ConvGeom {
-    fn params(&self) -> ConvParams {
-        let v = |s: &[usize]| s.iter().map(|&x| x as i64).collect::<Vec<_>>();
-        ConvParams::new(
-            &v(&self.padding),
-            &v(&self.stride),
-            &v(&self.dilation),
-            self.groups as i64,
-        )
-    }
-}
+use crate::types::ConvGeometry;
 
 /// `y = conv(x, w) (+ bias)`: one cuDNN graph (conv, or conv + bias add).
 pub(crate) fn conv(
@@ -33,11 +13,11 @@ pub(crate) fn conv(
     x: CudnnTensor,
     w: CudnnTensor,
     bias: Option<CudnnTensor>,
-    g: &ConvGeom,
+    g: &ConvGeometry,
 ) -> CudnnTensor {
     require_cudnn_float(op, &x);
     check_pair(op, &x, &w);
-    let p = g.params();
+    let p = g.clone();
     let (x, w) = (x.cudnn_ready(), w.cudnn_ready());
     let dims = expect(op, p.output_dims(x.dims(), w.dims()));
     let y = x.empty_on(&dims, x.dtype, op);
@@ -69,7 +49,7 @@ pub(crate) fn conv_x_backward(
     x_dims: &[i64],
     w: CudnnTensor,
     dy: CudnnTensor,
-    g: &ConvGeom,
+    g: &ConvGeometry,
 ) -> CudnnTensor {
     require_cudnn_float(op, &dy);
     check_pair(op, &dy, &w);
@@ -77,7 +57,7 @@ pub(crate) fn conv_x_backward(
     let dx = dy.empty_on(x_dims, dy.dtype, op);
     expect(
         op,
-        ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &g.params()),
+        ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), g),
     );
     dx
 }
@@ -88,7 +68,7 @@ pub(crate) fn conv_weight_backward(
     x: CudnnTensor,
     w_dims: &[i64],
     dy: CudnnTensor,
-    g: &ConvGeom,
+    g: &ConvGeometry,
 ) -> CudnnTensor {
     require_cudnn_float(op, &x);
     check_pair(op, &x, &dy);
@@ -96,7 +76,7 @@ pub(crate) fn conv_weight_backward(
     let dw = dy.empty_on(w_dims, dy.dtype, op);
     expect(
         op,
-        ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), &g.params()),
+        ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), g),
     );
     dw
 }
@@ -120,11 +100,10 @@ pub(crate) fn conv_bias_backward(op: &str, dy: CudnnTensor) -> CudnnTensor {
 /// Transposed-convolution geometry in Burn's terms.
 #[derive(Clone, Debug)]
 pub(crate) struct ConvTransposeGeom {
-    pub stride: Vec<usize>,
-    pub padding: Vec<usize>,
-    pub padding_out: Vec<usize>,
-    pub dilation: Vec<usize>,
-    pub groups: usize,
+    /// The geometry of the convolution this one transposes (symmetric padding).
+    pub conv: ConvGeometry,
+    /// Extra size added to one side of each spatial dim of the output.
+    pub padding_out: Vec<i64>,
 }
 
 /// How a transposed convolution maps onto the cuDNN convolution it transposes: the
@@ -145,10 +124,10 @@ impl ConvTransposeGeom {
         let (mut pre, mut post, mut out, mut valid) = (vec![], vec![], vec![], vec![]);
         for i in 0..n {
             let (s, p, po, d) = (
-                self.stride[i] as i64,
-                self.padding[i] as i64,
-                self.padding_out[i] as i64,
-                self.dilation[i] as i64,
+                self.conv.stride[i],
+                self.conv.pre_padding[i],
+                self.padding_out[i],
+                self.conv.dilation[i],
             );
             let (l, k) = (input[i], kernel[i]);
             let o = (l - 1) * s + d * (k - 1) + 1 + po - 2 * p;
@@ -169,9 +148,11 @@ impl ConvTransposeGeom {
             out.push(o);
             valid.push(v);
         }
-        let v = |s: &[usize]| s.iter().map(|&x| x as i64).collect::<Vec<_>>();
-        let params =
-            ConvParams::new(&pre, &v(&self.stride), &v(&self.dilation), self.groups as i64).with_post_padding(&post);
+        let params = ConvParams {
+            pre_padding: pre,
+            post_padding: post,
+            ..self.conv.clone()
+        };
         TransposePlan { params, out, valid }
     }
 
@@ -180,10 +161,10 @@ impl ConvTransposeGeom {
         (0..out.len())
             .map(|i| {
                 let (s, p, po, d) = (
-                    self.stride[i] as i64,
-                    self.padding[i] as i64,
-                    self.padding_out[i] as i64,
-                    self.dilation[i] as i64,
+                    self.conv.stride[i],
+                    self.conv.pre_padding[i],
+                    self.padding_out[i],
+                    self.conv.dilation[i],
                 );
                 (out[i] + 2 * p - po - d * (kernel[i] - 1) - 1) / s + 1
             })
@@ -220,7 +201,7 @@ pub(crate) fn conv_transpose(
         "cudnn-backend: {op}: input {xd:?} and weight {wd:?} need the same rank >= 3"
     );
     let plan = g.plan(op, &xd[2..], &wd[2..]);
-    let mut dims = vec![xd[0], wd[1] * g.groups as i64];
+    let mut dims = vec![xd[0], wd[1] * g.conv.groups];
     dims.extend(&plan.out);
     let y = x.empty_on(&dims, x.dtype, op);
     if plan.valid == plan.out {
@@ -359,11 +340,8 @@ mod tests {
                                     continue;
                                 }
                                 let g = ConvTransposeGeom {
-                                    stride: vec![s as usize],
-                                    padding: vec![p as usize],
-                                    padding_out: vec![po as usize],
-                                    dilation: vec![d as usize],
-                                    groups: 1,
+                                    conv: ConvGeometry::new(&[p], &[s], &[d], 1),
+                                    padding_out: vec![po],
                                 };
                                 let plan = g.plan("test", &[l], &[k]);
                                 assert_eq!(plan.out, vec![out]);

@@ -5,25 +5,23 @@
 use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
-use crate::burn::layers::{self, ConvGeom, ConvTransposeGeom, PoolArgs};
+use crate::burn::layers::{self, ConvTransposeGeom, PoolArgs};
 use crate::burn::Cudnn;
+use crate::types::ConvGeometry;
 
-fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeom {
-    ConvGeom {
-        stride: o.stride.to_vec(),
-        padding: o.padding.to_vec(),
-        dilation: o.dilation.to_vec(),
-        groups: o.groups,
-    }
+fn i64s(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|&x| x as i64).collect()
+}
+
+/// The geometry of Burn's convolution options.
+fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeometry {
+    ConvGeometry::new(&i64s(&o.padding), &i64s(&o.stride), &i64s(&o.dilation), o.groups as i64)
 }
 
 fn transpose_geom<const N: usize>(o: &ConvTransposeOptions<N>) -> ConvTransposeGeom {
     ConvTransposeGeom {
-        stride: o.stride.to_vec(),
-        padding: o.padding.to_vec(),
-        padding_out: o.padding_out.to_vec(),
-        dilation: o.dilation.to_vec(),
-        groups: o.groups,
+        conv: ConvGeometry::new(&i64s(&o.padding), &i64s(&o.stride), &i64s(&o.dilation), o.groups as i64),
+        padding_out: i64s(&o.padding_out),
     }
 }
 

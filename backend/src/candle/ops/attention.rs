@@ -63,7 +63,7 @@ impl Sdpa {
 pub(crate) fn causal_bias(lq: usize, lk: usize, dtype: DType, device: &candle_core::Device) -> Result<Tensor> {
     let v: Vec<f32> = (0..lq * lk)
         .map(|e| {
-            if crate::reference::causal_masked(e / lk, e % lk, lq, lk) {
+            if cudnn_backend_reference::causal_masked(e / lk, e % lk, lq, lk) {
                 f32::NEG_INFINITY
             } else {
                 0.0
@@ -119,14 +119,14 @@ impl CustomOp3 for Sdpa {
             cpu::read(SDPA, "v", vs, vl)?,
         );
         let mask = |_: usize, i: usize, j: usize| {
-            if crate::reference::causal_masked(i, j, lq, lk) {
+            if cudnn_backend_reference::causal_masked(i, j, lq, lk) {
                 f64::NEG_INFINITY
             } else {
                 0.0
             }
         };
         let bias = self.causal.then_some(&mask as &dyn Fn(usize, usize, usize) -> f64);
-        let (out, _) = crate::reference::attention(&q, &k, &v, [b * h, lq, lk, d, dv], self.scale, bias);
+        let (out, _) = cudnn_backend_reference::attention(&q, &k, &v, [b * h, lq, lk, d, dv], self.scale, bias);
         Ok((cpu::write(SDPA, &out, qs.dtype())?, Shape::from(vec![b, h, lq, dv])))
     }
 

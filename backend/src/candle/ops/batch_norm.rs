@@ -180,7 +180,7 @@ impl BatchNormTrain {
         };
         let o = &self.options;
         let (y, means, invs, unbiased) =
-            crate::reference::batch_norm_train(&x, &g.dims, &scale, &bias, None, o.epsilon, o.relu);
+            cudnn_backend_reference::batch_norm_train(&x, &g.dims, &scale, &bias, None, o.epsilon, o.relu);
         if let Some((rm, rv)) = &self.running {
             let count = g.count() as f64;
             let batch_var: Vec<f64> = if o.unbiased_running_var {
@@ -319,12 +319,13 @@ impl BatchNormTrain {
             _ => {
                 let (ones, zeros) = (vec![1.0; c], vec![0.0; c]);
                 let o = &self.options;
-                let (_, m, i, _) = crate::reference::batch_norm_train(&xv, dims, &ones, &zeros, None, o.epsilon, false);
+                let (_, m, i, _) =
+                    cudnn_backend_reference::batch_norm_train(&xv, dims, &ones, &zeros, None, o.epsilon, false);
                 (m, i)
             }
         };
         let (dx, _, dscale, dbias) =
-            crate::reference::batch_norm_backward(&xv, yv.as_deref(), &gv, dims, &scale, &means, &invs);
+            cudnn_backend_reference::batch_norm_backward(&xv, yv.as_deref(), &gv, dims, &scale, &means, &invs);
         let back = |v: Vec<f64>, like: &Tensor| Tensor::from_vec(v, like.shape(), &Device::Cpu)?.to_dtype(like.dtype());
         let params = affine.map(|(w, b)| Ok::<_, candle_core::Error>((back(dscale, w)?, back(dbias, b)?)));
         Ok((back(dx, x)?, params.transpose()?))

@@ -12,9 +12,14 @@ use super::{idims, in_format, is_channels_last, logical, packed, physical_dims, 
 use crate::candle::cuda;
 use crate::candle::{arg_err, cpu};
 use crate::ops::{Activation, ConvParams};
-use crate::reference;
+use cudnn_backend_reference as reference;
 
 /// The reference activation matching `a`.
+/// The float64 reference's description of a convolution of geometry `p`.
+fn reference_geometry(p: &ConvParams) -> reference::ConvGeometry {
+    reference::ConvGeometry::from_i64(&p.pre_padding, &p.post_padding, &p.stride, &p.dilation, p.groups)
+}
+
 pub(crate) fn ref_act(a: Activation) -> reference::Activation {
     match a {
         Activation::Identity => reference::Activation::Identity,
@@ -93,7 +98,7 @@ impl CustomOp2 for Conv {
             vec![0.0; y.iter().product()]
         } else {
             let (x, w) = (cpu::read(OP, "x", xs, xl)?, cpu::read(OP, "w", ws, wl)?);
-            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &self.params.reference_geometry())
+            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &reference_geometry(&self.params))
         };
         finish_cpu(OP, out, &y, self.channels_last, xs.dtype())
     }
@@ -161,7 +166,7 @@ impl CustomOp2 for ConvBackwardData {
             vec![0.0; x.iter().product()]
         } else {
             let (dy, w) = (cpu::read(OP, "dy", ds, dl)?, cpu::read(OP, "w", ws, wl)?);
-            reference::conv_backward_data(&dy, dl.dims(), &w, wl.dims(), x, &self.params.reference_geometry())
+            reference::conv_backward_data(&dy, dl.dims(), &w, wl.dims(), x, &reference_geometry(&self.params))
         };
         finish_cpu(OP, out, x, self.channels_last, ds.dtype())
     }
@@ -231,7 +236,7 @@ impl CustomOp2 for ConvBackwardFilter {
             vec![0.0; w.iter().product()]
         } else {
             let (x, dy) = (cpu::read(OP, "x", xs, xl)?, cpu::read(OP, "dy", ds, dl)?);
-            reference::conv_backward_filter(&x, xl.dims(), &dy, dl.dims(), w, &self.params.reference_geometry())
+            reference::conv_backward_filter(&x, xl.dims(), &dy, dl.dims(), w, &reference_geometry(&self.params))
         };
         finish_cpu(OP, out, w, self.channels_last, xs.dtype())
     }
@@ -305,7 +310,7 @@ impl CustomOp3 for ConvBiasAct {
             vec![0.0; y.iter().product()]
         } else {
             let (x, w) = (cpu::read(OP, "x", xs, xl)?, cpu::read(OP, "w", ws, wl)?);
-            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &self.params.reference_geometry())
+            reference::conv_forward(&x, xl.dims(), &w, wl.dims(), &reference_geometry(&self.params))
         };
         if !is_empty(&y) {
             let b = cpu::read(OP, "b", bs, bl)?;

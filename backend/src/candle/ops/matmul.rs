@@ -12,7 +12,7 @@ use super::same_dtype;
 use crate::candle::cuda;
 use crate::candle::{arg_err, cpu};
 use crate::ops::Activation;
-use crate::reference;
+use cudnn_backend_reference as reference;
 
 /// Validates `a [.., M, K] · b [.., K, N]` (same rank; batch dims equal or 1) and returns
 /// the output dims (broadcast batch, M, N).

@@ -99,7 +99,7 @@ impl Norm {
         let x = cpu::read(op, "x", xs, xl)?;
         let w = cpu::read(op, "weight", ws, wl)?;
         let b = bias.map(|(s, l)| cpu::read(op, "bias", s, l)).transpose()?;
-        let (y, means, invs) = crate::reference::norm(&x, d, &w, b.as_deref(), self.centred(), self.eps);
+        let (y, means, invs) = cudnn_backend_reference::norm(&x, d, &w, b.as_deref(), self.centred(), self.eps);
         if self.training {
             self.saved.keep(vec![
                 Tensor::from_vec(invs, rows, &Device::Cpu)?,
@@ -201,11 +201,11 @@ impl Norm {
         let (means, invs) = match self.saved.get() {
             Some(s) if s.len() == 2 => (f64s(&s[1])?, f64s(&s[0])?),
             _ => {
-                let (_, m, i) = crate::reference::norm(&xv, d, &wv, None, self.centred(), self.eps);
+                let (_, m, i) = cudnn_backend_reference::norm(&xv, d, &wv, None, self.centred(), self.eps);
                 (m, i)
             }
         };
-        let (dx, dw, db) = crate::reference::norm_backward(&xv, &gv, d, &wv, self.centred(), &means, &invs);
+        let (dx, dw, db) = cudnn_backend_reference::norm_backward(&xv, &gv, d, &wv, self.centred(), &means, &invs);
         let back = |v: Vec<f64>, like: &Tensor| Tensor::from_vec(v, like.shape(), &Device::Cpu)?.to_dtype(like.dtype());
         let db = with_bias.then(|| back(db, w)).transpose()?;
         Ok((back(dx, x)?, back(dw, w)?, db))

@@ -10,7 +10,7 @@ use super::{idims, in_format, is_channels_last, logical, packed, physical_dims, 
 use crate::candle::cuda;
 use crate::candle::{arg_err, cpu};
 use crate::ops::{PoolMode, PoolParams};
-use crate::reference;
+use cudnn_backend_reference as reference;
 
 fn geometry(p: &PoolParams) -> reference::PoolGeometry {
     let u = |v: &[i64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();

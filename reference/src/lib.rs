@@ -115,6 +115,24 @@ pub struct ConvGeometry {
 }
 
 impl ConvGeometry {
+    /// The geometry from signed per-dim lists (as engines and frameworks keep them).
+    ///
+    /// Panics on a negative value.
+    pub fn from_i64(pre_padding: &[i64], post_padding: &[i64], stride: &[i64], dilation: &[i64], groups: i64) -> Self {
+        let u = |v: &[i64]| -> Vec<usize> {
+            v.iter()
+                .map(|&x| usize::try_from(x).expect("ConvGeometry::from_i64: negative value"))
+                .collect()
+        };
+        Self {
+            pre_padding: u(pre_padding),
+            post_padding: u(post_padding),
+            stride: u(stride),
+            dilation: u(dilation),
+            groups: usize::try_from(groups).expect("ConvGeometry::from_i64: negative groups"),
+        }
+    }
+
     /// Output dims `[N, K, out spatial…]` for input `x_dims` and filter
     /// `w_dims`, with `out = (in + pre + post - dil*(k-1) - 1)/stride + 1`.
     ///
