@@ -156,6 +156,36 @@ pub enum Error {
         /// What was tried.
         reason: String,
     },
+    /// A framework operation (a Burn or Candle op) was given tensors or options it cannot
+    /// take.
+    #[error("{op}: {reason}")]
+    InvalidInput {
+        /// The framework operation.
+        op: String,
+        /// Why the input was rejected.
+        reason: String,
+    },
+    /// An error raised inside a framework operation, with that operation's name.
+    #[error("{op}: {source}")]
+    InOp {
+        /// The framework operation.
+        op: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+/// [`Error::InOp`] context for results: `engine_call().in_op("float_matmul")?`.
+pub trait InOp<T> {
+    /// The error, if any, as raised inside the framework operation `op`.
+    fn in_op(self, op: &str) -> Result<T>;
+}
+
+impl<T> InOp<T> for Result<T> {
+    fn in_op(self, op: &str) -> Result<T> {
+        self.map_err(|e| e.in_op(op))
+    }
 }
 
 impl Error {
@@ -168,9 +198,37 @@ impl Error {
         }
     }
 
+    /// Shorthand for [`Error::InvalidInput`].
+    pub fn invalid_input(op: &str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            op: op.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The error as raised inside the framework operation `op` ([`Error::InOp`]); an error
+    /// that already names `op` is returned as it is.
+    pub fn in_op(self, op: &str) -> Self {
+        match &self {
+            Error::InvalidInput { op: o, .. } | Error::InOp { op: o, .. } if o == op => self,
+            _ => Error::InOp {
+                op: op.to_owned(),
+                source: Box::new(self),
+            },
+        }
+    }
+
+    /// The error without the [`Error::InOp`] context around it.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::InOp { source, .. } => source.root(),
+            other => other,
+        }
+    }
+
     /// True when the error means "this configuration is not supported" (so a fallback may apply).
     pub fn is_not_supported(&self) -> bool {
-        match self {
+        match self.root() {
             Error::Cudnn { status, .. } => status.is_not_supported(),
             Error::Unsupported { .. } => true,
             _ => false,
@@ -202,5 +260,32 @@ impl From<cudarc::driver::DriverError> for Error {
             op: "driver call",
             message: e.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_context_wraps_once_and_keeps_the_cause_visible() {
+        let unsupported = Error::Unsupported {
+            graph: "conv".into(),
+            reason: "no engine".into(),
+        };
+        let e = unsupported.in_op("float_matmul").in_op("float_matmul");
+        assert_eq!(e.to_string(), "float_matmul: no cuDNN engine supports conv: no engine");
+        assert!(e.is_not_supported(), "the context does not hide a not-supported cause");
+        assert!(matches!(e.root(), Error::Unsupported { .. }));
+        let input = Error::invalid_input("reshape", "cannot reshape [2, 3] into [4]");
+        assert_eq!(input.to_string(), "reshape: cannot reshape [2, 3] into [4]");
+        assert_eq!(
+            input.in_op("reshape").to_string(),
+            "reshape: cannot reshape [2, 3] into [4]"
+        );
+        let r: Result<()> = Err(Error::invalid_arg("copy", "dst", "overlaps"));
+        let e = r.in_op("float_add").unwrap_err();
+        assert_eq!(e.to_string(), "float_add: invalid argument `dst` to copy: overlaps");
+        assert!(!e.is_not_supported());
     }
 }

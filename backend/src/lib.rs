@@ -40,7 +40,7 @@ pub mod runtime;
 pub mod types;
 pub mod view;
 
-pub use error::{CudnnStatus, Error, Result};
+pub use error::{CudnnStatus, Error, InOp, Result};
 pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
 pub use runtime::Device;
 

@@ -12,7 +12,6 @@
 //! allocation.
 
 use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use burn_backend::quantization::QuantScheme;
 use burn_backend::{DType, ExecutionError, Shape, TensorData};
@@ -21,6 +20,7 @@ use super::device::CudnnDevice;
 use super::exec;
 use super::memory::Storage;
 use super::tensor::{expect, storage_type, to_dims, to_shape, CudnnTensor};
+use crate::error::Error;
 use crate::view::ViewLayout;
 
 /// Uploads `data`; a dtype the backend cannot hold is first converted to `fallback`.
@@ -39,20 +39,24 @@ pub(crate) fn from_data(data: TensorData, device: &CudnnDevice, fallback: DType,
     }
 }
 
-/// Downloads `t` (waits for the device's stream); Burn's future is already complete.
+/// Downloads `t` (waits for the device's stream); Burn's future is already complete. An
+/// engine error (allocation, copy, transfer, a lost device) comes back as Burn's
+/// `ExecutionError`, with no panic on the way.
 pub(crate) fn into_data(t: CudnnTensor) -> std::future::Ready<Result<TensorData, ExecutionError>> {
     let shape = to_shape(t.dims());
     let dtype = t.dtype;
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.read_bytes()))
+    let result = t
+        .try_read_bytes()
         .map(|bytes| TensorData::from_bytes_vec(bytes, shape, dtype))
-        .map_err(|panic| ExecutionError::WithContext {
-            reason: panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "cudnn-backend: into_data failed".into()),
-        });
+        .map_err(|e| execution_error("into_data", e));
     std::future::ready(result)
+}
+
+/// An engine error as Burn's `ExecutionError` of a read (`op`).
+pub(crate) fn execution_error(op: &str, e: Error) -> ExecutionError {
+    ExecutionError::WithContext {
+        reason: format!("cudnn-backend: {}", e.in_op(op)),
+    }
 }
 
 /// `t` on `device`: the same tensor when it is already there, else a copy through the host.
@@ -77,9 +81,7 @@ const SLOT_ALIGN: usize = 16;
 
 /// The packed row-major bytes of every tensor (in the order given), read with one
 /// device→host transfer and one stream synchronisation per device.
-///
-/// Panics with `cudnn-backend: <op>: ...` on an engine error (allocation, copy, transfer).
-pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Vec<Vec<u8>> {
+pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Result<Vec<Vec<u8>>, Error> {
     let mut out = vec![Vec::new(); tensors.len()];
     let mut by_device: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -88,7 +90,7 @@ pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Vec<Vec<u
     for indices in by_device.values() {
         if let [i] = indices[..] {
             // One tensor on this device: read it directly (a packed copy only if strided).
-            out[i] = tensors[i].clone().read_bytes();
+            out[i] = tensors[i].clone().try_read_bytes()?;
             continue;
         }
         // Slot of each tensor: (byte offset, byte length).
@@ -101,7 +103,7 @@ pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Vec<Vec<u
             total = start + len;
         }
         let device = tensors[indices[0]].device();
-        let staging = expect(op, Storage::alloc(device, total, "transaction staging buffer"));
+        let staging = Storage::alloc(device, total, "transaction staging buffer")?;
         for (&i, &(start, len)) in indices.iter().zip(&slots) {
             if len == 0 {
                 continue;
@@ -116,31 +118,15 @@ pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Vec<Vec<u
                 layout,
                 dtype: src.dtype,
             };
-            exec::copy_into(src, &dst, op);
+            exec::try_copy_into(src, &dst, op)?;
         }
         // One transfer and one synchronisation for the whole group.
-        let host = expect(op, staging.read(0, total));
+        let host = staging.read(0, total)?;
         for (&i, &(start, len)) in indices.iter().zip(&slots) {
             out[i] = host[start..start + len].to_vec();
         }
     }
-    out
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_reason(panic: Box<dyn std::any::Any + Send>, op: &str) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| format!("cudnn-backend: {op} failed"))
-}
-
-/// Runs a read, turning a panic (engine error, device lost, ...) into an `ExecutionError`.
-pub(crate) fn catch_read<T>(op: &str, f: impl FnOnce() -> T) -> Result<T, ExecutionError> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| ExecutionError::WithContext {
-        reason: panic_reason(panic, op),
-    })
+    Ok(out)
 }
 
 /// The `TensorData` burn-ndarray's `q_into_data` builds: the i8 values in row-major order

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use burn_backend::{BoolDType, BoolStore, DType, Scalar};
 
 use super::tensor::{engine_dtype, expect, matmul_strides, packed_strides_in, CudnnTensor};
+use crate::error::{Error, Result};
 use crate::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
 use crate::runtime;
 use crate::view::ViewLayout;
@@ -36,15 +37,31 @@ pub(crate) fn scalar_tensor(like: &CudnnTensor, dtype: DType, value: f64, op: &s
 
 /// Writes `src` (any strides, any dtype) into the view `dst`, converting the dtype.
 pub(crate) fn copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) {
-    check_same_device(op, src, dst);
-    expect(op, ew::copy(src.stream(), &src.tref(), &dst.tmut()));
+    expect(op, try_copy_into(src, dst, op));
+}
+
+/// [`copy_into`], returning the error.
+pub(crate) fn try_copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) -> Result<()> {
+    let (x, y) = (src.device().ordinal(), dst.device().ordinal());
+    if x != y {
+        return Err(Error::invalid_input(
+            op,
+            format!("tensors are on different devices (GPU {x} and GPU {y}); move one with `to_device` first"),
+        ));
+    }
+    ew::copy(src.stream(), &src.tref(), &dst.tmut())
 }
 
 /// A packed copy of `src` as `dtype`.
 pub(crate) fn copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
-    let out = src.empty_like(dtype, op);
-    copy_into(src, &out, op);
-    out
+    expect(op, try_copy_to_new(src, dtype, op))
+}
+
+/// [`copy_to_new`], returning the error.
+pub(crate) fn try_copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
+    let out = CudnnTensor::try_empty(src.device(), src.dims(), dtype, op)?;
+    try_copy_into(src, &out, op)?;
+    Ok(out)
 }
 
 /// `t` converted to `dtype`; the same tensor (a view) when the dtype already matches.
@@ -191,7 +208,7 @@ pub(crate) fn expand(t: CudnnTensor, dims: &[i64], op: &str) -> CudnnTensor {
 pub(crate) fn empty(device: &super::CudnnDevice, shape: &burn_backend::Shape, dtype: DType, op: &str) -> CudnnTensor {
     let dims = super::tensor::to_dims(shape);
     // Reject impossible sizes before touching the device.
-    super::tensor::checked_bytes(op, &dims, dtype);
+    expect(op, super::tensor::checked_bytes(op, &dims, dtype));
     CudnnTensor::empty(&device.open(), &dims, dtype, op)
 }
 
@@ -199,10 +216,15 @@ pub(crate) fn empty(device: &super::CudnnDevice, shape: &burn_backend::Shape, dt
 impl CudnnTensor {
     /// A packed row-major copy, or `self` when already packed.
     pub(crate) fn contiguous(self) -> Self {
+        expect("contiguous", self.try_contiguous())
+    }
+
+    /// [`contiguous`](Self::contiguous), returning the error.
+    pub(crate) fn try_contiguous(self) -> Result<Self> {
         if self.is_contiguous() {
-            return self;
+            return Ok(self);
         }
-        copy_to_new(&self, self.dtype, "contiguous")
+        try_copy_to_new(&self, self.dtype, "contiguous")
     }
 
     /// The elements in row-major order under `dims`: a view when the strides allow,
@@ -292,10 +314,15 @@ impl CudnnTensor {
 
     /// Bytes of the packed view, read to the host (waits for the device's stream).
     pub(crate) fn read_bytes(self) -> Vec<u8> {
-        let t = self.contiguous();
+        expect("into_data", self.try_read_bytes())
+    }
+
+    /// [`read_bytes`](Self::read_bytes), returning the error.
+    pub(crate) fn try_read_bytes(self) -> Result<Vec<u8>> {
+        let t = self.try_contiguous()?;
         let elem = t.kind().size();
         let start = t.layout.offset as usize * elem;
         let len = t.numel() as usize * elem;
-        expect("into_data", t.storage.read(start, len))
+        t.storage.read(start, len)
     }
 }

@@ -10,7 +10,7 @@ use cudarc::driver::CudaStream;
 
 use super::device::CudnnDevice;
 use super::memory::Storage;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::DataType;
 use crate::runtime;
 use crate::types::{TensorMut, TensorRef};
@@ -66,13 +66,13 @@ pub(crate) fn storage_type(dtype: DType) -> Option<DataType> {
     })
 }
 
+/// The dtypes the backend holds, as its messages name them.
+const SUPPORTED_DTYPES: &str = "F32, Flex32, F16, BF16, F64, I64, I32, I8, U8, Bool(Native), Bool(U8)";
+
 /// The engine dtype for `dtype`, or a panic naming `op` and the supported dtypes.
 pub(crate) fn engine_dtype(op: &str, dtype: DType) -> DataType {
     storage_type(dtype).unwrap_or_else(|| {
-        panic!(
-            "cudnn-backend: {op}: dtype {dtype:?} is not supported (supported: F32, Flex32, F16, BF16, F64, \
-             I64, I32, I8, U8, Bool(Native), Bool(U8)); cast to a supported dtype first"
-        )
+        panic!("cudnn-backend: {op}: dtype {dtype:?} is not supported (supported: {SUPPORTED_DTYPES}); cast to a supported dtype first")
     })
 }
 
@@ -86,10 +86,19 @@ pub(crate) fn to_dims(shape: &Shape) -> Vec<i64> {
     shape.iter().map(|&d| d as i64).collect()
 }
 
-/// Bytes of a packed tensor of `dims` and `dtype`, or a panic naming `op` when a dim is
-/// negative (a size that wrapped around) or the size does not fit in the address space.
-pub(crate) fn checked_bytes(op: &str, dims: &[i64], dtype: DType) -> usize {
-    let elem = engine_dtype(op, dtype).size();
+/// Bytes of a packed tensor of `dims` and `dtype`, or an error naming `op` when the dtype
+/// is not one the backend holds, a dim is negative (a size that wrapped around) or the size
+/// does not fit in the address space.
+pub(crate) fn checked_bytes(op: &str, dims: &[i64], dtype: DType) -> Result<usize> {
+    let Some(kind) = storage_type(dtype) else {
+        return Err(Error::invalid_input(
+            op,
+            format!(
+                "dtype {dtype:?} is not supported (supported: {SUPPORTED_DTYPES}); cast to a supported dtype first"
+            ),
+        ));
+    };
+    let elem = kind.size();
     let sizes: Option<Vec<usize>> = dims.iter().map(|&d| usize::try_from(d).ok()).collect();
     let bytes = sizes.and_then(|sizes| {
         if sizes.contains(&0) {
@@ -100,10 +109,10 @@ pub(crate) fn checked_bytes(op: &str, dims: &[i64], dtype: DType) -> usize {
             .try_fold(elem, |acc, &d| acc.checked_mul(d))
             .filter(|&b| b <= isize::MAX as usize)
     });
-    bytes.unwrap_or_else(|| {
-        panic!(
-            "cudnn-backend: {op}: shape {dims:?} of {dtype:?} is too large: its size in bytes overflows the \
-             address space"
+    bytes.ok_or_else(|| {
+        Error::invalid_input(
+            op,
+            format!("shape {dims:?} of {dtype:?} is too large: its size in bytes overflows the address space"),
         )
     })
 }
@@ -128,15 +137,19 @@ pub(crate) fn expect<T>(op: &str, r: Result<T>) -> T {
 }
 
 impl CudnnTensor {
-    /// A packed row-major tensor with uninitialised contents.
+    /// A packed row-major tensor with uninitialised contents (panics on an error).
     pub(crate) fn empty(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, op: &str) -> Self {
-        let bytes = checked_bytes(op, dims, dtype);
-        let storage = expect(op, Storage::alloc(device, bytes, "tensor allocation"));
-        Self {
-            storage,
+        expect(op, Self::try_empty(device, dims, dtype, op))
+    }
+
+    /// A packed row-major tensor with uninitialised contents.
+    pub(crate) fn try_empty(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, op: &str) -> Result<Self> {
+        let bytes = checked_bytes(op, dims, dtype)?;
+        Ok(Self {
+            storage: Storage::alloc(device, bytes, "tensor allocation")?,
             layout: ViewLayout::contiguous(dims),
             dtype,
-        }
+        })
     }
 
     /// A packed tensor like `self` (same device and dims) of `dtype`.

@@ -24,7 +24,7 @@ use burn_backend::tensor::{FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::*;
 use std::future::Future;
 
-use crate::burn::data::{catch_read, q_data, read_batch};
+use crate::burn::data::{execution_error, q_data, read_batch};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{data, exec, Cudnn, CudnnDevice, CudnnQTensor};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
@@ -302,13 +302,15 @@ impl QTensorOps<Cudnn> for Cudnn {
 
     /// Values and scales come back with one transfer and one synchronisation.
     fn q_into_data(tensor: QuantizedTensor<Cudnn>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        std::future::ready(catch_read("q_into_data", move || {
-            let shape = tensor.shape();
-            let mut bytes = read_batch(&[tensor.values, tensor.scales], "q_into_data").into_iter();
+        const OP: &str = "q_into_data";
+        let shape = tensor.shape();
+        let read = read_batch(&[tensor.values, tensor.scales], OP).map(|bytes| {
+            let mut bytes = bytes.into_iter();
             let values = bytes.next().unwrap_or_default();
             let scales = bytes.next().unwrap_or_default();
             q_data(shape, tensor.scheme, values, scales)
-        }))
+        });
+        std::future::ready(read.map_err(|e| execution_error(OP, e)))
     }
 
     fn q_expand(tensor: QuantizedTensor<Cudnn>, shape: Shape) -> QuantizedTensor<Cudnn> {

@@ -3,9 +3,10 @@
 use burn_backend::ops::*;
 use burn_backend::{ExecutionError, TensorData, TensorMetadata};
 
-use crate::burn::data::{catch_read, q_data, read_batch};
+use crate::burn::data::{execution_error, q_data, read_batch};
 use crate::burn::tensor::CudnnTensor;
 use crate::burn::Cudnn;
+use crate::error::Error;
 
 /// The data of a float/int/bool tensor from its packed bytes (as `data::into_data` builds it).
 fn tensor_data(t: &CudnnTensor, bytes: Vec<u8>) -> TensorData {
@@ -13,7 +14,7 @@ fn tensor_data(t: &CudnnTensor, bytes: Vec<u8>) -> TensorData {
 }
 
 /// Reads every tensor of the transaction in one batch (see the module docs).
-fn execute(tr: TransactionPrimitive<Cudnn>) -> TransactionPrimitiveData {
+fn execute(tr: TransactionPrimitive<Cudnn>) -> Result<TransactionPrimitiveData, Error> {
     const OP: &str = "tr_execute";
     let (n_floats, n_ints, n_bools) = (tr.read_floats.len(), tr.read_ints.len(), tr.read_bools.len());
     let mut tensors: Vec<CudnnTensor> = Vec::with_capacity(n_floats + n_ints + n_bools + 2 * tr.read_qfloats.len());
@@ -27,7 +28,7 @@ fn execute(tr: TransactionPrimitive<Cudnn>) -> TransactionPrimitiveData {
         tensors.push(q.scales);
     }
     let n_plain = n_floats + n_ints + n_bools;
-    let mut bytes = read_batch(&tensors, OP);
+    let mut bytes = read_batch(&tensors, OP)?;
     let q_bytes = bytes.split_off(n_plain);
     let mut read_floats: Vec<TensorData> = tensors.iter().zip(bytes).map(|(t, b)| tensor_data(t, b)).collect();
     let mut read_ints = read_floats.split_off(n_floats);
@@ -41,12 +42,12 @@ fn execute(tr: TransactionPrimitive<Cudnn>) -> TransactionPrimitiveData {
             q_data(shape, scheme, values, scales)
         })
         .collect();
-    TransactionPrimitiveData {
+    Ok(TransactionPrimitiveData {
         read_floats,
         read_qfloats,
         read_ints,
         read_bools,
-    }
+    })
 }
 
 impl TransactionOps<Cudnn> for Cudnn {
@@ -55,6 +56,6 @@ impl TransactionOps<Cudnn> for Cudnn {
     fn tr_execute(
         transaction: TransactionPrimitive<Cudnn>,
     ) -> impl std::future::Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send {
-        std::future::ready(catch_read("tr_execute", || execute(transaction)))
+        std::future::ready(execute(transaction).map_err(|e| execution_error("tr_execute", e)))
     }
 }
