@@ -72,7 +72,8 @@ __device__ __forceinline__ double u53_open0(u32 hi, u32 lo) {
 
 // ---------------------------------------------------------------------------------------
 // uniform: low + range * u, clamped to [lo_c, hi_c] (the dtype's values inside
-// [low, high), so `high` never comes out)
+// [low, high), so `high` never comes out; for a range holding none of them, the two
+// values around it)
 
 KERNEL void uniform_f32(float* out, Layout lo, i64 n, u64 offset, u64 seed, double low,
                                        double range, double lo_c, double hi_c) {

@@ -2934,6 +2934,9 @@ fn group_random(g: &mut Group) {
             Ok(())
         });
     }
+    if !SELFCHECK {
+        group_random_narrow(g, &dims);
+    }
     for dt in ID {
         let idt: IntDType = dt.into();
         let (lo, hi) = match dt {
@@ -3000,6 +3003,68 @@ fn group_random(g: &mut Group) {
             }
         });
     }
+}
+
+/// Uniform ranges narrower than a half format's spacing hold none of its values. Burn's
+/// reference (`TensorData::random::<f16>`: an f32 sample rounded to nearest; ndarray has no
+/// f16 `float_random`) returns the values around the range; the tested backend must return
+/// the same values in the same proportions (within 5 sigma).
+fn group_random_narrow(g: &mut Group, dims: &[usize]) {
+    use rand::SeedableRng;
+    let d = dev();
+    let cases: [(DType, f64, f64); 5] = [
+        (DType::F16, 0.99999, 1.0),
+        (DType::F16, 1.0001, 1.0008),
+        (DType::F16, -0.5002, -0.5001),
+        (DType::BF16, 0.999, 0.9995),
+        (DType::BF16, 1.001, 1.006),
+    ];
+    for (dt, lo, hi) in cases {
+        let dist = Distribution::Uniform(lo, hi);
+        g.check("float_random", &format!("Uniform({lo},{hi}) narrower than {dt:?}'s spacing"), || {
+            let data = read_f(Tested::float_random(shape(dims), dist, &d, dt.into()))?;
+            if data.dtype != dt {
+                return Err(format!("dtype {:?} != {dt:?}", data.dtype));
+            }
+            let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+            let reference = match dt {
+                DType::F16 => TensorData::random::<half::f16, _, _>(shape(dims), dist, &mut rng),
+                _ => TensorData::random::<half::bf16, _, _>(shape(dims), dist, &mut rng),
+            };
+            same_value_frequencies(&values(&data), &values(&reference))
+        });
+    }
+}
+
+/// Whether `tested` takes only values `reference` takes, each about as often (the two-sample
+/// difference of proportions within 5 sigma).
+fn same_value_frequencies(tested: &[f64], reference: &[f64]) -> Result<(), String> {
+    let counts = |v: &[f64]| {
+        let mut c = std::collections::BTreeMap::<u64, usize>::new();
+        for x in v {
+            *c.entry(x.to_bits()).or_default() += 1;
+        }
+        c
+    };
+    let (t, r) = (counts(tested), counts(reference));
+    let (nt, nr) = (tested.len() as f64, reference.len() as f64);
+    if let Some(bits) = t.keys().find(|b| !r.contains_key(b)) {
+        let support: Vec<f64> = r.keys().map(|b| f64::from_bits(*b)).collect();
+        return Err(format!("value {} is not among the reference's {support:?}", f64::from_bits(*bits)));
+    }
+    for (bits, &cr) in &r {
+        let ct = t.get(bits).copied().unwrap_or(0);
+        let (pt, pr) = (ct as f64 / nt, cr as f64 / nr);
+        let p = (ct + cr) as f64 / (nt + nr);
+        let tol = 5.0 * (p * (1.0 - p) * (1.0 / nt + 1.0 / nr)).sqrt() + 1e-12;
+        if (pt - pr).abs() > tol {
+            return Err(format!(
+                "value {} has frequency {pt:.4}, the reference {pr:.4} (5 sigma: {tol:.4})",
+                f64::from_bits(*bits)
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[test]

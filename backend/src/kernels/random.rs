@@ -22,7 +22,9 @@
 //! - uniform f32/f16/bf16: `u = (w >> 8) * 2^-24`, `v = fma(u, (f32)(high - low), (f32)low)`
 //!   in f32, rounded to the dtype, then clamped to the dtype's values inside
 //!   `[low, high)` (so `high` never comes out); f64: `u = ((w << 32 | w') >> 11) * 2^-53`,
-//!   `v = fma(u, high - low, low)`, clamped the same way.
+//!   `v = fma(u, high - low, low)`, clamped the same way. A range narrower than the
+//!   dtype's spacing holds none of its values: there the outputs are the two values around
+//!   it, rounded to nearest, as Burn's reference backends give.
 //! - normal: Box–Muller on word pairs (0, 1) and (2, 3) of the block: even words give
 //!   `r cos(2 pi u2)`, odd ones `r sin(2 pi u2)`, `r = sqrt(-2 ln u1)` with
 //!   `u1 = ((w >> 8) + 1) * 2^-24` in (0, 1]; then `fma(z, std, mean)`; f16/bf16 in f32,
@@ -285,13 +287,12 @@ pub(crate) fn plan_uniform(low: f64, high: f64, out: &TensorRef) -> Result<Optio
             format!("[{low}, {high}) is too wide: high - low or low overflows {t}"),
         ));
     }
-    let (lo_c, hi_c) = float_bounds(out.dtype, low, high);
+    let (mut lo_c, mut hi_c) = float_bounds(out.dtype, low, high);
     if lo_c > hi_c {
-        return Err(Error::invalid_arg(
-            OP,
-            "high",
-            format!("no {:?} value lies in [{low}, {high})", out.dtype),
-        ));
+        // No value of the dtype lies in [low, high). Burn's reference backends sample in f32
+        // and round to the nearest value of the dtype, so the outputs are the two
+        // neighbours around the range (`hi_c` is the one below, `lo_c` the one above).
+        std::mem::swap(&mut lo_c, &mut hi_c);
     }
     Ok(prepare(OP, out)?.map(|(layout, n)| RandomPlan {
         entry,
@@ -441,7 +442,9 @@ fn run(stream: &Arc<CudaStream>, gen: &mut Philox, out: &TensorRef, plan: Option
 }
 
 /// Fills `out` (F32, F16, BF16 or F64) with uniform values in `[low, high)` (both finite,
-/// `low < high`; `high` never comes out, even where rounding to the dtype would give it).
+/// `low < high`; `high` never comes out, even where rounding to the dtype would give it,
+/// unless no value of the dtype lies in `[low, high)`: then each output is the nearer of the
+/// two values around the range, as Burn's reference backends give).
 /// Reserves `numel(out)` draws from `gen`.
 pub fn uniform(stream: &Arc<CudaStream>, gen: &mut Philox, low: f64, high: f64, out: &TensorMut) -> Result<()> {
     on_stream(stream, "uniform", &[("out", out)])?;
@@ -597,9 +600,12 @@ mod tests {
         assert_eq!(bounds(DataType::F32, -1.0, 0.0), (-1.0, -(2f64.powi(-149))));
         assert_eq!(bounds(DataType::F64, -2.0, 0.0).1, -f64::from_bits(1));
         assert_eq!(bounds(DataType::F16, -1e5, -6e4), (-65504.0, -60032.0));
-        let (_, arg, why) = invalid(plan_uniform(1.0001, 1.0002, &t(&[2], DataType::F16)));
-        assert_eq!(arg, "high");
-        assert!(why.contains("no F16 value"), "{why}");
+        // Ranges narrower than the format's spacing hold no value of it: the outputs are
+        // the values around the range, rounded to nearest as Burn's reference does.
+        assert_eq!(bounds(DataType::F16, 0.99999, 1.0), (1.0 - 2f64.powi(-11), 1.0));
+        assert_eq!(bounds(DataType::F16, 1.0001, 1.0002), (1.0, 1.0 + 2f64.powi(-10)));
+        assert_eq!(bounds(DataType::BF16, 0.999, 0.9995), (1.0 - 2f64.powi(-8), 1.0));
+        assert_eq!(bounds(DataType::F16, 7e4, 8e4), (65504.0, f64::INFINITY));
         // The f32 formula on the largest word stays below high.
         let u = (u32::MAX >> 8) as f32 * 2f32.powi(-24);
         assert!(u.mul_add(1.0, 0.0) < 1.0);
