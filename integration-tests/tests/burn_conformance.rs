@@ -2804,6 +2804,100 @@ fn burn_conformance_sort() {
 }
 
 // =============================================================================================
+// linalg: Burn's Tensor-level algorithms (built from the backend's ops) on both backends
+// =============================================================================================
+
+/// How often each determinant is recomputed on both sides: a result that changes between
+/// identical calls (a race, an uninitialised read, a tie broken differently) fails against
+/// the reference in at least one of them.
+const DET_REPEATS: usize = 8;
+
+/// `burn::tensor::linalg::det` of a `[batch, n, n]` tensor.
+fn det<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let t = burn::tensor::Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
+    burn::tensor::linalg::det::<B, 3, 2, 1>(t).into_primitive().tensor()
+}
+
+/// `x + I` (the identity broadcast over the batch), in `x`'s dtype.
+fn plus_identity<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let t = burn::tensor::Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
+    let n = t.dims()[2];
+    let eye = burn::tensor::Tensor::<B, 2>::eye(n, &t.device())
+        .cast(t.dtype())
+        .unsqueeze::<3>();
+    (t + eye).into_primitive().tensor()
+}
+
+/// `x` (`[1, n, n]`) with its last row replaced by the sum of its first two: exactly singular
+/// for integer entries.
+fn dependent_last_row<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let t = burn::tensor::Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
+    let n = t.dims()[1];
+    let sum = t.clone().slice_dim(1, 0..1) + t.clone().slice_dim(1, 1..2);
+    t.slice_assign([0..1, n - 1..n, 0..n], sum).into_primitive().tensor()
+}
+
+fn group_linalg(g: &mut Group) {
+    let mut runs = float_runs(&FD, &VIEWS);
+    runs.extend(half_runs(&[View::Contig, View::Permuted]));
+    for run in runs {
+        // Well conditioned (I + uniform(-0.5, 0.5) / n): the 1x1..3x3 closed forms and the
+        // LU path (n >= 4).
+        for n in [2usize, 3, 4, 8, 20] {
+            case!(
+                g,
+                "linalg::det",
+                format!("I + U/n, [3, {n}, {n}]"),
+                run,
+                [fl(&[3, n, n], -0.5 / n as f64, 0.5 / n as f64)],
+                RED,
+                |B, c| {
+                    (0..DET_REPEATS)
+                        .map(|_| c.rf(det::<B>(plus_identity::<B>(c.f(0)))))
+                        .collect()
+                }
+            );
+        }
+        // Singular integer matrices: the determinant is 0 (Burn zeroes it when a pivot is
+        // below sqrt(n) * eps * the largest pivot), and must be 0 in every call.
+        case!(
+            g,
+            "linalg::det",
+            "singular: last row = row 0 + row 1, [1, 20, 20]",
+            run,
+            [fg(&[1, 20, 20], Gen::Ints(-4, 4))],
+            RED,
+            |B, c| {
+                (0..DET_REPEATS)
+                    .map(|_| c.rf(det::<B>(dependent_last_row::<B>(c.f(0)))))
+                    .collect()
+            }
+        );
+        case!(
+            g,
+            "linalg::det",
+            "singular: rank 10 ([20, 10] x [10, 20] integers)",
+            run,
+            [fg(&[1, 20, 10], Gen::Ints(-3, 3)), fg(&[1, 10, 20], Gen::Ints(-3, 3))],
+            RED,
+            |B, c| {
+                (0..DET_REPEATS)
+                    .map(|_| c.rf(det::<B>(B::float_matmul(c.f(0), c.f(1)))))
+                    .collect()
+            }
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "burn-selfcheck"), ignore = "needs a CUDA GPU")]
+fn burn_conformance_linalg() {
+    let mut g = Group::new("linalg");
+    group_linalg(&mut g);
+    g.finish();
+}
+
+// =============================================================================================
 // random: properties on the tested backend (not comparable with ndarray's generator)
 // =============================================================================================
 
@@ -3021,18 +3115,22 @@ fn group_random_narrow(g: &mut Group, dims: &[usize]) {
     ];
     for (dt, lo, hi) in cases {
         let dist = Distribution::Uniform(lo, hi);
-        g.check("float_random", &format!("Uniform({lo},{hi}) narrower than {dt:?}'s spacing"), || {
-            let data = read_f(Tested::float_random(shape(dims), dist, &d, dt.into()))?;
-            if data.dtype != dt {
-                return Err(format!("dtype {:?} != {dt:?}", data.dtype));
-            }
-            let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
-            let reference = match dt {
-                DType::F16 => TensorData::random::<half::f16, _, _>(shape(dims), dist, &mut rng),
-                _ => TensorData::random::<half::bf16, _, _>(shape(dims), dist, &mut rng),
-            };
-            same_value_frequencies(&values(&data), &values(&reference))
-        });
+        g.check(
+            "float_random",
+            &format!("Uniform({lo},{hi}) narrower than {dt:?}'s spacing"),
+            || {
+                let data = read_f(Tested::float_random(shape(dims), dist, &d, dt.into()))?;
+                if data.dtype != dt {
+                    return Err(format!("dtype {:?} != {dt:?}", data.dtype));
+                }
+                let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+                let reference = match dt {
+                    DType::F16 => TensorData::random::<half::f16, _, _>(shape(dims), dist, &mut rng),
+                    _ => TensorData::random::<half::bf16, _, _>(shape(dims), dist, &mut rng),
+                };
+                same_value_frequencies(&values(&data), &values(&reference))
+            },
+        );
     }
 }
 
@@ -3050,7 +3148,10 @@ fn same_value_frequencies(tested: &[f64], reference: &[f64]) -> Result<(), Strin
     let (nt, nr) = (tested.len() as f64, reference.len() as f64);
     if let Some(bits) = t.keys().find(|b| !r.contains_key(b)) {
         let support: Vec<f64> = r.keys().map(|b| f64::from_bits(*b)).collect();
-        return Err(format!("value {} is not among the reference's {support:?}", f64::from_bits(*bits)));
+        return Err(format!(
+            "value {} is not among the reference's {support:?}",
+            f64::from_bits(*bits)
+        ));
     }
     for (bits, &cr) in &r {
         let ct = t.get(bits).copied().unwrap_or(0);
