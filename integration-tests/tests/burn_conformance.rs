@@ -4162,27 +4162,80 @@ const INTERP_MODES: [InterpolateMode; 4] = [
     InterpolateMode::Lanczos3,
 ];
 
-/// `[[1,2,3],[2,2,0]]`-style CTC targets, lengths and the per-sample loss gradient.
-fn ctc_specs() -> [Spec; 5] {
+/// CTC problems: logits `[T, N, C]` (log-softmaxed by the bodies), targets, input and target
+/// lengths, and the per-sample loss gradient. Both have repeated labels and mixed input
+/// lengths; the second also runs of repeats and an empty target.
+fn ctc_cases() -> [(&'static str, [Spec; 5]); 2] {
     [
-        fl(&[8, 2, 5], -2.0, 2.0),
-        dg(DType::I64, &[2, 3], Gen::Values(vec![1.0, 2.0, 2.0, 3.0, 1.0, 0.0])),
-        dg(DType::I64, &[2], Gen::Values(vec![8.0, 6.0])),
-        dg(DType::I64, &[2], Gen::Values(vec![3.0, 2.0])),
-        fl(&[2], 0.5, 1.5),
+        (
+            "T 8 N 2 C 5",
+            [
+                fl(&[8, 2, 5], -2.0, 2.0),
+                dg(DType::I64, &[2, 3], Gen::Values(vec![1.0, 2.0, 2.0, 3.0, 1.0, 0.0])),
+                dg(DType::I64, &[2], Gen::Values(vec![8.0, 6.0])),
+                dg(DType::I64, &[2], Gen::Values(vec![3.0, 2.0])),
+                fl(&[2], 0.5, 1.5),
+            ],
+        ),
+        (
+            "T 20 N 4 C 7",
+            [
+                fl(&[20, 4, 7], -3.0, 3.0),
+                dg(
+                    DType::I64,
+                    &[4, 5],
+                    Gen::Values(vec![
+                        1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 5.0, 6.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0,
+                        0.0, 0.0,
+                    ]),
+                ),
+                dg(DType::I64, &[4], Gen::Values(vec![20.0, 13.0, 9.0, 4.0])),
+                dg(DType::I64, &[4], Gen::Values(vec![5.0, 5.0, 2.0, 0.0])),
+                fl(&[4], 0.5, 1.5),
+            ],
+        ),
     ]
 }
 
-/// Gradient of `sum(ctc_loss(log_probs) * grad_loss)` w.r.t. `log_probs` on `Autodiff<NdArray>`
-/// (which differentiates `ctc_loss_default`), with `log_probs = log_softmax(logits, 2)`.
-fn ctc_grad_reference(x: &[Input]) -> TensorData {
+/// The gradient of `sum(ctc_loss(log_softmax(logits)) * grad_loss)` w.r.t. the logits under
+/// `Autodiff<B>` (what a training step computes), in the logits' dtype.
+fn ctc_autodiff_grad<B: Backend>(
+    logits: FloatTensor<B>,
+    targets: IntTensor<B>,
+    input_lengths: IntTensor<B>,
+    target_lengths: IntTensor<B>,
+    grad_loss: FloatTensor<B>,
+) -> FloatTensor<B> {
+    use burn_backend::AutodiffBackend;
+    type A<B> = burn_autodiff::Autodiff<B>;
+    let x = A::<B>::float_set_require_grad(A::<B>::from_inner(logits), true);
+    let lp = A::<B>::log_softmax(x.clone(), 2);
+    let loss = A::<B>::ctc_loss(
+        lp,
+        A::<B>::int_from_inner(targets),
+        A::<B>::int_from_inner(input_lengths),
+        A::<B>::int_from_inner(target_lengths),
+        0,
+    );
+    let objective = A::<B>::float_sum(A::<B>::float_mul(loss, A::<B>::from_inner(grad_loss)));
+    let grads = A::<B>::backward(objective);
+    A::<B>::grad(&x, &grads).expect("no gradient for the logits")
+}
+
+/// Gradient of `sum(ctc_loss(log_probs) * grad_loss)` on `Autodiff<NdArray>` (which
+/// differentiates `ctc_loss_default`) in f32, with `log_probs = log_softmax(logits, 2)`: w.r.t.
+/// `log_probs`, or with `wrt_logits` w.r.t. the logits (the softmax differentiated too).
+fn ctc_autodiff_reference(x: &[Input], wrt_logits: bool) -> TensorData {
     use burn_backend::AutodiffBackend;
     type A = burn_autodiff::Autodiff<Nd>;
     let dev = Default::default();
     let data = |i: &Input, d: DType| make_data(&i.values, &i.shape, d);
-    let lp = Nd::log_softmax(Nd::float_from_data(data(&x[0], DType::F32), &dev), 2);
-    let lp = read_sync(Nd::float_into_data(lp)).expect("ndarray read");
-    let lp = A::float_set_require_grad(A::float_from_data(lp, &dev), true);
+    let logits = A::float_set_require_grad(A::float_from_data(data(&x[0], DType::F32), &dev), wrt_logits);
+    let mut lp = A::log_softmax(logits.clone(), 2);
+    if !wrt_logits {
+        let values = read_sync(Nd::float_into_data(A::inner(lp))).expect("ndarray read");
+        lp = A::float_set_require_grad(A::float_from_data(values, &dev), true);
+    }
     let loss = A::ctc_loss(
         lp.clone(),
         A::int_from_data(data(&x[1], DType::I64), &dev),
@@ -4192,8 +4245,17 @@ fn ctc_grad_reference(x: &[Input]) -> TensorData {
     );
     let obj = A::float_sum(A::float_mul(loss, A::float_from_data(data(&x[4], DType::F32), &dev)));
     let grads = A::backward(obj);
-    let grad = A::grad(&lp, &grads).expect("no gradient for log_probs");
+    let wrt = if wrt_logits { &logits } else { &lp };
+    let grad = A::grad(wrt, &grads).expect("no gradient");
     read_sync(Nd::float_into_data(grad)).expect("ndarray read")
+}
+
+fn ctc_grad_reference(x: &[Input]) -> TensorData {
+    ctc_autodiff_reference(x, false)
+}
+
+fn ctc_logits_grad_reference(x: &[Input]) -> TensorData {
+    ctc_autodiff_reference(x, true)
 }
 
 fn group_module_other(g: &mut Group) {
@@ -4321,10 +4383,6 @@ fn group_module_other(g: &mut Group) {
             RED,
             |B, c| vec![c.rf(B::layer_norm(c.f(0), c.f(1), None, 1e-5))]
         );
-        case!(g, "ctc_loss", "T 8 N 2 C 5", run, ctc_specs(), RED, |B, c| {
-            let lp = B::log_softmax(c.f(0), 2);
-            vec![c.rf(B::ctc_loss(lp, c.i(1), c.i(2), c.i(3), 0))]
-        });
         for pm in [
             GridSamplePaddingMode::Zeros,
             GridSamplePaddingMode::Border,
@@ -4346,22 +4404,48 @@ fn group_module_other(g: &mut Group) {
             }
         }
     }
-    // ctc_loss_backward only runs when the backend reports a native implementation.
-    if Tested::has_ctc_loss_backward() {
-        host!(
-            g,
-            "ctc_loss_backward",
-            "vs Autodiff<NdArray> of ctc_loss_default",
-            Run::f(DType::F32),
-            ctc_specs(),
-            RED,
-            |B, c| {
+    // CTC: the loss against ndarray, the native backward (when the backend has one) and the
+    // gradient a training step takes through Autodiff, against Autodiff<NdArray> of Burn's
+    // decomposed `ctc_loss_default` (in f32 for the half runs).
+    let mut ctc_runs = float_runs(&FD, &[View::Contig, View::Permuted]);
+    ctc_runs.extend(half_runs(&[View::Contig]));
+    for run in ctc_runs {
+        for (label, specs) in ctc_cases() {
+            case!(g, "ctc_loss", label, run, specs.clone(), RED, |B, c| {
                 let lp = B::log_softmax(c.f(0), 2);
-                vec![c.rf(B::ctc_loss_backward(lp, c.i(1), c.i(2), c.i(3), c.f(4), 0))]
-            },
-            |x| vec![ctc_grad_reference(x)]
-        );
-    } else {
+                vec![c.rf(B::ctc_loss(lp, c.i(1), c.i(2), c.i(3), 0))]
+            });
+            if run.t.f == DType::F64 {
+                continue; // the host references compute in f32
+            }
+            if Tested::has_ctc_loss_backward() {
+                host!(
+                    g,
+                    "ctc_loss_backward",
+                    format!("{label} vs Autodiff<NdArray> of ctc_loss_default"),
+                    run,
+                    specs.clone(),
+                    RED,
+                    |B, c| {
+                        let lp = B::log_softmax(c.f(0), 2);
+                        vec![c.rf(B::ctc_loss_backward(lp, c.i(1), c.i(2), c.i(3), c.f(4), 0))]
+                    },
+                    |x| vec![ctc_grad_reference(x)]
+                );
+            }
+            host!(
+                g,
+                "ctc_loss",
+                format!("{label} gradient through Autodiff (w.r.t. the logits)"),
+                run,
+                specs.clone(),
+                RED,
+                |B, c| vec![c.rf(ctc_autodiff_grad::<B>(c.f(0), c.i(1), c.i(2), c.i(3), c.f(4)))],
+                |x| vec![ctc_logits_grad_reference(x)]
+            );
+        }
+    }
+    if !Tested::has_ctc_loss_backward() {
         g.check(
             "has_ctc_loss_backward",
             "false: Autodiff differentiates ctc_loss_default",

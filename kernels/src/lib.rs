@@ -59,3 +59,6 @@ pub const OPTIM: &str = include_str!("../optim.cu");
 
 /// Layer and RMS norm training forward (with row statistics) and backward.
 pub const NORM: &str = include_str!("../norm.cu");
+
+/// CTC loss: the log-space forward and backward recursions and the gradient.
+pub const CTC: &str = include_str!("../ctc.cu");

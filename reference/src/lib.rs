@@ -1151,6 +1151,186 @@ pub fn norm_backward(
 }
 
 // ---------------------------------------------------------------------------
+// CTC loss
+// ---------------------------------------------------------------------------
+
+/// A batch of CTC problems: `log_probs` `[T, N, C]`, `targets` `[N, S]` (padded), and the
+/// per-sample input and target lengths.
+#[derive(Clone, Copy, Debug)]
+pub struct CtcProblem<'a> {
+    /// Log-probabilities, row-major `[T, N, C]`.
+    pub log_probs: &'a [f64],
+    /// `[T, N, C]`.
+    pub dims: [usize; 3],
+    /// Target labels, row-major `[N, S]`.
+    pub targets: &'a [i64],
+    /// `S`, the padded target length.
+    pub max_target_len: usize,
+    /// Input length of each sample (clamped to `[0, T]`).
+    pub input_lengths: &'a [i64],
+    /// Target length of each sample (clamped to `[0, S]`).
+    pub target_lengths: &'a [i64],
+    /// The blank class.
+    pub blank: i64,
+}
+
+/// `log(exp(a) + exp(b))`, `-inf` when both are.
+fn log_add(a: f64, b: f64) -> f64 {
+    let m = a.max(b);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + (-(a - b).abs()).exp().ln_1p()
+}
+
+impl CtcProblem<'_> {
+    fn check(&self) {
+        let [t, n, c] = self.dims;
+        assert!(t > 0, "CTC needs at least one input step");
+        assert_eq!(self.log_probs.len(), t * n * c, "log_probs is not [T, N, C] = {:?}", self.dims);
+        assert_eq!(self.targets.len(), n * self.max_target_len, "targets is not [N, S]");
+        assert_eq!(self.input_lengths.len(), n, "input_lengths is not [N]");
+        assert_eq!(self.target_lengths.len(), n, "target_lengths is not [N]");
+    }
+
+    /// Label `s` of sample `n`'s blank-extended target `[b, y1, b, y2, ..., b]`.
+    fn label(&self, n: usize, s: usize) -> i64 {
+        if s.is_multiple_of(2) {
+            self.blank
+        } else {
+            self.targets[n * self.max_target_len + s / 2]
+        }
+    }
+
+    /// `log_probs[t, n, class]`, `-inf` for a class outside `[0, C)`.
+    fn lp(&self, t: usize, n: usize, class: i64) -> f64 {
+        let [_, nn, c] = self.dims;
+        if class < 0 || class as usize >= c {
+            return f64::NEG_INFINITY;
+        }
+        self.log_probs[(t * nn + n) * c + class as usize]
+    }
+
+    /// Sample `n`'s input length clamped to `[1, T]` (Burn reads the first step of an empty
+    /// input) and target length clamped to `[0, S]`.
+    fn lengths(&self, n: usize) -> (usize, usize) {
+        let len = self.input_lengths[n].clamp(1, self.dims[0] as i64) as usize;
+        let tl = self.target_lengths[n].clamp(0, self.max_target_len as i64) as usize;
+        (len, tl)
+    }
+
+    /// Whether the path may skip from `s - 2` to `s` (a label differing from the previous one).
+    fn may_skip(&self, n: usize, s: usize) -> bool {
+        s >= 2 && self.label(n, s) != self.blank && self.label(n, s) != self.label(n, s - 2)
+    }
+
+    /// Sample `n`'s log forward variables `[T][2S + 1]`: rows from the sample's input length
+    /// on repeat the last computed one.
+    fn alpha(&self, n: usize) -> Vec<Vec<f64>> {
+        let (len, tl) = self.lengths(n);
+        let (steps, valid) = (self.dims[0], 2 * tl + 1);
+        let width = 2 * self.max_target_len + 1;
+        let mut rows = vec![vec![f64::NEG_INFINITY; width]; steps];
+        for (s, v) in rows[0].iter_mut().enumerate().take(valid.min(2)) {
+            *v = self.lp(0, n, self.label(n, s));
+        }
+        for t in 1..steps {
+            let prev = rows[t - 1].clone();
+            if t >= len {
+                rows[t] = prev;
+                continue;
+            }
+            for s in 0..valid {
+                let mut a = prev[s];
+                if s >= 1 {
+                    a = log_add(a, prev[s - 1]);
+                }
+                if self.may_skip(n, s) {
+                    a = log_add(a, prev[s - 2]);
+                }
+                rows[t][s] = a + self.lp(t, n, self.label(n, s));
+            }
+        }
+        rows
+    }
+
+    /// Sample `n`'s log backward variables `[T][2S + 1]` (`-inf` from its input length on).
+    fn beta(&self, n: usize) -> Vec<Vec<f64>> {
+        let (len, tl) = self.lengths(n);
+        let valid = 2 * tl + 1;
+        let width = 2 * self.max_target_len + 1;
+        let mut rows = vec![vec![f64::NEG_INFINITY; width]; self.dims[0]];
+        let first = valid.saturating_sub(2);
+        for (s, v) in rows[len - 1].iter_mut().enumerate().take(valid).skip(first) {
+            *v = self.lp(len - 1, n, self.label(n, s));
+        }
+        for t in (0..len - 1).rev() {
+            for s in 0..valid {
+                let next = &rows[t + 1];
+                let mut b = next[s];
+                if s + 1 < valid {
+                    b = log_add(b, next[s + 1]);
+                }
+                if s + 2 < valid && self.may_skip(n, s + 2) {
+                    b = log_add(b, next[s + 2]);
+                }
+                rows[t][s] = b + self.lp(t, n, self.label(n, s));
+            }
+        }
+        rows
+    }
+
+    /// Sample `n`'s negative log-likelihood from its forward variables.
+    fn nll_of(&self, n: usize, alpha: &[Vec<f64>]) -> f64 {
+        let (len, tl) = self.lengths(n);
+        let last = &alpha[len - 1];
+        let mut ll = last[2 * tl];
+        if tl > 0 {
+            ll = log_add(ll, last[2 * tl - 1]);
+        }
+        -ll
+    }
+}
+
+/// CTC loss per sample (`-log p(target | input)`, `+inf` where no alignment exists), as Burn's
+/// `ctc_loss` defines it: lengths are clamped to the tensor extents (an input length below 1
+/// reads the first step) and a class outside `[0, C)` has probability 0.
+pub fn ctc_loss(p: &CtcProblem) -> Vec<f64> {
+    p.check();
+    (0..p.dims[1]).map(|n| p.nll_of(n, &p.alpha(n))).collect()
+}
+
+/// Gradient of `sum_n grad_loss[n] * ctc_loss[n]` with respect to `log_probs` (`[T, N, C]`):
+/// `-grad_loss[n]` times the posterior of the alignments through each `(t, class)`; zero
+/// from a sample's (clamped) input length on and for samples without an alignment.
+pub fn ctc_loss_backward(p: &CtcProblem, grad_loss: &[f64]) -> Vec<f64> {
+    p.check();
+    let [steps, batch, classes] = p.dims;
+    assert_eq!(grad_loss.len(), batch, "grad_loss is not [N]");
+    let mut grad = vec![0.0; steps * batch * classes];
+    for n in 0..batch {
+        let (alpha, beta) = (p.alpha(n), p.beta(n));
+        let nll = p.nll_of(n, &alpha);
+        if nll == f64::INFINITY {
+            continue;
+        }
+        let (len, tl) = p.lengths(n);
+        for t in 0..len {
+            for s in 0..2 * tl + 1 {
+                let (a, b) = (alpha[t][s], beta[t][s]);
+                let class = p.label(n, s);
+                if a == f64::NEG_INFINITY || b == f64::NEG_INFINITY || class < 0 || class as usize >= classes {
+                    continue;
+                }
+                let posterior = (a + b - p.lp(t, n, class) + nll).exp();
+                grad[(t * batch + n) * classes + class as usize] -= grad_loss[n] * posterior;
+            }
+        }
+    }
+    grad
+}
+
+// ---------------------------------------------------------------------------
 // Layout helpers
 // ---------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ pub use load::{compile_stats, CompileStats};
 pub(crate) use load::{function, prefetch};
 
 pub(crate) mod check;
+pub mod ctc;
 pub mod elementwise;
 pub mod fused;
 pub mod index;
@@ -186,6 +187,13 @@ pub(crate) const NORM: KernelSource = KernelSource {
     common: true,
 };
 
+/// CTC loss recursions and gradient.
+pub(crate) const CTC: KernelSource = KernelSource {
+    name: "ctc.cu",
+    code: kernel_sources::CTC,
+    common: true,
+};
+
 /// Every kernel source, for the compile checks.
 #[cfg(test)]
 pub(crate) const ALL_SOURCES: &[KernelSource] = &[
@@ -201,6 +209,7 @@ pub(crate) const ALL_SOURCES: &[KernelSource] = &[
     BATCH_NORM,
     OPTIM,
     NORM,
+    CTC,
 ];
 
 #[cfg(test)]

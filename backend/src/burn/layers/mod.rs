@@ -1,7 +1,7 @@
 //! Neural-network building blocks behind `ModuleOps` and `ActivationOps`, one file per op
 //! family: convolutions (plain and transposed, with their backward passes) and linear layers
 //! as cuDNN graphs, pooling, interpolation, embeddings and im2col through the NVRTC kernels,
-//! activation backward passes, the deformable convolution, the DFT and the transformer's
+//! activation backward passes, the CTC loss, the deformable convolution, the DFT and the transformer's
 //! attention and layer norm; and here the small device-side helpers (arange, views, fills)
 //! they share.
 //!
@@ -10,6 +10,7 @@
 
 mod activation;
 mod conv;
+mod ctc;
 mod deform;
 mod embedding;
 mod fft;
@@ -21,6 +22,7 @@ mod transformer;
 
 pub(crate) use activation::*;
 pub(crate) use conv::*;
+pub(crate) use ctc::{ctc_loss, ctc_loss_backward};
 pub(crate) use deform::{deform_conv2d, deform_conv2d_backward};
 pub(crate) use embedding::*;
 pub(crate) use fft::{irfft, rfft};

@@ -1,5 +1,5 @@
 //! Module ops (`ModuleOps`): convolutions, pooling, linear, interpolation, embeddings,
-//! deformable convolution, attention and real FFTs. The work lives in
+//! deformable convolution, attention, CTC loss and real FFTs. The work lives in
 //! [`crate::burn::layers`]; this file maps Burn's arguments onto it.
 
 use burn_backend::ops::*;
@@ -574,5 +574,32 @@ impl ModuleOps<Cudnn> for Cudnn {
         n: Option<usize>,
     ) -> FloatTensor<Cudnn> {
         layers::irfft(spectrum_re, spectrum_im, dim, n)
+    }
+
+    fn ctc_loss(
+        log_probs: FloatTensor<Cudnn>,
+        targets: IntTensor<Cudnn>,
+        input_lengths: IntTensor<Cudnn>,
+        target_lengths: IntTensor<Cudnn>,
+        blank: usize,
+    ) -> FloatTensor<Cudnn> {
+        layers::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
+    }
+
+    /// True: Autodiff runs the CTC kernels forward and backward instead of differentiating
+    /// Burn's decomposed `ctc_loss_default` (a dozen ops per time step, in the input's dtype).
+    fn has_ctc_loss_backward() -> bool {
+        true
+    }
+
+    fn ctc_loss_backward(
+        log_probs: FloatTensor<Cudnn>,
+        targets: IntTensor<Cudnn>,
+        input_lengths: IntTensor<Cudnn>,
+        target_lengths: IntTensor<Cudnn>,
+        grad_loss: FloatTensor<Cudnn>,
+        blank: usize,
+    ) -> FloatTensor<Cudnn> {
+        layers::ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_loss, blank)
     }
 }
