@@ -5419,6 +5419,190 @@ fn group_quant(g: &mut Group) {
     }
 }
 
+// =============================================================================================
+// quantization schemes: Burn's default (PackedU32) storage, block shapes, param types
+// =============================================================================================
+
+/// True when `B` is the reference backend (burn-ndarray).
+fn is_reference<B: Backend>() -> bool {
+    std::any::TypeId::of::<B>() == std::any::TypeId::of::<Nd>()
+}
+
+/// The scheme `B` computes `sc` with: burn-ndarray 0.21 cannot quantize into `PackedU32`
+/// storage (its `quantize` is `unimplemented!` for it), so the reference runs the native
+/// scheme with the same values and scales; for 8-bit values the bytes are the same.
+fn scheme_on<B: Backend>(sc: QuantScheme) -> QuantScheme {
+    if is_reference::<B>() {
+        sc.with_store(QuantStore::Native)
+    } else {
+        sc
+    }
+}
+
+/// Quantized data re-labelled as scheme `sc` (the same values and scales).
+fn relabel(data: TensorData, sc: QuantScheme) -> TensorData {
+    let DType::QFloat(from) = data.dtype else {
+        panic!("relabel: {:?} is not quantized data", data.dtype)
+    };
+    let (n, shape) = (data.num_elements(), data.shape.clone());
+    let bytes = burn_backend::quantization::QuantizedBytes {
+        bytes: data.into_bytes(),
+        scheme: from,
+        num_elements: n,
+    };
+    let (values, qparams) = bytes.into_vec_i8();
+    TensorData::quantized(values, shape, sc, &qparams.scales)
+}
+
+/// `q_into_data` of `q`, which must carry scheme `sc`: the reference's native data is
+/// re-labelled, the tested backend's is compared as it comes (dtype included).
+fn q_read<B: Backend>(q: QuantizedTensor<B>, sc: QuantScheme) -> TensorData {
+    let data = read_sync(B::q_into_data(q)).expect("q_into_data");
+    if is_reference::<B>() {
+        relabel(data, sc)
+    } else {
+        data
+    }
+}
+
+/// Dequantized into the run's float dtype.
+fn rq_run<B: Backend>(c: &Cx<B>, q: QuantizedTensor<B>) -> TensorData {
+    c.rf(B::dequantize(q, c.fdt()))
+}
+
+/// A float-or-quantized result in the run's float dtype.
+fn rp_run<B: Backend>(c: &Cx<B>, p: TensorPrimitive<B>) -> TensorData {
+    match p {
+        TensorPrimitive::Float(t) => c.rf(B::float_cast(t, c.fdt())),
+        TensorPrimitive::QFloat(q) => rq_run(c, q),
+    }
+}
+
+fn group_quant_schemes(g: &mut Group) {
+    let packed = QuantScheme::default();
+    assert_eq!(packed.store, QuantStore::PackedU32(0), "Burn's default scheme packs into u32");
+    let schemes = [
+        packed,
+        packed.with_value(QuantValue::Q8S),
+        packed.with_level(QuantLevel::block([8])),
+        packed.with_value(QuantValue::Q8S).with_level(QuantLevel::block([2, 4])),
+        packed.with_param(QuantParam::F16),
+        packed.with_param(QuantParam::BF16),
+    ];
+    let dims = [3usize, 4, 8];
+    let mut runs = float_runs(&[DType::F32], &[View::Contig, View::Permuted]);
+    runs.extend(half_runs(&[View::Contig]));
+    for run in runs {
+        for sc in schemes {
+            let l = format!("{:?} {:?} {:?} {:?}", sc.value, sc.level, sc.store, sc.param);
+            case!(g, "quantize_dynamic", l, run, [fl(&dims, -2.0, 2.0)], Tol::Rel(1e-3), |B, c| {
+                vec![rq_run(c, B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)))]
+            });
+            case!(g, "q_into_data", l, run, [fl(&dims, -2.0, 2.0)], Tol::Exact, |B, c| {
+                vec![q_read::<B>(B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)), sc)]
+            });
+            let nblocks = match sc.level {
+                QuantLevel::Tensor => 1,
+                QuantLevel::Block(b) => 96 / b.num_elements(),
+            };
+            let scales: Vec<f64> = (0..nblocks).map(|i| 0.01 + 0.004 * i as f64).collect();
+            case!(
+                g,
+                "quantize",
+                format!("{l}, scales 0.01 + 0.004 i"),
+                run,
+                [fl(&dims, -1.0, 1.0)],
+                Tol::Exact,
+                |B, c| {
+                    let scales = c.fvals(&scales, &[nblocks]);
+                    let q = B::quantize(c.f(0), &scheme_on::<B>(sc), QuantizationParametersPrimitive { scales });
+                    vec![q_read::<B>(q, sc)]
+                }
+            );
+            case!(g, "q_from_data", l, run, [fl(&dims, -1.0, 1.0)], Tol::Exact, |B, c| {
+                // Data of the scheme as Burn serializes it, loaded and read back.
+                let v: Vec<i8> = (0..96).map(|i| ((i * 37) % 255) as i8).collect();
+                let scales: Vec<f32> = (0..nblocks).map(|i| 0.015 + 0.001 * i as f32).collect();
+                let data = TensorData::quantized(v, [3, 4, 8], sc, &scales);
+                let q = B::q_from_data(data, &c.dev);
+                let back = read_sync(B::q_into_data(B::q_from_data(q_read::<B>(q, sc), &c.dev))).expect("q_into_data");
+                let back = if is_reference::<B>() { relabel(back, sc) } else { back };
+                let dequantized = rq_run(c, B::q_from_data(back.clone(), &c.dev));
+                vec![back, dequantized]
+            });
+            // Quantized matmuls: lhs, rhs or both quantized; 2-D, 3-D, broadcast batch,
+            // vectors. The reference is the f64 product of ndarray's dequantized operands.
+            // Burn's per-block calibration needs every dim to divide by the block's extent
+            // along it (it reshapes the block scales to the tiled shape), so the per-block
+            // shapes are multiples of [2, 8].
+            let shapes: [(&[usize], &[usize]); 4] = match sc.level {
+                QuantLevel::Tensor => [
+                    (&[4, 8], &[8, 3]),
+                    (&[2, 4, 8], &[2, 8, 3]),
+                    (&[1, 4, 8], &[3, 8, 5]),
+                    (&[1, 8], &[8, 1]),
+                ],
+                QuantLevel::Block(_) => [
+                    (&[4, 8], &[8, 8]),
+                    (&[2, 4, 8], &[2, 8, 16]),
+                    (&[2, 4, 8], &[1, 8, 8]),
+                    (&[2, 8], &[8, 8]),
+                ],
+            };
+            let out_dtype = run.t.f;
+            for (ad, bd) in shapes {
+                for (qa, qb) in [(true, false), (false, true), (true, true)] {
+                    host!(
+                        g,
+                        "q_matmul",
+                        format!("{l} {ad:?} x {bd:?}, quantized: lhs {qa} rhs {qb}"),
+                        run,
+                        [fl(ad, -1.0, 1.0), fl(bd, -1.0, 1.0)],
+                        QT,
+                        |B, c| {
+                            let s = scheme_on::<B>(sc);
+                            let side = |x: FloatTensor<B>, q: bool| {
+                                if q {
+                                    TensorPrimitive::QFloat(B::quantize_dynamic(x, &s))
+                                } else {
+                                    TensorPrimitive::Float(x)
+                                }
+                            };
+                            vec![rp_run(c, B::q_matmul(side(c.f(0), qa), side(c.f(1), qb)))]
+                        },
+                        |x| {
+                            let a = nd_quantized_values(&x[0], sc, qa);
+                            let b = nd_quantized_values(&x[1], sc, qb);
+                            let (out, dims) = cudnn_backend_reference::matmul(&a, &x[0].shape, &b, &x[1].shape);
+                            vec![make_data(&out, &dims, out_dtype)]
+                        }
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `x`'s values, or with `quantized` the values burn-ndarray gets back from quantizing them
+/// with (the native-storage version of) `sc` and dequantizing.
+fn nd_quantized_values(x: &Input, sc: QuantScheme, quantized: bool) -> Vec<f64> {
+    if !quantized {
+        return x.values.clone();
+    }
+    let dev = Default::default();
+    let t = Nd::float_from_data(make_data(&x.values, &x.shape, DType::F32), &dev);
+    let q = Nd::quantize_dynamic(t, &sc.with_store(QuantStore::Native));
+    values(&read_sync(Nd::float_into_data(Nd::dequantize(q, FloatDType::F32))).expect("ndarray read"))
+}
+
+#[test]
+#[cfg_attr(not(feature = "burn-selfcheck"), ignore = "needs a CUDA GPU")]
+fn burn_conformance_quantization_schemes() {
+    let mut g = Group::new("quantization schemes");
+    group_quant_schemes(&mut g);
+    g.finish();
+}
+
 #[test]
 #[cfg_attr(not(feature = "burn-selfcheck"), ignore = "needs a CUDA GPU")]
 fn burn_conformance_quantization() {

@@ -146,7 +146,11 @@ fn dtype_usage_answers_without_a_device() {
         (DType::Bool(BoolStore::U8), general),
         (DType::Bool(BoolStore::U32), DTypeUsageSet::empty()),
         (DType::QFloat(q8(QuantValue::Q8S, QuantLevel::Tensor)), general),
-        (DType::QFloat(QuantScheme::default()), DTypeUsageSet::empty()),
+        (DType::QFloat(QuantScheme::default()), general),
+        (
+            DType::QFloat(QuantScheme::default().with_store(QuantStore::PackedU32(1))),
+            DTypeUsageSet::empty(),
+        ),
     ];
     for (dtype, want) in expected {
         let got = catch_unwind(AssertUnwindSafe(|| Cudnn::dtype_usage(&device, dtype)))
@@ -172,11 +176,16 @@ fn supported_quantization_schemes() {
             QuantLevel::Block(BlockSize::new([2, 16])),
         ] {
             assert!(supported(q8(value, level)), "{value:?} {level:?} must be supported");
-            // Packed storage and other scale precisions are not.
+            // Burn's default packed storage and every param type (scales kept in f32, as
+            // burn-ndarray keeps them) are too; packing along another dim is not.
             let packed = q8(value, level).with_store(QuantStore::PackedU32(0));
-            assert!(!supported(packed), "{packed:?} must not be supported");
-            let f16_scales = q8(value, level).with_param(QuantParam::F16);
-            assert!(!supported(f16_scales), "{f16_scales:?} must not be supported");
+            assert!(supported(packed), "{packed:?} must be supported");
+            for param in [QuantParam::F16, QuantParam::BF16, QuantParam::UE8M0, QuantParam::UE4M3] {
+                let scheme = packed.with_param(param);
+                assert!(supported(scheme), "{scheme:?} must be supported");
+            }
+            let outer = q8(value, level).with_store(QuantStore::PackedU32(1));
+            assert!(!supported(outer), "{outer:?} must not be supported");
         }
     }
     for value in [

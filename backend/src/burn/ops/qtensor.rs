@@ -1,9 +1,14 @@
 //! Quantized tensor ops (`QTensorOps`).
 //!
 //! Supported, as in burn-ndarray 0.21: symmetric int8 quantization (`Q8S`, range
-//! `[-127, 127]`, and `Q8F`, range `[-128, 127]`), one f32 scale per tensor
+//! `[-127, 127]`, and `Q8F`, range `[-128, 127]`), one scale per tensor
 //! (`QuantLevel::Tensor`) or per block of `block_size.num_elements()` consecutive elements in
-//! row-major order (`QuantLevel::Block`), values stored natively as i8 (`QuantStore::Native`).
+//! row-major order (`QuantLevel::Block`, any block shape), with any `QuantParam` (the scales
+//! stay f32 whatever the param type, as burn-ndarray keeps and serializes them). Storage:
+//! `QuantStore::Native`, and Burn's default `QuantStore::PackedU32(0)` (four 8-bit values per
+//! u32 word along the innermost dim, which for 8-bit values is the native byte order: the
+//! values are held as i8 on the device and the tensor keeps and reports the scheme it was
+//! given, so `q_into_data` returns data of that scheme).
 //! `q = clamp(round(x / scale), a, b)` (round half away from zero) and `x' = scale * q`, where a
 //! zero scale counts as 0.1 (burn-ndarray's `valid_scale`). The primitive keeps the scales as
 //! given (what `q_into_data` returns); the 0.1 substitution happens where they are used.
@@ -17,7 +22,7 @@
 
 use burn_backend::ops::*;
 use burn_backend::quantization::{
-    QuantLevel, QuantMode, QuantParam, QuantScheme, QuantStore, QuantValue, QuantizationParametersPrimitive,
+    QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue, QuantizationParametersPrimitive,
     QuantizedBytes,
 };
 use burn_backend::tensor::{FloatTensor, IntTensor, QuantizedTensor};
@@ -31,9 +36,10 @@ use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::{linalg, reduce};
 use crate::view::ViewLayout;
 
-/// Whether the backend implements quantization scheme `scheme` (what burn-ndarray 0.21
-/// supports): symmetric, per-tensor or per-block, Q8F or Q8S values, native i8 storage,
-/// f32 scales.
+/// Whether the backend implements quantization scheme `scheme`: symmetric, per-tensor or
+/// per-block, Q8F or Q8S values, native or `PackedU32(0)` storage, any param type (scales
+/// kept in f32). burn-ndarray 0.21 computes the same schemes with native storage (it loads
+/// `PackedU32(0)` data but cannot quantize into it).
 pub(crate) fn supports_scheme(scheme: &QuantScheme) -> bool {
     let level_ok = match scheme.level {
         QuantLevel::Tensor => true,
@@ -42,15 +48,14 @@ pub(crate) fn supports_scheme(scheme: &QuantScheme) -> bool {
     level_ok
         && matches!(scheme.mode, QuantMode::Symmetric)
         && matches!(scheme.value, QuantValue::Q8F | QuantValue::Q8S)
-        && matches!(scheme.store, QuantStore::Native)
-        && matches!(scheme.param, QuantParam::F32)
+        && matches!(scheme.store, QuantStore::Native | QuantStore::PackedU32(0))
 }
 
 /// Panics: `scheme` is not supported by `op`.
 fn unsupported(op: &str, scheme: &QuantScheme) -> ! {
     panic!(
         "cudnn-backend: quantization scheme {scheme:?} not supported by {op}; supported: symmetric Q8F/Q8S \
-         per-tensor or per-block with native storage"
+         per-tensor or per-block with native or PackedU32(0) storage"
     )
 }
 
@@ -224,8 +229,8 @@ fn gather_op(
 }
 
 impl QTensorOps<Cudnn> for Cudnn {
-    /// Accepts the 8-bit schemes burn-ndarray loads: native or `PackedU32(0)` storage (stored
-    /// natively from then on).
+    /// Accepts the supported schemes (see [`supports_scheme`]); the tensor keeps the data's
+    /// scheme.
     fn q_from_data(data: TensorData, device: &CudnnDevice) -> QuantizedTensor<Cudnn> {
         const OP: &str = "q_from_data";
         let DType::QFloat(scheme) = data.dtype else {
@@ -234,13 +239,10 @@ impl QTensorOps<Cudnn> for Cudnn {
                 data.dtype
             )
         };
-        let native = scheme.with_store(QuantStore::Native);
-        if !matches!(scheme.store, QuantStore::Native | QuantStore::PackedU32(0)) || !supports_scheme(&native) {
-            unsupported(OP, &scheme);
-        }
+        check_scheme(OP, &scheme);
         let shape = data.shape.clone();
         let n = data.num_elements();
-        let (_, nblocks) = blocks(OP, &native, n as i64);
+        let (_, nblocks) = blocks(OP, &scheme, n as i64);
         let q_bytes = QuantizedBytes {
             bytes: data.into_bytes(),
             scheme,
@@ -258,11 +260,7 @@ impl QTensorOps<Cudnn> for Cudnn {
         let values = data::from_data(TensorData::new(values, shape), device, DType::I8, OP);
         let nscales = qparams.scales.len();
         let scales = data::from_data(TensorData::new(qparams.scales, [nscales]), device, DType::F32, OP);
-        CudnnQTensor {
-            values,
-            scales,
-            scheme: native,
-        }
+        CudnnQTensor { values, scales, scheme }
     }
 
     fn quantize(
@@ -451,17 +449,27 @@ mod tests {
     }
 
     #[test]
-    fn supported_schemes_match_ndarray() {
-        let base = QuantScheme::default().with_store(QuantStore::Native);
-        for value in [QuantValue::Q8F, QuantValue::Q8S] {
-            assert!(supports_scheme(&base.with_value(value)));
-            assert!(supports_scheme(
-                &base.with_value(value).with_level(QuantLevel::block([32]))
-            ));
+    fn supported_schemes() {
+        for store in [QuantStore::Native, QuantStore::PackedU32(0)] {
+            let base = QuantScheme::default().with_store(store);
+            for value in [QuantValue::Q8F, QuantValue::Q8S] {
+                assert!(supports_scheme(&base.with_value(value)));
+                assert!(supports_scheme(
+                    &base.with_value(value).with_level(QuantLevel::block([32]))
+                ));
+                assert!(supports_scheme(
+                    &base.with_value(value).with_level(QuantLevel::block([4, 8]))
+                ));
+            }
+            for param in [QuantParam::F16, QuantParam::BF16, QuantParam::UE8M0, QuantParam::UE4M3] {
+                assert!(supports_scheme(&base.with_param(param)), "{param:?}");
+            }
+            assert!(!supports_scheme(&base.with_value(QuantValue::Q4S)));
+            assert!(!supports_scheme(&base.with_value(QuantValue::E4M3)));
         }
-        assert!(!supports_scheme(&QuantScheme::default()), "PackedU32 storage");
-        assert!(!supports_scheme(&base.with_value(QuantValue::Q4S)));
-        assert!(!supports_scheme(&base.with_param(QuantParam::BF16)));
+        assert!(supports_scheme(&QuantScheme::default()), "Burn's default scheme");
+        assert!(!supports_scheme(&QuantScheme::default().with_store(QuantStore::PackedU32(1))));
+        assert!(!supports_scheme(&QuantScheme::default().with_store(QuantStore::PackedNative(0))));
     }
 
     #[test]
@@ -488,5 +496,19 @@ mod tests {
         assert_eq!(data.as_bytes(), want.as_bytes());
         assert_eq!(data.dtype, want.dtype);
         assert_eq!(data.shape, want.shape);
+    }
+
+    #[test]
+    fn packed_u32_data_keeps_its_scheme_and_bytes() {
+        // Four 8-bit values per little-endian u32 word: the i8 byte order, so Burn's own
+        // serialization of the default scheme is byte-identical to the native one.
+        let scheme = QuantScheme::default();
+        let scale = 0.5f32;
+        let data = q_data(Shape::new([2, 3]), scheme, vec![1, 2, 3, 0xfd, 0xfe, 0xff], scale.to_le_bytes().to_vec());
+        let want = TensorData::quantized(vec![1i8, 2, 3, -3, -2, -1], [2, 3], scheme, &[scale]);
+        assert_eq!(data.dtype, DType::QFloat(scheme));
+        assert_eq!(data.as_bytes(), want.as_bytes());
+        let native = TensorData::quantized(vec![1i8, 2, 3, -3, -2, -1], [2, 3], scheme.with_store(QuantStore::Native), &[scale]);
+        assert_eq!(data.as_bytes(), native.as_bytes());
     }
 }
