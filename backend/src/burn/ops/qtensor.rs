@@ -370,6 +370,7 @@ impl QTensorOps<Cudnn> for Cudnn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn_backend::quantization::QuantParam;
 
     /// The f32 op sequence `quantize_with` enqueues (div, clamp, trunc, sub, mul 2, trunc,
     /// add, cast), replayed on the host: every step is an exact IEEE f32 operation.
