@@ -30,7 +30,7 @@ CALLS_PER_RUN = 10  # back-to-back calls per pair of events, as in the Rust benc
 ROTATE_SETS = 3
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Cases with no PyTorch counterpart (host-side internals of the Rust library).
-RUST_ONLY_KINDS = {"device_check", "handle_acquire", "cache_lookup", "cold_start"}
+RUST_ONLY_KINDS = {"device_check", "handle_acquire", "cache_lookup", "cold_start", "sm_carveout"}
 
 
 # --------------------------------------------------------------------------------------------

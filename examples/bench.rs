@@ -14,6 +14,12 @@
 //! (`fresh_cache`: every kernel compiled, as on a new machine) or filled by an untimed run
 //! (`warm_cache`); `median_ms` is the child's wall time (one run).
 //!
+//! `sm_carveout/*` cases time a ResNet-50 3x3 convolution (batch 256, fp16 NHWC) on the whole
+//! GPU and limited to half its SMs (`EnginePolicy::sm_count_target`), a 256 MiB copy kernel
+//! on a second stream, and both at once (the span from the first start to the last end, per
+//! call): with the carveout the copy overlaps the convolution instead of queueing behind it.
+//! PyTorch has no counterpart.
+//!
 //! GPU cases: warm-up, then the median of `--runs` runs, each timed with a pair of CUDA events
 //! (host-side launch cost included, as in `torch.cuda.Event` timing). Inputs are random; when one
 //! set of buffers fits in L2, runs rotate over three sets so no run reads the previous run's data
@@ -1440,6 +1446,141 @@ fn new_shape_defs() -> Vec<CaseDef> {
     defs
 }
 
+// ---------------------------------------------------------------------------------------------
+// SM carveout: a convolution limited to part of the GPU, next to a bandwidth-bound kernel on
+// a second stream
+
+/// Batch of the carveout convolution (ResNet-50's first 3x3 layer, long enough to overlap).
+const CARVEOUT_BATCH: i64 = 256;
+/// Elements (f32) the second stream's copy kernel moves per call: 256 MiB read, 256 MiB written.
+const CARVEOUT_COPY_ELEMS: i64 = 64 << 20;
+
+/// Which part of the carveout experiment a case times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carveout {
+    /// The convolution alone, on the whole GPU.
+    ConvFull,
+    /// The convolution alone, limited to half the SMs.
+    ConvHalf,
+    /// The copy kernel alone, on the second stream.
+    Copy,
+    /// Both at once, the convolution on the whole GPU.
+    TogetherFull,
+    /// Both at once, the convolution limited to half the SMs.
+    TogetherHalf,
+}
+
+impl Carveout {
+    const ALL: [Carveout; 5] = [
+        Carveout::ConvFull,
+        Carveout::ConvHalf,
+        Carveout::Copy,
+        Carveout::TogetherFull,
+        Carveout::TogetherHalf,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Carveout::ConvFull => "conv_full",
+            Carveout::ConvHalf => "conv_half_sms",
+            Carveout::Copy => "copy_second_stream",
+            Carveout::TogetherFull => "together_full",
+            Carveout::TogetherHalf => "together_half_sms",
+        }
+    }
+
+    fn half(self) -> bool {
+        matches!(self, Carveout::ConvHalf | Carveout::TogetherHalf)
+    }
+}
+
+fn carveout_defs() -> Vec<CaseDef> {
+    let layer = RESNET50[0];
+    Carveout::ALL
+        .into_iter()
+        .map(|part| {
+            let mut shape = layer.shape(CARVEOUT_BATCH);
+            shape.push(("copy_elems", int(CARVEOUT_COPY_ELEMS)));
+            let case = Case::new(format!("sm_carveout/{}", part.label()), "sm_carveout")
+                .with_fmt(Fmt::FP16_NHWC)
+                .with_shape(shape);
+            CaseDef::new(case, move |ctx, case| {
+                let saved = plan::policy();
+                let target = part.half().then(|| (ctx.device.info().sm_count / 2).max(1));
+                plan::set_policy(EnginePolicy {
+                    sm_count_target: target,
+                    ..saved
+                });
+                let result = run_carveout(ctx, case, layer, part);
+                plan::set_policy(saved);
+                case.shape.push(("sm_count", int(ctx.device.info().sm_count as i64)));
+                case.shape.push(("sm_count_target", target.map_or(Json::Null, |t| int(t as i64))));
+                result
+            })
+        })
+        .collect()
+}
+
+/// Times one part of the carveout experiment: per call (the median of runs of
+/// [`CALLS_PER_RUN`] calls); "together" runs the calls of both streams at once and times the
+/// span from the first start to the last end.
+fn run_carveout(ctx: &Ctx, case: &mut Case, layer: ConvLayer, part: Carveout) -> BoxResult<()> {
+    let s = &ctx.stream;
+    let side = s.context().new_stream()?;
+    let fmt = Fmt::FP16_NHWC;
+    let p = layer.params();
+    let conv_protos = [
+        (fmt.image(&layer.x_dims(CARVEOUT_BATCH)), Fill::Random),
+        (fmt.image(&layer.w_dims()), Fill::Random),
+        (fmt.image(&layer.y_dims(CARVEOUT_BATCH)), Fill::Zero),
+    ];
+    let copy = Fmt::FP32_NCHW.packed(&[CARVEOUT_COPY_ELEMS]);
+    let mut conv_sets = Sets::new(s, 5, &conv_protos)?;
+    let mut copy_sets = Sets::new(&side, 6, &[(copy.clone(), Fill::Random), (copy, Fill::Zero)])?;
+    let conv = conv_sets.views(s)?;
+    let copies = copy_sets.views(&side)?;
+    let run_conv = |i: usize| {
+        let t = &conv[i % conv.len()];
+        ops::conv_forward(s, &t[0], &t[1], &t[2], &p)
+    };
+    let run_copy = |i: usize| {
+        let t = &copies[i % copies.len()];
+        cudnn_backend::kernels::elementwise::copy(&side, &t[0], &t[1])
+    };
+    for i in 0..WARMUP_RUNS {
+        run_conv(i)?;
+        run_copy(i)?;
+    }
+    s.synchronize()?;
+    side.synchronize()?;
+    let mut times = Vec::with_capacity(ctx.opts.runs);
+    for run in 0..ctx.opts.runs {
+        let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        side.wait(&start)?;
+        for k in 0..CALLS_PER_RUN {
+            let i = run * CALLS_PER_RUN + k;
+            if part != Carveout::Copy {
+                run_conv(i)?;
+            }
+            if matches!(part, Carveout::Copy | Carveout::TogetherFull | Carveout::TogetherHalf) {
+                run_copy(i)?;
+            }
+        }
+        s.join(&side)?;
+        let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        end.synchronize()?;
+        times.push(start.elapsed_ms(&end)? as f64 / CALLS_PER_RUN as f64);
+    }
+    let ms = median(times);
+    let copy_bytes = 2.0 * 4.0 * CARVEOUT_COPY_ELEMS as f64;
+    match part {
+        Carveout::Copy => case.set_time(ms, None, Some(copy_bytes)),
+        Carveout::ConvFull | Carveout::ConvHalf => case.set_time(ms, Some(layer.flops(CARVEOUT_BATCH)), None),
+        Carveout::TogetherFull | Carveout::TogetherHalf => case.set_time(ms, None, None),
+    }
+    Ok(())
+}
+
 /// `--only`: keeps the cases whose name contains the substring.
 fn selected(only: Option<&str>, name: &str) -> bool {
     match only {
@@ -1456,6 +1597,7 @@ fn all_defs(opts: &Opts) -> Vec<CaseDef> {
     defs.extend(host_defs(opts));
     defs.extend(cold_start_defs());
     defs.extend(new_shape_defs());
+    defs.extend(carveout_defs());
     defs
 }
 

@@ -66,6 +66,11 @@ impl Descriptor {
         self.set_i64s(name, &[v])
     }
 
+    /// Sets a scalar `INT32` attribute.
+    pub(crate) fn set_i32(&mut self, name: Attr, v: i32) -> Result<()> {
+        self.set_raw(name, Ty::CUDNN_TYPE_INT32, 1, (&v as *const i32).cast())
+    }
+
     /// Sets a scalar `DOUBLE` attribute.
     pub(crate) fn set_f64(&mut self, name: Attr, v: f64) -> Result<()> {
         self.set_raw(name, Ty::CUDNN_TYPE_DOUBLE, 1, (&v as *const f64).cast())

@@ -12,6 +12,9 @@ use crate::ffi::{CudnnHandle, Descriptor};
 /// A finalized OperationGraph with every descriptor it references kept alive.
 pub(crate) struct LoweredGraph {
     pub(crate) op_graph: Descriptor,
+    /// The graph has a convolution (fprop, dgrad or wgrad): cuDNN honours an SM-count
+    /// target for these graphs and their bias/activation fusions.
+    pub(crate) convolution: bool,
     _parts: Vec<Descriptor>,
 }
 
@@ -393,8 +396,13 @@ pub(crate) fn lower(graph: &Graph, handle: &CudnnHandle) -> Result<LoweredGraph>
     let mut parts = l.parts;
     parts.extend(l.tensors);
     parts.extend(ops);
+    let convolution = g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::ConvFprop { .. } | Op::ConvDgrad { .. } | Op::ConvWgrad { .. }));
     Ok(LoweredGraph {
         op_graph: og,
+        convolution,
         _parts: parts,
     })
 }

@@ -60,11 +60,24 @@ struct CachedPack {
 /// Identical consecutive calls after which an execution is captured into a CUDA graph.
 pub(crate) const REPLAY_AFTER: u32 = 2;
 
-/// The finalized heuristics query of `graph` in `mode` and how many configs it offers.
-fn heuristic_query(graph: &LoweredGraph, mode: u32) -> Result<(Descriptor, usize)> {
+/// The SM-count target to pass cuDNN for `graph` under `policy`: the policy's carveout, for
+/// the graphs cuDNN honours it on (convolutions and their fusions).
+fn sm_target(graph: &LoweredGraph, policy: &EnginePolicy) -> Option<i32> {
+    policy
+        .sm_count_target
+        .filter(|_| graph.convolution)
+        .map(|n| n.min(i32::MAX as u32) as i32)
+}
+
+/// The finalized heuristics query of `graph` in `mode` (for engine configs that use at most
+/// `sm_target` SMs when given) and how many configs it offers.
+fn heuristic_query(graph: &LoweredGraph, mode: u32, sm_target: Option<i32>) -> Result<(Descriptor, usize)> {
     let mut h = Descriptor::new(K::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
     h.set_desc(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &graph.op_graph)?;
     h.set_enum(A::CUDNN_ATTR_ENGINEHEUR_MODE, T::CUDNN_TYPE_HEUR_MODE, mode)?;
+    if let Some(n) = sm_target {
+        h.set_i32(A::CUDNN_ATTR_ENGINEHEUR_SM_COUNT_TARGET, n)?;
+    }
     h.finalize()?;
     let n = h.count(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR)?;
     Ok((h, n))
@@ -221,7 +234,7 @@ impl<'a> Candidates<'a> {
                 self.query = None;
             }
             let mode = self.modes.next()?;
-            match heuristic_query(self.graph, mode) {
+            match heuristic_query(self.graph, mode, sm_target(self.graph, self.policy)) {
                 Ok((query, total)) => self.query = Some((query, total, 0)),
                 Err(e) => self.query_error = Some(e),
             }
@@ -334,11 +347,15 @@ pub(crate) fn deserialize(handle: &CudnnHandle, json: &[u8], choice: EngineChoic
     })
 }
 
-/// Recreates the engine config a stored [`EngineChoice`] names (engine + knobs).
-pub(crate) fn config_from_choice(graph: &LoweredGraph, choice: &EngineChoice) -> Result<Descriptor> {
+/// Recreates the engine config a stored [`EngineChoice`] names (engine + knobs), with the
+/// policy's SM carveout (the choice was made under the same policy: it is in the key).
+pub(crate) fn config_from_choice(graph: &LoweredGraph, choice: &EngineChoice, policy: &EnginePolicy) -> Result<Descriptor> {
     let mut engine = Descriptor::new(K::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     engine.set_desc(A::CUDNN_ATTR_ENGINE_OPERATION_GRAPH, &graph.op_graph)?;
     engine.set_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX, choice.engine_id)?;
+    if let Some(n) = sm_target(graph, policy) {
+        engine.set_i32(A::CUDNN_ATTR_ENGINE_SM_COUNT_TARGET, n)?;
+    }
     engine.finalize()?;
     let mut knobs = Vec::with_capacity(choice.knobs.len());
     for &(ty, value) in &choice.knobs {

@@ -513,7 +513,7 @@ pub(super) fn plan_built(
         return Ok(plan);
     }
     let lowered = Arc::new(lower(graph, handle)?);
-    match engine::config_from_choice(&lowered, &choice)
+    match engine::config_from_choice(&lowered, &choice, policy)
         .and_then(|cfg| engine::build(handle, lowered, cfg, choice.clone()))
     {
         Ok(plan) => Ok(plan),

@@ -1,4 +1,5 @@
-//! Engine selection policy: heuristic vs benchmark (autotune), determinism, TF32, workspace cap.
+//! Engine selection policy: heuristic vs benchmark (autotune), determinism, TF32, workspace
+//! cap, SM carveout.
 
 use std::sync::RwLock;
 
@@ -34,6 +35,11 @@ pub struct EnginePolicy {
     /// Replay an execution repeated with identical pointers from a CUDA graph captured on a
     /// stream private to the handle (one graph launch instead of cuDNN's launch sequence).
     pub graph_replay: bool,
+    /// SM carveout: ask cuDNN for engine configs that run on at most this many SMs, leaving
+    /// the rest free for work on other streams (communication, a second model). cuDNN
+    /// honours it for convolutions (fprop, dgrad, wgrad) and their bias/activation fusions
+    /// on Hopper and newer; other graphs ignore it. `None`: the whole GPU.
+    pub sm_count_target: Option<u32>,
 }
 
 impl Default for EnginePolicy {
@@ -47,6 +53,7 @@ impl Default for EnginePolicy {
             heuristic: HeuristicMode::A,
             autotune_top_k: 8,
             graph_replay: true,
+            sm_count_target: None,
         }
     }
 }
@@ -62,6 +69,8 @@ pub const MAX_WORKSPACE_ENV: &str = "CUDNN_BACKEND_MAX_WORKSPACE";
 pub const GRAPH_REPLAY_ENV: &str = "CUDNN_BACKEND_GRAPH_REPLAY";
 /// `CUDNN_BACKEND_HEURISTIC`: `a` (default) or `b`.
 pub const HEURISTIC_ENV: &str = "CUDNN_BACKEND_HEURISTIC";
+/// `CUDNN_BACKEND_SM_COUNT_TARGET`: an SM count (see [`EnginePolicy::sm_count_target`]).
+pub const SM_COUNT_TARGET_ENV: &str = "CUDNN_BACKEND_SM_COUNT_TARGET";
 
 impl EnginePolicy {
     /// The default policy with the `CUDNN_BACKEND_*` environment variables applied.
@@ -96,6 +105,9 @@ impl EnginePolicy {
                 HeuristicMode::A
             };
         }
+        if let Ok(v) = std::env::var(SM_COUNT_TARGET_ENV) {
+            p.sm_count_target = parse_sm_count(&v);
+        }
         p
     }
 
@@ -112,6 +124,7 @@ impl EnginePolicy {
             self.max_workspace.is_some() as u64,
             self.max_workspace.unwrap_or(0),
             self.autotune_top_k as u64,
+            self.sm_count_target.map_or(0, |n| n as u64 + 1),
         ];
         fields
             .iter()
@@ -119,6 +132,21 @@ impl EnginePolicy {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                 (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
             })
+    }
+}
+
+/// An SM count from [`SM_COUNT_TARGET_ENV`]: a positive integer, or empty / `0` / `off` for
+/// the whole GPU; anything else is ignored with a warning.
+fn parse_sm_count(v: &str) -> Option<u32> {
+    match v.trim() {
+        "" | "0" | "off" | "none" => None,
+        s => match s.parse::<u32>() {
+            Ok(n) if n <= i32::MAX as u32 => Some(n),
+            _ => {
+                tracing::warn!("{SM_COUNT_TARGET_ENV}: `{v}` is not an SM count; ignored");
+                None
+            }
+        },
     }
 }
 
@@ -136,4 +164,42 @@ pub fn policy() -> EnginePolicy {
 /// Replaces the process-wide policy.
 pub fn set_policy(p: EnginePolicy) {
     *POLICY.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sm_carveout_is_part_of_the_signature() {
+        let full = EnginePolicy::default();
+        let half = EnginePolicy {
+            sm_count_target: Some(66),
+            ..full
+        };
+        let other = EnginePolicy {
+            sm_count_target: Some(33),
+            ..full
+        };
+        assert_ne!(full.signature_bits(), half.signature_bits());
+        assert_ne!(half.signature_bits(), other.signature_bits());
+        // `Some(0)` is not the whole GPU either.
+        let zero = EnginePolicy {
+            sm_count_target: Some(0),
+            ..full
+        };
+        assert_ne!(full.signature_bits(), zero.signature_bits());
+    }
+
+    #[test]
+    fn sm_count_parsing() {
+        assert_eq!(parse_sm_count("66"), Some(66));
+        assert_eq!(parse_sm_count(" 132 "), Some(132));
+        for off in ["", "0", "off", "none"] {
+            assert_eq!(parse_sm_count(off), None, "{off:?}");
+        }
+        assert_eq!(parse_sm_count("-3"), None);
+        assert_eq!(parse_sm_count("half"), None);
+        assert_eq!(parse_sm_count("4294967295"), None);
+    }
 }
