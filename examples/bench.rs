@@ -1514,7 +1514,8 @@ fn carveout_defs() -> Vec<CaseDef> {
                 let result = run_carveout(ctx, case, layer, part);
                 plan::set_policy(saved);
                 case.shape.push(("sm_count", int(ctx.device.info().sm_count as i64)));
-                case.shape.push(("sm_count_target", target.map_or(Json::Null, |t| int(t as i64))));
+                case.shape
+                    .push(("sm_count_target", target.map_or(Json::Null, |t| int(t as i64))));
                 result
             })
         })

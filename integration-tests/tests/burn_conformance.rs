@@ -4185,8 +4185,8 @@ fn ctc_cases() -> [(&'static str, [Spec; 5]); 2] {
                     DType::I64,
                     &[4, 5],
                     Gen::Values(vec![
-                        1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 5.0, 6.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0,
-                        0.0, 0.0,
+                        1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 5.0, 6.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0, 0.0,
+                        0.0,
                     ]),
                 ),
                 dg(DType::I64, &[4], Gen::Values(vec![20.0, 13.0, 9.0, 4.0])),
@@ -5480,7 +5480,11 @@ fn rp_run<B: Backend>(c: &Cx<B>, p: TensorPrimitive<B>) -> TensorData {
 
 fn group_quant_schemes(g: &mut Group) {
     let packed = QuantScheme::default();
-    assert_eq!(packed.store, QuantStore::PackedU32(0), "Burn's default scheme packs into u32");
+    assert_eq!(
+        packed.store,
+        QuantStore::PackedU32(0),
+        "Burn's default scheme packs into u32"
+    );
     let schemes = [
         packed,
         packed.with_value(QuantValue::Q8S),
@@ -5495,9 +5499,15 @@ fn group_quant_schemes(g: &mut Group) {
     for run in runs {
         for sc in schemes {
             let l = format!("{:?} {:?} {:?} {:?}", sc.value, sc.level, sc.store, sc.param);
-            case!(g, "quantize_dynamic", l, run, [fl(&dims, -2.0, 2.0)], Tol::Rel(1e-3), |B, c| {
-                vec![rq_run(c, B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)))]
-            });
+            case!(
+                g,
+                "quantize_dynamic",
+                l,
+                run,
+                [fl(&dims, -2.0, 2.0)],
+                Tol::Rel(1e-3),
+                |B, c| { vec![rq_run(c, B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)))] }
+            );
             case!(g, "q_into_data", l, run, [fl(&dims, -2.0, 2.0)], Tol::Exact, |B, c| {
                 vec![q_read::<B>(B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)), sc)]
             });

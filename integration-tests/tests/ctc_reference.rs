@@ -23,7 +23,11 @@ struct Case {
 /// Log-softmax of seeded logits in `[-2, 2)`, rounded to f32 (what ndarray sees).
 fn log_probs(dims: [usize; 3], seed: u64) -> Vec<f64> {
     let c = dims[2];
-    let logits: Vec<f64> = SplitMix64::new(seed).fill(dims.iter().product()).iter().map(|x| 2.0 * x).collect();
+    let logits: Vec<f64> = SplitMix64::new(seed)
+        .fill(dims.iter().product())
+        .iter()
+        .map(|x| 2.0 * x)
+        .collect();
     logits
         .chunks(c)
         .flat_map(|row| {
@@ -44,7 +48,10 @@ fn burn_reference(case: &Case, lp: &[f64], grad_loss: &[f64]) -> (Vec<f64>, Vec<
     let [_, n, _] = case.dims;
     let s = case.targets.len() / n;
     let f = |v: &[f64], shape: Vec<usize>| {
-        Ad::float_from_data(TensorData::new(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape), &dev)
+        Ad::float_from_data(
+            TensorData::new(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape),
+            &dev,
+        )
     };
     let i = |v: &[i64], shape: Vec<usize>| Ad::int_from_data(TensorData::new(v.to_vec(), shape), &dev);
     let lp_t = Ad::float_set_require_grad(f(lp, case.dims.to_vec()), true);
@@ -111,10 +118,18 @@ fn ctc_reference_matches_burns_loss_and_autodiff_gradient() {
         let grad = ctc_loss_backward(&problem, &grad_loss);
         assert!(loss.iter().all(|l| l.is_finite()), "{}: {loss:?}", case.name);
         let e = rel_l2_error(&loss, &want_loss);
-        assert!(e < 1e-5, "{}: loss {loss:?} vs Burn {want_loss:?} (rel L2 {e:.2e})", case.name);
+        assert!(
+            e < 1e-5,
+            "{}: loss {loss:?} vs Burn {want_loss:?} (rel L2 {e:.2e})",
+            case.name
+        );
         assert_eq!(grad.len(), t * n * c);
         let e = rel_l2_error(&grad, &want_grad);
-        assert!(e < 1e-5, "{}: gradient rel L2 {e:.2e} against Autodiff<NdArray>", case.name);
+        assert!(
+            e < 1e-5,
+            "{}: gradient rel L2 {e:.2e} against Autodiff<NdArray>",
+            case.name
+        );
     }
 }
 

@@ -59,7 +59,9 @@ fn cases() -> Vec<Case> {
         Case {
             name: "runs of repeats, an empty target, an unreachable one",
             dims: [20, 5, 7],
-            targets: vec![1, 1, 1, 2, 2, 3, 4, 3, 4, 3, 5, 6, 0, 0, 0, 2, 2, 0, 0, 0, 1, 1, 1, 1, 1],
+            targets: vec![
+                1, 1, 1, 2, 2, 3, 4, 3, 4, 3, 5, 6, 0, 0, 0, 2, 2, 0, 0, 0, 1, 1, 1, 1, 1,
+            ],
             input_lengths: vec![20, 13, 9, 4, 6],
             target_lengths: vec![5, 5, 2, 0, 5],
             blank: 0,
@@ -187,14 +189,25 @@ fn ctc_matches_the_float64_reference() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn ctc_rejects_inconsistent_operands() {
     let s = stream();
-    let lp = upload(&s, &log_probs([4, 2, 5], 1), &[4, 2, 5], &row_major_strides(&[4, 2, 5]), F32);
+    let lp = upload(
+        &s,
+        &log_probs([4, 2, 5], 1),
+        &[4, 2, 5],
+        &row_major_strides(&[4, 2, 5]),
+        F32,
+    );
     let tg = ints(&s, &[1, 2, 3, 4], &[2, 2]);
     let il = ints(&s, &[4, 4], &[2]);
     let inputs = CtcInputs {

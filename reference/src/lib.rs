@@ -1187,7 +1187,12 @@ impl CtcProblem<'_> {
     fn check(&self) {
         let [t, n, c] = self.dims;
         assert!(t > 0, "CTC needs at least one input step");
-        assert_eq!(self.log_probs.len(), t * n * c, "log_probs is not [T, N, C] = {:?}", self.dims);
+        assert_eq!(
+            self.log_probs.len(),
+            t * n * c,
+            "log_probs is not [T, N, C] = {:?}",
+            self.dims
+        );
         assert_eq!(self.targets.len(), n * self.max_target_len, "targets is not [N, S]");
         assert_eq!(self.input_lengths.len(), n, "input_lengths is not [N]");
         assert_eq!(self.target_lengths.len(), n, "target_lengths is not [N]");

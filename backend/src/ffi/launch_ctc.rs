@@ -109,7 +109,13 @@ pub(crate) struct CtcGradPtrs {
 
 /// Launches `ctc_grad_<dt>(lp, targets, il, tl, CtcArgs, alpha, beta, nll, grad_loss,
 /// gl_stride, grad)`, one block per `(t, n)` row.
-pub(crate) fn grad(stream: &CudaStream, f: &CudaFunction, p: &CtcInputPtrs, args: &CtcArgs, g: &CtcGradPtrs) -> Result<()> {
+pub(crate) fn grad(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    p: &CtcInputPtrs,
+    args: &CtcArgs,
+    g: &CtcGradPtrs,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&p.log_probs)
         .arg(&p.targets)

@@ -49,7 +49,11 @@ pub const WORKSPACE_DTYPE: DataType = DataType::F64;
 pub fn workspace_dims(inputs: &CtcInputs) -> Vec<i64> {
     let s = inputs.targets.dims.get(1).copied().unwrap_or(0);
     let lp = &inputs.log_probs.dims;
-    vec![lp.first().copied().unwrap_or(0), lp.get(1).copied().unwrap_or(0), 2 * s + 1]
+    vec![
+        lp.first().copied().unwrap_or(0),
+        lp.get(1).copied().unwrap_or(0),
+        2 * s + 1,
+    ]
 }
 
 /// A validated problem: the kernels' dtype suffix and arguments.
@@ -126,7 +130,11 @@ pub(crate) fn plan(inputs: &CtcInputs) -> Result<Option<CtcPlan>> {
         ));
     };
     if steps == 0 {
-        return Err(Error::invalid_arg(OP, "log_probs", "T is 0: CTC needs at least one input step"));
+        return Err(Error::invalid_arg(
+            OP,
+            "log_probs",
+            "T is 0: CTC needs at least one input step",
+        ));
     }
     if !(0..classes).contains(&inputs.blank) {
         return Err(Error::invalid_arg(
@@ -152,7 +160,10 @@ pub(crate) fn plan(inputs: &CtcInputs) -> Result<Option<CtcPlan>> {
             format!("dims {:?}: {tn} samples, log_probs has {batch}", tg.dims),
         ));
     }
-    for (arg, t) in [("input_lengths", inputs.input_lengths), ("target_lengths", inputs.target_lengths)] {
+    for (arg, t) in [
+        ("input_lengths", inputs.input_lengths),
+        ("target_lengths", inputs.target_lengths),
+    ] {
         expect_dims(arg, t, &[batch], "one length per sample")?;
         expect_dtype(arg, t, DataType::I64)?;
     }
@@ -339,12 +350,28 @@ mod tests {
         let three = t(&[3, 3], DataType::I64);
         assert_eq!(arg_of(plan(&CtcInputs { targets: &three, ..ok })), "targets");
         let short = t(&[1], DataType::I64);
-        assert_eq!(arg_of(plan(&CtcInputs { target_lengths: &short, ..ok })), "target_lengths");
+        assert_eq!(
+            arg_of(plan(&CtcInputs {
+                target_lengths: &short,
+                ..ok
+            })),
+            "target_lengths"
+        );
         let ints = t(&[8, 2, 5], DataType::I32);
         assert_eq!(arg_of(plan(&CtcInputs { log_probs: &ints, ..ok })), "log_probs");
         let no_steps = t(&[0, 2, 5], DataType::F32);
-        assert_eq!(arg_of(plan(&CtcInputs { log_probs: &no_steps, ..ok })), "log_probs");
-        let empty = (t(&[4, 0, 5], DataType::F32), t(&[0, 3], DataType::I64), t(&[0], DataType::I64));
+        assert_eq!(
+            arg_of(plan(&CtcInputs {
+                log_probs: &no_steps,
+                ..ok
+            })),
+            "log_probs"
+        );
+        let empty = (
+            t(&[4, 0, 5], DataType::F32),
+            t(&[0, 3], DataType::I64),
+            t(&[0], DataType::I64),
+        );
         let none = CtcInputs {
             log_probs: &empty.0,
             targets: &empty.1,

@@ -349,7 +349,11 @@ pub(crate) fn deserialize(handle: &CudnnHandle, json: &[u8], choice: EngineChoic
 
 /// Recreates the engine config a stored [`EngineChoice`] names (engine + knobs), with the
 /// policy's SM carveout (the choice was made under the same policy: it is in the key).
-pub(crate) fn config_from_choice(graph: &LoweredGraph, choice: &EngineChoice, policy: &EnginePolicy) -> Result<Descriptor> {
+pub(crate) fn config_from_choice(
+    graph: &LoweredGraph,
+    choice: &EngineChoice,
+    policy: &EnginePolicy,
+) -> Result<Descriptor> {
     let mut engine = Descriptor::new(K::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     engine.set_desc(A::CUDNN_ATTR_ENGINE_OPERATION_GRAPH, &graph.op_graph)?;
     engine.set_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX, choice.engine_id)?;

@@ -20,7 +20,13 @@ const WORKSPACE: DType = DType::F64;
 
 /// The forward recursion of `log_probs [T, N, C]`: the log forward variables `[T, N, 2S + 1]`
 /// and the loss `[N]`, both in f64.
-fn forward(log_probs: &CudnnTensor, targets: &CudnnTensor, lengths: [&CudnnTensor; 2], blank: usize, op: &str) -> (CudnnTensor, CudnnTensor) {
+fn forward(
+    log_probs: &CudnnTensor,
+    targets: &CudnnTensor,
+    lengths: [&CudnnTensor; 2],
+    blank: usize,
+    op: &str,
+) -> (CudnnTensor, CudnnTensor) {
     let (lp, tg, il, tl) = (log_probs.tref(), targets.tref(), lengths[0].tref(), lengths[1].tref());
     let inputs = CtcInputs {
         log_probs: &lp,

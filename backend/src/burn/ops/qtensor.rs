@@ -22,8 +22,7 @@
 
 use burn_backend::ops::*;
 use burn_backend::quantization::{
-    QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue, QuantizationParametersPrimitive,
-    QuantizedBytes,
+    QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue, QuantizationParametersPrimitive, QuantizedBytes,
 };
 use burn_backend::tensor::{FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::*;
@@ -469,8 +468,12 @@ mod tests {
             assert!(!supports_scheme(&base.with_value(QuantValue::E4M3)));
         }
         assert!(supports_scheme(&QuantScheme::default()), "Burn's default scheme");
-        assert!(!supports_scheme(&QuantScheme::default().with_store(QuantStore::PackedU32(1))));
-        assert!(!supports_scheme(&QuantScheme::default().with_store(QuantStore::PackedNative(0))));
+        assert!(!supports_scheme(
+            &QuantScheme::default().with_store(QuantStore::PackedU32(1))
+        ));
+        assert!(!supports_scheme(
+            &QuantScheme::default().with_store(QuantStore::PackedNative(0))
+        ));
     }
 
     #[test]
@@ -505,11 +508,21 @@ mod tests {
         // serialization of the default scheme is byte-identical to the native one.
         let scheme = QuantScheme::default();
         let scale = 0.5f32;
-        let data = q_data(Shape::new([2, 3]), scheme, vec![1, 2, 3, 0xfd, 0xfe, 0xff], scale.to_le_bytes().to_vec());
+        let data = q_data(
+            Shape::new([2, 3]),
+            scheme,
+            vec![1, 2, 3, 0xfd, 0xfe, 0xff],
+            scale.to_le_bytes().to_vec(),
+        );
         let want = TensorData::quantized(vec![1i8, 2, 3, -3, -2, -1], [2, 3], scheme, &[scale]);
         assert_eq!(data.dtype, DType::QFloat(scheme));
         assert_eq!(data.as_bytes(), want.as_bytes());
-        let native = TensorData::quantized(vec![1i8, 2, 3, -3, -2, -1], [2, 3], scheme.with_store(QuantStore::Native), &[scale]);
+        let native = TensorData::quantized(
+            vec![1i8, 2, 3, -3, -2, -1],
+            [2, 3],
+            scheme.with_store(QuantStore::Native),
+            &[scale],
+        );
         assert_eq!(data.as_bytes(), native.as_bytes());
     }
 }
