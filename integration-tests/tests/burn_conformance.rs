@@ -5506,7 +5506,7 @@ fn group_quant_schemes(g: &mut Group) {
                 run,
                 [fl(&dims, -2.0, 2.0)],
                 Tol::Rel(1e-3),
-                |B, c| { vec![rq_run(c, B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)))] }
+                |B, c| vec![rq_run(c, B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)))]
             );
             case!(g, "q_into_data", l, run, [fl(&dims, -2.0, 2.0)], Tol::Exact, |B, c| {
                 vec![q_read::<B>(B::quantize_dynamic(c.f(0), &scheme_on::<B>(sc)), sc)]
