@@ -15,6 +15,7 @@ mod norm;
 mod norm_train;
 mod optim;
 mod pool;
+mod pool_kernels;
 mod tensor;
 
 /// The convolution geometry the ops take ([`crate::types::ConvGeometry`]).

@@ -1,10 +1,13 @@
 //! Max and average pooling, forward and backward: a cuDNN resample graph, or cuDNN's
-//! pooling API when no graph engine supports the layout or direction.
+//! pooling API when no graph engine supports the layout or direction, or the NVRTC pooling
+//! kernels when that API is not installed (`CUDNN_LIB_CONFIG=GRAPH_JIT_ONLY`, see
+//! [`pool_kernels`](super::pool_kernels)).
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
+use super::pool_kernels;
 use super::{check_on_stream_device, run, OpKey, PoolMode, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::legacy::{LegacyPoolMode, LegacyPooling};
@@ -162,8 +165,7 @@ pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorMut, p: &
         return Ok(());
     }
     if !graph_pooling_supported(x, y) {
-        let legacy = p.legacy(x, y, OP, None)?;
-        return with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr));
+        return legacy_forward(stream, x, y, p, None);
     }
     let build = || {
         let mut g = Graph::new();
@@ -181,10 +183,25 @@ pub fn pool_forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorMut, p: &
         .ints(&p.post_padding);
     key.ints(&[p.mode as i64]);
     match run(stream, OP, key, &[(1, x.ptr), (2, y.ptr)], &build) {
-        Err(e) if e.is_not_supported() => {
-            let legacy = p.legacy(x, y, OP, Some(&e))?;
-            with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr))
-        }
+        Err(e) if e.is_not_supported() => legacy_forward(stream, x, y, p, Some(&e)),
+        other => other,
+    }
+}
+
+/// The forward through cuDNN's pooling API, or the kernels where that API is missing.
+fn legacy_forward(
+    stream: &Arc<CudaStream>,
+    x: &TensorRef,
+    y: &TensorMut,
+    p: &PoolParams,
+    graph_err: Option<&Error>,
+) -> Result<()> {
+    if pool_kernels::legacy_unavailable() {
+        return pool_kernels::forward(stream, x, y, p);
+    }
+    let legacy = p.legacy(x, y, "pool_forward", graph_err)?;
+    match with_cudnn_handle(stream, |h| legacy.forward(h, x.ptr, y.ptr)) {
+        Err(e) if pool_kernels::is_missing_sublibrary(&e) => pool_kernels::forward(stream, x, y, p),
         other => other,
     }
 }
@@ -225,8 +242,14 @@ pub fn pool_backward(
     if dx.is_empty() {
         return Ok(());
     }
-    // cuDNN's resample-backward graphs crash its heuristics (9.14), so backward always
-    // uses the pooling API.
+    // cuDNN's resample-backward graphs crash its heuristics (9.14), so backward uses the
+    // pooling API, or the kernels where that API is missing.
+    if pool_kernels::legacy_unavailable() {
+        return pool_kernels::backward(stream, x, dy, dx, p);
+    }
     let legacy = p.legacy(x, y, OP, None)?;
-    with_cudnn_handle(stream, |h| legacy.backward(h, x.ptr, y.ptr, dy.ptr, dx.ptr))
+    match with_cudnn_handle(stream, |h| legacy.backward(h, x.ptr, y.ptr, dy.ptr, dx.ptr)) {
+        Err(e) if pool_kernels::is_missing_sublibrary(&e) => pool_kernels::backward(stream, x, dy, dx, p),
+        other => other,
+    }
 }
