@@ -14,10 +14,8 @@ use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::DataType;
 use crate::kernels::pool::{self as kpool, Pool2d};
+use crate::plan::policy::{graph_jit_only, LIB_CONFIG_ENV};
 use crate::types::row_major_strides;
-
-/// The environment variable cuDNN reads its library configuration from.
-pub const LIB_CONFIG_ENV: &str = "CUDNN_LIB_CONFIG";
 
 /// `CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED`: the call's sub-library is not installed.
 const SUBLIBRARY_LOADING_FAILED: u32 = 1008;
@@ -27,11 +25,7 @@ static LEGACY_MISSING: AtomicBool = AtomicBool::new(false);
 /// Whether cuDNN's pooling API is known to be absent: the configuration says so, or a call
 /// already failed to load its sub-library.
 pub(super) fn legacy_unavailable() -> bool {
-    LEGACY_MISSING.load(Ordering::Relaxed) || graph_jit_only(std::env::var(LIB_CONFIG_ENV).ok().as_deref())
-}
-
-fn graph_jit_only(config: Option<&str>) -> bool {
-    config.is_some_and(|c| c.trim().eq_ignore_ascii_case("GRAPH_JIT_ONLY"))
+    LEGACY_MISSING.load(Ordering::Relaxed) || graph_jit_only()
 }
 
 /// True (and remembered) when `e` says the pooling API's sub-library is missing.
@@ -152,14 +146,6 @@ pub(super) fn backward(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn configuration_names_graph_jit_only() {
-        assert!(graph_jit_only(Some("GRAPH_JIT_ONLY")));
-        assert!(graph_jit_only(Some(" graph_jit_only ")));
-        assert!(!graph_jit_only(Some("FULL")));
-        assert!(!graph_jit_only(None));
-    }
 
     #[test]
     fn geometry_maps_1d_and_2d_windows_and_names_what_it_cannot_run() {

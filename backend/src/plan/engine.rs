@@ -22,6 +22,8 @@ const NOTE_NONDETERMINISTIC: u32 = 4;
 /// `CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION`.
 const NOTE_RUNTIME_COMPILATION: u32 = 0;
 const MAX_NOTES: usize = 16;
+/// Why a TF32 engine was passed over for f32 data (in the `Unsupported` reason).
+pub(crate) const TF32_REJECTION: &str = "TF32 tensor cores on f32 data";
 const MAX_KNOBS: usize = 32;
 
 /// One engine configuration offered by heuristics, with what we read off it.
@@ -277,7 +279,7 @@ impl Iterator for Candidates<'_> {
             } else if self.policy.forbid_down_convert && has(NOTE_DOWN_CONVERT_INPUTS) {
                 Some("down-converts inputs")
             } else if self.exclude_tf32 && has(NOTE_TENSOR_CORE) {
-                Some("TF32 tensor cores on f32 data")
+                Some(TF32_REJECTION)
             } else {
                 None
             };

@@ -260,7 +260,7 @@ fn signature_for(
     let ctx = SignatureContext {
         compute_capability: dev.info().compute_capability,
         cudnn_version: cudnn as u64,
-        policy: policy.signature_bits(),
+        policy: policy.signature_bits() ^ super::policy::lib_config_bits(),
     };
     Ok((dev, cudnn, Signature::new(key(&ctx))))
 }
@@ -545,11 +545,52 @@ pub(crate) fn select_plan(
         .iter()
         .any(|n| matches!(n.op, Op::ConvFprop { .. } | Op::ConvDgrad { .. } | Op::ConvWgrad { .. }));
     let exclude_tf32 = !policy.allow_tf32 && io_dtype(graph) == DataType::F32 && has_conv;
+    match select_among(handle, graph, &lowered, policy, exclude_tf32, stream, uids, ptrs) {
+        // GRAPH_JIT_ONLY has no exact f32 engine for some convolutions: use TF32 (PyTorch's
+        // default for cuDNN convolutions) rather than fail, and say so once.
+        Err(Error::Unsupported { reason, .. })
+            if exclude_tf32 && super::policy::graph_jit_only() && reason.contains(engine::TF32_REJECTION) =>
+        {
+            warn_tf32_fallback(graph);
+            select_among(handle, graph, &lowered, policy, false, stream, uids, ptrs)
+        }
+        other => other,
+    }
+}
+
+/// The one warning for f32 convolutions that run on TF32 because nothing else can.
+fn warn_tf32_fallback(graph: &Graph) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "{} has no exact f32 engine under {}=GRAPH_JIT_ONLY: f32 convolutions without one run on TF32 \
+             tensor cores (inputs rounded to 10 mantissa bits, about 1e-3 relative error, as PyTorch's default \
+             torch.backends.cudnn.allow_tf32 = True). Unset {} for exact f32, or set {}=1 to allow TF32 everywhere.",
+            graph.describe(),
+            super::policy::LIB_CONFIG_ENV,
+            super::policy::LIB_CONFIG_ENV,
+            super::policy::TF32_ENV,
+        )
+    });
+}
+
+/// [`select_plan`] over the candidates of one pass (`exclude_tf32`: without TF32 engines).
+#[allow(clippy::too_many_arguments)]
+fn select_among(
+    handle: &CudnnHandle,
+    graph: &Graph,
+    lowered: &Arc<crate::graph::lower::LoweredGraph>,
+    policy: &EnginePolicy,
+    exclude_tf32: bool,
+    stream: &Arc<CudaStream>,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+) -> Result<BuiltPlan> {
     // A plain matmul takes a precompiled engine when heuristics offer one early, so a new
     // shape costs no runtime kernel compile (autotuning still measures them all).
     let plain_matmul = graph.nodes().len() == 1 && matches!(graph.nodes()[0].op, Op::Matmul { .. });
     let mut cands =
-        engine::Candidates::new(&lowered, policy, exclude_tf32).prefer_precompiled(plain_matmul && !policy.benchmark);
+        engine::Candidates::new(lowered, policy, exclude_tf32).prefer_precompiled(plain_matmul && !policy.benchmark);
     let want = if policy.benchmark {
         policy.autotune_top_k.max(1) as usize
     } else {

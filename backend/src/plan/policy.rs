@@ -1,7 +1,7 @@
 //! Engine selection policy: heuristic vs benchmark (autotune), determinism, TF32, workspace
 //! cap, SM carveout.
 
-use std::sync::RwLock;
+use std::sync::{OnceLock, RwLock};
 
 /// Which heuristic cuDNN is asked for first (the fallback list is always appended).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -135,6 +135,32 @@ impl EnginePolicy {
     }
 }
 
+/// `CUDNN_LIB_CONFIG`: the cuDNN library configuration cuDNN itself reads (`FULL`, the
+/// default, or `GRAPH_JIT_ONLY`: the graph API with runtime-compiled engines only).
+pub const LIB_CONFIG_ENV: &str = "CUDNN_LIB_CONFIG";
+
+/// Whether cuDNN runs in its `GRAPH_JIT_ONLY` configuration (read once per process, as cuDNN
+/// does). There, cuDNN's pooling API is absent (pooling runs in our kernels) and some f32
+/// convolutions have only TF32 engines (used, with a warning, when nothing else runs).
+pub fn graph_jit_only() -> bool {
+    static CONFIG: OnceLock<bool> = OnceLock::new();
+    *CONFIG.get_or_init(|| names_graph_jit_only(std::env::var(LIB_CONFIG_ENV).ok().as_deref()))
+}
+
+fn names_graph_jit_only(config: Option<&str>) -> bool {
+    config.is_some_and(|c| c.trim().eq_ignore_ascii_case("GRAPH_JIT_ONLY"))
+}
+
+/// Bits folded into signatures for the library configuration, so that plans chosen under
+/// `GRAPH_JIT_ONLY` (where an f32 convolution may fall back to TF32) never serve `FULL`.
+pub(crate) fn lib_config_bits() -> u64 {
+    if graph_jit_only() {
+        0x6a17_0000_0000_0001
+    } else {
+        0
+    }
+}
+
 /// An SM count from [`SM_COUNT_TARGET_ENV`]: a positive integer, or empty / `0` / `off` for
 /// the whole GPU; anything else is ignored with a warning.
 fn parse_sm_count(v: &str) -> Option<u32> {
@@ -189,6 +215,14 @@ mod tests {
             ..full
         };
         assert_ne!(full.signature_bits(), zero.signature_bits());
+    }
+
+    #[test]
+    fn graph_jit_only_configuration() {
+        assert!(names_graph_jit_only(Some("GRAPH_JIT_ONLY")));
+        assert!(names_graph_jit_only(Some(" graph_jit_only ")));
+        assert!(!names_graph_jit_only(Some("FULL")));
+        assert!(!names_graph_jit_only(None));
     }
 
     #[test]
