@@ -552,8 +552,24 @@ pub(crate) fn select_plan(
             if exclude_tf32 && super::policy::graph_jit_only() && reason.contains(engine::TF32_REJECTION) =>
         {
             warn_tf32_fallback(graph);
-            select_among(handle, graph, &lowered, policy, false, stream, uids, ptrs)
+            select_among(handle, graph, &lowered, policy, false, stream, uids, ptrs).map_err(name_lib_config)
         }
+        other => other.map_err(name_lib_config),
+    }
+}
+
+/// An `Unsupported` error under `GRAPH_JIT_ONLY` says which configuration declined and what
+/// to change.
+fn name_lib_config(e: Error) -> Error {
+    match e {
+        Error::Unsupported { graph, reason } if super::policy::graph_jit_only() => Error::Unsupported {
+            graph,
+            reason: format!(
+                "{reason} (cuDNN runs as {}=GRAPH_JIT_ONLY, without its precompiled engines: unset it to use the \
+                 full library)",
+                super::policy::LIB_CONFIG_ENV
+            ),
+        },
         other => other,
     }
 }
