@@ -228,8 +228,8 @@ fn gather_op(
 }
 
 impl QTensorOps<Cudnn> for Cudnn {
-    /// Accepts the supported schemes (see [`supports_scheme`]); the tensor keeps the data's
-    /// scheme.
+    /// Accepts the supported schemes (symmetric Q8F/Q8S, per tensor or per block, native or
+    /// `PackedU32(0)` storage); the tensor keeps the data's scheme.
     fn q_from_data(data: TensorData, device: &CudnnDevice) -> QuantizedTensor<Cudnn> {
         const OP: &str = "q_from_data";
         let DType::QFloat(scheme) = data.dtype else {
