@@ -42,7 +42,7 @@ GATHER(4, u32)
 GATHER(8, u64)
 
 // ---------------------------------------------------------------------------------------
-// scatter_add / index_add (atomic adds)
+// scatter_add / index_add (atomic adds; the `_seq` kernels below in deterministic mode)
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
@@ -72,6 +72,42 @@ KERNEL void scatter_add_i32 SCATTER_ADD_ARGS(i32) { SCATTER_ADD_BODY(NATIVE_ADD)
 KERNEL void scatter_add_i64 SCATTER_ADD_ARGS(i64) { SCATTER_ADD_BODY(NATIVE_ADD) }
 KERNEL void scatter_add_f16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(F16_ADD) }
 KERNEL void scatter_add_bf16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(BF16_ADD) }
+
+// scatter_add / index_add for deterministic mode: the host orders the iteration shape with
+// the axis last, so item `l * len + a` is step `a` of line `l`; one thread per line adds its
+// steps in axis order with plain loads and stores (lines never share a target element), so
+// results do not depend on scheduling. Halfs round after each add, as the atomic version.
+
+__device__ __forceinline__ float seq_add(float a, float b) { return a + b; }
+__device__ __forceinline__ double seq_add(double a, double b) { return a + b; }
+__device__ __forceinline__ i32 seq_add(i32 a, i32 b) { return (i32)((u32)a + (u32)b); }
+__device__ __forceinline__ i64 seq_add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+__device__ __forceinline__ u16 seq_add_f16(u16 a, u16 b) { return f32_to_f16(f16_to_f32(a) + f16_to_f32(b)); }
+__device__ __forceinline__ u16 seq_add_bf16(u16 a, u16 b) {
+    return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b));
+}
+
+#define SCATTER_ADD_SEQ(DT, T, ADD)                                                           \
+    KERNEL void scatter_add_seq_##DT(T* target, const void* idx, int idx64, const T* values,  \
+                                     Layout lt, Layout li, Layout lv, i64 axis_stride,        \
+                                     i64 axis_len, i64 lines, i64 len) {                      \
+        FOR_EACH(l, lines) {                                                                  \
+            for (i64 a = 0; a < len; ++a) {                                                   \
+                const i64 i = l * len + a;                                                    \
+                const i64 k = load_index(idx, idx64, loff(li, i));                            \
+                if (k < 0 || k >= axis_len) continue;                                         \
+                T* p = &target[loff(lt, i) + k * axis_stride];                                \
+                *p = ADD(*p, values[loff(lv, i)]);                                            \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+SCATTER_ADD_SEQ(f32, float, seq_add)
+SCATTER_ADD_SEQ(f64, double, seq_add)
+SCATTER_ADD_SEQ(i32, i32, seq_add)
+SCATTER_ADD_SEQ(i64, i64, seq_add)
+SCATTER_ADD_SEQ(f16, u16, seq_add_f16)
+SCATTER_ADD_SEQ(bf16, u16, seq_add_bf16)
 
 // ---------------------------------------------------------------------------------------
 // gather_nd / scatter_nd

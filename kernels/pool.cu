@@ -1,5 +1,6 @@
 // 2-D pooling kernels on strided [N, C, H, W] views (see backend/src/kernels/pool.rs):
-// max pooling with flat indices and its scatter backward, average pooling (ceil_mode,
+// max pooling with flat indices and its scatter backward (a gather form in deterministic
+// mode), average pooling (ceil_mode,
 // count_include_pad) and adaptive average pooling with gather backwards. `common.cuh`
 // is prepended.
 //
@@ -82,6 +83,35 @@ __device__ __forceinline__ void maxpool_bwd(const i64* idx, const typename D::T*
 ZERO(2, u16)
 ZERO(4, u32)
 ZERO(8, u64)
+
+// Deterministic gather form of the backward (no atomics, no zero pass): every dx element
+// sums, in window order, the dy of the windows that contain it and chose it. Window
+// (oh, ow) covers ih when ih = oh * sh - ph + a * dh for some tap a in [0, kh).
+template <class D>
+__device__ __forceinline__ void maxpool_bwd_gather(const i64* idx, const typename D::T* dy, typename D::T* dx,
+                                                   const Layout& li, const Layout& ldy, const Layout& ldx,
+                                                   const PoolWin& p, i64 n) {
+    typedef typename D::A A;
+    const i64 W = ldx.shape[3], OH = ldy.shape[2], OW = ldy.shape[3];
+    FOR_EACH(i, n) {
+        i64 b, c, ih, iw;
+        coords4(ldx, i, b, c, ih, iw);
+        const i64 pos = ih * W + iw;
+        A sum = 0;
+        for (i64 a = 0; a < p.kh; ++a) {
+            const i64 th = ih + p.ph - a * p.dh;
+            if (th < 0 || th % p.sh != 0 || th / p.sh >= OH) continue;
+            const i64 oh = th / p.sh;
+            for (i64 e = 0; e < p.kw; ++e) {
+                const i64 tw = iw + p.pw - e * p.dw;
+                if (tw < 0 || tw % p.sw != 0 || tw / p.sw >= OW) continue;
+                const i64 ow = tw / p.sw;
+                if (idx[off4(li, b, c, oh, ow)] == pos) sum += D::ld(dy, off4(ldy, b, c, oh, ow));
+            }
+        }
+        D::st(dx, off4(ldx, b, c, ih, iw), sum);
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // average pooling (PyTorch rules): the window [h0, h0 + kh) is clipped to the padded
@@ -213,6 +243,10 @@ __device__ __forceinline__ void adaptive_bwd(const typename D::T* dy, typename D
     KERNEL void maxpool2d_bwd_##S(const i64* idx, const D::T* dy, D::T* dx,                   \
                                                  Layout li, Layout ldy, Layout ldx, i64 n) {  \
         maxpool_bwd<D>(idx, dy, dx, li, ldy, ldx, n);                                         \
+    }                                                                                         \
+    KERNEL void maxpool2d_bwd_gather_##S(const i64* idx, const D::T* dy, D::T* dx, Layout li,   \
+                                         Layout ldy, Layout ldx, PoolWin p, i64 n) {          \
+        maxpool_bwd_gather<D>(idx, dy, dx, li, ldy, ldx, p, n);                               \
     }                                                                                         \
     KERNEL void avgpool2d_fwd_##S(const D::T* x, D::T* out, Layout lx,                        \
                                                  Layout lo, PoolWin p, int cip, i64 n) {      \

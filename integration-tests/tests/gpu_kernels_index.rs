@@ -476,7 +476,18 @@ fn index_select_every_dtype_and_layout() {
 // ---------------------------------------------------------------------------------------
 // scatter_add / index_add
 
-fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool) {
+/// `acc + v` as the ordered kernels compute it: f32 arithmetic rounded to the dtype after
+/// every add (f64 and ints exactly).
+fn ordered_add(dtype: DataType, acc: f64, v: f64) -> f64 {
+    match dtype {
+        F64 | I32 | I64 => acc + v,
+        _ => to_dtype(dtype, to_dtype(F32, acc + v)),
+    }
+}
+
+/// `ordered`: the sequential kernels, checked bit for bit against the host adding in the
+/// same order (each element's contributions in axis order) and against a second run.
+fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool, ordered: bool) {
     let cases = if vector { vector_cases() } else { elementwise_cases() };
     for case in &cases {
         let odims = other_dims(case, vector);
@@ -495,21 +506,37 @@ fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bo
                 let idx = upload(s, &idx_vals, &case.idx.0, &case.idx.1, it);
                 let values = upload(s, &rand_vec(rng, numel(&odims), dtype), &odims, &case.other, dtype);
                 let name = format!("{dtype:?} idx {it:?} {case:?}");
-                let res = if vector {
-                    ix::index_add(s, &target.m, case.axis, &idx.t, &values.t)
-                } else {
-                    ix::scatter_add(s, &target.m, case.axis, &idx.t, &values.t)
+                let add = |t: &Dev| match (vector, ordered) {
+                    (true, false) => ix::index_add(s, &t.m, case.axis, &idx.t, &values.t),
+                    (false, false) => ix::scatter_add(s, &t.m, case.axis, &idx.t, &values.t),
+                    (true, true) => ix::index_add_ordered(s, &t.m, case.axis, &idx.t, &values.t),
+                    (false, true) => ix::scatter_add_ordered(s, &t.m, case.axis, &idx.t, &values.t),
                 };
-                if let Err(e) = res {
+                if let Err(e) = add(&target) {
                     r.error(name, e);
                     continue;
                 }
+                // Row-major order over the values visits each element's contributions in
+                // axis order, the order of the ordered kernels.
                 let mut want = target.values.clone();
                 for (i, v) in values.values.iter().enumerate() {
-                    want[data_index(case, vector, &odims, &idx.values, i).expect("in range")] += v;
+                    let k = data_index(case, vector, &odims, &idx.values, i).expect("in range");
+                    want[k] = if ordered {
+                        ordered_add(dtype, want[k], *v)
+                    } else {
+                        want[k] + v
+                    };
                 }
                 let got = download(s, &target);
-                if dtype.is_float() {
+                if ordered {
+                    let again = upload(s, &target.values, &case.data.0, &case.data.1, dtype);
+                    if let Err(e) = add(&again) {
+                        r.error(format!("{name} (second run)"), e);
+                        continue;
+                    }
+                    r.exact(format!("{name} (second run)"), dtype, &download(s, &again), &got);
+                    r.exact(name, dtype, &got, &want);
+                } else if dtype.is_float() {
                     r.close(name, dtype, &got, &want, add_bound(dtype));
                 } else {
                     r.exact(name, dtype, &got, &want);
@@ -524,7 +551,25 @@ fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bo
 fn scatter_add_every_dtype_with_duplicates() {
     let s = stream();
     let mut r = Report::new("scatter_add");
-    run_add(&mut r, &s, &mut SplitMix64::new(31), false);
+    run_add(&mut r, &s, &mut SplitMix64::new(31), false, false);
+    r.finish(false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scatter_add_ordered_is_bit_exact_and_repeatable() {
+    let s = stream();
+    let mut r = Report::new("scatter_add_ordered");
+    run_add(&mut r, &s, &mut SplitMix64::new(33), false, true);
+    r.finish(false);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn index_add_ordered_is_bit_exact_and_repeatable() {
+    let s = stream();
+    let mut r = Report::new("index_add_ordered");
+    run_add(&mut r, &s, &mut SplitMix64::new(34), true, true);
     r.finish(false);
 }
 
@@ -533,7 +578,7 @@ fn scatter_add_every_dtype_with_duplicates() {
 fn index_add_every_dtype_with_duplicates() {
     let s = stream();
     let mut r = Report::new("index_add");
-    run_add(&mut r, &s, &mut SplitMix64::new(32), true);
+    run_add(&mut r, &s, &mut SplitMix64::new(32), true, false);
     r.finish(false);
 }
 

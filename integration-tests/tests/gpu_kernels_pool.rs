@@ -523,6 +523,47 @@ fn max_pool_backward_scatters_by_indices() {
     r.finish();
 }
 
+/// The deterministic gather form: the same gradients as the scatter (within the float
+/// bound), and bit-identical over two runs.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn max_pool_backward_gather_is_repeatable() {
+    let s = stream();
+    let mut rng = SplitMix64::new(0x9013);
+    let mut r = Report::new("max_pool2d_backward_gather");
+    for (xd, p) in max_cases() {
+        let od = out_dims(&xd, &p);
+        for dtype in FLOATS {
+            for (lx, lo) in LAYS {
+                let case = format!("{dtype:?} x {xd:?} {lx:?} dy {lo:?} {p:?}");
+                let x = upload(&s, &distinct(&mut rng, &xd), &xd, &strides(lx, &xd), dtype);
+                let out = poisoned(&s, &od, &strides(lo, &od), dtype);
+                let idx = poisoned_idx(&s, &od, &packed_like(&od));
+                let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
+                let mut runs: Vec<_> = (0..2)
+                    .map(|_| {
+                        let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
+                        pl::max_pool2d_with_indices(&s, &x.t, &p, &out.m, &idx.m)
+                            .and_then(|_| pl::max_pool2d_backward_gather(&s, &idx.t, &dy.t, &p, &dx.m))
+                            .map(|_| download(&s, &dx))
+                    })
+                    .collect();
+                let second = runs.pop().expect("two runs");
+                match (runs.pop().expect("two runs"), second) {
+                    (Ok(a), Ok(b)) => {
+                        let (_, want_idx) = max_ref(&x.values, &xd, &p);
+                        let want = max_bwd_ref(&want_idx, &dy.values, &od, &xd);
+                        r.close(case.clone(), dtype, &a, &want);
+                        r.exact(format!("{case} second run"), &b, &a);
+                    }
+                    (Err(e), _) | (_, Err(e)) => r.error(case, e),
+                }
+            }
+        }
+    }
+    r.finish();
+}
+
 fn packed_like(d: &[i64]) -> Vec<i64> {
     row_major_strides(d)
 }

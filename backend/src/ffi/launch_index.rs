@@ -53,6 +53,44 @@ pub(crate) fn gather(
     Ok(())
 }
 
+/// Launches `scatter_add_seq_<dt>(T*, const void*, int, const T*, Layout, Layout, Layout,
+/// i64 axis_stride, i64 axis_len, i64 lines, i64 len)`: one thread per line of `len` steps.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_add_seq(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    target: u64,
+    idx: u64,
+    idx64: bool,
+    values: u64,
+    layouts: &[KernelLayout; 3],
+    axis: IndexAxis,
+    lines: i64,
+    len: i64,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&target)
+        .arg(&idx)
+        .arg(&idx64)
+        .arg(&values)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(&axis.stride)
+        .arg(&axis.len)
+        .arg(&lines)
+        .arg(&len);
+    // SAFETY: the arguments match `scatter_add_seq_<dt>(T*, const void*, int, const T*,
+    // Layout, Layout, Layout, long long, long long, long long, long long)`; the layouts cover
+    // `lines * len` items (the caller's iteration shape with the axis last), the indices and
+    // values views are in bounds for each, and the target is updated only at
+    // `offset + k * axis_stride` with `0 <= k < axis_len`, inside its view; distinct lines
+    // never reach the same target element (validated by the caller: no overlap).
+    unsafe { b.launch_counted(grid_for(lines as u64)) }?;
+    Ok(())
+}
+
 /// Launches `scatter_add_<dt>(T* target, const void* idx, int idx64, const T* values,
 /// Layout lt, Layout li, Layout lv, i64 axis_stride, i64 axis_len, i64 n)`.
 #[allow(clippy::too_many_arguments)]

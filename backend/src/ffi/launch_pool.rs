@@ -86,6 +86,36 @@ pub(crate) fn max_backward(
     Ok(())
 }
 
+/// Launches `maxpool2d_bwd_gather_<dt>(const i64* idx, const T* dy, T* dx, Layout li,
+/// Layout ldy, Layout ldx, PoolWin p, i64 n)` over the `n` elements of dx.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn max_backward_gather(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    indices: u64,
+    dy: u64,
+    dx: u64,
+    layouts: &[KernelLayout; 3],
+    window: &PoolWindow,
+    n: i64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&indices)
+        .arg(&dy)
+        .arg(&dx)
+        .arg(&layouts[0])
+        .arg(&layouts[1])
+        .arg(&layouts[2])
+        .arg(window)
+        .arg(&n);
+    // SAFETY: the arguments match `maxpool2d_bwd_gather_<dt>(const long long*, const T*, T*,
+    // Layout, Layout, Layout, PoolWin, long long)`; dx is a rank-4 view written once per item
+    // < n, and indices / dy are read only at window coordinates inside their rank-4 dims
+    // (validated by the caller).
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
+    Ok(())
+}
+
 /// Launches `pool_zero_b{2,4,8}(T* p, Layout l, i64 n)`: zero bits at every element of a
 /// rank-4 view.
 pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &KernelLayout, n: i64) -> Result<()> {

@@ -54,6 +54,9 @@ pub(crate) struct IndexPlan {
     pub layouts: [KernelLayout; 3],
     pub axis: IndexAxis,
     pub n: i64,
+    /// For the sequential adds (deterministic mode): the steps of each line (the iteration
+    /// shape's axis, laid out last); 0 otherwise.
+    pub line_len: i64,
 }
 
 /// `gather_b{1,2,4,8}` by element size.
@@ -67,7 +70,17 @@ fn gather_entry(dtype: DataType) -> &'static str {
 }
 
 /// `scatter_add_<dt>` for the dtypes the adds support.
-fn add_entry(op: &'static str, arg: &'static str, dtype: DataType) -> Result<&'static str> {
+fn add_entry(op: &'static str, arg: &'static str, dtype: DataType, sequential: bool) -> Result<&'static str> {
+    if sequential {
+        return Ok(match add_entry(op, arg, dtype, false)? {
+            "scatter_add_f32" => "scatter_add_seq_f32",
+            "scatter_add_f16" => "scatter_add_seq_f16",
+            "scatter_add_bf16" => "scatter_add_seq_bf16",
+            "scatter_add_f64" => "scatter_add_seq_f64",
+            "scatter_add_i32" => "scatter_add_seq_i32",
+            _ => "scatter_add_seq_i64",
+        });
+    }
     Ok(match dtype {
         DataType::F32 => "scatter_add_f32",
         DataType::F16 => "scatter_add_f16",
@@ -168,7 +181,8 @@ fn check_vector_indices(op: &'static str, indices: &TensorRef) -> Result<i64> {
 
 /// Merges the dims of the iteration `shape` jointly over the three operands' strides and
 /// packs the layouts; the indexed operand `data` gets stride 0 on `axis` (the kernel adds
-/// `index * axis.stride`).
+/// `index * axis.stride`). With `axis_last` the axis is moved to the innermost position
+/// first (item `l * len + a` is then step `a` of line `l`: the sequential adds).
 fn layouts(
     op: &'static str,
     shape: &[i64],
@@ -176,13 +190,22 @@ fn layouts(
     axis: usize,
     idx_strides: Vec<i64>,
     other_strides: Vec<i64>,
+    axis_last: bool,
 ) -> Result<([KernelLayout; 3], IndexAxis)> {
     let ax = IndexAxis {
         stride: data.strides[axis],
         len: data.dims[axis],
     };
     let data_strides = with_axis(&data.strides, axis, 0);
-    let (shape, strides) = coalesce(shape, &[data_strides, idx_strides, other_strides]);
+    let mut all = [shape.to_vec(), data_strides, idx_strides, other_strides];
+    if axis_last {
+        for v in all.iter_mut() {
+            let x = v.remove(axis);
+            v.push(x);
+        }
+    }
+    let [shape, data_strides, idx_strides, other_strides] = all;
+    let (shape, strides) = coalesce(&shape, &[data_strides, idx_strides, other_strides]);
     let mut out = [KernelLayout::default(); 3];
     for (l, s) in out.iter_mut().zip(&strides) {
         *l = kernel_layout(op, &shape, s)?;
@@ -221,27 +244,39 @@ pub(crate) fn plan_gather(
     if n == 0 {
         return Ok(None);
     }
-    let (layouts, axis) = layouts(OP, &out.dims, x, axis, indices.strides.clone(), out.strides.clone())?;
+    let (layouts, axis) = layouts(
+        OP,
+        &out.dims,
+        x,
+        axis,
+        indices.strides.clone(),
+        out.strides.clone(),
+        false,
+    )?;
     Ok(Some(IndexPlan {
         entry: gather_entry(x.dtype),
         idx64,
         layouts,
         axis,
         n,
+        line_len: 0,
     }))
 }
 
+/// Validates a `scatter_add` and plans it: atomic adds, or with `sequential` one thread per
+/// line adding in axis order (deterministic).
 pub(crate) fn plan_scatter_add(
     target: &TensorRef,
     axis: usize,
     indices: &TensorRef,
     values: &TensorRef,
+    sequential: bool,
 ) -> Result<Option<IndexPlan>> {
     const OP: &str = "scatter_add";
     check_tensor(OP, "target", target)?;
     check_tensor(OP, "indices", indices)?;
     let n = check_tensor(OP, "values", values)?;
-    let entry = add_entry(OP, "target", target.dtype)?;
+    let entry = add_entry(OP, "target", target.dtype, sequential)?;
     let idx64 = check_index_dtype(OP, indices)?;
     check_elementwise_indices(OP, "target", target, axis, indices)?;
     same_dtype(OP, "values", values, target.dtype, "target")?;
@@ -256,6 +291,7 @@ pub(crate) fn plan_scatter_add(
     if n == 0 {
         return Ok(None);
     }
+    let line_len = if sequential { values.dims[axis] } else { 0 };
     let (layouts, axis) = layouts(
         OP,
         &values.dims,
@@ -263,6 +299,7 @@ pub(crate) fn plan_scatter_add(
         axis,
         indices.strides.clone(),
         values.strides.clone(),
+        sequential,
     )?;
     Ok(Some(IndexPlan {
         entry,
@@ -270,6 +307,7 @@ pub(crate) fn plan_scatter_add(
         layouts,
         axis,
         n,
+        line_len,
     }))
 }
 
@@ -303,27 +341,30 @@ pub(crate) fn plan_index_select(
         return Ok(None);
     }
     let idx_strides = vector_index_strides(indices, axis, out.dims.len());
-    let (layouts, axis) = layouts(OP, &out.dims, x, axis, idx_strides, out.strides.clone())?;
+    let (layouts, axis) = layouts(OP, &out.dims, x, axis, idx_strides, out.strides.clone(), false)?;
     Ok(Some(IndexPlan {
         entry: gather_entry(x.dtype),
         idx64,
         layouts,
         axis,
         n,
+        line_len: 0,
     }))
 }
 
+/// Validates an `index_add` and plans it (see [`plan_scatter_add`] for `sequential`).
 pub(crate) fn plan_index_add(
     target: &TensorRef,
     axis: usize,
     indices: &TensorRef,
     values: &TensorRef,
+    sequential: bool,
 ) -> Result<Option<IndexPlan>> {
     const OP: &str = "index_add";
     check_tensor(OP, "target", target)?;
     check_tensor(OP, "indices", indices)?;
     let n = check_tensor(OP, "values", values)?;
-    let entry = add_entry(OP, "target", target.dtype)?;
+    let entry = add_entry(OP, "target", target.dtype, sequential)?;
     let idx64 = check_index_dtype(OP, indices)?;
     let k = check_vector_indices(OP, indices)?;
     check_axis(OP, axis, target.dims.len(), "target")?;
@@ -344,13 +385,23 @@ pub(crate) fn plan_index_add(
         return Ok(None);
     }
     let idx_strides = vector_index_strides(indices, axis, values.dims.len());
-    let (layouts, axis) = layouts(OP, &values.dims, target, axis, idx_strides, values.strides.clone())?;
+    let line_len = if sequential { values.dims[axis] } else { 0 };
+    let (layouts, axis) = layouts(
+        OP,
+        &values.dims,
+        target,
+        axis,
+        idx_strides,
+        values.strides.clone(),
+        sequential,
+    )?;
     Ok(Some(IndexPlan {
         entry,
         idx64,
         layouts,
         axis,
         n,
+        line_len,
     }))
 }
 
@@ -559,7 +610,8 @@ pub fn gather(
 /// has `target`'s rank and dims no larger than `target`'s off the axis; `values` has the
 /// indices' dims and `target`'s dtype (F32, F16, BF16, F64, I32 or I64; ints wrap). An
 /// index outside `0..target.dims[axis]` adds nothing (bounds are the caller's
-/// responsibility).
+/// responsibility). Atomic adds, so float sums of duplicate indices may round differently
+/// between runs; in the engine's deterministic mode this is [`scatter_add_ordered`].
 pub fn scatter_add(
     stream: &Arc<CudaStream>,
     target: &TensorMut,
@@ -567,15 +619,68 @@ pub fn scatter_add(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
+    scatter_add_in(stream, target, axis, indices, values, deterministic())
+}
+
+/// [`scatter_add`] with every element's additions in axis order (one thread per line along
+/// the axis, no atomics): bit-reproducible, slower when there are few lines.
+pub fn scatter_add_ordered(
+    stream: &Arc<CudaStream>,
+    target: &TensorMut,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<()> {
+    scatter_add_in(stream, target, axis, indices, values, true)
+}
+
+fn scatter_add_in(
+    stream: &Arc<CudaStream>,
+    target: &TensorMut,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+    ordered: bool,
+) -> Result<()> {
     on_stream(
         stream,
         "scatter_add",
         &[("target", target), ("indices", indices), ("values", values)],
     )?;
-    let Some(p) = plan_scatter_add(target, axis, indices, values)? else {
+    let Some(p) = plan_scatter_add(target, axis, indices, values, ordered)? else {
         return Ok(());
     };
+    launch_add(stream, &p, target, indices, values)
+}
+
+/// Whether the adds run sequentially per line (the engine's deterministic mode).
+fn deterministic() -> bool {
+    crate::plan::policy().deterministic
+}
+
+/// Enqueues a planned scatter_add / index_add: atomic, or sequential per line.
+fn launch_add(
+    stream: &Arc<CudaStream>,
+    p: &IndexPlan,
+    target: &TensorMut,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<()> {
     let f = stream_function(stream, INDEX, p.entry)?;
+    if p.line_len > 0 {
+        return launch::scatter_add_seq(
+            stream,
+            &f,
+            target.ptr,
+            indices.ptr,
+            p.idx64,
+            values.ptr,
+            &p.layouts,
+            p.axis,
+            p.n / p.line_len,
+            p.line_len,
+        );
+    }
     launch::scatter_add(
         stream,
         &f,
@@ -622,7 +727,8 @@ pub fn index_select(
 /// indices accumulate): `values` has `target`'s dims with `dims[axis]` replaced by the
 /// length of the 1-D `indices` (`I64` or `I32`), and `target`'s dtype (F32, F16, BF16,
 /// F64, I32 or I64; ints wrap). An index outside `0..target.dims[axis]` adds nothing
-/// (bounds are the caller's responsibility).
+/// (bounds are the caller's responsibility). Atomic adds; in the engine's deterministic
+/// mode this is [`index_add_ordered`].
 pub fn index_add(
     stream: &Arc<CudaStream>,
     target: &TensorMut,
@@ -630,26 +736,38 @@ pub fn index_add(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
+    index_add_in(stream, target, axis, indices, values, deterministic())
+}
+
+/// [`index_add`] with every element's additions in index order (one thread per line along
+/// the axis, no atomics): bit-reproducible.
+pub fn index_add_ordered(
+    stream: &Arc<CudaStream>,
+    target: &TensorMut,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<()> {
+    index_add_in(stream, target, axis, indices, values, true)
+}
+
+fn index_add_in(
+    stream: &Arc<CudaStream>,
+    target: &TensorMut,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+    ordered: bool,
+) -> Result<()> {
     on_stream(
         stream,
         "index_add",
         &[("target", target), ("indices", indices), ("values", values)],
     )?;
-    let Some(p) = plan_index_add(target, axis, indices, values)? else {
+    let Some(p) = plan_index_add(target, axis, indices, values, ordered)? else {
         return Ok(());
     };
-    let f = stream_function(stream, INDEX, p.entry)?;
-    launch::scatter_add(
-        stream,
-        &f,
-        target.ptr,
-        indices.ptr,
-        p.idx64,
-        values.ptr,
-        &p.layouts,
-        p.axis,
-        p.n,
-    )
+    launch_add(stream, &p, target, indices, values)
 }
 
 /// `out[b.., s..] = x[indices[b.., 0], .., indices[b.., K - 1], s..]`: `indices` (`I64`
@@ -731,6 +849,46 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, P)
     }
 
+    /// Offset of linear item `i` in a host copy of a kernel layout.
+    fn offset(l: &KernelLayout, mut i: i64) -> i64 {
+        let mut off = l.offset;
+        for d in (0..l.rank as usize).rev() {
+            off += (i % l.shape[d]) * l.strides[d];
+            i /= l.shape[d];
+        }
+        off
+    }
+
+    #[test]
+    fn sequential_adds_walk_each_line_along_the_axis() {
+        use DataType::*;
+        // scatter_add over axis 0 of [3, 4] values into a [5, 4] target: 4 lines (one per
+        // column) of 3 steps; step a of line l reads values[a, l] and targets column l.
+        let (target, idx, values) = (t(&[5, 4], F32), t(&[3, 4], I64), t(&[3, 4], F32));
+        let p = plan_scatter_add(&target, 0, &idx, &values, true).unwrap().unwrap();
+        assert_eq!((p.entry, p.line_len, p.n), ("scatter_add_seq_f32", 3, 12));
+        for l in 0..4 {
+            for a in 0..3 {
+                let i = l * 3 + a;
+                assert_eq!(offset(&p.layouts[2], i), a * 4 + l, "values item {i}");
+                assert_eq!(offset(&p.layouts[1], i), a * 4 + l, "indices item {i}");
+                assert_eq!(offset(&p.layouts[0], i), l, "target item {i} (axis stride 0)");
+            }
+        }
+        assert_eq!((p.axis.stride, p.axis.len), (4, 5));
+        // index_add over axis 1 of [2, 6] values into [2, 3]: 2 lines of 6 steps.
+        let p = plan_index_add(&t(&[2, 3], BF16), 1, &t(&[6], I32), &t(&[2, 6], BF16), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.entry, p.line_len), ("scatter_add_seq_bf16", 6));
+        assert_eq!(offset(&p.layouts[2], 6 + 2), 6 + 2);
+        assert_eq!(offset(&p.layouts[1], 6 + 2), 2, "indices broadcast over lines");
+        assert_eq!(offset(&p.layouts[0], 6 + 2), 3, "row 1 of the target");
+        // The atomic plans keep the iteration order and no line length.
+        let p = plan_scatter_add(&target, 0, &idx, &values, false).unwrap().unwrap();
+        assert_eq!((p.entry, p.line_len), ("scatter_add_f32", 0));
+    }
+
     fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
         match r {
             Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
@@ -773,13 +931,13 @@ mod tests {
             (I32, "scatter_add_i32"),
             (I64, "scatter_add_i64"),
         ] {
-            let p = plan_scatter_add(&t(&[4, 3], d), 0, &i, &t(&[2, 3], d))
+            let p = plan_scatter_add(&t(&[4, 3], d), 0, &i, &t(&[2, 3], d), false)
                 .unwrap()
                 .unwrap();
             assert_eq!((p.entry, p.idx64), (e, true));
             let v = t(&[5], I64);
             assert_eq!(
-                plan_index_add(&t(&[4, 3], d), 1, &v, &t(&[4, 5], d))
+                plan_index_add(&t(&[4, 3], d), 1, &v, &t(&[4, 5], d), false)
                     .unwrap()
                     .unwrap()
                     .entry,
@@ -787,11 +945,11 @@ mod tests {
             );
         }
         for d in [U8, I8, Bool] {
-            let (op, arg, why) = invalid(plan_scatter_add(&t(&[4], d), 0, &t(&[4], I64), &t(&[4], d)));
+            let (op, arg, why) = invalid(plan_scatter_add(&t(&[4], d), 0, &t(&[4], I64), &t(&[4], d), false));
             assert_eq!((op, arg), ("scatter_add", "target"));
             assert!(why.contains(&format!("{d:?}")), "{why}");
             assert_eq!(
-                invalid(plan_index_add(&t(&[4], d), 0, &t(&[4], I64), &t(&[4], d))).1,
+                invalid(plan_index_add(&t(&[4], d), 0, &t(&[4], I64), &t(&[4], d), false)).1,
                 "target"
             );
         }
@@ -835,7 +993,7 @@ mod tests {
         assert_eq!(p.layouts[1].rank, 3);
         assert_eq!(&p.layouts[1].strides[..3], &[0, 2, 0]);
         assert_eq!(&p.layouts[0].strides[..3], &[10, 0, 1]);
-        let p = plan_index_add(&t(&[6, 2], F32), 0, &t(&[3], I32), &ts(&[3, 2], &[1, 3], F32))
+        let p = plan_index_add(&t(&[6, 2], F32), 0, &t(&[3], I32), &ts(&[3, 2], &[1, 3], F32), false)
             .unwrap()
             .unwrap();
         assert_eq!(p.axis, IndexAxis { stride: 2, len: 6 });
@@ -857,7 +1015,7 @@ mod tests {
         assert_eq!(arg, "axis");
         assert!(why.contains("rank 2"), "{why}");
         assert_eq!(invalid(plan_index_select(&x, 5, &t(&[2], I32), &o)).1, "axis");
-        assert_eq!(invalid(plan_index_add(&x, 2, &t(&[2], I32), &o)).1, "axis");
+        assert_eq!(invalid(plan_index_add(&x, 2, &t(&[2], I32), &o, false)).1, "axis");
         // rank / off-axis dims
         assert_eq!(invalid(plan_gather(&x, 0, &t(&[6], I64), &t(&[6], F32))).1, "indices");
         assert_eq!(
@@ -866,24 +1024,30 @@ mod tests {
         );
         assert!(plan_gather(&x, 0, &t(&[9, 3], I64), &t(&[9, 3], F32)).is_ok());
         assert_eq!(
-            invalid(plan_scatter_add(&x, 1, &t(&[5, 3], I64), &t(&[5, 3], F32))).1,
+            invalid(plan_scatter_add(&x, 1, &t(&[5, 3], I64), &t(&[5, 3], F32), false)).1,
             "indices"
         );
         // out/values dims and dtypes
         assert_eq!(invalid(plan_gather(&x, 0, &i, &t(&[3, 3], F32))).1, "out");
         assert_eq!(invalid(plan_gather(&x, 0, &i, &t(&[2, 3], F16))).1, "out");
-        assert_eq!(invalid(plan_scatter_add(&x, 0, &i, &t(&[2, 2], F32))).1, "values");
-        assert_eq!(invalid(plan_scatter_add(&x, 0, &i, &t(&[2, 3], F64))).1, "values");
+        assert_eq!(
+            invalid(plan_scatter_add(&x, 0, &i, &t(&[2, 2], F32), false)).1,
+            "values"
+        );
+        assert_eq!(
+            invalid(plan_scatter_add(&x, 0, &i, &t(&[2, 3], F64), false)).1,
+            "values"
+        );
         assert_eq!(invalid(plan_index_select(&x, 0, &t(&[2, 1], I64), &o)).1, "indices");
         let (_, arg, why) = invalid(plan_index_select(&x, 1, &t(&[2], I64), &t(&[4, 3], F32)));
         assert_eq!(arg, "out");
         assert!(why.contains("[4, 2]"), "{why}");
         assert_eq!(
-            invalid(plan_index_add(&x, 0, &t(&[2], I64), &t(&[2, 4], F32))).1,
+            invalid(plan_index_add(&x, 0, &t(&[2], I64), &t(&[2, 4], F32), false)).1,
             "values"
         );
         assert_eq!(
-            invalid(plan_index_add(&x, 0, &t(&[2], I64), &t(&[2, 3], I32))).1,
+            invalid(plan_index_add(&x, 0, &t(&[2], I64), &t(&[2, 3], I32), false)).1,
             "values"
         );
         // dims/strides mismatch, negative dims, null pointers
@@ -897,7 +1061,14 @@ mod tests {
             "out"
         );
         assert_eq!(
-            invalid(plan_scatter_add(&TensorRef::fake_packed(&[4, 3], F32, 0), 0, &i, &o)).1,
+            invalid(plan_scatter_add(
+                &TensorRef::fake_packed(&[4, 3], F32, 0),
+                0,
+                &i,
+                &o,
+                false
+            ))
+            .1,
             "target"
         );
     }
@@ -910,7 +1081,14 @@ mod tests {
         assert_eq!(arg, "out");
         assert!(why.contains("overlap"), "{why}");
         assert_eq!(
-            invalid(plan_scatter_add(&ts(&[4, 3], &[1, 1], F32), 0, &i, &t(&[2, 3], F32))).1,
+            invalid(plan_scatter_add(
+                &ts(&[4, 3], &[1, 1], F32),
+                0,
+                &i,
+                &t(&[2, 3], F32),
+                false
+            ))
+            .1,
             "target"
         );
         assert_eq!(
@@ -918,7 +1096,8 @@ mod tests {
                 &ts(&[4, 3], &[0, 1], F32),
                 0,
                 &t(&[2], I64),
-                &t(&[2, 3], F32)
+                &t(&[2, 3], F32),
+                false
             ))
             .1,
             "target"
@@ -931,7 +1110,7 @@ mod tests {
             &t(&[2, 3], F32)
         )
         .is_ok());
-        assert!(plan_scatter_add(&ts(&[4, 3], &[-3, 1], F32), 0, &i, &ts(&[2, 3], &[0, 1], F32)).is_ok());
+        assert!(plan_scatter_add(&ts(&[4, 3], &[-3, 1], F32), 0, &i, &ts(&[2, 3], &[0, 1], F32), false).is_ok());
     }
 
     #[test]
@@ -944,17 +1123,17 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(
-            plan_index_add(&x, 0, &t(&[0], I64), &TensorRef::fake_packed(&[0, 3], F32, 0))
+            plan_index_add(&x, 0, &t(&[0], I64), &TensorRef::fake_packed(&[0, 3], F32, 0), false)
                 .unwrap()
                 .is_none()
         );
         assert!(
-            plan_scatter_add(&t(&[0, 3], I32), 0, &t(&[2, 3], I64), &t(&[2, 3], I32))
+            plan_scatter_add(&t(&[0, 3], I32), 0, &t(&[2, 3], I64), &t(&[2, 3], I32), false)
                 .unwrap()
                 .is_some()
         );
         invalid(plan_gather(&x, 0, &t(&[0, 3], F32), &t(&[0, 3], F32)));
-        invalid(plan_index_add(&t(&[0], U8), 0, &t(&[0], I64), &t(&[0], U8)));
+        invalid(plan_index_add(&t(&[0], U8), 0, &t(&[0], I64), &t(&[0], U8), false));
         invalid(plan_index_select(&x, 0, &t(&[0], I64), &t(&[0, 4], F32)));
     }
 

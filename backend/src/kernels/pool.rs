@@ -174,6 +174,12 @@ const MAX_BWD: [&str; 4] = [
     "maxpool2d_bwd_bf16",
     "maxpool2d_bwd_f64",
 ];
+const MAX_BWD_GATHER: [&str; 4] = [
+    "maxpool2d_bwd_gather_f32",
+    "maxpool2d_bwd_gather_f16",
+    "maxpool2d_bwd_gather_bf16",
+    "maxpool2d_bwd_gather_f64",
+];
 const AVG_FWD: [&str; 4] = [
     "avgpool2d_fwd_f32",
     "avgpool2d_fwd_f16",
@@ -308,6 +314,45 @@ pub(crate) fn plan_max_pool2d_backward(
         layouts: [view_layout(OP, indices)?, view_layout(OP, dy)?, view_layout(OP, dx)?],
         n,
     }))
+}
+
+/// The deterministic max-pool backward: the scatter plan's checks, plus `dy`'s spatial dims
+/// must be what `p` gives for `dx`'s.
+pub(crate) fn plan_max_pool2d_backward_gather(
+    indices: &TensorRef,
+    dy: &TensorRef,
+    p: &Pool2d,
+    dx: &TensorRef,
+) -> Result<Option<(MaxBackwardPlan, PoolWindow)>> {
+    const OP: &str = "max_pool2d_backward";
+    let Some(plan) = plan_max_pool2d_backward(indices, dy, dx)? else {
+        return Ok(None);
+    };
+    p.check(OP)?;
+    // With `ceil_mode`, Burn keeps one more window than PyTorch's rule when the last one
+    // starts in the padding: it covers no input element (index -1) and adds nothing.
+    let want = p.output_hw_for(OP, "dx", dx.dims[2], dx.dims[3])?;
+    let extra = p.ceil_mode as i64;
+    if (0..2).any(|a| dy.dims[2 + a] < want[a] || dy.dims[2 + a] > want[a] + extra) {
+        return Err(Error::invalid_arg(
+            OP,
+            "dy",
+            format!(
+                "spatial dims {:?} differ from {want:?} ({:?} pooled by {p:?})",
+                &dy.dims[2..],
+                dx.dims
+            ),
+        ));
+    }
+    let slot = float_slot(OP, "dx", dx.dtype)?;
+    Ok(Some((
+        MaxBackwardPlan {
+            entry: MAX_BWD_GATHER[slot],
+            n: plan.zero_n,
+            ..plan
+        },
+        p.window(),
+    )))
 }
 
 pub(crate) fn plan_avg_pool2d(
@@ -493,6 +538,28 @@ pub fn max_pool2d_backward(
         return Ok(());
     }
     launch::max_backward(stream, &f, indices.ptr, dy.ptr, dx.ptr, &plan.layouts, plan.n)
+}
+
+/// [`max_pool2d_backward`] without atomics: every `dx` element sums, in window order, the
+/// `dy` of the windows of `p` (the forward's geometry) that contain it and whose index names
+/// it, so results are bit-reproducible (what the engine's deterministic mode uses).
+pub fn max_pool2d_backward_gather(
+    stream: &Arc<CudaStream>,
+    indices: &TensorRef,
+    dy: &TensorRef,
+    p: &Pool2d,
+    dx: &TensorMut,
+) -> Result<()> {
+    on_stream(
+        stream,
+        "max_pool2d_backward",
+        &[("indices", indices), ("dy", dy), ("dx", dx)],
+    )?;
+    let Some((plan, window)) = plan_max_pool2d_backward_gather(indices, dy, p, dx)? else {
+        return Ok(());
+    };
+    let f = stream_function(stream, POOL, plan.entry)?;
+    launch::max_backward_gather(stream, &f, indices.ptr, dy.ptr, dx.ptr, &plan.layouts, &window, plan.n)
 }
 
 /// Average pooling of `x` `[N, C, H, W]` into `out` `[N, C, OH, OW]` (same dtype;

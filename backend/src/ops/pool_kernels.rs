@@ -117,7 +117,8 @@ pub(super) fn forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorMut, p:
 }
 
 /// `dx = pool_backward(dy)` in the kernels (`x` is the forward's input; max pooling finds
-/// its argmax positions again). Max pooling adds overlapping windows' gradients atomically.
+/// its argmax positions again). Max pooling adds overlapping windows' gradients atomically,
+/// or in the deterministic mode gathers them in window order.
 pub(super) fn backward(
     stream: &Arc<CudaStream>,
     x: &TensorRef,
@@ -136,7 +137,11 @@ pub(super) fn backward(
             let values = DeviceBuffer::alloc(stream, (dy4.numel().max(1) as usize) * dy4.dtype.size(), OP)?;
             let y = values.view_mut(0, &dy4.dims, &row_major_strides(&dy4.dims), dy4.dtype)?;
             kpool::max_pool2d_with_indices(stream, &x4, &g, &y, &idx)?;
-            kpool::max_pool2d_backward(stream, &idx, &dy4, &dx4)
+            if crate::plan::policy().deterministic {
+                kpool::max_pool2d_backward_gather(stream, &idx, &dy4, &g, &dx4)
+            } else {
+                kpool::max_pool2d_backward(stream, &idx, &dy4, &dx4)
+            }
         }
         PoolMode::AvgIncludePadding => kpool::avg_pool2d_backward(stream, &dy4, &g, true, &dx4),
         PoolMode::AvgExcludePadding => kpool::avg_pool2d_backward(stream, &dy4, &g, false, &dx4),

@@ -28,16 +28,21 @@ struct PoolShape {
 }
 
 impl PoolArgs {
-    fn shape(&self, op: &str, x: &CudnnTensor) -> PoolShape {
-        let d = x.dims();
-        assert!(d.len() == 4, "cudnn-backend: {op}: input {d:?} must be [N, C, H, W]");
-        let pool = Pool2d {
+    /// The kernels' geometry.
+    fn pool2d(&self) -> Pool2d {
+        Pool2d {
             kernel: self.kernel.map(|v| v as i64),
             stride: self.stride.map(|v| v as i64),
             padding: self.padding.map(|v| v as i64),
             dilation: self.dilation.map(|v| v as i64),
             ceil_mode: self.ceil_mode,
-        };
+        }
+    }
+
+    fn shape(&self, op: &str, x: &CudnnTensor) -> PoolShape {
+        let d = x.dims();
+        assert!(d.len() == 4, "cudnn-backend: {op}: input {d:?} must be [N, C, H, W]");
+        let pool = self.pool2d();
         let kernel = expect(op, pool.output_hw(d[2], d[3]));
         let mut burn = [0i64; 2];
         for a in 0..2 {
@@ -106,8 +111,9 @@ pub(crate) fn max_pool2d(x: CudnnTensor, a: &PoolArgs) -> CudnnTensor {
 }
 
 /// Gradient of max pooling from its indices: each `dy` element is added at the input
-/// position its index names (deterministic per position, as burn-ndarray).
-pub(crate) fn max_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor, indices: CudnnTensor) -> CudnnTensor {
+/// position its index names (as burn-ndarray). In the engine's deterministic mode every
+/// input position gathers its windows' gradients in a fixed order (no atomics).
+pub(crate) fn max_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor, indices: CudnnTensor, a: &PoolArgs) -> CudnnTensor {
     const OP: &str = "max_pool2d_with_indices_backward";
     require_float(OP, &dy);
     exec::check_same_device(OP, &dy, &indices);
@@ -116,10 +122,15 @@ pub(crate) fn max_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor, indices: Cud
         _ => exec::cast(indices, DType::I64, OP),
     };
     let dx = dy.empty_on(x.dims(), dy.dtype, OP);
-    expect(
-        OP,
-        kpool::max_pool2d_backward(dx.stream(), &idx.tref(), &dy.tref(), &dx.tmut()),
-    );
+    let done = {
+        let (idx_v, dy_v, dx_v) = (idx.tref(), dy.tref(), dx.tmut());
+        if crate::plan::policy().deterministic {
+            kpool::max_pool2d_backward_gather(dx.stream(), &idx_v, &dy_v, &a.pool2d(), &dx_v)
+        } else {
+            kpool::max_pool2d_backward(dx.stream(), &idx_v, &dy_v, &dx_v)
+        }
+    };
+    expect(OP, done);
     dx
 }
 

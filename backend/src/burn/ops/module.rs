@@ -476,11 +476,11 @@ impl ModuleOps<Cudnn> for Cudnn {
 
     fn max_pool1d_with_indices_backward(
         x: FloatTensor<Cudnn>,
-        _kernel_size: usize,
-        _stride: usize,
-        _padding: usize,
-        _dilation: usize,
-        _ceil_mode: bool,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
         output_grad: FloatTensor<Cudnn>,
         indices: IntTensor<Cudnn>,
     ) -> MaxPool1dBackward<Cudnn> {
@@ -489,6 +489,7 @@ impl ModuleOps<Cudnn> for Cudnn {
             &layers::as_2d(&x, OP),
             layers::as_2d(&output_grad, OP),
             layers::as_2d(&indices, OP),
+            &pool_1d(kernel_size, stride, padding, dilation, ceil_mode),
         );
         MaxPool1dBackward::new(layers::as_1d(&dx, OP))
     }
@@ -519,15 +520,16 @@ impl ModuleOps<Cudnn> for Cudnn {
 
     fn max_pool2d_with_indices_backward(
         x: FloatTensor<Cudnn>,
-        _kernel_size: [usize; 2],
-        _stride: [usize; 2],
-        _padding: [usize; 2],
-        _dilation: [usize; 2],
-        _ceil_mode: bool,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
         output_grad: FloatTensor<Cudnn>,
         indices: IntTensor<Cudnn>,
     ) -> MaxPool2dBackward<Cudnn> {
-        MaxPool2dBackward::new(layers::max_pool2d_backward(&x, output_grad, indices))
+        let args = pool_2d(kernel_size, stride, padding, dilation, ceil_mode);
+        MaxPool2dBackward::new(layers::max_pool2d_backward(&x, output_grad, indices, &args))
     }
 
     fn interpolate(x: FloatTensor<Cudnn>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Cudnn> {
