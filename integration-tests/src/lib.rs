@@ -10,6 +10,7 @@ use cudnn_backend_reference::{gather_from_strided, scatter_to_strided, strided_l
 use half::{bf16, f16};
 
 pub mod burn_ref;
+pub mod ctc;
 pub mod jobs;
 
 /// The float64 reference's description of a convolution of geometry `p`.

@@ -5,36 +5,17 @@
 use burn_backend::ops::ModuleOps;
 use burn_backend::ops::{FloatTensorOps, IntTensorOps};
 use burn_backend::{read_sync, AutodiffBackend, TensorData};
-use cudnn_backend_reference::{ctc_loss, ctc_loss_backward, rel_l2_error, CtcProblem, SplitMix64};
+use cudnn_backend_reference::{ctc_loss, ctc_loss_backward, rel_l2_error, CtcProblem};
+use integration_tests::ctc::{ctc_cases, ctc_log_probs, CtcCase};
 
 type Nd = burn_ndarray::NdArray<f32>;
 type Ad = burn_autodiff::Autodiff<Nd>;
 
-/// One batch: `[T, N, C]`, targets `[N, S]`, lengths, blank.
-struct Case {
-    name: &'static str,
-    dims: [usize; 3],
-    targets: Vec<i64>,
-    input_lengths: Vec<i64>,
-    target_lengths: Vec<i64>,
-    blank: i64,
-}
-
-/// Log-softmax of seeded logits in `[-2, 2)`, rounded to f32 (what ndarray sees).
+/// Log-probabilities of a case, rounded to f32 (what ndarray sees).
 fn log_probs(dims: [usize; 3], seed: u64) -> Vec<f64> {
-    let c = dims[2];
-    let logits: Vec<f64> = SplitMix64::new(seed)
-        .fill(dims.iter().product())
+    ctc_log_probs(dims, seed, 2.0)
         .iter()
-        .map(|x| 2.0 * x)
-        .collect();
-    logits
-        .chunks(c)
-        .flat_map(|row| {
-            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
-            row.iter().map(move |x| (x - lse) as f32 as f64).collect::<Vec<_>>()
-        })
+        .map(|&x| x as f32 as f64)
         .collect()
 }
 
@@ -43,7 +24,7 @@ fn values(d: TensorData) -> Vec<f64> {
 }
 
 /// Burn's loss and the gradient of `sum(loss * grad_loss)` w.r.t. `log_probs`.
-fn burn_reference(case: &Case, lp: &[f64], grad_loss: &[f64]) -> (Vec<f64>, Vec<f64>) {
+fn burn_reference(case: &CtcCase, lp: &[f64], grad_loss: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let dev = Default::default();
     let [_, n, _] = case.dims;
     let s = case.targets.len() / n;
@@ -69,50 +50,13 @@ fn burn_reference(case: &Case, lp: &[f64], grad_loss: &[f64]) -> (Vec<f64>, Vec<
     (loss_values, values(read_sync(Nd::float_into_data(grad)).expect("read")))
 }
 
-fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            name: "repeated label, input lengths 8 and 6",
-            dims: [8, 2, 5],
-            targets: vec![1, 2, 2, 3, 1, 0],
-            input_lengths: vec![8, 6],
-            target_lengths: vec![3, 2],
-            blank: 0,
-        },
-        Case {
-            name: "mixed lengths, runs of repeats, an empty target",
-            dims: [20, 4, 7],
-            targets: vec![1, 1, 1, 2, 2, 3, 4, 3, 4, 3, 5, 6, 0, 0, 0, 2, 2, 0, 0, 0],
-            input_lengths: vec![20, 13, 9, 4],
-            target_lengths: vec![5, 5, 2, 0],
-            blank: 0,
-        },
-        Case {
-            name: "blank last, an input length beyond T",
-            dims: [12, 3, 6],
-            targets: vec![0, 1, 2, 3, 3, 3, 4, 0, 4, 2, 0, 0],
-            input_lengths: vec![12, 40, 7],
-            target_lengths: vec![4, 3, 2],
-            blank: 5,
-        },
-    ]
-}
-
 #[test]
 fn ctc_reference_matches_burns_loss_and_autodiff_gradient() {
-    for (k, case) in cases().iter().enumerate() {
+    for (k, case) in ctc_cases().iter().enumerate() {
         let [t, n, c] = case.dims;
         let lp = log_probs(case.dims, 100 + k as u64);
         let grad_loss: Vec<f64> = (0..n).map(|i| 0.5 + 0.25 * i as f64).collect();
-        let problem = CtcProblem {
-            log_probs: &lp,
-            dims: case.dims,
-            targets: &case.targets,
-            max_target_len: case.targets.len() / n,
-            input_lengths: &case.input_lengths,
-            target_lengths: &case.target_lengths,
-            blank: case.blank,
-        };
+        let problem = case.problem(&lp);
         let (want_loss, want_grad) = burn_reference(case, &lp, &grad_loss);
         let loss = ctc_loss(&problem);
         let grad = ctc_loss_backward(&problem, &grad_loss);

@@ -11,7 +11,8 @@ use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::ctc::{ctc_backward, ctc_forward, workspace_dims, CtcInputs, WORKSPACE_DTYPE};
 use cudnn_backend::types::{row_major_strides, TensorRef};
 use cudnn_backend::Device;
-use cudnn_backend_reference::{ctc_loss, ctc_loss_backward, rel_l2_error, CtcProblem, SplitMix64};
+use cudnn_backend_reference::{ctc_loss, ctc_loss_backward, rel_l2_error, SplitMix64};
+use integration_tests::ctc::{ctc_cases, ctc_log_probs, CtcCase};
 use integration_tests::{bound, download, poisoned, upload, views_of};
 
 use DataType::*;
@@ -34,67 +35,30 @@ fn ints(stream: &Arc<CudaStream>, v: &[i64], dims: &[i64]) -> Ints {
     Ints { t, _buf: buf }
 }
 
-struct Case {
-    name: &'static str,
-    dims: [usize; 3],
-    targets: Vec<i64>,
-    input_lengths: Vec<i64>,
-    target_lengths: Vec<i64>,
-    blank: i64,
-}
-
-fn cases() -> Vec<Case> {
+/// The shared cases plus an unreachable target (five repeats of one label need nine steps;
+/// the sample has six) and a long problem.
+fn cases() -> Vec<CtcCase> {
     let mut rng = SplitMix64::new(11);
     let (n, s) = (8usize, 40usize);
     let long_targets: Vec<i64> = (0..n * s).map(|_| 1 + rng.below(29) as i64).collect();
-    vec![
-        Case {
-            name: "repeated labels, input lengths 8 and 6",
-            dims: [8, 2, 5],
-            targets: vec![1, 2, 2, 3, 1, 0],
-            input_lengths: vec![8, 6],
-            target_lengths: vec![3, 2],
-            blank: 0,
-        },
-        Case {
-            name: "runs of repeats, an empty target, an unreachable one",
-            dims: [20, 5, 7],
-            targets: vec![
-                1, 1, 1, 2, 2, 3, 4, 3, 4, 3, 5, 6, 0, 0, 0, 2, 2, 0, 0, 0, 1, 1, 1, 1, 1,
-            ],
-            input_lengths: vec![20, 13, 9, 4, 6],
-            target_lengths: vec![5, 5, 2, 0, 5],
-            blank: 0,
-        },
-        Case {
-            name: "blank last, an input length beyond T",
-            dims: [12, 3, 6],
-            targets: vec![0, 1, 2, 3, 3, 3, 4, 0, 4, 2, 0, 0],
-            input_lengths: vec![12, 40, 7],
-            target_lengths: vec![4, 3, 2],
-            blank: 5,
-        },
-        Case {
-            name: "T 200, N 8, C 30, S 40",
-            dims: [200, n, 30],
-            targets: long_targets,
-            input_lengths: (0..n as i64).map(|i| 200 - 13 * i).collect(),
-            target_lengths: (0..n as i64).map(|i| 40 - 3 * i).collect(),
-            blank: 0,
-        },
-    ]
-}
-
-/// Log-softmax of seeded logits in `[-3, 3)`.
-fn log_probs(dims: [usize; 3], seed: u64) -> Vec<f64> {
-    SplitMix64::new(seed)
-        .fill(dims.iter().product())
-        .chunks(dims[2])
-        .flat_map(|row| {
-            let lse = row.iter().map(|x| (3.0 * x).exp()).sum::<f64>().ln();
-            row.iter().map(move |x| 3.0 * x - lse).collect::<Vec<_>>()
-        })
-        .collect()
+    let mut all = ctc_cases();
+    all.push(CtcCase {
+        name: "an unreachable target next to a reachable one",
+        dims: [6, 2, 4],
+        targets: vec![1, 2, 3, 0, 0, 1, 1, 1, 1, 1],
+        input_lengths: vec![6, 6],
+        target_lengths: vec![3, 5],
+        blank: 0,
+    });
+    all.push(CtcCase {
+        name: "T 200, N 8, C 30, S 40",
+        dims: [200, n, 30],
+        targets: long_targets,
+        input_lengths: (0..n as i64).map(|i| 200 - 13 * i).collect(),
+        target_lengths: (0..n as i64).map(|i| 40 - 3 * i).collect(),
+        blank: 0,
+    });
+    all
 }
 
 /// Max relative error of the losses (equal infinities match).
@@ -118,9 +82,9 @@ fn ctc_matches_the_float64_reference() {
     let mut failures = Vec::new();
     for (k, case) in cases().iter().enumerate() {
         let [t, n, c] = case.dims;
-        let lp = log_probs(case.dims, 40 + k as u64);
+        let lp = ctc_log_probs(case.dims, 40 + k as u64, 3.0);
         let grad_loss: Vec<f64> = (0..n).map(|i| 0.5 + 0.125 * i as f64).collect();
-        let max_target = case.targets.len() / n;
+        let max_target = case.max_target_len();
         for dtype in [F32, F16, BF16, F64] {
             for transposed in [false, true] {
                 let dims = [t as i64, n as i64, c as i64];
@@ -132,15 +96,7 @@ fn ctc_matches_the_float64_reference() {
                 };
                 let lp_dev = upload(&s, &lp, &dims, &strides, dtype);
                 // The reference sees the values the GPU sees (rounded to the dtype).
-                let problem = CtcProblem {
-                    log_probs: &lp_dev.values,
-                    dims: case.dims,
-                    targets: &case.targets,
-                    max_target_len: max_target,
-                    input_lengths: &case.input_lengths,
-                    target_lengths: &case.target_lengths,
-                    blank: case.blank,
-                };
+                let problem = case.problem(&lp_dev.values);
                 let gl_dev = upload(&s, &grad_loss, &[n as i64], &[1], dtype);
                 let gl_values = gl_dev.values.clone();
                 let want_loss = ctc_loss(&problem);
@@ -203,7 +159,7 @@ fn ctc_rejects_inconsistent_operands() {
     let s = stream();
     let lp = upload(
         &s,
-        &log_probs([4, 2, 5], 1),
+        &ctc_log_probs([4, 2, 5], 1, 3.0),
         &[4, 2, 5],
         &row_major_strides(&[4, 2, 5]),
         F32,

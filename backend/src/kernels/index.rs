@@ -619,7 +619,16 @@ pub fn scatter_add(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
-    scatter_add_in(stream, target, axis, indices, values, deterministic())
+    add_with(
+        stream,
+        "scatter_add",
+        plan_scatter_add,
+        target,
+        axis,
+        indices,
+        values,
+        deterministic(),
+    )
 }
 
 /// [`scatter_add`] with every element's additions in axis order (one thread per line along
@@ -631,11 +640,33 @@ pub fn scatter_add_ordered(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
-    scatter_add_in(stream, target, axis, indices, values, true)
+    add_with(
+        stream,
+        "scatter_add",
+        plan_scatter_add,
+        target,
+        axis,
+        indices,
+        values,
+        true,
+    )
 }
 
-fn scatter_add_in(
+/// Whether the adds run sequentially per line (the engine's deterministic mode).
+fn deterministic() -> bool {
+    crate::plan::policy().deterministic
+}
+
+/// A `plan_scatter_add` / `plan_index_add`.
+type AddPlanner = fn(&TensorRef, usize, &TensorRef, &TensorRef, bool) -> Result<Option<IndexPlan>>;
+
+/// Checks streams, plans with `planner` (atomic, or with `ordered` sequential per line) and
+/// enqueues a scatter_add / index_add.
+#[allow(clippy::too_many_arguments)]
+fn add_with(
     stream: &Arc<CudaStream>,
+    op: &'static str,
+    planner: AddPlanner,
     target: &TensorMut,
     axis: usize,
     indices: &TensorRef,
@@ -644,18 +675,13 @@ fn scatter_add_in(
 ) -> Result<()> {
     on_stream(
         stream,
-        "scatter_add",
+        op,
         &[("target", target), ("indices", indices), ("values", values)],
     )?;
-    let Some(p) = plan_scatter_add(target, axis, indices, values, ordered)? else {
+    let Some(p) = planner(target, axis, indices, values, ordered)? else {
         return Ok(());
     };
     launch_add(stream, &p, target, indices, values)
-}
-
-/// Whether the adds run sequentially per line (the engine's deterministic mode).
-fn deterministic() -> bool {
-    crate::plan::policy().deterministic
 }
 
 /// Enqueues a planned scatter_add / index_add: atomic, or sequential per line.
@@ -736,7 +762,16 @@ pub fn index_add(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
-    index_add_in(stream, target, axis, indices, values, deterministic())
+    add_with(
+        stream,
+        "index_add",
+        plan_index_add,
+        target,
+        axis,
+        indices,
+        values,
+        deterministic(),
+    )
 }
 
 /// [`index_add`] with every element's additions in index order (one thread per line along
@@ -748,26 +783,7 @@ pub fn index_add_ordered(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
-    index_add_in(stream, target, axis, indices, values, true)
-}
-
-fn index_add_in(
-    stream: &Arc<CudaStream>,
-    target: &TensorMut,
-    axis: usize,
-    indices: &TensorRef,
-    values: &TensorRef,
-    ordered: bool,
-) -> Result<()> {
-    on_stream(
-        stream,
-        "index_add",
-        &[("target", target), ("indices", indices), ("values", values)],
-    )?;
-    let Some(p) = plan_index_add(target, axis, indices, values, ordered)? else {
-        return Ok(());
-    };
-    launch_add(stream, &p, target, indices, values)
+    add_with(stream, "index_add", plan_index_add, target, axis, indices, values, true)
 }
 
 /// `out[b.., s..] = x[indices[b.., 0], .., indices[b.., K - 1], s..]`: `indices` (`I64`
