@@ -1,5 +1,6 @@
 // Resize kernels on strided [N, C, H, W] views (see backend/src/kernels/resize.rs):
-// nearest, bilinear and bicubic interpolation with their backwards, and bilinear
+// nearest, bilinear and bicubic interpolation with their backwards (scatter, or two gather
+// passes in deterministic mode), and bilinear
 // grid sampling with zeros padding. Index conventions follow burn-ndarray 0.21 (PyTorch):
 // source coordinates are computed in f64, values accumulate in f32 for f16/bf16.
 // `common.cuh` is prepended.
@@ -188,6 +189,92 @@ __device__ __forceinline__ void bicubic_bwd(const typename D::T* dy, typename D:
     }
 }
 
+// Deterministic bilinear / bicubic backward (no atomics): two gather passes over the
+// separable weights. Pass W: tmp[b, c, oh, iw] = sum over ow of dy[b, c, oh, ow] * w(ow, iw)
+// (tmp packed [N, C, OH, W] in the accumulator type); pass H: dx[b, c, ih, iw] = sum over
+// oh of w(oh, ih) * tmp[b, c, oh, iw]. Every tap counts, zero weights included, so a
+// non-finite dy spreads as in the scatter form.
+
+// Outputs whose taps may reach input `i`, [lo, hi) (each is checked exactly): the source
+// coordinate s(o) = o * r + c rises with o, a tap of o is floor(s) - 1 .. floor(s) + 2
+// (bilinear: floor(s), ceil(s)), so it reaches i only when i - 2 <= s < i + 2; taps clamped
+// to the borders come from outputs with s below 2 or above in - 3, inside the same bounds
+// since every s lies in [-1, in). A zero r (one input) reaches every output.
+__device__ __forceinline__ void tap_range(i64 i, i64 in, i64 out, int align, i64& lo, i64& hi) {
+    double r, c;
+    if (align) {
+        r = (double)(in - 1) / (double)max(out - 1, (i64)1);
+        c = 0.0;
+    } else {
+        r = (double)in / (double)out;
+        c = 0.5 * r - 0.5;
+    }
+    if (r <= 0.0) {
+        lo = 0;
+        hi = out;
+        return;
+    }
+    lo = max((i64)floor(((double)i - 2.0 - c) / r) - 1, (i64)0);
+    hi = min((i64)ceil(((double)i + 2.0 - c) / r) + 2, out);
+}
+
+// The summed weight of output o's taps at input i along one axis; false when none is i.
+template <int MODE>
+__device__ __forceinline__ bool tap_weight(i64 o, i64 i, i64 in, i64 out, int align, double& w) {
+    w = 0.0;
+    bool hit = false;
+    if (MODE == 1) {
+        i64 i0, i1;
+        double t;
+        linear_taps(o, in, out, align, i0, i1, t);
+        if (i0 == i) { w += 1.0 - t; hit = true; }
+        if (i1 == i) { w += t; hit = true; }
+    } else {
+        i64 idx[4];
+        double wt[4];
+        cubic_taps(o, in, out, align, idx, wt);
+        for (int k = 0; k < 4; ++k)
+            if (idx[k] == i) { w += wt[k]; hit = true; }
+    }
+    return hit;
+}
+
+template <class D, int MODE>
+__device__ __forceinline__ void interp_bwd_w(const typename D::T* dy, typename D::A* tmp, const Layout& ldy,
+                                             const Layout& lt, int align, i64 n) {
+    typedef typename D::A A;
+    const i64 W = lt.shape[3], OW = ldy.shape[3];
+    FOR_EACH(i, n) {
+        i64 b, c, oh, iw, lo, hi;
+        coords4(lt, i, b, c, oh, iw);
+        tap_range(iw, W, OW, align, lo, hi);
+        A sum = 0;
+        for (i64 ow = lo; ow < hi; ++ow) {
+            double w;
+            if (tap_weight<MODE>(ow, iw, W, OW, align, w)) sum += D::ld(dy, off4(ldy, b, c, oh, ow)) * (A)w;
+        }
+        tmp[off4(lt, b, c, oh, iw)] = sum;
+    }
+}
+
+template <class D, int MODE>
+__device__ __forceinline__ void interp_bwd_h(const typename D::A* tmp, typename D::T* dx, const Layout& lt,
+                                             const Layout& ldx, int align, i64 n) {
+    typedef typename D::A A;
+    const i64 H = ldx.shape[2], OH = lt.shape[2];
+    FOR_EACH(i, n) {
+        i64 b, c, ih, iw, lo, hi;
+        coords4(ldx, i, b, c, ih, iw);
+        tap_range(ih, H, OH, align, lo, hi);
+        A sum = 0;
+        for (i64 oh = lo; oh < hi; ++oh) {
+            double w;
+            if (tap_weight<MODE>(oh, ih, H, OH, align, w)) sum += tmp[off4(lt, b, c, oh, iw)] * (A)w;
+        }
+        D::st(dx, off4(ldx, b, c, ih, iw), sum);
+    }
+}
+
 #define ZERO(B, T)                                                                            \
     KERNEL void resize_zero_b##B(T* p, Layout l, i64 n) {                                     \
         FOR_EACH(i, n) {                                                                      \
@@ -267,6 +354,22 @@ __device__ __forceinline__ void grid_sample(const typename D::T* x, const typena
     INTERP_ENTRY(interp_nearest_bwd, S, D, nearest_bwd)                                       \
     INTERP_ENTRY(interp_bilinear_bwd, S, D, bilinear_bwd)                                     \
     INTERP_ENTRY(interp_bicubic_bwd, S, D, bicubic_bwd)                                       \
+    KERNEL void interp_bilinear_bwd_w_##S(const D::T* dy, D::A* tmp, Layout ldy, Layout lt,     \
+                                          int align, i64 n) {                                 \
+        interp_bwd_w<D, 1>(dy, tmp, ldy, lt, align, n);                                       \
+    }                                                                                         \
+    KERNEL void interp_bilinear_bwd_h_##S(const D::A* tmp, D::T* dx, Layout lt, Layout ldx,     \
+                                          int align, i64 n) {                                 \
+        interp_bwd_h<D, 1>(tmp, dx, lt, ldx, align, n);                                       \
+    }                                                                                         \
+    KERNEL void interp_bicubic_bwd_w_##S(const D::T* dy, D::A* tmp, Layout ldy, Layout lt,      \
+                                         int align, i64 n) {                                  \
+        interp_bwd_w<D, 2>(dy, tmp, ldy, lt, align, n);                                       \
+    }                                                                                         \
+    KERNEL void interp_bicubic_bwd_h_##S(const D::A* tmp, D::T* dx, Layout lt, Layout ldx,      \
+                                         int align, i64 n) {                                  \
+        interp_bwd_h<D, 2>(tmp, dx, lt, ldx, align, n);                                       \
+    }                                                                                         \
     KERNEL void grid_sample_##S(const D::T* x, const D::T* grid, D::T* out,                   \
                                                Layout lx, Layout lg, Layout lo, int align,    \
                                                i64 n) {                                       \

@@ -381,6 +381,61 @@ fn interpolate_backward_is_the_adjoint() {
     adj.finish();
 }
 
+/// The deterministic two-pass backward: the reference within the float bound, and the same
+/// bits over two runs.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn interpolate_backward_ordered_is_repeatable() {
+    let s = stream();
+    let mut rng = SplitMix64::new(0xA012);
+    let mut r = Report::new("interpolate_backward_ordered");
+    for (xd, o) in cases() {
+        let od = od_of(&xd, o);
+        for mode in [Bilinear, Bicubic] {
+            for align in [false, true] {
+                for dtype in FLOATS {
+                    for (lx, lo) in LAYS {
+                        let case = format!("{dtype:?} {mode:?} align={align} x {xd:?} {lx:?} -> {od:?} {lo:?}");
+                        let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
+                        let mut runs = Vec::new();
+                        for _ in 0..2 {
+                            let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
+                            match rz::interpolate_backward_ordered(&s, &dy.t, mode, align, &dx.m) {
+                                Ok(()) => runs.push(download(&s, &dx)),
+                                Err(e) => {
+                                    r.error(case.clone(), e);
+                                    break;
+                                }
+                            }
+                        }
+                        if let [a, b] = &runs[..] {
+                            r.close(
+                                case.clone(),
+                                dtype,
+                                a,
+                                &interp_bwd_ref(&dy.values, &xd, &od, mode, align),
+                            );
+                            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                            r.close(format!("{case} second run"), dtype, b, a);
+                            if !same {
+                                r.error(
+                                    format!("{case} second run"),
+                                    cudnn_backend::Error::invalid_arg(
+                                        "test",
+                                        "dx",
+                                        "the two runs differ in their bits",
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    r.finish();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn interpolate_backward_direct_case() {

@@ -35,9 +35,10 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_resize as launch;
+use crate::ffi::memory::DeviceBuffer;
 use crate::graph::DataType;
-use crate::kernels::{stream_function, RESIZE};
-use crate::types::{TensorMut, TensorRef};
+use crate::kernels::{stream_function, stream_functions, RESIZE};
+use crate::types::{row_major_strides, TensorMut, TensorRef};
 
 /// Interpolation algorithm (Burn's `InterpolateMode` without Lanczos3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -123,6 +124,22 @@ const BWD: [[&str; 4]; 3] = [
         "interp_bicubic_bwd_f16",
         "interp_bicubic_bwd_bf16",
         "interp_bicubic_bwd_f64",
+    ],
+];
+/// The deterministic two-pass backward: (width pass, height pass) by mode (bilinear,
+/// bicubic) then dtype.
+const BWD_ORDERED: [[(&str, &str); 4]; 2] = [
+    [
+        ("interp_bilinear_bwd_w_f32", "interp_bilinear_bwd_h_f32"),
+        ("interp_bilinear_bwd_w_f16", "interp_bilinear_bwd_h_f16"),
+        ("interp_bilinear_bwd_w_bf16", "interp_bilinear_bwd_h_bf16"),
+        ("interp_bilinear_bwd_w_f64", "interp_bilinear_bwd_h_f64"),
+    ],
+    [
+        ("interp_bicubic_bwd_w_f32", "interp_bicubic_bwd_h_f32"),
+        ("interp_bicubic_bwd_w_f16", "interp_bicubic_bwd_h_f16"),
+        ("interp_bicubic_bwd_w_bf16", "interp_bicubic_bwd_h_bf16"),
+        ("interp_bicubic_bwd_w_f64", "interp_bicubic_bwd_h_f64"),
     ],
 ];
 const GRID: [&str; 4] = [
@@ -310,7 +327,8 @@ pub fn interpolate(
 
 /// Interpolation backward: writes `dx` `[N, C, H, W]` with the adjoint of
 /// [`interpolate`] applied to `dy` `[N, C, OH, OW]` (same dtype). Nearest gathers
-/// (deterministic); bilinear and bicubic zero-fill `dx` and scatter with atomic adds.
+/// (deterministic); bilinear and bicubic zero-fill `dx` and scatter with atomic adds, or in
+/// the engine's deterministic mode run [`interpolate_backward_ordered`].
 pub fn interpolate_backward(
     stream: &Arc<CudaStream>,
     dy: &TensorRef,
@@ -318,11 +336,69 @@ pub fn interpolate_backward(
     align_corners: bool,
     dx: &TensorMut,
 ) -> Result<()> {
+    if mode != InterpolateMode::Nearest && crate::plan::policy().deterministic {
+        return interpolate_backward_ordered(stream, dy, mode, align_corners, dx);
+    }
     on_stream(stream, "interpolate_backward", &[("dy", dy), ("dx", dx)])?;
     let Some(plan) = plan_interpolate_backward(dy, mode, align_corners, dx)? else {
         return Ok(());
     };
     run(stream, &plan, dy.ptr, dx.ptr)
+}
+
+/// [`interpolate_backward`] without atomics: two gather passes over the separable weights
+/// (along W into an accumulator-precision `[N, C, OH, W]` scratch, then along H), so every
+/// `dx` element is a fixed-order sum and results are bit-reproducible. Nearest runs
+/// [`interpolate_backward`]'s own gather.
+pub fn interpolate_backward_ordered(
+    stream: &Arc<CudaStream>,
+    dy: &TensorRef,
+    mode: InterpolateMode,
+    align_corners: bool,
+    dx: &TensorMut,
+) -> Result<()> {
+    const OP: &str = "interpolate_backward";
+    on_stream(stream, OP, &[("dy", dy), ("dx", dx)])?;
+    let Some(plan) = plan_interpolate_backward(dy, mode, align_corners, dx)? else {
+        return Ok(());
+    };
+    let entries = match mode {
+        InterpolateMode::Nearest => return run(stream, &plan, dy.ptr, dx.ptr),
+        InterpolateMode::Bilinear => &BWD_ORDERED[0],
+        InterpolateMode::Bicubic => &BWD_ORDERED[1],
+    };
+    let (entry_w, entry_h) = entries[float_slot(OP, "dx", dx.dtype)?];
+    let acc = if dx.dtype == DataType::F64 {
+        DataType::F64
+    } else {
+        DataType::F32
+    };
+    let tmp_dims = [dy.dims[0], dy.dims[1], dy.dims[2], dx.dims[3]];
+    let tmp_n: i64 = tmp_dims.iter().product();
+    let scratch = DeviceBuffer::alloc(stream, tmp_n.max(1) as usize * acc.size(), OP)?;
+    let tmp = scratch.view_mut(0, &tmp_dims, &row_major_strides(&tmp_dims), acc)?;
+    let lt = view_layout(OP, &tmp)?;
+    let [fw, fh] = stream_functions(stream, RESIZE, [entry_w, entry_h])?;
+    if tmp_n > 0 {
+        launch::interp(
+            stream,
+            &fw,
+            dy.ptr,
+            tmp.ptr,
+            &[plan.layouts[0], lt],
+            align_corners,
+            tmp_n,
+        )?;
+    }
+    launch::interp(
+        stream,
+        &fh,
+        tmp.ptr,
+        dx.ptr,
+        &[lt, plan.layouts[1]],
+        align_corners,
+        dx.numel(),
+    )
 }
 
 /// Bilinear grid sampling with zeros padding: `out[n, c, h, w]` samples `x`
