@@ -83,6 +83,19 @@ pub(crate) struct KernelLayout {
     pub offset: i64,
 }
 
+#[cfg(test)]
+impl KernelLayout {
+    /// Host model of the kernels' `offset_of`: the element offset of row-major item `i`.
+    pub(crate) fn host_offset(&self, mut i: i64) -> i64 {
+        let mut off = self.offset;
+        for d in (0..self.rank as usize).rev() {
+            off += (i % self.shape[d]) * self.strides[d];
+            i /= self.shape[d];
+        }
+        off
+    }
+}
+
 // SAFETY: `KernelLayout` is plain old data with a `#[repr(C)]` layout identical to the CUDA
 // `struct Layout` (two i32, two i64[8], one i64: no padding differences), valid for any bits.
 unsafe impl cudarc::driver::DeviceRepr for KernelLayout {}

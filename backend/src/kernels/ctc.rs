@@ -21,7 +21,7 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch_ctc::{self as launch, CtcArgs, CtcGradPtrs, CtcInputPtrs};
 use crate::graph::DataType;
-use crate::kernels::check::{check_tensor, on_stream};
+use crate::kernels::check::{check_tensor, float_slot, on_stream};
 use crate::kernels::{stream_function, CTC};
 use crate::types::{row_major_strides, TensorMut, TensorRef};
 
@@ -56,12 +56,21 @@ pub fn workspace_dims(inputs: &CtcInputs) -> Vec<i64> {
     ]
 }
 
-/// A validated problem: the kernels' dtype suffix and arguments.
+/// A validated problem: the kernels (forward, backward, gradient) for its dtype and their
+/// arguments.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct CtcPlan {
-    pub suffix: &'static str,
+    pub entries: [&'static str; 3],
     pub args: CtcArgs,
 }
+
+/// `ctc_{alpha,beta,grad}_<dt>` by [`float_slot`].
+const ENTRIES: [[&str; 3]; 4] = [
+    ["ctc_alpha_f32", "ctc_beta_f32", "ctc_grad_f32"],
+    ["ctc_alpha_f16", "ctc_beta_f16", "ctc_grad_f16"],
+    ["ctc_alpha_bf16", "ctc_beta_bf16", "ctc_grad_bf16"],
+    ["ctc_alpha_f64", "ctc_beta_f64", "ctc_grad_f64"],
+];
 
 fn expect_dims(arg: &'static str, t: &TensorRef, want: &[i64], what: &str) -> Result<()> {
     check_tensor(OP, arg, t)?;
@@ -109,19 +118,7 @@ fn expect_packed_output(arg: &'static str, t: &TensorRef, want: &[i64], dtype: D
 pub(crate) fn plan(inputs: &CtcInputs) -> Result<Option<CtcPlan>> {
     let lp = inputs.log_probs;
     check_tensor(OP, "log_probs", lp)?;
-    let suffix = match lp.dtype {
-        DataType::F32 => "f32",
-        DataType::F16 => "f16",
-        DataType::BF16 => "bf16",
-        DataType::F64 => "f64",
-        other => {
-            return Err(Error::invalid_arg(
-                OP,
-                "log_probs",
-                format!("dtype {other:?} is not a float dtype (F32, F16, BF16 or F64)"),
-            ))
-        }
-    };
+    let entries = ENTRIES[float_slot(OP, "log_probs", lp.dtype)?];
     let &[steps, batch, classes] = lp.dims.as_slice() else {
         return Err(Error::invalid_arg(
             OP,
@@ -171,7 +168,7 @@ pub(crate) fn plan(inputs: &CtcInputs) -> Result<Option<CtcPlan>> {
         return Ok(None);
     }
     Ok(Some(CtcPlan {
-        suffix,
+        entries,
         args: CtcArgs {
             steps,
             batch,
@@ -217,7 +214,7 @@ pub fn ctc_forward(stream: &Arc<CudaStream>, inputs: &CtcInputs, log_alpha: &Ten
     let acc = WORKSPACE_DTYPE;
     expect_packed_output("log_alpha", log_alpha, &workspace_dims(inputs), acc, "[T, N, 2S + 1]")?;
     expect_packed_output("nll", nll, &[p.args.batch], acc, "[N]")?;
-    let f = stream_function(stream, CTC, alpha_entry(p.suffix))?;
+    let f = stream_function(stream, CTC, p.entries[0])?;
     launch::alpha(stream, &f, &input_ptrs(inputs), &p.args, log_alpha.ptr, nll.ptr)
 }
 
@@ -256,12 +253,12 @@ pub fn ctc_backward(
     expect_dtype("grad_loss", grad_loss, dtype)?;
     expect_packed_output("grad", grad, &inputs.log_probs.dims, dtype, "[T, N, C]")?;
     let ptrs = input_ptrs(inputs);
-    let beta = stream_function(stream, CTC, beta_entry(p.suffix))?;
+    let beta = stream_function(stream, CTC, p.entries[1])?;
     launch::beta(stream, &beta, &ptrs, &p.args, log_beta.ptr)?;
     if grad.numel() == 0 {
         return Ok(());
     }
-    let g = stream_function(stream, CTC, grad_entry(p.suffix))?;
+    let g = stream_function(stream, CTC, p.entries[2])?;
     let gp = CtcGradPtrs {
         alpha: log_alpha.ptr,
         beta: log_beta.ptr,
@@ -271,33 +268,6 @@ pub fn ctc_backward(
         grad: grad.ptr,
     };
     launch::grad(stream, &g, &ptrs, &p.args, &gp)
-}
-
-fn alpha_entry(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "ctc_alpha_f32",
-        "f16" => "ctc_alpha_f16",
-        "bf16" => "ctc_alpha_bf16",
-        _ => "ctc_alpha_f64",
-    }
-}
-
-fn beta_entry(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "ctc_beta_f32",
-        "f16" => "ctc_beta_f16",
-        "bf16" => "ctc_beta_bf16",
-        _ => "ctc_beta_f64",
-    }
-}
-
-fn grad_entry(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "ctc_grad_f32",
-        "f16" => "ctc_grad_f16",
-        "bf16" => "ctc_grad_bf16",
-        _ => "ctc_grad_f64",
-    }
 }
 
 #[cfg(test)]
@@ -329,7 +299,7 @@ mod tests {
             blank: 0,
         };
         let p = plan(&ok).unwrap().unwrap();
-        assert_eq!(p.suffix, "f16");
+        assert_eq!(p.entries, ["ctc_alpha_f16", "ctc_beta_f16", "ctc_grad_f16"]);
         assert_eq!(
             p.args,
             CtcArgs {

@@ -69,25 +69,16 @@ fn gather_entry(dtype: DataType) -> &'static str {
     }
 }
 
-/// `scatter_add_<dt>` for the dtypes the adds support.
+/// `scatter_add_<dt>` (atomic), or with `sequential` `scatter_add_seq_<dt>`, for the dtypes
+/// the adds support.
 fn add_entry(op: &'static str, arg: &'static str, dtype: DataType, sequential: bool) -> Result<&'static str> {
-    if sequential {
-        return Ok(match add_entry(op, arg, dtype, false)? {
-            "scatter_add_f32" => "scatter_add_seq_f32",
-            "scatter_add_f16" => "scatter_add_seq_f16",
-            "scatter_add_bf16" => "scatter_add_seq_bf16",
-            "scatter_add_f64" => "scatter_add_seq_f64",
-            "scatter_add_i32" => "scatter_add_seq_i32",
-            _ => "scatter_add_seq_i64",
-        });
-    }
-    Ok(match dtype {
-        DataType::F32 => "scatter_add_f32",
-        DataType::F16 => "scatter_add_f16",
-        DataType::BF16 => "scatter_add_bf16",
-        DataType::F64 => "scatter_add_f64",
-        DataType::I32 => "scatter_add_i32",
-        DataType::I64 => "scatter_add_i64",
+    let (atomic, ordered) = match dtype {
+        DataType::F32 => ("scatter_add_f32", "scatter_add_seq_f32"),
+        DataType::F16 => ("scatter_add_f16", "scatter_add_seq_f16"),
+        DataType::BF16 => ("scatter_add_bf16", "scatter_add_seq_bf16"),
+        DataType::F64 => ("scatter_add_f64", "scatter_add_seq_f64"),
+        DataType::I32 => ("scatter_add_i32", "scatter_add_seq_i32"),
+        DataType::I64 => ("scatter_add_i64", "scatter_add_seq_i64"),
         _ => {
             return Err(Error::invalid_arg(
                 op,
@@ -95,7 +86,8 @@ fn add_entry(op: &'static str, arg: &'static str, dtype: DataType, sequential: b
                 format!("dtype {dtype:?} is not supported (F32, F16, BF16, F64, I32 or I64)"),
             ))
         }
-    })
+    };
+    Ok(if sequential { ordered } else { atomic })
 }
 
 /// Checks the indices' dtype; returns whether they are `I64`.
@@ -865,16 +857,6 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, P)
     }
 
-    /// Offset of linear item `i` in a host copy of a kernel layout.
-    fn offset(l: &KernelLayout, mut i: i64) -> i64 {
-        let mut off = l.offset;
-        for d in (0..l.rank as usize).rev() {
-            off += (i % l.shape[d]) * l.strides[d];
-            i /= l.shape[d];
-        }
-        off
-    }
-
     #[test]
     fn sequential_adds_walk_each_line_along_the_axis() {
         use DataType::*;
@@ -886,9 +868,9 @@ mod tests {
         for l in 0..4 {
             for a in 0..3 {
                 let i = l * 3 + a;
-                assert_eq!(offset(&p.layouts[2], i), a * 4 + l, "values item {i}");
-                assert_eq!(offset(&p.layouts[1], i), a * 4 + l, "indices item {i}");
-                assert_eq!(offset(&p.layouts[0], i), l, "target item {i} (axis stride 0)");
+                assert_eq!(p.layouts[2].host_offset(i), a * 4 + l, "values item {i}");
+                assert_eq!(p.layouts[1].host_offset(i), a * 4 + l, "indices item {i}");
+                assert_eq!(p.layouts[0].host_offset(i), l, "target item {i} (axis stride 0)");
             }
         }
         assert_eq!((p.axis.stride, p.axis.len), (4, 5));
@@ -897,9 +879,9 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((p.entry, p.line_len), ("scatter_add_seq_bf16", 6));
-        assert_eq!(offset(&p.layouts[2], 6 + 2), 6 + 2);
-        assert_eq!(offset(&p.layouts[1], 6 + 2), 2, "indices broadcast over lines");
-        assert_eq!(offset(&p.layouts[0], 6 + 2), 3, "row 1 of the target");
+        assert_eq!(p.layouts[2].host_offset(6 + 2), 6 + 2);
+        assert_eq!(p.layouts[1].host_offset(6 + 2), 2, "indices broadcast over lines");
+        assert_eq!(p.layouts[0].host_offset(6 + 2), 3, "row 1 of the target");
         // The atomic plans keep the iteration order and no line length.
         let p = plan_scatter_add(&target, 0, &idx, &values, false).unwrap().unwrap();
         assert_eq!((p.entry, p.line_len), ("scatter_add_f32", 0));

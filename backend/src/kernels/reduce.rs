@@ -762,16 +762,6 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, P)
     }
 
-    /// Host model of the kernel's index math: element (o, k) of the plan.
-    fn offset(l: &KernelLayout, mut i: i64) -> i64 {
-        let mut off = l.offset;
-        for d in (0..l.rank as usize).rev() {
-            off += (i % l.shape[d]) * l.strides[d];
-            i /= l.shape[d];
-        }
-        off
-    }
-
     /// Offsets of x (row-major over its dims) at which reducing `axis` visits (o, k).
     fn expected_offsets(x: &TensorRef, axis: usize) -> Vec<Vec<i64>> {
         let rank = x.dims.len();
@@ -804,7 +794,7 @@ mod tests {
     fn plan_offsets(p: &RowPlan) -> Vec<Vec<i64>> {
         let a = &p.args;
         (0..a.n_out)
-            .map(|o| (0..a.len).map(|k| offset(&a.x_layout, o * a.len + k)).collect())
+            .map(|o| (0..a.len).map(|k| a.x_layout.host_offset(o * a.len + k)).collect())
             .collect()
     }
 
@@ -828,7 +818,7 @@ mod tests {
                 assert_eq!(p.args.len, x.dims[axis]);
                 assert_eq!(plan_offsets(&p), expected_offsets(x, axis), "{x:?} axis {axis}");
                 // Output rows are enumerated row-major over the remaining dims.
-                let offs: Vec<i64> = (0..p.args.n_out).map(|o| offset(&p.args.out_layout, o)).collect();
+                let offs: Vec<i64> = (0..p.args.n_out).map(|o| p.args.out_layout.host_offset(o)).collect();
                 assert_eq!(offs, (0..p.args.n_out).collect::<Vec<_>>());
             }
         }
@@ -857,7 +847,7 @@ mod tests {
             let xo = plan_offsets(&p);
             let a = p.args;
             let oo: Vec<Vec<i64>> = (0..a.n_out)
-                .map(|o| (0..a.len).map(|k| offset(&a.out_layout, o * a.len + k)).collect())
+                .map(|o| (0..a.len).map(|k| a.out_layout.host_offset(o * a.len + k)).collect())
                 .collect();
             assert_eq!(xo, expected_offsets(&x, axis));
             assert_eq!(oo, expected_offsets(&out, axis));
@@ -874,7 +864,7 @@ mod tests {
         let out = t(&[1, 1], DataType::F64);
         let p = rows(plan_reduce_all(ReduceOp::Prod, &x, &out));
         assert_eq!((p.args.n_out, p.args.len, p.args.op), (1, 12, 1));
-        let offs: Vec<i64> = (0..12).map(|i| offset(&p.args.x_layout, i)).collect();
+        let offs: Vec<i64> = (0..12).map(|i| p.args.x_layout.host_offset(i)).collect();
         assert_eq!(offs, vec![0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]);
         assert_eq!(p.args.out_layout.rank, 0);
         let p = rows(plan_reduce_all(
@@ -1025,10 +1015,10 @@ mod tests {
         let ks = (k0..k1).step_by(step as usize);
         match linear_step(l, len) {
             Some(s) => {
-                let base = offset(l, o * len);
+                let base = l.host_offset(o * len);
                 ks.map(|k| base + k * s).collect()
             }
-            None => ks.map(|k| offset(l, o * len + k)).collect(),
+            None => ks.map(|k| l.host_offset(o * len + k)).collect(),
         }
     }
 
@@ -1049,7 +1039,7 @@ mod tests {
                     }
                 }
                 for (o, r) in acc {
-                    put(&mut m, Dest::Out(offset(&a.out_layout, o)), r);
+                    put(&mut m, Dest::Out(a.out_layout.host_offset(o)), r);
                 }
                 base += a.blocks as i64 * per_block;
             }
@@ -1105,7 +1095,7 @@ mod tests {
                         let d = if a.partial != 0 {
                             Dest::Part(c * n_out + o)
                         } else {
-                            Dest::Out(offset(&a.out_layout, o))
+                            Dest::Out(a.out_layout.host_offset(o))
                         };
                         put(&mut m, d, r);
                     }
@@ -1306,9 +1296,9 @@ mod tests {
                 // `reduce` rows are always linear (the axis is the last dim before merging).
                 let s = linear_step(&p.args.x_layout, p.args.len).expect("linear");
                 for o in 0..p.args.n_out {
-                    let base = offset(&p.args.x_layout, o * p.args.len);
+                    let base = p.args.x_layout.host_offset(o * p.args.len);
                     for k in 0..p.args.len {
-                        assert_eq!(offset(&p.args.x_layout, o * p.args.len + k), base + k * s);
+                        assert_eq!(p.args.x_layout.host_offset(o * p.args.len + k), base + k * s);
                     }
                 }
             }
@@ -1316,7 +1306,7 @@ mod tests {
             let p = rows(plan_reduce_all(ReduceOp::Sum, x, &t(&[1], DataType::F32)));
             if let Some(s) = linear_step(&p.args.x_layout, p.args.len) {
                 for k in 0..p.args.len {
-                    assert_eq!(offset(&p.args.x_layout, k), k * s, "{x:?}");
+                    assert_eq!(p.args.x_layout.host_offset(k), k * s, "{x:?}");
                 }
             }
         }

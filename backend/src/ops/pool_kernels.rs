@@ -93,11 +93,10 @@ fn geometry(op: &'static str, p: &PoolParams) -> Result<Pool2d> {
     })
 }
 
-/// Packed I64 argmax positions for an output of `dims`, with the buffer holding them.
-fn indices(stream: &Arc<CudaStream>, dims: &[i64]) -> Result<(DeviceBuffer, Vec<i64>)> {
+/// Scratch for a packed `dims` view of `dtype` (kept alive while the view is used).
+fn scratch(stream: &Arc<CudaStream>, dims: &[i64], dtype: DataType, op: &'static str) -> Result<DeviceBuffer> {
     let n: i64 = dims.iter().product();
-    let buf = DeviceBuffer::alloc(stream, (n.max(1) * 8) as usize, "pool indices")?;
-    Ok((buf, dims.to_vec()))
+    DeviceBuffer::alloc(stream, n.max(1) as usize * dtype.size(), op)
 }
 
 /// `y = pool(x)` in the kernels.
@@ -107,8 +106,8 @@ pub(super) fn forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorMut, p:
     let (x4, y4) = (as_2d(x)?, as_2d_mut(y)?);
     match p.mode {
         PoolMode::Max => {
-            let (buf, dims) = indices(stream, &y4.dims)?;
-            let idx = buf.view_mut(0, &dims, &row_major_strides(&dims), DataType::I64)?;
+            let buf = scratch(stream, &y4.dims, DataType::I64, OP)?;
+            let idx = buf.view_mut(0, &y4.dims, &row_major_strides(&y4.dims), DataType::I64)?;
             kpool::max_pool2d_with_indices(stream, &x4, &g, &y4, &idx)
         }
         PoolMode::AvgIncludePadding => kpool::avg_pool2d(stream, &x4, &g, true, &y4),
@@ -132,10 +131,11 @@ pub(super) fn backward(
     match p.mode {
         PoolMode::Max => {
             let x4 = as_2d(x)?;
-            let (buf, dims) = indices(stream, &dy4.dims)?;
-            let idx = buf.view_mut(0, &dims, &row_major_strides(&dims), DataType::I64)?;
-            let values = DeviceBuffer::alloc(stream, (dy4.numel().max(1) as usize) * dy4.dtype.size(), OP)?;
-            let y = values.view_mut(0, &dy4.dims, &row_major_strides(&dy4.dims), dy4.dtype)?;
+            let packed = row_major_strides(&dy4.dims);
+            let buf = scratch(stream, &dy4.dims, DataType::I64, OP)?;
+            let idx = buf.view_mut(0, &dy4.dims, &packed, DataType::I64)?;
+            let values = scratch(stream, &dy4.dims, dy4.dtype, OP)?;
+            let y = values.view_mut(0, &dy4.dims, &packed, dy4.dtype)?;
             kpool::max_pool2d_with_indices(stream, &x4, &g, &y, &idx)?;
             if crate::plan::policy().deterministic {
                 kpool::max_pool2d_backward_gather(stream, &idx, &dy4, &g, &dx4)

@@ -22,8 +22,8 @@ const NOTE_NONDETERMINISTIC: u32 = 4;
 /// `CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION`.
 const NOTE_RUNTIME_COMPILATION: u32 = 0;
 const MAX_NOTES: usize = 16;
-/// Why a TF32 engine was passed over for f32 data (in the `Unsupported` reason).
-pub(crate) const TF32_REJECTION: &str = "TF32 tensor cores on f32 data";
+/// Why a TF32 engine was passed over for f32 data.
+const TF32_REJECTION: &str = "TF32 tensor cores on f32 data";
 const MAX_KNOBS: usize = 32;
 
 /// One engine configuration offered by heuristics, with what we read off it.
@@ -174,6 +174,8 @@ pub(crate) struct Candidates<'a> {
     examined: usize,
     /// Why configs were passed over.
     pub(crate) rejected: Vec<String>,
+    /// Some config was passed over only for using TF32 on f32 data.
+    pub(crate) tf32_rejected: bool,
     /// The last heuristics query that failed.
     pub(crate) query_error: Option<Error>,
 }
@@ -197,6 +199,7 @@ impl<'a> Candidates<'a> {
             deferred: Default::default(),
             examined: 0,
             rejected: Vec::new(),
+            tf32_rejected: false,
             query_error: None,
         }
     }
@@ -284,7 +287,10 @@ impl Iterator for Candidates<'_> {
                 None
             };
             match reason {
-                Some(r) => self.rejected.push(format!("engine {}: {r}", c.engine_id)),
+                Some(r) => {
+                    self.tf32_rejected |= r == TF32_REJECTION;
+                    self.rejected.push(format!("engine {}: {r}", c.engine_id))
+                }
                 None if self.prefer_precompiled && c.runtime_compiled && self.examined <= PRECOMPILED_SEARCH => {
                     self.deferred.push_back(c)
                 }

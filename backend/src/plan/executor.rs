@@ -545,14 +545,26 @@ pub(crate) fn select_plan(
         .iter()
         .any(|n| matches!(n.op, Op::ConvFprop { .. } | Op::ConvDgrad { .. } | Op::ConvWgrad { .. }));
     let exclude_tf32 = !policy.allow_tf32 && io_dtype(graph) == DataType::F32 && has_conv;
-    match select_among(handle, graph, &lowered, policy, exclude_tf32, stream, uids, ptrs) {
+    let mut tf32_rejected = false;
+    let select = |exclude_tf32, tf32_rejected: &mut bool| {
+        select_among(
+            handle,
+            graph,
+            &lowered,
+            policy,
+            exclude_tf32,
+            tf32_rejected,
+            stream,
+            uids,
+            ptrs,
+        )
+    };
+    match select(exclude_tf32, &mut tf32_rejected) {
         // GRAPH_JIT_ONLY has no exact f32 engine for some convolutions: use TF32 (PyTorch's
         // default for cuDNN convolutions) rather than fail, and say so once.
-        Err(Error::Unsupported { reason, .. })
-            if exclude_tf32 && super::policy::graph_jit_only() && reason.contains(engine::TF32_REJECTION) =>
-        {
+        Err(Error::Unsupported { .. }) if tf32_rejected && super::policy::graph_jit_only() => {
             warn_tf32_fallback(graph);
-            select_among(handle, graph, &lowered, policy, false, stream, uids, ptrs).map_err(name_lib_config)
+            select(false, &mut tf32_rejected).map_err(name_lib_config)
         }
         other => other.map_err(name_lib_config),
     }
@@ -590,7 +602,8 @@ fn warn_tf32_fallback(graph: &Graph) {
     });
 }
 
-/// [`select_plan`] over the candidates of one pass (`exclude_tf32`: without TF32 engines).
+/// [`select_plan`] over the candidates of one pass (`exclude_tf32`: without TF32 engines);
+/// `tf32_rejected` is set when an engine was passed over only for using TF32.
 #[allow(clippy::too_many_arguments)]
 fn select_among(
     handle: &CudnnHandle,
@@ -598,6 +611,7 @@ fn select_among(
     lowered: &Arc<crate::graph::lower::LoweredGraph>,
     policy: &EnginePolicy,
     exclude_tf32: bool,
+    tf32_rejected: &mut bool,
     stream: &Arc<CudaStream>,
     uids: &[i64],
     ptrs: &[*mut c_void],
@@ -647,6 +661,7 @@ fn select_among(
             }
         }
     }
+    *tf32_rejected = cands.tf32_rejected;
     if !offered && cands.rejected.is_empty() {
         if let Some(e) = cands.query_error.take() {
             return Err(Error::Unsupported {
