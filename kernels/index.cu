@@ -370,3 +370,99 @@ SCATTER_ND(i64, NdI64)
 SCATTER_ND(i8, NdI8)
 SCATTER_ND(u8, NdU8)
 SCATTER_ND(bool, NdBool)
+
+// ---------------------------------------------------------------------------------------
+// scatter_nd without atomics (the engine's deterministic mode; `scatter_nd_ordered` on
+// the host): `scatter_nd_keys` gives every tuple the row-major index of the element it
+// addresses over the K indexed dims, the host sorts the keys stably (kernels/sort.cu), and
+// `scatter_nd_ordered_<dt>` lets one thread per (run of equal keys, slice element) combine
+// the run's values in tuple order with plain loads and one store. Results do not depend
+// on scheduling.
+
+// Key of a tuple with a coordinate out of range: sorts after every real key (which are
+// below the target's element count) and is skipped.
+#define ND_NO_KEY 0x7fffffffffffffffLL
+
+// scatter_nd_keys(const void* idx, int idx64, i64* keys, Layout li, Layout lk,
+//                 i64 kstride, i64 slice, i64 m): `keys[t]` for the `m` tuples; tuple t's
+// first coordinate is item `t * slice` of `li` (the joint-shape layout of the indices).
+KERNEL void scatter_nd_keys(const void* idx, int idx64, i64* keys, Layout li, Layout lk, i64 kstride,
+                            i64 slice, i64 m) {
+    FOR_EACH(t, m) {
+        const i64 oi = loff(li, t * slice);
+        i64 key = 0;
+        for (int j = 0; j < lk.rank; ++j) {
+            const i64 c = load_index(idx, idx64, oi + j * kstride);
+            if (c < 0 || c >= lk.shape[j]) {
+                key = ND_NO_KEY;
+                break;
+            }
+            key = key * lk.shape[j] + c;
+        }
+        keys[t] = key;
+    }
+}
+
+// Item `i = p * slice + e` of the sorted tuples; only the first position `p` of each run of
+// equal keys works: it walks the run in sorted order (= tuple order: the sort is stable)
+// and updates target element `e` of the addressed slice once. Assign copies the last
+// value of the run bit for bit; the other ops combine in the compute type `D::C` from the
+// current element and round once at the end (halfs: f32, ints: i64, wrapping like the
+// atomic kernels).
+template <typename D>
+__device__ __forceinline__ void scatter_nd_ordered_body(typename D::T* target, const i64* keys, const i64* perm,
+                                                        const typename D::T* values, const Layout& lt,
+                                                        const Layout& lv, const Layout& lk, i64 slice, int op,
+                                                        i64 n) {
+    typedef typename D::C C;
+    const i64 m = n / slice;
+    FOR_EACH(i, n) {
+        const i64 p = i / slice;
+        const i64 e = i - p * slice;
+        const i64 key = keys[p];
+        if (key == ND_NO_KEY || (p > 0 && keys[p - 1] == key)) continue;
+        i64 ot = loff(lt, e);
+        i64 rest = key;
+        for (int j = lk.rank - 1; j >= 0; --j) {
+            ot += (rest % lk.shape[j]) * lk.strides[j];
+            rest /= lk.shape[j];
+        }
+        i64 q = p;
+        if (op == ND_ASSIGN) {
+            while (q + 1 < m && keys[q + 1] == key) ++q;
+            target[ot] = values[loff(lv, perm[q] * slice + e)];
+            continue;
+        }
+        C acc = D::get(target[ot]);
+        for (; q < m && keys[q] == key; ++q) {
+            const C v = D::get(values[loff(lv, perm[q] * slice + e)]);
+            switch (op) {
+                case ND_ADD: acc = nd_combine<ND_ADD>(acc, v); break;
+                case ND_MUL: acc = nd_combine<ND_MUL>(acc, v); break;
+                case ND_MIN: acc = nd_combine<ND_MIN>(acc, v); break;
+                default: acc = nd_combine<ND_MAX>(acc, v); break;
+            }
+        }
+        target[ot] = D::put(acc);
+    }
+}
+
+// scatter_nd_ordered_<dt>(T* target, const i64* keys, const i64* perm, const T* values,
+//                         Layout lt, Layout lv, Layout lk, i64 slice, int op, i64 n):
+// `keys` sorted ascending, `perm[p]` the tuple of sorted position p, `n = m * slice`.
+#define SCATTER_ND_ORDERED(NAME, D)                                                           \
+    KERNEL void scatter_nd_ordered_##NAME(D::T* target, const i64* keys, const i64* perm,     \
+                                          const D::T* values, Layout lt, Layout lv,           \
+                                          Layout lk, i64 slice, int op, i64 n) {              \
+        scatter_nd_ordered_body<D>(target, keys, perm, values, lt, lv, lk, slice, op, n);     \
+    }
+
+SCATTER_ND_ORDERED(f32, NdF32)
+SCATTER_ND_ORDERED(f64, NdF64)
+SCATTER_ND_ORDERED(f16, NdF16)
+SCATTER_ND_ORDERED(bf16, NdBF16)
+SCATTER_ND_ORDERED(i32, NdI32)
+SCATTER_ND_ORDERED(i64, NdI64)
+SCATTER_ND_ORDERED(i8, NdI8)
+SCATTER_ND_ORDERED(u8, NdU8)
+SCATTER_ND_ORDERED(bool, NdBool)

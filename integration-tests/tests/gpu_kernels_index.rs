@@ -3,7 +3,8 @@
 //! in every dtype they support (with duplicate indices), gather_nd in every dtype and
 //! scatter_nd with every update op in every dtype (with duplicate index tuples, NaN for
 //! min/max, wrapping ints), I64 and I32 indices, packed, transposed and gapped layouts,
-//! poisoned outputs, and out-of-range indices (skipped). Needs a CUDA GPU.
+//! poisoned outputs, and out-of-range indices (skipped); the ordered (deterministic)
+//! scatter_nd against the host in tuple order, run to run. Needs a CUDA GPU.
 
 use std::sync::Arc;
 
@@ -1122,5 +1123,275 @@ fn nd_narrow_atomics_share_words_correctly() {
             }
         }
     }
+    r.finish(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// scatter_nd_ordered (deterministic mode)
+
+/// Dtypes of the ordered scatter_nd test: every float and two ints.
+const ORDERED_ND: [DataType; 6] = [F32, F16, BF16, F64, I32, I8];
+
+/// Cases for the ordered scatter_nd: many duplicate tuples (their coordinates are drawn
+/// from half of each dim), slices (K < rank), permuted and gapped targets, and one case
+/// with more tuples than one sort block holds (the merge-sort path of the keys).
+fn ordered_nd_cases() -> Vec<NdCase> {
+    let c = |dd: &[i64], ds: Vec<i64>, id: &[i64], is: Vec<i64>, os: Vec<i64>| NdCase {
+        data: (dd.to_vec(), ds),
+        idx: (id.to_vec(), is),
+        other: os,
+    };
+    vec![
+        // K = 2 < rank into a transposed target; gapped values.
+        c(
+            &[6, 5, 4],
+            reversed(&[6, 5, 4]),
+            &[200, 2],
+            packed(&[200, 2]),
+            gapped(&[200, 4]),
+        ),
+        // K = 1 rows of a gapped target, transposed indices and values, rank-3 indices.
+        c(
+            &[9, 7],
+            gapped(&[9, 7]),
+            &[6, 20, 1],
+            reversed(&[6, 20, 1]),
+            reversed(&[6, 20, 7]),
+        ),
+        // K = rank: single elements.
+        c(
+            &[7, 3],
+            reversed(&[7, 3]),
+            &[300, 2],
+            reversed(&[300, 2]),
+            packed(&[300]),
+        ),
+        // K = 0: every tuple is the whole tensor.
+        c(&[5, 4], gapped(&[5, 4]), &[9, 0], packed(&[9, 0]), reversed(&[9, 5, 4])),
+        // Rank-4 target, K = 3.
+        c(
+            &[2, 3, 4, 5],
+            reversed(&[2, 3, 4, 5]),
+            &[8, 4, 3],
+            packed(&[8, 4, 3]),
+            packed(&[8, 4, 5]),
+        ),
+        // 5000 tuples (> MAX_SORT_LEN) onto 20 rows of a transposed target.
+        c(
+            &[40, 33],
+            reversed(&[40, 33]),
+            &[5000, 1],
+            packed(&[5000, 1]),
+            packed(&[5000, 33]),
+        ),
+    ]
+}
+
+/// A random non-zero value for the ordered scatter_nd: floats of magnitude 0.5..1.5 (Mul:
+/// 0.95..1.05, so long products stay finite), ints of magnitude 1..1000 (I8: 1..127; Mul:
+/// 1..3), either sign; some NaN for float Min/Max when `nan`.
+fn nonzero_val(rng: &mut SplitMix64, dtype: DataType, op: ScatterNdOp, nan: bool) -> f64 {
+    let sign = if rng.below(2) == 0 { 1.0 } else { -1.0 };
+    let mag = match (dtype.is_float(), op, dtype) {
+        (true, ScatterNdOp::Mul, _) => 0.95 + rng.next_f64() * 0.1,
+        (true, ScatterNdOp::Min | ScatterNdOp::Max, _) if nan && rng.below(10) == 0 => f64::NAN,
+        (true, _, _) => 0.5 + rng.next_f64(),
+        (false, ScatterNdOp::Mul, _) => 1.0 + rng.below(3) as f64,
+        (false, _, I8) => 1.0 + rng.below(127) as f64,
+        (false, _, _) => 1.0 + rng.below(1000) as f64,
+    };
+    sign * mag
+}
+
+/// What `scatter_nd_ordered` computes for one element: `vals` (the values of the tuples
+/// that address it, in tuple order) combined into `cur` in the kernel's compute type (f32
+/// for F32/F16/BF16, rounded to the dtype once at the end; f64; ints wrapping); Assign
+/// takes the last value.
+fn ordered_nd_apply(op: ScatterNdOp, dtype: DataType, cur: f64, vals: &[f64]) -> f64 {
+    if vals.is_empty() {
+        return cur;
+    }
+    match (op, dtype) {
+        (ScatterNdOp::Assign, _) => *vals.last().expect("not empty"),
+        (_, F32 | F16 | BF16) => {
+            let acc = vals.iter().fold(cur as f32, |acc, &v| {
+                let v = v as f32;
+                match op {
+                    ScatterNdOp::Add => acc + v,
+                    ScatterNdOp::Mul => acc * v,
+                    ScatterNdOp::Min if v < acc => v,
+                    ScatterNdOp::Max if v > acc => v,
+                    _ => acc,
+                }
+            });
+            match dtype {
+                F16 => f16::from_f32(acc).to_f64(),
+                BF16 => bf16::from_f32(acc).to_f64(),
+                _ => acc as f64,
+            }
+        }
+        _ => vals.iter().fold(cur, |acc, &v| nd_apply(op, dtype, acc, v)),
+    }
+}
+
+/// Bound on the relative L2 error of the ordered Add against the f64 sum in tuple order:
+/// f32 accumulation (F32, F16, BF16) and one rounding to the dtype (unit roundoff 2^-11 for
+/// F16, 2^-8 for BF16).
+fn ordered_add_bound(dtype: DataType) -> f64 {
+    match dtype {
+        F32 => 1e-6,
+        F64 => 1e-14,
+        F16 => 1e-3,
+        _ => 4e-3,
+    }
+}
+
+/// The raw bytes of `d`'s buffer.
+fn raw(stream: &Arc<CudaStream>, d: &Dev) -> Vec<u8> {
+    stream.clone_dtoh(&d.buf).expect("download")
+}
+
+/// Records whether `a` and `b` are the same bytes.
+fn same_bits(r: &mut Report, case: String, dtype: DataType, a: &[u8], b: &[u8]) {
+    let (x, y): (Vec<f64>, Vec<f64>) = (
+        a.iter().map(|&v| v as f64).collect(),
+        b.iter().map(|&v| v as f64).collect(),
+    );
+    r.exact(case, dtype, &x, &y);
+}
+
+/// Restores the engine policy when dropped.
+struct PolicyGuard(cudnn_backend::plan::EnginePolicy);
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        cudnn_backend::plan::set_policy(self.0);
+    }
+}
+
+/// `scatter_nd_ordered` with every op over [`ordered_nd_cases`] in [`ORDERED_ND`] dtypes,
+/// with some tuples out of range: two runs give the same bits; the result equals the host
+/// combining each element's values in tuple order in the kernel's arithmetic (so Assign
+/// keeps the last tuple's value); Add is within [`ordered_add_bound`] of the f64 sum;
+/// Min/Max equal the atomic `scatter_nd`. Finally `scatter_nd` in deterministic mode runs
+/// the ordered form (same bits).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scatter_nd_ordered_is_repeatable_and_in_tuple_order() {
+    let s = stream();
+    let mut r = Report::new("scatter_nd_ordered");
+    let mut add = Report::new("scatter_nd_ordered Add vs f64");
+    let mut rng = SplitMix64::new(66);
+    for case in &ordered_nd_cases() {
+        let vdims = case.other_dims();
+        let k = case.k();
+        for dtype in ORDERED_ND {
+            for op in ND_OPS {
+                let it = INDEX_TYPES[rng.below(2) as usize];
+                let minmax = matches!(op, ScatterNdOp::Min | ScatterNdOp::Max);
+                let data: Vec<f64> = (0..numel(&case.data.0))
+                    .map(|_| nonzero_val(&mut rng, dtype, op, minmax))
+                    .collect();
+                let vals: Vec<f64> = (0..numel(&vdims))
+                    .map(|_| nonzero_val(&mut rng, dtype, op, minmax))
+                    .collect();
+                // Duplicates, plus some coordinates out of range (-1 or the dim).
+                let idx_vals: Vec<f64> = rand_tuples(&mut rng, case, true)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| match rng.below(16) {
+                        0 => -1.0,
+                        1 => case.data.0[i % k] as f64,
+                        _ => v,
+                    })
+                    .collect();
+                let idx = upload(&s, &idx_vals, &case.idx.0, &case.idx.1, it);
+                let values = upload(&s, &vals, &vdims, &case.other, dtype);
+                let name = format!("{op:?} {dtype:?} idx {it:?} {case:?}");
+                let run = |ordered: bool| {
+                    let t = upload(&s, &data, &case.data.0, &case.data.1, dtype);
+                    let res = if ordered {
+                        ix::scatter_nd_ordered(&s, &t.m, &idx.t, &values.t, op)
+                    } else {
+                        ix::scatter_nd(&s, &t.m, &idx.t, &values.t, op)
+                    };
+                    res.map(|()| t)
+                };
+                let (first, second) = match (run(true), run(true)) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _) | (_, Err(e)) => {
+                        r.error(name, e);
+                        continue;
+                    }
+                };
+                same_bits(
+                    &mut r,
+                    format!("{name} (second run)"),
+                    dtype,
+                    &raw(&s, &first),
+                    &raw(&s, &second),
+                );
+                // Each element's values in tuple order (row-major over the values).
+                let mut hits: Vec<Vec<f64>> = vec![Vec::new(); first.values.len()];
+                for (i, &v) in values.values.iter().enumerate() {
+                    if let Some(j) = case.data_index(&idx.values, i) {
+                        hits[j].push(v);
+                    }
+                }
+                assert!(hits.iter().any(|h| h.len() > 1), "{name}: no duplicate tuples");
+                let got = download(&s, &first);
+                let want: Vec<f64> = first
+                    .values
+                    .iter()
+                    .zip(&hits)
+                    .map(|(&cur, h)| ordered_nd_apply(op, dtype, cur, h))
+                    .collect();
+                r.exact(name.clone(), dtype, &nan_marked(&got), &nan_marked(&want));
+                match op {
+                    ScatterNdOp::Add if dtype.is_float() => {
+                        let sum: Vec<f64> = first
+                            .values
+                            .iter()
+                            .zip(&hits)
+                            .map(|(&cur, h)| h.iter().fold(cur, |a, v| a + v))
+                            .collect();
+                        add.close(name.clone(), dtype, &got, &sum, ordered_add_bound(dtype));
+                    }
+                    ScatterNdOp::Min | ScatterNdOp::Max => match run(false) {
+                        Ok(atomic) => same_bits(
+                            &mut r,
+                            format!("{name} (vs atomic)"),
+                            dtype,
+                            &raw(&s, &first),
+                            &raw(&s, &atomic),
+                        ),
+                        Err(e) => r.error(format!("{name} (atomic)"), e),
+                    },
+                    _ => {}
+                }
+                // Deterministic mode routes scatter_nd's Add/Mul/Assign to the ordered form.
+                if case.idx.0 == [200, 2] && !minmax {
+                    let guard = PolicyGuard(cudnn_backend::plan::policy());
+                    cudnn_backend::plan::set_policy(cudnn_backend::plan::EnginePolicy {
+                        deterministic: true,
+                        ..guard.0
+                    });
+                    let routed = run(false);
+                    drop(guard);
+                    match routed {
+                        Ok(t) => same_bits(
+                            &mut r,
+                            format!("{name} (deterministic scatter_nd)"),
+                            dtype,
+                            &raw(&s, &first),
+                            &raw(&s, &t),
+                        ),
+                        Err(e) => r.error(format!("{name} (deterministic scatter_nd)"), e),
+                    }
+                }
+            }
+        }
+    }
+    add.finish(false);
     r.finish(true);
 }

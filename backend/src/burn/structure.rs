@@ -559,7 +559,9 @@ pub(crate) fn gather_nd(data: CudnnTensor, indices: CudnnTensor, op: &str) -> Cu
 /// only affects float rounding of `Add`/`Mul` (`Min`/`Max` follow burn-ndarray: a NaN value
 /// never replaces, a NaN element stays). `Assign` leaves each element holding one of its
 /// candidates, unspecified which (like PyTorch's `index_put_` without `accumulate`;
-/// burn-ndarray keeps the last). A tuple with a coordinate out of range (where burn-ndarray
+/// burn-ndarray keeps the last). In the engine's deterministic mode `Add`, `Mul` and
+/// `Assign` run [`ix::scatter_nd_ordered`] instead: tuple order, bit-reproducible, `Assign`
+/// keeps the last candidate. A tuple with a coordinate out of range (where burn-ndarray
 /// panics) updates nothing.
 pub(crate) fn scatter_nd(
     data: CudnnTensor,

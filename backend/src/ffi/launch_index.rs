@@ -205,3 +205,79 @@ pub(crate) fn scatter_nd(
     unsafe { b.launch_counted(grid_for(n as u64)) }?;
     Ok(())
 }
+
+/// Launches `scatter_nd_keys(const void* idx, int idx64, i64* keys, Layout li, Layout lk,
+/// i64 kstride, i64 slice, i64 m)`: the sort key of each of the `tuples` index tuples
+/// (`index_layout` = `li` over the joint shape `tuples * slice`, `indexed` = `lk`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_nd_keys(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    idx: u64,
+    idx64: bool,
+    keys: u64,
+    index_layout: &KernelLayout,
+    indexed: &KernelLayout,
+    coord_stride: i64,
+    slice: i64,
+    tuples: i64,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&idx)
+        .arg(&idx64)
+        .arg(&keys)
+        .arg(index_layout)
+        .arg(indexed)
+        .arg(&coord_stride)
+        .arg(&slice)
+        .arg(&tuples);
+    // SAFETY: the arguments match `scatter_nd_keys(const void*, int, long long*, Layout,
+    // Layout, long long, long long, long long)`; item `t * slice` of the index layout is
+    // the first coordinate of tuple t < tuples, in bounds like the other `indexed.rank - 1`
+    // coordinates `coord_stride` apart inside the indices' view, `idx64` names the indices'
+    // element type, and `keys` holds `tuples` i64 of scratch written only here (validated
+    // and allocated by the caller).
+    unsafe { b.launch_counted(grid_for(tuples as u64)) }?;
+    Ok(())
+}
+
+/// Launches `scatter_nd_ordered_<dt>(T* target, const i64* keys, const i64* perm,
+/// const T* values, Layout lt, Layout lv, Layout lk, i64 slice, int op, i64 n)`
+/// (`layouts` = `[lt, li, lv]` of the scatter_nd plan, `li` unused; `indexed` = `lk`;
+/// `keys` sorted ascending and `perm` their original tuple positions, `n / slice` of each).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter_nd_ordered(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    target: u64,
+    keys: u64,
+    perm: u64,
+    values: u64,
+    layouts: &[KernelLayout; 3],
+    indexed: &KernelLayout,
+    slice: i64,
+    op: i32,
+    n: i64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&target)
+        .arg(&keys)
+        .arg(&perm)
+        .arg(&values)
+        .arg(&layouts[0])
+        .arg(&layouts[2])
+        .arg(indexed)
+        .arg(&slice)
+        .arg(&op)
+        .arg(&n);
+    // SAFETY: the arguments match `scatter_nd_ordered_<dt>(T*, const long long*, const
+    // long long*, const T*, Layout, Layout, Layout, long long, int, long long)`; `keys` and
+    // `perm` hold `n / slice` i64 each (the sorted keys and the stable sort's permutation of
+    // `0..n / slice`), so every values item `perm[p] * slice + e` is below n and in bounds,
+    // and the target is written only at `loff(lt, e)` plus the coordinates decoded from a key
+    // below the product of `indexed.shape`, inside its view (validated by the caller). Each
+    // target element is written by the one thread at the start of its run of equal keys.
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
+    Ok(())
+}

@@ -26,6 +26,12 @@
 //! otherwise). For 1-byte dtypes (i8, u8, bool) the loop works on the containing aligned
 //! 32-bit word: their output buffers must be allocated in whole 4-byte words (the Burn
 //! backend's storage rounds every allocation up to 16 bytes).
+//!
+//! The engine's deterministic mode replaces the atomics: `scatter_add` / `index_add` run
+//! `scatter_add_seq_<dt>` (one thread per line along the axis), and `scatter_nd` with
+//! `Add`, `Mul` or `Assign` runs [`scatter_nd_ordered`] (`scatter_nd_keys`, a stable sort
+//! of the keys, then `scatter_nd_ordered_<dt>`: one thread per run of equal index tuples
+//! and slice element, in tuple order).
 
 use crate::kernels::check::{check_no_overlap, check_tensor, on_stream, same_dtype};
 use std::sync::Arc;
@@ -35,9 +41,10 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_index::{self as launch, IndexAxis};
+use crate::ffi::memory::DeviceBuffer;
 use crate::graph::DataType;
 use crate::kernels::layout::{coalesce, kernel_layout};
-use crate::kernels::{stream_function, INDEX};
+use crate::kernels::{stream_function, stream_functions, INDEX};
 use crate::types::{TensorMut, TensorRef};
 
 // ---------------------------------------------------------------------------------------
@@ -401,8 +408,9 @@ pub(crate) fn plan_index_add(
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScatterNdOp {
     /// Overwrite. With duplicate index tuples each element ends up holding one of its
-    /// candidate values, unspecified which (like PyTorch's `index_put_` without
-    /// `accumulate`).
+    /// candidate values: unspecified which in the atomic [`scatter_nd`] (like PyTorch's
+    /// `index_put_` without `accumulate`), the last tuple's in [`scatter_nd_ordered`] (and
+    /// so in the engine's deterministic mode; as burn-ndarray).
     Assign,
     /// `element + value` (ints wrap; Bool: logical or).
     Add,
@@ -442,22 +450,46 @@ pub(crate) struct NdPlan {
     pub indexed: KernelLayout,
     /// Stride between the coordinates of one index tuple.
     pub coord_stride: i64,
+    /// Items of the joint shape: `tuples * slice`.
     pub n: i64,
+    /// Index tuples (the product of the indices' dims but the last).
+    pub tuples: i64,
+    /// Elements of one slice (the product of the indexed operand's dims from K).
+    pub slice: i64,
 }
 
-/// `scatter_nd_<dt>` (every dtype is supported).
-fn scatter_nd_entry(dtype: DataType) -> &'static str {
-    match dtype {
-        DataType::F32 => "scatter_nd_f32",
-        DataType::F16 => "scatter_nd_f16",
-        DataType::BF16 => "scatter_nd_bf16",
-        DataType::F64 => "scatter_nd_f64",
-        DataType::I32 => "scatter_nd_i32",
-        DataType::I64 => "scatter_nd_i64",
-        DataType::I8 => "scatter_nd_i8",
-        DataType::U8 => "scatter_nd_u8",
-        DataType::Bool => "scatter_nd_bool",
+/// `scatter_nd_<dt>` (atomic), or with `ordered` `scatter_nd_ordered_<dt>` (every dtype is
+/// supported by both).
+fn scatter_nd_entry(dtype: DataType, ordered: bool) -> &'static str {
+    let (atomic, sorted) = match dtype {
+        DataType::F32 => ("scatter_nd_f32", "scatter_nd_ordered_f32"),
+        DataType::F16 => ("scatter_nd_f16", "scatter_nd_ordered_f16"),
+        DataType::BF16 => ("scatter_nd_bf16", "scatter_nd_ordered_bf16"),
+        DataType::F64 => ("scatter_nd_f64", "scatter_nd_ordered_f64"),
+        DataType::I32 => ("scatter_nd_i32", "scatter_nd_ordered_i32"),
+        DataType::I64 => ("scatter_nd_i64", "scatter_nd_ordered_i64"),
+        DataType::I8 => ("scatter_nd_i8", "scatter_nd_ordered_i8"),
+        DataType::U8 => ("scatter_nd_u8", "scatter_nd_ordered_u8"),
+        DataType::Bool => ("scatter_nd_bool", "scatter_nd_ordered_bool"),
+    };
+    if ordered {
+        sorted
+    } else {
+        atomic
     }
+}
+
+/// The kernel that computes the sort keys of the ordered scatter_nd (one per index tuple).
+const SCATTER_ND_KEYS: &str = "scatter_nd_keys";
+
+/// Most index tuples the ordered scatter_nd sorts (one row of [`crate::kernels::sort::sort`]).
+const MAX_ORDERED_TUPLES: i64 = i32::MAX as i64;
+
+/// Bytes of scratch of the ordered scatter_nd for `tuples` index tuples: three `I64`
+/// arrays (keys, sorted keys, the sort's permutation); the sort of more than
+/// [`crate::kernels::sort::MAX_SORT_LEN`] keys allocates its own merge scratch besides.
+fn ordered_nd_scratch_bytes(tuples: i64) -> usize {
+    3 * tuples as usize * DataType::I64.size()
 }
 
 /// `gather_nd_b{1,2,4,8}` by element size.
@@ -530,6 +562,7 @@ fn plan_nd(
     for (l, s) in layouts.iter_mut().zip(&strides) {
         *l = kernel_layout(op, &shape, s)?;
     }
+    let tuple_count: i64 = tuple_dims.iter().product();
     Ok(Some(NdPlan {
         entry,
         idx64,
@@ -537,6 +570,8 @@ fn plan_nd(
         indexed: kernel_layout(op, &data.dims[..k], &data.strides[..k])?,
         coord_stride: indices.strides[tuples],
         n,
+        tuples: tuple_count,
+        slice: n / tuple_count,
     }))
 }
 
@@ -552,16 +587,37 @@ pub(crate) fn plan_gather_nd(x: &TensorRef, indices: &TensorRef, out: &TensorRef
     )
 }
 
-pub(crate) fn plan_scatter_nd(target: &TensorRef, indices: &TensorRef, values: &TensorRef) -> Result<Option<NdPlan>> {
+/// Validates a `scatter_nd` and plans it: atomic updates, or with `ordered` the sorted
+/// form (keys, a stable sort, then one thread per run of equal tuples and slice element),
+/// which sorts at most `i32::MAX` index tuples.
+pub(crate) fn plan_scatter_nd(
+    target: &TensorRef,
+    indices: &TensorRef,
+    values: &TensorRef,
+    ordered: bool,
+) -> Result<Option<NdPlan>> {
     const OP: &str = "scatter_nd";
-    plan_nd(
+    let plan = plan_nd(
         OP,
-        scatter_nd_entry(target.dtype),
+        scatter_nd_entry(target.dtype, ordered),
         ("target", target),
         indices,
         ("values", values),
         ("target", target),
-    )
+    )?;
+    if let Some(p) = &plan {
+        if ordered && p.tuples > MAX_ORDERED_TUPLES {
+            return Err(Error::invalid_arg(
+                OP,
+                "indices",
+                format!(
+                    "{} index tuples exceed the {MAX_ORDERED_TUPLES} the ordered (deterministic) form sorts",
+                    p.tuples
+                ),
+            ));
+        }
+    }
+    Ok(plan)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -805,11 +861,17 @@ pub fn gather_nd(stream: &Arc<CudaStream>, x: &TensorRef, indices: &TensorRef, o
 
 /// `target[indices[b.., 0], .., indices[b.., K - 1], s..] op= values[b.., s..]` (in place):
 /// `indices` (`I64` or `I32`) has dims `[.., K]` with `K <= target`'s rank; `values` has
-/// dims `indices.dims[..-1] ++ target.dims[K..]` and `target`'s dtype (any dtype). Duplicate
-/// tuples combine through `op` in an unspecified order: `Add`, `Mul`, `Min` and `Max` are
-/// order-independent (up to float rounding for `Add` and `Mul`); with `Assign` each element
-/// receives one of its candidates (see [`ScatterNdOp`]). An index tuple with a coordinate
-/// outside `0..target.dims[j]` updates nothing (bounds are the caller's responsibility).
+/// dims `indices.dims[..-1] ++ target.dims[K..]` and `target`'s dtype (any dtype). An index
+/// tuple with a coordinate outside `0..target.dims[j]` updates nothing (bounds are the
+/// caller's responsibility).
+///
+/// Atomic updates: duplicate tuples combine through `op` in an unspecified order. `Add`,
+/// `Mul`, `Min` and `Max` are order-independent up to float rounding for `Add` and `Mul`
+/// (halfs round after every update); with `Assign` each element receives one of its
+/// candidates (see [`ScatterNdOp`]). In the engine's deterministic mode
+/// (`CUDNN_BACKEND_MODE=deterministic`) `Add`, `Mul` and `Assign` run
+/// [`scatter_nd_ordered`] instead (bit-reproducible; `Assign` keeps the last tuple's
+/// value); `Min` and `Max` stay atomic, their result is exact whatever the order.
 pub fn scatter_nd(
     stream: &Arc<CudaStream>,
     target: &TensorMut,
@@ -817,12 +879,15 @@ pub fn scatter_nd(
     values: &TensorRef,
     op: ScatterNdOp,
 ) -> Result<()> {
+    if deterministic() && matches!(op, ScatterNdOp::Add | ScatterNdOp::Mul | ScatterNdOp::Assign) {
+        return scatter_nd_ordered(stream, target, indices, values, op);
+    }
     on_stream(
         stream,
         "scatter_nd",
         &[("target", target), ("indices", indices), ("values", values)],
     )?;
-    let Some(p) = plan_scatter_nd(target, indices, values)? else {
+    let Some(p) = plan_scatter_nd(target, indices, values, false)? else {
         return Ok(());
     };
     let f = stream_function(stream, INDEX, p.entry)?;
@@ -839,6 +904,73 @@ pub fn scatter_nd(
         op.code(),
         p.n,
     )
+}
+
+/// [`scatter_nd`] without atomics, bit-reproducible: every target element's updates are
+/// applied by one thread in tuple order (the order of the indices' dims but the last,
+/// row-major), as burn-ndarray applies them. `Assign` keeps the value of the last tuple
+/// that addresses an element; `Add` and `Mul` combine from the current element in f32 for
+/// F16/BF16 (rounded once at the end, unlike the atomic form, which rounds after every
+/// update), in the dtype for F32/F64, and wrapping for ints (the same result as the atomic
+/// form); `Min` and `Max` as [`scatter_nd`].
+///
+/// Enqueues three steps on `stream`: a key per tuple (the row-major index of the element it
+/// addresses over the K indexed dims; out-of-range tuples sort last and are skipped), a
+/// stable [`sort`](crate::kernels::sort::sort) of the keys, and the update, one thread
+/// per run of equal keys and slice element. Scratch: 24 bytes per index tuple (keys, sorted
+/// keys, permutation) plus the sort's merge scratch above
+/// [`MAX_SORT_LEN`](crate::kernels::sort::MAX_SORT_LEN) tuples, allocated stream-ordered
+/// for the call. At most `i32::MAX` index tuples. Slower than the atomic form when many
+/// tuples address the same element (their updates are serial).
+pub fn scatter_nd_ordered(
+    stream: &Arc<CudaStream>,
+    target: &TensorMut,
+    indices: &TensorRef,
+    values: &TensorRef,
+    op: ScatterNdOp,
+) -> Result<()> {
+    const OP: &str = "scatter_nd";
+    on_stream(
+        stream,
+        OP,
+        &[("target", target), ("indices", indices), ("values", values)],
+    )?;
+    let Some(p) = plan_scatter_nd(target, indices, values, true)? else {
+        return Ok(());
+    };
+    let [keys_fn, update_fn] = stream_functions(stream, INDEX, [SCATTER_ND_KEYS, p.entry])?;
+    let scratch = DeviceBuffer::alloc(stream, ordered_nd_scratch_bytes(p.tuples), OP)?;
+    let (dims, strides) = ([p.tuples], [1i64]);
+    let keys = scratch.view(0, &dims, &strides, DataType::I64)?;
+    let sorted = scratch.view_mut(p.tuples, &dims, &strides, DataType::I64)?;
+    let perm = scratch.view_mut(2 * p.tuples, &dims, &strides, DataType::I64)?;
+    launch::scatter_nd_keys(
+        stream,
+        &keys_fn,
+        indices.ptr,
+        p.idx64,
+        keys.ptr,
+        &p.layouts[1],
+        &p.indexed,
+        p.coord_stride,
+        p.slice,
+        p.tuples,
+    )?;
+    crate::kernels::sort::sort(stream, &keys, 0, false, Some(&sorted), Some(&perm))?;
+    launch::scatter_nd_ordered(
+        stream,
+        &update_fn,
+        target.ptr,
+        sorted.ptr,
+        perm.ptr,
+        values.ptr,
+        &p.layouts,
+        &p.indexed,
+        p.slice,
+        op.code(),
+        p.n,
+    )
+    // `scratch` drops here (after its views): freed stream-ordered, after the queued work.
 }
 
 #[cfg(test)]
@@ -1159,7 +1291,7 @@ mod tests {
         ] {
             let p = plan_gather_nd(&t(&[4, 3, 6], d), &i, &t(&[5, 6], d)).unwrap().unwrap();
             assert_eq!((p.entry, p.idx64), (g, true));
-            let p = plan_scatter_nd(&t(&[4, 3, 6], d), &t(&[5, 2], I32), &t(&[5, 6], d))
+            let p = plan_scatter_nd(&t(&[4, 3, 6], d), &t(&[5, 2], I32), &t(&[5, 6], d), false)
                 .unwrap()
                 .unwrap();
             assert_eq!((p.entry, p.idx64), (sc, false));
@@ -1175,6 +1307,115 @@ mod tests {
         .map(|o| o.code())
         .collect();
         assert_eq!(codes, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn ordered_nd_entries_sizes_and_scratch() {
+        for (d, e) in [
+            (F32, "scatter_nd_ordered_f32"),
+            (F16, "scatter_nd_ordered_f16"),
+            (BF16, "scatter_nd_ordered_bf16"),
+            (F64, "scatter_nd_ordered_f64"),
+            (I32, "scatter_nd_ordered_i32"),
+            (I64, "scatter_nd_ordered_i64"),
+            (I8, "scatter_nd_ordered_i8"),
+            (U8, "scatter_nd_ordered_u8"),
+            (Bool, "scatter_nd_ordered_bool"),
+        ] {
+            let (x, i, v) = (t(&[4, 3, 6], d), t(&[5, 2], I32), t(&[5, 6], d));
+            let ordered = plan_scatter_nd(&x, &i, &v, true).unwrap().unwrap();
+            let atomic = plan_scatter_nd(&x, &i, &v, false).unwrap().unwrap();
+            assert_eq!((ordered.entry, ordered.tuples, ordered.slice, ordered.n), (e, 5, 6, 30));
+            // Only the kernel differs.
+            assert_eq!(NdPlan { entry: e, ..atomic }, ordered);
+        }
+        // (target dims, indices dims, tuples, slice)
+        for (xd, id, tuples, slice) in [
+            (&[4i64, 3, 6][..], &[2i64, 5, 2][..], 10, 6),
+            (&[4, 3], &[7, 2], 7, 1),
+            (&[4, 3], &[5, 0], 5, 12),
+            (&[4, 9], &[1], 1, 9),
+            (&[2, 3, 4, 5], &[2, 2, 3], 4, 5),
+        ] {
+            let k = *id.last().unwrap() as usize;
+            let vd = [&id[..id.len() - 1], &xd[k..]].concat();
+            let p = plan_scatter_nd(&t(xd, F32), &t(id, I64), &t(&vd, F32), true)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (p.tuples, p.slice, p.n),
+                (tuples, slice, tuples * slice),
+                "{xd:?} {id:?}"
+            );
+        }
+        assert_eq!(ordered_nd_scratch_bytes(1), 24);
+        assert_eq!(ordered_nd_scratch_bytes(1000), 24_000);
+        assert_eq!(SCATTER_ND_KEYS, "scatter_nd_keys");
+    }
+
+    /// What the ordered kernels assume of the plan's layouts: item `t * slice` of the
+    /// indices' layout is tuple t's first coordinate, item `t * slice + e` of the target's
+    /// is element e of the slice whatever t (the tuple dims have stride 0), and values item
+    /// `t * slice + e` is element e of tuple t's values.
+    #[test]
+    fn ordered_nd_items_split_into_tuple_and_slice() {
+        // target [6, 5, 4] transposed, K = 2, indices [3, 4, 2] stored transposed, values
+        // [3, 4, 4] gapped.
+        let x = ts(&[6, 5, 4], &[1, 6, 30], F16);
+        let idx = ts(&[3, 4, 2], &[1, 3, 12], I32);
+        let v = ts(&[3, 4, 4], &[32, 8, 2], F16);
+        let p = plan_scatter_nd(&x, &idx, &v, true).unwrap().unwrap();
+        assert_eq!((p.tuples, p.slice, p.coord_stride), (12, 4, 12));
+        assert_eq!(
+            (&p.indexed.shape[..2], &p.indexed.strides[..2]),
+            (&[6i64, 5][..], &[1i64, 6][..])
+        );
+        for tuple in 0..12 {
+            let (a, b) = (tuple / 4, tuple % 4);
+            assert_eq!(p.layouts[1].host_offset(tuple * 4), a + 3 * b, "tuple {tuple}");
+            for e in 0..4 {
+                let i = tuple * 4 + e;
+                assert_eq!(p.layouts[0].host_offset(i), p.layouts[0].host_offset(e));
+                assert_eq!(p.layouts[0].host_offset(e), 30 * e);
+                assert_eq!(p.layouts[2].host_offset(i), 32 * a + 8 * b + 2 * e);
+            }
+        }
+        // Broadcast indices (one tuple for all) and values: still one key per tuple.
+        let p = plan_scatter_nd(
+            &t(&[4, 3], F32),
+            &ts(&[5, 1], &[0, 0], I64),
+            &ts(&[5, 3], &[0, 1], F32),
+            true,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((p.tuples, p.slice), (5, 3));
+        assert!((0..5).all(|tuple| p.layouts[1].host_offset(tuple * 3) == 0));
+    }
+
+    #[test]
+    fn ordered_nd_sorts_at_most_i32_max_tuples() {
+        let x = t(&[4, 3], F32);
+        let many = i32::MAX as i64 + 1;
+        let (i, v) = (t(&[many, 1], I64), t(&[many, 3], F32));
+        let (op, arg, why) = invalid(plan_scatter_nd(&x, &i, &v, true));
+        assert_eq!((op, arg), ("scatter_nd", "indices"));
+        assert!(why.contains(&many.to_string()) && why.contains("ordered"), "{why}");
+        // The atomic form has no such limit, and the ordered one takes i32::MAX tuples.
+        assert!(plan_scatter_nd(&x, &i, &v, false).unwrap().is_some());
+        let (i, v) = (t(&[many - 1, 1], I64), t(&[many - 1, 3], F32));
+        assert_eq!(
+            plan_scatter_nd(&x, &i, &v, true).unwrap().unwrap().tuples,
+            i32::MAX as i64
+        );
+        // Validation and empty plans are the atomic form's.
+        assert_eq!(
+            invalid(plan_scatter_nd(&x, &t(&[5, 1], I64), &t(&[5, 3], I32), true)).1,
+            "values"
+        );
+        assert!(plan_scatter_nd(&x, &t(&[0, 1], I64), &t(&[0, 3], F32), true)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
@@ -1199,7 +1440,7 @@ mod tests {
         assert_eq!(&p.layouts[2].strides[..2], &[6, 1]);
         // K = rank: the slices are single elements; indices transposed ([3, 2] stored as
         // [2, 3]): coordinates 3 apart.
-        let p = plan_scatter_nd(&t(&[4, 3], I32), &ts(&[3, 2], &[1, 3], I64), &t(&[3], I32))
+        let p = plan_scatter_nd(&t(&[4, 3], I32), &ts(&[3, 2], &[1, 3], I64), &t(&[3], I32), false)
             .unwrap()
             .unwrap();
         assert_eq!((p.n, p.coord_stride), (3, 3));
@@ -1209,7 +1450,7 @@ mod tests {
             (&[4i64, 3][..], &[3i64, 1][..])
         );
         // K = 0: every tuple is the whole tensor; rank-1 indices: one tuple.
-        let p = plan_scatter_nd(&t(&[4, 3], F64), &t(&[5, 0], I64), &t(&[5, 4, 3], F64))
+        let p = plan_scatter_nd(&t(&[4, 3], F64), &t(&[5, 0], I64), &t(&[5, 4, 3], F64), false)
             .unwrap()
             .unwrap();
         assert_eq!((p.indexed.rank, p.n), (0, 60));
@@ -1238,29 +1479,30 @@ mod tests {
         assert!(why.contains("[5, 3]"), "{why}");
         assert_eq!(invalid(plan_gather_nd(&x, &i, &t(&[5, 3], F16))).1, "out");
         assert_eq!(invalid(plan_gather_nd(&x, &i, &ts(&[5, 3], &[0, 1], F32))).1, "out");
-        let (op, arg, _) = invalid(plan_scatter_nd(&x, &i, &t(&[5, 3], I32)));
+        let (op, arg, _) = invalid(plan_scatter_nd(&x, &i, &t(&[5, 3], I32), false));
         assert_eq!((op, arg), ("scatter_nd", "values"));
         assert_eq!(
-            invalid(plan_scatter_nd(&ts(&[4, 3], &[0, 1], F32), &i, &t(&[5, 3], F32))).1,
+            invalid(plan_scatter_nd(&ts(&[4, 3], &[0, 1], F32), &i, &t(&[5, 3], F32), false)).1,
             "target"
         );
         assert_eq!(
             invalid(plan_scatter_nd(
                 &TensorRef::fake_packed(&[4, 3], F32, 0),
                 &i,
-                &t(&[5, 3], F32)
+                &t(&[5, 3], F32),
+                false
             ))
             .1,
             "target"
         );
         // Broadcast values and indices are fine, and so is an empty target with tuples
         // (all out of range).
-        assert!(plan_scatter_nd(&x, &ts(&[5, 1], &[0, 0], I64), &ts(&[5, 3], &[0, 1], F32)).is_ok());
-        assert!(plan_scatter_nd(&t(&[0, 3], F32), &i, &t(&[5, 3], F32))
+        assert!(plan_scatter_nd(&x, &ts(&[5, 1], &[0, 0], I64), &ts(&[5, 3], &[0, 1], F32), false).is_ok());
+        assert!(plan_scatter_nd(&t(&[0, 3], F32), &i, &t(&[5, 3], F32), false)
             .unwrap()
             .is_some());
         // Nothing to do: no tuples or empty slices.
-        assert!(plan_scatter_nd(&x, &t(&[0, 1], I64), &t(&[0, 3], F32))
+        assert!(plan_scatter_nd(&x, &t(&[0, 1], I64), &t(&[0, 3], F32), false)
             .unwrap()
             .is_none());
         assert!(plan_gather_nd(&t(&[4, 0], F32), &i, &t(&[5, 0], F32))
