@@ -344,6 +344,8 @@ where
         history.loss.push(mean_loss);
         history.accuracy.push(accuracy);
     }
+    // Two runs in deterministic mode must print the same digest.
+    println!("parameter digest: {}", examples::digest::parameters(&model)?);
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let checkpoint = args.out.join("model");
     CompactRecorder::new()

@@ -1,6 +1,26 @@
 //! Example programs live in this package; see the `[[example]]` targets. This library holds
 //! what the training examples share.
 
+/// A fingerprint of a model's parameters, so two training runs can be compared bit for bit
+/// (the deterministic mode's check: `CUDNN_BACKEND_MODE=deterministic`, same seed, same data).
+pub mod digest {
+    use burn::module::Module;
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    use burn::tensor::backend::Backend;
+
+    /// FNV-1a (64-bit) over the model's record at full precision: every parameter's bits in
+    /// record order, so any differing bit changes it (with overwhelming probability).
+    pub fn parameters<B: Backend, M: Module<B>>(model: &M) -> Result<String, String> {
+        let bytes: Vec<u8> = BinBytesRecorder::<FullPrecisionSettings>::new()
+            .record(model.clone().into_record(), ())
+            .map_err(|e| format!("recording the parameters: {e}"))?;
+        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        Ok(format!("{hash:016x} ({} bytes)", bytes.len()))
+    }
+}
+
 /// Per-epoch training curves: what train_burn and train_candle record and plot.
 pub mod curves {
     /// Per-epoch history.

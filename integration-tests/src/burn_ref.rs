@@ -830,6 +830,9 @@ pub struct Cx<'a, B: Backend> {
     pub dev: B::Device,
     /// Dtypes on this side.
     pub dt: Dt,
+    /// Explicit float values ([`Cx::fvals`]) are rounded to this dtype first, as generated
+    /// inputs are ([`Run::round`]): both sides see the same values.
+    pub round: DType,
 }
 
 impl<'a, B: Backend> Cx<'a, B> {
@@ -926,9 +929,11 @@ impl<'a, B: Backend> Cx<'a, B> {
         read_sync(B::bool_into_data(t)).unwrap_or_else(|e| panic!("bool_into_data failed: {e:?}"))
     }
 
-    /// A float tensor of this side's float dtype from explicit values.
+    /// A float tensor of this side's float dtype from explicit values (rounded to
+    /// [`Cx::round`] first, so a half run's reference sees the tested side's values).
     pub fn fvals(&self, values: &[f64], dims: &[usize]) -> FloatTensor<B> {
-        B::float_from_data(make_data(values, dims, self.dt.f), &self.dev)
+        let rounded: Vec<f64> = values.iter().map(|&v| round_to(self.round, v)).collect();
+        B::float_from_data(make_data(&rounded, dims, self.dt.f), &self.dev)
     }
 
     /// An `I64` int tensor from explicit values.
@@ -1264,6 +1269,15 @@ impl Group {
         let mut errs = Vec::new();
         for (k, (g, w)) in got.iter().zip(want).enumerate() {
             let wd = if map { expected_dtype(w.dtype, run) } else { w.dtype };
+            // A half run's reference computes in f32: its float outputs are rounded to the
+            // tested dtype (what the same op computed exactly in that dtype returns).
+            let rounded;
+            let w = if wd != w.dtype && wd.is_float() {
+                rounded = w.clone().convert_dtype(wd);
+                &rounded
+            } else {
+                w
+            };
             if let Err(e) = compare(g, w, wd, tol) {
                 errs.push(format!("output #{k}: {e}"));
             }
@@ -1294,6 +1308,7 @@ impl Group {
                     inputs: &inputs,
                     dev: Default::default(),
                     dt: run.r,
+                    round: run.round,
                 })
             })
             .map_err(|e| format!("REFERENCE (ndarray) {e}"))?;
@@ -1302,6 +1317,7 @@ impl Group {
                     inputs: &inputs,
                     dev: Default::default(),
                     dt: run.t,
+                    round: run.round,
                 })
             })?;
             Self::compare_all(&got, &want, &run, tol, true)
@@ -1329,6 +1345,7 @@ impl Group {
                     inputs: &inputs,
                     dev: Default::default(),
                     dt: run.t,
+                    round: run.round,
                 })
             })?;
             Self::compare_all(&got, &want, &run, tol, false)

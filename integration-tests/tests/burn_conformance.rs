@@ -4418,6 +4418,8 @@ fn group_module_other(g: &mut Group) {
             if run.t.f == DType::F64 {
                 continue; // the host references compute in f32
             }
+            // The references compute in f32; a half run expects their values in its dtype.
+            let tested_float = run.t.f;
             if Tested::has_ctc_loss_backward() {
                 host!(
                     g,
@@ -4430,7 +4432,7 @@ fn group_module_other(g: &mut Group) {
                         let lp = B::log_softmax(c.f(0), 2);
                         vec![c.rf(B::ctc_loss_backward(lp, c.i(1), c.i(2), c.i(3), c.f(4), 0))]
                     },
-                    |x| vec![ctc_grad_reference(x)]
+                    |x| vec![ctc_grad_reference(x).convert_dtype(tested_float)]
                 );
             }
             host!(
@@ -4441,7 +4443,7 @@ fn group_module_other(g: &mut Group) {
                 specs.clone(),
                 RED,
                 |B, c| vec![c.rf(ctc_autodiff_grad::<B>(c.f(0), c.i(1), c.i(2), c.i(3), c.f(4)))],
-                |x| vec![ctc_logits_grad_reference(x)]
+                |x| vec![ctc_logits_grad_reference(x).convert_dtype(tested_float)]
             );
         }
     }
@@ -5581,8 +5583,11 @@ fn group_quant_schemes(g: &mut Group) {
                             vec![rp_run(c, B::q_matmul(side(c.f(0), qa), side(c.f(1), qb)))]
                         },
                         |x| {
-                            let a = nd_quantized_values(&x[0], sc, qa);
-                            let b = nd_quantized_values(&x[1], sc, qb);
+                            // Dequantized operands hold values of the run's float dtype.
+                            let in_dtype =
+                                |v: Vec<f64>| -> Vec<f64> { v.into_iter().map(|v| round_to(out_dtype, v)).collect() };
+                            let a = in_dtype(nd_quantized_values(&x[0], sc, qa));
+                            let b = in_dtype(nd_quantized_values(&x[1], sc, qb));
                             let (out, dims) = cudnn_backend_reference::matmul(&a, &x[0].shape, &b, &x[1].shape);
                             vec![make_data(&out, &dims, out_dtype)]
                         }

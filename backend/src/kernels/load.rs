@@ -400,9 +400,11 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for _ in 0..todo.len().min(parallelism() - 1) {
             let (todo, next) = (todo.clone(), next.clone());
+            let job = BackgroundJob::start();
             let spawned = std::thread::Builder::new()
                 .name("cudnn-backend-sibling".into())
                 .spawn(move || {
+                    let _job = job;
                     let Ok(dev) = Device::new(ordinal) else { return };
                     while let Some(&(s2, n2)) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let _permit = BackgroundPermit::acquire(true);
@@ -436,6 +438,41 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
 /// all cores but two, so the compile a caller waits for runs on a free core.
 fn background_limit() -> usize {
     parallelism().saturating_sub(2).max(1)
+}
+
+/// Background kernel jobs (warm-up and sibling threads) not yet finished, and their signal.
+fn background_jobs() -> &'static (Mutex<usize>, std::sync::Condvar) {
+    static JOBS: OnceLock<(Mutex<usize>, std::sync::Condvar)> = OnceLock::new();
+    JOBS.get_or_init(Default::default)
+}
+
+/// One background kernel job, counted from before its thread is spawned until it ends (so a
+/// waiter never misses a job whose thread has not started yet).
+pub(crate) struct BackgroundJob(());
+
+impl BackgroundJob {
+    pub(crate) fn start() -> Self {
+        *background_jobs().0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Self(())
+    }
+}
+
+impl Drop for BackgroundJob {
+    fn drop(&mut self) {
+        let (jobs, done) = background_jobs();
+        *jobs.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        done.notify_all();
+    }
+}
+
+/// Blocks until every background kernel compile (the warm-up, the siblings of a requested
+/// kernel) has finished, so [`compile_stats`] and the disk cache hold all of them.
+pub fn wait_for_background_compiles() {
+    let (jobs, done) = background_jobs();
+    let mut n = jobs.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        n = done.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
 }
 
 /// One background compile slot (see [`background_limit`]), held while it lives.

@@ -37,7 +37,7 @@ pub(crate) mod compile;
 pub(crate) mod load;
 pub(crate) mod warm;
 
-pub use load::{compile_stats, CompileStats};
+pub use load::{compile_stats, wait_for_background_compiles, CompileStats};
 pub(crate) use load::{function, prefetch};
 
 pub(crate) mod check;

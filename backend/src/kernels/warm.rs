@@ -122,9 +122,11 @@ pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
         .iter()
         .flat_map(|g| g.iter().copied())
         .collect();
+    let job = super::load::BackgroundJob::start();
     let spawned = std::thread::Builder::new()
         .name("cudnn-backend-warm-up".into())
         .spawn(move || {
+            let _job = job;
             if let Err(e) = super::load::prefetch_in_background(&dev, &kernels) {
                 tracing::debug!(reason = %e, "kernel warm-up stopped");
             }
