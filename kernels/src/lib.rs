@@ -62,3 +62,7 @@ pub const NORM: &str = include_str!("../norm.cu");
 
 /// CTC loss: the log-space forward and backward recursions and the gradient.
 pub const CTC: &str = include_str!("../ctc.cu");
+
+/// Direct convolution (cross-correlation) forward, backward data and backward filter on
+/// strided views, 1 to 3 spatial dims, with groups.
+pub const CONV: &str = include_str!("../conv.cu");

@@ -15,6 +15,7 @@ pub(crate) mod driver;
 mod handle;
 pub(crate) mod launch;
 pub(crate) mod launch_batch_norm;
+pub(crate) mod launch_conv;
 pub(crate) mod launch_ctc;
 pub(crate) mod launch_elementwise;
 pub(crate) mod launch_fused;

@@ -41,6 +41,7 @@ pub use load::{compile_stats, wait_for_background_compiles, CompileStats};
 pub(crate) use load::{function, prefetch};
 
 pub(crate) mod check;
+pub mod conv;
 pub mod ctc;
 pub mod elementwise;
 pub mod fused;
@@ -194,6 +195,14 @@ pub(crate) const CTC: KernelSource = KernelSource {
     common: true,
 };
 
+/// Direct convolution forward, backward data and backward filter (exact fallbacks for
+/// convolutions no cuDNN engine runs).
+pub(crate) const CONV: KernelSource = KernelSource {
+    name: "conv.cu",
+    code: kernel_sources::CONV,
+    common: true,
+};
+
 /// Every kernel source, for the compile checks.
 #[cfg(test)]
 pub(crate) const ALL_SOURCES: &[KernelSource] = &[
@@ -210,6 +219,7 @@ pub(crate) const ALL_SOURCES: &[KernelSource] = &[
     OPTIM,
     NORM,
     CTC,
+    CONV,
 ];
 
 #[cfg(test)]

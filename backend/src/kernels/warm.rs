@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::{KernelSource, BATCH_NORM, BIAS_ACT, ELEMENTWISE, INDEX, NORM, OPTIM, POOL, RANDOM, REDUCE};
+use super::{KernelSource, BATCH_NORM, BIAS_ACT, CONV, ELEMENTWISE, INDEX, NORM, OPTIM, POOL, RANDOM, REDUCE};
 use crate::runtime::Device;
 
 type Group = &'static [(KernelSource, &'static str)];
@@ -67,6 +67,17 @@ macro_rules! training_group {
     };
 }
 
+/// The three direct convolution passes of one dtype.
+macro_rules! conv_group {
+    ($s:literal) => {
+        &[
+            (CONV, concat!("conv_fwd_", $s)),
+            (CONV, concat!("conv_bwd_data_", $s)),
+            (CONV, concat!("conv_bwd_filter_", $s)),
+        ]
+    };
+}
+
 /// The groups, most common first (a kernel listed in several belongs to the first).
 pub(crate) const GROUPS: &[Group] = &[
     training_group!("f32", "4"),
@@ -103,6 +114,12 @@ pub(crate) const GROUPS: &[Group] = &[
     training_group!("f16", "2"),
     training_group!("bf16", "2"),
     float_group!("f64", "8"),
+    // The direct convolutions (the fallback when cuDNN has no engine): a network that needs
+    // one pass usually needs the other two in its backward step.
+    conv_group!("f32"),
+    conv_group!("f16"),
+    conv_group!("bf16"),
+    conv_group!("f64"),
 ];
 
 /// Environment variable that turns the background warm-up off (`0` or `off`).

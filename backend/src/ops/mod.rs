@@ -9,6 +9,7 @@
 mod attention;
 mod batch_norm;
 mod conv;
+mod conv_fallback;
 mod fallback;
 mod matmul;
 mod norm;
@@ -57,9 +58,15 @@ pub fn wait_for_builds() {
 /// The cache key of one op call: op name, every tensor's dims, strides, dtype and pointer
 /// alignment, and the op's parameters. Together with the execution context it is the plan
 /// signature, so a hit needs no graph at all.
+#[derive(Clone)]
 pub(crate) struct OpKey(Vec<u8>);
 
 impl OpKey {
+    /// The key's bytes (what identifies the call in caches kept outside the plan cache).
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        self.0.clone()
+    }
+
     pub(crate) fn new(op: &'static str) -> Self {
         let mut v = Vec::with_capacity(320);
         v.push(0xA5);

@@ -559,47 +559,35 @@ pub(crate) fn select_plan(
             ptrs,
         )
     };
-    match select(exclude_tf32, &mut tf32_rejected) {
-        // GRAPH_JIT_ONLY has no exact f32 engine for some convolutions: use TF32 (PyTorch's
-        // default for cuDNN convolutions) rather than fail, and say so once.
-        Err(Error::Unsupported { .. }) if tf32_rejected && super::policy::graph_jit_only() => {
-            warn_tf32_fallback(graph);
-            select(false, &mut tf32_rejected).map_err(name_lib_config)
-        }
-        other => other.map_err(name_lib_config),
-    }
+    select(exclude_tf32, &mut tf32_rejected).map_err(|e| name_lib_config(e, tf32_rejected))
 }
 
-/// An `Unsupported` error under `GRAPH_JIT_ONLY` says which configuration declined and what
-/// to change.
-fn name_lib_config(e: Error) -> Error {
+/// An `Unsupported` error under `GRAPH_JIT_ONLY` says which configuration declined, whether
+/// engines were passed over only for using TF32, and what to change. (The convolution ops
+/// then run the backend's exact direct-convolution kernels instead: see `ops::conv`.)
+fn name_lib_config(e: Error, tf32_rejected: bool) -> Error {
     match e {
-        Error::Unsupported { graph, reason } if super::policy::graph_jit_only() => Error::Unsupported {
-            graph,
-            reason: format!(
-                "{reason} (cuDNN runs as {}=GRAPH_JIT_ONLY, without its precompiled engines: unset it to use the \
-                 full library)",
-                super::policy::LIB_CONFIG_ENV
-            ),
-        },
+        Error::Unsupported { graph, reason } if super::policy::graph_jit_only() => {
+            let tf32 = if tf32_rejected {
+                format!(
+                    "; its engines for this f32 graph use TF32 tensor cores (about 1e-3 relative error), \
+                     allowed with {}=1",
+                    super::policy::TF32_ENV
+                )
+            } else {
+                String::new()
+            };
+            Error::Unsupported {
+                graph,
+                reason: format!(
+                    "{reason} (cuDNN runs as {}=GRAPH_JIT_ONLY, without its precompiled engines{tf32}: unset it to \
+                     use the full library)",
+                    super::policy::LIB_CONFIG_ENV
+                ),
+            }
+        }
         other => other,
     }
-}
-
-/// The one warning for f32 convolutions that run on TF32 because nothing else can.
-fn warn_tf32_fallback(graph: &Graph) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        tracing::warn!(
-            "{} has no exact f32 engine under {}=GRAPH_JIT_ONLY: f32 convolutions without one run on TF32 \
-             tensor cores (inputs rounded to 10 mantissa bits, about 1e-3 relative error, as PyTorch's default \
-             torch.backends.cudnn.allow_tf32 = True). Unset {} for exact f32, or set {}=1 to allow TF32 everywhere.",
-            graph.describe(),
-            super::policy::LIB_CONFIG_ENV,
-            super::policy::LIB_CONFIG_ENV,
-            super::policy::TF32_ENV,
-        )
-    });
 }
 
 /// [`select_plan`] over the candidates of one pass (`exclude_tf32`: without TF32 engines);
