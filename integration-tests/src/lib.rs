@@ -12,6 +12,9 @@ use half::{bf16, f16};
 pub mod burn_ref;
 pub mod ctc;
 pub mod jobs;
+mod report;
+
+pub use report::KernelReport;
 
 /// The float64 reference's description of a convolution of geometry `p`.
 pub fn reference_geometry(p: &cudnn_backend::ops::ConvParams) -> cudnn_backend_reference::ConvGeometry {

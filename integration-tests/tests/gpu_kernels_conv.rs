@@ -12,8 +12,8 @@ use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::conv;
 use cudnn_backend::types::{channels_last_strides, row_major_strides, ConvGeometry};
 use cudnn_backend::Device;
-use cudnn_backend_reference::{self as reference, rel_l2_error, SplitMix64};
-use integration_tests::{bound, download, poisoned, reference_geometry, upload, views_of, DevTensor};
+use cudnn_backend_reference::{self as reference, SplitMix64};
+use integration_tests::{bound, download, poisoned, reference_geometry, upload, views_of, DevTensor, KernelReport};
 
 use DataType::*;
 
@@ -154,86 +154,21 @@ fn values(rng: &mut SplitMix64, d: &[i64]) -> Vec<f64> {
 // ---------------------------------------------------------------------------------------
 // Report
 
-struct Report {
-    name: &'static str,
-    runs: usize,
-    worst: Vec<(DataType, f64)>,
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            runs: 0,
-            worst: Vec::new(),
-            failures: Vec::new(),
-        }
+/// Compares the output with the reference, checks that every element was written (no
+/// NaN left from the poison) and that no byte outside the view changed.
+fn close(r: &mut KernelReport, s: &Arc<CudaStream>, case: String, out: &DevTensor, reference: &[f64]) {
+    let dtype = out.t.dtype();
+    let got = download(s, out);
+    let unwritten = got.iter().filter(|v| v.is_nan()).count();
+    if unwritten > 0 {
+        r.fail(format!("{case}: {unwritten} of {} elements not written", got.len()));
+        return;
     }
-
-    /// Compares the output with the reference, checks that every element was written (no
-    /// NaN left from the poison) and that no byte outside the view changed.
-    fn close(&mut self, s: &Arc<CudaStream>, case: String, out: &DevTensor, reference: &[f64]) {
-        self.runs += 1;
-        let dtype = out.t.dtype();
-        let got = download(s, out);
-        let unwritten = got.iter().filter(|v| v.is_nan()).count();
-        if unwritten > 0 {
-            self.failures
-                .push(format!("{case}: {unwritten} of {} elements not written", got.len()));
-            return;
-        }
-        let strays = strays(s, out);
-        if strays > 0 {
-            self.failures
-                .push(format!("{case}: {strays} elements outside the view were written"));
-        }
-        let err = if got.len() == reference.len() {
-            rel_l2_error(&got, reference)
-        } else {
-            f64::NAN
-        };
-        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            Some((_, w)) => *w = w.max(err),
-            None => self.worst.push((dtype, err)),
-        }
-        let lim = limit(dtype);
-        if err.is_nan() || err > lim {
-            self.failures
-                .push(format!("{case}: rel L2 error {err:.3e} > {lim:.0e}"));
-        }
+    let strays = strays(s, out);
+    if strays > 0 {
+        r.note_failure(format!("{case}: {strays} elements outside the view were written"));
     }
-
-    fn error(&mut self, case: String, e: cudnn_backend::Error) {
-        self.runs += 1;
-        self.failures.push(format!("{case}: {e}"));
-    }
-
-    fn fail(&mut self, case: String) {
-        self.runs += 1;
-        self.failures.push(case);
-    }
-
-    fn pass(&mut self) {
-        self.runs += 1;
-    }
-
-    fn finish(self) {
-        let worst: Vec<String> = self.worst.iter().map(|(d, e)| format!("{d:?} {e:.2e}")).collect();
-        println!(
-            "conv {}: {} checks, {} failed, worst rel L2 {}",
-            self.name,
-            self.runs,
-            self.failures.len(),
-            worst.join(", ")
-        );
-        assert!(
-            self.failures.is_empty(),
-            "{} failures:\n{}",
-            self.name,
-            self.failures.join("\n")
-        );
-    }
+    r.close(case, dtype, &got, reference, limit(dtype));
 }
 
 /// Elements of a poisoned output's buffer outside its view that are no longer all-ones
@@ -270,7 +205,7 @@ fn bits(s: &Arc<CudaStream>, t: &DevTensor) -> Vec<u8> {
 fn forward_matches_the_f64_reference() {
     let s = stream();
     let mut rng = SplitMix64::new(0xc0_01);
-    let mut r = Report::new("forward");
+    let mut r = KernelReport::new("conv", "forward");
     for c in cases() {
         let yd = c.y();
         let g = reference_geometry(&c.g);
@@ -285,7 +220,7 @@ fn forward_matches_the_f64_reference() {
                     continue;
                 }
                 let want = reference::conv_forward(&x.values, &us(&c.x), &w.values, &us(&c.w), &g);
-                r.close(&s, name, &y, &want);
+                close(&mut r, &s, name, &y, &want);
             }
         }
     }
@@ -297,7 +232,7 @@ fn forward_matches_the_f64_reference() {
 fn backward_data_matches_the_f64_reference() {
     let s = stream();
     let mut rng = SplitMix64::new(0xc0_02);
-    let mut r = Report::new("backward_data");
+    let mut r = KernelReport::new("conv", "backward_data");
     for c in cases() {
         let yd = c.y();
         let g = reference_geometry(&c.g);
@@ -312,7 +247,7 @@ fn backward_data_matches_the_f64_reference() {
                     continue;
                 }
                 let want = reference::conv_backward_data(&dy.values, &us(&yd), &w.values, &us(&c.w), &us(&c.x), &g);
-                r.close(&s, name, &dx, &want);
+                close(&mut r, &s, name, &dx, &want);
             }
         }
     }
@@ -324,7 +259,7 @@ fn backward_data_matches_the_f64_reference() {
 fn backward_filter_matches_the_f64_reference() {
     let s = stream();
     let mut rng = SplitMix64::new(0xc0_03);
-    let mut r = Report::new("backward_filter");
+    let mut r = KernelReport::new("conv", "backward_filter");
     for c in cases() {
         let yd = c.y();
         let g = reference_geometry(&c.g);
@@ -339,7 +274,7 @@ fn backward_filter_matches_the_f64_reference() {
                     continue;
                 }
                 let want = reference::conv_backward_filter(&x.values, &us(&c.x), &dy.values, &us(&yd), &us(&c.w), &g);
-                r.close(&s, name, &dw, &want);
+                close(&mut r, &s, name, &dw, &want);
             }
         }
     }
@@ -354,7 +289,7 @@ fn backward_filter_matches_the_f64_reference() {
 fn results_are_bit_reproducible() {
     let s = stream();
     let mut rng = SplitMix64::new(0xc0_04);
-    let mut r = Report::new("bit-reproducible");
+    let mut r = KernelReport::new("conv", "bit-reproducible");
     let mut all = cases();
     // dw [512, 512, 3, 3]: 2.4 M elements, more than the 524 280 blocks of the grid.
     all.push(case(
@@ -408,7 +343,7 @@ fn results_are_bit_reproducible() {
             // The filter gradient is also right (the large case walks several elements per
             // block).
             let want = reference::conv_backward_filter(&x.values, &us(&c.x), &dy.values, &us(&yd), &us(&c.w), &g);
-            r.close(&s, format!("{name} backward_filter"), &runs[0][2], &want);
+            close(&mut r, &s, format!("{name} backward_filter"), &runs[0][2], &want);
         }
     }
     r.finish();
@@ -420,7 +355,7 @@ fn results_are_bit_reproducible() {
 #[ignore = "needs a CUDA GPU"]
 fn empty_problems() {
     let s = stream();
-    let mut r = Report::new("empty");
+    let mut r = KernelReport::new("conv", "empty");
     let g = ConvGeometry::new(&[1, 1], &[1, 1], &[1, 1], 2);
     for dtype in FLOATS {
         let zeros = |t: &DevTensor| vec![0.0; t.t.numel() as usize];
@@ -442,7 +377,7 @@ fn empty_problems() {
             .and_then(|_| conv::conv_backward_filter(&s, &x0.t, &y0.t, &dw.m, &g));
         match run {
             Err(e) => r.error(format!("{dtype:?} N = 0"), e),
-            Ok(()) => r.close(&s, format!("{dtype:?} N = 0 dw"), &dw, &zeros(&dw)),
+            Ok(()) => close(&mut r, &s, format!("{dtype:?} N = 0 dw"), &dw, &zeros(&dw)),
         }
         // C / groups = 0 (C = 0): a zero forward. K = 0: a zero data gradient.
         let xc = upload(&s, &[], &[2, 0, 5, 5], &row_major_strides(&[2, 0, 5, 5]), dtype);
@@ -450,14 +385,14 @@ fn empty_problems() {
         let y = poisoned(&s, &[2, 6, 5, 5], &channels_last_strides(&[2, 6, 5, 5]), dtype);
         match conv::conv_forward(&s, &xc.t, &wc.t, &y.m, &g) {
             Err(e) => r.error(format!("{dtype:?} C = 0"), e),
-            Ok(()) => r.close(&s, format!("{dtype:?} C = 0 y"), &y, &zeros(&y)),
+            Ok(()) => close(&mut r, &s, format!("{dtype:?} C = 0 y"), &y, &zeros(&y)),
         }
         let dyk = upload(&s, &[], &[2, 0, 5, 5], &row_major_strides(&[2, 0, 5, 5]), dtype);
         let wk = upload(&s, &[], &[0, 2, 3, 3], &row_major_strides(&[0, 2, 3, 3]), dtype);
         let dx = poisoned(&s, &[2, 4, 5, 5], &row_major_strides(&[2, 4, 5, 5]), dtype);
         match conv::conv_backward_data(&s, &dyk.t, &wk.t, &dx.m, &g) {
             Err(e) => r.error(format!("{dtype:?} K = 0"), e),
-            Ok(()) => r.close(&s, format!("{dtype:?} K = 0 dx"), &dx, &zeros(&dx)),
+            Ok(()) => close(&mut r, &s, format!("{dtype:?} K = 0 dx"), &dx, &zeros(&dx)),
         }
         // A zero-length input whose padding alone holds the window: every output is zero.
         let g1 = ConvGeometry::new(&[1], &[1], &[1], 1);
@@ -472,7 +407,7 @@ fn empty_problems() {
         let y1 = poisoned(&s, &[2, 4, 1], &row_major_strides(&[2, 4, 1]), dtype);
         match conv::conv_forward(&s, &xe.t, &w1.t, &y1.m, &g1) {
             Err(e) => r.error(format!("{dtype:?} all padding"), e),
-            Ok(()) => r.close(&s, format!("{dtype:?} all padding y"), &y1, &zeros(&y1)),
+            Ok(()) => close(&mut r, &s, format!("{dtype:?} all padding y"), &y1, &zeros(&y1)),
         }
     }
     r.finish();

@@ -13,7 +13,7 @@ use cudnn_backend::Device;
 use cudnn_backend_reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
 use half::{bf16, f16};
 use integration_tests::views_of;
-use integration_tests::{round_to, strides, Layout};
+use integration_tests::{round_to, strides, KernelReport, Layout};
 
 use DataType::*;
 
@@ -222,96 +222,6 @@ fn numel(dims: &[i64]) -> usize {
 }
 
 // ---------------------------------------------------------------------------------------
-// Report
-
-struct Report {
-    name: &'static str,
-    runs: usize,
-    worst: Vec<(DataType, f64)>,
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            runs: 0,
-            worst: Vec::new(),
-            failures: Vec::new(),
-        }
-    }
-
-    /// Relative L2 check with `limit`.
-    fn close(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64], limit: f64) {
-        self.runs += 1;
-        let err = rel_l2_error(out, reference);
-        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            Some((_, w)) => *w = w.max(err),
-            None => self.worst.push((dtype, err)),
-        }
-        if err.is_nan() || err > limit {
-            self.failures
-                .push(format!("{case}: rel L2 error {err:.3e} > {limit:.0e}"));
-        }
-    }
-
-    /// Exact equality (NaN in `out` always fails: poisoned outputs show).
-    fn exact(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
-        self.runs += 1;
-        // NaN != NaN: a poisoned (unwritten) output never matches.
-        let bad = out.iter().zip(reference).position(|(o, r)| o != r);
-        let mismatches = out.iter().zip(reference).filter(|(o, r)| o != r).count();
-        if self.worst.iter().all(|(d, _)| *d != dtype) {
-            self.worst.push((dtype, 0.0));
-        }
-        if let Some(w) = self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            w.1 = w.1.max(mismatches as f64);
-        }
-        if out.len() != reference.len() {
-            self.failures
-                .push(format!("{case}: {} values, expected {}", out.len(), reference.len()));
-        } else if let Some(i) = bad {
-            self.failures.push(format!(
-                "{case}: {mismatches} mismatches, first at {i}: got {} expected {}",
-                out[i], reference[i]
-            ));
-        }
-    }
-
-    fn error(&mut self, case: String, e: cudnn_backend::Error) {
-        self.runs += 1;
-        self.failures.push(format!("{case}: {e}"));
-    }
-
-    fn finish(self, exact: bool) {
-        let worst: Vec<String> = self
-            .worst
-            .iter()
-            .map(|(d, e)| {
-                if exact {
-                    format!("{d:?} {e} mismatches")
-                } else {
-                    format!("{d:?} {e:.2e}")
-                }
-            })
-            .collect();
-        println!(
-            "elementwise {}: {} cases, {} failed, worst err {}",
-            self.name,
-            self.runs,
-            self.failures.len(),
-            worst.join(", ")
-        );
-        assert!(
-            self.failures.is_empty(),
-            "{} failures:\n{}",
-            self.name,
-            self.failures.join("\n")
-        );
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Random inputs (never zero unless asked)
 
 fn nonzero_f(rng: &mut SplitMix64, scale: f64) -> f64 {
@@ -368,7 +278,7 @@ fn float_bound(dtype: DataType, transcendental: bool) -> f64 {
 #[ignore = "needs a CUDA GPU"]
 fn fill_every_dtype_and_layout() {
     let s = stream();
-    let mut r = Report::new("fill");
+    let mut r = KernelReport::new("elementwise", "fill");
     let mut all = cases();
     all.push(Case {
         out: packed(&[1000, 1031]),
@@ -384,11 +294,11 @@ fn fill_every_dtype_and_layout() {
                     continue;
                 }
                 let got = download(&s, &out);
-                r.exact(name, dtype, &got, &vec![to_dtype(dtype, value); numel(&case.out.0)]);
+                r.exact_strict(name, dtype, &got, &vec![to_dtype(dtype, value); numel(&case.out.0)]);
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -398,7 +308,7 @@ fn fill_every_dtype_and_layout() {
 #[ignore = "needs a CUDA GPU"]
 fn copy_and_cast_every_dtype_pair() {
     let s = stream();
-    let mut r = Report::new("copy/cast");
+    let mut r = KernelReport::new("elementwise", "copy/cast");
     let mut rng = SplitMix64::new(11);
     for case in cases() {
         for src_t in ALL {
@@ -424,11 +334,11 @@ fn copy_and_cast_every_dtype_pair() {
                     .into_iter()
                     .map(|v| to_dtype(dst_t, v))
                     .collect();
-                r.exact(name, dst_t, &download(&s, &dst), &want);
+                r.exact_strict(name, dst_t, &download(&s, &dst), &want);
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 /// i64 values above 2^53 survive int -> int casts bit-exactly (no trip through f64).
@@ -436,7 +346,7 @@ fn copy_and_cast_every_dtype_pair() {
 #[ignore = "needs a CUDA GPU"]
 fn cast_large_i64_exactly() {
     let s = stream();
-    let mut r = Report::new("cast i64");
+    let mut r = KernelReport::new("elementwise", "cast i64");
     let big: Vec<i64> = vec![
         (1 << 62) + 12345,
         -(1 << 60) - 7,
@@ -485,7 +395,7 @@ fn cast_large_i64_exactly() {
             .zip(&want)
             .map(|(&g, &w)| if g == w { (0.0, 0.0) } else { (1.0, 0.0) })
             .unzip();
-        r.exact(format!("{name}: got {got:?}, want {want:?}"), dst_t, &g, &w);
+        r.exact_strict(format!("{name}: got {got:?}, want {want:?}"), dst_t, &g, &w);
     }
     // And back: i32 -> i64 sign-extends, f64 2^60 -> i64 exactly.
     let vals: Vec<f64> = vec![(1u64 << 60) as f64, -((1u64 << 55) as f64), 3.9, -3.9];
@@ -506,7 +416,7 @@ fn cast_large_i64_exactly() {
                 .collect();
             let want = [1i64 << 60, -(1i64 << 55), 3, -3];
             let ok = got == want;
-            r.exact(
+            r.exact_strict(
                 format!("cast F64->I64: got {got:?}, want {want:?}"),
                 I64,
                 &[ok as u8 as f64],
@@ -514,7 +424,7 @@ fn cast_large_i64_exactly() {
             );
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -687,7 +597,7 @@ fn transcendental(op: UnaryOp) -> bool {
 #[ignore = "needs a CUDA GPU"]
 fn unary_every_op_and_dtype() {
     let s = stream();
-    let mut r = Report::new("unary");
+    let mut r = KernelReport::new("elementwise", "unary");
     let mut rng = SplitMix64::new(22);
     for case in cases() {
         let (dims, st) = &case.ins[0];
@@ -734,16 +644,16 @@ fn unary_every_op_and_dtype() {
                     .into_iter()
                     .map(|v| wrap(dtype, unary_int_ref(op, v as i64)))
                     .collect();
-                r.exact(name, dtype, &download(&s, &out), &want);
+                r.exact_strict(name, dtype, &download(&s, &out), &want);
             }
         }
     }
     // Ops an int dtype does not support are refused.
     let x = upload(&s, &[1.0, 2.0], &[2], &[1], I32);
     if ew::unary(&s, UnaryOp::Exp, &x.t, &x.m).is_ok() {
-        r.failures.push("unary Exp on I32 was accepted".into());
+        r.note_failure("unary Exp on I32 was accepted".into());
     }
-    r.finish(false);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -912,7 +822,7 @@ fn binary_inputs(op: BinaryOp, dtype: DataType, g: &mut SplitMix64) -> (f64, f64
 #[ignore = "needs a CUDA GPU"]
 fn binary_every_op_and_dtype() {
     let s = stream();
-    let mut r = Report::new("binary");
+    let mut r = KernelReport::new("elementwise", "binary");
     let mut rng = SplitMix64::new(33);
     let mut all = cases();
     all.push(Case {
@@ -961,12 +871,12 @@ fn binary_every_op_and_dtype() {
                         .zip(&bb)
                         .map(|(&x, &y)| wrap(dtype, binary_int_ref(op, x as i64, y as i64)))
                         .collect();
-                    r.exact(format!("{name} {case:?}"), dtype, &got, &want);
+                    r.exact_strict(format!("{name} {case:?}"), dtype, &got, &want);
                 }
             }
         }
     }
-    r.finish(false);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -976,7 +886,7 @@ fn binary_every_op_and_dtype() {
 #[ignore = "needs a CUDA GPU"]
 fn scalar_operands_every_op_and_dtype() {
     let s = stream();
-    let mut r = Report::new("scalar");
+    let mut r = KernelReport::new("elementwise", "scalar");
     let mut rng = SplitMix64::new(35);
     let compares = [
         CompareOp::Eq,
@@ -1018,7 +928,7 @@ fn scalar_operands_every_op_and_dtype() {
                         .iter()
                         .map(|&x| wrap(dtype, binary_int_ref(op, x as i64, sv as i64)))
                         .collect();
-                    r.exact(format!("{name} {case:?}"), dtype, &got, &want);
+                    r.exact_strict(format!("{name} {case:?}"), dtype, &got, &want);
                 }
             }
             for op in compares {
@@ -1055,11 +965,11 @@ fn scalar_operands_every_op_and_dtype() {
                         }) as u8 as f64
                     })
                     .collect();
-                r.exact(format!("{name} {case:?}"), Bool, &download(&s, &out), &want);
+                r.exact_strict(format!("{name} {case:?}"), Bool, &download(&s, &out), &want);
             }
         }
     }
-    r.finish(false);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1069,7 +979,7 @@ fn scalar_operands_every_op_and_dtype() {
 #[ignore = "needs a CUDA GPU"]
 fn compare_every_op_and_dtype() {
     let s = stream();
-    let mut r = Report::new("compare");
+    let mut r = KernelReport::new("elementwise", "compare");
     let mut rng = SplitMix64::new(44);
     let ops = [
         CompareOp::Eq,
@@ -1126,12 +1036,12 @@ fn compare_every_op_and_dtype() {
                             }) as u8 as f64
                         })
                         .collect();
-                    r.exact(name, dtype, &download(&s, &out), &want);
+                    r.exact_strict(name, dtype, &download(&s, &out), &want);
                 }
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1141,7 +1051,7 @@ fn compare_every_op_and_dtype() {
 #[ignore = "needs a CUDA GPU"]
 fn where_every_dtype() {
     let s = stream();
-    let mut r = Report::new("where");
+    let mut r = KernelReport::new("elementwise", "where");
     let mut rng = SplitMix64::new(55);
     for case in cases() {
         for dtype in ALL {
@@ -1175,11 +1085,11 @@ fn where_every_dtype() {
                 let want: Vec<f64> = (0..cb.len())
                     .map(|i| if cb[i] != 0.0 { ab[i] } else { bb[i] })
                     .collect();
-                r.exact(name, dtype, &download(&s, &out), &want);
+                r.exact_strict(name, dtype, &download(&s, &out), &want);
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1589,7 +1499,7 @@ fn vec_cases() -> Vec<VecCase> {
 /// bit-equality of the two and that nothing outside either output view was written.
 struct VecRun<'a> {
     s: &'a Arc<CudaStream>,
-    r: &'a mut Report,
+    r: &'a mut KernelReport,
     case: &'a VecCase,
     dtype: DataType,
 }
@@ -1612,11 +1522,10 @@ impl VecRun<'_> {
         let got_vec = ew::vector_width(inputs, &out.t).expect("vector_width");
         if got_vec != want_vec {
             self.r
-                .failures
-                .push(format!("{name}: {got_vec} elements per step, expected {want_vec}"));
+                .note_failure(format!("{name}: {got_vec} elements per step, expected {want_vec}"));
         }
         if ew::vector_width(inputs, &scalar_out.t).expect("vector_width") != 1 {
-            self.r.failures.push(format!("{name}: the odd output vectorizes"));
+            self.r.note_failure(format!("{name}: the odd output vectorizes"));
         }
         for o in [&out, &scalar_out] {
             if let Err(e) = launch(&o.m) {
@@ -1627,14 +1536,14 @@ impl VecRun<'_> {
         let (got, untouched) = read_placed(self.s, &out);
         let (scalar, scalar_untouched) = read_placed(self.s, &scalar_out);
         if !untouched || !scalar_untouched {
-            self.r.failures.push(format!(
+            self.r.note_failure(format!(
                 "{name}: wrote outside the output view (vector launch {}, scalar launch {})",
                 !untouched, !scalar_untouched
             ));
         }
         if !same_values(&got, &scalar) {
             let i = got.iter().zip(&scalar).position(|(a, b)| a != b).unwrap_or(0);
-            self.r.failures.push(format!(
+            self.r.note_failure(format!(
                 "{name}: the {got_vec}-wide kernel differs from the scalar one at {i}: {} vs {}",
                 got.get(i).copied().unwrap_or(f64::NAN),
                 scalar.get(i).copied().unwrap_or(f64::NAN)
@@ -1648,7 +1557,7 @@ impl VecRun<'_> {
 #[ignore = "needs a CUDA GPU"]
 fn vector_kernels_match_the_host_and_the_scalar_kernels() {
     let s = stream();
-    let mut r = Report::new("vector");
+    let mut r = KernelReport::new("elementwise", "vector");
     let mut rng = SplitMix64::new(66);
     let unary_ops = [
         UnaryOp::Neg,
@@ -1755,5 +1664,5 @@ fn vector_kernels_match_the_host_and_the_scalar_kernels() {
             }
         }
     }
-    r.finish(false);
+    r.finish();
 }

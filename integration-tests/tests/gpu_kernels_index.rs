@@ -13,10 +13,10 @@ use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::index::{self as ix, ScatterNdOp};
 use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
-use cudnn_backend_reference::{gather_from_strided, rel_l2_error, scatter_to_strided, strided_len, SplitMix64};
+use cudnn_backend_reference::{gather_from_strided, scatter_to_strided, strided_len, SplitMix64};
 use half::{bf16, f16};
-use integration_tests::round_to;
 use integration_tests::views_of;
+use integration_tests::{round_to, KernelReport};
 
 use DataType::*;
 
@@ -296,95 +296,6 @@ fn data_index(case: &Case, vector: bool, dims: &[i64], idx: &[f64], i: usize) ->
 }
 
 // ---------------------------------------------------------------------------------------
-// Report
-
-struct Report {
-    name: &'static str,
-    runs: usize,
-    worst: Vec<(DataType, f64)>,
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            runs: 0,
-            worst: Vec::new(),
-            failures: Vec::new(),
-        }
-    }
-
-    /// Relative L2 check with `limit`.
-    fn close(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64], limit: f64) {
-        self.runs += 1;
-        let err = rel_l2_error(out, reference);
-        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            Some((_, w)) => *w = w.max(err),
-            None => self.worst.push((dtype, err)),
-        }
-        if err.is_nan() || err > limit {
-            self.failures
-                .push(format!("{case}: rel L2 error {err:.3e} > {limit:.0e}"));
-        }
-    }
-
-    /// Exact equality (NaN in `out` always fails: poisoned outputs show).
-    fn exact(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
-        self.runs += 1;
-        let bad = out.iter().zip(reference).position(|(o, r)| o != r);
-        let mismatches = out.iter().zip(reference).filter(|(o, r)| o != r).count();
-        if self.worst.iter().all(|(d, _)| *d != dtype) {
-            self.worst.push((dtype, 0.0));
-        }
-        if let Some(w) = self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            w.1 = w.1.max(mismatches as f64);
-        }
-        if out.len() != reference.len() {
-            self.failures
-                .push(format!("{case}: {} values, expected {}", out.len(), reference.len()));
-        } else if let Some(i) = bad {
-            self.failures.push(format!(
-                "{case}: {mismatches} mismatches, first at {i}: got {} expected {}",
-                out[i], reference[i]
-            ));
-        }
-    }
-
-    fn error(&mut self, case: String, e: cudnn_backend::Error) {
-        self.runs += 1;
-        self.failures.push(format!("{case}: {e}"));
-    }
-
-    fn finish(self, exact: bool) {
-        let worst: Vec<String> = self
-            .worst
-            .iter()
-            .map(|(d, e)| {
-                if exact {
-                    format!("{d:?} {e} mismatches")
-                } else {
-                    format!("{d:?} {e:.2e}")
-                }
-            })
-            .collect();
-        println!(
-            "index {}: {} cases, {} failed, worst err {}",
-            self.name,
-            self.runs,
-            self.failures.len(),
-            worst.join(", ")
-        );
-        assert!(
-            self.failures.is_empty(),
-            "{} failures:\n{}",
-            self.name,
-            self.failures.join("\n")
-        );
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Random inputs
 
 /// A random value representable in `dtype` (ints in a dtype-friendly range).
@@ -421,7 +332,7 @@ fn add_bound(dtype: DataType) -> f64 {
 // ---------------------------------------------------------------------------------------
 // gather / index_select
 
-fn run_gather(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool) {
+fn run_gather(r: &mut KernelReport, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool) {
     let cases = if vector { vector_cases() } else { elementwise_cases() };
     for case in &cases {
         let odims = other_dims(case, vector);
@@ -450,7 +361,7 @@ fn run_gather(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector:
                 let want: Vec<f64> = (0..numel(&odims))
                     .map(|i| x.values[data_index(case, vector, &odims, &idx.values, i).expect("in range")])
                     .collect();
-                r.exact(name, dtype, &download(s, &out), &want);
+                r.exact_strict(name, dtype, &download(s, &out), &want);
             }
         }
     }
@@ -460,18 +371,18 @@ fn run_gather(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector:
 #[ignore = "needs a CUDA GPU"]
 fn gather_every_dtype_and_layout() {
     let s = stream();
-    let mut r = Report::new("gather");
+    let mut r = KernelReport::new("index", "gather");
     run_gather(&mut r, &s, &mut SplitMix64::new(21), false);
-    r.finish(true);
+    r.finish();
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn index_select_every_dtype_and_layout() {
     let s = stream();
-    let mut r = Report::new("index_select");
+    let mut r = KernelReport::new("index", "index_select");
     run_gather(&mut r, &s, &mut SplitMix64::new(22), true);
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -488,7 +399,7 @@ fn ordered_add(dtype: DataType, acc: f64, v: f64) -> f64 {
 
 /// `ordered`: the sequential kernels, checked bit for bit against the host adding in the
 /// same order (each element's contributions in axis order) and against a second run.
-fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool, ordered: bool) {
+fn run_add(r: &mut KernelReport, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bool, ordered: bool) {
     let cases = if vector { vector_cases() } else { elementwise_cases() };
     for case in &cases {
         let odims = other_dims(case, vector);
@@ -535,12 +446,12 @@ fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bo
                         r.error(format!("{name} (second run)"), e);
                         continue;
                     }
-                    r.exact(format!("{name} (second run)"), dtype, &download(s, &again), &got);
-                    r.exact(name, dtype, &got, &want);
+                    r.exact_strict(format!("{name} (second run)"), dtype, &download(s, &again), &got);
+                    r.exact_strict(name, dtype, &got, &want);
                 } else if dtype.is_float() {
                     r.close(name, dtype, &got, &want, add_bound(dtype));
                 } else {
-                    r.exact(name, dtype, &got, &want);
+                    r.exact_strict(name, dtype, &got, &want);
                 }
             }
         }
@@ -551,36 +462,36 @@ fn run_add(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, vector: bo
 #[ignore = "needs a CUDA GPU"]
 fn scatter_add_every_dtype_with_duplicates() {
     let s = stream();
-    let mut r = Report::new("scatter_add");
+    let mut r = KernelReport::new("index", "scatter_add");
     run_add(&mut r, &s, &mut SplitMix64::new(31), false, false);
-    r.finish(false);
+    r.finish();
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn scatter_add_ordered_is_bit_exact_and_repeatable() {
     let s = stream();
-    let mut r = Report::new("scatter_add_ordered");
+    let mut r = KernelReport::new("index", "scatter_add_ordered");
     run_add(&mut r, &s, &mut SplitMix64::new(33), false, true);
-    r.finish(false);
+    r.finish();
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn index_add_ordered_is_bit_exact_and_repeatable() {
     let s = stream();
-    let mut r = Report::new("index_add_ordered");
+    let mut r = KernelReport::new("index", "index_add_ordered");
     run_add(&mut r, &s, &mut SplitMix64::new(34), true, true);
-    r.finish(false);
+    r.finish();
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn index_add_every_dtype_with_duplicates() {
     let s = stream();
-    let mut r = Report::new("index_add");
+    let mut r = KernelReport::new("index", "index_add");
     run_add(&mut r, &s, &mut SplitMix64::new(32), true, false);
-    r.finish(false);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -592,7 +503,7 @@ fn index_add_every_dtype_with_duplicates() {
 #[ignore = "needs a CUDA GPU"]
 fn out_of_range_indices_are_skipped() {
     let s = stream();
-    let mut r = Report::new("out of range");
+    let mut r = KernelReport::new("index", "out of range");
     let mut rng = SplitMix64::new(41);
     let poison = decode(I32, &[0xA5; 4])[0];
     let (xd, xs) = (vec![4i64, 6], packed(&[4, 6]));
@@ -617,7 +528,7 @@ fn out_of_range_indices_are_skipped() {
                 let want: Vec<f64> = (0..20)
                     .map(|i| data_index(&case, false, &[4, 5], &idx.values, i).map_or(poison, |j| x.values[j]))
                     .collect();
-                r.exact(format!("gather {it:?}"), I32, &download(&s, &out), &want);
+                r.exact_strict(format!("gather {it:?}"), I32, &download(&s, &out), &want);
             }
         }
         // scatter_add with the same indices: skipped items add nothing.
@@ -632,7 +543,7 @@ fn out_of_range_indices_are_skipped() {
                         want[j] += v;
                     }
                 }
-                r.exact(format!("scatter_add {it:?}"), I32, &download(&s, &target), &want);
+                r.exact_strict(format!("scatter_add {it:?}"), I32, &download(&s, &target), &want);
             }
         }
         // index_select / index_add along axis 0 with 1-D indices [7].
@@ -651,7 +562,7 @@ fn out_of_range_indices_are_skipped() {
                 let want: Vec<f64> = (0..42)
                     .map(|i| data_index(&vcase, true, &[7, 6], &vidx.values, i).map_or(poison, |j| x.values[j]))
                     .collect();
-                r.exact(format!("index_select {it:?}"), I32, &download(&s, &out), &want);
+                r.exact_strict(format!("index_select {it:?}"), I32, &download(&s, &out), &want);
             }
         }
         let target = upload(&s, &rand_vec(&mut rng, 24, I32), &xd, &xs, I32);
@@ -665,11 +576,11 @@ fn out_of_range_indices_are_skipped() {
                         want[j] += v;
                     }
                 }
-                r.exact(format!("index_add {it:?}"), I32, &download(&s, &target), &want);
+                r.exact_strict(format!("index_add {it:?}"), I32, &download(&s, &target), &want);
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 /// f16/bf16 atomics on neighbouring elements (both halves of one 32-bit word) under heavy
@@ -678,7 +589,7 @@ fn out_of_range_indices_are_skipped() {
 #[ignore = "needs a CUDA GPU"]
 fn half_atomics_share_words_correctly() {
     let s = stream();
-    let mut r = Report::new("half atomics");
+    let mut r = KernelReport::new("index", "half atomics");
     let mut rng = SplitMix64::new(51);
     for dtype in [F16, BF16] {
         for it in INDEX_TYPES {
@@ -698,12 +609,12 @@ fn half_atomics_share_words_correctly() {
                     for (k, v) in idx_vals.iter().zip(&vals) {
                         want[*k as usize] += v;
                     }
-                    r.exact(name, dtype, &download(&s, &target), &want);
+                    r.exact_strict(name, dtype, &download(&s, &target), &want);
                 }
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -883,7 +794,7 @@ fn nan_marked(v: &[f64]) -> Vec<f64> {
     v.iter().map(|&x| if x.is_nan() { 1e300 } else { x }).collect()
 }
 
-fn run_gather_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64) {
+fn run_gather_nd(r: &mut KernelReport, s: &Arc<CudaStream>, rng: &mut SplitMix64) {
     for case in &nd_cases() {
         let odims = case.other_dims();
         for dtype in ALL {
@@ -916,7 +827,7 @@ fn run_gather_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64) {
                 let want: Vec<f64> = (0..numel(&odims))
                     .map(|i| case.data_index(&idx.values, i).map_or(0.0, |j| x.values[j]))
                     .collect();
-                r.exact(name, dtype, &download(s, &out), &want);
+                r.exact_strict(name, dtype, &download(s, &out), &want);
             }
         }
     }
@@ -926,14 +837,14 @@ fn run_gather_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64) {
 #[ignore = "needs a CUDA GPU"]
 fn gather_nd_every_dtype_and_layout() {
     let s = stream();
-    let mut r = Report::new("gather_nd");
+    let mut r = KernelReport::new("index", "gather_nd");
     run_gather_nd(&mut r, &s, &mut SplitMix64::new(61));
-    r.finish(true);
+    r.finish();
 }
 
 /// scatter_nd of `op` over every case, dtype and index type, with duplicate tuples
 /// (`dups`); Assign checks that every element holds one of its candidates.
-fn run_scatter_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, op: ScatterNdOp, dups: bool) {
+fn run_scatter_nd(r: &mut KernelReport, s: &Arc<CudaStream>, rng: &mut SplitMix64, op: ScatterNdOp, dups: bool) {
     for case in &nd_cases() {
         let vdims = case.other_dims();
         for dtype in ALL {
@@ -971,7 +882,7 @@ fn run_scatter_nd(r: &mut Report, s: &Arc<CudaStream>, rng: &mut SplitMix64, op:
                     }
                 }
                 if exact {
-                    r.exact(name, dtype, &nan_marked(&got), &nan_marked(&want));
+                    r.exact_strict(name, dtype, &nan_marked(&got), &nan_marked(&want));
                 } else {
                     r.close(name, dtype, &got, &want, add_bound(dtype));
                 }
@@ -986,10 +897,10 @@ fn scatter_nd_every_op_and_dtype_with_duplicates() {
     let s = stream();
     let mut rng = SplitMix64::new(62);
     for op in ND_OPS {
-        let mut r = Report::new("scatter_nd");
+        let mut r = KernelReport::new("index", "scatter_nd");
         run_scatter_nd(&mut r, &s, &mut rng, op, true);
         println!("scatter_nd {op:?} (duplicate tuples):");
-        r.finish(!matches!(op, ScatterNdOp::Add | ScatterNdOp::Mul));
+        r.finish();
     }
 }
 
@@ -999,10 +910,10 @@ fn scatter_nd_every_op_and_dtype_few_duplicates() {
     let s = stream();
     let mut rng = SplitMix64::new(63);
     for op in ND_OPS {
-        let mut r = Report::new("scatter_nd");
+        let mut r = KernelReport::new("index", "scatter_nd");
         run_scatter_nd(&mut r, &s, &mut rng, op, false);
         println!("scatter_nd {op:?} (full-range tuples):");
-        r.finish(!matches!(op, ScatterNdOp::Add | ScatterNdOp::Mul));
+        r.finish();
     }
 }
 
@@ -1012,7 +923,7 @@ fn scatter_nd_every_op_and_dtype_few_duplicates() {
 #[ignore = "needs a CUDA GPU"]
 fn nd_out_of_range_tuples_are_skipped() {
     let s = stream();
-    let mut r = Report::new("nd out of range");
+    let mut r = KernelReport::new("index", "nd out of range");
     let mut rng = SplitMix64::new(64);
     let case = NdCase {
         data: (vec![4, 6, 3], packed(&[4, 6, 3])),
@@ -1040,7 +951,7 @@ fn nd_out_of_range_tuples_are_skipped() {
                     .map(|i| case.data_index(&idx.values, i).map_or(0.0, |j| x.values[j]))
                     .collect();
                 assert!(want.len() == 36 && (0..36).any(|i| case.data_index(&idx.values, i).is_none()));
-                r.exact(format!("gather_nd {it:?}"), I32, &download(&s, &out), &want);
+                r.exact_strict(format!("gather_nd {it:?}"), I32, &download(&s, &out), &want);
             }
         }
         for op in ND_OPS {
@@ -1067,12 +978,12 @@ fn nd_out_of_range_tuples_are_skipped() {
                             }
                         }
                     }
-                    r.exact(name, I32, &got, &want);
+                    r.exact_strict(name, I32, &got, &want);
                 }
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 /// Sub-word compare-and-swap under heavy contention: 1024 updates land on the first 4 of
@@ -1082,7 +993,7 @@ fn nd_out_of_range_tuples_are_skipped() {
 #[ignore = "needs a CUDA GPU"]
 fn nd_narrow_atomics_share_words_correctly() {
     let s = stream();
-    let mut r = Report::new("nd narrow atomics");
+    let mut r = KernelReport::new("index", "nd narrow atomics");
     let mut rng = SplitMix64::new(65);
     for dtype in [U8, I8, Bool, F16, BF16] {
         for op in [ScatterNdOp::Add, ScatterNdOp::Mul, ScatterNdOp::Min, ScatterNdOp::Max] {
@@ -1118,12 +1029,12 @@ fn nd_narrow_atomics_share_words_correctly() {
                     for (k, &v) in idx_vals.iter().zip(&values.values) {
                         want[*k as usize] = nd_apply(op, dtype, want[*k as usize], v);
                     }
-                    r.exact(name, dtype, &download(&s, &target), &want);
+                    r.exact_strict(name, dtype, &download(&s, &target), &want);
                 }
             }
         }
     }
-    r.finish(true);
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1252,12 +1163,12 @@ fn raw(stream: &Arc<CudaStream>, d: &Dev) -> Vec<u8> {
 }
 
 /// Records whether `a` and `b` are the same bytes.
-fn same_bits(r: &mut Report, case: String, dtype: DataType, a: &[u8], b: &[u8]) {
+fn same_bits(r: &mut KernelReport, case: String, dtype: DataType, a: &[u8], b: &[u8]) {
     let (x, y): (Vec<f64>, Vec<f64>) = (
         a.iter().map(|&v| v as f64).collect(),
         b.iter().map(|&v| v as f64).collect(),
     );
-    r.exact(case, dtype, &x, &y);
+    r.exact_strict(case, dtype, &x, &y);
 }
 
 /// Restores the engine policy when dropped.
@@ -1279,8 +1190,8 @@ impl Drop for PolicyGuard {
 #[ignore = "needs a CUDA GPU"]
 fn scatter_nd_ordered_is_repeatable_and_in_tuple_order() {
     let s = stream();
-    let mut r = Report::new("scatter_nd_ordered");
-    let mut add = Report::new("scatter_nd_ordered Add vs f64");
+    let mut r = KernelReport::new("index", "scatter_nd_ordered");
+    let mut add = KernelReport::new("index", "scatter_nd_ordered Add vs f64");
     let mut rng = SplitMix64::new(66);
     for case in &ordered_nd_cases() {
         let vdims = case.other_dims();
@@ -1346,7 +1257,7 @@ fn scatter_nd_ordered_is_repeatable_and_in_tuple_order() {
                     .zip(&hits)
                     .map(|(&cur, h)| ordered_nd_apply(op, dtype, cur, h))
                     .collect();
-                r.exact(name.clone(), dtype, &nan_marked(&got), &nan_marked(&want));
+                r.exact_strict(name.clone(), dtype, &nan_marked(&got), &nan_marked(&want));
                 match op {
                     ScatterNdOp::Add if dtype.is_float() => {
                         let sum: Vec<f64> = first
@@ -1392,6 +1303,6 @@ fn scatter_nd_ordered_is_repeatable_and_in_tuple_order() {
             }
         }
     }
-    add.finish(false);
-    r.finish(true);
+    add.finish();
+    r.finish();
 }

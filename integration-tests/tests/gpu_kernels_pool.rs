@@ -12,9 +12,9 @@ use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::pool::{self as pl, Pool2d};
 use cudnn_backend::types::{row_major_strides, TensorMut, TensorRef};
 use cudnn_backend::Device;
-use cudnn_backend_reference::{gather_from_strided, rel_l2_error, strided_len, SplitMix64};
+use cudnn_backend_reference::{gather_from_strided, strided_len, SplitMix64};
 use integration_tests::views_of;
-use integration_tests::{download, poisoned, upload};
+use integration_tests::{download, poisoned, upload, KernelReport};
 
 use DataType::*;
 
@@ -295,84 +295,6 @@ fn adaptive_bwd_ref(dy: &[f64], xd: &[i64; 4], od: &[i64; 4]) -> Vec<f64> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Report
-
-struct Report {
-    name: &'static str,
-    runs: usize,
-    worst: Vec<(DataType, f64)>,
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            runs: 0,
-            worst: Vec::new(),
-            failures: Vec::new(),
-        }
-    }
-
-    fn close(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
-        self.runs += 1;
-        let err = if out.len() == reference.len() {
-            rel_l2_error(out, reference)
-        } else {
-            f64::NAN
-        };
-        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            Some((_, w)) => *w = w.max(err),
-            None => self.worst.push((dtype, err)),
-        }
-        let lim = limit(dtype);
-        if err.is_nan() || err > lim {
-            self.failures
-                .push(format!("{case}: rel L2 error {err:.3e} > {lim:.0e}"));
-        }
-    }
-
-    /// Exact equality; NaN equals NaN here (NaN propagation is checked by value), while a
-    /// poisoned index (-1) or value shows as a mismatch.
-    fn exact(&mut self, case: String, out: &[f64], reference: &[f64]) {
-        self.runs += 1;
-        let same = |o: &f64, r: &f64| o == r || (o.is_nan() && r.is_nan());
-        let mismatches = out.iter().zip(reference).filter(|(o, r)| !same(o, r)).count();
-        if out.len() != reference.len() {
-            self.failures
-                .push(format!("{case}: {} values, expected {}", out.len(), reference.len()));
-        } else if let Some(i) = out.iter().zip(reference).position(|(o, r)| !same(o, r)) {
-            self.failures.push(format!(
-                "{case}: {mismatches} mismatches, first at {i}: got {} expected {}",
-                out[i], reference[i]
-            ));
-        }
-    }
-
-    fn error(&mut self, case: String, e: cudnn_backend::Error) {
-        self.runs += 1;
-        self.failures.push(format!("{case}: {e}"));
-    }
-
-    fn finish(self) {
-        let worst: Vec<String> = self.worst.iter().map(|(d, e)| format!("{d:?} {e:.2e}")).collect();
-        println!(
-            "pool {}: {} checks, {} failed, worst rel L2 {}",
-            self.name,
-            self.runs,
-            self.failures.len(),
-            worst.join(", ")
-        );
-        assert!(
-            self.failures.is_empty(),
-            "{} failures:\n{}",
-            self.name,
-            self.failures.join("\n")
-        );
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Inputs
 
 /// Tie-free planes: a permutation of `0..H*W` per plane, scaled by 1/4 and centred (exact
@@ -435,7 +357,7 @@ fn dims_of(d: &[i64; 4]) -> Vec<i64> {
 fn max_pool_values_and_indices() {
     let s = stream();
     let mut rng = SplitMix64::new(0x9001);
-    let mut r = Report::new("max_pool2d_with_indices");
+    let mut r = KernelReport::new("pool", "max_pool2d_with_indices");
     for (xd, p) in max_cases() {
         let od = out_dims(&xd, &p);
         for dtype in FLOATS {
@@ -449,8 +371,8 @@ fn max_pool_values_and_indices() {
                     continue;
                 }
                 let (vals, want_idx) = max_ref(&x.values, &xd, &p);
-                r.exact(format!("{case} values"), &download(&s, &out), &vals);
-                r.exact(format!("{case} indices"), &download_idx(&s, &idx), &want_idx);
+                r.exact(format!("{case} values"), dtype, &download(&s, &out), &vals);
+                r.exact(format!("{case} indices"), I64, &download_idx(&s, &idx), &want_idx);
             }
         }
     }
@@ -462,7 +384,7 @@ fn max_pool_values_and_indices() {
 fn max_pool_ties_pick_the_first_max_and_nan_wins() {
     let s = stream();
     let mut rng = SplitMix64::new(0x9002);
-    let mut r = Report::new("max_pool2d ties and NaN");
+    let mut r = KernelReport::new("pool", "max_pool2d ties and NaN");
     for (xd, p) in max_cases() {
         let od = out_dims(&xd, &p);
         for dtype in FLOATS {
@@ -482,8 +404,8 @@ fn max_pool_ties_pick_the_first_max_and_nan_wins() {
                     continue;
                 }
                 let (vals, want_idx) = max_ref(&x.values, &xd, &p);
-                r.exact(format!("{case} values"), &download(&s, &out), &vals);
-                r.exact(format!("{case} indices"), &download_idx(&s, &idx), &want_idx);
+                r.exact(format!("{case} values"), dtype, &download(&s, &out), &vals);
+                r.exact(format!("{case} indices"), I64, &download_idx(&s, &idx), &want_idx);
             }
         }
     }
@@ -495,7 +417,7 @@ fn max_pool_ties_pick_the_first_max_and_nan_wins() {
 fn max_pool_backward_scatters_by_indices() {
     let s = stream();
     let mut rng = SplitMix64::new(0x9003);
-    let mut r = Report::new("max_pool2d_backward");
+    let mut r = KernelReport::new("pool", "max_pool2d_backward");
     for (xd, p) in max_cases() {
         let od = out_dims(&xd, &p);
         for dtype in FLOATS {
@@ -514,9 +436,9 @@ fn max_pool_backward_scatters_by_indices() {
                 }
                 let got_idx = download_idx(&s, &idx);
                 let (_, want_idx) = max_ref(&x.values, &xd, &p);
-                r.exact(format!("{case} indices"), &got_idx, &want_idx);
+                r.exact(format!("{case} indices"), I64, &got_idx, &want_idx);
                 let want = max_bwd_ref(&want_idx, &dy.values, &od, &xd);
-                r.close(case, dtype, &download(&s, &dx), &want);
+                r.close(case, dtype, &download(&s, &dx), &want, limit(dtype));
             }
         }
     }
@@ -530,7 +452,7 @@ fn max_pool_backward_scatters_by_indices() {
 fn max_pool_backward_gather_is_repeatable() {
     let s = stream();
     let mut rng = SplitMix64::new(0x9013);
-    let mut r = Report::new("max_pool2d_backward_gather");
+    let mut r = KernelReport::new("pool", "max_pool2d_backward_gather");
     for (xd, p) in max_cases() {
         let od = out_dims(&xd, &p);
         for dtype in FLOATS {
@@ -553,8 +475,8 @@ fn max_pool_backward_gather_is_repeatable() {
                     (Ok(a), Ok(b)) => {
                         let (_, want_idx) = max_ref(&x.values, &xd, &p);
                         let want = max_bwd_ref(&want_idx, &dy.values, &od, &xd);
-                        r.close(case.clone(), dtype, &a, &want);
-                        r.exact(format!("{case} second run"), &b, &a);
+                        r.close(case.clone(), dtype, &a, &want, limit(dtype));
+                        r.exact(format!("{case} second run"), dtype, &b, &a);
                     }
                     (Err(e), _) | (_, Err(e)) => r.error(case, e),
                 }
@@ -573,8 +495,8 @@ fn packed_like(d: &[i64]) -> Vec<i64> {
 fn avg_pool_forward_and_backward() {
     let s = stream();
     let mut rng = SplitMix64::new(0x9004);
-    let mut fwd = Report::new("avg_pool2d");
-    let mut bwd = Report::new("avg_pool2d_backward");
+    let mut fwd = KernelReport::new("pool", "avg_pool2d");
+    let mut bwd = KernelReport::new("pool", "avg_pool2d_backward");
     for (xd, p) in avg_cases() {
         let od = out_dims(&xd, &p);
         for dtype in FLOATS {
@@ -589,13 +511,20 @@ fn avg_pool_forward_and_backward() {
                             dtype,
                             &download(&s, &out),
                             &avg_ref(&x.values, &xd, &p, cip),
+                            limit(dtype),
                         ),
                         Err(e) => fwd.error(case.clone(), e),
                     }
                     let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
                     let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
                     match pl::avg_pool2d_backward(&s, &dy.t, &p, cip, &dx.m) {
-                        Ok(()) => bwd.close(case, dtype, &download(&s, &dx), &avg_bwd_ref(&dy.values, &xd, &p, cip)),
+                        Ok(()) => bwd.close(
+                            case,
+                            dtype,
+                            &download(&s, &dx),
+                            &avg_bwd_ref(&dy.values, &xd, &p, cip),
+                            limit(dtype),
+                        ),
                         Err(e) => bwd.error(case, e),
                     }
                 }
@@ -611,8 +540,8 @@ fn avg_pool_forward_and_backward() {
 fn adaptive_avg_pool_forward_and_backward() {
     let s = stream();
     let mut rng = SplitMix64::new(0x9005);
-    let mut fwd = Report::new("adaptive_avg_pool2d");
-    let mut bwd = Report::new("adaptive_avg_pool2d_backward");
+    let mut fwd = KernelReport::new("pool", "adaptive_avg_pool2d");
+    let mut bwd = KernelReport::new("pool", "adaptive_avg_pool2d_backward");
     let cases: [([i64; 4], [i64; 2]); 7] = [
         ([2, 3, 8, 8], [4, 4]),
         ([2, 3, 7, 9], [3, 4]),
@@ -635,13 +564,20 @@ fn adaptive_avg_pool_forward_and_backward() {
                         dtype,
                         &download(&s, &out),
                         &adaptive_ref(&x.values, &xd, &od),
+                        limit(dtype),
                     ),
                     Err(e) => fwd.error(case.clone(), e),
                 }
                 let dy = upload(&s, &random(&mut rng, &od), &od, &strides(lo, &od), dtype);
                 let dx = poisoned(&s, &xd, &strides(lx, &xd), dtype);
                 match pl::adaptive_avg_pool2d_backward(&s, &dy.t, &dx.m) {
-                    Ok(()) => bwd.close(case, dtype, &download(&s, &dx), &adaptive_bwd_ref(&dy.values, &xd, &od)),
+                    Ok(()) => bwd.close(
+                        case,
+                        dtype,
+                        &download(&s, &dx),
+                        &adaptive_bwd_ref(&dy.values, &xd, &od),
+                        limit(dtype),
+                    ),
                     Err(e) => bwd.error(case, e),
                 }
             }
@@ -654,12 +590,13 @@ fn adaptive_avg_pool_forward_and_backward() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn output_sizes_match_the_independent_formula() {
-    let mut r = Report::new("output_hw");
+    let mut r = KernelReport::new("pool", "output_hw");
     for (xd, p) in max_cases().into_iter().chain(avg_cases()) {
         let want = out_dims(&xd, &p);
         match p.output_hw(xd[2], xd[3]) {
             Ok(hw) => r.exact(
                 format!("{xd:?} {p:?}"),
+                I64,
                 &[hw[0] as f64, hw[1] as f64],
                 &[want[2] as f64, want[3] as f64],
             ),

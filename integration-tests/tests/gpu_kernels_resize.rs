@@ -12,8 +12,8 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::kernels::resize::{self as rz, InterpolateMode};
 use cudnn_backend::Device;
-use cudnn_backend_reference::{rel_l2_error, SplitMix64};
-use integration_tests::{download, poisoned, upload};
+use cudnn_backend_reference::SplitMix64;
+use integration_tests::{download, poisoned, upload, KernelReport};
 
 use DataType::*;
 use InterpolateMode::*;
@@ -201,84 +201,23 @@ fn grid_ref(x: &[f64], xd: &[i64; 4], grid: &[f64], oh: usize, ow: usize, align:
 }
 
 // ---------------------------------------------------------------------------------------
-// Report
+// Adjoint check
 
-struct Report {
-    name: &'static str,
-    runs: usize,
-    worst: Vec<(DataType, f64)>,
-    failures: Vec<String>,
-}
-
-impl Report {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            runs: 0,
-            worst: Vec::new(),
-            failures: Vec::new(),
-        }
-    }
-
-    fn record(&mut self, case: String, dtype: DataType, err: f64, what: &str) {
-        self.runs += 1;
-        match self.worst.iter_mut().find(|(d, _)| *d == dtype) {
-            Some((_, w)) => *w = w.max(err),
-            None => self.worst.push((dtype, err)),
-        }
-        let lim = limit(dtype);
-        if err.is_nan() || err > lim {
-            self.failures.push(format!("{case}: {what} {err:.3e} > {lim:.0e}"));
-        }
-    }
-
-    fn close(&mut self, case: String, dtype: DataType, out: &[f64], reference: &[f64]) {
-        let err = if out.len() == reference.len() {
-            rel_l2_error(out, reference)
-        } else {
-            f64::NAN
-        };
-        self.record(case, dtype, err, "rel L2 error");
-    }
-
-    /// `<a, b>` against `<c, d>`, relative to the sums of absolute products.
-    fn adjoint(&mut self, case: String, dtype: DataType, ab: (&[f64], &[f64]), cd: (&[f64], &[f64])) {
-        let dot = |u: &[f64], v: &[f64]| -> (f64, f64) {
-            u.iter()
-                .zip(v)
-                .fold((0.0, 0.0), |(s, a), (p, q)| (s + p * q, a + (p * q).abs()))
-        };
-        let (l, la) = dot(ab.0, ab.1);
-        let (r, ra) = dot(cd.0, cd.1);
-        let err = if ab.0.len() == ab.1.len() && cd.0.len() == cd.1.len() {
-            (l - r).abs() / la.max(ra).max(1e-300)
-        } else {
-            f64::NAN
-        };
-        self.record(case, dtype, err, "adjoint mismatch");
-    }
-
-    fn error(&mut self, case: String, e: cudnn_backend::Error) {
-        self.runs += 1;
-        self.failures.push(format!("{case}: {e}"));
-    }
-
-    fn finish(self) {
-        let worst: Vec<String> = self.worst.iter().map(|(d, e)| format!("{d:?} {e:.2e}")).collect();
-        println!(
-            "resize {}: {} checks, {} failed, worst {}",
-            self.name,
-            self.runs,
-            self.failures.len(),
-            worst.join(", ")
-        );
-        assert!(
-            self.failures.is_empty(),
-            "{} failures:\n{}",
-            self.name,
-            self.failures.join("\n")
-        );
-    }
+/// `<a, b>` against `<c, d>`, relative to the sums of absolute products.
+fn adjoint(report: &mut KernelReport, case: String, dtype: DataType, ab: (&[f64], &[f64]), cd: (&[f64], &[f64])) {
+    let dot = |u: &[f64], v: &[f64]| -> (f64, f64) {
+        u.iter()
+            .zip(v)
+            .fold((0.0, 0.0), |(s, a), (p, q)| (s + p * q, a + (p * q).abs()))
+    };
+    let (l, la) = dot(ab.0, ab.1);
+    let (r, ra) = dot(cd.0, cd.1);
+    let err = if ab.0.len() == ab.1.len() && cd.0.len() == cd.1.len() {
+        (l - r).abs() / la.max(ra).max(1e-300)
+    } else {
+        f64::NAN
+    };
+    report.record(case, dtype, err, limit(dtype), "adjoint mismatch");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -313,7 +252,7 @@ fn od_of(xd: &[i64; 4], o: [i64; 2]) -> [i64; 4] {
 fn interpolate_forward_matches_burn_ndarray() {
     let s = stream();
     let mut rng = SplitMix64::new(0xA001);
-    let mut r = Report::new("interpolate");
+    let mut r = KernelReport::new("resize", "interpolate");
     for (xd, o) in cases() {
         let od = od_of(&xd, o);
         for mode in MODES {
@@ -329,6 +268,7 @@ fn interpolate_forward_matches_burn_ndarray() {
                                 dtype,
                                 &download(&s, &out),
                                 &interp_ref(&x.values, &xd, &od, mode, align),
+                                limit(dtype),
                             ),
                             Err(e) => r.error(case, e),
                         }
@@ -345,8 +285,8 @@ fn interpolate_forward_matches_burn_ndarray() {
 fn interpolate_backward_is_the_adjoint() {
     let s = stream();
     let mut rng = SplitMix64::new(0xA002);
-    let mut direct = Report::new("interpolate_backward");
-    let mut adj = Report::new("interpolate_backward adjoint");
+    let mut direct = KernelReport::new("resize", "interpolate_backward");
+    let mut adj = KernelReport::new("resize", "interpolate_backward adjoint");
     for (xd, o) in cases() {
         let od = od_of(&xd, o);
         for mode in MODES {
@@ -370,8 +310,9 @@ fn interpolate_backward_is_the_adjoint() {
                             dtype,
                             &dxv,
                             &interp_bwd_ref(&dy.values, &xd, &od, mode, align),
+                            limit(dtype),
                         );
-                        adj.adjoint(case, dtype, (&yv, &dy.values), (&x.values, &dxv));
+                        adjoint(&mut adj, case, dtype, (&yv, &dy.values), (&x.values, &dxv));
                     }
                 }
             }
@@ -388,7 +329,7 @@ fn interpolate_backward_is_the_adjoint() {
 fn interpolate_backward_ordered_is_repeatable() {
     let s = stream();
     let mut rng = SplitMix64::new(0xA012);
-    let mut r = Report::new("interpolate_backward_ordered");
+    let mut r = KernelReport::new("resize", "interpolate_backward_ordered");
     for (xd, o) in cases() {
         let od = od_of(&xd, o);
         for mode in [Bilinear, Bicubic] {
@@ -414,9 +355,10 @@ fn interpolate_backward_ordered_is_repeatable() {
                                 dtype,
                                 a,
                                 &interp_bwd_ref(&dy.values, &xd, &od, mode, align),
+                                limit(dtype),
                             );
                             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-                            r.close(format!("{case} second run"), dtype, b, a);
+                            r.close(format!("{case} second run"), dtype, b, a, limit(dtype));
                             if !same {
                                 r.error(
                                     format!("{case} second run"),
@@ -442,21 +384,33 @@ fn interpolate_backward_direct_case() {
     // 2 -> 4 bilinear, align_corners: the taps of outputs 0..4 are 0, (2/3, 1/3),
     // (1/3, 2/3), 1, so a dy row of ones gives dx = (2, 2); nearest 2 -> 3 maps 0 0 1.
     let s = stream();
-    let mut r = Report::new("interpolate_backward direct");
+    let mut r = KernelReport::new("resize", "interpolate_backward direct");
     for dtype in FLOATS {
         let xd = [1i64, 1, 1, 2];
         let od = [1i64, 1, 1, 4];
         let dy = upload(&s, &[1.0, 1.0, 1.0, 1.0], &od, &strides(Lay::Nchw, &od), dtype);
         let dx = poisoned(&s, &xd, &strides(Lay::Nchw, &xd), dtype);
         match rz::interpolate_backward(&s, &dy.t, Bilinear, true, &dx.m) {
-            Ok(()) => r.close(format!("{dtype:?} bilinear"), dtype, &download(&s, &dx), &[2.0, 2.0]),
+            Ok(()) => r.close(
+                format!("{dtype:?} bilinear"),
+                dtype,
+                &download(&s, &dx),
+                &[2.0, 2.0],
+                limit(dtype),
+            ),
             Err(e) => r.error(format!("{dtype:?} bilinear"), e),
         }
         let od = [1i64, 1, 1, 3];
         let dy = upload(&s, &[1.0, 2.0, 4.0], &od, &strides(Lay::Nchw, &od), dtype);
         let dx = poisoned(&s, &xd, &strides(Lay::Nchw, &xd), dtype);
         match rz::interpolate_backward(&s, &dy.t, Nearest, false, &dx.m) {
-            Ok(()) => r.close(format!("{dtype:?} nearest"), dtype, &download(&s, &dx), &[3.0, 4.0]),
+            Ok(()) => r.close(
+                format!("{dtype:?} nearest"),
+                dtype,
+                &download(&s, &dx),
+                &[3.0, 4.0],
+                limit(dtype),
+            ),
             Err(e) => r.error(format!("{dtype:?} nearest"), e),
         }
     }
@@ -468,7 +422,7 @@ fn interpolate_backward_direct_case() {
 fn grid_sample_matches_burn_ndarray() {
     let s = stream();
     let mut rng = SplitMix64::new(0xA003);
-    let mut r = Report::new("grid_sample_2d");
+    let mut r = KernelReport::new("resize", "grid_sample_2d");
     for (xd, [oh, ow]) in cases() {
         let od = od_of(&xd, [oh, ow]);
         let gd = [xd[0], oh, ow, 2];
@@ -499,6 +453,7 @@ fn grid_sample_matches_burn_ndarray() {
                             dtype,
                             &download(&s, &out),
                             &grid_ref(&x.values, &xd, &grid.values, oh as usize, ow as usize, align),
+                            limit(dtype),
                         ),
                         Err(e) => r.error(case, e),
                     }
