@@ -4,20 +4,49 @@
 /// A fingerprint of a model's parameters, so two training runs can be compared bit for bit
 /// (the deterministic mode's check: `CUDNN_BACKEND_MODE=deterministic`, same seed, same data).
 pub mod digest {
-    use burn::module::Module;
-    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    use burn::module::{Module, ModuleVisitor, Param};
     use burn::tensor::backend::Backend;
+    use burn::tensor::{Bool, Int, Tensor, TensorData};
 
-    /// FNV-1a (64-bit) over the model's record at full precision: every parameter's bits in
-    /// record order, so any differing bit changes it (with overwhelming probability).
+    /// FNV-1a (64-bit) over every parameter's values (float, int and bool tensors, in the
+    /// module's visiting order, as stored: dtype and bytes). Parameter ids, which Burn draws
+    /// afresh in every process, are left out.
+    #[derive(Default)]
+    struct Fnv {
+        hash: Option<u64>,
+        bytes: usize,
+    }
+
+    impl Fnv {
+        fn add(&mut self, data: TensorData) {
+            let mut h = self.hash.unwrap_or(0xcbf2_9ce4_8422_2325);
+            let tag = format!("{:?}", data.dtype);
+            for &b in tag.as_bytes().iter().chain(data.as_bytes()) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            self.bytes += data.as_bytes().len();
+            self.hash = Some(h);
+        }
+    }
+
+    impl<B: Backend> ModuleVisitor<B> for Fnv {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.add(param.val().into_data());
+        }
+        fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+            self.add(param.val().into_data());
+        }
+        fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
+            self.add(param.val().into_data());
+        }
+    }
+
+    /// The digest of `model`'s parameter values, with the number of bytes hashed.
     pub fn parameters<B: Backend, M: Module<B>>(model: &M) -> Result<String, String> {
-        let bytes: Vec<u8> = BinBytesRecorder::<FullPrecisionSettings>::new()
-            .record(model.clone().into_record(), ())
-            .map_err(|e| format!("recording the parameters: {e}"))?;
-        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-        Ok(format!("{hash:016x} ({} bytes)", bytes.len()))
+        let mut v = Fnv::default();
+        model.visit(&mut v);
+        let hash = v.hash.ok_or("the model has no parameters")?;
+        Ok(format!("{hash:016x} ({} bytes)", v.bytes))
     }
 }
 
