@@ -496,6 +496,11 @@ fn build_worker() {
 /// otherwise `Ok(None)` after queueing its build on a background thread (up to one per CPU
 /// core), so the caller runs the operations unfused meanwhile and a new program never stalls
 /// the stream's host thread. `Err` when the program is invalid or its build failed.
+///
+/// In the engine's deterministic mode the kernel is built here instead: a fused kernel keeps
+/// intermediates in registers (and contracts multiply-adds), so fused and unfused runs of the
+/// same operations round differently, and which one ran must not depend on how fast a build
+/// finished (the cuDNN plans built in the background follow the same rule).
 pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Variant) -> Result<Option<CudaFunction>> {
     let source = source_for(program, variant)?;
     let ordinal = stream.context().ordinal();
@@ -510,6 +515,10 @@ pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Vari
             op: "building a fused elementwise kernel",
             message: reason.clone(),
         });
+    }
+    if crate::plan::policy().deterministic {
+        drop(b);
+        return stream_function(stream, source, ENTRY).map(Some);
     }
     if b.pending.insert(key) {
         b.queue.push_back((stream.clone(), source));
