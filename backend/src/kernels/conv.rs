@@ -30,7 +30,7 @@
 //! on the same shapes give the same bits.
 //!
 //! Host work is split in two: a pure `plan_*` function (validation, the kernel's
-//! [`ConvShape`](crate::ffi::launch_conv::ConvShape), the entry) that needs no device, and
+//! `ConvShape`, the entry) that needs no device, and
 //! the launch (`kernels/conv.cu`: `conv_fwd_<dt>`, `conv_bwd_data_<dt>`,
 //! `conv_bwd_filter_<dt>` for `<dt>` in f32, f16, bf16, f64).
 
