@@ -638,6 +638,16 @@ struct NdCase {
 }
 
 impl NdCase {
+    /// Data dims and strides, indices dims and strides, and the strides of the other
+    /// operand (gather_nd's output or scatter_nd's values).
+    fn new(data: &[i64], data_strides: Vec<i64>, idx: &[i64], idx_strides: Vec<i64>, other: Vec<i64>) -> Self {
+        Self {
+            data: (data.to_vec(), data_strides),
+            idx: (idx.to_vec(), idx_strides),
+            other,
+        }
+    }
+
     fn k(&self) -> usize {
         *self.idx.0.last().expect("indices have a last dim") as usize
     }
@@ -672,11 +682,7 @@ impl NdCase {
 }
 
 fn nd_cases() -> Vec<NdCase> {
-    let c = |dd: &[i64], ds: Vec<i64>, id: &[i64], is: Vec<i64>, os: Vec<i64>| NdCase {
-        data: (dd.to_vec(), ds),
-        idx: (id.to_vec(), is),
-        other: os,
-    };
+    let c = NdCase::new;
     vec![
         // K = 1: rows of a packed matrix.
         c(
@@ -1047,11 +1053,7 @@ const ORDERED_ND: [DataType; 6] = [F32, F16, BF16, F64, I32, I8];
 /// from half of each dim), slices (K < rank), permuted and gapped targets, and one case
 /// with more tuples than one sort block holds (the merge-sort path of the keys).
 fn ordered_nd_cases() -> Vec<NdCase> {
-    let c = |dd: &[i64], ds: Vec<i64>, id: &[i64], is: Vec<i64>, os: Vec<i64>| NdCase {
-        data: (dd.to_vec(), ds),
-        idx: (id.to_vec(), is),
-        other: os,
-    };
+    let c = NdCase::new;
     vec![
         // K = 2 < rank into a transposed target; gapped values.
         c(
