@@ -179,6 +179,21 @@ fn slice_mut<'a>(t: &TensorMut<'a>, d: i64) -> Result<TensorMut<'a>> {
     )
 }
 
+/// The dims and strides of `y` (or `dy`) `[N, C, OD, OH, OW]` as `[N, C, OD, OH * OW]`
+/// (OH and OW must merge: true for packed NCDHW and NDHWC).
+fn merged_hw(op: &'static str, y: &TensorRef) -> Result<([i64; 4], [i64; 4])> {
+    let (d, s) = (&y.dims, &y.strides);
+    if s[3] != s[4] * d[4] && d[3] > 1 {
+        return Err(Error::Unsupported {
+            graph: op.into(),
+            reason: format!(
+                "the pooling kernels need the output's H and W to merge for a 3-D window, got strides {s:?}"
+            ),
+        });
+    }
+    Ok(([d[0], d[1], d[2], d[3] * d[4]], [s[0], s[1], s[2], s[4]]))
+}
+
 /// The intermediate of a separable 3-D pooling: the input pooled over (H, W) in every depth
 /// slice, `[N, C, D, OH, OW]` packed in scratch.
 struct Slices {
@@ -238,19 +253,9 @@ impl Slices {
         buf.view_mut(0, &dims, &row_major_strides(&dims), dtype)
     }
 
-    /// The dims and strides of `y` (or `dy`) `[N, C, OD, OH, OW]` as `[N, C, OD, OH * OW]`
-    /// (OH and OW must merge: true for packed NCDHW and NDHWC).
+    /// See [`merged_hw`].
     fn out_by_depth(&self, y: &TensorRef) -> Result<([i64; 4], [i64; 4])> {
-        let (d, s) = (&y.dims, &y.strides);
-        if s[3] != s[4] * d[4] && d[3] > 1 {
-            return Err(Error::Unsupported {
-                graph: self.op.into(),
-                reason: format!(
-                    "the pooling kernels need the output's H and W to merge for a 3-D window, got strides {s:?}"
-                ),
-            });
-        }
-        Ok(([d[0], d[1], d[2], d[3] * d[4]], [s[0], s[1], s[2], s[4]]))
+        merged_hw(self.op, y)
     }
 }
 
@@ -358,6 +363,28 @@ mod tests {
         let mut asym = PoolParams::new(PoolMode::Max, &[3, 3], &[1, 1], &[1, 1]);
         asym.post_padding = vec![0, 0];
         assert!(why(&asym).contains("asymmetric"), "{}", why(&asym));
+    }
+
+    #[test]
+    fn depth_slices_and_merged_planes_of_5d_views() {
+        let ncdhw = TensorRef::fake(&[2, 3, 4, 5, 6], &[360, 120, 30, 6, 1], DataType::F32, 0x1000);
+        let s = slice(&ncdhw, 2).unwrap();
+        assert_eq!(
+            (s.dims.as_slice(), s.strides.as_slice()),
+            (&[2, 3, 5, 6][..], &[360, 120, 6, 1][..])
+        );
+        assert_eq!(s.ptr, 0x1000 + 2 * 30 * 4);
+        let ndhwc = TensorRef::fake(&[2, 3, 4, 5, 6], &[360, 1, 90, 18, 3], DataType::F16, 0x2000);
+        let s = slice(&ndhwc, 1).unwrap();
+        assert_eq!(
+            (s.dims.as_slice(), s.strides.as_slice()),
+            (&[2, 3, 5, 6][..], &[360, 1, 18, 3][..])
+        );
+        assert_eq!(s.ptr, 0x2000 + 90 * 2);
+        assert_eq!(merged_hw("t", &ncdhw).unwrap(), ([2, 3, 4, 30], [360, 120, 30, 1]));
+        assert_eq!(merged_hw("t", &ndhwc).unwrap(), ([2, 3, 4, 30], [360, 1, 90, 3]));
+        let gapped = TensorRef::fake(&[2, 3, 4, 5, 6], &[1440, 480, 120, 24, 2], DataType::F32, 0x1000);
+        assert!(merged_hw("t", &gapped).unwrap_err().to_string().contains("merge"));
     }
 
     #[test]
