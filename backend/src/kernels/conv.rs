@@ -442,12 +442,7 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, ptr)
     }
 
-    fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
-        match r {
-            Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
-            other => panic!("expected InvalidArgument, got {other:?}"),
-        }
-    }
+    use crate::kernels::invalid_argument as invalid;
 
     fn geo(pre: &[i64], post: &[i64], stride: &[i64], dil: &[i64], groups: i64) -> ConvGeometry {
         ConvGeometry::new(pre, stride, dil, groups).with_post_padding(post)

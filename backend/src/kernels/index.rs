@@ -1019,12 +1019,7 @@ mod tests {
         assert_eq!((p.entry, p.line_len), ("scatter_add_f32", 0));
     }
 
-    fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
-        match r {
-            Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
-            other => panic!("expected InvalidArgument, got {other:?}"),
-        }
-    }
+    use crate::kernels::invalid_argument as invalid;
 
     #[test]
     fn entry_names_by_dtype() {

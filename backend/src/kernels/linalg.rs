@@ -610,12 +610,7 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, P)
     }
 
-    fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
-        match r {
-            Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
-            other => panic!("expected InvalidArgument, got {other:?}"),
-        }
-    }
+    use crate::kernels::invalid_argument as invalid;
 
     #[test]
     fn int_matmul_broadcasts_batches_and_carries_strides() {

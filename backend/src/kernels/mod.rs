@@ -224,3 +224,13 @@ pub(crate) const ALL_SOURCES: &[KernelSource] = &[
 
 #[cfg(test)]
 mod nvrtc_tests;
+
+/// The op, argument and reason of an `Error::InvalidArgument` (the kernel modules' tests
+/// check that every rejected call names them); panics on anything else.
+#[cfg(test)]
+pub(crate) fn invalid_argument(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
+    match r {
+        Err(crate::error::Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}

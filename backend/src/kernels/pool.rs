@@ -656,12 +656,7 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, P)
     }
 
-    fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
-        match r {
-            Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
-            other => panic!("expected InvalidArgument, got {other:?}"),
-        }
-    }
+    use crate::kernels::invalid_argument as invalid;
 
     fn pool(k: i64, s: i64, p: i64, d: i64, ceil: bool) -> Pool2d {
         Pool2d {

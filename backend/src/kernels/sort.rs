@@ -375,12 +375,7 @@ mod tests {
         TensorRef::fake(dims, strides, dtype, ptr)
     }
 
-    fn invalid(r: Result<impl std::fmt::Debug>) -> (&'static str, &'static str, String) {
-        match r {
-            Err(Error::InvalidArgument { op, arg, reason }) => (op, arg, reason),
-            other => panic!("expected InvalidArgument, got {other:?}"),
-        }
-    }
+    use crate::kernels::invalid_argument as invalid;
 
     #[test]
     fn entry_names_by_dtype() {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::conv_fallback::cudnn_or_direct;
+use super::conv_fallback::{cudnn_or_direct, verdict_key};
 use super::fallback::bias_act_in_place;
 use super::{check_on_stream_device, run, zero_fill, Activation, ConvParams, OpKey, TensorMut, TensorRef};
 use crate::error::{Error, Result};
@@ -63,7 +63,7 @@ pub fn conv_forward(
     cudnn_or_direct(
         stream,
         OP,
-        k.bytes(),
+        verdict_key(&k),
         y,
         || run(stream, OP, k, &[(1, x.ptr), (2, w.ptr), (3, y.ptr)], &build),
         |out| kernels::conv::conv_forward(stream, x, w, out, p),
@@ -101,7 +101,7 @@ pub fn conv_backward_data(
     cudnn_or_direct(
         stream,
         OP,
-        k.bytes(),
+        verdict_key(&k),
         dx,
         || run(stream, OP, k, &[(1, dy.ptr), (2, w.ptr), (3, dx.ptr)], &build),
         |out| kernels::conv::conv_backward_data(stream, dy, w, out, p),
@@ -139,7 +139,7 @@ pub fn conv_backward_filter(
     cudnn_or_direct(
         stream,
         OP,
-        k.bytes(),
+        verdict_key(&k),
         dw,
         || run(stream, OP, k, &[(1, x.ptr), (2, dy.ptr), (3, dw.ptr)], &build),
         |out| kernels::conv::conv_backward_filter(stream, x, dy, out, p),
@@ -229,7 +229,7 @@ pub fn conv_bias_act_forward(
     let io = [(1, x.ptr), (2, w.ptr), (3, bias.ptr), (y_uid, y.ptr)];
     // Under GRAPH_JIT_ONLY the fused result is checked against the direct kernel followed by
     // the bias/activation kernel (see `conv_fallback`).
-    let id = k.bytes();
+    let id = verdict_key(&k);
     let fused = || match run(stream, OP, k, &io, &build) {
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused graph unsupported ({e}); running conv + bias/activation kernel");

@@ -24,10 +24,10 @@ use half::{bf16, f16};
 use super::{TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
-use crate::types::DataType;
+use crate::types::{row_major_strides, DataType};
 
-/// Convolutions (their op keys) that run the direct kernel, and those whose cuDNN result
-/// passed the check.
+/// Under `GRAPH_JIT_ONLY`: convolutions (their op keys) whose cuDNN result failed the check
+/// and run the direct kernel, and those whose result passed it.
 #[derive(Default)]
 struct Verdicts {
     direct: HashSet<Vec<u8>>,
@@ -39,33 +39,39 @@ fn verdicts() -> &'static Mutex<Verdicts> {
     V.get_or_init(Default::default)
 }
 
+/// The key under which a convolution's verdict is kept: only under `GRAPH_JIT_ONLY`, where
+/// cuDNN's results are checked. Elsewhere nothing is kept (a declined graph is remembered by
+/// the plan cache, so its next call fails fast), and the common path takes no lock.
+pub(super) fn verdict_key(key: &super::OpKey) -> Option<Vec<u8>> {
+    crate::plan::policy::graph_jit_only().then(|| key.bytes())
+}
+
 /// Runs `cudnn` (which writes `out`), or `direct` (the same result from the direct kernel)
-/// when cuDNN declines, when this convolution was rejected before, or (under
-/// `GRAPH_JIT_ONLY`) when cuDNN's first result disagrees with the direct kernel's.
+/// when cuDNN declines, and with a `key` ([`verdict_key`]) when this convolution was
+/// rejected before or cuDNN's first result disagrees with the direct kernel's.
 pub(super) fn cudnn_or_direct(
     stream: &Arc<CudaStream>,
     op: &'static str,
-    key: Vec<u8>,
+    key: Option<Vec<u8>>,
     out: &TensorMut,
     cudnn: impl FnOnce() -> Result<()>,
     direct: impl Fn(&TensorMut) -> Result<()>,
 ) -> Result<()> {
     let lock = || verdicts().lock().unwrap_or_else(|e| e.into_inner());
-    if lock().direct.contains(&key) {
+    if key.as_ref().is_some_and(|k| lock().direct.contains(k)) {
         return direct(out);
     }
-    match cudnn() {
-        Err(e) if e.is_not_supported() => {
+    match (cudnn(), key) {
+        (Err(e), _) if e.is_not_supported() => {
             warn_once(op, &format!("cuDNN has no engine: {e}"));
-            lock().direct.insert(key);
             direct(out)
         }
-        Err(e) => Err(e),
-        Ok(()) if !crate::plan::policy::graph_jit_only() || lock().checked.contains(&key) => Ok(()),
-        Ok(()) => {
+        (Err(e), _) => Err(e),
+        (Ok(()), None) => Ok(()),
+        (Ok(()), Some(key)) if lock().checked.contains(&key) => Ok(()),
+        (Ok(()), Some(key)) => {
             let scratch = DeviceBuffer::alloc(stream, out.numel() as usize * out.dtype.size(), op)?;
-            let strides = packed_strides(&out.dims);
-            let expected = scratch.view_mut(0, &out.dims, &strides, out.dtype)?;
+            let expected = scratch.view_mut(0, &out.dims, &row_major_strides(&out.dims), out.dtype)?;
             direct(&expected)?;
             let err = rel_l2(stream, op, out, &expected, &scratch)?;
             let bound = bound(out.dtype);
@@ -115,14 +121,6 @@ fn bound(dtype: DataType) -> f64 {
     }
 }
 
-fn packed_strides(dims: &[i64]) -> Vec<i64> {
-    let mut strides = vec![1i64; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * dims[i + 1].max(1);
-    }
-    strides
-}
-
 /// `||got - want|| / ||want||` of a cuDNN result `got` (any strides) and the direct kernel's
 /// `want` (packed at the start of `want_buf`), both read back to the host.
 fn rel_l2(
@@ -134,8 +132,7 @@ fn rel_l2(
 ) -> Result<f64> {
     let bytes = got.numel() as usize * got.dtype.size();
     let packed = DeviceBuffer::alloc(stream, bytes, op)?;
-    let strides = packed_strides(&got.dims);
-    let got_packed = packed.view_mut(0, &got.dims, &strides, got.dtype)?;
+    let got_packed = packed.view_mut(0, &got.dims, &row_major_strides(&got.dims), got.dtype)?;
     crate::kernels::elementwise::copy(stream, got, &got_packed)?;
     let (mut g, mut w) = (vec![0u8; bytes], vec![0u8; bytes]);
     packed.read(0, &mut g)?;
@@ -178,9 +175,9 @@ mod tests {
 
     #[test]
     fn packed_strides_are_row_major() {
-        assert_eq!(packed_strides(&[2, 3, 4, 5]), vec![60, 20, 5, 1]);
-        assert_eq!(packed_strides(&[7]), vec![1]);
-        assert_eq!(packed_strides(&[3, 0, 2]), vec![2, 2, 1]);
+        assert_eq!(row_major_strides(&[2, 3, 4, 5]), vec![60, 20, 5, 1]);
+        assert_eq!(row_major_strides(&[7]), vec![1]);
+        assert_eq!(row_major_strides(&[3, 0, 2]), vec![2, 2, 1]);
     }
 
     #[test]

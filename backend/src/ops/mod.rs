@@ -58,7 +58,6 @@ pub fn wait_for_builds() {
 /// The cache key of one op call: op name, every tensor's dims, strides, dtype and pointer
 /// alignment, and the op's parameters. Together with the execution context it is the plan
 /// signature, so a hit needs no graph at all.
-#[derive(Clone)]
 pub(crate) struct OpKey(Vec<u8>);
 
 impl OpKey {

@@ -139,7 +139,7 @@ pub(super) fn forward(stream: &Arc<CudaStream>, x: &TensorRef, y: &TensorMut, p:
             for d in 0..t.depth {
                 forward_2d(stream, &slice(x, d)?, &t.plane_mut(&planes, d, y.dtype)?, &hw, p.mode)?;
             }
-            let (dims, strides) = t.out_by_depth(y)?;
+            let (dims, strides) = merged_hw(OP, y)?;
             let y3 = y.view_mut(0, &dims, &strides)?;
             let t_all = t.by_depth(&planes, y.dtype)?;
             forward_2d(stream, &t_all, &y3, &depth, p.mode)
@@ -252,11 +252,6 @@ impl Slices {
         let dims = [self.n, self.c, self.depth, self.out_hw[0] * self.out_hw[1]];
         buf.view_mut(0, &dims, &row_major_strides(&dims), dtype)
     }
-
-    /// See [`merged_hw`].
-    fn out_by_depth(&self, y: &TensorRef) -> Result<([i64; 4], [i64; 4])> {
-        merged_hw(self.op, y)
-    }
 }
 
 /// `dx = pool_backward(dy)` in the kernels (`x` is the forward's input; max pooling finds
@@ -276,7 +271,7 @@ pub(super) fn backward(
         (g, None) => backward_2d(stream, &as_2d(x)?, &as_2d(dy)?, &as_2d_mut(dx)?, &g, p.mode),
         (hw, Some(depth)) => {
             let t = Slices::new(stream, x, dy, OP)?;
-            let (dims, strides) = t.out_by_depth(dy)?;
+            let (dims, strides) = merged_hw(OP, dy)?;
             let dy3 = dy.view(0, &dims, &strides)?;
             let grads = t.planes(dx.dtype)?;
             let dt_all = t.by_depth(&grads, dx.dtype)?;
