@@ -165,6 +165,25 @@ pub enum Error {
         /// Why the input was rejected.
         reason: String,
     },
+    /// An NCCL call returned a failure status.
+    #[error("NCCL {call} failed with {status}: {message}")]
+    Nccl {
+        /// The NCCL entry point.
+        call: &'static str,
+        /// NCCL's name for the status.
+        status: String,
+        /// NCCL's last error message, if any.
+        message: String,
+    },
+    /// A collective could not run or finish: a timeout, an aborted communicator, a unique id
+    /// that could not be exchanged, buffers that do not match across ranks.
+    #[error("collective {op}: {reason}")]
+    Collective {
+        /// The collective or setup step.
+        op: &'static str,
+        /// What went wrong and what to do.
+        reason: String,
+    },
     /// An error raised inside a framework operation, with that operation's name.
     #[error("{op}: {source}")]
     InOp {

@@ -13,10 +13,11 @@
 //! - [`runtime`]: library probing, devices, streams and workspace memory;
 //! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
 //! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views;
+//! - [`collective`]: all-reduce, broadcast and all-gather between GPUs through NCCL;
 //! - `candle` (feature `candle`): Candle custom ops, the `CudnnExt` trait and candle-nn-style
 //!   layers (feature `candle-cuda` runs them on Candle's CUDA tensors).
 //!
-//! cuDNN, the CUDA driver and NVRTC are loaded at run time: the crate builds on machines
+//! cuDNN, the CUDA driver, NVRTC and NCCL are loaded at run time: the crate builds on machines
 //! without CUDA, and a machine without a GPU gets a clear [`Error`] instead of a panic.
 
 #![warn(missing_docs)]
@@ -29,6 +30,7 @@ pub mod burn;
 #[cfg(feature = "candle")]
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;
+pub mod collective;
 mod error;
 mod ffi;
 pub mod graph;
@@ -41,7 +43,7 @@ pub mod types;
 pub mod view;
 
 pub use error::{CudnnStatus, Error, InOp, Result};
-pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
+pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES, NCCL_LIB_ENV, NCCL_LIB_NAMES};
 pub use runtime::Device;
 
 /// Re-export of the `cudarc` version the crate is built on (streams, device memory).

@@ -54,7 +54,10 @@ fn encode(dtype: DataType, v: &[f64]) -> Vec<u8> {
         DataType::F16 => v.iter().flat_map(|&x| f16::from_f64(x).to_le_bytes()).collect(),
         DataType::BF16 => v.iter().flat_map(|&x| bf16::from_f64(x).to_le_bytes()).collect(),
         DataType::F64 => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
-        other => panic!("encode: unsupported dtype {other:?}"),
+        DataType::I32 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+        DataType::I64 => v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect(),
+        DataType::I8 => v.iter().map(|&x| (x as i8) as u8).collect(),
+        DataType::U8 | DataType::Bool => v.iter().map(|&x| x as u8).collect(),
     }
 }
 
@@ -76,7 +79,16 @@ fn decode(dtype: DataType, b: &[u8]) -> Vec<f64> {
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
             .collect(),
-        other => panic!("decode: unsupported dtype {other:?}"),
+        DataType::I32 => b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        DataType::I64 => b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        DataType::I8 => b.iter().map(|&x| x as i8 as f64).collect(),
+        DataType::U8 | DataType::Bool => b.iter().map(|&x| x as f64).collect(),
     }
 }
 

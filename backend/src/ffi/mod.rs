@@ -3,7 +3,7 @@
 //! cuDNN is loaded at run time through [`libloading`] (never linked), with our own
 //! function table so that a missing library or symbol is an [`Error`](crate::Error)
 //! instead of a panic, and so that status codes newer than our bindings are read as
-//! plain integers. NVRTC gets the same treatment ([`nvrtc`]). The CUDA driver is reached through
+//! plain integers. NVRTC and NCCL get the same treatment ([`nvrtc`], [`nccl`]). The CUDA driver is reached through
 //! `cudarc`, after [`check_driver`] has checked that it can be loaded ([`probe`]).
 
 mod api;
@@ -31,6 +31,7 @@ pub(crate) mod launch_sort;
 pub(crate) mod legacy;
 #[cfg_attr(not(feature = "burn"), allow(dead_code))] // used by the Burn backend
 pub(crate) mod memory;
+pub(crate) mod nccl;
 pub(crate) mod nvrtc;
 mod probe;
 pub(crate) mod replay;
@@ -39,6 +40,7 @@ pub(crate) use api::{api, can_load, cudnn_version};
 pub use api::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};
 pub(crate) use descriptor::Descriptor;
 pub(crate) use handle::CudnnHandle;
+pub use nccl::{NCCL_LIB_ENV, NCCL_LIB_NAMES};
 pub use probe::{check_driver, check_nvrtc};
 
 /// cuDNN enums re-exported from `cudarc`'s bindings (values only: every call goes through

@@ -1,0 +1,283 @@
+//! How the ranks of a communicator agree on its NCCL unique id and on who they are: the id
+//! made by rank 0 and handed to the others as hex text, through an environment variable or a
+//! file on a shared filesystem (the way multi-process and multi-node jobs start), and the
+//! rank and world size read from the variables launchers such as `torchrun` set.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::ffi::nccl;
+
+/// The environment variable holding the unique id as 256 hex digits.
+pub const NCCL_ID_ENV: &str = "CUDNN_BACKEND_NCCL_ID";
+/// The environment variable naming a file through which rank 0 hands the id to the others.
+pub const NCCL_ID_FILE_ENV: &str = "CUDNN_BACKEND_NCCL_ID_FILE";
+
+/// An NCCL unique id: made once by rank 0 ([`UniqueId::new`]) and given to every rank of
+/// the communicator. It holds rank 0's bootstrap address; treat it as a secret of the job.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId(pub(crate) [u8; nccl::UNIQUE_ID_BYTES]);
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UniqueId(..)")
+    }
+}
+
+impl UniqueId {
+    /// A new id from NCCL (`ncclGetUniqueId`); needs the NCCL library, not a GPU.
+    pub fn new() -> Result<Self> {
+        nccl::unique_id().map(Self)
+    }
+
+    /// The id as 256 lowercase hex digits (for an environment variable or a file).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses [`to_hex`](Self::to_hex)'s text (surrounding whitespace ignored).
+    pub fn from_hex(text: &str) -> Result<Self> {
+        let text = text.trim();
+        let bad = |reason: String| Error::Collective {
+            op: "reading an NCCL unique id",
+            reason,
+        };
+        if text.len() != 2 * nccl::UNIQUE_ID_BYTES {
+            return Err(bad(format!(
+                "expected {} hex digits, got {} characters",
+                2 * nccl::UNIQUE_ID_BYTES,
+                text.len()
+            )));
+        }
+        let mut id = [0u8; nccl::UNIQUE_ID_BYTES];
+        for (i, byte) in id.iter_mut().enumerate() {
+            let pair = text.get(2 * i..2 * i + 2).unwrap_or("");
+            *byte = u8::from_str_radix(pair, 16)
+                .map_err(|_| bad(format!("{pair:?} at character {} is not a hex byte", 2 * i)))?;
+        }
+        Ok(Self(id))
+    }
+
+    /// The id in [`NCCL_ID_ENV`], if that variable is set.
+    pub fn from_env() -> Result<Option<Self>> {
+        match std::env::var(NCCL_ID_ENV) {
+            Ok(text) => Self::from_hex(&text).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Writes the id to `path` atomically (a temporary file in the same folder, then a
+    /// rename), so a rank polling the path never reads half an id.
+    pub fn write_file(&self, path: &Path) -> Result<()> {
+        let io = |what: &str, e: std::io::Error| Error::Collective {
+            op: "writing the NCCL unique id file",
+            reason: format!("{what} {}: {e}", path.display()),
+        };
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        std::fs::write(&tmp, self.to_hex()).map_err(|e| io("writing", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io("renaming into", e)
+        })
+    }
+
+    /// Waits up to `timeout` for `path` to hold an id (written by rank 0 with
+    /// [`write_file`](Self::write_file)) and reads it.
+    pub fn read_file(path: &Path, timeout: Duration) -> Result<Self> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match std::fs::read_to_string(path) {
+                Ok(text) => return Self::from_hex(&text),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    return Err(Error::Collective {
+                        op: "reading the NCCL unique id file",
+                        reason: format!(
+                            "{}: {e} (after waiting {:.0} s; rank 0 writes it, so check that rank 0 started and \
+                             that every rank sees the same path)",
+                            path.display(),
+                            timeout.as_secs_f64()
+                        ),
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Where a process stands in a multi-process job: read from `RANK`, `WORLD_SIZE` and
+/// `LOCAL_RANK` (the variables `torchrun`, `mpirun` wrappers and Slurm scripts commonly set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bootstrap {
+    /// This process's rank, `0..world_size`.
+    pub rank: usize,
+    /// Processes in the job.
+    pub world_size: usize,
+    /// This process's rank on its node: the GPU ordinal it usually takes (`rank` when
+    /// `LOCAL_RANK` is unset).
+    pub local_rank: usize,
+}
+
+impl Bootstrap {
+    /// Reads the job's variables through `var` (e.g. `|k| std::env::var(k).ok()`).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let number = |name: &'static str| -> Result<Option<usize>> {
+            match var(name) {
+                None => Ok(None),
+                Some(text) => text.trim().parse().map(Some).map_err(|_| Error::Collective {
+                    op: "reading the job's rank",
+                    reason: format!("{name}={text:?} is not a non-negative integer"),
+                }),
+            }
+        };
+        let missing = |name: &str| Error::Collective {
+            op: "reading the job's rank",
+            reason: format!("{name} is not set; launch one process per GPU with RANK and WORLD_SIZE set"),
+        };
+        let rank = number("RANK")?.ok_or_else(|| missing("RANK"))?;
+        let world_size = number("WORLD_SIZE")?.ok_or_else(|| missing("WORLD_SIZE"))?;
+        if rank >= world_size {
+            return Err(Error::Collective {
+                op: "reading the job's rank",
+                reason: format!("RANK={rank} is not below WORLD_SIZE={world_size}"),
+            });
+        }
+        let local_rank = number("LOCAL_RANK")?.unwrap_or(rank);
+        Ok(Self {
+            rank,
+            world_size,
+            local_rank,
+        })
+    }
+
+    /// [`from_vars`](Self::from_vars) on the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The job's unique id: from [`NCCL_ID_ENV`] when set; else through the file named by
+    /// [`NCCL_ID_FILE_ENV`], which rank 0 creates and the others wait for up to `timeout`.
+    /// Use a fresh path per job: a file left by an earlier job would be read as this one's.
+    pub fn unique_id(&self, timeout: Duration) -> Result<UniqueId> {
+        if let Some(id) = UniqueId::from_env()? {
+            return Ok(id);
+        }
+        let Some(path) = std::env::var_os(NCCL_ID_FILE_ENV) else {
+            return Err(Error::Collective {
+                op: "finding the NCCL unique id",
+                reason: format!(
+                    "neither {NCCL_ID_ENV} nor {NCCL_ID_FILE_ENV} is set; set {NCCL_ID_FILE_ENV} to a path every \
+                     rank can reach (rank 0 writes the id there), or pass the id of UniqueId::new().to_hex() \
+                     in {NCCL_ID_ENV}"
+                ),
+            });
+        };
+        let path = Path::new(&path);
+        if self.rank == 0 {
+            let id = UniqueId::new()?;
+            id.write_file(path)?;
+            Ok(id)
+        } else {
+            UniqueId::read_file(path, timeout)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> UniqueId {
+        let mut bytes = [0u8; nccl::UNIQUE_ID_BYTES];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i * 37 + 11) as u8;
+        }
+        UniqueId(bytes)
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let id = sample();
+        let hex = id.to_hex();
+        assert_eq!(hex.len(), 256);
+        assert_eq!(&hex[..4], "0b30");
+        assert_eq!(UniqueId::from_hex(&format!(" {hex}\n")).unwrap(), id);
+    }
+
+    #[test]
+    fn bad_hex_is_an_error() {
+        let err = UniqueId::from_hex("abc").unwrap_err().to_string();
+        assert!(err.contains("expected 256 hex digits, got 3"), "{err}");
+        let mut hex = sample().to_hex();
+        hex.replace_range(10..12, "zz");
+        let err = UniqueId::from_hex(&hex).unwrap_err().to_string();
+        assert!(err.contains("\"zz\" at character 10"), "{err}");
+    }
+
+    #[test]
+    fn file_exchange_is_atomic_and_waits() {
+        let dir = std::env::temp_dir().join(format!("cudnn-backend-id-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nccl.id");
+        let _ = std::fs::remove_file(&path);
+        let id = sample();
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                id.write_file(&path).unwrap();
+            })
+        };
+        let read = UniqueId::read_file(&path, Duration::from_secs(10)).unwrap();
+        writer.join().unwrap();
+        assert_eq!(read, id);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn missing_file_times_out_with_advice() {
+        let path = std::env::temp_dir().join(format!("cudnn-backend-no-id-{}", std::process::id()));
+        let err = UniqueId::read_file(&path, Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("check that rank 0 started"), "{err}");
+    }
+
+    #[test]
+    fn bootstrap_reads_the_launcher_variables() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let b = Bootstrap::from_vars(vars(&[("RANK", "3"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1")])).unwrap();
+        assert_eq!(
+            b,
+            Bootstrap {
+                rank: 3,
+                world_size: 4,
+                local_rank: 1
+            }
+        );
+        let b = Bootstrap::from_vars(vars(&[("RANK", "1"), ("WORLD_SIZE", "2")])).unwrap();
+        assert_eq!(b.local_rank, 1);
+        let err = Bootstrap::from_vars(vars(&[("RANK", "2"), ("WORLD_SIZE", "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("RANK=2 is not below WORLD_SIZE=2"), "{err}");
+        let err = Bootstrap::from_vars(vars(&[("WORLD_SIZE", "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("RANK is not set"), "{err}");
+        let err = Bootstrap::from_vars(vars(&[("RANK", "x"), ("WORLD_SIZE", "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("RANK=\"x\""), "{err}");
+    }
+}

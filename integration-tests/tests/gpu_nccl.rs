@@ -1,0 +1,293 @@
+//! NCCL collectives on the GPU: all-reduce (sum, mean, max; in and out of place), broadcast
+//! and all-gather of random data in every float dtype and i32/i64, over every visible GPU
+//! (one GPU makes a one-rank communicator), driven by one thread (`init_all` + `group`) and
+//! by one thread per rank (`init_rank`); results against a float64 host reduction. Fault
+//! cases: a rank that never joins makes `init_rank` fail after the timeout; on two GPUs a
+//! rank that stops issuing collectives makes its peer's all-reduce fail with the watchdog's
+//! message instead of hanging (tests named `two_gpus_*` need two GPUs and fail saying so).
+//! NCCL comes from `CUDNN_BACKEND_NCCL_LIB` or the loader's path.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudnn_backend::collective::{group, Communicator, ReduceOp, UniqueId};
+use cudnn_backend::graph::DataType;
+use cudnn_backend::{runtime, Device, Error};
+use cudnn_backend_reference::SplitMix64;
+use integration_tests::{download, poisoned, random, round_to, strides, DevTensor, Layout};
+
+fn devices() -> Vec<Arc<Device>> {
+    let n = runtime::device_count().expect("needs a CUDA GPU");
+    assert!(n >= 1, "needs a CUDA GPU");
+    (0..n).map(|i| Device::new(i).expect("device")).collect()
+}
+
+/// Relative L2 distance of `got` from `want`.
+fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (g - w).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| w * w).sum::<f64>().max(1e-30);
+    (num / den).sqrt()
+}
+
+/// Tolerance of a reduction over `ranks` values computed in `dtype`.
+fn tolerance(dtype: DataType, ranks: usize) -> f64 {
+    let eps = match dtype {
+        DataType::F16 => 1e-3,
+        DataType::BF16 => 8e-3,
+        DataType::F32 => 1e-6,
+        _ => 1e-12,
+    };
+    eps * (ranks as f64).max(1.0) * 2.0
+}
+
+fn host_reduce(inputs: &[Vec<f64>], op: ReduceOp) -> Vec<f64> {
+    (0..inputs[0].len())
+        .map(|i| {
+            let vals = inputs.iter().map(|v| v[i]);
+            match op {
+                ReduceOp::Sum => vals.sum(),
+                ReduceOp::Mean => vals.sum::<f64>() / inputs.len() as f64,
+                ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+                ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                ReduceOp::Prod => vals.product(),
+            }
+        })
+        .collect()
+}
+
+/// Random values on each rank's device (integers for integer dtypes).
+fn rank_inputs(devs: &[Arc<Device>], rng: &mut SplitMix64, dims: &[i64], dtype: DataType) -> Vec<DevTensor> {
+    devs.iter()
+        .map(|d| {
+            let t = random(d.stream(), rng, dims, &strides(dims, Layout::Nchw), dtype);
+            if matches!(dtype, DataType::I32 | DataType::I64) {
+                let ints: Vec<f64> = t.values.iter().map(|v| (v * 1000.0).round()).collect();
+                integration_tests::upload(d.stream(), &ints, dims, &strides(dims, Layout::Nchw), dtype)
+            } else {
+                t
+            }
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn all_reduce_broadcast_all_gather_from_one_thread() {
+    let devs = devices();
+    let comms = Communicator::init_all(&devs).expect("init_all");
+    let n = devs.len();
+    let mut rng = SplitMix64::new(0x5eed_2001);
+    let dims = [3i64, 5, 7, 11];
+    for dtype in [
+        DataType::F32,
+        DataType::F16,
+        DataType::BF16,
+        DataType::F64,
+        DataType::I32,
+        DataType::I64,
+    ] {
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+            if matches!(dtype, DataType::I32 | DataType::I64) && op == ReduceOp::Mean {
+                continue; // NCCL's integer average truncates; not a reference we model.
+            }
+            let inputs = rank_inputs(&devs, &mut rng, &dims, dtype);
+            let outputs: Vec<DevTensor> = devs
+                .iter()
+                .map(|d| poisoned(d.stream(), &dims, &strides(&dims, Layout::Nchw), dtype))
+                .collect();
+            group(|| {
+                for ((c, i), o) in comms.iter().zip(&inputs).zip(&outputs) {
+                    c.all_reduce(c.device().stream(), &i.t, &o.m, op)?;
+                }
+                Ok(())
+            })
+            .expect("all_reduce");
+            let want: Vec<f64> = host_reduce(&inputs.iter().map(|t| t.values.clone()).collect::<Vec<_>>(), op)
+                .into_iter()
+                .map(|v| round_to(dtype, v))
+                .collect();
+            for (rank, (d, o)) in devs.iter().zip(&outputs).enumerate() {
+                let got = download(d.stream(), o);
+                let err = rel_l2(&got, &want);
+                assert!(
+                    err <= tolerance(dtype, n),
+                    "{dtype:?} {op:?} rank {rank}: rel L2 {err:e}"
+                );
+            }
+        }
+        // In place, channels-last layout on every rank.
+        let nhwc = strides(&dims, Layout::Nhwc);
+        let bufs: Vec<DevTensor> = devs
+            .iter()
+            .map(|d| random(d.stream(), &mut rng, &dims, &nhwc, dtype))
+            .collect();
+        let want = host_reduce(
+            &bufs.iter().map(|t| t.values.clone()).collect::<Vec<_>>(),
+            ReduceOp::Sum,
+        );
+        group(|| {
+            for (c, b) in comms.iter().zip(&bufs) {
+                c.all_reduce(c.device().stream(), &b.t, &b.m, ReduceOp::Sum)?;
+            }
+            Ok(())
+        })
+        .expect("in-place all_reduce");
+        for (d, b) in devs.iter().zip(&bufs) {
+            let got = download(d.stream(), b);
+            let want: Vec<f64> = want.iter().map(|&v| round_to(dtype, v)).collect();
+            assert!(rel_l2(&got, &want) <= tolerance(dtype, n), "{dtype:?} in place");
+        }
+        // Broadcast from the last rank: every rank ends with its values exactly.
+        let bufs = rank_inputs(&devs, &mut rng, &dims, dtype);
+        let root = n - 1;
+        group(|| {
+            for (c, b) in comms.iter().zip(&bufs) {
+                c.broadcast(c.device().stream(), &b.m, root)?;
+            }
+            Ok(())
+        })
+        .expect("broadcast");
+        for (d, b) in devs.iter().zip(&bufs) {
+            assert_eq!(download(d.stream(), b), bufs[root].values, "{dtype:?} broadcast");
+        }
+        // All-gather: rank r's block holds rank r's values exactly.
+        let inputs = rank_inputs(&devs, &mut rng, &dims, dtype);
+        let gdims = [dims[0] * n as i64, dims[1], dims[2], dims[3]];
+        let outputs: Vec<DevTensor> = devs
+            .iter()
+            .map(|d| poisoned(d.stream(), &gdims, &strides(&gdims, Layout::Nchw), dtype))
+            .collect();
+        group(|| {
+            for ((c, i), o) in comms.iter().zip(&inputs).zip(&outputs) {
+                c.all_gather(c.device().stream(), &i.t, &o.m)?;
+            }
+            Ok(())
+        })
+        .expect("all_gather");
+        let want: Vec<f64> = inputs.iter().flat_map(|t| t.values.clone()).collect();
+        for (d, o) in devs.iter().zip(&outputs) {
+            assert_eq!(download(d.stream(), o), want, "{dtype:?} all_gather");
+        }
+    }
+    for c in &comms {
+        c.synchronize().expect("no collective failed");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn one_thread_per_rank_with_a_shared_unique_id() {
+    let devs = devices();
+    let n = devs.len();
+    let id = UniqueId::new().expect("unique id");
+    let dims = [4096i64];
+    let results: Vec<(Vec<f64>, Vec<f64>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = devs
+            .iter()
+            .enumerate()
+            .map(|(rank, d)| {
+                s.spawn(move || {
+                    let comm = Communicator::init_rank(d, rank, n, &id, Duration::from_secs(60)).expect("init_rank");
+                    assert_eq!((comm.rank(), comm.world_size()), (rank, n));
+                    let mut rng = SplitMix64::new(100 + rank as u64);
+                    let x = random(d.stream(), &mut rng, &dims, &[1], DataType::F32);
+                    comm.all_reduce(d.stream(), &x.t, &x.m, ReduceOp::Sum)
+                        .expect("all_reduce");
+                    comm.synchronize().expect("synchronize");
+                    (x.values.clone(), download(d.stream(), &x))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    let want = host_reduce(&results.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), ReduceOp::Sum);
+    for (rank, (_, got)) in results.iter().enumerate() {
+        assert!(rel_l2(got, &want) <= tolerance(DataType::F32, n), "rank {rank}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bad_arguments_are_refused_before_nccl_runs() {
+    let devs = devices();
+    let comms = Communicator::init_all(&devs[..1]).expect("init_all");
+    let d = &devs[0];
+    let x = random(d.stream(), &mut SplitMix64::new(7), &[8, 8], &[16, 1], DataType::F32);
+    let err = comms[0]
+        .all_reduce(d.stream(), &x.t, &x.m, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("must be packed"), "{err}");
+    let b = random(d.stream(), &mut SplitMix64::new(8), &[8], &[1], DataType::Bool);
+    let err = comms[0]
+        .all_reduce(d.stream(), &b.t, &b.m, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not defined on bool"), "{err}");
+    let err = comms[0].broadcast(d.stream(), &b.m, 1).unwrap_err().to_string();
+    assert!(err.contains("not below the world size 1"), "{err}");
+    let err = Communicator::init_all(&[d.clone(), d.clone()]).unwrap_err().to_string();
+    assert!(err.contains("distinct GPUs"), "{err}");
+    comms[0].synchronize().expect("the communicator is still usable");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_never_joins_fails_init_after_the_timeout() {
+    let devs = devices();
+    let id = UniqueId::new().expect("unique id");
+    let start = Instant::now();
+    let err = Communicator::init_rank(&devs[0], 0, 2, &id, Duration::from_secs(3)).expect_err("rank 1 never joins");
+    let waited = start.elapsed();
+    assert!(matches!(err, Error::Collective { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("rank 0 of 2") && text.contains("did not finish setting up within 3 s"),
+        "{text}"
+    );
+    assert!(waited < Duration::from_secs(30), "took {waited:?}");
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn two_gpus_a_peer_that_stops_makes_the_collective_fail_not_hang() {
+    let devs = devices();
+    assert!(
+        devs.len() >= 2,
+        "this test needs two CUDA GPUs; the machine has {}",
+        devs.len()
+    );
+    let id = UniqueId::new().expect("unique id");
+    let timeout = Duration::from_secs(3);
+    let (r0, r1) = std::thread::scope(|s| {
+        let a = s.spawn(|| Communicator::init_rank(&devs[0], 0, 2, &id, timeout).expect("rank 0"));
+        let b = s.spawn(|| Communicator::init_rank(&devs[1], 1, 2, &id, timeout).expect("rank 1"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let x = random(
+        devs[0].stream(),
+        &mut SplitMix64::new(3),
+        &[1 << 16],
+        &[1],
+        DataType::F32,
+    );
+    r0.all_reduce(devs[0].stream(), &x.t, &x.m, ReduceOp::Sum)
+        .expect("enqueued");
+    // Rank 1 issues nothing: rank 0's all-reduce can never complete.
+    let start = Instant::now();
+    let err = r0.synchronize().expect_err("the watchdog aborts");
+    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
+    let text = err.to_string();
+    assert!(
+        text.contains("all_reduce did not complete within 3 s") && text.contains("rank 0 of 2"),
+        "{text}"
+    );
+    // Every later call fails with the same reason; the stream is usable again once aborted.
+    let again = r0
+        .all_reduce(devs[0].stream(), &x.t, &x.m, ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(again.contains("did not complete within"), "{again}");
+    devs[0].stream().synchronize().expect("the aborted kernel returned");
+    r1.abort("test over");
+}
