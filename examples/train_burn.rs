@@ -28,7 +28,9 @@ mod shapes;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::Autodiff;
+#[cfg(not(feature = "distributed"))]
+use burn::backend::NdArray;
 use burn::module::{AutodiffModule, Module};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -176,6 +178,7 @@ struct Args {
     train: usize,
     test: usize,
     out: PathBuf,
+    devices: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -192,6 +195,7 @@ fn parse_args() -> Result<Args, String> {
         train: 10_000,
         test: 2_000,
         out: PathBuf::from("out/train_burn"),
+        devices: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -210,18 +214,25 @@ fn parse_args() -> Result<Args, String> {
             "--host-profile" => a.host_profile = Some(PathBuf::from(value()?)),
             "--backend" => a.backend = examples::cli::parse_backend(&value()?)?,
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
+            "--devices" => a.devices = number(value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --stock --fusion --backend ours|burn-cuda --host-profile FILE --train N --test N --out DIR"
+                            --stock --fusion --backend ours|burn-cuda --host-profile FILE --train N --test N --out DIR \
+                            --devices N"
                         .into(),
                 )
             }
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if a.batch == 0 || a.epochs == 0 {
-        return Err("--batch-size and --epochs must be positive".into());
+    if a.batch == 0 || a.epochs == 0 || a.devices == 0 {
+        return Err("--batch-size, --epochs and --devices must be positive".into());
+    }
+    if a.devices > 1 && (a.backend != BackendChoice::Ours || a.gpu == Some(false) || a.host_profile.is_some()) {
+        return Err("--devices N (N > 1) trains on this crate's backend on N GPUs; it takes neither --backend \
+                    burn-cuda, --device cpu nor --host-profile"
+            .into());
     }
     Ok(a)
 }
@@ -249,6 +260,152 @@ fn evaluate<B: Backend>(model: &Net<B>, test: &shapes::Split, batch: usize, devi
         start += n;
     }
     correct.into_scalar().elem::<f64>() / test.labels.len() as f64
+}
+
+/// Data-parallel training (`--devices N`): one thread and one model replica per GPU.
+#[cfg(feature = "distributed")]
+mod data_parallel {
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
+    use burn::nn::loss::CrossEntropyLossConfig;
+    use burn::optim::{GradientsParams, Optimizer};
+    use burn::tensor::backend::distributed::{
+        DistributedBackend, DistributedConfig, DistributedParamId, ReduceOperation,
+    };
+    use burn::tensor::backend::AutodiffBackend;
+    use burn::tensor::{ElementConversion, Tensor};
+    use cudnn_backend::burn::CudnnDevice;
+
+    use super::{evaluate, images, labels, shapes, Args, Net};
+
+    /// A replica's trained model and, per epoch, its mean loss and seconds.
+    type Replica<B> = Result<(Net<B>, Vec<(f64, f64)>), String>;
+
+    /// Marks every parameter for gradient all-reduce, keyed by its parameter id (the same on
+    /// every replica, as the replicas are forks of one model).
+    struct MarkDistributed;
+
+    impl<B: AutodiffBackend> ModuleMapper<B> for MarkDistributed {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            let (id, tensor, mapper) = param.consume();
+            let tensor = tensor.set_distributed(DistributedParamId::from(id.val()));
+            Param::from_mapped_value(id, tensor, mapper)
+        }
+    }
+
+    /// Trains one replica per device on its shard of each global batch (`--batch-size`
+    /// images per GPU), gradients averaged across the GPUs; reports the test accuracy of
+    /// replica 0 and the images/s of all GPUs together in the last epoch, and checks that the
+    /// replicas ended bit-identical.
+    pub(super) fn train<B, O>(
+        devices: &[CudnnDevice],
+        args: &Args,
+        label: &str,
+        make_optim: impl Fn() -> O + Sync,
+    ) -> Result<(f64, f64), String>
+    where
+        B: AutodiffBackend<Device = CudnnDevice> + DistributedBackend,
+        O: Optimizer<Net<B>, B>,
+    {
+        let n = devices.len();
+        let train = shapes::generate(args.train, 1);
+        let test = shapes::generate(args.test, 2);
+        let steps = train.labels.len() / (args.batch * n);
+        if steps == 0 {
+            return Err(format!(
+                "--batch-size {} on {n} GPUs is larger than the training set",
+                args.batch
+            ));
+        }
+        B::seed(&devices[0], 2024);
+        let model = Net::<B>::new(args.stock, &devices[0]).map(&mut MarkDistributed);
+        B::start_communication_server(
+            devices,
+            DistributedConfig {
+                all_reduce_op: ReduceOperation::Mean,
+            },
+        );
+        let barrier = Barrier::new(n);
+        let results: Vec<Replica<B>> = std::thread::scope(|s| {
+            let handles: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(rank, device)| {
+                    let mut model = model.clone().fork(device);
+                    let (train, barrier, make_optim) = (&train, &barrier, &make_optim);
+                    s.spawn(move || -> Replica<B> {
+                        let mut optim = make_optim();
+                        let loss_fn = CrossEntropyLossConfig::new().init(device);
+                        let train_x = images::<B>(&train.images, train.labels.len(), device);
+                        let train_y = labels::<B>(&train.labels, device);
+                        let mut epochs = Vec::new();
+                        for _ in 0..args.epochs {
+                            B::sync(device).map_err(|e| e.to_string())?;
+                            barrier.wait();
+                            let started = Instant::now();
+                            let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
+                            for step in 0..steps {
+                                let first = (step * n + rank) * args.batch;
+                                let rows = first..first + args.batch;
+                                let logits = model.forward(train_x.clone().slice([rows.clone()]));
+                                let loss = loss_fn.forward(logits, train_y.clone().slice([rows]));
+                                loss_sum = loss_sum + loss.clone().detach();
+                                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                                model = optim.step(1e-3, model, grads);
+                            }
+                            let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
+                            B::sync(device).map_err(|e| e.to_string())?;
+                            barrier.wait();
+                            epochs.push((mean_loss, started.elapsed().as_secs_f64()));
+                        }
+                        Ok((model, epochs))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a training thread panicked".into())))
+                .collect()
+        });
+        B::close_communication_server(&devices[0]);
+        let mut replicas = Vec::new();
+        let mut timings = Vec::new();
+        for r in results {
+            let (model, epochs) = r?;
+            replicas.push(model);
+            timings.push(epochs);
+        }
+        let digests = replicas
+            .iter()
+            .map(examples::digest::parameters)
+            .collect::<Result<Vec<_>, _>>()?;
+        let identical = digests.iter().all(|d| *d == digests[0]);
+        let mut rate = 0.0;
+        for (epoch, (loss, _)) in timings[0].iter().enumerate() {
+            let seconds = timings.iter().map(|t| t[epoch].1).fold(0.0, f64::max);
+            rate = (steps * args.batch * n) as f64 / seconds;
+            println!(
+                "epoch {}/{}: loss {loss:.4} (GPU 0's shards), {rate:.0} images/s on {n} GPUs",
+                epoch + 1,
+                args.epochs
+            );
+        }
+        let model = replicas.swap_remove(0);
+        let accuracy = evaluate(&model.valid(), &test, args.batch, &devices[0]);
+        println!("parameter digest: {} (replicas identical: {identical})", digests[0]);
+        println!(
+            "train_burn {label} dtype={:?} batch={} per GPU: test accuracy {:.2}% (chance 10%), {rate:.0} images/s",
+            args.dtype,
+            args.batch,
+            accuracy * 100.0
+        );
+        if !identical {
+            return Err(format!("the replicas diverged: parameter digests {digests:?}"));
+        }
+        Ok((accuracy, rate))
+    }
 }
 
 /// When `main` started (for the time to the first training step).
@@ -384,6 +541,53 @@ fn run_burn_cuda(_args: &Args) -> Result<(f64, f64), String> {
     examples::cli::burn_cuda_missing("train_burn")
 }
 
+/// No GPU: Burn's ndarray CPU backend.
+#[cfg(not(feature = "distributed"))]
+fn run_on_cpu(args: &Args) -> Result<(f64, f64), String> {
+    run::<Autodiff<NdArray>>(&Default::default(), args, "cpu (ndarray)")
+}
+
+/// No GPU in a `distributed` build, where `Autodiff` needs backends that implement Burn's
+/// `DistributedBackend` (burn-ndarray 0.21 does not).
+#[cfg(feature = "distributed")]
+fn run_on_cpu(_args: &Args) -> Result<(f64, f64), String> {
+    Err("this build has the `distributed` feature, which leaves out the CPU backend; use a GPU".into())
+}
+
+/// `--devices N`: data-parallel training on GPUs 0..N through NCCL (Burn's
+/// `DistributedBackend`: gradients all-reduced during the backward pass).
+#[cfg(feature = "distributed")]
+fn run_devices(args: &Args) -> Result<(f64, f64), String> {
+    let devices: Vec<CudnnDevice> = (0..args.devices).map(CudnnDevice::new).collect();
+    for d in &devices {
+        d.try_open().map_err(|e| format!("--devices {}: GPU {}: {e}", args.devices, d.index))?;
+    }
+    if args.benchmark {
+        let mut policy = cudnn_backend::plan::policy();
+        policy.benchmark = true;
+        cudnn_backend::plan::set_policy(policy);
+    }
+    let fusion = if args.fusion { ", lazy fusion" } else { "" };
+    let label = format!("{} GPUs (cudnn{fusion}, data parallel)", args.devices);
+    match (args.fusion, args.stock) {
+        (false, true) => data_parallel::train::<Autodiff<Cudnn>, _>(&devices, args, &label, || AdamConfig::new().init()),
+        (false, false) => data_parallel::train::<Autodiff<Cudnn>, _>(&devices, args, &label, || FusedAdamConfig::new().init()),
+        (true, true) => data_parallel::train::<Autodiff<CudnnFusion>, _>(&devices, args, &label, || AdamConfig::new().init()),
+        (true, false) => {
+            data_parallel::train::<Autodiff<CudnnFusion>, _>(&devices, args, &label, || FusedAdamConfig::new().init())
+        }
+    }
+}
+
+/// `--devices N` in a build without the `distributed` feature: exits with status 2.
+#[cfg(not(feature = "distributed"))]
+fn run_devices(_args: &Args) -> Result<(f64, f64), String> {
+    eprintln!(
+        "train_burn: --devices N needs the example built with `--features distributed` (NCCL data parallelism)"
+    );
+    std::process::exit(2)
+}
+
 fn main() {
     STARTED.get_or_init(Instant::now);
     let args = match parse_args() {
@@ -404,6 +608,13 @@ fn main() {
         }
         return;
     }
+    if args.devices > 1 {
+        if let Err(e) = run_devices(&args) {
+            eprintln!("train_burn: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let device = CudnnDevice::default();
     let gpu = examples::cli::use_gpu("train_burn", args.gpu, &device, args.dtype);
     if args.benchmark {
@@ -418,7 +629,7 @@ fn main() {
             run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
         }
     } else {
-        run::<Autodiff<NdArray>>(&Default::default(), &args, "cpu (ndarray)")
+        run_on_cpu(&args)
     };
     if let Err(e) = result {
         eprintln!("train_burn: {e}");

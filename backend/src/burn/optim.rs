@@ -505,6 +505,11 @@ where
         if tensor.is_require_grad() {
             updated = updated.require_grad();
         }
+        // A parameter of a data-parallel model stays marked, as burn-optim's adaptor keeps it.
+        #[cfg(feature = "distributed")]
+        if tensor.is_distributed() {
+            updated = updated.set_distributed(burn_backend::distributed::DistributedParamId::from(id.val()));
+        }
         Param::from_mapped_value(id, updated, mapper)
     }
 }

@@ -20,6 +20,7 @@ mod watchdog;
 
 pub use id::{Bootstrap, UniqueId, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
 pub use watchdog::{DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};
+pub(crate) use watchdog::timeout_from_env;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -231,6 +232,12 @@ impl Communicator {
     /// communicator's failure if the watchdog aborted it (a timeout, a dead peer).
     pub fn synchronize(&self) -> Result<()> {
         self.watched.wait_all("synchronize")
+    }
+
+    /// `Ok` while the communicator is alive; the failure if the watchdog aborted it. Does
+    /// not wait for anything.
+    pub fn status(&self) -> Result<()> {
+        self.watched.check_alive("status")
     }
 
     /// Aborts the communicator: pending collectives stop, and every later call on it (on

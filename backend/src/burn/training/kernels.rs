@@ -13,7 +13,7 @@ use crate::graph::NormMode;
 use crate::ops::BatchNormOptions;
 
 /// The primitives behind the fused training ops' forward and backward passes.
-pub(crate) trait TrainingKernels: TrainingOps {
+pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
     /// What a batch norm's backward needs.
     type BnSaved: Clone + Send + Debug + 'static;
     /// What a layer or RMS norm's backward needs.
