@@ -230,9 +230,11 @@ fn parse_args() -> Result<Args, String> {
         return Err("--batch-size, --epochs and --devices must be positive".into());
     }
     if a.devices > 1 && (a.backend != BackendChoice::Ours || a.gpu == Some(false) || a.host_profile.is_some()) {
-        return Err("--devices N (N > 1) trains on this crate's backend on N GPUs; it takes neither --backend \
+        return Err(
+            "--devices N (N > 1) trains on this crate's backend on N GPUs; it takes neither --backend \
                     burn-cuda, --device cpu nor --host-profile"
-            .into());
+                .into(),
+        );
     }
     Ok(a)
 }
@@ -560,7 +562,8 @@ fn run_on_cpu(_args: &Args) -> Result<(f64, f64), String> {
 fn run_devices(args: &Args) -> Result<(f64, f64), String> {
     let devices: Vec<CudnnDevice> = (0..args.devices).map(CudnnDevice::new).collect();
     for d in &devices {
-        d.try_open().map_err(|e| format!("--devices {}: GPU {}: {e}", args.devices, d.index))?;
+        d.try_open()
+            .map_err(|e| format!("--devices {}: GPU {}: {e}", args.devices, d.index))?;
     }
     if args.benchmark {
         let mut policy = cudnn_backend::plan::policy();
@@ -570,9 +573,15 @@ fn run_devices(args: &Args) -> Result<(f64, f64), String> {
     let fusion = if args.fusion { ", lazy fusion" } else { "" };
     let label = format!("{} GPUs (cudnn{fusion}, data parallel)", args.devices);
     match (args.fusion, args.stock) {
-        (false, true) => data_parallel::train::<Autodiff<Cudnn>, _>(&devices, args, &label, || AdamConfig::new().init()),
-        (false, false) => data_parallel::train::<Autodiff<Cudnn>, _>(&devices, args, &label, || FusedAdamConfig::new().init()),
-        (true, true) => data_parallel::train::<Autodiff<CudnnFusion>, _>(&devices, args, &label, || AdamConfig::new().init()),
+        (false, true) => {
+            data_parallel::train::<Autodiff<Cudnn>, _>(&devices, args, &label, || AdamConfig::new().init())
+        }
+        (false, false) => {
+            data_parallel::train::<Autodiff<Cudnn>, _>(&devices, args, &label, || FusedAdamConfig::new().init())
+        }
+        (true, true) => {
+            data_parallel::train::<Autodiff<CudnnFusion>, _>(&devices, args, &label, || AdamConfig::new().init())
+        }
         (true, false) => {
             data_parallel::train::<Autodiff<CudnnFusion>, _>(&devices, args, &label, || FusedAdamConfig::new().init())
         }
@@ -582,9 +591,7 @@ fn run_devices(args: &Args) -> Result<(f64, f64), String> {
 /// `--devices N` in a build without the `distributed` feature: exits with status 2.
 #[cfg(not(feature = "distributed"))]
 fn run_devices(_args: &Args) -> Result<(f64, f64), String> {
-    eprintln!(
-        "train_burn: --devices N needs the example built with `--features distributed` (NCCL data parallelism)"
-    );
+    eprintln!("train_burn: --devices N needs the example built with `--features distributed` (NCCL data parallelism)");
     std::process::exit(2)
 }
 

@@ -20,7 +20,8 @@
 //! optimizer state stay f32), `--benchmark` (cuDNN autotuning, like
 //! `torch.backends.cudnn.benchmark`), `--optimizer adamw|sgd`, `--lr X`, `--train N` /
 //! `--test N` (set sizes), `--out DIR`, `--stock` (composed batch norm and candle-nn's AdamW
-//! instead of the fused ones).
+//! instead of the fused ones), `--devices N` (data-parallel training on GPUs 0..N through
+//! NCCL: `--batch-size` images per GPU, gradients averaged in one all-reduce per step).
 //!
 //! On the CPU our ops run their float64 reference implementations: correct but slow, meant for
 //! checking a program without a GPU (use small `--train`/`--test`).
@@ -184,6 +185,25 @@ enum Trainer {
 }
 
 impl Trainer {
+    /// The optimizer `args` ask for over every variable of `varmap`.
+    fn new(args: &Args, varmap: &VarMap) -> Result<Self> {
+        Ok(match args.optimizer {
+            Optim::AdamW => {
+                let params = ParamsAdamW {
+                    lr: args.lr.unwrap_or(1e-3),
+                    weight_decay: 0.0,
+                    ..Default::default()
+                };
+                if args.stock {
+                    Trainer::AdamW(AdamW::new(varmap.all_vars(), params)?)
+                } else {
+                    Trainer::FusedAdamW(FusedAdamW::new(varmap.all_vars(), params)?)
+                }
+            }
+            Optim::Sgd => Trainer::Sgd(SGD::new(varmap.all_vars(), args.lr.unwrap_or(0.05))?),
+        })
+    }
+
     fn step(&mut self, grads: &candle_core::backprop::GradStore) -> Result<()> {
         match self {
             Trainer::FusedAdamW(o) => o.step(grads),
@@ -205,6 +225,7 @@ struct Args {
     test: usize,
     out: PathBuf,
     stock: bool,
+    devices: usize,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -220,6 +241,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         test: 2_000,
         out: PathBuf::from("out/train_candle"),
         stock: false,
+        devices: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -240,6 +262,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--out" => a.out = PathBuf::from(value()?),
             "--benchmark" => a.benchmark = true,
             "--stock" => a.stock = true,
+            "--devices" => a.devices = number(value()?)?,
             "--lr" => a.lr = Some(value()?.parse::<f64>().map_err(|e| format!("--lr: {e}"))?),
             "--optimizer" => {
                 a.optimizer = match value()?.as_str() {
@@ -259,15 +282,18 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
-                            --optimizer adamw|sgd --lr X --train N --test N --out DIR --stock"
+                            --optimizer adamw|sgd --lr X --train N --test N --out DIR --stock --devices N"
                         .into(),
                 )
             }
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if a.batch == 0 || a.epochs == 0 || a.test == 0 {
-        return Err("--batch-size, --epochs and --test must be positive".into());
+    if a.batch == 0 || a.epochs == 0 || a.test == 0 || a.devices == 0 {
+        return Err("--batch-size, --epochs, --test and --devices must be positive".into());
+    }
+    if a.devices > 1 && a.gpu == Some(false) {
+        return Err("--devices N (N > 1) trains on N GPUs; it does not take --device cpu".into());
     }
     Ok(a)
 }
@@ -313,21 +339,7 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     }
     let varmap = VarMap::new();
     let net = Net::new(args.stock, VarBuilder::from_varmap(&varmap, DType::F32, dev)).map_err(err)?;
-    let mut optim = match args.optimizer {
-        Optim::AdamW => {
-            let params = ParamsAdamW {
-                lr: args.lr.unwrap_or(1e-3),
-                weight_decay: 0.0,
-                ..Default::default()
-            };
-            if args.stock {
-                Trainer::AdamW(AdamW::new(varmap.all_vars(), params).map_err(err)?)
-            } else {
-                Trainer::FusedAdamW(FusedAdamW::new(varmap.all_vars(), params).map_err(err)?)
-            }
-        }
-        Optim::Sgd => Trainer::Sgd(SGD::new(varmap.all_vars(), args.lr.unwrap_or(0.05)).map_err(err)?),
-    };
+    let mut optim = Trainer::new(args, &varmap).map_err(err)?;
     // Both sets live on the device; batches are views (no copies).
     let (train_x, train_y) = to_device(&train, dev).map_err(err)?;
     let (test_x, test_y) = to_device(&test, dev).map_err(err)?;
@@ -406,6 +418,145 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     Ok((accuracy, last_rate))
 }
 
+/// `--devices N`: data-parallel training on GPUs 0..N, one thread, model replica and NCCL
+/// rank per GPU. The replicas start from rank 0's weights (broadcast); each step, every rank
+/// runs `--batch-size` images of the global batch, and the gradients are averaged in one
+/// all-reduce of all of them flattened into one buffer (one bucket) before each optimizer
+/// step. Reports replica 0's test accuracy and the images/s of all GPUs, and checks that the
+/// replicas ended bit-identical.
+fn run_devices(args: &Args) -> std::result::Result<(f64, f64), String> {
+    use cudnn_backend::candle::collective::{all_reduce, broadcast};
+    use cudnn_backend::collective::{timeout_from_env, Communicator, ReduceOp, UniqueId};
+
+    let n = args.devices;
+    let err = |e: candle_core::Error| e.to_string();
+    let train = shapes::generate(args.train, 1);
+    let test = shapes::generate(args.test, 2);
+    let steps = train.labels.len() / (args.batch * n);
+    if steps == 0 {
+        return Err(format!(
+            "--batch-size {} on {n} GPUs is larger than the training set",
+            args.batch
+        ));
+    }
+    let id = UniqueId::new().map_err(|e| e.to_string())?;
+    let barrier = std::sync::Barrier::new(n);
+    type Replica = std::result::Result<(Vec<f32>, Vec<(f64, f64)>, f64), String>;
+    let results: Vec<Replica> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let (train, test, barrier) = (&train, &test, &barrier);
+                s.spawn(move || -> Replica {
+                    let dev = Device::new_cuda(rank).map_err(err)?;
+                    dev.set_seed(2024 + rank as u64).map_err(err)?;
+                    let ours = cudnn_backend::Device::new(rank).map_err(|e| e.to_string())?;
+                    let comm =
+                        Communicator::init_rank(&ours, rank, n, &id, timeout_from_env()).map_err(|e| e.to_string())?;
+                    let varmap = VarMap::new();
+                    let net = Net::new(args.stock, VarBuilder::from_varmap(&varmap, DType::F32, &dev)).map_err(err)?;
+                    let vars = varmap.all_vars();
+                    for v in &vars {
+                        v.set(&broadcast(v.as_tensor(), &comm, 0).map_err(err)?).map_err(err)?;
+                    }
+                    let mut optim = Trainer::new(args, &varmap).map_err(err)?;
+                    let (train_x, train_y) = to_device(train, &dev).map_err(err)?;
+                    let mut epochs = Vec::new();
+                    for _ in 0..args.epochs {
+                        dev.synchronize().map_err(err)?;
+                        barrier.wait();
+                        let started = Instant::now();
+                        let mut loss_sum = Tensor::zeros((), DType::F32, &dev).map_err(err)?;
+                        for step in 0..steps {
+                            let step_result = (|| -> Result<Tensor> {
+                                let first = (step * n + rank) * args.batch;
+                                let x = train_x.narrow(0, first, args.batch)?.to_dtype(args.dtype)?;
+                                let y = train_y.narrow(0, first, args.batch)?;
+                                let logits = net.cast(args.dtype)?.forward(&x, true)?;
+                                let loss = candle_nn::loss::cross_entropy(&logits, &y)?;
+                                let mut grads = loss.backward()?;
+                                let with_grad: Vec<&candle_core::Var> =
+                                    vars.iter().filter(|v| grads.get(v.as_tensor()).is_some()).collect();
+                                let flat: Vec<Tensor> = with_grad
+                                    .iter()
+                                    .filter_map(|v| grads.get(v.as_tensor()))
+                                    .map(|g| g.flatten_all())
+                                    .collect::<Result<_>>()?;
+                                let mean = all_reduce(&Tensor::cat(&flat, 0)?, &comm, ReduceOp::Mean)?;
+                                let mut offset = 0;
+                                for v in with_grad {
+                                    let len = v.as_tensor().elem_count();
+                                    let g = mean.narrow(0, offset, len)?.reshape(v.as_tensor().shape())?;
+                                    grads.insert(v.as_tensor(), g);
+                                    offset += len;
+                                }
+                                optim.step(&grads)?;
+                                loss.detach().to_dtype(DType::F32)
+                            })();
+                            loss_sum = (loss_sum + step_result.map_err(err)?).map_err(err)?;
+                        }
+                        let mean_loss = loss_sum.to_scalar::<f32>().map_err(err)? as f64 / steps as f64;
+                        dev.synchronize().map_err(err)?;
+                        barrier.wait();
+                        epochs.push((mean_loss, started.elapsed().as_secs_f64()));
+                    }
+                    comm.synchronize().map_err(|e| e.to_string())?;
+                    let flat: Vec<Tensor> = vars
+                        .iter()
+                        .map(|v| v.as_tensor().flatten_all())
+                        .collect::<Result<_>>()
+                        .map_err(err)?;
+                    let weights = Tensor::cat(&flat, 0).and_then(|t| t.to_vec1::<f32>()).map_err(err)?;
+                    let accuracy = if rank == 0 {
+                        let (test_x, test_y) = to_device(test, &dev).map_err(err)?;
+                        evaluate(
+                            &net.cast(args.dtype).map_err(err)?,
+                            &test_x,
+                            &test_y,
+                            args.batch,
+                            args.dtype,
+                        )
+                        .map_err(err)?
+                    } else {
+                        0.0
+                    };
+                    Ok((weights, epochs, accuracy))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a training thread panicked".into())))
+            .collect()
+    });
+    let results = results.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
+    let identical = results.iter().all(|r| r.0 == results[0].0);
+    let mut last_rate = 0.0;
+    for (epoch, (loss, _)) in results[0].1.iter().enumerate() {
+        let seconds = results.iter().map(|r| r.1[epoch].1).fold(0.0, f64::max);
+        last_rate = (steps * args.batch * n) as f64 / seconds;
+        println!(
+            "epoch {}/{}: loss {loss:.4} (GPU 0's shards), {} images/s on {n} GPUs",
+            epoch + 1,
+            args.epochs,
+            rate(last_rate)
+        );
+    }
+    let accuracy = results[0].2;
+    let variant = if args.stock { "stock" } else { "fused" };
+    println!(
+        "train_candle {n} GPUs (cudnn, {variant}, data parallel) dtype={:?} batch={} per GPU: test accuracy {:.2}% \
+         (chance 10%), {} images/s, replicas identical: {identical}",
+        args.dtype,
+        args.batch,
+        accuracy * 100.0,
+        rate(last_rate)
+    );
+    if !identical {
+        return Err("the replicas' weights diverged".into());
+    }
+    Ok((accuracy, last_rate))
+}
+
 /// Images per second: whole numbers, with decimals below 10 (the CPU reference ops).
 fn rate(r: f64) -> String {
     if r < 10.0 {
@@ -433,6 +584,18 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.devices > 1 {
+        if args.benchmark {
+            let mut policy = cudnn_backend::plan::policy();
+            policy.benchmark = true;
+            cudnn_backend::plan::set_policy(policy);
+        }
+        if let Err(e) = run_devices(&args) {
+            eprintln!("train_candle: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let gpu = match args.gpu {
         Some(false) => None,
         Some(true) => match open_gpu() {

@@ -17,12 +17,12 @@ mod device;
 #[cfg(feature = "distributed")]
 mod distributed;
 
+#[cfg(feature = "distributed")]
+pub(crate) use burn_backend::distributed::DistributedBackend as AutodiffInner;
 /// The bound `Autodiff<B>` puts on its inner backend: `Backend`, or `DistributedBackend`
 /// under burn-autodiff's `distributed` feature (which this crate's `distributed` turns on).
 #[cfg(not(feature = "distributed"))]
 pub(crate) use burn_backend::Backend as AutodiffInner;
-#[cfg(feature = "distributed")]
-pub(crate) use burn_backend::distributed::DistributedBackend as AutodiffInner;
 pub(crate) mod exec;
 pub mod fusion;
 pub(crate) mod layers;

@@ -39,6 +39,7 @@
 //! Errors are values: the crate's [`Error`](crate::Error) converts into `candle_core::Error`.
 
 mod access;
+pub mod collective;
 mod cpu;
 #[cfg(feature = "candle-cuda")]
 mod cuda;

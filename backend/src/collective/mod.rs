@@ -19,8 +19,7 @@ mod id;
 mod watchdog;
 
 pub use id::{Bootstrap, UniqueId, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
-pub use watchdog::{DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};
-pub(crate) use watchdog::timeout_from_env;
+pub use watchdog::{timeout_from_env, DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -19,8 +19,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often the watchdog looks at the communicators.
 const POLL: Duration = Duration::from_millis(50);
 
-/// The timeout from [`NCCL_TIMEOUT_ENV`], else [`DEFAULT_TIMEOUT`].
-pub(crate) fn timeout_from_env() -> Duration {
+/// How long a collective may take: [`NCCL_TIMEOUT_ENV`] (seconds) when set to a positive
+/// number, else [`DEFAULT_TIMEOUT`].
+pub fn timeout_from_env() -> Duration {
     std::env::var(NCCL_TIMEOUT_ENV)
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
