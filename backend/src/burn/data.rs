@@ -19,24 +19,24 @@ use burn_backend::{DType, ExecutionError, Shape, TensorData};
 use super::device::CudnnDevice;
 use super::exec;
 use super::memory::Storage;
-use super::tensor::{expect, storage_type, to_dims, to_shape, CudnnTensor};
-use crate::error::Error;
+use super::tensor::{storage_type, to_dims, to_shape, CudnnTensor};
+use crate::error::{Error, Result};
 use crate::view::ViewLayout;
 
 /// Uploads `data`; a dtype the backend cannot hold is first converted to `fallback`.
-pub(crate) fn from_data(data: TensorData, device: &CudnnDevice, fallback: DType, op: &str) -> CudnnTensor {
+pub(crate) fn from_data(data: TensorData, device: &CudnnDevice, fallback: DType, op: &str) -> Result<CudnnTensor> {
     let data = if storage_type(data.dtype).is_some() {
         data
     } else {
         data.convert_dtype(fallback)
     };
-    let dev = device.open();
-    let storage = expect(op, Storage::from_host(&dev, data.as_bytes(), "from_data"));
-    CudnnTensor {
+    let dev = device.open()?;
+    let storage = Storage::from_host(&dev, data.as_bytes(), "from_data").map_err(|e| e.in_op(op))?;
+    Ok(CudnnTensor {
         storage,
         layout: ViewLayout::contiguous(&to_dims(&data.shape)),
         dtype: data.dtype,
-    }
+    })
 }
 
 /// Downloads `t` (waits for the device's stream); Burn's future is already complete. An
@@ -46,7 +46,7 @@ pub(crate) fn into_data(t: CudnnTensor) -> std::future::Ready<Result<TensorData,
     let shape = to_shape(t.dims());
     let dtype = t.dtype;
     let result = t
-        .try_read_bytes()
+        .read_bytes()
         .map(|bytes| TensorData::from_bytes_vec(bytes, shape, dtype))
         .map_err(|e| execution_error("into_data", e));
     std::future::ready(result)
@@ -60,13 +60,13 @@ pub(crate) fn execution_error(op: &str, e: Error) -> ExecutionError {
 }
 
 /// `t` on `device`: the same tensor when it is already there, else a copy through the host.
-pub(crate) fn to_device(t: CudnnTensor, device: &CudnnDevice) -> CudnnTensor {
+pub(crate) fn to_device(t: CudnnTensor, device: &CudnnDevice) -> Result<CudnnTensor> {
     if t.device().ordinal() == device.index as usize {
-        return t;
+        return Ok(t);
     }
     let dtype = t.dtype;
     let shape = to_shape(t.dims());
-    let bytes = t.read_bytes();
+    let bytes = t.read_bytes()?;
     from_data(
         TensorData::from_bytes_vec(bytes, shape, dtype),
         device,
@@ -81,7 +81,7 @@ const SLOT_ALIGN: usize = 16;
 
 /// The packed row-major bytes of every tensor (in the order given), read with one
 /// device→host transfer and one stream synchronisation per device.
-pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Result<Vec<Vec<u8>>, Error> {
+pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Result<Vec<Vec<u8>>> {
     let mut out = vec![Vec::new(); tensors.len()];
     let mut by_device: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -90,7 +90,7 @@ pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Result<Ve
     for indices in by_device.values() {
         if let [i] = indices[..] {
             // One tensor on this device: read it directly (a packed copy only if strided).
-            out[i] = tensors[i].clone().try_read_bytes()?;
+            out[i] = tensors[i].clone().read_bytes()?;
             continue;
         }
         // Slot of each tensor: (byte offset, byte length).
@@ -118,7 +118,7 @@ pub(crate) fn read_batch(tensors: &[CudnnTensor], op: &'static str) -> Result<Ve
                 layout,
                 dtype: src.dtype,
             };
-            exec::try_copy_into(src, &dst, op)?;
+            exec::copy_into(src, &dst, op)?;
         }
         // One transfer and one synchronisation for the whole group.
         let host = staging.read(0, total)?;

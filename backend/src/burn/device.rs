@@ -34,12 +34,11 @@ impl CudnnDevice {
         Ok(dev)
     }
 
-    /// Opens the device or panics with the engine's error message.
-    pub(crate) fn open(&self) -> Arc<runtime::Device> {
-        match self.try_open() {
-            Ok(dev) => dev,
-            Err(e) => panic!("cudnn-backend: cannot open CUDA device {}: {e}", self.index),
-        }
+    /// Opens the device, or returns the engine's error in the context
+    /// `cannot open CUDA device <index>`.
+    pub(crate) fn open(&self) -> Result<Arc<runtime::Device>> {
+        self.try_open()
+            .map_err(|e| e.in_op(&format!("cannot open CUDA device {}", self.index)))
     }
 }
 

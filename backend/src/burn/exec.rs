@@ -1,22 +1,29 @@
 //! Tensor-level building blocks shared by the op traits: allocation of results, fills,
 //! casts, elementwise unary/binary/compare/where with broadcasting, and scalars. Each
-//! enqueues on the tensor's device stream and panics with the op's name on an engine error.
+//! enqueues on the tensor's device stream and returns an engine error or an input error
+//! naming the op.
 
 use std::sync::Arc;
 
 use burn_backend::{BoolDType, BoolStore, DType, Scalar};
 
-use super::tensor::{engine_dtype, expect, matmul_strides, packed_strides_in, CudnnTensor};
-use crate::error::{Error, Result};
+use super::tensor::{engine_dtype, matmul_strides, packed_strides_in, CudnnTensor};
+use crate::error::{Error, InOp, Result};
 use crate::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
 use crate::runtime;
 use crate::view::ViewLayout;
 
 /// `dtype` filled with `value` (converted like a cast: ints truncate, bool is `!= 0`).
-pub(crate) fn full(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, value: f64, op: &str) -> CudnnTensor {
-    let out = CudnnTensor::empty(device, dims, dtype, op);
-    expect(op, ew::fill(device.stream(), &out.tmut(), value));
-    out
+pub(crate) fn full(
+    device: &Arc<runtime::Device>,
+    dims: &[i64],
+    dtype: DType,
+    value: f64,
+    op: &str,
+) -> Result<CudnnTensor> {
+    let out = CudnnTensor::empty(device, dims, dtype, op)?;
+    ew::fill(device.stream(), &out.tmut(), value)?;
+    Ok(out)
 }
 
 /// A Burn scalar as the `f64` the kernels take.
@@ -30,53 +37,37 @@ pub(crate) fn scalar_f64(s: Scalar) -> f64 {
 }
 
 /// A one-element tensor of `dtype` holding `value`, broadcastable against rank `rank`.
-pub(crate) fn scalar_tensor(like: &CudnnTensor, dtype: DType, value: f64, op: &str) -> CudnnTensor {
+pub(crate) fn scalar_tensor(like: &CudnnTensor, dtype: DType, value: f64, op: &str) -> Result<CudnnTensor> {
     let dims = vec![1i64; like.rank()];
     full(like.device(), &dims, dtype, value, op)
 }
 
 /// Writes `src` (any strides, any dtype) into the view `dst`, converting the dtype.
-pub(crate) fn copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) {
-    expect(op, try_copy_into(src, dst, op));
-}
-
-/// [`copy_into`], returning the error.
-pub(crate) fn try_copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) -> Result<()> {
-    let (x, y) = (src.device().ordinal(), dst.device().ordinal());
-    if x != y {
-        return Err(Error::invalid_input(
-            op,
-            format!("tensors are on different devices (GPU {x} and GPU {y}); move one with `to_device` first"),
-        ));
-    }
+pub(crate) fn copy_into(src: &CudnnTensor, dst: &CudnnTensor, op: &str) -> Result<()> {
+    check_same_device(op, src, dst)?;
     ew::copy(src.stream(), &src.tref(), &dst.tmut())
 }
 
 /// A packed copy of `src` as `dtype`.
-pub(crate) fn copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
-    expect(op, try_copy_to_new(src, dtype, op))
-}
-
-/// [`copy_to_new`], returning the error.
-pub(crate) fn try_copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
-    let out = CudnnTensor::try_empty(src.device(), src.dims(), dtype, op)?;
-    try_copy_into(src, &out, op)?;
+pub(crate) fn copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
+    let out = CudnnTensor::empty(src.device(), src.dims(), dtype, op)?;
+    copy_into(src, &out, op)?;
     Ok(out)
 }
 
 /// `t` converted to `dtype`; the same tensor (a view) when the dtype already matches.
-pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
     if t.dtype == dtype {
-        return t;
+        return Ok(t);
     }
-    if engine_dtype(op, t.dtype) == engine_dtype(op, dtype) {
-        return t.with_dtype(dtype);
+    if engine_dtype(op, t.dtype)? == engine_dtype(op, dtype)? {
+        return Ok(t.with_dtype(dtype));
     }
     copy_to_new(&t, dtype, op)
 }
 
-/// The numpy-style broadcast of two dim lists (panics naming `op` when incompatible).
-pub(crate) fn broadcast_dims(op: &str, a: &[i64], b: &[i64]) -> Vec<i64> {
+/// The numpy-style broadcast of two dim lists, or an error naming `op` when incompatible.
+pub(crate) fn broadcast_dims(op: &str, a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
     let rank = a.len().max(b.len());
     let at = |d: &[i64], i: usize| -> i64 {
         let pad = rank - d.len();
@@ -90,163 +81,179 @@ pub(crate) fn broadcast_dims(op: &str, a: &[i64], b: &[i64]) -> Vec<i64> {
         .map(|i| {
             let (x, y) = (at(a, i), at(b, i));
             match (x, y) {
-                _ if x == y => x,
-                (1, _) => y,
-                (_, 1) => x,
-                _ => panic!("cudnn-backend: {op}: shapes {a:?} and {b:?} cannot be broadcast together"),
+                _ if x == y => Ok(x),
+                (1, _) => Ok(y),
+                (_, 1) => Ok(x),
+                _ => Err(Error::invalid_input(
+                    op,
+                    format!("shapes {a:?} and {b:?} cannot be broadcast together"),
+                )),
             }
         })
         .collect()
 }
 
-/// Panics unless both tensors live on the same GPU.
-pub(crate) fn check_same_device(op: &str, a: &CudnnTensor, b: &CudnnTensor) {
+/// An error unless both tensors live on the same GPU.
+pub(crate) fn check_same_device(op: &str, a: &CudnnTensor, b: &CudnnTensor) -> Result<()> {
     let (x, y) = (a.device().ordinal(), b.device().ordinal());
-    assert!(
-        x == y,
-        "cudnn-backend: {op}: tensors are on different devices (GPU {x} and GPU {y}); move one with `to_device` first"
-    );
+    if x != y {
+        return Err(Error::invalid_input(
+            op,
+            format!("tensors are on different devices (GPU {x} and GPU {y}); move one with `to_device` first"),
+        ));
+    }
+    Ok(())
 }
 
-/// Panics unless both tensors have the same dtype (as Burn's reference backend does).
-pub(crate) fn check_same_dtype(op: &str, a: &CudnnTensor, b: &CudnnTensor) {
-    assert!(
-        engine_dtype(op, a.dtype) == engine_dtype(op, b.dtype),
-        "cudnn-backend: {op}: data type mismatch ({:?} and {:?})",
-        a.dtype,
-        b.dtype
-    );
+/// An error unless both tensors have the same dtype (as Burn's reference backend requires).
+pub(crate) fn check_same_dtype(op: &str, a: &CudnnTensor, b: &CudnnTensor) -> Result<()> {
+    if engine_dtype(op, a.dtype)? != engine_dtype(op, b.dtype)? {
+        return Err(Error::invalid_input(
+            op,
+            format!("data type mismatch ({:?} and {:?})", a.dtype, b.dtype),
+        ));
+    }
+    Ok(())
 }
 
 /// Elementwise `op(x)` into a new packed tensor of `x`'s dtype (or into `x` itself when
 /// it is the only view of its buffer).
-pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> CudnnTensor {
+pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> Result<CudnnTensor> {
     let out = if x.is_exclusive() {
         x.clone()
     } else {
-        x.empty_like(x.dtype, name)
+        x.empty_like(x.dtype, name)?
     };
-    expect(name, ew::unary(x.stream(), op, &x.tref(), &out.tmut()));
-    out
+    ew::unary(x.stream(), op, &x.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Elementwise `op(a, b)` with broadcasting into a new packed tensor of `a`'s dtype.
-pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -> CudnnTensor {
-    check_same_device(name, &a, &b);
-    check_same_dtype(name, &a, &b);
-    let dims = broadcast_dims(name, a.dims(), b.dims());
+pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -> Result<CudnnTensor> {
+    check_same_device(name, &a, &b)?;
+    check_same_dtype(name, &a, &b)?;
+    let dims = broadcast_dims(name, a.dims(), b.dims())?;
     let out = if a.is_exclusive() && a.dims() == dims.as_slice() {
         a.clone()
     } else if b.is_exclusive() && b.dims() == dims.as_slice() && b.dtype == a.dtype {
         b.clone()
     } else {
-        a.empty_on(&dims, a.dtype, name)
+        a.empty_on(&dims, a.dtype, name)?
     };
-    expect(name, ew::binary(a.stream(), op, &a.tref(), &b.tref(), &out.tmut()));
-    out
+    ew::binary(a.stream(), op, &a.tref(), &b.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// `op(a, s)` for a scalar `s` passed to the kernel by value (no one-element tensor, no
 /// fill launch); into `a` itself when it is the only view of its buffer.
-pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) -> CudnnTensor {
+pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) -> Result<CudnnTensor> {
     let out = if a.is_exclusive() {
         a.clone()
     } else {
-        a.empty_like(a.dtype, name)
+        a.empty_like(a.dtype, name)?
     };
-    expect(name, ew::binary_scalar(a.stream(), op, &a.tref(), s, &out.tmut()));
-    out
+    ew::binary_scalar(a.stream(), op, &a.tref(), s, &out.tmut())?;
+    Ok(out)
 }
 
-/// The bool dtype a comparison produces for Burn's requested `out` dtype.
-pub(crate) fn bool_dtype(op: &str, out: BoolDType) -> DType {
-    let dtype = DType::Bool(out);
+/// The bool dtype a comparison produces for Burn's requested `out` dtype (an error for
+/// storages the backend does not hold).
+pub(crate) fn bool_dtype(op: &str, out: BoolDType) -> Result<DType> {
     if matches!(out, BoolStore::U32) {
-        panic!("cudnn-backend: {op}: bool storage {out:?} is not supported (use Bool(Native) or Bool(U8))");
+        return Err(Error::invalid_input(
+            op,
+            format!("bool storage {out:?} is not supported (use Bool(Native) or Bool(U8))"),
+        ));
     }
-    dtype
+    Ok(DType::Bool(out))
 }
 
 /// Elementwise comparison with broadcasting, into a new bool tensor.
-pub(crate) fn compare(a: CudnnTensor, b: CudnnTensor, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
-    check_same_device(name, &a, &b);
-    check_same_dtype(name, &a, &b);
-    let dims = broadcast_dims(name, a.dims(), b.dims());
-    let out = a.empty_on(&dims, bool_dtype(name, out), name);
-    expect(name, ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tmut()));
-    out
+pub(crate) fn compare(
+    a: CudnnTensor,
+    b: CudnnTensor,
+    op: CompareOp,
+    out: BoolDType,
+    name: &str,
+) -> Result<CudnnTensor> {
+    check_same_device(name, &a, &b)?;
+    check_same_dtype(name, &a, &b)?;
+    let dims = broadcast_dims(name, a.dims(), b.dims())?;
+    let out = a.empty_on(&dims, bool_dtype(name, out)?, name)?;
+    ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Comparison against a scalar passed to the kernel by value.
-pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
-    let out = a.empty_like(bool_dtype(name, out), name);
-    expect(name, ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tmut()));
-    out
+pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDType, name: &str) -> Result<CudnnTensor> {
+    let out = a.empty_like(bool_dtype(name, out)?, name)?;
+    ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tmut())?;
+    Ok(out)
 }
 
 /// `cond ? a : b` elementwise with broadcasting; the result has `a`'s dtype.
-pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
-    check_same_device(name, &cond, &a);
-    check_same_device(name, &a, &b);
-    check_same_dtype(name, &a, &b);
-    let dims = broadcast_dims(name, &broadcast_dims(name, cond.dims(), a.dims()), b.dims());
-    let out = a.empty_on(&dims, a.dtype, name);
-    expect(
-        name,
-        ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut()),
-    );
-    out
+pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    check_same_device(name, &cond, &a)?;
+    check_same_device(name, &a, &b)?;
+    check_same_dtype(name, &a, &b)?;
+    let dims = broadcast_dims(name, &broadcast_dims(name, cond.dims(), a.dims())?, b.dims())?;
+    let out = a.empty_on(&dims, a.dtype, name)?;
+    ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// A view of `t` broadcast to `dims` (stride 0 on the expanded dims).
-pub(crate) fn expand(t: CudnnTensor, dims: &[i64], op: &str) -> CudnnTensor {
-    let layout: ViewLayout = expect(op, t.layout.expand(dims));
-    t.with_layout(layout)
+pub(crate) fn expand(t: CudnnTensor, dims: &[i64], op: &str) -> Result<CudnnTensor> {
+    let layout = t.layout.expand(dims).in_op(op)?;
+    Ok(t.with_layout(layout))
 }
 
 /// An uninitialised packed tensor on a Burn device.
-pub(crate) fn empty(device: &super::CudnnDevice, shape: &burn_backend::Shape, dtype: DType, op: &str) -> CudnnTensor {
+pub(crate) fn empty(
+    device: &super::CudnnDevice,
+    shape: &burn_backend::Shape,
+    dtype: DType,
+    op: &str,
+) -> Result<CudnnTensor> {
     let dims = super::tensor::to_dims(shape);
     // Reject impossible sizes before touching the device.
-    expect(op, super::tensor::checked_bytes(op, &dims, dtype));
-    CudnnTensor::empty(&device.open(), &dims, dtype, op)
+    super::tensor::checked_bytes(op, &dims, dtype)?;
+    CudnnTensor::empty(&device.open()?, &dims, dtype, op)
 }
 
 /// Layout changes that may copy: a packed copy where the view cannot serve.
 impl CudnnTensor {
     /// A packed row-major copy, or `self` when already packed.
-    pub(crate) fn contiguous(self) -> Self {
-        expect("contiguous", self.try_contiguous())
-    }
-
-    /// [`contiguous`](Self::contiguous), returning the error.
-    pub(crate) fn try_contiguous(self) -> Result<Self> {
+    pub(crate) fn contiguous(self) -> Result<Self> {
         if self.is_contiguous() {
             return Ok(self);
         }
-        try_copy_to_new(&self, self.dtype, "contiguous")
+        copy_to_new(&self, self.dtype, "contiguous")
     }
 
     /// The elements in row-major order under `dims`: a view when the strides allow,
-    /// else a packed copy.
-    pub(crate) fn reshape(self, dims: &[i64]) -> Self {
+    /// else a packed copy. An error when the element counts differ.
+    pub(crate) fn reshape(self, dims: &[i64]) -> Result<Self> {
         let n: i64 = dims.iter().product();
-        assert_eq!(
-            n,
-            self.numel(),
-            "cudnn-backend: reshape: cannot reshape {:?} ({} elements) into {dims:?} ({n} elements)",
-            self.dims(),
-            self.numel()
-        );
-        if let Some(layout) = self.layout.reshape(dims) {
-            return self.with_layout(layout);
+        if n != self.numel() {
+            return Err(Error::invalid_input(
+                "reshape",
+                format!(
+                    "cannot reshape {:?} ({} elements) into {dims:?} ({n} elements)",
+                    self.dims(),
+                    self.numel()
+                ),
+            ));
         }
-        let packed = copy_to_new(&self, self.dtype, "reshape");
+        if let Some(layout) = self.layout.reshape(dims) {
+            return Ok(self.with_layout(layout));
+        }
+        let packed = copy_to_new(&self, self.dtype, "reshape")?;
         let layout = ViewLayout {
             offset: packed.layout.offset,
             ..ViewLayout::contiguous(dims)
         };
-        packed.with_layout(layout)
+        Ok(packed.with_layout(layout))
     }
 
     /// A view cuDNN's convolution and pooling engines handle reliably: packed row-major
@@ -254,7 +261,7 @@ impl CudnnTensor {
     /// with every size-1 dim given the stride of that packed layout; any other layout
     /// (other dim orders, gaps, broadcasts) becomes one packed row-major copy. (Some
     /// engines, notably half-precision ones, return wrong results for other dim orders.)
-    pub(crate) fn cudnn_ready(self) -> Self {
+    pub(crate) fn cudnn_ready(self) -> Result<Self> {
         let dims = &self.layout.dims;
         let r = dims.len();
         if self.numel() == 0 {
@@ -262,7 +269,7 @@ impl CudnnTensor {
                 offset: self.layout.offset,
                 ..ViewLayout::contiguous(dims)
             };
-            return self.with_layout(layout);
+            return Ok(self.with_layout(layout));
         }
         let row_major: Vec<usize> = (0..r).collect();
         let mut orders = vec![row_major];
@@ -278,7 +285,7 @@ impl CudnnTensor {
                     strides,
                     ..self.layout.clone()
                 };
-                return self.with_layout(layout);
+                return Ok(self.with_layout(layout));
             }
         }
         copy_to_new(&self, self.dtype, "cudnn input")
@@ -290,15 +297,16 @@ impl CudnnTensor {
     /// the whole matrix (so each batch is a separate, non-interleaved matrix); size-1 dims get
     /// strides that satisfy this. Anything else (e.g. a batch dim innermost, gapped columns,
     /// stride-0 batch dims: squash those to size 1 first) becomes one packed row-major copy.
-    pub(crate) fn matmul_ready(self) -> Self {
-        let r = self.rank();
-        assert!(
-            r >= 2,
-            "cudnn-backend: matmul: operand {:?} needs rank >= 2",
-            self.dims()
-        );
+    /// An error for an operand of rank < 2.
+    pub(crate) fn matmul_ready(self) -> Result<Self> {
+        if self.rank() < 2 {
+            return Err(Error::invalid_input(
+                "matmul",
+                format!("operand {:?} needs rank >= 2", self.dims()),
+            ));
+        }
         if self.numel() == 0 {
-            return self;
+            return Ok(self);
         }
         match matmul_strides(&self.layout.dims, &self.layout.strides) {
             Some(strides) => {
@@ -306,20 +314,15 @@ impl CudnnTensor {
                     strides,
                     ..self.layout.clone()
                 };
-                self.with_layout(layout)
+                Ok(self.with_layout(layout))
             }
             None => copy_to_new(&self, self.dtype, "matmul input"),
         }
     }
 
     /// Bytes of the packed view, read to the host (waits for the device's stream).
-    pub(crate) fn read_bytes(self) -> Vec<u8> {
-        expect("into_data", self.try_read_bytes())
-    }
-
-    /// [`read_bytes`](Self::read_bytes), returning the error.
-    pub(crate) fn try_read_bytes(self) -> Result<Vec<u8>> {
-        let t = self.try_contiguous()?;
+    pub(crate) fn read_bytes(self) -> Result<Vec<u8>> {
+        let t = self.contiguous()?;
         let elem = t.kind().size();
         let start = t.layout.offset as usize * elem;
         let len = t.numel() as usize * elem;

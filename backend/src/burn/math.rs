@@ -12,8 +12,9 @@ pub(crate) use crate::kernels::reduce::{ArgOp, ReduceOp, ScanOp};
 
 use super::exec;
 use super::random::with_generator;
-use super::tensor::{expect, tmut_of, CudnnTensor};
+use super::tensor::{tmut_of, CudnnTensor};
 use super::CudnnDevice;
+use crate::error::{Error, InOp, Result};
 use crate::graph::DataType;
 use crate::kernels::sort::MAX_SORT_LEN;
 use crate::kernels::{index, linalg, random as rng, reduce, sort as ksort};
@@ -28,36 +29,36 @@ fn is_float(t: &CudnnTensor) -> bool {
 }
 
 /// `x + s` (ints: `s` truncated toward zero; wrapping).
-pub(crate) fn add_scalar(x: CudnnTensor, s: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn add_scalar(x: CudnnTensor, s: Scalar, name: &str) -> Result<CudnnTensor> {
     exec::unary(x, UnaryOp::AddScalar(exec::scalar_f64(s)), name)
 }
 
 /// `x - s` (as `x + (-s)`, exact for floats; ints wrap).
-pub(crate) fn sub_scalar(x: CudnnTensor, s: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn sub_scalar(x: CudnnTensor, s: Scalar, name: &str) -> Result<CudnnTensor> {
     exec::unary(x, UnaryOp::AddScalar(-exec::scalar_f64(s)), name)
 }
 
 /// `x * s`.
-pub(crate) fn mul_scalar(x: CudnnTensor, s: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn mul_scalar(x: CudnnTensor, s: Scalar, name: &str) -> Result<CudnnTensor> {
     exec::unary(x, UnaryOp::MulScalar(exec::scalar_f64(s)), name)
 }
 
 /// `x / s` (a true division, not a multiplication by `1/s`; ints truncate, `x / 0 == 0`).
-pub(crate) fn div_scalar(x: CudnnTensor, s: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn div_scalar(x: CudnnTensor, s: Scalar, name: &str) -> Result<CudnnTensor> {
     exec::binary_scalar(x, exec::scalar_f64(s), BinaryOp::Div, name)
 }
 
 /// `x mod s` with the sign of `s` (floor mod).
-pub(crate) fn rem_scalar(x: CudnnTensor, s: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn rem_scalar(x: CudnnTensor, s: Scalar, name: &str) -> Result<CudnnTensor> {
     exec::binary_scalar(x, exec::scalar_f64(s), BinaryOp::Rem, name)
 }
 
 /// `a ^ b` elementwise with broadcasting (floats: `pow`; ints: integer power, negative
 /// exponents give 0 except for bases ±1). `b` is cast to `a`'s dtype first when it is an
 /// int tensor raising a float one (`float_powi`).
-pub(crate) fn pow(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn pow(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     let b = if is_float(&a) && !is_float(&b) {
-        exec::cast(b, a.dtype, name)
+        exec::cast(b, a.dtype, name)?
     } else {
         b
     };
@@ -65,7 +66,7 @@ pub(crate) fn pow(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
 }
 
 /// `x ^ p` for a scalar exponent (floats: one unary pass; ints: integer power).
-pub(crate) fn pow_scalar(x: CudnnTensor, p: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn pow_scalar(x: CudnnTensor, p: Scalar, name: &str) -> Result<CudnnTensor> {
     let p = exec::scalar_f64(p);
     if is_float(&x) {
         exec::unary(x, UnaryOp::PowScalar(p), name)
@@ -77,101 +78,110 @@ pub(crate) fn pow_scalar(x: CudnnTensor, p: Scalar, name: &str) -> CudnnTensor {
 /// `x ^ e` for an integer exponent, with Burn's cheap special cases (`x^0 = 1`, `x^1 = x`,
 /// `x^2 = x*x`, and for floats `x^-1 = 1/x`, `x^-2 = 1/(x*x)`); other exponents go to
 /// [`pow_scalar`].
-pub(crate) fn powi_scalar(x: CudnnTensor, e: Scalar, name: &str) -> CudnnTensor {
+pub(crate) fn powi_scalar(x: CudnnTensor, e: Scalar, name: &str) -> Result<CudnnTensor> {
     let float = is_float(&x);
     match exec::scalar_f64(e) as i64 {
         0 => exec::full(x.device(), x.dims(), x.dtype, 1.0, name),
-        1 => x,
+        1 => Ok(x),
         2 => exec::unary(x, UnaryOp::Square, name),
         -1 if float => exec::unary(x, UnaryOp::Recip, name),
-        -2 if float => exec::unary(exec::unary(x, UnaryOp::Square, name), UnaryOp::Recip, name),
+        -2 if float => exec::unary(exec::unary(x, UnaryOp::Square, name)?, UnaryOp::Recip, name),
         _ => pow_scalar(x, e, name),
     }
 }
 
 /// `clamp(x, min, max)` in one pass; a missing bound is unbounded (NaN stays NaN; for ints
 /// the bounds are truncated toward zero).
-pub(crate) fn clamp(x: CudnnTensor, min: Option<Scalar>, max: Option<Scalar>, name: &str) -> CudnnTensor {
+pub(crate) fn clamp(x: CudnnTensor, min: Option<Scalar>, max: Option<Scalar>, name: &str) -> Result<CudnnTensor> {
     let min = min.map_or(f64::NEG_INFINITY, exec::scalar_f64);
     let max = max.map_or(f64::INFINITY, exec::scalar_f64);
     exec::unary(x, UnaryOp::Clamp { min, max }, name)
 }
 
 /// `|x|` (unsigned ints: unchanged, without a kernel).
-pub(crate) fn abs(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn abs(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     if x.dtype == DType::U8 {
-        return x;
+        return Ok(x);
     }
     exec::unary(x, UnaryOp::Abs, name)
 }
 
 /// Comparison against a scalar (converted to `x`'s dtype like a cast).
-pub(crate) fn compare_scalar(x: CudnnTensor, s: Scalar, op: CompareOp, out: BoolDType, name: &str) -> CudnnTensor {
+pub(crate) fn compare_scalar(
+    x: CudnnTensor,
+    s: Scalar,
+    op: CompareOp,
+    out: BoolDType,
+    name: &str,
+) -> Result<CudnnTensor> {
     exec::compare_scalar(x, exec::scalar_f64(s), op, out, name)
 }
 
 /// True where `x` is NaN (`x != x`).
-pub(crate) fn is_nan(x: CudnnTensor, out: BoolDType, name: &str) -> CudnnTensor {
+pub(crate) fn is_nan(x: CudnnTensor, out: BoolDType, name: &str) -> Result<CudnnTensor> {
     exec::compare(x.clone(), x, CompareOp::Ne, out, name)
 }
 
 /// True where `x` is ±infinity.
-pub(crate) fn is_inf(x: CudnnTensor, out: BoolDType, name: &str) -> CudnnTensor {
-    exec::compare_scalar(abs(x, name), f64::INFINITY, CompareOp::Eq, out, name)
+pub(crate) fn is_inf(x: CudnnTensor, out: BoolDType, name: &str) -> Result<CudnnTensor> {
+    exec::compare_scalar(abs(x, name)?, f64::INFINITY, CompareOp::Eq, out, name)
 }
 
-/// The bool dtype of a bool tensor (results of bool ops keep it).
-fn bool_store(t: &CudnnTensor, name: &str) -> BoolDType {
+/// The bool dtype of a bool tensor (results of bool ops keep it); an error for other dtypes.
+fn bool_store(t: &CudnnTensor, name: &str) -> Result<BoolDType> {
     match t.dtype {
-        DType::Bool(store) => store,
-        other => panic!("cudnn-backend: {name}: expected a bool tensor, got {other:?}"),
+        DType::Bool(store) => Ok(store),
+        other => Err(Error::invalid_input(
+            name,
+            format!("expected a bool tensor, got {other:?}"),
+        )),
     }
 }
 
 /// Comparison of two bool tensors; the result keeps `a`'s bool dtype.
-pub(crate) fn bool_compare(a: CudnnTensor, b: CudnnTensor, op: CompareOp, name: &str) -> CudnnTensor {
-    let out = bool_store(&a, name);
+pub(crate) fn bool_compare(a: CudnnTensor, b: CudnnTensor, op: CompareOp, name: &str) -> Result<CudnnTensor> {
+    let out = bool_store(&a, name)?;
     exec::compare(a, b, op, out, name)
 }
 
 /// Comparison of a bool tensor with a scalar (`!= 0` is true).
-pub(crate) fn bool_compare_scalar(a: CudnnTensor, s: Scalar, op: CompareOp, name: &str) -> CudnnTensor {
-    let out = bool_store(&a, name);
+pub(crate) fn bool_compare_scalar(a: CudnnTensor, s: Scalar, op: CompareOp, name: &str) -> Result<CudnnTensor> {
+    let out = bool_store(&a, name)?;
     let v = (exec::scalar_f64(s) != 0.0) as u8 as f64;
     exec::compare_scalar(a, v, op, out, name)
 }
 
 /// Bitwise not: `x ^ all-ones` (for bool tensors, which hold 0/1, `x ^ 1`).
-pub(crate) fn not(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn not(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     let ones = if matches!(x.dtype, DType::Bool(_)) { 1.0 } else { -1.0 };
     exec::binary_scalar(x, ones, BinaryOp::BitXor, name)
 }
 
 /// `2^b` in `b`'s dtype (wrapping at the dtype's width).
-fn pow2(b: CudnnTensor, name: &str) -> CudnnTensor {
-    let two = exec::scalar_tensor(&b, b.dtype, 2.0, name);
+fn pow2(b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    let two = exec::scalar_tensor(&b, b.dtype, 2.0, name)?;
     exec::binary(two, b, BinaryOp::Pow, name)
 }
 
 /// `a << b` as `a * 2^b` (wrapping; shifts of the full width or more give 0).
-pub(crate) fn shift_left(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
-    exec::check_same_dtype(name, &a, &b);
-    exec::binary(a, pow2(b, name), BinaryOp::Mul, name)
+pub(crate) fn shift_left(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    exec::check_same_dtype(name, &a, &b)?;
+    exec::binary(a, pow2(b, name)?, BinaryOp::Mul, name)
 }
 
 /// Arithmetic `a >> b` as the floor division `(a - a mod 2^b) / 2^b` (exact; a shift of
 /// the signed dtype's width minus one, where `2^b` wraps negative, is not supported).
-pub(crate) fn shift_right(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
-    exec::check_same_dtype(name, &a, &b);
-    let p = pow2(b, name);
-    let r = exec::binary(a.clone(), p.clone(), BinaryOp::Rem, name);
-    let d = exec::binary(a, r, BinaryOp::Sub, name);
+pub(crate) fn shift_right(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    exec::check_same_dtype(name, &a, &b)?;
+    let p = pow2(b, name)?;
+    let r = exec::binary(a.clone(), p.clone(), BinaryOp::Rem, name)?;
+    let d = exec::binary(a, r, BinaryOp::Sub, name)?;
     exec::binary(d, p, BinaryOp::Div, name)
 }
 
 /// [`shift_left`] / [`shift_right`] by a scalar amount.
-pub(crate) fn shift_scalar(a: CudnnTensor, s: Scalar, left: bool, name: &str) -> CudnnTensor {
-    let b = exec::scalar_tensor(&a, a.dtype, exec::scalar_f64(s), name);
+pub(crate) fn shift_scalar(a: CudnnTensor, s: Scalar, left: bool, name: &str) -> Result<CudnnTensor> {
+    let b = exec::scalar_tensor(&a, a.dtype, exec::scalar_f64(s), name)?;
     if left {
         shift_left(a, b, name)
     } else {
@@ -184,127 +194,136 @@ pub(crate) fn shift_scalar(a: CudnnTensor, s: Scalar, left: bool, name: &str) ->
 // (F16/BF16 compute in F32 and round once at the end).
 
 /// Runs `f` in F32 for F16/BF16 inputs (rounding the result back), else in `x`'s dtype.
-fn in_wide_float(x: CudnnTensor, name: &str, f: impl FnOnce(CudnnTensor) -> CudnnTensor) -> CudnnTensor {
+fn in_wide_float(
+    x: CudnnTensor,
+    name: &str,
+    f: impl FnOnce(CudnnTensor) -> Result<CudnnTensor>,
+) -> Result<CudnnTensor> {
     match x.dtype {
         DType::F16 | DType::BF16 => {
             let dtype = x.dtype;
-            exec::cast(f(exec::cast(x, DType::F32, name)), dtype, name)
+            exec::cast(f(exec::cast(x, DType::F32, name)?)?, dtype, name)
         }
         _ => f(x),
     }
 }
 
-fn un(x: CudnnTensor, op: UnaryOp, name: &str) -> CudnnTensor {
+fn un(x: CudnnTensor, op: UnaryOp, name: &str) -> Result<CudnnTensor> {
     exec::unary(x, op, name)
 }
 
-fn bin(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -> CudnnTensor {
+fn bin(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -> Result<CudnnTensor> {
     exec::binary(a, b, op, name)
 }
 
 /// `cosh x = (e + 1/e) / 2` with `e = exp|x|`.
-pub(crate) fn cosh(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn cosh(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let e = un(un(x, UnaryOp::Abs, name), UnaryOp::Exp, name);
-        let r = un(e.clone(), UnaryOp::Recip, name);
-        un(bin(e, r, BinaryOp::Add, name), UnaryOp::MulScalar(0.5), name)
+        let e = un(un(x, UnaryOp::Abs, name)?, UnaryOp::Exp, name)?;
+        let r = un(e.clone(), UnaryOp::Recip, name)?;
+        un(bin(e, r, BinaryOp::Add, name)?, UnaryOp::MulScalar(0.5), name)
     })
 }
 
 /// `sinh x = sign(x) (m + m/(m+1)) / 2` with `m = expm1|x|` (accurate near 0).
-pub(crate) fn sinh(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn sinh(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let s = un(x.clone(), UnaryOp::Sign, name);
-        let m = un(un(x, UnaryOp::Abs, name), UnaryOp::Expm1, name);
+        let s = un(x.clone(), UnaryOp::Sign, name)?;
+        let m = un(un(x, UnaryOp::Abs, name)?, UnaryOp::Expm1, name)?;
         let q = bin(
             m.clone(),
-            un(m.clone(), UnaryOp::AddScalar(1.0), name),
+            un(m.clone(), UnaryOp::AddScalar(1.0), name)?,
             BinaryOp::Div,
             name,
-        );
-        let h = un(bin(m, q, BinaryOp::Add, name), UnaryOp::MulScalar(0.5), name);
+        )?;
+        let h = un(bin(m, q, BinaryOp::Add, name)?, UnaryOp::MulScalar(0.5), name)?;
         bin(h, s, BinaryOp::Mul, name)
     })
 }
 
 /// `atan x = atan2(x, 1)`.
-pub(crate) fn atan(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn atan(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     exec::binary_scalar(x, 1.0, BinaryOp::Atan2, name)
 }
 
 /// `sqrt((1 - x)(1 + x))` (NaN outside `[-1, 1]`).
-fn sqrt_one_minus_sq(x: &CudnnTensor, name: &str) -> CudnnTensor {
-    let p = un(x.clone(), UnaryOp::AddScalar(1.0), name);
-    let m = un(un(x.clone(), UnaryOp::Neg, name), UnaryOp::AddScalar(1.0), name);
-    un(bin(m, p, BinaryOp::Mul, name), UnaryOp::Sqrt, name)
+fn sqrt_one_minus_sq(x: &CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    let p = un(x.clone(), UnaryOp::AddScalar(1.0), name)?;
+    let m = un(un(x.clone(), UnaryOp::Neg, name)?, UnaryOp::AddScalar(1.0), name)?;
+    un(bin(m, p, BinaryOp::Mul, name)?, UnaryOp::Sqrt, name)
 }
 
 /// `asin x = atan2(x, sqrt(1 - x²))`.
-pub(crate) fn asin(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn asin(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let c = sqrt_one_minus_sq(&x, name);
+        let c = sqrt_one_minus_sq(&x, name)?;
         bin(x, c, BinaryOp::Atan2, name)
     })
 }
 
 /// `acos x = atan2(sqrt(1 - x²), x)`.
-pub(crate) fn acos(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn acos(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let s = sqrt_one_minus_sq(&x, name);
+        let s = sqrt_one_minus_sq(&x, name)?;
         bin(s, x, BinaryOp::Atan2, name)
     })
 }
 
 /// `asinh x = sign(x) log1p(a + a / (r + sqrt(1 + r²)))` with `a = |x|`, `r = 1/a`
 /// (accurate near 0, no overflow for large `a`, 0 at 0).
-pub(crate) fn asinh(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn asinh(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let s = un(x.clone(), UnaryOp::Sign, name);
-        let a = un(x, UnaryOp::Abs, name);
-        let r = un(a.clone(), UnaryOp::Recip, name);
+        let s = un(x.clone(), UnaryOp::Sign, name)?;
+        let a = un(x, UnaryOp::Abs, name)?;
+        let r = un(a.clone(), UnaryOp::Recip, name)?;
         let h = un(
-            un(un(r.clone(), UnaryOp::Square, name), UnaryOp::AddScalar(1.0), name),
+            un(un(r.clone(), UnaryOp::Square, name)?, UnaryOp::AddScalar(1.0), name)?,
             UnaryOp::Sqrt,
             name,
-        );
-        let q = bin(a.clone(), bin(r, h, BinaryOp::Add, name), BinaryOp::Div, name);
-        let l = un(bin(a, q, BinaryOp::Add, name), UnaryOp::Log1p, name);
+        )?;
+        let q = bin(a.clone(), bin(r, h, BinaryOp::Add, name)?, BinaryOp::Div, name)?;
+        let l = un(bin(a, q, BinaryOp::Add, name)?, UnaryOp::Log1p, name)?;
         bin(l, s, BinaryOp::Mul, name)
     })
 }
 
 /// `acosh x = log1p(t + sqrt(t) sqrt(t + 2))` with `t = x - 1` (accurate near 1, no
 /// overflow for large `x`; NaN below 1).
-pub(crate) fn acosh(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn acosh(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let t = un(x, UnaryOp::AddScalar(-1.0), name);
-        let s1 = un(t.clone(), UnaryOp::Sqrt, name);
-        let s2 = un(un(t.clone(), UnaryOp::AddScalar(2.0), name), UnaryOp::Sqrt, name);
-        let u = bin(t, bin(s1, s2, BinaryOp::Mul, name), BinaryOp::Add, name);
+        let t = un(x, UnaryOp::AddScalar(-1.0), name)?;
+        let s1 = un(t.clone(), UnaryOp::Sqrt, name)?;
+        let s2 = un(un(t.clone(), UnaryOp::AddScalar(2.0), name)?, UnaryOp::Sqrt, name)?;
+        let u = bin(t, bin(s1, s2, BinaryOp::Mul, name)?, BinaryOp::Add, name)?;
         un(u, UnaryOp::Log1p, name)
     })
 }
 
 /// `atanh x = log1p(2x / (1 - x)) / 2`.
-pub(crate) fn atanh(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn atanh(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     in_wide_float(x, name, |x| {
-        let d = un(un(x.clone(), UnaryOp::Neg, name), UnaryOp::AddScalar(1.0), name);
-        let q = bin(un(x, UnaryOp::MulScalar(2.0), name), d, BinaryOp::Div, name);
-        un(un(q, UnaryOp::Log1p, name), UnaryOp::MulScalar(0.5), name)
+        let d = un(un(x.clone(), UnaryOp::Neg, name)?, UnaryOp::AddScalar(1.0), name)?;
+        let q = bin(un(x, UnaryOp::MulScalar(2.0), name)?, d, BinaryOp::Div, name)?;
+        un(un(q, UnaryOp::Log1p, name)?, UnaryOp::MulScalar(0.5), name)
     })
 }
 
 // ---------------------------------------------------------------------------------------
 // Reductions and scans
 
-/// Panics unless `dim` is a dim of `x`.
-fn check_dim(name: &str, x: &CudnnTensor, dim: usize) {
-    assert!(
-        dim < x.rank(),
-        "cudnn-backend: {name}: dim {dim} is out of range for a tensor of rank {} ({:?})",
-        x.rank(),
-        x.dims()
-    );
+/// An error unless `dim` is a dim of `x`.
+fn check_dim(name: &str, x: &CudnnTensor, dim: usize) -> Result<()> {
+    if dim >= x.rank() {
+        return Err(Error::invalid_input(
+            name,
+            format!(
+                "dim {dim} is out of range for a tensor of rank {} ({:?})",
+                x.rank(),
+                x.dims()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `x`'s dims with `dims[dim] = 1`.
@@ -315,8 +334,8 @@ fn keep_dim(x: &CudnnTensor, dim: usize) -> Vec<i64> {
 }
 
 /// `op` over `dim`, keeping it with size 1, into a new tensor of `dtype`.
-fn reduce_dim_as(x: CudnnTensor, dim: usize, op: ReduceOp, dtype: DType, name: &str) -> CudnnTensor {
-    check_dim(name, &x, dim);
+fn reduce_dim_as(x: CudnnTensor, dim: usize, op: ReduceOp, dtype: DType, name: &str) -> Result<CudnnTensor> {
+    check_dim(name, &x, dim)?;
     if let Some(chunks) = split_chunks(&x, dim, op, dtype) {
         // Few long rows (e.g. batch-norm statistics: one row per channel): reduce chunks of
         // each row in parallel, then the partial results. A pure view splits the axis.
@@ -328,15 +347,15 @@ fn reduce_dim_as(x: CudnnTensor, dim: usize, op: ReduceOp, dtype: DType, name: &
         layout.dims.insert(dim + 1, len / chunks);
         layout.strides.insert(dim + 1, stride);
         let split = x.with_layout(layout);
-        let partial = reduce_dim_as(split, dim + 1, op, dtype, name);
+        let partial = reduce_dim_as(split, dim + 1, op, dtype, name)?;
         let mut partial_dims = x.dims().to_vec();
         partial_dims[dim] = chunks;
-        let partial = partial.reshape(&partial_dims);
+        let partial = partial.reshape(&partial_dims)?;
         return reduce_dim_as(partial, dim, op, dtype, name);
     }
-    let out = x.empty_on(&keep_dim(&x, dim), dtype, name);
-    expect(name, reduce::reduce(x.stream(), op, &x.tref(), dim, &out.tmut()));
-    out
+    let out = x.empty_on(&keep_dim(&x, dim), dtype, name)?;
+    reduce::reduce(x.stream(), op, &x.tref(), dim, &out.tmut())?;
+    Ok(out)
 }
 
 /// How many chunks to split a reduction over `dim` into: `Some(c)` when the rows are long
@@ -366,96 +385,93 @@ fn split_chunks(x: &CudnnTensor, dim: usize, op: ReduceOp, dtype: DType) -> Opti
 }
 
 /// `op` over every element into a tensor of shape `[1]` and `dtype`.
-fn reduce_all_as(x: CudnnTensor, op: ReduceOp, dtype: DType, name: &str) -> CudnnTensor {
-    let out = x.empty_on(&[1], dtype, name);
-    expect(name, reduce::reduce_all(x.stream(), op, &x.tref(), &out.tmut()));
-    out
+fn reduce_all_as(x: CudnnTensor, op: ReduceOp, dtype: DType, name: &str) -> Result<CudnnTensor> {
+    let out = x.empty_on(&[1], dtype, name)?;
+    reduce::reduce_all(x.stream(), op, &x.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Sum, product, max or min over `dim` (kept with size 1); ints wrap.
-pub(crate) fn reduce_dim(x: CudnnTensor, dim: usize, op: ReduceOp, name: &str) -> CudnnTensor {
+pub(crate) fn reduce_dim(x: CudnnTensor, dim: usize, op: ReduceOp, name: &str) -> Result<CudnnTensor> {
     let dtype = x.dtype;
     reduce_dim_as(x, dim, op, dtype, name)
 }
 
 /// Sum, product, max or min of every element, shape `[1]`.
-pub(crate) fn reduce_all(x: CudnnTensor, op: ReduceOp, name: &str) -> CudnnTensor {
+pub(crate) fn reduce_all(x: CudnnTensor, op: ReduceOp, name: &str) -> Result<CudnnTensor> {
     let dtype = x.dtype;
     reduce_all_as(x, op, dtype, name)
 }
 
 /// Mean over `dim` (kept): floats average; ints divide the (wrapping) sum, truncating.
-pub(crate) fn mean_dim(x: CudnnTensor, dim: usize, name: &str) -> CudnnTensor {
+pub(crate) fn mean_dim(x: CudnnTensor, dim: usize, name: &str) -> Result<CudnnTensor> {
     if is_float(&x) {
         return reduce_dim(x, dim, ReduceOp::Mean, name);
     }
-    check_dim(name, &x, dim);
+    check_dim(name, &x, dim)?;
     let n = x.dims()[dim];
-    div_scalar(reduce_dim(x, dim, ReduceOp::Sum, name), Scalar::Int(n), name)
+    div_scalar(reduce_dim(x, dim, ReduceOp::Sum, name)?, Scalar::Int(n), name)
 }
 
 /// Mean of every element, shape `[1]` (ints: truncating).
-pub(crate) fn mean(x: CudnnTensor, name: &str) -> CudnnTensor {
+pub(crate) fn mean(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
     if is_float(&x) {
         return reduce_all(x, ReduceOp::Mean, name);
     }
     let n = x.numel();
-    div_scalar(reduce_all(x, ReduceOp::Sum, name), Scalar::Int(n), name)
+    div_scalar(reduce_all(x, ReduceOp::Sum, name)?, Scalar::Int(n), name)
 }
 
 /// Largest `|x|` over `dim` (kept).
-pub(crate) fn max_abs_dim(x: CudnnTensor, dim: usize, name: &str) -> CudnnTensor {
-    reduce_dim(abs(x, name), dim, ReduceOp::Max, name)
+pub(crate) fn max_abs_dim(x: CudnnTensor, dim: usize, name: &str) -> Result<CudnnTensor> {
+    reduce_dim(abs(x, name)?, dim, ReduceOp::Max, name)
 }
 
 /// Largest `|x|` of every element, shape `[1]`.
-pub(crate) fn max_abs(x: CudnnTensor, name: &str) -> CudnnTensor {
-    reduce_all(abs(x, name), ReduceOp::Max, name)
+pub(crate) fn max_abs(x: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    reduce_all(abs(x, name)?, ReduceOp::Max, name)
 }
 
 /// Any/all nonzero over `dim` (kept) as a bool tensor of `out`.
-pub(crate) fn logical_dim(x: CudnnTensor, dim: usize, op: ReduceOp, out: BoolDType, name: &str) -> CudnnTensor {
-    reduce_dim_as(x, dim, op, exec::bool_dtype(name, out), name)
+pub(crate) fn logical_dim(x: CudnnTensor, dim: usize, op: ReduceOp, out: BoolDType, name: &str) -> Result<CudnnTensor> {
+    reduce_dim_as(x, dim, op, exec::bool_dtype(name, out)?, name)
 }
 
 /// Any/all nonzero over every element, shape `[1]`, as a bool tensor of `out`.
-pub(crate) fn logical_all(x: CudnnTensor, op: ReduceOp, out: BoolDType, name: &str) -> CudnnTensor {
-    reduce_all_as(x, op, exec::bool_dtype(name, out), name)
+pub(crate) fn logical_all(x: CudnnTensor, op: ReduceOp, out: BoolDType, name: &str) -> Result<CudnnTensor> {
+    reduce_all_as(x, op, exec::bool_dtype(name, out)?, name)
 }
 
 /// [`logical_dim`] of a bool tensor, keeping its bool dtype.
-pub(crate) fn bool_logical_dim(x: CudnnTensor, dim: usize, op: ReduceOp, name: &str) -> CudnnTensor {
-    let out = bool_store(&x, name);
+pub(crate) fn bool_logical_dim(x: CudnnTensor, dim: usize, op: ReduceOp, name: &str) -> Result<CudnnTensor> {
+    let out = bool_store(&x, name)?;
     logical_dim(x, dim, op, out, name)
 }
 
 /// [`logical_all`] of a bool tensor, keeping its bool dtype.
-pub(crate) fn bool_logical_all(x: CudnnTensor, op: ReduceOp, name: &str) -> CudnnTensor {
-    let out = bool_store(&x, name);
+pub(crate) fn bool_logical_all(x: CudnnTensor, op: ReduceOp, name: &str) -> Result<CudnnTensor> {
+    let out = bool_store(&x, name)?;
     logical_all(x, op, out, name)
 }
 
 /// The I64 index along `dim` (kept) of the first maximum/minimum.
-fn arg_i64(x: &CudnnTensor, dim: usize, op: ArgOp, name: &str) -> CudnnTensor {
-    check_dim(name, x, dim);
-    let out = x.empty_on(&keep_dim(x, dim), DType::I64, name);
-    expect(name, reduce::arg_reduce(x.stream(), op, &x.tref(), dim, &out.tmut()));
-    out
+fn arg_i64(x: &CudnnTensor, dim: usize, op: ArgOp, name: &str) -> Result<CudnnTensor> {
+    check_dim(name, x, dim)?;
+    let out = x.empty_on(&keep_dim(x, dim), DType::I64, name)?;
+    reduce::arg_reduce(x.stream(), op, &x.tref(), dim, &out.tmut())?;
+    Ok(out)
 }
 
 /// Index of the first maximum/minimum along `dim` (kept), as `out_dtype`.
-pub(crate) fn arg_reduce(x: CudnnTensor, dim: usize, op: ArgOp, out_dtype: DType, name: &str) -> CudnnTensor {
-    exec::cast(arg_i64(&x, dim, op, name), out_dtype, name)
+pub(crate) fn arg_reduce(x: CudnnTensor, dim: usize, op: ArgOp, out_dtype: DType, name: &str) -> Result<CudnnTensor> {
+    exec::cast(arg_i64(&x, dim, op, name)?, out_dtype, name)
 }
 
 /// `x` gathered along `dim` at the I64 `indices` (same rank, dims no larger off `dim`).
-fn gather_i64(x: &CudnnTensor, dim: usize, indices: &CudnnTensor, name: &str) -> CudnnTensor {
-    let out = x.empty_on(indices.dims(), x.dtype, name);
-    expect(
-        name,
-        index::gather(x.stream(), &x.tref(), dim, &indices.tref(), &out.tmut()),
-    );
-    out
+fn gather_i64(x: &CudnnTensor, dim: usize, indices: &CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    let out = x.empty_on(indices.dims(), x.dtype, name)?;
+    index::gather(x.stream(), &x.tref(), dim, &indices.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// (values, indices) of the first maximum/minimum along `dim` (kept), indices as
@@ -466,18 +482,18 @@ pub(crate) fn arg_reduce_with_values(
     op: ArgOp,
     idx_dtype: DType,
     name: &str,
-) -> (CudnnTensor, CudnnTensor) {
-    let idx = arg_i64(&x, dim, op, name);
-    let values = gather_i64(&x, dim, &idx, name);
-    (values, exec::cast(idx, idx_dtype, name))
+) -> Result<(CudnnTensor, CudnnTensor)> {
+    let idx = arg_i64(&x, dim, op, name)?;
+    let values = gather_i64(&x, dim, &idx, name)?;
+    Ok((values, exec::cast(idx, idx_dtype, name)?))
 }
 
 /// Inclusive scan along `dim` into a new tensor.
-pub(crate) fn scan(x: CudnnTensor, dim: usize, op: ScanOp, name: &str) -> CudnnTensor {
-    check_dim(name, &x, dim);
-    let out = x.empty_like(x.dtype, name);
-    expect(name, reduce::scan(x.stream(), op, &x.tref(), dim, &out.tmut()));
-    out
+pub(crate) fn scan(x: CudnnTensor, dim: usize, op: ScanOp, name: &str) -> Result<CudnnTensor> {
+    check_dim(name, &x, dim)?;
+    let out = x.empty_like(x.dtype, name)?;
+    reduce::scan(x.stream(), op, &x.tref(), dim, &out.tmut())?;
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -492,22 +508,24 @@ fn sort_raw(
     values: bool,
     indices: bool,
     name: &str,
-) -> (Option<CudnnTensor>, Option<CudnnTensor>) {
-    check_dim(name, x, dim);
-    let v = values.then(|| x.empty_like(x.dtype, name));
-    let i = indices.then(|| x.empty_like(DType::I64, name));
+) -> Result<(Option<CudnnTensor>, Option<CudnnTensor>)> {
+    check_dim(name, x, dim)?;
+    let v = values.then(|| x.empty_like(x.dtype, name)).transpose()?;
+    let i = indices.then(|| x.empty_like(DType::I64, name)).transpose()?;
     let (vr, ir) = (tmut_of(&v), tmut_of(&i));
-    expect(
-        name,
-        ksort::sort(x.stream(), &x.tref(), dim, descending, vr.as_ref(), ir.as_ref()),
-    );
+    ksort::sort(x.stream(), &x.tref(), dim, descending, vr.as_ref(), ir.as_ref())?;
     drop((vr, ir));
-    (v, i)
+    Ok((v, i))
+}
+
+/// The sorted values [`sort_raw`] was asked for (always present when requested).
+fn requested(t: Option<CudnnTensor>) -> CudnnTensor {
+    t.unwrap_or_else(|| unreachable!("cudnn-backend: internal error: a requested sort output is missing"))
 }
 
 /// Values sorted along `dim` (stable; NaN sorts as the largest value).
-pub(crate) fn sort(x: CudnnTensor, dim: usize, descending: bool, name: &str) -> CudnnTensor {
-    sort_raw(&x, dim, descending, true, false, name).0.expect("values")
+pub(crate) fn sort(x: CudnnTensor, dim: usize, descending: bool, name: &str) -> Result<CudnnTensor> {
+    Ok(requested(sort_raw(&x, dim, descending, true, false, name)?.0))
 }
 
 /// Sorted values and their source positions as `idx_dtype`.
@@ -517,23 +535,29 @@ pub(crate) fn sort_with_indices(
     descending: bool,
     idx_dtype: DType,
     name: &str,
-) -> (CudnnTensor, CudnnTensor) {
-    let (v, i) = sort_raw(&x, dim, descending, true, true, name);
-    (v.expect("values"), exec::cast(i.expect("indices"), idx_dtype, name))
+) -> Result<(CudnnTensor, CudnnTensor)> {
+    let (v, i) = sort_raw(&x, dim, descending, true, true, name)?;
+    Ok((requested(v), exec::cast(requested(i), idx_dtype, name)?))
 }
 
 /// The positions that sort `x` along `dim`, as `idx_dtype`.
-pub(crate) fn argsort(x: CudnnTensor, dim: usize, descending: bool, idx_dtype: DType, name: &str) -> CudnnTensor {
-    let i = sort_raw(&x, dim, descending, false, true, name).1.expect("indices");
+pub(crate) fn argsort(
+    x: CudnnTensor,
+    dim: usize,
+    descending: bool,
+    idx_dtype: DType,
+    name: &str,
+) -> Result<CudnnTensor> {
+    let i = requested(sort_raw(&x, dim, descending, false, true, name)?.1);
     exec::cast(i, idx_dtype, name)
 }
 
 /// The first `k` entries of `t` along `dim`, packed.
-fn take_front(t: CudnnTensor, dim: usize, k: i64, name: &str) -> CudnnTensor {
+fn take_front(t: CudnnTensor, dim: usize, k: i64, name: &str) -> Result<CudnnTensor> {
     if t.dims()[dim] == k {
-        return t;
+        return Ok(t);
     }
-    let layout = expect(name, t.layout.slice(dim, 0, k, 1));
+    let layout = t.layout.slice(dim, 0, k, 1).in_op(name)?;
     t.with_layout(layout).contiguous()
 }
 
@@ -549,68 +573,76 @@ fn lowest(dtype: DType) -> f64 {
 }
 
 /// `[0, 1, .., len - 1]` as an I64 tensor of dims `[1, len]`.
-fn arange_row(like: &CudnnTensor, len: i64, name: &str) -> CudnnTensor {
-    let ones = exec::full(like.device(), &[1, len], DType::I64, 1.0, name);
-    exec::unary(scan(ones, 1, ScanOp::CumSum, name), UnaryOp::AddScalar(-1.0), name)
+fn arange_row(like: &CudnnTensor, len: i64, name: &str) -> Result<CudnnTensor> {
+    let ones = exec::full(like.device(), &[1, len], DType::I64, 1.0, name)?;
+    exec::unary(scan(ones, 1, ScanOp::CumSum, name)?, UnaryOp::AddScalar(-1.0), name)
 }
 
 /// `t` ([rows or 1, l]) widened to `p` columns, the new ones filled with `fill`.
-fn pad_cols(t: CudnnTensor, p: i64, fill: f64, name: &str) -> CudnnTensor {
+fn pad_cols(t: CudnnTensor, p: i64, fill: f64, name: &str) -> Result<CudnnTensor> {
     let (rows, l) = (t.dims()[0], t.dims()[1]);
-    let out = exec::full(t.device(), &[rows, p], t.dtype, fill, name);
-    let head = out.with_layout(expect(name, out.layout.slice(1, 0, l, 1)));
-    exec::copy_into(&t, &head, name);
-    out
+    let out = exec::full(t.device(), &[rows, p], t.dtype, fill, name)?;
+    let head = out.with_layout(out.layout.slice(1, 0, l, 1)?);
+    exec::copy_into(&t, &head, name)?;
+    Ok(out)
 }
 
 /// The `k` largest entries along `dim`, largest first, ties by lowest index: the values
 /// (when `values`) and their I64 positions. Rows up to [`MAX_SORT_LEN`] are sorted once, and
 /// so are longer rows when `k` exceeds half that length; otherwise long rows are cut into
 /// chunks of that length whose top `k` survive, repeatedly, until one chunk is left.
-fn topk_raw(x: CudnnTensor, dim: usize, k: usize, values: bool, name: &str) -> (Option<CudnnTensor>, CudnnTensor) {
-    check_dim(name, &x, dim);
+fn topk_raw(
+    x: CudnnTensor,
+    dim: usize,
+    k: usize,
+    values: bool,
+    name: &str,
+) -> Result<(Option<CudnnTensor>, CudnnTensor)> {
+    check_dim(name, &x, dim)?;
     let len = x.dims()[dim];
     let k = k as i64;
-    assert!(
-        k <= len,
-        "cudnn-backend: {name}: k = {k} exceeds the size {len} of dim {dim}"
-    );
+    if k > len {
+        return Err(Error::invalid_input(
+            name,
+            format!("k = {k} exceeds the size {len} of dim {dim}"),
+        ));
+    }
     let chunk = MAX_SORT_LEN;
     if len <= chunk || k > chunk / 2 {
-        let (v, i) = sort_raw(&x, dim, true, values, true, name);
-        let i = take_front(i.expect("indices"), dim, k, name);
-        return (v.map(|v| take_front(v, dim, k, name)), i);
+        let (v, i) = sort_raw(&x, dim, true, values, true, name)?;
+        let i = take_front(requested(i), dim, k, name)?;
+        return Ok((v.map(|v| take_front(v, dim, k, name)).transpose()?, i));
     }
     // Move `dim` last and flatten the other dims into rows: [rows, len].
     let rank = x.rank();
     let mut perm: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
     perm.push(dim);
-    let moved = x.with_layout(expect(name, x.layout.permute(&perm)));
+    let moved = x.with_layout(x.layout.permute(&perm).in_op(name)?);
     let rest: Vec<i64> = moved.dims()[..rank - 1].to_vec();
     let rows: i64 = rest.iter().product();
-    let mut vals = moved.reshape(&[rows, len]);
-    let mut idx = arange_row(&vals, len, name);
+    let mut vals = moved.reshape(&[rows, len])?;
+    let mut idx = arange_row(&vals, len, name)?;
     let mut l = len;
     while l > chunk {
         let chunks = (l + chunk - 1) / chunk;
         let p = chunks * chunk;
         if p != l {
             let fill = lowest(vals.dtype);
-            vals = pad_cols(vals, p, fill, name);
-            idx = pad_cols(idx, p, 0.0, name);
+            vals = pad_cols(vals, p, fill, name)?;
+            idx = pad_cols(idx, p, 0.0, name)?;
         }
-        let v3 = vals.reshape(&[rows, chunks, chunk]);
+        let v3 = vals.reshape(&[rows, chunks, chunk])?;
         let idx_rows = idx.dims()[0];
-        let i3 = exec::expand(idx.reshape(&[idx_rows, chunks, chunk]), &[rows, chunks, chunk], name);
-        let (sv, si) = sort_raw(&v3, 2, true, true, true, name);
-        let si = take_front(si.expect("indices"), 2, k, name);
-        idx = gather_i64(&i3, 2, &si, name).reshape(&[rows, chunks * k]);
-        vals = take_front(sv.expect("values"), 2, k, name).reshape(&[rows, chunks * k]);
+        let i3 = exec::expand(idx.reshape(&[idx_rows, chunks, chunk])?, &[rows, chunks, chunk], name)?;
+        let (sv, si) = sort_raw(&v3, 2, true, true, true, name)?;
+        let si = take_front(requested(si), 2, k, name)?;
+        idx = gather_i64(&i3, 2, &si, name)?.reshape(&[rows, chunks * k])?;
+        vals = take_front(requested(sv), 2, k, name)?.reshape(&[rows, chunks * k])?;
         l = chunks * k;
     }
-    let (sv, si) = sort_raw(&vals, 1, true, values, true, name);
-    let si = take_front(si.expect("indices"), 1, k, name);
-    let idx = gather_i64(&idx, 1, &si, name);
+    let (sv, si) = sort_raw(&vals, 1, true, values, true, name)?;
+    let si = take_front(requested(si), 1, k, name)?;
+    let idx = gather_i64(&idx, 1, &si, name)?;
     // Back to x's dim order: [rest.., k] with the last dim moved to `dim`.
     let mut inverse = vec![0usize; rank];
     for (i, &p) in perm.iter().enumerate() {
@@ -618,22 +650,24 @@ fn topk_raw(x: CudnnTensor, dim: usize, k: usize, values: bool, name: &str) -> (
     }
     let mut out_dims = rest;
     out_dims.push(k);
-    let restore = |t: CudnnTensor| {
-        let t = t.reshape(&out_dims);
-        t.with_layout(expect(name, t.layout.permute(&inverse)))
+    let restore = |t: CudnnTensor| -> Result<CudnnTensor> {
+        let t = t.reshape(&out_dims)?;
+        let layout = t.layout.permute(&inverse)?;
+        Ok(t.with_layout(layout))
     };
-    (sv.map(|v| restore(take_front(v, 1, k, name))), restore(idx))
+    let values = sv.map(|v| restore(take_front(v, 1, k, name)?)).transpose()?;
+    Ok((values, restore(idx)?))
 }
 
 /// The `k` largest values along `dim`, largest first.
-pub(crate) fn topk(x: CudnnTensor, dim: usize, k: usize, name: &str) -> CudnnTensor {
-    topk_raw(x, dim, k, true, name).0.expect("values")
+pub(crate) fn topk(x: CudnnTensor, dim: usize, k: usize, name: &str) -> Result<CudnnTensor> {
+    Ok(requested(topk_raw(x, dim, k, true, name)?.0))
 }
 
 /// The positions of the `k` largest values along `dim` (ties: lowest index first), as
 /// `idx_dtype`.
-pub(crate) fn argtopk(x: CudnnTensor, dim: usize, k: usize, idx_dtype: DType, name: &str) -> CudnnTensor {
-    exec::cast(topk_raw(x, dim, k, false, name).1, idx_dtype, name)
+pub(crate) fn argtopk(x: CudnnTensor, dim: usize, k: usize, idx_dtype: DType, name: &str) -> Result<CudnnTensor> {
+    exec::cast(topk_raw(x, dim, k, false, name)?.1, idx_dtype, name)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -642,8 +676,14 @@ pub(crate) fn argtopk(x: CudnnTensor, dim: usize, k: usize, idx_dtype: DType, na
 /// A tensor of `shape` and `dtype` drawn from `dist` with the backend's generator. Floats:
 /// `Default` is uniform in `[0, 1)`. Ints: `Default` is uniform in `[0, 255)`, `Uniform`
 /// bounds are truncated to integers, `Normal` draws are truncated toward zero.
-pub(crate) fn random(shape: &Shape, dist: Distribution, device: &CudnnDevice, dtype: DType, name: &str) -> CudnnTensor {
-    let out = exec::empty(device, shape, dtype, name);
+pub(crate) fn random(
+    shape: &Shape,
+    dist: Distribution,
+    device: &CudnnDevice,
+    dtype: DType,
+    name: &str,
+) -> Result<CudnnTensor> {
+    let out = exec::empty(device, shape, dtype, name)?;
     let stream = out.stream().clone();
     let t = out.tmut();
     let float = is_float(&out);
@@ -655,37 +695,39 @@ pub(crate) fn random(shape: &Shape, dist: Distribution, device: &CudnnDevice, dt
         Distribution::Bernoulli(p) => rng::bernoulli(&stream, g, p, &t),
         Distribution::Normal(mean, std) if float => rng::normal(&stream, g, mean, std, &t),
         Distribution::Normal(mean, std) => {
-            let wide = out.empty_like(DType::F64, name);
+            let wide = out.empty_like(DType::F64, name)?;
             rng::normal(&stream, g, mean, std, &wide.tmut())?;
-            exec::copy_into(&wide, &out, name);
+            exec::copy_into(&wide, &out, name)?;
             Ok(())
         }
     });
     drop(t);
-    expect(name, r);
-    out
+    r?;
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
 // Matmul and cross product
 
 /// The result dims of `a[.., M, K] · b[.., K, N]` (one rank ≥ 2, batch dims broadcast).
-fn matmul_dims(name: &str, a: &CudnnTensor, b: &CudnnTensor) -> Vec<i64> {
+fn matmul_dims(name: &str, a: &CudnnTensor, b: &CudnnTensor) -> Result<Vec<i64>> {
     let r = a.rank();
-    assert!(
-        r >= 2 && r == b.rank(),
-        "cudnn-backend: {name}: operands need one rank >= 2 (got {:?} and {:?})",
-        a.dims(),
-        b.dims()
-    );
     let (ad, bd) = (a.dims(), b.dims());
-    assert!(
-        ad[r - 1] == bd[r - 2],
-        "cudnn-backend: {name}: inner dims differ ({ad:?} · {bd:?})"
-    );
-    let mut dims = exec::broadcast_dims(name, &ad[..r - 2], &bd[..r - 2]);
+    if r < 2 || r != b.rank() {
+        return Err(Error::invalid_input(
+            name,
+            format!("operands need one rank >= 2 (got {ad:?} and {bd:?})"),
+        ));
+    }
+    if ad[r - 1] != bd[r - 2] {
+        return Err(Error::invalid_input(
+            name,
+            format!("inner dims differ ({ad:?} · {bd:?})"),
+        ));
+    }
+    let mut dims = exec::broadcast_dims(name, &ad[..r - 2], &bd[..r - 2])?;
     dims.extend([ad[r - 2], bd[r - 1]]);
-    dims
+    Ok(dims)
 }
 
 /// `t` with each expanded (stride-0) batch dim of size > 1 viewed as size 1: the matmul
@@ -725,20 +767,20 @@ fn positive_unit_strides(mut t: TensorRef) -> TensorRef {
 /// batch dims are not materialised: they are broadcast by the matmul, and the result is
 /// expanded back when both sides were. Operands cuDNN's engines cannot take directly
 /// (neither row-major nor transposed matrices, interleaved batches) are copied once.
-pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
-    exec::check_same_device(name, &a, &b);
-    exec::check_same_dtype(name, &a, &b);
+pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    exec::check_same_device(name, &a, &b)?;
+    exec::check_same_dtype(name, &a, &b)?;
     if a.kind() == DataType::F64 {
         return exact_matmul(&a, &b, name);
     }
-    let full = matmul_dims(name, &a, &b);
+    let full = matmul_dims(name, &a, &b)?;
     if is_small_product(&full, a.dims()) {
         return exact_matmul(&a, &b, name);
     }
-    let a = squash_expanded_batch(a).matmul_ready();
-    let b = squash_expanded_batch(b).matmul_ready();
-    let dims = matmul_dims(name, &a, &b);
-    let out = a.empty_on(&dims, a.dtype, name);
+    let a = squash_expanded_batch(a).matmul_ready()?;
+    let b = squash_expanded_batch(b).matmul_ready()?;
+    let dims = matmul_dims(name, &a, &b)?;
+    let out = a.empty_on(&dims, a.dtype, name)?;
     let (ar, br) = (positive_unit_strides(a.tref()), positive_unit_strides(b.tref()));
     let product = crate::ops::matmul(a.stream(), &ar, &br, &out.tmut());
     let out = match product {
@@ -747,12 +789,12 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnT
         // cuDNN has no engine run in the exact GEMM kernel instead.
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{name}: cuDNN has no engine ({e}); using the exact GEMM kernel");
-            exact_matmul(&a, &b, name)
+            exact_matmul(&a, &b, name)?
         }
-        Err(e) => expect(name, Err(e)),
+        Err(e) => return Err(e),
     };
     if dims == full {
-        out
+        Ok(out)
     } else {
         exec::expand(out, &full, name)
     }
@@ -776,39 +818,39 @@ fn is_small_product(out_dims: &[i64], a_dims: &[i64]) -> bool {
 /// with the exact GEMM kernel (products and sums in f64, one rounding to the dtype; any
 /// strides, no copies). For F64 and for results that must not carry TF32 error; much
 /// slower than cuDNN on large products.
-pub(crate) fn exact_matmul(a: &CudnnTensor, b: &CudnnTensor, name: &str) -> CudnnTensor {
-    exec::check_same_device(name, a, b);
-    exec::check_same_dtype(name, a, b);
-    let dims = matmul_dims(name, a, b);
-    let out = a.empty_on(&dims, a.dtype, name);
-    expect(name, linalg::matmul(a.stream(), &a.tref(), &b.tref(), &out.tmut()));
-    out
+pub(crate) fn exact_matmul(a: &CudnnTensor, b: &CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    exec::check_same_device(name, a, b)?;
+    exec::check_same_dtype(name, a, b)?;
+    let dims = matmul_dims(name, a, b)?;
+    let out = a.empty_on(&dims, a.dtype, name)?;
+    linalg::matmul(a.stream(), &a.tref(), &b.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Integer batched matmul (wrapping; I8/U8 computed in I32 and wrapped back).
-pub(crate) fn int_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> CudnnTensor {
-    exec::check_same_device(name, &a, &b);
-    exec::check_same_dtype(name, &a, &b);
-    let dims = matmul_dims(name, &a, &b);
+pub(crate) fn int_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result<CudnnTensor> {
+    exec::check_same_device(name, &a, &b)?;
+    exec::check_same_dtype(name, &a, &b)?;
+    let dims = matmul_dims(name, &a, &b)?;
     let dtype = a.dtype;
     let work = match dtype {
         DType::I64 | DType::I32 => dtype,
         _ => DType::I32,
     };
-    let (a, b) = (exec::cast(a, work, name), exec::cast(b, work, name));
-    let out = a.empty_on(&dims, work, name);
-    expect(name, linalg::int_matmul(a.stream(), &a.tref(), &b.tref(), &out.tmut()));
+    let (a, b) = (exec::cast(a, work, name)?, exec::cast(b, work, name)?);
+    let out = a.empty_on(&dims, work, name)?;
+    linalg::int_matmul(a.stream(), &a.tref(), &b.tref(), &out.tmut())?;
     exec::cast(out, dtype, name)
 }
 
 /// The 3-vector cross product along `dim` (other dims broadcast).
-pub(crate) fn cross(a: CudnnTensor, b: CudnnTensor, dim: usize, name: &str) -> CudnnTensor {
-    exec::check_same_device(name, &a, &b);
-    exec::check_same_dtype(name, &a, &b);
-    let dims = exec::broadcast_dims(name, a.dims(), b.dims());
-    let out = a.empty_on(&dims, a.dtype, name);
-    expect(name, linalg::cross3(a.stream(), &a.tref(), &b.tref(), dim, &out.tmut()));
-    out
+pub(crate) fn cross(a: CudnnTensor, b: CudnnTensor, dim: usize, name: &str) -> Result<CudnnTensor> {
+    exec::check_same_device(name, &a, &b)?;
+    exec::check_same_dtype(name, &a, &b)?;
+    let dims = exec::broadcast_dims(name, a.dims(), b.dims())?;
+    let out = a.empty_on(&dims, a.dtype, name)?;
+    linalg::cross3(a.stream(), &a.tref(), &b.tref(), dim, &out.tmut())?;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use super::fusion::custom::{record, Lazy};
 use super::route::{cast_primitive, is_cudnn, route, Route};
 use super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
 use super::{exec, Cudnn, CudnnFusion};
+use crate::error::Result;
 use crate::ops::{self, AdamOptions, AdamParam};
 
 /// Configuration of [`FusedAdam`]: the fields and defaults of `burn::optim::AdamConfig`.
@@ -219,7 +220,8 @@ where
         let module = module.map(&mut collect);
         let pending = std::mem::take(&mut collect.pending);
         let options = AdamOptions { lr, ..self.options };
-        let updated = run_step::<B::InnerBackend>(&pending, &options);
+        // The trait boundary of `Optimizer::step`: an engine error panics here.
+        let updated = expect("adam_step", run_step::<B::InnerBackend>(&pending, &options));
         let mut apply = ApplyMapper::<O, B> {
             records: &mut self.records,
             updated: pending
@@ -265,9 +267,9 @@ type Updated<I> = ([FloatTensor<I>; 3], Option<FloatTensor<I>>);
 
 /// The step of every collected parameter on the inner backend `I` (ours: [`Cudnn`], or
 /// `Fusion<Cudnn>`, where the launch is recorded as one custom operation).
-fn run_step<I: Backend>(pending: &[Pending<I>], o: &AdamOptions) -> Vec<Updated<I>> {
+fn run_step<I: Backend>(pending: &[Pending<I>], o: &AdamOptions) -> Result<Vec<Updated<I>>> {
     if pending.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let to = |t: &FloatTensor<I>| cast_primitive::<I, Cudnn>(t.clone());
     let back = |t: CudnnTensor| cast_primitive::<Cudnn, I>(t);
@@ -283,10 +285,10 @@ fn run_step<I: Backend>(pending: &[Pending<I>], o: &AdamOptions) -> Vec<Updated<
                 )
             })
             .collect();
-        return step_cudnn(eager, o)
+        return Ok(step_cudnn(eager, o)?
             .into_iter()
             .map(|(u, m)| (u.map(back), m.map(back)))
-            .collect();
+            .collect());
     }
     let lazy = |t: &FloatTensor<I>| cast_primitive::<I, CudnnFusion>(t.clone());
     let from_lazy = |t: FloatTensor<CudnnFusion>| cast_primitive::<CudnnFusion, I>(t);
@@ -301,10 +303,10 @@ fn run_step<I: Backend>(pending: &[Pending<I>], o: &AdamOptions) -> Vec<Updated<
             )
         })
         .collect();
-    record_step(recorded, *o)
+    Ok(record_step(recorded, *o)
         .into_iter()
         .map(|(u, m)| (u.map(from_lazy), m.map(from_lazy)))
-        .collect()
+        .collect())
 }
 
 /// Records the fused step of every parameter as one custom operation on `Fusion<Cudnn>`.
@@ -335,10 +337,10 @@ fn record_step(inputs: Vec<AdamInput<Lazy>>, o: AdamOptions) -> Vec<Updated<Cudn
                 (p, g, has.map(|h| h.then(&mut next)), step)
             })
             .collect();
-        step_cudnn(inputs, &o)
+        Ok(step_cudnn(inputs, &o)?
             .into_iter()
             .flat_map(|(u, m)| u.into_iter().chain(m))
-            .collect()
+            .collect())
     });
     // `record` returns exactly the `n * per_param` outputs declared above.
     debug_assert_eq!(out.len(), n * per_param);
@@ -349,21 +351,22 @@ fn record_step(inputs: Vec<AdamInput<Lazy>>, o: AdamOptions) -> Vec<Updated<Cudn
 
 /// Packs the inputs, allocates the outputs and launches the fused step for every parameter
 /// (grouped by device): `(param, grad, moments, step)` in, [`Updated`] out, in order.
-fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Vec<Updated<Cudnn>> {
+fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Result<Vec<Updated<Cudnn>>> {
     const OP: &str = "adam_step";
     let prepared: Vec<_> = inputs
         .into_iter()
         .map(|(param, grad, moments, step)| {
-            let p = param.contiguous();
-            let packed = |t: CudnnTensor| exec::cast(t, p.dtype, OP).contiguous();
-            let g = packed(grad);
-            let moments = moments.map(|m| m.map(packed));
+            let p = param.contiguous()?;
+            let packed = |t: CudnnTensor| exec::cast(t, p.dtype, OP)?.contiguous();
+            let g = packed(grad)?;
+            let [m, v, vm] = moments.map(|m| m.map(packed).transpose());
+            let moments = [m?, v?, vm?];
             let new = || p.empty_like(p.dtype, OP);
-            let outputs = [new(), new(), new()];
-            let max_out = o.amsgrad.then(new);
-            (p, g, moments, outputs, max_out, step)
+            let outputs = [new()?, new()?, new()?];
+            let max_out = o.amsgrad.then(new).transpose()?;
+            Ok((p, g, moments, outputs, max_out, step))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut devices: Vec<usize> = prepared.iter().map(|p| p.0.device().ordinal()).collect();
     devices.sort_unstable();
     devices.dedup();
@@ -397,12 +400,12 @@ fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Vec<Updat
                 step: *step,
             })
             .collect();
-        expect(OP, ops::adam_step(group[0].0.stream(), &params, o));
+        ops::adam_step(group[0].0.stream(), &params, o)?;
     }
-    prepared
+    Ok(prepared
         .into_iter()
         .map(|(_, _, _, outputs, max_out, _)| (outputs, max_out))
-        .collect()
+        .collect())
 }
 
 /// One parameter's inputs to a fused step: parameter, gradient, the three optional moments

@@ -1,7 +1,7 @@
 //! Shape, indexing, creation and cast ops shared by the float, int and bool op traits.
 //!
 //! Every function here is dtype-agnostic: the float, int and bool trait methods call the same
-//! function with their op name (used in panic messages). Views (permute, swap, transpose,
+//! function with their op name (used in error messages). Views (permute, swap, transpose,
 //! expand, unfold, reshape of viewable layouts, slices whose strides stay non-negative) share
 //! the buffer; everything else runs in the kernels of [`crate::kernels`] on the tensor's
 //! stream. The only host read is the element count of [`argwhere`] (its output shape depends
@@ -15,8 +15,9 @@ use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{DType, IntDType, Scalar, Shape, Slice};
 
 use super::exec::{self, check_same_device, check_same_dtype};
-use super::tensor::{expect, to_dims, CudnnTensor};
+use super::tensor::{to_dims, CudnnTensor};
 use super::CudnnDevice;
+use crate::error::{Error, InOp, Result};
 use crate::graph::{packed_strides, DataType};
 use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
 use crate::kernels::reduce::{self as red, ScanOp};
@@ -33,7 +34,7 @@ const F64_EXACT: i64 = 1 << 53;
 
 /// Writes the scalar `s` into every element of `out` (a writable view). Integer scalars are
 /// converted exactly (wrapping to the width of an integer dtype), also beyond 2^53 for I64.
-fn fill_scalar(out: &CudnnTensor, s: Scalar, op: &str) {
+fn fill_scalar(out: &CudnnTensor, s: Scalar) -> Result<()> {
     let stream = out.stream();
     let kind = out.kind();
     let int = match s {
@@ -47,37 +48,31 @@ fn fill_scalar(out: &CudnnTensor, s: Scalar, op: &str) {
             // (little-endian), each exact as an i32.
             let l = &out.layout;
             let strides: Vec<i64> = l.strides.iter().map(|&s| s * 2).collect();
-            let half = |k: i64| {
-                expect(
-                    op,
-                    out.storage.view_mut(2 * l.offset + k, &l.dims, &strides, DataType::I32),
-                )
-            };
-            let (low, high) = (half(0), half(1));
-            expect(op, ew::fill(stream, &low, v as i32 as f64));
-            expect(op, ew::fill(stream, &high, (v >> 32) as i32 as f64));
-            return;
+            let half = |k: i64| out.storage.view_mut(2 * l.offset + k, &l.dims, &strides, DataType::I32);
+            let (low, high) = (half(0)?, half(1)?);
+            ew::fill(stream, &low, v as i32 as f64)?;
+            return ew::fill(stream, &high, (v >> 32) as i32 as f64);
         }
         (Some(v), DataType::I32) => v as i32 as f64,
         (Some(v), DataType::I8) => v as i8 as f64,
         (Some(v), DataType::U8) => v as u8 as f64,
         _ => exec::scalar_f64(s),
     };
-    expect(op, ew::fill(stream, &out.tmut(), value));
+    ew::fill(stream, &out.tmut(), value)
 }
 
 /// A packed tensor of `shape` and `dtype` on `device`, every element `value`.
-pub(crate) fn full(device: &CudnnDevice, shape: &Shape, dtype: DType, value: Scalar, op: &str) -> CudnnTensor {
-    let out = exec::empty(device, shape, dtype, op);
-    fill_scalar(&out, value, op);
-    out
+pub(crate) fn full(device: &CudnnDevice, shape: &Shape, dtype: DType, value: Scalar, op: &str) -> Result<CudnnTensor> {
+    let out = exec::empty(device, shape, dtype, op)?;
+    fill_scalar(&out, value)?;
+    Ok(out)
 }
 
 /// A one-element tensor of `like`'s dtype and rank holding `value` (broadcasts against `like`).
-fn scalar_like(like: &CudnnTensor, value: Scalar, op: &str) -> CudnnTensor {
-    let out = like.empty_on(&vec![1; like.rank()], like.dtype, op);
-    fill_scalar(&out, value, op);
-    out
+fn scalar_like(like: &CudnnTensor, value: Scalar, op: &str) -> Result<CudnnTensor> {
+    let out = like.empty_on(&vec![1; like.rank()], like.dtype, op)?;
+    fill_scalar(&out, value)?;
+    Ok(out)
 }
 
 /// `start, start + step, …` below `range.end` as a 1-D tensor of `dtype`, computed on the
@@ -89,83 +84,89 @@ pub(crate) fn arange(
     step: usize,
     dtype: DType,
     op: &str,
-) -> CudnnTensor {
-    assert!(step > 0, "cudnn-backend: {op}: step must be positive, got 0");
+) -> Result<CudnnTensor> {
+    if step == 0 {
+        return Err(Error::invalid_input(op, "step must be positive, got 0"));
+    }
     let len = if range.end > range.start {
         ((range.end as i128 - range.start as i128 + step as i128 - 1) / step as i128) as i64
     } else {
         0
     };
-    let steps = exec::full(device, &[len], dtype, step as f64, op);
-    let out = CudnnTensor::empty(device, &[len], dtype, op);
-    expect(
-        op,
-        red::scan(out.stream(), ScanOp::CumSum, &steps.tref(), 0, &out.tmut()),
-    );
+    let steps = exec::full(device, &[len], dtype, step as f64, op)?;
+    let out = CudnnTensor::empty(device, &[len], dtype, op)?;
+    red::scan(out.stream(), ScanOp::CumSum, &steps.tref(), 0, &out.tmut())?;
     let shift = range.start.wrapping_sub(step as i64);
     if shift != 0 {
-        let s = out.empty_on(&[1], dtype, op);
-        fill_scalar(&s, Scalar::Int(shift), op);
+        let s = out.empty_on(&[1], dtype, op)?;
+        fill_scalar(&s, Scalar::Int(shift))?;
         let r = out.tmut();
-        expect(op, ew::binary(out.stream(), BinaryOp::Add, &r, &s.tref(), &r));
+        ew::binary(out.stream(), BinaryOp::Add, &r, &s.tref(), &r)?;
     }
-    out
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
 // Views
 
+/// An error naming `op` unless `dim` is a dim of a tensor of rank `rank`.
+fn check_dim(op: &str, dim: usize, rank: usize) -> Result<()> {
+    if dim >= rank {
+        return Err(Error::invalid_input(
+            op,
+            format!("dim {dim} out of range for rank {rank}"),
+        ));
+    }
+    Ok(())
+}
+
 /// `t` under `shape` (row-major order): a view when the strides allow, else a packed copy.
-pub(crate) fn reshape(t: CudnnTensor, shape: &Shape) -> CudnnTensor {
+pub(crate) fn reshape(t: CudnnTensor, shape: &Shape) -> Result<CudnnTensor> {
     t.reshape(&to_dims(shape))
 }
 
 /// Dims `a` and `b` swapped (a view).
-pub(crate) fn swap_dims(t: CudnnTensor, a: usize, b: usize, op: &str) -> CudnnTensor {
-    let layout = expect(op, t.layout.transpose(a, b));
-    t.with_layout(layout)
+pub(crate) fn swap_dims(t: CudnnTensor, a: usize, b: usize, op: &str) -> Result<CudnnTensor> {
+    let layout = t.layout.transpose(a, b).in_op(op)?;
+    Ok(t.with_layout(layout))
 }
 
 /// The last two dims swapped (a view; rank < 2 is returned unchanged).
-pub(crate) fn transpose(t: CudnnTensor, op: &str) -> CudnnTensor {
+pub(crate) fn transpose(t: CudnnTensor, op: &str) -> Result<CudnnTensor> {
     let rank = t.rank();
     if rank < 2 {
-        return t;
+        return Ok(t);
     }
     swap_dims(t, rank - 2, rank - 1, op)
 }
 
 /// Dim `i` of the result is dim `axes[i]` of `t` (a view).
-pub(crate) fn permute(t: CudnnTensor, axes: &[usize], op: &str) -> CudnnTensor {
-    let layout = expect(op, t.layout.permute(axes));
-    t.with_layout(layout)
+pub(crate) fn permute(t: CudnnTensor, axes: &[usize], op: &str) -> Result<CudnnTensor> {
+    let layout = t.layout.permute(axes).in_op(op)?;
+    Ok(t.with_layout(layout))
 }
 
 /// `t` broadcast to `shape` (a view with stride 0 on the expanded dims).
-pub(crate) fn expand(t: CudnnTensor, shape: &Shape, op: &str) -> CudnnTensor {
+pub(crate) fn expand(t: CudnnTensor, shape: &Shape, op: &str) -> Result<CudnnTensor> {
     exec::expand(t, &to_dims(shape), op)
 }
 
 /// Windows of `size` every `step` along `dim`: that dim becomes the window count and a
 /// trailing dim of `size` is appended (a view; no window when `size` exceeds the dim).
-pub(crate) fn unfold(t: CudnnTensor, dim: usize, size: usize, step: usize, op: &str) -> CudnnTensor {
-    assert!(
-        dim < t.rank(),
-        "cudnn-backend: {op}: dim {dim} out of range for rank {}",
-        t.rank()
-    );
+pub(crate) fn unfold(t: CudnnTensor, dim: usize, size: usize, step: usize, op: &str) -> Result<CudnnTensor> {
+    check_dim(op, dim, t.rank())?;
     let (size, step) = (size as i64, step as i64);
     if size > t.dims()[dim] && step > 0 {
         let mut dims = t.dims().to_vec();
         dims[dim] = 0;
         dims.push(size);
-        return t.with_layout(ViewLayout {
+        return Ok(t.with_layout(ViewLayout {
             offset: t.layout.offset,
             ..ViewLayout::contiguous(&dims)
-        });
+        }));
     }
-    let layout = expect(op, t.layout.unfold(dim, size, step));
-    t.with_layout(layout)
+    let layout = t.layout.unfold(dim, size, step).in_op(op)?;
+    Ok(t.with_layout(layout))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -202,29 +203,31 @@ impl SignedView {
         })
     }
 
-    /// The view as a kernel operand over `t`'s buffer.
-    fn tref<'t>(&self, t: &'t CudnnTensor) -> TensorRef<'t> {
-        let view = t.storage.view(self.offset, &self.dims, &self.strides, t.kind());
-        expect("signed view", view)
+    /// The view as a kernel operand over `t`'s buffer (an error when it leaves the buffer).
+    fn tref<'t>(&self, t: &'t CudnnTensor) -> Result<TensorRef<'t>> {
+        t.storage.view(self.offset, &self.dims, &self.strides, t.kind())
     }
 
-    /// The view as a kernel output over `t`'s buffer.
-    fn tmut<'t>(&self, t: &'t CudnnTensor) -> TensorMut<'t> {
-        let view = t.storage.view_mut(self.offset, &self.dims, &self.strides, t.kind());
-        expect("signed view", view)
+    /// The view as a kernel output over `t`'s buffer (an error when it leaves the buffer).
+    fn tmut<'t>(&self, t: &'t CudnnTensor) -> Result<TensorMut<'t>> {
+        t.storage.view_mut(self.offset, &self.dims, &self.strides, t.kind())
     }
 }
 
 /// The view of `layout` that Burn's `slices` select (missing trailing slices take whole dims;
 /// negative start/end count from the end; a negative step walks the range backwards from its
 /// last element, as ndarray does).
-fn slice_view(layout: &ViewLayout, slices: &[Slice], op: &str) -> SignedView {
-    assert!(
-        slices.len() <= layout.dims.len(),
-        "cudnn-backend: {op}: {} slices given for a tensor of rank {}",
-        slices.len(),
-        layout.dims.len()
-    );
+fn slice_view(layout: &ViewLayout, slices: &[Slice], op: &str) -> Result<SignedView> {
+    if slices.len() > layout.dims.len() {
+        return Err(Error::invalid_input(
+            op,
+            format!(
+                "{} slices given for a tensor of rank {}",
+                slices.len(),
+                layout.dims.len()
+            ),
+        ));
+    }
     let mut v = SignedView::of(layout);
     for (d, s) in slices.iter().enumerate() {
         let n = v.dims[d] as usize;
@@ -239,70 +242,73 @@ fn slice_view(layout: &ViewLayout, slices: &[Slice], op: &str) -> SignedView {
         v.dims[d] = len;
         v.strides[d] *= s.step as i64;
     }
-    v
+    Ok(v)
 }
 
 /// A packed copy of the signed view `v` of `t`.
-fn copy_view(t: &CudnnTensor, v: &SignedView, op: &str) -> CudnnTensor {
-    let out = t.empty_on(&v.dims, t.dtype, op);
-    expect(op, ew::copy(t.stream(), &v.tref(t), &out.tmut()));
-    out
+fn copy_view(t: &CudnnTensor, v: &SignedView, op: &str) -> Result<CudnnTensor> {
+    let out = t.empty_on(&v.dims, t.dtype, op)?;
+    ew::copy(t.stream(), &v.tref(t)?, &out.tmut())?;
+    Ok(out)
 }
 
 /// Burn's `slice`: a view for non-negative resulting strides, else a packed copy read
-/// through negative strides.
-pub(crate) fn slice(t: CudnnTensor, slices: &[Slice], op: &str) -> CudnnTensor {
-    let v = slice_view(&t.layout, slices, op);
+/// through negative strides. An error when the slices leave the tensor.
+pub(crate) fn slice(t: CudnnTensor, slices: &[Slice], op: &str) -> Result<CudnnTensor> {
+    let v = slice_view(&t.layout, slices, op)?;
+    // Check that the view lies in the buffer before a tensor carries it.
+    v.tref(&t).in_op(op)?;
     match v.as_layout() {
-        Some(layout) => t.with_layout(layout),
+        Some(layout) => Ok(t.with_layout(layout)),
         None => copy_view(&t, &v, op),
     }
 }
 
 /// `t` itself when it is the only view of its packed buffer and already of `dtype` (an op may
 /// then write into it), else a packed copy converted to `dtype`.
-fn owned(t: CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+fn owned(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
     if t.dtype == dtype && t.is_exclusive() {
-        return t;
+        return Ok(t);
     }
     exec::copy_to_new(&t, dtype, op)
 }
 
 /// Burn's `slice_assign`: `t` with the sliced region replaced by `value` (broadcast to the
 /// region). Functional: `t` is copied first unless nothing else can see its buffer.
-pub(crate) fn slice_assign(t: CudnnTensor, slices: &[Slice], value: CudnnTensor, op: &str) -> CudnnTensor {
-    check_same_device(op, &t, &value);
-    check_same_dtype(op, &t, &value);
+pub(crate) fn slice_assign(t: CudnnTensor, slices: &[Slice], value: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    check_same_device(op, &t, &value)?;
+    check_same_dtype(op, &t, &value)?;
     let dtype = t.dtype;
-    let out = owned(t, dtype, op);
-    let dst = slice_view(&out.layout, slices, op);
-    expect(op, ew::copy(out.stream(), &value.tref(), &dst.tmut(&out)));
-    out
+    let out = owned(t, dtype, op)?;
+    let dst = slice_view(&out.layout, slices, op)?;
+    ew::copy(out.stream(), &value.tref(), &dst.tmut(&out).in_op(op)?)?;
+    Ok(out)
 }
 
 /// `layout` reversed along `axes` (dims of one element or stride 0 are left as they are).
-fn flip_view(layout: &ViewLayout, axes: &[usize], op: &str) -> SignedView {
+fn flip_view(layout: &ViewLayout, axes: &[usize], op: &str) -> Result<SignedView> {
     let mut v = SignedView::of(layout);
     for &a in axes {
-        assert!(
-            a < v.dims.len(),
-            "cudnn-backend: {op}: axis {a} out of range for rank {}",
-            v.dims.len()
-        );
+        if a >= v.dims.len() {
+            return Err(Error::invalid_input(
+                op,
+                format!("axis {a} out of range for rank {}", v.dims.len()),
+            ));
+        }
         if v.dims[a] > 1 && v.strides[a] > 0 {
             v.offset += (v.dims[a] - 1) * v.strides[a];
             v.strides[a] = -v.strides[a];
         }
     }
-    v
+    Ok(v)
 }
 
 /// Elements reversed along `axes` (a packed copy read through negative strides; `t` itself
 /// when every flipped dim has one element or stride 0).
-pub(crate) fn flip(t: CudnnTensor, axes: &[usize], op: &str) -> CudnnTensor {
-    let v = flip_view(&t.layout, axes, op);
+pub(crate) fn flip(t: CudnnTensor, axes: &[usize], op: &str) -> Result<CudnnTensor> {
+    let v = flip_view(&t.layout, axes, op)?;
     match v.as_layout() {
-        Some(layout) => t.with_layout(layout),
+        Some(layout) => Ok(t.with_layout(layout)),
         None => copy_view(&t, &v, op),
     }
 }
@@ -312,66 +318,59 @@ pub(crate) fn flip(t: CudnnTensor, axes: &[usize], op: &str) -> CudnnTensor {
 
 /// `t` repeated `times` along `dim` (tiled: `[a, b]` → `[a, b, a, b]`): one copy of a
 /// broadcast view into a packed `[.., times, len, ..]` buffer, viewed as `[.., times·len, ..]`.
-pub(crate) fn repeat_dim(t: CudnnTensor, dim: usize, times: usize, op: &str) -> CudnnTensor {
-    assert!(
-        dim < t.rank(),
-        "cudnn-backend: {op}: dim {dim} out of range for rank {}",
-        t.rank()
-    );
+pub(crate) fn repeat_dim(t: CudnnTensor, dim: usize, times: usize, op: &str) -> Result<CudnnTensor> {
+    check_dim(op, dim, t.rank())?;
     if times == 1 {
-        return t;
+        return Ok(t);
     }
     let mut tiled = t.dims().to_vec();
     tiled.insert(dim, times as i64);
-    let src = expect(op, t.layout.unsqueeze(dim).and_then(|l| l.expand(&tiled)));
-    let out = t.empty_on(&tiled, t.dtype, op);
-    exec::copy_into(&t.with_layout(src), &out, op);
+    let src = t.layout.unsqueeze(dim).and_then(|l| l.expand(&tiled)).in_op(op)?;
+    let out = t.empty_on(&tiled, t.dtype, op)?;
+    exec::copy_into(&t.with_layout(src), &out, op)?;
     let mut dims = t.dims().to_vec();
     dims[dim] *= times as i64;
     out.reshape(&dims)
 }
 
 /// `tensors` joined along `dim` (one copy per input into its slice of the output).
-pub(crate) fn cat(tensors: Vec<CudnnTensor>, dim: usize, op: &str) -> CudnnTensor {
+pub(crate) fn cat(tensors: Vec<CudnnTensor>, dim: usize, op: &str) -> Result<CudnnTensor> {
     let mut tensors = tensors;
     if tensors.len() == 1 {
         if let Some(t) = tensors.pop() {
-            return t;
+            return Ok(t);
         }
     }
     let Some(first) = tensors.first() else {
-        panic!("cudnn-backend: {op}: no tensors to concatenate; pass at least one");
+        return Err(Error::invalid_input(op, "no tensors to concatenate; pass at least one"));
     };
     let rank = first.rank();
-    assert!(
-        dim < rank,
-        "cudnn-backend: {op}: dim {dim} out of range for rank {rank}"
-    );
+    check_dim(op, dim, rank)?;
     let mut dims = first.dims().to_vec();
     dims[dim] = 0;
     for t in &tensors {
-        check_same_device(op, first, t);
-        check_same_dtype(op, first, t);
+        check_same_device(op, first, t)?;
+        check_same_dtype(op, first, t)?;
         let same = t.rank() == rank && (0..rank).all(|d| d == dim || t.dims()[d] == first.dims()[d]);
-        assert!(
-            same,
-            "cudnn-backend: {op}: shapes {:?} and {:?} differ outside dim {dim}",
-            first.dims(),
-            t.dims()
-        );
+        if !same {
+            return Err(Error::invalid_input(
+                op,
+                format!("shapes {:?} and {:?} differ outside dim {dim}", first.dims(), t.dims()),
+            ));
+        }
         dims[dim] += t.dims()[dim];
     }
-    let out = first.empty_on(&dims, first.dtype, op);
+    let out = first.empty_on(&dims, first.dtype, op)?;
     let mut start = 0;
     for t in &tensors {
         let len = t.dims()[dim];
         if t.numel() > 0 {
-            let region = expect(op, out.layout.slice(dim, start, start + len, 1));
-            exec::copy_into(t, &out.with_layout(region), op);
+            let region = out.layout.slice(dim, start, start + len, 1)?;
+            exec::copy_into(t, &out.with_layout(region), op)?;
         }
         start += len;
     }
-    out
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -379,37 +378,34 @@ pub(crate) fn cat(tensors: Vec<CudnnTensor>, dim: usize, op: &str) -> CudnnTenso
 
 /// `t` converted to `dtype` (a view when the storage type already matches; float → int
 /// truncates toward zero, anything → bool is `!= 0`).
-pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> CudnnTensor {
+pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
     exec::cast(t, dtype, op)
 }
 
 /// `cond ? a : b` elementwise with broadcasting, written into `b` when it is the only view of
 /// its buffer and already has the output dims.
-fn where_into_b(cond: &CudnnTensor, a: &CudnnTensor, b: CudnnTensor, op: &str) -> CudnnTensor {
-    check_same_device(op, cond, a);
-    check_same_device(op, a, &b);
-    check_same_dtype(op, a, &b);
-    let dims = exec::broadcast_dims(op, &exec::broadcast_dims(op, cond.dims(), a.dims()), b.dims());
+fn where_into_b(cond: &CudnnTensor, a: &CudnnTensor, b: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    check_same_device(op, cond, a)?;
+    check_same_device(op, a, &b)?;
+    check_same_dtype(op, a, &b)?;
+    let dims = exec::broadcast_dims(op, &exec::broadcast_dims(op, cond.dims(), a.dims())?, b.dims())?;
     let out = if b.is_exclusive() && b.dims() == dims.as_slice() {
         b.clone()
     } else {
-        b.empty_on(&dims, b.dtype, op)
+        b.empty_on(&dims, b.dtype, op)?
     };
-    expect(
-        op,
-        ew::where_(b.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut()),
-    );
-    out
+    ew::where_(b.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Burn's `mask_where`: `value` where `mask` is true, else `t` (broadcast together).
-pub(crate) fn mask_where(t: CudnnTensor, mask: CudnnTensor, value: CudnnTensor, op: &str) -> CudnnTensor {
+pub(crate) fn mask_where(t: CudnnTensor, mask: CudnnTensor, value: CudnnTensor, op: &str) -> Result<CudnnTensor> {
     where_into_b(&mask, &value, t, op)
 }
 
 /// Burn's `mask_fill`: `value` where `mask` is true, else `t`.
-pub(crate) fn mask_fill(t: CudnnTensor, mask: CudnnTensor, value: Scalar, op: &str) -> CudnnTensor {
-    let fill = scalar_like(&t, value, op);
+pub(crate) fn mask_fill(t: CudnnTensor, mask: CudnnTensor, value: Scalar, op: &str) -> Result<CudnnTensor> {
+    let fill = scalar_like(&t, value, op)?;
     where_into_b(&mask, &fill, t, op)
 }
 
@@ -417,9 +413,9 @@ pub(crate) fn mask_fill(t: CudnnTensor, mask: CudnnTensor, value: Scalar, op: &s
 // Gather / scatter / select
 
 /// Indices in a dtype the index kernels read (I64 or I32 as given, others converted to I64).
-fn index_tensor(indices: CudnnTensor, op: &str) -> CudnnTensor {
+fn index_tensor(indices: CudnnTensor, op: &str) -> Result<CudnnTensor> {
     match indices.kind() {
-        DataType::I64 | DataType::I32 => indices,
+        DataType::I64 | DataType::I32 => Ok(indices),
         _ => exec::copy_to_new(&indices, DType::I64, op),
     }
 }
@@ -435,31 +431,24 @@ fn accumulation_dtype(t: &CudnnTensor) -> DType {
 
 /// Burn's `gather`: `out[.., i, ..] = t[.., indices[.., i, ..], ..]` along `dim`; `out` has
 /// the indices' dims and `t`'s dtype.
-pub(crate) fn gather(dim: usize, t: CudnnTensor, indices: CudnnTensor, op: &str) -> CudnnTensor {
-    check_same_device(op, &t, &indices);
-    let indices = index_tensor(indices, op);
-    let out = t.empty_on(indices.dims(), t.dtype, op);
-    expect(op, ix::gather(t.stream(), &t.tref(), dim, &indices.tref(), &out.tmut()));
-    out
+pub(crate) fn gather(dim: usize, t: CudnnTensor, indices: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    check_same_device(op, &t, &indices)?;
+    let indices = index_tensor(indices, op)?;
+    let out = t.empty_on(indices.dims(), t.dtype, op)?;
+    ix::gather(t.stream(), &t.tref(), dim, &indices.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Burn's `select`: the slices of `t` along `dim` at the 1-D `indices`, in their order.
-pub(crate) fn select(t: CudnnTensor, dim: usize, indices: CudnnTensor, op: &str) -> CudnnTensor {
-    check_same_device(op, &t, &indices);
-    assert!(
-        dim < t.rank(),
-        "cudnn-backend: {op}: dim {dim} out of range for rank {}",
-        t.rank()
-    );
-    let indices = index_tensor(indices, op);
+pub(crate) fn select(t: CudnnTensor, dim: usize, indices: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    check_same_device(op, &t, &indices)?;
+    check_dim(op, dim, t.rank())?;
+    let indices = index_tensor(indices, op)?;
     let mut dims = t.dims().to_vec();
     dims[dim] = indices.numel();
-    let out = t.empty_on(&dims, t.dtype, op);
-    expect(
-        op,
-        ix::index_select(t.stream(), &t.tref(), dim, &indices.tref(), &out.tmut()),
-    );
-    out
+    let out = t.empty_on(&dims, t.dtype, op)?;
+    ix::index_select(t.stream(), &t.tref(), dim, &indices.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Which accumulate kernel [`accumulate`] runs.
@@ -481,21 +470,21 @@ fn accumulate(
     indices: CudnnTensor,
     value: CudnnTensor,
     op: &str,
-) -> CudnnTensor {
-    check_same_device(op, &t, &indices);
-    check_same_device(op, &t, &value);
-    check_same_dtype(op, &t, &value);
+) -> Result<CudnnTensor> {
+    check_same_device(op, &t, &indices)?;
+    check_same_device(op, &t, &value)?;
+    check_same_dtype(op, &t, &value)?;
     let dtype = t.dtype;
     let work = accumulation_dtype(&t);
-    let target = owned(t, work, op);
-    let value = exec::cast(value, work, op);
-    let indices = index_tensor(indices, op);
+    let target = owned(t, work, op)?;
+    let value = exec::cast(value, work, op)?;
+    let indices = index_tensor(indices, op)?;
     let stream = target.stream();
     let r = match kind {
         Accumulate::Scatter => ix::scatter_add(stream, &target.tmut(), dim, &indices.tref(), &value.tref()),
         Accumulate::Select => ix::index_add(stream, &target.tmut(), dim, &indices.tref(), &value.tref()),
     };
-    expect(op, r);
+    r?;
     exec::cast(target, dtype, op)
 }
 
@@ -506,7 +495,7 @@ pub(crate) fn scatter_add(
     indices: CudnnTensor,
     value: CudnnTensor,
     op: &str,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     accumulate(Accumulate::Scatter, dim, t, indices, value, op)
 }
 
@@ -517,37 +506,38 @@ pub(crate) fn select_add(
     indices: CudnnTensor,
     value: CudnnTensor,
     op: &str,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     accumulate(Accumulate::Select, dim, t, indices, value, op)
 }
 
 /// The dims of `gather_nd`'s output / `scatter_nd`'s values for `indices` `[.., K]` into
 /// `data_dims`: `indices.dims[..-1] ++ data_dims[K..]`.
-fn nd_dims(indices: &CudnnTensor, data_dims: &[i64], op: &str) -> Vec<i64> {
+fn nd_dims(indices: &CudnnTensor, data_dims: &[i64], op: &str) -> Result<Vec<i64>> {
     let Some((&k, tuple_dims)) = indices.dims().split_last() else {
-        panic!("cudnn-backend: {op}: indices need at least one dim (the last holds the index tuples)");
+        return Err(Error::invalid_input(
+            op,
+            "indices need at least one dim (the last holds the index tuples)",
+        ));
     };
-    assert!(
-        k as usize <= data_dims.len(),
-        "cudnn-backend: {op}: index tuples of {k} coordinates for data of rank {}",
-        data_dims.len()
-    );
-    [tuple_dims, &data_dims[k as usize..]].concat()
+    if k as usize > data_dims.len() {
+        return Err(Error::invalid_input(
+            op,
+            format!("index tuples of {k} coordinates for data of rank {}", data_dims.len()),
+        ));
+    }
+    Ok([tuple_dims, &data_dims[k as usize..]].concat())
 }
 
 /// Burn's `gather_nd`: `out[b.., s..] = data[indices[b.., :], s..]`, shaped
 /// `indices.dims[..-1] ++ data.dims[K..]` (one kernel on the strided views). A tuple with a
 /// coordinate out of range (where burn-ndarray panics) yields a slice of zeros.
-pub(crate) fn gather_nd(data: CudnnTensor, indices: CudnnTensor, op: &str) -> CudnnTensor {
-    check_same_device(op, &data, &indices);
-    let indices = index_tensor(indices, op);
-    let dims = nd_dims(&indices, data.dims(), op);
-    let out = data.empty_on(&dims, data.dtype, op);
-    expect(
-        op,
-        ix::gather_nd(out.stream(), &data.tref(), &indices.tref(), &out.tmut()),
-    );
-    out
+pub(crate) fn gather_nd(data: CudnnTensor, indices: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    check_same_device(op, &data, &indices)?;
+    let indices = index_tensor(indices, op)?;
+    let dims = nd_dims(&indices, data.dims(), op)?;
+    let out = data.empty_on(&dims, data.dtype, op)?;
+    ix::gather_nd(out.stream(), &data.tref(), &indices.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Burn's `scatter_nd`: `data` with the slices at the index tuples of `indices` updated by
@@ -569,12 +559,12 @@ pub(crate) fn scatter_nd(
     values: CudnnTensor,
     reduction: IndexingUpdateOp,
     op: &str,
-) -> CudnnTensor {
-    check_same_device(op, &data, &indices);
-    check_same_device(op, &data, &values);
-    check_same_dtype(op, &data, &values);
-    let indices = index_tensor(indices, op);
-    nd_dims(&indices, data.dims(), op);
+) -> Result<CudnnTensor> {
+    check_same_device(op, &data, &indices)?;
+    check_same_device(op, &data, &values)?;
+    check_same_dtype(op, &data, &values)?;
+    let indices = index_tensor(indices, op)?;
+    nd_dims(&indices, data.dims(), op)?;
     let update = match reduction {
         IndexingUpdateOp::Assign => ix::ScatterNdOp::Assign,
         IndexingUpdateOp::Add => ix::ScatterNdOp::Add,
@@ -583,12 +573,9 @@ pub(crate) fn scatter_nd(
         IndexingUpdateOp::Max => ix::ScatterNdOp::Max,
     };
     let dtype = data.dtype;
-    let out = owned(data, dtype, op);
-    expect(
-        op,
-        ix::scatter_nd(out.stream(), &out.tmut(), &indices.tref(), &values.tref(), update),
-    );
-    out
+    let out = owned(data, dtype, op)?;
+    ix::scatter_nd(out.stream(), &out.tmut(), &indices.tref(), &values.tref(), update)?;
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -596,36 +583,46 @@ pub(crate) fn scatter_nd(
 
 /// Burn's `float_grid_sample_2d`: bilinear with zeros padding in the resize kernel; other
 /// paddings through Burn's reference composition of our ops (still on the device).
-pub(crate) fn grid_sample_2d(x: CudnnTensor, grid: CudnnTensor, options: GridSampleOptions, op: &str) -> CudnnTensor {
+pub(crate) fn grid_sample_2d(
+    x: CudnnTensor,
+    grid: CudnnTensor,
+    options: GridSampleOptions,
+    op: &str,
+) -> Result<CudnnTensor> {
     match (&options.mode, &options.padding_mode) {
         (InterpolateMode::Bilinear, GridSamplePaddingMode::Zeros) => {}
         (InterpolateMode::Bilinear, _) => {
-            return burn_backend::ops::grid_sample::float_grid_sample_2d_ref::<super::Cudnn>(x, grid, options)
+            // Burn's composition calls the op traits (it panics there on an error).
+            return Ok(burn_backend::ops::grid_sample::float_grid_sample_2d_ref::<super::Cudnn>(x, grid, options));
         }
         (mode, _) => {
-            panic!("cudnn-backend: {op}: interpolation mode {mode:?} is not supported; use InterpolateMode::Bilinear")
+            return Err(Error::invalid_input(
+                op,
+                format!("interpolation mode {mode:?} is not supported; use InterpolateMode::Bilinear"),
+            ))
         }
     }
-    check_same_device(op, &x, &grid);
-    assert!(
-        x.rank() == 4 && grid.rank() == 4,
-        "cudnn-backend: {op}: expects x [N, C, H, W] and grid [N, H_out, W_out, 2], got {:?} and {:?}",
-        x.dims(),
-        grid.dims()
-    );
+    check_same_device(op, &x, &grid)?;
+    if x.rank() != 4 || grid.rank() != 4 {
+        return Err(Error::invalid_input(
+            op,
+            format!(
+                "expects x [N, C, H, W] and grid [N, H_out, W_out, 2], got {:?} and {:?}",
+                x.dims(),
+                grid.dims()
+            ),
+        ));
+    }
     let (xd, gd) = (x.dims(), grid.dims());
-    let out = x.empty_on(&[xd[0], xd[1], gd[1], gd[2]], x.dtype, op);
-    expect(
-        op,
-        resize::grid_sample_2d(x.stream(), &x.tref(), &grid.tref(), options.align_corners, &out.tmut()),
-    );
-    out
+    let out = x.empty_on(&[xd[0], xd[1], gd[1], gd[2]], x.dtype, op)?;
+    resize::grid_sample_2d(x.stream(), &x.tref(), &grid.tref(), options.align_corners, &out.tmut())?;
+    Ok(out)
 }
 
 /// Burn's `bool_argwhere`: the coordinates `[count, rank]` of the true elements in row-major
 /// order, as `out_dtype`. A running count of the true elements gives each its output row
 /// (one host read of the total sizes the output), then the coordinates are scattered there.
-pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> CudnnTensor {
+pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> Result<CudnnTensor> {
     let dims = mask.dims().to_vec();
     let rank = dims.len() as i64;
     let n = mask.numel();
@@ -634,23 +631,23 @@ pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> Cudn
         return mask.empty_on(&[0, rank], dtype, op);
     }
     let stream = mask.stream().clone();
-    let flags = exec::copy_to_new(&mask, DType::I64, op).reshape(&[n]);
-    let rows = flags.empty_like(DType::I64, op);
-    expect(op, red::scan(&stream, ScanOp::CumSum, &flags.tref(), 0, &rows.tmut()));
-    let last = expect(op, rows.layout.slice(0, n - 1, n, 1));
-    let bytes = rows.with_layout(last).read_bytes();
+    let flags = exec::copy_to_new(&mask, DType::I64, op)?.reshape(&[n])?;
+    let rows = flags.empty_like(DType::I64, op)?;
+    red::scan(&stream, ScanOp::CumSum, &flags.tref(), 0, &rows.tmut())?;
+    let last = rows.layout.slice(0, n - 1, n, 1)?;
+    let bytes = rows.with_layout(last).read_bytes()?;
     let count = i64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
     if count == 0 {
         return mask.empty_on(&[0, rank], dtype, op);
     }
     // Row of each true element: its running count - 1; false elements get -1 (skipped).
     let r = rows.tmut();
-    expect(op, ew::binary(&stream, BinaryOp::Mul, &r, &flags.tref(), &r));
-    expect(op, ew::unary(&stream, UnaryOp::AddScalar(-1.0), &r, &r));
+    ew::binary(&stream, BinaryOp::Mul, &r, &flags.tref(), &r)?;
+    ew::unary(&stream, UnaryOp::AddScalar(-1.0), &r, &r)?;
     // Coordinates of every element: dim j's arange broadcast over the other dims.
-    let coords = mask.empty_on(&[n, rank], DType::I64, op);
+    let coords = mask.empty_on(&[n, rank], DType::I64, op)?;
     let longest = dims.iter().copied().max().unwrap_or(1);
-    let ramp = arange(mask.device(), 0..longest, 1, DType::I64, op);
+    let ramp = arange(mask.device(), 0..longest, 1, DType::I64, op)?;
     let order: Vec<usize> = (0..dims.len()).collect();
     let packed = packed_strides(&dims, &order);
     let coord_strides: Vec<i64> = packed.iter().map(|s| s * rank).collect();
@@ -658,13 +655,13 @@ pub(crate) fn argwhere(mask: CudnnTensor, out_dtype: IntDType, op: &str) -> Cudn
         let mut src_strides = vec![0i64; dims.len()];
         src_strides[j] = 1;
         let ramp_view = ramp.tref();
-        let src = expect(op, ramp_view.reshaped(&dims, &src_strides));
+        let src = ramp_view.reshaped(&dims, &src_strides)?;
         let coords_view = coords.tmut();
-        let dst = expect(op, coords_view.view_mut(j as i64, &dims, &coord_strides));
-        expect(op, ew::copy(&stream, &src, &dst));
+        let dst = coords_view.view_mut(j as i64, &dims, &coord_strides)?;
+        ew::copy(&stream, &src, &dst)?;
     }
-    let out = exec::full(mask.device(), &[count, rank], DType::I64, 0.0, op);
-    expect(op, ix::index_add(&stream, &out.tmut(), 0, &rows.tref(), &coords.tref()));
+    let out = exec::full(mask.device(), &[count, rank], DType::I64, 0.0, op)?;
+    ix::index_add(&stream, &out.tmut(), 0, &rows.tref(), &coords.tref())?;
     exec::cast(out, dtype, op)
 }
 
@@ -701,7 +698,7 @@ mod tests {
             (Slice::new(4, Some(2), 1), vec![]),
         ];
         for (s, want) in cases {
-            let v = slice_view(&row, &[s], "test");
+            let v = slice_view(&row, &[s], "test").unwrap();
             assert_eq!(offsets(&v), want, "{s:?}");
             assert_eq!(v.as_layout().is_some(), s.step > 0 || want.len() <= 1, "{s:?}");
         }
@@ -711,10 +708,10 @@ mod tests {
     fn slices_of_a_transposed_view_with_missing_trailing_slices() {
         // [3, 4] transposed to [4, 3]: element (i, j) at j * 4 + i.
         let t = ViewLayout::contiguous(&[3, 4]).transpose(0, 1).unwrap();
-        let v = slice_view(&t, &[Slice::new(0, None, -2)], "test");
+        let v = slice_view(&t, &[Slice::new(0, None, -2)], "test").unwrap();
         assert_eq!(v.dims, vec![2, 3]);
         assert_eq!(offsets(&v), vec![3, 7, 11, 1, 5, 9]);
-        let v = slice_view(&t, &[Slice::new(1, Some(3), 1), Slice::new(1, None, 1)], "test");
+        let v = slice_view(&t, &[Slice::new(1, Some(3), 1), Slice::new(1, None, 1)], "test").unwrap();
         let layout = v.as_layout().unwrap();
         assert_eq!((layout.dims.clone(), layout.offset), (vec![2, 2], 5));
         assert_eq!(offsets(&v), vec![5, 9, 6, 10]);
@@ -722,14 +719,15 @@ mod tests {
 
     #[test]
     fn flips_reverse_only_dims_that_change() {
-        let v = flip_view(&ViewLayout::contiguous(&[2, 3]), &[1], "test");
+        let v = flip_view(&ViewLayout::contiguous(&[2, 3]), &[1], "test").unwrap();
         assert_eq!(offsets(&v), vec![2, 1, 0, 5, 4, 3]);
-        let v = flip_view(&ViewLayout::contiguous(&[2, 3]), &[0, 1], "test");
+        let v = flip_view(&ViewLayout::contiguous(&[2, 3]), &[0, 1], "test").unwrap();
         assert_eq!(offsets(&v), vec![5, 4, 3, 2, 1, 0]);
         // Size-1 and broadcast dims: nothing to reverse, so the flip stays a view.
         let e = ViewLayout::contiguous(&[1, 3]).expand(&[4, 3]).unwrap();
-        assert!(flip_view(&e, &[0], "test").as_layout().is_some());
+        assert!(flip_view(&e, &[0], "test").unwrap().as_layout().is_some());
         assert!(flip_view(&ViewLayout::contiguous(&[1, 3]), &[0], "test")
+            .unwrap()
             .as_layout()
             .is_some());
     }

@@ -69,10 +69,15 @@ pub(crate) fn storage_type(dtype: DType) -> Option<DataType> {
 /// The dtypes the backend holds, as its messages name them.
 const SUPPORTED_DTYPES: &str = "F32, Flex32, F16, BF16, F64, I64, I32, I8, U8, Bool(Native), Bool(U8)";
 
-/// The engine dtype for `dtype`, or a panic naming `op` and the supported dtypes.
-pub(crate) fn engine_dtype(op: &str, dtype: DType) -> DataType {
-    storage_type(dtype).unwrap_or_else(|| {
-        panic!("cudnn-backend: {op}: dtype {dtype:?} is not supported (supported: {SUPPORTED_DTYPES}); cast to a supported dtype first")
+/// The engine dtype for `dtype`, or an error naming `op` and the supported dtypes.
+pub(crate) fn engine_dtype(op: &str, dtype: DType) -> Result<DataType> {
+    storage_type(dtype).ok_or_else(|| {
+        Error::invalid_input(
+            op,
+            format!(
+                "dtype {dtype:?} is not supported (supported: {SUPPORTED_DTYPES}); cast to a supported dtype first"
+            ),
+        )
     })
 }
 
@@ -127,23 +132,28 @@ pub(crate) fn tmut_of(t: &Option<CudnnTensor>) -> Option<TensorMut<'_>> {
     t.as_ref().map(CudnnTensor::tmut)
 }
 
-/// Unwraps an engine result or panics with `cudnn-backend: <op>: <error>` (Burn's ops
-/// return tensors, not results).
+/// The trait boundary: unwraps a result of the Burn layer or panics with
+/// `cudnn-backend: <op>: <error>` (Burn's op traits return tensors, not results). An error
+/// that already names `op` is not prefixed twice (see [`Error::in_op`]).
 pub(crate) fn expect<T>(op: &str, r: Result<T>) -> T {
     match r {
         Ok(v) => v,
-        Err(e) => panic!("cudnn-backend: {op}: {e}"),
+        Err(e) => panic!("cudnn-backend: {}", e.in_op(op)),
+    }
+}
+
+/// Unwraps a result that cannot be an error for a well-formed tensor (a broken internal
+/// invariant, not bad input), panicking with `what` otherwise.
+fn invariant<T>(what: &str, r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("cudnn-backend: internal error: {what}: {e}"),
     }
 }
 
 impl CudnnTensor {
-    /// A packed row-major tensor with uninitialised contents (panics on an error).
-    pub(crate) fn empty(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, op: &str) -> Self {
-        expect(op, Self::try_empty(device, dims, dtype, op))
-    }
-
     /// A packed row-major tensor with uninitialised contents.
-    pub(crate) fn try_empty(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, op: &str) -> Result<Self> {
+    pub(crate) fn empty(device: &Arc<runtime::Device>, dims: &[i64], dtype: DType, op: &str) -> Result<Self> {
         let bytes = checked_bytes(op, dims, dtype)?;
         Ok(Self {
             storage: Storage::alloc(device, bytes, "tensor allocation")?,
@@ -153,12 +163,12 @@ impl CudnnTensor {
     }
 
     /// A packed tensor like `self` (same device and dims) of `dtype`.
-    pub(crate) fn empty_like(&self, dtype: DType, op: &str) -> Self {
+    pub(crate) fn empty_like(&self, dtype: DType, op: &str) -> Result<Self> {
         Self::empty(self.device(), &self.layout.dims, dtype, op)
     }
 
     /// A packed tensor of `dims` on `self`'s device.
-    pub(crate) fn empty_on(&self, dims: &[i64], dtype: DType, op: &str) -> Self {
+    pub(crate) fn empty_on(&self, dims: &[i64], dtype: DType, op: &str) -> Result<Self> {
         Self::empty(self.device(), dims, dtype, op)
     }
 
@@ -192,25 +202,27 @@ impl CudnnTensor {
         CudnnDevice::new(self.device().ordinal())
     }
 
-    /// The engine dtype (panics for dtypes the backend cannot hold).
+    /// The engine dtype. Every tensor holds a dtype the backend stores (allocation and
+    /// upload reject or convert the others), so this cannot fail for a well-formed tensor.
     pub(crate) fn kind(&self) -> DataType {
-        engine_dtype("tensor", self.dtype)
+        invariant("tensor dtype", engine_dtype("tensor", self.dtype))
     }
 
-    /// The strided view the engine's ops and kernels read.
+    /// The strided view the engine's ops and kernels read. A tensor's layout lies in its
+    /// buffer (every op that makes a view checks it), so this cannot fail.
     pub(crate) fn tref(&self) -> TensorRef<'_> {
         let l = &self.layout;
-        expect(
+        invariant(
             "tensor view",
             self.storage.view(l.offset, &l.dims, &l.strides, self.kind()),
         )
     }
 
     /// The strided view the engine's ops and kernels write: for a result this tensor was
-    /// allocated for (or a buffer it owns alone).
+    /// allocated for (or a buffer it owns alone). Cannot fail, as [`tref`](Self::tref).
     pub(crate) fn tmut(&self) -> TensorMut<'_> {
         let l = &self.layout;
-        expect(
+        invariant(
             "tensor view",
             self.storage.view_mut(l.offset, &l.dims, &l.strides, self.kind()),
         )

@@ -11,14 +11,16 @@ use burn_fusion::FusionTensor;
 use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
 
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
+use crate::burn::tensor::expect;
 use crate::burn::{Cudnn, CudnnTensor};
+use crate::error::Result;
 
 /// A float tensor of [`CudnnFusion`].
 pub(crate) type Lazy = FusionTensor<CudnnFusionRuntime>;
 
 /// What a custom operation runs on the executing queue: the inputs' [`Cudnn`] tensors in, the
-/// outputs' out (in the declared order, dims and dtypes).
-type Run = Box<dyn Fn(Vec<CudnnTensor>) -> Vec<CudnnTensor> + Send + Sync>;
+/// outputs' out (in the declared order, dims and dtypes), or the error that stopped it.
+type Run = Box<dyn Fn(Vec<CudnnTensor>) -> Result<Vec<CudnnTensor>> + Send + Sync>;
 
 /// One recorded custom operation.
 struct CustomOp {
@@ -32,6 +34,7 @@ impl fmt::Debug for CustomOp {
     }
 }
 
+/// The trait boundary of a recorded operation: an error of its run panics, naming it.
 impl Operation<CudnnFusionRuntime> for CustomOp {
     fn execute(&self, handles: &mut HandleContainer<CudnnFusionHandle>) {
         let inputs = self
@@ -40,7 +43,7 @@ impl Operation<CudnnFusionRuntime> for CustomOp {
             .iter()
             .map(|t| handles.get_float_tensor::<Cudnn>(t))
             .collect();
-        let outputs = (self.run)(inputs);
+        let outputs = expect(&self.ir.id, (self.run)(inputs));
         assert_eq!(
             outputs.len(),
             self.ir.outputs.len(),
@@ -65,7 +68,7 @@ pub(crate) fn record(
     name: &'static str,
     inputs: Vec<Lazy>,
     outputs: Vec<(Shape, DType)>,
-    run: impl Fn(Vec<CudnnTensor>) -> Vec<CudnnTensor> + Send + Sync + 'static,
+    run: impl Fn(Vec<CudnnTensor>) -> Result<Vec<CudnnTensor>> + Send + Sync + 'static,
 ) -> Vec<Lazy> {
     let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());

@@ -17,7 +17,6 @@
 //! (the reduction's accumulator) instead of through an intermediate rounded to the
 //! gradient's dtype.
 
-use burn_backend::ops::FloatTensorOps;
 use burn_backend::Shape;
 use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
@@ -25,7 +24,10 @@ use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, Tensor
 
 use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
 use super::CudnnFusionHandle;
+use crate::burn::math::{self, ReduceOp};
+use crate::burn::tensor::to_dims;
 use crate::burn::{Cudnn, CudnnTensor};
+use crate::error::Result;
 
 /// The matched run, in relative ids: what the optimization reads and writes.
 #[derive(Clone, Debug)]
@@ -189,26 +191,28 @@ impl OperationFuser<CudnnOptimization> for LeadingSumFuser {
 }
 
 /// `x` summed over its first `leading` dims in one reduction, shaped as `out`.
-fn sum_leading(x: CudnnTensor, x_shape: &Shape, leading: usize, out: &Shape) -> CudnnTensor {
-    let dims = x_shape.to_vec();
+fn sum_leading(x: CudnnTensor, x_shape: &Shape, leading: usize, out: &Shape) -> Result<CudnnTensor> {
+    const OP: &str = "fused leading-dims sum";
+    let dims = to_dims(x_shape);
     let leading = leading.min(dims.len());
-    let mut folded = vec![dims[..leading].iter().product::<usize>()];
+    let mut folded = vec![dims[..leading].iter().product::<i64>()];
     folded.extend_from_slice(&dims[leading..]);
-    let x = Cudnn::float_reshape(x, Shape::from(folded));
-    Cudnn::float_reshape(Cudnn::float_sum_dim(x, 0), out.clone())
+    let x = x.reshape(&folded)?;
+    math::reduce_dim(x, 0, ReduceOp::Sum, OP)?.reshape(&to_dims(out))
 }
 
 impl LeadingSumOptimization {
     /// Runs the one reduction and registers its result.
-    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) {
+    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
         const OP: &str = "fused leading-dims sum";
         let (input_ir, out_ir) = (global_ir(context, &self.input.0, OP), global_ir(context, &self.out, OP));
         let x = handle_tensor(context, &input_ir.id, OP);
         if self.input.1 {
             context.handles.remove_handle(input_ir.id);
         }
-        let sum = sum_leading(x, &input_ir.shape, self.leading, &out_ir.shape);
+        let sum = sum_leading(x, &input_ir.shape, self.leading, &out_ir.shape)?;
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, sum);
+        Ok(())
     }
 }
 

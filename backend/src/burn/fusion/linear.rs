@@ -16,6 +16,7 @@ use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOpt
 use super::CudnnFusionHandle;
 use crate::burn::layers::linear_weight_backward;
 use crate::burn::Cudnn;
+use crate::error::Result;
 
 /// The matched run, in relative ids: what the optimization reads and writes.
 #[derive(Clone, Debug)]
@@ -214,7 +215,7 @@ impl OperationFuser<CudnnOptimization> for LinearGradFuser {
 
 impl LinearGradOptimization {
     /// Runs the one GEMM and registers its `[K, N]` result.
-    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) {
+    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
         const OP: &str = "fused linear weight gradient";
         let global = |id: &TensorId| global_ir(context, id, OP);
         let (x_ir, dy_ir, out_ir) = (global(&self.x.0), global(&self.dy.0), global(&self.out));
@@ -227,8 +228,9 @@ impl LinearGradOptimization {
                 context.handles.remove_handle(ir.id);
             }
         }
-        let dw = linear_weight_backward(x, dy);
+        let dw = linear_weight_backward(x, dy)?;
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, dw);
+        Ok(())
     }
 }
 

@@ -153,6 +153,7 @@ impl FusionBackend for Cudnn {
     type FullPrecisionBackend = Cudnn;
 
     fn cast_float(tensor: FloatTensor<Self>, dtype: DType) -> Self::Handle {
-        CudnnFusionHandle::Tensor(super::exec::cast(tensor, dtype, "fusion cast_float"))
+        const OP: &str = "fusion cast_float";
+        CudnnFusionHandle::Tensor(super::tensor::expect(OP, super::exec::cast(tensor, dtype, OP)))
     }
 }

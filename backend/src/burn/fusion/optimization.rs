@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{Cudnn, CudnnDevice};
+use crate::error::Result;
 use crate::kernels::fused::{self, FusedLaunch, Program, Variant};
 use crate::view::ViewLayout;
 
@@ -95,16 +96,17 @@ impl NumOperations for CudnnOptimization {
 
 impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     fn execute(&mut self, context: &mut Context<CudnnFusionHandle>, execution: &OrderedExecution<CudnnFusionRuntime>) {
+        // The trait boundary: an engine error panics here, naming the fused run.
         match self {
             CudnnOptimization::Elementwise(e) => {
-                if !e.execute(context) {
+                if !expect("fused elementwise", e.execute(context)) {
                     for i in 0..e.operations.len() {
                         execution.operation_within_optimization(i).execute(&mut context.handles);
                     }
                 }
             }
-            CudnnOptimization::LinearGrad(l) => l.execute(context),
-            CudnnOptimization::LeadingSum(s) => s.execute(context),
+            CudnnOptimization::LinearGrad(l) => expect("fused linear weight gradient", l.execute(context)),
+            CudnnOptimization::LeadingSum(s) => expect("fused leading-dims sum", s.execute(context)),
         }
     }
 
@@ -199,10 +201,10 @@ impl ElementwiseOptimization {
 
     /// Runs the program; false (nothing consumed) when its kernel is still being built or
     /// cannot be built, so the caller runs the operations one by one instead.
-    fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> bool {
+    fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
         const OP: &str = "fused elementwise";
         if self.unbuildable {
-            return false;
+            return Ok(false);
         }
         let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global_ir(context, &i.id, OP)).collect();
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
@@ -214,7 +216,7 @@ impl ElementwiseOptimization {
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
         let mut launch = match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims) {
             Ok(l) => l,
-            Err(e) => return self.unbuildable_after(e),
+            Err(e) => return Ok(self.unbuildable_after(e)),
         };
         let variant = launch.variant();
         let ready = match &self.function {
@@ -224,8 +226,8 @@ impl ElementwiseOptimization {
         let (variant, function) = match ready {
             Ok(Some(built)) => self.function.insert(built).clone(),
             // Building in the background: unfused this time.
-            Ok(None) => return false,
-            Err(e) => return self.unbuildable_after(e),
+            Ok(None) => return Ok(false),
+            Err(e) => return Ok(self.unbuildable_after(e)),
         };
         for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
             if slot.last_use {
@@ -256,22 +258,19 @@ impl ElementwiseOptimization {
                     lent[k] = true;
                     inputs[k].with_layout(ViewLayout::contiguous(&dims))
                 }
-                None => CudnnTensor::empty(&device, &dims, dtype, OP),
+                None => CudnnTensor::empty(&device, &dims, dtype, OP)?,
             });
         }
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         let out_refs: Vec<_> = outputs.iter().map(|t| t.tmut()).collect();
-        expect(
-            OP,
-            launch
-                .bind(&self.program, &out_refs, &scalars)
-                .and_then(|()| launch.launch(&stream, &self.program, &function, variant)),
-        );
+        launch
+            .bind(&self.program, &out_refs, &scalars)
+            .and_then(|()| launch.launch(&stream, &self.program, &function, variant))?;
         drop((launch, out_refs, in_refs));
         drop(inputs);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
-        true
+        Ok(true)
     }
 }

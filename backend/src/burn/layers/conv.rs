@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::burn::exec;
-use crate::burn::tensor::{expect, CudnnTensor};
+use crate::burn::tensor::CudnnTensor;
 use crate::kernels::elementwise::BinaryOp;
 use crate::ops::{self, Activation, ConvParams};
 use crate::types::ConvGeometry;
@@ -14,33 +14,30 @@ pub(crate) fn conv(
     w: CudnnTensor,
     bias: Option<CudnnTensor>,
     g: &ConvGeometry,
-) -> CudnnTensor {
-    require_cudnn_float(op, &x);
-    check_pair(op, &x, &w);
+) -> Result<CudnnTensor> {
+    require_cudnn_float(op, &x)?;
+    check_pair(op, &x, &w)?;
     let p = g.clone();
-    let (x, w) = (x.cudnn_ready(), w.cudnn_ready());
-    let dims = expect(op, p.output_dims(x.dims(), w.dims()));
-    let y = x.empty_on(&dims, x.dtype, op);
+    let (x, w) = (x.cudnn_ready()?, w.cudnn_ready()?);
+    let dims = p.output_dims(x.dims(), w.dims())?;
+    let y = x.empty_on(&dims, x.dtype, op)?;
     match bias {
         Some(b) => {
-            check_pair(op, &x, &b);
-            let b = b.cudnn_ready();
-            expect(
-                op,
-                ops::conv_bias_act_forward(
-                    x.stream(),
-                    &x.tref(),
-                    &w.tref(),
-                    &b.tref(),
-                    &y.tmut(),
-                    &p,
-                    Activation::Identity,
-                ),
-            );
+            check_pair(op, &x, &b)?;
+            let b = b.cudnn_ready()?;
+            ops::conv_bias_act_forward(
+                x.stream(),
+                &x.tref(),
+                &w.tref(),
+                &b.tref(),
+                &y.tmut(),
+                &p,
+                Activation::Identity,
+            )?;
         }
-        None => expect(op, ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &p)),
+        None => ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &p)?,
     }
-    y
+    Ok(y)
 }
 
 /// Gradient of [`conv`] with respect to its input (dims `x_dims`).
@@ -50,16 +47,13 @@ pub(crate) fn conv_x_backward(
     w: CudnnTensor,
     dy: CudnnTensor,
     g: &ConvGeometry,
-) -> CudnnTensor {
-    require_cudnn_float(op, &dy);
-    check_pair(op, &dy, &w);
-    let (w, dy) = (w.cudnn_ready(), dy.cudnn_ready());
-    let dx = dy.empty_on(x_dims, dy.dtype, op);
-    expect(
-        op,
-        ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), g),
-    );
-    dx
+) -> Result<CudnnTensor> {
+    require_cudnn_float(op, &dy)?;
+    check_pair(op, &dy, &w)?;
+    let (w, dy) = (w.cudnn_ready()?, dy.cudnn_ready()?);
+    let dx = dy.empty_on(x_dims, dy.dtype, op)?;
+    ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), g)?;
+    Ok(dx)
 }
 
 /// Gradient of [`conv`] with respect to its filter (dims `w_dims`).
@@ -69,31 +63,30 @@ pub(crate) fn conv_weight_backward(
     w_dims: &[i64],
     dy: CudnnTensor,
     g: &ConvGeometry,
-) -> CudnnTensor {
-    require_cudnn_float(op, &x);
-    check_pair(op, &x, &dy);
-    let (x, dy) = (x.cudnn_ready(), dy.cudnn_ready());
-    let dw = dy.empty_on(w_dims, dy.dtype, op);
-    expect(
-        op,
-        ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), g),
-    );
-    dw
+) -> Result<CudnnTensor> {
+    require_cudnn_float(op, &x)?;
+    check_pair(op, &x, &dy)?;
+    let (x, dy) = (x.cudnn_ready()?, dy.cudnn_ready()?);
+    let dw = dy.empty_on(w_dims, dy.dtype, op)?;
+    ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), g)?;
+    Ok(dw)
 }
 
 /// Bias gradient of a (transposed) convolution: `dy [N, C, spatial..]` summed over every
 /// dim but the channels, as `[C]`.
-pub(crate) fn conv_bias_backward(op: &str, dy: CudnnTensor) -> CudnnTensor {
+pub(crate) fn conv_bias_backward(op: &str, dy: CudnnTensor) -> Result<CudnnTensor> {
     let d = dy.dims().to_vec();
-    assert!(
-        d.len() >= 2,
-        "cudnn-backend: {op}: output gradient {d:?} needs rank >= 2 ([N, C, ..])"
-    );
+    if d.len() < 2 {
+        return Err(Error::invalid_input(
+            op,
+            format!("output gradient {d:?} needs rank >= 2 ([N, C, ..])"),
+        ));
+    }
     let (n, c) = (d[0], d[1]);
     let s: i64 = d[2..].iter().product();
-    let t = dy.reshape(&[n, c, s]);
-    let t = sum_axis(&t, 2, op);
-    let t = if n == 1 { t } else { sum_axis(&t, 0, op) };
+    let t = dy.reshape(&[n, c, s])?;
+    let t = sum_axis(&t, 2, op)?;
+    let t = if n == 1 { t } else { sum_axis(&t, 0, op)? };
     t.reshape(&[c])
 }
 
@@ -119,7 +112,7 @@ struct TransposePlan {
 
 impl ConvTransposeGeom {
     /// Plans for input spatial dims `input` and kernel spatial dims `kernel`.
-    fn plan(&self, op: &str, input: &[i64], kernel: &[i64]) -> TransposePlan {
+    fn plan(&self, op: &str, input: &[i64], kernel: &[i64]) -> Result<TransposePlan> {
         let n = input.len();
         let (mut pre, mut post, mut out, mut valid) = (vec![], vec![], vec![], vec![]);
         for i in 0..n {
@@ -131,11 +124,9 @@ impl ConvTransposeGeom {
             );
             let (l, k) = (input[i], kernel[i]);
             let o = (l - 1) * s + d * (k - 1) + 1 + po - 2 * p;
-            assert!(
-                o > 0,
-                "cudnn-backend: {op}: the output size {o} of spatial dim {i} is not positive (input {l}, kernel {k}, \
-                 stride {s}, padding {p}, padding_out {po}, dilation {d})"
-            );
+            if o <= 0 {
+                return Err(Error::invalid_input(op, format!("the output size {o} of spatial dim {i} is not positive (input {l}, kernel {k}, stride {s}, padding {p}, padding_out {po}, dilation {d})")));
+            }
             let (q, v) = if po < s {
                 (p, o)
             } else if po - p < s {
@@ -153,7 +144,7 @@ impl ConvTransposeGeom {
             post_padding: post,
             ..self.conv.clone()
         };
-        TransposePlan { params, out, valid }
+        Ok(TransposePlan { params, out, valid })
     }
 
     /// The transposed conv's input spatial dims for its output spatial dims `out`.
@@ -173,14 +164,14 @@ impl ConvTransposeGeom {
 }
 
 /// Restricts the spatial dims (from dim 2) of `t` to `valid` (a view).
-fn spatial_prefix(t: &CudnnTensor, valid: &[i64], op: &str) -> CudnnTensor {
+fn spatial_prefix(t: &CudnnTensor, valid: &[i64], op: &str) -> Result<CudnnTensor> {
     let mut t = t.clone();
     for (i, &v) in valid.iter().enumerate() {
         if t.dims()[i + 2] != v {
-            t = narrow(&t, op, i + 2, 0, v);
+            t = narrow(&t, op, i + 2, 0, v)?;
         }
     }
-    t
+    Ok(t)
 }
 
 /// Transposed convolution `x [N, C_in, in..]` by `w [C_in, C_out / groups, k..]`
@@ -191,46 +182,42 @@ pub(crate) fn conv_transpose(
     w: CudnnTensor,
     bias: Option<CudnnTensor>,
     g: &ConvTransposeGeom,
-) -> CudnnTensor {
-    require_cudnn_float(op, &x);
-    check_pair(op, &x, &w);
-    let (x, w) = (x.cudnn_ready(), w.cudnn_ready());
+) -> Result<CudnnTensor> {
+    require_cudnn_float(op, &x)?;
+    check_pair(op, &x, &w)?;
+    let (x, w) = (x.cudnn_ready()?, w.cudnn_ready()?);
     let (xd, wd) = (x.dims().to_vec(), w.dims().to_vec());
-    assert!(
-        xd.len() == wd.len() && xd.len() >= 3,
-        "cudnn-backend: {op}: input {xd:?} and weight {wd:?} need the same rank >= 3"
-    );
-    let plan = g.plan(op, &xd[2..], &wd[2..]);
+    if !(xd.len() == wd.len() && xd.len() >= 3) {
+        return Err(Error::invalid_input(
+            op,
+            format!("input {xd:?} and weight {wd:?} need the same rank >= 3"),
+        ));
+    }
+    let plan = g.plan(op, &xd[2..], &wd[2..])?;
     let mut dims = vec![xd[0], wd[1] * g.conv.groups];
     dims.extend(&plan.out);
-    let y = x.empty_on(&dims, x.dtype, op);
+    let y = x.empty_on(&dims, x.dtype, op)?;
     if plan.valid == plan.out {
-        expect(
-            op,
-            ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &plan.params),
-        );
+        ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &plan.params)?;
     } else {
-        fill(&y, 0.0, op);
+        fill(&y, 0.0, op)?;
         if plan.valid.iter().all(|&v| v > 0) {
             let mut vd = dims[..2].to_vec();
             vd.extend(&plan.valid);
-            let tmp = x.empty_on(&vd, x.dtype, op);
-            expect(
-                op,
-                ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &tmp.tmut(), &plan.params),
-            );
-            exec::copy_into(&tmp, &spatial_prefix(&y, &plan.valid, op), op);
+            let tmp = x.empty_on(&vd, x.dtype, op)?;
+            ops::conv_backward_data(x.stream(), &x.tref(), &w.tref(), &tmp.tmut(), &plan.params)?;
+            exec::copy_into(&tmp, &spatial_prefix(&y, &plan.valid, op)?, op)?;
         }
     }
     match bias {
         Some(b) => {
-            check_pair(op, &y, &b);
+            check_pair(op, &y, &b)?;
             let mut bd = vec![1i64; dims.len()];
             bd[1] = dims[1];
-            let b = b.reshape(&bd);
+            let b = b.reshape(&bd)?;
             exec::binary(y, b, BinaryOp::Add, op)
         }
-        None => y,
+        None => Ok(y),
     }
 }
 
@@ -240,26 +227,23 @@ pub(crate) fn conv_transpose_x_backward(
     w: CudnnTensor,
     dy: CudnnTensor,
     g: &ConvTransposeGeom,
-) -> CudnnTensor {
-    require_cudnn_float(op, &dy);
-    check_pair(op, &dy, &w);
+) -> Result<CudnnTensor> {
+    require_cudnn_float(op, &dy)?;
+    check_pair(op, &dy, &w)?;
     let (dd, wd) = (dy.dims().to_vec(), w.dims().to_vec());
     let input = g.input_size(&dd[2..], &wd[2..]);
-    let plan = g.plan(op, &input, &wd[2..]);
+    let plan = g.plan(op, &input, &wd[2..])?;
     let mut dims = vec![dd[0], wd[0]];
     dims.extend(&input);
-    let dx = dy.empty_on(&dims, dy.dtype, op);
+    let dx = dy.empty_on(&dims, dy.dtype, op)?;
     if plan.valid.iter().any(|&v| v <= 0) {
-        fill(&dx, 0.0, op);
-        return dx;
+        fill(&dx, 0.0, op)?;
+        return Ok(dx);
     }
-    let dy = spatial_prefix(&dy, &plan.valid, op).cudnn_ready();
-    let w = w.cudnn_ready();
-    expect(
-        op,
-        ops::conv_forward(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &plan.params),
-    );
-    dx
+    let dy = spatial_prefix(&dy, &plan.valid, op)?.cudnn_ready()?;
+    let w = w.cudnn_ready()?;
+    ops::conv_forward(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), &plan.params)?;
+    Ok(dx)
 }
 
 /// Gradient of [`conv_transpose`] with respect to its filter: cuDNN's backward-filter of
@@ -270,23 +254,20 @@ pub(crate) fn conv_transpose_weight_backward(
     w_dims: &[i64],
     dy: CudnnTensor,
     g: &ConvTransposeGeom,
-) -> CudnnTensor {
-    require_cudnn_float(op, &x);
-    check_pair(op, &x, &dy);
+) -> Result<CudnnTensor> {
+    require_cudnn_float(op, &x)?;
+    check_pair(op, &x, &dy)?;
     let xd = x.dims().to_vec();
-    let plan = g.plan(op, &xd[2..], &w_dims[2..]);
-    let dw = x.empty_on(w_dims, x.dtype, op);
+    let plan = g.plan(op, &xd[2..], &w_dims[2..])?;
+    let dw = x.empty_on(w_dims, x.dtype, op)?;
     if plan.valid.iter().any(|&v| v <= 0) {
-        fill(&dw, 0.0, op);
-        return dw;
+        fill(&dw, 0.0, op)?;
+        return Ok(dw);
     }
-    let dy = spatial_prefix(&dy, &plan.valid, op).cudnn_ready();
-    let x = x.cudnn_ready();
-    expect(
-        op,
-        ops::conv_backward_filter(x.stream(), &dy.tref(), &x.tref(), &dw.tmut(), &plan.params),
-    );
-    dw
+    let dy = spatial_prefix(&dy, &plan.valid, op)?.cudnn_ready()?;
+    let x = x.cudnn_ready()?;
+    ops::conv_backward_filter(x.stream(), &dy.tref(), &x.tref(), &dw.tmut(), &plan.params)?;
+    Ok(dw)
 }
 
 #[cfg(test)]
@@ -343,7 +324,7 @@ mod tests {
                                     conv: ConvGeometry::new(&[p], &[s], &[d], 1),
                                     padding_out: vec![po],
                                 };
-                                let plan = g.plan("test", &[l], &[k]);
+                                let plan = g.plan("test", &[l], &[k]).unwrap();
                                 assert_eq!(plan.out, vec![out]);
                                 assert_eq!(g.input_size(&[out], &[k]), vec![l]);
                                 let x: Vec<i64> = (0..l).map(|i| 3 * i + 1).collect();

@@ -5,7 +5,8 @@
 use burn_backend::DType;
 
 use crate::burn::exec;
-use crate::burn::tensor::{expect, CudnnTensor};
+use crate::burn::tensor::CudnnTensor;
+use crate::error::Result;
 use crate::kernels::ctc::{self as kctc, CtcInputs};
 
 /// The dtype of the recursions' workspaces and of the loss before it is cast back
@@ -28,18 +29,18 @@ impl Problem {
         [targets, input_lengths, target_lengths]: [CudnnTensor; 3],
         blank: usize,
         op: &str,
-    ) -> Self {
+    ) -> Result<Self> {
         let as_i64 = |t: CudnnTensor| {
-            exec::check_same_device(op, &log_probs, &t);
+            exec::check_same_device(op, &log_probs, &t)?;
             exec::cast(t, DType::I64, op)
         };
-        Self {
-            targets: as_i64(targets),
-            input_lengths: as_i64(input_lengths),
-            target_lengths: as_i64(target_lengths),
+        Ok(Self {
+            targets: as_i64(targets)?,
+            input_lengths: as_i64(input_lengths)?,
+            target_lengths: as_i64(target_lengths)?,
             log_probs,
             blank: blank as i64,
-        }
+        })
     }
 
     /// Runs `f` with the kernels' view of the problem.
@@ -57,13 +58,13 @@ impl Problem {
 
     /// The forward recursion: the log forward variables `[T, N, 2S + 1]` and the loss `[N]`,
     /// both in f64.
-    fn forward(&self, op: &str) -> (CudnnTensor, CudnnTensor) {
+    fn forward(&self, op: &str) -> Result<(CudnnTensor, CudnnTensor)> {
         let lp = &self.log_probs;
-        let alpha = lp.empty_on(&self.with_inputs(kctc::workspace_dims), WORKSPACE, op);
-        let nll = lp.empty_on(&[lp.dims()[1]], WORKSPACE, op);
+        let alpha = lp.empty_on(&self.with_inputs(kctc::workspace_dims), WORKSPACE, op)?;
+        let nll = lp.empty_on(&[lp.dims()[1]], WORKSPACE, op)?;
         let done = self.with_inputs(|inputs| kctc::ctc_forward(lp.stream(), inputs, &alpha.tmut(), &nll.tmut()));
-        expect(op, done);
-        (alpha, nll)
+        done?;
+        Ok((alpha, nll))
     }
 }
 
@@ -74,10 +75,10 @@ pub(crate) fn ctc_loss(
     input_lengths: CudnnTensor,
     target_lengths: CudnnTensor,
     blank: usize,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     const OP: &str = "ctc_loss";
-    let problem = Problem::new(log_probs, [targets, input_lengths, target_lengths], blank, OP);
-    let (_, nll) = problem.forward(OP);
+    let problem = Problem::new(log_probs, [targets, input_lengths, target_lengths], blank, OP)?;
+    let (_, nll) = problem.forward(OP)?;
     exec::cast(nll, problem.log_probs.dtype, OP)
 }
 
@@ -91,15 +92,15 @@ pub(crate) fn ctc_loss_backward(
     target_lengths: CudnnTensor,
     grad_loss: CudnnTensor,
     blank: usize,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     const OP: &str = "ctc_loss_backward";
-    exec::check_same_device(OP, &log_probs, &grad_loss);
-    let grad_loss = exec::cast(grad_loss, log_probs.dtype, OP);
-    let problem = Problem::new(log_probs, [targets, input_lengths, target_lengths], blank, OP);
-    let (alpha, nll) = problem.forward(OP);
-    let beta = alpha.empty_like(alpha.dtype, OP);
+    exec::check_same_device(OP, &log_probs, &grad_loss)?;
+    let grad_loss = exec::cast(grad_loss, log_probs.dtype, OP)?;
+    let problem = Problem::new(log_probs, [targets, input_lengths, target_lengths], blank, OP)?;
+    let (alpha, nll) = problem.forward(OP)?;
+    let beta = alpha.empty_like(alpha.dtype, OP)?;
     let lp = &problem.log_probs;
-    let grad = lp.empty_like(lp.dtype, OP);
+    let grad = lp.empty_like(lp.dtype, OP)?;
     let done = problem.with_inputs(|inputs| {
         kctc::ctc_backward(
             lp.stream(),
@@ -111,6 +112,6 @@ pub(crate) fn ctc_loss_backward(
             &grad.tmut(),
         )
     });
-    expect(OP, done);
-    grad
+    done?;
+    Ok(grad)
 }

@@ -18,6 +18,7 @@ use crate::burn::data::from_data;
 use crate::burn::exec;
 use crate::burn::math::exact_matmul;
 use crate::burn::tensor::CudnnTensor;
+use crate::error::{Error, Result};
 
 /// burn-ndarray's Lanczos3 kernel `sinc(x) · sinc(x / 3)` on `(-3, 3)`, 0 elsewhere.
 fn lanczos3(x: f64) -> f64 {
@@ -70,61 +71,78 @@ pub(crate) fn axis_weights(input: usize, output: usize, align_corners: bool) -> 
 
 /// The `[output, input]` weights of one axis on `like`'s device, as `dtype`, viewed as
 /// `[1, 1, output, input]` (transposed to `[1, 1, input, output]` when `transpose`).
-fn weights_on(like: &CudnnTensor, input: i64, output: i64, ac: bool, transpose: bool, dtype: DType) -> CudnnTensor {
+fn weights_on(
+    like: &CudnnTensor,
+    input: i64,
+    output: i64,
+    ac: bool,
+    transpose: bool,
+    dtype: DType,
+) -> Result<CudnnTensor> {
     const OP: &str = "interpolate";
     let (i, o) = (input as usize, output as usize);
     let data = TensorData::new(axis_weights(i, o, ac), [o, i]);
-    let w = exec::cast(from_data(data, &like.burn_device(), DType::F64, OP), dtype, OP);
-    let w = w.reshape(&[1, 1, output, input]);
+    let w = exec::cast(from_data(data, &like.burn_device(), DType::F64, OP)?, dtype, OP)?;
+    let w = w.reshape(&[1, 1, output, input])?;
     if transpose {
         view(&w, OP, |l| l.transpose(2, 3))
     } else {
-        w
+        Ok(w)
     }
 }
 
 /// Checks `t` is a float `[N, C, H, W]` and returns its dims.
-fn dims4(op: &str, t: &CudnnTensor) -> [i64; 4] {
-    require_float(op, t);
+fn dims4(op: &str, t: &CudnnTensor) -> Result<[i64; 4]> {
+    require_float(op, t)?;
     let d = t.dims();
-    assert!(d.len() == 4, "cudnn-backend: {op}: input {d:?} must be [N, C, H, W]");
-    [d[0], d[1], d[2], d[3]]
+    if d.len() != 4 {
+        return Err(Error::invalid_input(op, format!("input {d:?} must be [N, C, H, W]")));
+    }
+    Ok([d[0], d[1], d[2], d[3]])
 }
 
 /// Lanczos3 resize of `x [N, C, H, W]` to `[N, C, size[0], size[1]]`.
-pub(crate) fn lanczos3_interpolate(x: CudnnTensor, size: [usize; 2], align_corners: bool) -> CudnnTensor {
+pub(crate) fn lanczos3_interpolate(x: CudnnTensor, size: [usize; 2], align_corners: bool) -> Result<CudnnTensor> {
     const OP: &str = "interpolate";
-    let [_, _, h, w] = dims4(OP, &x);
+    let [_, _, h, w] = dims4(OP, &x)?;
     let (oh, ow) = (size[0] as i64, size[1] as i64);
     let dtype = x.dtype;
     let work = compute_dtype(dtype);
-    let x = exec::cast(x, work, OP);
+    let x = exec::cast(x, work, OP)?;
     // Columns first: [N, C, H, W] · Wxᵀ [W, ow], then Wy [oh, H] · [N, C, H, ow].
-    let wxt = weights_on(&x, w, ow, align_corners, true, work);
-    let t = exact_matmul(&x, &wxt, OP);
-    let wy = weights_on(&x, h, oh, align_corners, false, work);
-    let y = exact_matmul(&wy, &t, OP);
+    let wxt = weights_on(&x, w, ow, align_corners, true, work)?;
+    let t = exact_matmul(&x, &wxt, OP)?;
+    let wy = weights_on(&x, h, oh, align_corners, false, work)?;
+    let y = exact_matmul(&wy, &t, OP)?;
     exec::cast(y, dtype, OP)
 }
 
 /// Gradient of [`lanczos3_interpolate`] with respect to its input of dims `x_dims`:
 /// `dx = Wyᵀ · dy · Wx` for `dy [N, C, oh, ow]`.
-pub(crate) fn lanczos3_interpolate_backward(x_dims: &[i64], dy: CudnnTensor, align_corners: bool) -> CudnnTensor {
+pub(crate) fn lanczos3_interpolate_backward(
+    x_dims: &[i64],
+    dy: CudnnTensor,
+    align_corners: bool,
+) -> Result<CudnnTensor> {
     const OP: &str = "interpolate_backward";
-    let [n, c, oh, ow] = dims4(OP, &dy);
-    assert!(
-        x_dims.len() == 4 && x_dims[0] == n && x_dims[1] == c,
-        "cudnn-backend: {OP}: input {x_dims:?} and output gradient {:?} must be [N, C, H, W] and [N, C, oh, ow]",
-        dy.dims()
-    );
+    let [n, c, oh, ow] = dims4(OP, &dy)?;
+    if !(x_dims.len() == 4 && x_dims[0] == n && x_dims[1] == c) {
+        return Err(Error::invalid_input(
+            OP,
+            format!(
+                "input {x_dims:?} and output gradient {:?} must be [N, C, H, W] and [N, C, oh, ow]",
+                dy.dims()
+            ),
+        ));
+    }
     let (h, w) = (x_dims[2], x_dims[3]);
     let dtype = dy.dtype;
     let work = compute_dtype(dtype);
-    let dy = exec::cast(dy, work, OP);
-    let wx = weights_on(&dy, w, ow, align_corners, false, work);
-    let t = exact_matmul(&dy, &wx, OP);
-    let wyt = weights_on(&dy, h, oh, align_corners, true, work);
-    let dx = exact_matmul(&wyt, &t, OP);
+    let dy = exec::cast(dy, work, OP)?;
+    let wx = weights_on(&dy, w, ow, align_corners, false, work)?;
+    let t = exact_matmul(&dy, &wx, OP)?;
+    let wyt = weights_on(&dy, h, oh, align_corners, true, work)?;
+    let dx = exact_matmul(&wyt, &t, OP)?;
     exec::cast(dx, dtype, OP)
 }
 

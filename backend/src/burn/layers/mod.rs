@@ -36,95 +36,106 @@ use std::sync::Arc;
 use burn_backend::DType;
 
 use super::exec;
-use super::tensor::{expect, CudnnTensor};
+use super::tensor::CudnnTensor;
+use crate::error::{Error, InOp, Result};
 use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
 use crate::kernels::reduce::{self as kreduce, ReduceOp, ScanOp};
 use crate::runtime;
 use crate::view::ViewLayout;
 
-/// Panics unless `t` holds a float dtype cuDNN computes in (F32, Flex32, F16, BF16).
-pub(crate) fn require_cudnn_float(op: &str, t: &CudnnTensor) {
+/// An error unless `t` holds a float dtype cuDNN computes in (F32, Flex32, F16, BF16).
+pub(crate) fn require_cudnn_float(op: &str, t: &CudnnTensor) -> Result<()> {
     match t.dtype {
         DType::F32 | DType::Flex32 | DType::F16 | DType::BF16 => {}
-        DType::F64 => panic!("cudnn-backend: {op}: F64 is not supported by cuDNN; cast the tensors to F32 first"),
-        other => panic!("cudnn-backend: {op}: dtype {other:?} is not a float dtype (F32, F16 or BF16 expected)"),
+        DType::F64 => {
+            return Err(Error::invalid_input(
+                op,
+                "F64 is not supported by cuDNN; cast the tensors to F32 first",
+            ))
+        }
+        other => {
+            return Err(Error::invalid_input(
+                op,
+                format!("dtype {other:?} is not a float dtype (F32, F16 or BF16 expected)"),
+            ))
+        }
     }
+    Ok(())
 }
 
-/// Panics unless `t` holds a float dtype the pooling/resize kernels take (F32, Flex32,
+/// An error unless `t` holds a float dtype the pooling/resize kernels take (F32, Flex32,
 /// F16, BF16, F64).
-pub(crate) fn require_float(op: &str, t: &CudnnTensor) {
+pub(crate) fn require_float(op: &str, t: &CudnnTensor) -> Result<()> {
     match t.dtype {
         DType::F32 | DType::Flex32 | DType::F16 | DType::BF16 | DType::F64 => {}
-        other => panic!("cudnn-backend: {op}: dtype {other:?} is not a float dtype (F32, F16, BF16 or F64 expected)"),
+        other => {
+            return Err(Error::invalid_input(
+                op,
+                format!("dtype {other:?} is not a float dtype (F32, F16, BF16 or F64 expected)"),
+            ))
+        }
     }
+    Ok(())
 }
 
-/// Panics unless both tensors are on one device and share a dtype.
-fn check_pair(op: &str, a: &CudnnTensor, b: &CudnnTensor) {
-    exec::check_same_device(op, a, b);
-    exec::check_same_dtype(op, a, b);
+/// An error unless both tensors are on one device and share a dtype.
+fn check_pair(op: &str, a: &CudnnTensor, b: &CudnnTensor) -> Result<()> {
+    exec::check_same_device(op, a, b)?;
+    exec::check_same_dtype(op, a, b)?;
+    Ok(())
 }
 
-/// A view of `t` built by `f` from its layout (panics naming `op` on an invalid view).
+/// A view of `t` built by `f` from its layout (an error naming `op` for an invalid view).
 pub(crate) fn view(
     t: &CudnnTensor,
     op: &str,
     f: impl FnOnce(&ViewLayout) -> crate::error::Result<ViewLayout>,
-) -> CudnnTensor {
-    t.with_layout(expect(op, f(&t.layout)))
+) -> Result<CudnnTensor> {
+    Ok(t.with_layout(f(&t.layout).in_op(op)?))
 }
 
 /// `t[.., start..end, ..]` along `axis` (a view).
-pub(crate) fn narrow(t: &CudnnTensor, op: &str, axis: usize, start: i64, end: i64) -> CudnnTensor {
+pub(crate) fn narrow(t: &CudnnTensor, op: &str, axis: usize, start: i64, end: i64) -> Result<CudnnTensor> {
     view(t, op, |l| l.slice(axis, start, end, 1))
 }
 
 /// Fills the (possibly strided) view `t` with `value`.
-pub(crate) fn fill(t: &CudnnTensor, value: f64, op: &str) {
+pub(crate) fn fill(t: &CudnnTensor, value: f64, op: &str) -> Result<()> {
     if t.numel() > 0 {
-        expect(op, ew::fill(t.stream(), &t.tmut(), value));
+        ew::fill(t.stream(), &t.tmut(), value).in_op(op)?;
     }
+    Ok(())
 }
 
 /// `0, 1, .., n - 1` as a 1-D tensor of `dtype`, built on the device (a running sum of
 /// ones in I64, cast when `dtype` differs).
-pub(crate) fn arange(device: &Arc<runtime::Device>, n: i64, dtype: DType, op: &str) -> CudnnTensor {
-    let ones = exec::full(device, &[n], DType::I64, 1.0, op);
-    let out = CudnnTensor::empty(device, &[n], DType::I64, op);
+pub(crate) fn arange(device: &Arc<runtime::Device>, n: i64, dtype: DType, op: &str) -> Result<CudnnTensor> {
+    let ones = exec::full(device, &[n], DType::I64, 1.0, op)?;
+    let out = CudnnTensor::empty(device, &[n], DType::I64, op)?;
     if n > 0 {
-        expect(
-            op,
-            kreduce::scan(device.stream(), ScanOp::CumSum, &ones.tref(), 0, &out.tmut()),
-        );
+        kreduce::scan(device.stream(), ScanOp::CumSum, &ones.tref(), 0, &out.tmut())?;
     }
-    let out = exec::unary(out, UnaryOp::AddScalar(-1.0), op);
+    let out = exec::unary(out, UnaryOp::AddScalar(-1.0), op)?;
     exec::cast(out, dtype, op)
 }
 
 /// Writes `op(a, b)` (broadcast) into the existing view `out`.
-pub(crate) fn binary_into(a: &CudnnTensor, b: &CudnnTensor, op: BinaryOp, out: &CudnnTensor, name: &str) {
-    expect(name, ew::binary(out.stream(), op, &a.tref(), &b.tref(), &out.tmut()));
+pub(crate) fn binary_into(a: &CudnnTensor, b: &CudnnTensor, op: BinaryOp, out: &CudnnTensor, name: &str) -> Result<()> {
+    ew::binary(out.stream(), op, &a.tref(), &b.tref(), &out.tmut()).in_op(name)
 }
 
 /// Sum of `t` over `axis`, keeping it with size 1.
-pub(crate) fn sum_axis(t: &CudnnTensor, axis: usize, op: &str) -> CudnnTensor {
+pub(crate) fn sum_axis(t: &CudnnTensor, axis: usize, op: &str) -> Result<CudnnTensor> {
     let mut dims = t.dims().to_vec();
     dims[axis] = 1;
-    let out = t.empty_on(&dims, t.dtype, op);
-    expect(
-        op,
-        kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tmut()),
-    );
-    out
+    let out = t.empty_on(&dims, t.dtype, op)?;
+    kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tmut())?;
+    Ok(out)
 }
 
 /// Sums into the existing view `out` (dims of `t` with `dims[axis] = 1`).
-pub(crate) fn sum_axis_into(t: &CudnnTensor, axis: usize, out: &CudnnTensor, op: &str) {
-    expect(
-        op,
-        kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tmut()),
-    );
+pub(crate) fn sum_axis_into(t: &CudnnTensor, axis: usize, out: &CudnnTensor, op: &str) -> Result<()> {
+    kreduce::reduce(t.stream(), ReduceOp::Sum, &t.tref(), axis, &out.tmut()).in_op(op)
 }
 
 /// The dtype intermediate results of a composed op are kept in: F32 for half types.

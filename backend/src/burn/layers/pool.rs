@@ -4,7 +4,7 @@ use burn_backend::DType;
 
 use super::*;
 use crate::burn::exec;
-use crate::burn::tensor::{expect, CudnnTensor};
+use crate::burn::tensor::CudnnTensor;
 use crate::kernels::pool::{self as kpool, Pool2d};
 use crate::ops::{self, PoolMode, PoolParams};
 
@@ -39,11 +39,13 @@ impl PoolArgs {
         }
     }
 
-    fn shape(&self, op: &str, x: &CudnnTensor) -> PoolShape {
+    fn shape(&self, op: &str, x: &CudnnTensor) -> Result<PoolShape> {
         let d = x.dims();
-        assert!(d.len() == 4, "cudnn-backend: {op}: input {d:?} must be [N, C, H, W]");
+        if d.len() != 4 {
+            return Err(Error::invalid_input(op, format!("input {d:?} must be [N, C, H, W]")));
+        }
         let pool = self.pool2d();
-        let kernel = expect(op, pool.output_hw(d[2], d[3]));
+        let kernel = pool.output_hw(d[2], d[3])?;
         let mut burn = [0i64; 2];
         for a in 0..2 {
             let (k, s, p, dl) = (pool.kernel[a], pool.stride[a], pool.padding[a], pool.dilation[a]);
@@ -54,74 +56,76 @@ impl PoolArgs {
                 num / s + 1
             };
         }
-        PoolShape { pool, burn, kernel }
+        Ok(PoolShape { pool, burn, kernel })
     }
 }
 
 /// `t[.., ..h, ..w]` (a view).
-fn top_left(t: &CudnnTensor, hw: [i64; 2], op: &str) -> CudnnTensor {
-    narrow(&narrow(t, op, 2, 0, hw[0]), op, 3, 0, hw[1])
+fn top_left(t: &CudnnTensor, hw: [i64; 2], op: &str) -> Result<CudnnTensor> {
+    narrow(&narrow(t, op, 2, 0, hw[0])?, op, 3, 0, hw[1])
 }
 
 /// Max pooling with flat `h * W + w` indices (I64) into each input plane; first maximum
 /// wins. Windows Burn keeps past PyTorch's `ceil_mode` rule hold -inf with index 0, as
 /// burn-ndarray writes them.
-pub(crate) fn max_pool2d_with_indices(x: CudnnTensor, a: &PoolArgs) -> (CudnnTensor, CudnnTensor) {
+pub(crate) fn max_pool2d_with_indices(x: CudnnTensor, a: &PoolArgs) -> Result<(CudnnTensor, CudnnTensor)> {
     const OP: &str = "max_pool2d_with_indices";
-    require_float(OP, &x);
-    let s = a.shape(OP, &x);
+    require_float(OP, &x)?;
+    let s = a.shape(OP, &x)?;
     let d = x.dims();
     let dims = [d[0], d[1], s.burn[0], s.burn[1]];
-    let out = x.empty_on(&dims, x.dtype, OP);
-    let idx = x.empty_on(&dims, DType::I64, OP);
+    let out = x.empty_on(&dims, x.dtype, OP)?;
+    let idx = x.empty_on(&dims, DType::I64, OP)?;
     let (ko, ki) = if s.burn == s.kernel {
         (out.clone(), idx.clone())
     } else {
-        fill(&out, f64::NEG_INFINITY, OP);
-        fill(&idx, 0.0, OP);
-        (top_left(&out, s.kernel, OP), top_left(&idx, s.kernel, OP))
+        fill(&out, f64::NEG_INFINITY, OP)?;
+        fill(&idx, 0.0, OP)?;
+        (top_left(&out, s.kernel, OP)?, top_left(&idx, s.kernel, OP)?)
     };
-    expect(
-        OP,
-        kpool::max_pool2d_with_indices(x.stream(), &x.tref(), &s.pool, &ko.tmut(), &ki.tmut()),
-    );
+    kpool::max_pool2d_with_indices(x.stream(), &x.tref(), &s.pool, &ko.tmut(), &ki.tmut())?;
     drop((ko, ki));
-    (out, idx)
+    Ok((out, idx))
 }
 
 /// Max pooling values only: cuDNN's pooling when it computes exactly Burn's windows
 /// (no dilation, no `ceil_mode` extension, F32/F16/BF16), else the indexed kernel.
-pub(crate) fn max_pool2d(x: CudnnTensor, a: &PoolArgs) -> CudnnTensor {
+pub(crate) fn max_pool2d(x: CudnnTensor, a: &PoolArgs) -> Result<CudnnTensor> {
     const OP: &str = "max_pool2d";
-    require_float(OP, &x);
-    let s = a.shape(OP, &x);
-    let floor = PoolArgs { ceil_mode: false, ..*a }.shape(OP, &x);
+    require_float(OP, &x)?;
+    let s = a.shape(OP, &x)?;
+    let floor = PoolArgs { ceil_mode: false, ..*a }.shape(OP, &x)?;
     let cudnn_ok = a.dilation == [1, 1]
         && s.burn == floor.burn
         && matches!(x.dtype, DType::F32 | DType::Flex32 | DType::F16 | DType::BF16);
     if !cudnn_ok {
-        return max_pool2d_with_indices(x, a).0;
+        return Ok(max_pool2d_with_indices(x, a)?.0);
     }
-    let x = x.cudnn_ready();
+    let x = x.cudnn_ready()?;
     let d = x.dims();
-    let out = x.empty_on(&[d[0], d[1], s.burn[0], s.burn[1]], x.dtype, OP);
+    let out = x.empty_on(&[d[0], d[1], s.burn[0], s.burn[1]], x.dtype, OP)?;
     let p = PoolParams::new(PoolMode::Max, &s.pool.kernel, &s.pool.stride, &s.pool.padding);
-    expect(OP, ops::pool_forward(x.stream(), &x.tref(), &out.tmut(), &p));
-    out
+    ops::pool_forward(x.stream(), &x.tref(), &out.tmut(), &p)?;
+    Ok(out)
 }
 
 /// Gradient of max pooling from its indices: each `dy` element is added at the input
 /// position its index names (as burn-ndarray). In the engine's deterministic mode every
 /// input position gathers its windows' gradients in a fixed order (no atomics).
-pub(crate) fn max_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor, indices: CudnnTensor, a: &PoolArgs) -> CudnnTensor {
+pub(crate) fn max_pool2d_backward(
+    x: &CudnnTensor,
+    dy: CudnnTensor,
+    indices: CudnnTensor,
+    a: &PoolArgs,
+) -> Result<CudnnTensor> {
     const OP: &str = "max_pool2d_with_indices_backward";
-    require_float(OP, &dy);
-    exec::check_same_device(OP, &dy, &indices);
+    require_float(OP, &dy)?;
+    exec::check_same_device(OP, &dy, &indices)?;
     let idx = match indices.dtype {
         DType::I64 => indices,
-        _ => exec::cast(indices, DType::I64, OP),
+        _ => exec::cast(indices, DType::I64, OP)?,
     };
-    let dx = dy.empty_on(x.dims(), dy.dtype, OP);
+    let dx = dy.empty_on(x.dims(), dy.dtype, OP)?;
     let done = {
         let (idx_v, dy_v, dx_v) = (idx.tref(), dy.tref(), dx.tmut());
         if crate::plan::policy().deterministic {
@@ -130,21 +134,21 @@ pub(crate) fn max_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor, indices: Cud
             kpool::max_pool2d_backward(dx.stream(), &idx_v, &dy_v, &dx_v)
         }
     };
-    expect(OP, done);
-    dx
+    done?;
+    Ok(dx)
 }
 
 /// Average pooling (burn-ndarray's divisor rules for `count_include_pad` and `ceil_mode`).
 /// A window Burn keeps past PyTorch's `ceil_mode` rule has no input element: it holds
 /// 0 / (its size inside the padded input), i.e. 0, or NaN when that size is 0 or padding
 /// is not counted, as burn-ndarray computes it.
-pub(crate) fn avg_pool2d(x: CudnnTensor, a: &PoolArgs, count_include_pad: bool) -> CudnnTensor {
+pub(crate) fn avg_pool2d(x: CudnnTensor, a: &PoolArgs, count_include_pad: bool) -> Result<CudnnTensor> {
     const OP: &str = "avg_pool2d";
-    require_float(OP, &x);
-    let s = a.shape(OP, &x);
+    require_float(OP, &x)?;
+    let s = a.shape(OP, &x)?;
     let d = x.dims().to_vec();
     let dims = [d[0], d[1], s.burn[0], s.burn[1]];
-    let out = x.empty_on(&dims, x.dtype, OP);
+    let out = x.empty_on(&dims, x.dtype, OP)?;
     let ko = if s.burn == s.kernel {
         out.clone()
     } else {
@@ -156,29 +160,26 @@ pub(crate) fn avg_pool2d(x: CudnnTensor, a: &PoolArgs, count_include_pad: bool) 
         let val = |ok: bool| if ok { 0.0 } else { f64::NAN };
         let (rows, cols) = (s.burn[0] > s.kernel[0], s.burn[1] > s.kernel[1]);
         if rows {
-            fill(&narrow(&out, OP, 2, s.kernel[0], s.burn[0]), val(extra_ok(0)), OP);
+            fill(&narrow(&out, OP, 2, s.kernel[0], s.burn[0])?, val(extra_ok(0)), OP)?;
         }
         if cols {
-            fill(&narrow(&out, OP, 3, s.kernel[1], s.burn[1]), val(extra_ok(1)), OP);
+            fill(&narrow(&out, OP, 3, s.kernel[1], s.burn[1])?, val(extra_ok(1)), OP)?;
         }
         if rows && cols {
             let corner = narrow(
-                &narrow(&out, OP, 2, s.kernel[0], s.burn[0]),
+                &narrow(&out, OP, 2, s.kernel[0], s.burn[0])?,
                 OP,
                 3,
                 s.kernel[1],
                 s.burn[1],
-            );
-            fill(&corner, val(extra_ok(0) && extra_ok(1)), OP);
+            )?;
+            fill(&corner, val(extra_ok(0) && extra_ok(1)), OP)?;
         }
-        top_left(&out, s.kernel, OP)
+        top_left(&out, s.kernel, OP)?
     };
-    expect(
-        OP,
-        kpool::avg_pool2d(x.stream(), &x.tref(), &s.pool, count_include_pad, &ko.tmut()),
-    );
+    kpool::avg_pool2d(x.stream(), &x.tref(), &s.pool, count_include_pad, &ko.tmut())?;
     drop(ko);
-    out
+    Ok(out)
 }
 
 /// Gradient of [`avg_pool2d`] (windows past PyTorch's `ceil_mode` rule contribute nothing).
@@ -187,57 +188,54 @@ pub(crate) fn avg_pool2d_backward(
     dy: CudnnTensor,
     a: &PoolArgs,
     count_include_pad: bool,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     const OP: &str = "avg_pool2d_backward";
-    require_float(OP, &dy);
-    let s = a.shape(OP, x);
+    require_float(OP, &dy)?;
+    let s = a.shape(OP, x)?;
     let dy = if dy.dims()[2..] == s.kernel[..] {
         dy
     } else {
-        top_left(&dy, s.kernel, OP)
+        top_left(&dy, s.kernel, OP)?
     };
-    let dx = dy.empty_on(x.dims(), dy.dtype, OP);
-    expect(
-        OP,
-        kpool::avg_pool2d_backward(dx.stream(), &dy.tref(), &s.pool, count_include_pad, &dx.tmut()),
-    );
-    dx
+    let dx = dy.empty_on(x.dims(), dy.dtype, OP)?;
+    kpool::avg_pool2d_backward(dx.stream(), &dy.tref(), &s.pool, count_include_pad, &dx.tmut())?;
+    Ok(dx)
 }
 
 /// Adaptive average pooling to `[oh, ow]`.
-pub(crate) fn adaptive_avg_pool2d(x: CudnnTensor, size: [usize; 2]) -> CudnnTensor {
+pub(crate) fn adaptive_avg_pool2d(x: CudnnTensor, size: [usize; 2]) -> Result<CudnnTensor> {
     const OP: &str = "adaptive_avg_pool2d";
-    require_float(OP, &x);
+    require_float(OP, &x)?;
     let d = x.dims();
-    assert!(d.len() == 4, "cudnn-backend: {OP}: input {d:?} must be [N, C, H, W]");
-    let out = x.empty_on(&[d[0], d[1], size[0] as i64, size[1] as i64], x.dtype, OP);
-    expect(OP, kpool::adaptive_avg_pool2d(x.stream(), &x.tref(), &out.tmut()));
-    out
+    if d.len() != 4 {
+        return Err(Error::invalid_input(OP, format!("input {d:?} must be [N, C, H, W]")));
+    }
+    let out = x.empty_on(&[d[0], d[1], size[0] as i64, size[1] as i64], x.dtype, OP)?;
+    kpool::adaptive_avg_pool2d(x.stream(), &x.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// Gradient of [`adaptive_avg_pool2d`].
-pub(crate) fn adaptive_avg_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor) -> CudnnTensor {
+pub(crate) fn adaptive_avg_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor) -> Result<CudnnTensor> {
     const OP: &str = "adaptive_avg_pool2d_backward";
-    require_float(OP, &dy);
-    let dx = dy.empty_on(x.dims(), dy.dtype, OP);
-    expect(
-        OP,
-        kpool::adaptive_avg_pool2d_backward(dx.stream(), &dy.tref(), &dx.tmut()),
-    );
-    dx
+    require_float(OP, &dy)?;
+    let dx = dy.empty_on(x.dims(), dy.dtype, OP)?;
+    kpool::adaptive_avg_pool2d_backward(dx.stream(), &dy.tref(), &dx.tmut())?;
+    Ok(dx)
 }
 
 /// `[N, C, L]` as `[N, C, 1, L]` (a view).
-pub(crate) fn as_2d(t: &CudnnTensor, op: &str) -> CudnnTensor {
-    assert!(
-        t.rank() == 3,
-        "cudnn-backend: {op}: input {:?} must be [N, C, L]",
-        t.dims()
-    );
+pub(crate) fn as_2d(t: &CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    if t.rank() != 3 {
+        return Err(Error::invalid_input(
+            op,
+            format!("input {:?} must be [N, C, L]", t.dims()),
+        ));
+    }
     view(t, op, |l| l.unsqueeze(2))
 }
 
 /// `[N, C, 1, L]` back to `[N, C, L]` (a view).
-pub(crate) fn as_1d(t: &CudnnTensor, op: &str) -> CudnnTensor {
+pub(crate) fn as_1d(t: &CudnnTensor, op: &str) -> Result<CudnnTensor> {
     view(t, op, |l| l.squeeze(2))
 }

@@ -1,20 +1,26 @@
 //! Layer normalization and scaled dot-product attention through cuDNN graphs, with the
 //! composed path for the cases cuDNN has no engine for.
 
-use burn_backend::ops::{AttentionModuleOptions, BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::tensor::{BoolTensor, FloatTensor};
-use burn_backend::{DType, Scalar, Shape};
+use burn_backend::{BoolStore, DType, Scalar};
 
-use super::super::tensor::{expect, storage_type, CudnnTensor};
-use super::super::Cudnn;
+use super::super::tensor::{storage_type, CudnnTensor};
+use super::super::{math, structure, Cudnn};
 use super::exec;
+use crate::error::Result;
 use crate::graph::NormMode;
-use crate::kernels::elementwise::BinaryOp;
+use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::ops;
 
 /// Burn's layer norm over the last dim: one cuDNN norm graph for f32/f16/bf16 rows, the
 /// composed mean/variance path otherwise (f64, or a case cuDNN rejects).
-pub(crate) fn layer_norm(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnTensor>, epsilon: f64) -> CudnnTensor {
+pub(crate) fn layer_norm(
+    x: CudnnTensor,
+    gamma: CudnnTensor,
+    beta: Option<CudnnTensor>,
+    epsilon: f64,
+) -> Result<CudnnTensor> {
     const OP: &str = "layer_norm";
     let dims = x.dims().to_vec();
     let d = dims.last().copied().unwrap_or(1);
@@ -23,10 +29,10 @@ pub(crate) fn layer_norm(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnT
         return layer_norm_composed(x, gamma, beta, epsilon);
     }
     let rows = x.numel() / d;
-    let x2 = x.clone().contiguous().reshape(&[rows, d]);
-    let y = x2.empty_on(&[rows, d], x2.dtype, OP);
-    let g = gamma.clone().contiguous();
-    let b = beta.clone().map(CudnnTensor::contiguous);
+    let x2 = x.clone().contiguous()?.reshape(&[rows, d])?;
+    let y = x2.empty_on(&[rows, d], x2.dtype, OP)?;
+    let g = gamma.clone().contiguous()?;
+    let b = beta.clone().map(CudnnTensor::contiguous).transpose()?;
     let r = ops::norm_forward(
         y.stream(),
         NormMode::LayerNorm,
@@ -43,21 +49,35 @@ pub(crate) fn layer_norm(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnT
             tracing::debug!("{OP}: no cuDNN engine ({e}); composing it");
             layer_norm_composed(x, gamma, beta, epsilon)
         }
-        Err(e) => expect(OP, Err(e)),
+        Err(e) => Err(e),
     }
 }
 
 /// `(x - mean) / sqrt(var + eps) · gamma + beta` over the last dim from elementwise and
 /// reduction kernels (biased variance, as Burn defines it).
-fn layer_norm_composed(x: CudnnTensor, gamma: CudnnTensor, beta: Option<CudnnTensor>, epsilon: f64) -> CudnnTensor {
-    let last = x.rank() - 1;
-    let centered = Cudnn::float_sub(x.clone(), Cudnn::float_mean_dim(x, last));
-    let var = Cudnn::float_mean_dim(Cudnn::float_mul(centered.clone(), centered.clone()), last);
-    let inv = Cudnn::float_recip(Cudnn::float_sqrt(Cudnn::float_add_scalar(var, Scalar::Float(epsilon))));
-    let scaled = Cudnn::float_mul(Cudnn::float_mul(centered, inv), gamma);
+fn layer_norm_composed(
+    x: CudnnTensor,
+    gamma: CudnnTensor,
+    beta: Option<CudnnTensor>,
+    epsilon: f64,
+) -> Result<CudnnTensor> {
+    const OP: &str = "layer_norm";
+    let last = x.rank().saturating_sub(1);
+    let mean = math::mean_dim(x.clone(), last, OP)?;
+    let centered = exec::binary(x, mean, BinaryOp::Sub, OP)?;
+    let sq = exec::binary(centered.clone(), centered.clone(), BinaryOp::Mul, OP)?;
+    let var = math::mean_dim(sq, last, OP)?;
+    let std = exec::unary(math::add_scalar(var, Scalar::Float(epsilon), OP)?, UnaryOp::Sqrt, OP)?;
+    let inv = exec::unary(std, UnaryOp::Recip, OP)?;
+    let scaled = exec::binary(
+        exec::binary(centered, inv, BinaryOp::Mul, OP)?,
+        gamma,
+        BinaryOp::Mul,
+        OP,
+    )?;
     match beta {
-        Some(b) => Cudnn::float_add(scaled, b),
-        None => scaled,
+        Some(b) => exec::binary(scaled, b, BinaryOp::Add, OP),
+        None => Ok(scaled),
     }
 }
 
@@ -79,7 +99,7 @@ pub(crate) fn attention(
     mask: Option<BoolTensor<Cudnn>>,
     bias: Option<FloatTensor<Cudnn>>,
     options: AttentionModuleOptions,
-) -> FloatTensor<Cudnn> {
+) -> Result<FloatTensor<Cudnn>> {
     const OP: &str = "attention";
     let fallback =
         |q, k, v, mask, bias| burn_backend::ops::attention::attention_fallback::<Cudnn>(q, k, v, mask, bias, options);
@@ -97,32 +117,32 @@ pub(crate) fn attention(
         // composed path defines (zeros) and the fused softmax does not.
         && !(options.is_causal && qd[2] > kd[2]);
     if !fusable {
-        return fallback(q, k, v, mask, bias);
+        return Ok(fallback(q, k, v, mask, bias));
     }
     let (b, h, sq, skv, dv) = (qd[0], qd[1], qd[2], kd[2], vd[3]);
     let ready = |t: &CudnnTensor| {
         if rows_unit_stride(t) {
-            t.clone()
+            Ok(t.clone())
         } else {
             t.clone().contiguous()
         }
     };
-    let (qr, kr, vr) = (ready(&q), ready(&k), ready(&v));
+    let (qr, kr, vr) = (ready(&q)?, ready(&k)?, ready(&v)?);
     // The causal mask runs inside the fused kernel; cuDNN combines it with a bias only for
     // square scores, so a bias with a bottom-right shifted mask is added to a built mask.
     let in_graph_mask = options.is_causal && (bias.is_none() || sq == skv);
     let bias_full = match (bias.as_ref(), options.is_causal && !in_graph_mask) {
         (None, false) => None,
-        (Some(b), false) => Some(ready(b)),
+        (Some(b), false) => Some(ready(b)?),
         (b, true) => {
-            let causal = causal_bias(&q, sq, skv);
+            let causal = causal_bias(&q, sq, skv)?;
             Some(match b {
-                Some(b) => exec::binary(b.clone(), causal, BinaryOp::Add, OP).contiguous(),
+                Some(b) => exec::binary(b.clone(), causal, BinaryOp::Add, OP)?.contiguous()?,
                 None => causal,
             })
         }
     };
-    let o = qr.empty_on(&[b, h, sq, dv], q.dtype, OP);
+    let o = qr.empty_on(&[b, h, sq, dv], q.dtype, OP)?;
     let scale = options.scale.unwrap_or(1.0 / (qd[3] as f64).sqrt()) as f32;
     let r = ops::sdpa_forward(
         o.stream(),
@@ -136,25 +156,25 @@ pub(crate) fn attention(
         None,
     );
     match r {
-        Ok(()) => o,
+        Ok(()) => Ok(o),
         Err(e) if e.is_not_supported() || matches!(e, crate::Error::InvalidArgument { .. }) => {
             tracing::debug!("{OP}: fused graph not used ({e}); composing it");
-            fallback(q, k, v, mask, bias)
+            Ok(fallback(q, k, v, mask, bias))
         }
-        Err(e) => expect(OP, Err(e)),
+        Err(e) => Err(e),
     }
 }
 
 /// `[1, 1, sq, skv]` additive bias: 0 where key `j` may be seen by query `i`
 /// (`j <= i + skv - sq`, the bottom-right aligned causal mask Burn uses), -inf elsewhere.
-pub(crate) fn causal_bias(like: &CudnnTensor, sq: i64, skv: i64) -> CudnnTensor {
-    let device = like.burn_device();
-    let int = burn_backend::IntDType::I64;
-    let rows = Cudnn::int_reshape(Cudnn::int_arange(0..sq, &device, int), Shape::new([sq as usize, 1]));
-    let cols = Cudnn::int_reshape(Cudnn::int_arange(0..skv, &device, int), Shape::new([1, skv as usize]));
-    let shifted = Cudnn::int_add_scalar(rows, Scalar::Int(skv - sq));
-    let hidden = Cudnn::int_lower(shifted, cols, burn_backend::BoolDType::Native);
-    let hidden = Cudnn::bool_reshape(hidden, Shape::new([1, 1, sq as usize, skv as usize]));
-    let zeros = exec::full(like.device(), &[1, 1, sq, skv], like.dtype, 0.0, "attention");
-    Cudnn::float_mask_fill(zeros, hidden, Scalar::Float(f64::NEG_INFINITY))
+pub(crate) fn causal_bias(like: &CudnnTensor, sq: i64, skv: i64) -> Result<CudnnTensor> {
+    const OP: &str = "attention";
+    let device = like.device();
+    let rows = structure::arange(device, 0..sq, 1, DType::I64, OP)?.reshape(&[sq, 1])?;
+    let cols = structure::arange(device, 0..skv, 1, DType::I64, OP)?.reshape(&[1, skv])?;
+    let shifted = math::add_scalar(rows, Scalar::Int(skv - sq), OP)?;
+    let hidden = exec::compare(shifted, cols, CompareOp::Lt, BoolStore::Native, OP)?;
+    let hidden = hidden.reshape(&[1, 1, sq, skv])?;
+    let zeros = exec::full(device, &[1, 1, sq, skv], like.dtype, 0.0, OP)?;
+    structure::mask_fill(zeros, hidden, Scalar::Float(f64::NEG_INFINITY), OP)
 }

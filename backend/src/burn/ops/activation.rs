@@ -8,51 +8,58 @@ use burn_backend::Scalar;
 
 use crate::burn::exec;
 use crate::burn::layers;
+use crate::burn::tensor::expect;
 use crate::burn::Cudnn;
 use crate::kernels::elementwise::UnaryOp;
 
 impl ActivationOps<Cudnn> for Cudnn {
     fn leaky_relu(tensor: FloatTensor<Cudnn>, negative_slope: Scalar) -> FloatTensor<Cudnn> {
-        exec::unary(
-            tensor,
-            UnaryOp::LeakyRelu(exec::scalar_f64(negative_slope)),
+        expect(
             "leaky_relu",
+            exec::unary(
+                tensor,
+                UnaryOp::LeakyRelu(exec::scalar_f64(negative_slope)),
+                "leaky_relu",
+            ),
         )
     }
 
     fn relu(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Relu, "relu")
+        expect("relu", exec::unary(tensor, UnaryOp::Relu, "relu"))
     }
 
     fn relu_backward(output: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::relu_backward(output, grad)
+        expect("relu_backward", layers::relu_backward(output, grad))
     }
 
     fn gelu(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Gelu, "gelu")
+        expect("gelu", exec::unary(tensor, UnaryOp::Gelu, "gelu"))
     }
 
     fn gelu_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::gelu_backward(x, grad)
+        expect("gelu_backward", layers::gelu_backward(x, grad))
     }
 
     fn sigmoid(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Sigmoid, "sigmoid")
+        expect("sigmoid", exec::unary(tensor, UnaryOp::Sigmoid, "sigmoid"))
     }
 
     fn sigmoid_backward(output: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::sigmoid_backward(output, grad)
+        expect("sigmoid_backward", layers::sigmoid_backward(output, grad))
     }
 
     fn hard_sigmoid(tensor: FloatTensor<Cudnn>, alpha: Scalar, beta: Scalar) -> FloatTensor<Cudnn> {
-        layers::hard_sigmoid(tensor, exec::scalar_f64(alpha), exec::scalar_f64(beta))
+        expect(
+            "hard_sigmoid",
+            layers::hard_sigmoid(tensor, exec::scalar_f64(alpha), exec::scalar_f64(beta)),
+        )
     }
 
     fn log_sigmoid(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::log_sigmoid(tensor)
+        expect("log_sigmoid", layers::log_sigmoid(tensor))
     }
 
     fn log_sigmoid_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::log_sigmoid_backward(x, grad)
+        expect("log_sigmoid_backward", layers::log_sigmoid_backward(x, grad))
     }
 }

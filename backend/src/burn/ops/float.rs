@@ -7,12 +7,16 @@ use std::future::Future;
 
 use crate::burn::math::{self, ArgOp, BinaryOp, CompareOp, ReduceOp, ScanOp, UnaryOp};
 use crate::burn::structure as st;
+use crate::burn::tensor::expect;
 use crate::burn::{data, exec};
 use crate::burn::{Cudnn, CudnnDevice};
 
 impl FloatTensorOps<Cudnn> for Cudnn {
     fn float_from_data(data: TensorData, device: &CudnnDevice) -> FloatTensor<Cudnn> {
-        data::from_data(data, device, DType::F32, "float_from_data")
+        expect(
+            "float_from_data",
+            data::from_data(data, device, DType::F32, "float_from_data"),
+        )
     }
 
     fn float_random(
@@ -21,7 +25,10 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         device: &CudnnDevice,
         dtype: FloatDType,
     ) -> FloatTensor<Cudnn> {
-        math::random(&shape, distribution, device, dtype.into(), "float_random")
+        expect(
+            "float_random",
+            math::random(&shape, distribution, device, dtype.into(), "float_random"),
+        )
     }
 
     fn float_into_data(tensor: FloatTensor<Cudnn>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
@@ -33,39 +40,51 @@ impl FloatTensorOps<Cudnn> for Cudnn {
     }
 
     fn float_to_device(tensor: FloatTensor<Cudnn>, device: &CudnnDevice) -> FloatTensor<Cudnn> {
-        data::to_device(tensor, device)
+        expect("float_to_device", data::to_device(tensor, device))
     }
 
     fn float_into_int(tensor: FloatTensor<Cudnn>, out_dtype: IntDType) -> IntTensor<Cudnn> {
-        st::cast(tensor, out_dtype.into(), "float_into_int")
+        expect("float_into_int", st::cast(tensor, out_dtype.into(), "float_into_int"))
     }
 
     fn float_zeros(shape: Shape, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        st::full(device, &shape, dtype.into(), Scalar::Float(0.0), "float_zeros")
+        expect(
+            "float_zeros",
+            st::full(device, &shape, dtype.into(), Scalar::Float(0.0), "float_zeros"),
+        )
     }
 
     fn float_ones(shape: Shape, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        st::full(device, &shape, dtype.into(), Scalar::Float(1.0), "float_ones")
+        expect(
+            "float_ones",
+            st::full(device, &shape, dtype.into(), Scalar::Float(1.0), "float_ones"),
+        )
     }
 
     fn float_full(shape: Shape, fill_value: Scalar, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        st::full(device, &shape, dtype.into(), fill_value, "float_full")
+        expect(
+            "float_full",
+            st::full(device, &shape, dtype.into(), fill_value, "float_full"),
+        )
     }
 
     fn float_repeat_dim(tensor: FloatTensor<Cudnn>, dim: usize, times: usize) -> FloatTensor<Cudnn> {
-        st::repeat_dim(tensor, dim, times, "float_repeat_dim")
+        expect(
+            "float_repeat_dim",
+            st::repeat_dim(tensor, dim, times, "float_repeat_dim"),
+        )
     }
 
     fn float_cat(tensors: Vec<FloatTensor<Cudnn>>, dim: usize) -> FloatTensor<Cudnn> {
-        st::cat(tensors, dim, "float_cat")
+        expect("float_cat", st::cat(tensors, dim, "float_cat"))
     }
 
     fn float_transpose(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        st::transpose(tensor, "float_transpose")
+        expect("float_transpose", st::transpose(tensor, "float_transpose"))
     }
 
     fn float_gather_nd(data: FloatTensor<Cudnn>, indices: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        st::gather_nd(data, indices, "float_gather_nd")
+        expect("float_gather_nd", st::gather_nd(data, indices, "float_gather_nd"))
     }
 
     fn float_scatter_nd(
@@ -74,7 +93,10 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         values: FloatTensor<Cudnn>,
         reduction: burn_backend::tensor::IndexingUpdateOp,
     ) -> FloatTensor<Cudnn> {
-        st::scatter_nd(data, indices, values, reduction, "float_scatter_nd")
+        expect(
+            "float_scatter_nd",
+            st::scatter_nd(data, indices, values, reduction, "float_scatter_nd"),
+        )
     }
 
     fn float_grid_sample_2d(
@@ -82,83 +104,92 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         grid: FloatTensor<Cudnn>,
         options: GridSampleOptions,
     ) -> FloatTensor<Cudnn> {
-        st::grid_sample_2d(tensor, grid, options, "float_grid_sample_2d")
+        expect(
+            "float_grid_sample_2d",
+            st::grid_sample_2d(tensor, grid, options, "float_grid_sample_2d"),
+        )
     }
 
     fn float_empty(shape: Shape, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        exec::empty(device, &shape, dtype.into(), "float_empty")
+        expect("float_empty", exec::empty(device, &shape, dtype.into(), "float_empty"))
     }
 
     fn float_add(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::binary(lhs, rhs, BinaryOp::Add, "float_add")
+        expect("float_add", exec::binary(lhs, rhs, BinaryOp::Add, "float_add"))
     }
 
     fn float_add_scalar(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::add_scalar(lhs, rhs, "float_add_scalar")
+        expect("float_add_scalar", math::add_scalar(lhs, rhs, "float_add_scalar"))
     }
 
     fn float_sub(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::binary(lhs, rhs, BinaryOp::Sub, "float_sub")
+        expect("float_sub", exec::binary(lhs, rhs, BinaryOp::Sub, "float_sub"))
     }
 
     fn float_sub_scalar(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::sub_scalar(lhs, rhs, "float_sub_scalar")
+        expect("float_sub_scalar", math::sub_scalar(lhs, rhs, "float_sub_scalar"))
     }
 
     fn float_mul(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::binary(lhs, rhs, BinaryOp::Mul, "float_mul")
+        expect("float_mul", exec::binary(lhs, rhs, BinaryOp::Mul, "float_mul"))
     }
 
     fn float_mul_scalar(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::mul_scalar(lhs, rhs, "float_mul_scalar")
+        expect("float_mul_scalar", math::mul_scalar(lhs, rhs, "float_mul_scalar"))
     }
 
     fn float_div(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::binary(lhs, rhs, BinaryOp::Div, "float_div")
+        expect("float_div", exec::binary(lhs, rhs, BinaryOp::Div, "float_div"))
     }
 
     fn float_div_scalar(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::div_scalar(lhs, rhs, "float_div_scalar")
+        expect("float_div_scalar", math::div_scalar(lhs, rhs, "float_div_scalar"))
     }
 
     fn float_remainder(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::binary(lhs, rhs, BinaryOp::Rem, "float_remainder")
+        expect(
+            "float_remainder",
+            exec::binary(lhs, rhs, BinaryOp::Rem, "float_remainder"),
+        )
     }
 
     fn float_remainder_scalar(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::rem_scalar(lhs, rhs, "float_remainder_scalar")
+        expect(
+            "float_remainder_scalar",
+            math::rem_scalar(lhs, rhs, "float_remainder_scalar"),
+        )
     }
 
     fn float_matmul(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::float_matmul(lhs, rhs, "float_matmul")
+        expect("float_matmul", math::float_matmul(lhs, rhs, "float_matmul"))
     }
 
     fn float_cross(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::cross(lhs, rhs, dim, "float_cross")
+        expect("float_cross", math::cross(lhs, rhs, dim, "float_cross"))
     }
 
     fn float_recip(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Recip, "float_recip")
+        expect("float_recip", exec::unary(tensor, UnaryOp::Recip, "float_recip"))
     }
 
     fn float_swap_dims(tensor: FloatTensor<Cudnn>, dim1: usize, dim2: usize) -> FloatTensor<Cudnn> {
-        st::swap_dims(tensor, dim1, dim2, "float_swap_dims")
+        expect("float_swap_dims", st::swap_dims(tensor, dim1, dim2, "float_swap_dims"))
     }
 
     fn float_permute(tensor: FloatTensor<Cudnn>, axes: &[usize]) -> FloatTensor<Cudnn> {
-        st::permute(tensor, axes, "float_permute")
+        expect("float_permute", st::permute(tensor, axes, "float_permute"))
     }
 
     fn float_flip(tensor: FloatTensor<Cudnn>, axes: &[usize]) -> FloatTensor<Cudnn> {
-        st::flip(tensor, axes, "float_flip")
+        expect("float_flip", st::flip(tensor, axes, "float_flip"))
     }
 
     fn float_reshape(tensor: FloatTensor<Cudnn>, shape: Shape) -> FloatTensor<Cudnn> {
-        st::reshape(tensor, &shape)
+        expect("float_reshape", st::reshape(tensor, &shape))
     }
 
     fn float_gather(dim: usize, tensor: FloatTensor<Cudnn>, indices: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        st::gather(dim, tensor, indices, "float_gather")
+        expect("float_gather", st::gather(dim, tensor, indices, "float_gather"))
     }
 
     fn float_scatter_add(
@@ -167,11 +198,14 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         indices: IntTensor<Cudnn>,
         value: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        st::scatter_add(dim, tensor, indices, value, "float_scatter_add")
+        expect(
+            "float_scatter_add",
+            st::scatter_add(dim, tensor, indices, value, "float_scatter_add"),
+        )
     }
 
     fn float_select(tensor: FloatTensor<Cudnn>, dim: usize, indices: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        st::select(tensor, dim, indices, "float_select")
+        expect("float_select", st::select(tensor, dim, indices, "float_select"))
     }
 
     fn float_select_add(
@@ -180,11 +214,14 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         indices: IntTensor<Cudnn>,
         value: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        st::select_add(tensor, dim, indices, value, "float_select_add")
+        expect(
+            "float_select_add",
+            st::select_add(tensor, dim, indices, value, "float_select_add"),
+        )
     }
 
     fn float_slice(tensor: FloatTensor<Cudnn>, slices: &[Slice]) -> FloatTensor<Cudnn> {
-        st::slice(tensor, slices, "float_slice")
+        expect("float_slice", st::slice(tensor, slices, "float_slice"))
     }
 
     fn float_slice_assign(
@@ -192,7 +229,10 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         slices: &[Slice],
         value: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        st::slice_assign(tensor, slices, value, "float_slice_assign")
+        expect(
+            "float_slice_assign",
+            st::slice_assign(tensor, slices, value, "float_slice_assign"),
+        )
     }
 
     fn float_mask_where(
@@ -200,27 +240,42 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         mask: BoolTensor<Cudnn>,
         value: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        st::mask_where(tensor, mask, value, "float_mask_where")
+        expect(
+            "float_mask_where",
+            st::mask_where(tensor, mask, value, "float_mask_where"),
+        )
     }
 
     fn float_mask_fill(tensor: FloatTensor<Cudnn>, mask: BoolTensor<Cudnn>, value: Scalar) -> FloatTensor<Cudnn> {
-        st::mask_fill(tensor, mask, value, "float_mask_fill")
+        expect("float_mask_fill", st::mask_fill(tensor, mask, value, "float_mask_fill"))
     }
 
     fn float_equal(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        exec::compare(lhs, rhs, CompareOp::Eq, out_dtype, "float_equal")
+        expect(
+            "float_equal",
+            exec::compare(lhs, rhs, CompareOp::Eq, out_dtype, "float_equal"),
+        )
     }
 
     fn float_equal_elem(lhs: FloatTensor<Cudnn>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::compare_scalar(lhs, rhs, CompareOp::Eq, out_dtype, "float_equal_elem")
+        expect(
+            "float_equal_elem",
+            math::compare_scalar(lhs, rhs, CompareOp::Eq, out_dtype, "float_equal_elem"),
+        )
     }
 
     fn float_greater(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        exec::compare(lhs, rhs, CompareOp::Gt, out_dtype, "float_greater")
+        expect(
+            "float_greater",
+            exec::compare(lhs, rhs, CompareOp::Gt, out_dtype, "float_greater"),
+        )
     }
 
     fn float_greater_elem(lhs: FloatTensor<Cudnn>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::compare_scalar(lhs, rhs, CompareOp::Gt, out_dtype, "float_greater_elem")
+        expect(
+            "float_greater_elem",
+            math::compare_scalar(lhs, rhs, CompareOp::Gt, out_dtype, "float_greater_elem"),
+        )
     }
 
     fn float_greater_equal(
@@ -228,243 +283,294 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         rhs: FloatTensor<Cudnn>,
         out_dtype: BoolDType,
     ) -> BoolTensor<Cudnn> {
-        exec::compare(lhs, rhs, CompareOp::Ge, out_dtype, "float_greater_equal")
+        expect(
+            "float_greater_equal",
+            exec::compare(lhs, rhs, CompareOp::Ge, out_dtype, "float_greater_equal"),
+        )
     }
 
     fn float_greater_equal_elem(lhs: FloatTensor<Cudnn>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::compare_scalar(lhs, rhs, CompareOp::Ge, out_dtype, "float_greater_equal_elem")
+        expect(
+            "float_greater_equal_elem",
+            math::compare_scalar(lhs, rhs, CompareOp::Ge, out_dtype, "float_greater_equal_elem"),
+        )
     }
 
     fn float_lower(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        exec::compare(lhs, rhs, CompareOp::Lt, out_dtype, "float_lower")
+        expect(
+            "float_lower",
+            exec::compare(lhs, rhs, CompareOp::Lt, out_dtype, "float_lower"),
+        )
     }
 
     fn float_lower_elem(lhs: FloatTensor<Cudnn>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::compare_scalar(lhs, rhs, CompareOp::Lt, out_dtype, "float_lower_elem")
+        expect(
+            "float_lower_elem",
+            math::compare_scalar(lhs, rhs, CompareOp::Lt, out_dtype, "float_lower_elem"),
+        )
     }
 
     fn float_lower_equal(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        exec::compare(lhs, rhs, CompareOp::Le, out_dtype, "float_lower_equal")
+        expect(
+            "float_lower_equal",
+            exec::compare(lhs, rhs, CompareOp::Le, out_dtype, "float_lower_equal"),
+        )
     }
 
     fn float_lower_equal_elem(lhs: FloatTensor<Cudnn>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::compare_scalar(lhs, rhs, CompareOp::Le, out_dtype, "float_lower_equal_elem")
+        expect(
+            "float_lower_equal_elem",
+            math::compare_scalar(lhs, rhs, CompareOp::Le, out_dtype, "float_lower_equal_elem"),
+        )
     }
 
     fn float_sum(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::reduce_all(tensor, ReduceOp::Sum, "float_sum")
+        expect("float_sum", math::reduce_all(tensor, ReduceOp::Sum, "float_sum"))
     }
 
     fn float_sum_dim(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::reduce_dim(tensor, dim, ReduceOp::Sum, "float_sum_dim")
+        expect(
+            "float_sum_dim",
+            math::reduce_dim(tensor, dim, ReduceOp::Sum, "float_sum_dim"),
+        )
     }
 
     fn float_mean_dim(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::mean_dim(tensor, dim, "float_mean_dim")
+        expect("float_mean_dim", math::mean_dim(tensor, dim, "float_mean_dim"))
     }
 
     fn float_cumsum(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::scan(tensor, dim, ScanOp::CumSum, "float_cumsum")
+        expect("float_cumsum", math::scan(tensor, dim, ScanOp::CumSum, "float_cumsum"))
     }
 
     fn float_cumprod(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::scan(tensor, dim, ScanOp::CumProd, "float_cumprod")
+        expect(
+            "float_cumprod",
+            math::scan(tensor, dim, ScanOp::CumProd, "float_cumprod"),
+        )
     }
 
     fn float_cummin(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::scan(tensor, dim, ScanOp::CumMin, "float_cummin")
+        expect("float_cummin", math::scan(tensor, dim, ScanOp::CumMin, "float_cummin"))
     }
 
     fn float_cummax(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::scan(tensor, dim, ScanOp::CumMax, "float_cummax")
+        expect("float_cummax", math::scan(tensor, dim, ScanOp::CumMax, "float_cummax"))
     }
 
     fn float_cast(tensor: FloatTensor<Cudnn>, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        st::cast(tensor, dtype.into(), "float_cast")
+        expect("float_cast", st::cast(tensor, dtype.into(), "float_cast"))
     }
 
     fn float_exp(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Exp, "float_exp")
+        expect("float_exp", exec::unary(tensor, UnaryOp::Exp, "float_exp"))
     }
 
     fn float_log(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Log, "float_log")
+        expect("float_log", exec::unary(tensor, UnaryOp::Log, "float_log"))
     }
 
     fn float_log1p(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Log1p, "float_log1p")
+        expect("float_log1p", exec::unary(tensor, UnaryOp::Log1p, "float_log1p"))
     }
 
     fn float_powf(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::pow(lhs, rhs, "float_powf")
+        expect("float_powf", math::pow(lhs, rhs, "float_powf"))
     }
 
     fn float_powf_scalar_impl(tensor: FloatTensor<Cudnn>, value: Scalar) -> FloatTensor<Cudnn> {
-        math::pow_scalar(tensor, value, "float_powf_scalar_impl")
+        expect(
+            "float_powf_scalar_impl",
+            math::pow_scalar(tensor, value, "float_powf_scalar_impl"),
+        )
     }
 
     fn float_sqrt(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Sqrt, "float_sqrt")
+        expect("float_sqrt", exec::unary(tensor, UnaryOp::Sqrt, "float_sqrt"))
     }
 
     fn float_abs(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::abs(tensor, "float_abs")
+        expect("float_abs", math::abs(tensor, "float_abs"))
     }
 
     fn float_cos(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Cos, "float_cos")
+        expect("float_cos", exec::unary(tensor, UnaryOp::Cos, "float_cos"))
     }
 
     fn float_sin(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Sin, "float_sin")
+        expect("float_sin", exec::unary(tensor, UnaryOp::Sin, "float_sin"))
     }
 
     fn float_tan(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Tan, "float_tan")
+        expect("float_tan", exec::unary(tensor, UnaryOp::Tan, "float_tan"))
     }
 
     fn float_cosh(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::cosh(tensor, "float_cosh")
+        expect("float_cosh", math::cosh(tensor, "float_cosh"))
     }
 
     fn float_sinh(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::sinh(tensor, "float_sinh")
+        expect("float_sinh", math::sinh(tensor, "float_sinh"))
     }
 
     fn float_tanh(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Tanh, "float_tanh")
+        expect("float_tanh", exec::unary(tensor, UnaryOp::Tanh, "float_tanh"))
     }
 
     fn float_acos(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::acos(tensor, "float_acos")
+        expect("float_acos", math::acos(tensor, "float_acos"))
     }
 
     fn float_acosh(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::acosh(tensor, "float_acosh")
+        expect("float_acosh", math::acosh(tensor, "float_acosh"))
     }
 
     fn float_asin(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::asin(tensor, "float_asin")
+        expect("float_asin", math::asin(tensor, "float_asin"))
     }
 
     fn float_asinh(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::asinh(tensor, "float_asinh")
+        expect("float_asinh", math::asinh(tensor, "float_asinh"))
     }
 
     fn float_atan(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::atan(tensor, "float_atan")
+        expect("float_atan", math::atan(tensor, "float_atan"))
     }
 
     fn float_atanh(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::atanh(tensor, "float_atanh")
+        expect("float_atanh", math::atanh(tensor, "float_atanh"))
     }
 
     fn float_atan2(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::binary(lhs, rhs, BinaryOp::Atan2, "float_atan2")
+        expect("float_atan2", exec::binary(lhs, rhs, BinaryOp::Atan2, "float_atan2"))
     }
 
     fn float_round(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Round, "float_round")
+        expect("float_round", exec::unary(tensor, UnaryOp::Round, "float_round"))
     }
 
     fn float_floor(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Floor, "float_floor")
+        expect("float_floor", exec::unary(tensor, UnaryOp::Floor, "float_floor"))
     }
 
     fn float_ceil(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Ceil, "float_ceil")
+        expect("float_ceil", exec::unary(tensor, UnaryOp::Ceil, "float_ceil"))
     }
 
     fn float_trunc(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Trunc, "float_trunc")
+        expect("float_trunc", exec::unary(tensor, UnaryOp::Trunc, "float_trunc"))
     }
 
     fn float_erf(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Erf, "float_erf")
+        expect("float_erf", exec::unary(tensor, UnaryOp::Erf, "float_erf"))
     }
 
     fn float_neg(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Neg, "float_neg")
+        expect("float_neg", exec::unary(tensor, UnaryOp::Neg, "float_neg"))
     }
 
     fn float_sign(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        exec::unary(tensor, UnaryOp::Sign, "float_sign")
+        expect("float_sign", exec::unary(tensor, UnaryOp::Sign, "float_sign"))
     }
 
     fn float_clamp_min(tensor: FloatTensor<Cudnn>, min: Scalar) -> FloatTensor<Cudnn> {
-        math::clamp(tensor, Some(min), None, "float_clamp_min")
+        expect(
+            "float_clamp_min",
+            math::clamp(tensor, Some(min), None, "float_clamp_min"),
+        )
     }
 
     fn float_clamp_max(tensor: FloatTensor<Cudnn>, max: Scalar) -> FloatTensor<Cudnn> {
-        math::clamp(tensor, None, Some(max), "float_clamp_max")
+        expect(
+            "float_clamp_max",
+            math::clamp(tensor, None, Some(max), "float_clamp_max"),
+        )
     }
 
     fn float_clamp(tensor: FloatTensor<Cudnn>, min: Scalar, max: Scalar) -> FloatTensor<Cudnn> {
-        math::clamp(tensor, Some(min), Some(max), "float_clamp")
+        expect("float_clamp", math::clamp(tensor, Some(min), Some(max), "float_clamp"))
     }
 
     fn float_powi(lhs: FloatTensor<Cudnn>, rhs: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::pow(lhs, rhs, "float_powi")
+        expect("float_powi", math::pow(lhs, rhs, "float_powi"))
     }
 
     fn float_powi_scalar(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::powi_scalar(lhs, rhs, "float_powi_scalar")
+        expect("float_powi_scalar", math::powi_scalar(lhs, rhs, "float_powi_scalar"))
     }
 
     fn float_powi_scalar_impl(lhs: FloatTensor<Cudnn>, rhs: Scalar) -> FloatTensor<Cudnn> {
-        math::pow_scalar(lhs, rhs, "float_powi_scalar_impl")
+        expect(
+            "float_powi_scalar_impl",
+            math::pow_scalar(lhs, rhs, "float_powi_scalar_impl"),
+        )
     }
 
     fn float_not_equal(lhs: FloatTensor<Cudnn>, rhs: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        exec::compare(lhs, rhs, CompareOp::Ne, out_dtype, "float_not_equal")
+        expect(
+            "float_not_equal",
+            exec::compare(lhs, rhs, CompareOp::Ne, out_dtype, "float_not_equal"),
+        )
     }
 
     fn float_not_equal_elem(lhs: FloatTensor<Cudnn>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::compare_scalar(lhs, rhs, CompareOp::Ne, out_dtype, "float_not_equal_elem")
+        expect(
+            "float_not_equal_elem",
+            math::compare_scalar(lhs, rhs, CompareOp::Ne, out_dtype, "float_not_equal_elem"),
+        )
     }
 
     fn float_is_nan(tensor: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::is_nan(tensor, out_dtype, "float_is_nan")
+        expect("float_is_nan", math::is_nan(tensor, out_dtype, "float_is_nan"))
     }
 
     fn float_is_inf(tensor: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::is_inf(tensor, out_dtype, "float_is_inf")
+        expect("float_is_inf", math::is_inf(tensor, out_dtype, "float_is_inf"))
     }
 
     fn float_prod(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::reduce_all(tensor, ReduceOp::Prod, "float_prod")
+        expect("float_prod", math::reduce_all(tensor, ReduceOp::Prod, "float_prod"))
     }
 
     fn float_prod_dim(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::reduce_dim(tensor, dim, ReduceOp::Prod, "float_prod_dim")
+        expect(
+            "float_prod_dim",
+            math::reduce_dim(tensor, dim, ReduceOp::Prod, "float_prod_dim"),
+        )
     }
 
     fn float_mean(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::mean(tensor, "float_mean")
+        expect("float_mean", math::mean(tensor, "float_mean"))
     }
 
     fn float_max(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::reduce_all(tensor, ReduceOp::Max, "float_max")
+        expect("float_max", math::reduce_all(tensor, ReduceOp::Max, "float_max"))
     }
 
     fn float_max_dim(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::reduce_dim(tensor, dim, ReduceOp::Max, "float_max_dim")
+        expect(
+            "float_max_dim",
+            math::reduce_dim(tensor, dim, ReduceOp::Max, "float_max_dim"),
+        )
     }
 
     fn float_min(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::reduce_all(tensor, ReduceOp::Min, "float_min")
+        expect("float_min", math::reduce_all(tensor, ReduceOp::Min, "float_min"))
     }
 
     fn float_min_dim(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::reduce_dim(tensor, dim, ReduceOp::Min, "float_min_dim")
+        expect(
+            "float_min_dim",
+            math::reduce_dim(tensor, dim, ReduceOp::Min, "float_min_dim"),
+        )
     }
 
     fn float_max_abs(tensor: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        math::max_abs(tensor, "float_max_abs")
+        expect("float_max_abs", math::max_abs(tensor, "float_max_abs"))
     }
 
     fn float_max_abs_dim(tensor: FloatTensor<Cudnn>, dim: usize) -> FloatTensor<Cudnn> {
-        math::max_abs_dim(tensor, dim, "float_max_abs_dim")
+        expect("float_max_abs_dim", math::max_abs_dim(tensor, dim, "float_max_abs_dim"))
     }
 
     fn float_max_dim_with_indices(
@@ -472,12 +578,15 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         dim: usize,
         indices_dtype: IntDType,
     ) -> (FloatTensor<Cudnn>, IntTensor<Cudnn>) {
-        math::arg_reduce_with_values(
-            tensor,
-            dim,
-            ArgOp::ArgMax,
-            indices_dtype.into(),
+        expect(
             "float_max_dim_with_indices",
+            math::arg_reduce_with_values(
+                tensor,
+                dim,
+                ArgOp::ArgMax,
+                indices_dtype.into(),
+                "float_max_dim_with_indices",
+            ),
         )
     }
 
@@ -486,33 +595,48 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         dim: usize,
         indices_dtype: IntDType,
     ) -> (FloatTensor<Cudnn>, IntTensor<Cudnn>) {
-        math::arg_reduce_with_values(
-            tensor,
-            dim,
-            ArgOp::ArgMin,
-            indices_dtype.into(),
+        expect(
             "float_min_dim_with_indices",
+            math::arg_reduce_with_values(
+                tensor,
+                dim,
+                ArgOp::ArgMin,
+                indices_dtype.into(),
+                "float_min_dim_with_indices",
+            ),
         )
     }
 
     fn float_any(tensor: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::logical_all(tensor, ReduceOp::Any, out_dtype, "float_any")
+        expect(
+            "float_any",
+            math::logical_all(tensor, ReduceOp::Any, out_dtype, "float_any"),
+        )
     }
 
     fn float_any_dim(tensor: FloatTensor<Cudnn>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::logical_dim(tensor, dim, ReduceOp::Any, out_dtype, "float_any_dim")
+        expect(
+            "float_any_dim",
+            math::logical_dim(tensor, dim, ReduceOp::Any, out_dtype, "float_any_dim"),
+        )
     }
 
     fn float_all(tensor: FloatTensor<Cudnn>, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::logical_all(tensor, ReduceOp::All, out_dtype, "float_all")
+        expect(
+            "float_all",
+            math::logical_all(tensor, ReduceOp::All, out_dtype, "float_all"),
+        )
     }
 
     fn float_all_dim(tensor: FloatTensor<Cudnn>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Cudnn> {
-        math::logical_dim(tensor, dim, ReduceOp::All, out_dtype, "float_all_dim")
+        expect(
+            "float_all_dim",
+            math::logical_dim(tensor, dim, ReduceOp::All, out_dtype, "float_all_dim"),
+        )
     }
 
     fn float_sort(tensor: FloatTensor<Cudnn>, dim: usize, descending: bool) -> FloatTensor<Cudnn> {
-        math::sort(tensor, dim, descending, "float_sort")
+        expect("float_sort", math::sort(tensor, dim, descending, "float_sort"))
     }
 
     fn float_sort_with_indices(
@@ -521,7 +645,10 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         descending: bool,
         indices_dtype: IntDType,
     ) -> (FloatTensor<Cudnn>, IntTensor<Cudnn>) {
-        math::sort_with_indices(tensor, dim, descending, indices_dtype.into(), "float_sort_with_indices")
+        expect(
+            "float_sort_with_indices",
+            math::sort_with_indices(tensor, dim, descending, indices_dtype.into(), "float_sort_with_indices"),
+        )
     }
 
     fn float_argsort(
@@ -530,30 +657,42 @@ impl FloatTensorOps<Cudnn> for Cudnn {
         descending: bool,
         out_dtype: IntDType,
     ) -> IntTensor<Cudnn> {
-        math::argsort(tensor, dim, descending, out_dtype.into(), "float_argsort")
+        expect(
+            "float_argsort",
+            math::argsort(tensor, dim, descending, out_dtype.into(), "float_argsort"),
+        )
     }
 
     fn float_topk(tensor: FloatTensor<Cudnn>, dim: usize, k: usize) -> FloatTensor<Cudnn> {
-        math::topk(tensor, dim, k, "float_topk")
+        expect("float_topk", math::topk(tensor, dim, k, "float_topk"))
     }
 
     fn float_argmax(tensor: FloatTensor<Cudnn>, dim: usize, out_dtype: IntDType) -> IntTensor<Cudnn> {
-        math::arg_reduce(tensor, dim, ArgOp::ArgMax, out_dtype.into(), "float_argmax")
+        expect(
+            "float_argmax",
+            math::arg_reduce(tensor, dim, ArgOp::ArgMax, out_dtype.into(), "float_argmax"),
+        )
     }
 
     fn float_argtopk(tensor: FloatTensor<Cudnn>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Cudnn> {
-        math::argtopk(tensor, dim, k, out_dtype.into(), "float_argtopk")
+        expect(
+            "float_argtopk",
+            math::argtopk(tensor, dim, k, out_dtype.into(), "float_argtopk"),
+        )
     }
 
     fn float_argmin(tensor: FloatTensor<Cudnn>, dim: usize, out_dtype: IntDType) -> IntTensor<Cudnn> {
-        math::arg_reduce(tensor, dim, ArgOp::ArgMin, out_dtype.into(), "float_argmin")
+        expect(
+            "float_argmin",
+            math::arg_reduce(tensor, dim, ArgOp::ArgMin, out_dtype.into(), "float_argmin"),
+        )
     }
 
     fn float_expand(tensor: FloatTensor<Cudnn>, shape: Shape) -> FloatTensor<Cudnn> {
-        st::expand(tensor, &shape, "float_expand")
+        expect("float_expand", st::expand(tensor, &shape, "float_expand"))
     }
 
     fn float_unfold(tensor: FloatTensor<Cudnn>, dim: usize, size: usize, step: usize) -> FloatTensor<Cudnn> {
-        st::unfold(tensor, dim, size, step, "float_unfold")
+        expect("float_unfold", st::unfold(tensor, dim, size, step, "float_unfold"))
     }
 }

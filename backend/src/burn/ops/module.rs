@@ -6,6 +6,7 @@ use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use crate::burn::layers::{self, ConvTransposeGeom, PoolArgs};
+use crate::burn::tensor::{expect, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::types::ConvGeometry;
 
@@ -52,9 +53,18 @@ fn pool_2d(
     }
 }
 
+/// `f` on `t [N, C, L]` viewed as `[N, C, 1, L]`, its `[N, C, 1, L']` result viewed back.
+fn on_1d(
+    t: &CudnnTensor,
+    op: &str,
+    f: impl FnOnce(CudnnTensor) -> crate::error::Result<CudnnTensor>,
+) -> crate::error::Result<CudnnTensor> {
+    layers::as_1d(&f(layers::as_2d(t, op)?)?, op)
+}
+
 impl ModuleOps<Cudnn> for Cudnn {
     fn embedding(weights: FloatTensor<Cudnn>, indices: IntTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::embedding(weights, indices)
+        expect("embedding", layers::embedding(weights, indices))
     }
 
     fn embedding_backward(
@@ -62,7 +72,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         indices: IntTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::embedding_backward(&weights, output_grad, indices)
+        expect(
+            "embedding_backward",
+            layers::embedding_backward(&weights, output_grad, indices),
+        )
     }
 
     fn linear(
@@ -70,19 +83,19 @@ impl ModuleOps<Cudnn> for Cudnn {
         weight: FloatTensor<Cudnn>,
         bias: Option<FloatTensor<Cudnn>>,
     ) -> FloatTensor<Cudnn> {
-        layers::linear(x, weight, bias)
+        expect("linear", layers::linear(x, weight, bias))
     }
 
     fn linear_x_backward(weight: FloatTensor<Cudnn>, output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::linear_x_backward(weight, output_grad)
+        expect("linear_x_backward", layers::linear_x_backward(weight, output_grad))
     }
 
     fn linear_weight_backward(x: FloatTensor<Cudnn>, output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::linear_weight_backward(x, output_grad)
+        expect("linear_weight_backward", layers::linear_weight_backward(x, output_grad))
     }
 
     fn linear_bias_backward(output_grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::linear_bias_backward(output_grad)
+        expect("linear_bias_backward", layers::linear_bias_backward(output_grad))
     }
 
     fn conv1d(
@@ -91,7 +104,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv("conv1d", x, weight, bias, &conv_geom(&options))
+        expect("conv1d", layers::conv("conv1d", x, weight, bias, &conv_geom(&options)))
     }
 
     fn conv1d_x_backward(
@@ -100,7 +113,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_x_backward("conv1d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+        expect(
+            "conv1d_x_backward",
+            layers::conv_x_backward("conv1d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options)),
+        )
     }
 
     fn conv1d_weight_backward(
@@ -109,12 +125,15 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_weight_backward(
+        expect(
             "conv1d_weight_backward",
-            x,
-            weight.dims(),
-            output_grad,
-            &conv_geom(&options),
+            layers::conv_weight_backward(
+                "conv1d_weight_backward",
+                x,
+                weight.dims(),
+                output_grad,
+                &conv_geom(&options),
+            ),
         )
     }
 
@@ -123,7 +142,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_bias_backward("conv1d_bias_backward", output_grad)
+        expect(
+            "conv1d_bias_backward",
+            layers::conv_bias_backward("conv1d_bias_backward", output_grad),
+        )
     }
 
     fn conv2d(
@@ -132,7 +154,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv("conv2d", x, weight, bias, &conv_geom(&options))
+        expect("conv2d", layers::conv("conv2d", x, weight, bias, &conv_geom(&options)))
     }
 
     fn conv2d_x_backward(
@@ -141,7 +163,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_x_backward("conv2d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+        expect(
+            "conv2d_x_backward",
+            layers::conv_x_backward("conv2d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options)),
+        )
     }
 
     fn conv2d_weight_backward(
@@ -150,12 +175,15 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_weight_backward(
+        expect(
             "conv2d_weight_backward",
-            x,
-            weight.dims(),
-            output_grad,
-            &conv_geom(&options),
+            layers::conv_weight_backward(
+                "conv2d_weight_backward",
+                x,
+                weight.dims(),
+                output_grad,
+                &conv_geom(&options),
+            ),
         )
     }
 
@@ -164,7 +192,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_bias_backward("conv2d_bias_backward", output_grad)
+        expect(
+            "conv2d_bias_backward",
+            layers::conv_bias_backward("conv2d_bias_backward", output_grad),
+        )
     }
 
     fn deform_conv2d(
@@ -175,7 +206,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::deform_conv2d(x, offset, weight, mask, bias, &options)
+        expect(
+            "deform_conv2d",
+            layers::deform_conv2d(x, offset, weight, mask, bias, &options),
+        )
     }
 
     fn deform_conv2d_backward(
@@ -187,7 +221,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Cudnn> {
-        let g = layers::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, &options);
+        let g = expect(
+            "deform_conv2d_backward",
+            layers::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, &options),
+        );
         DeformConv2dBackward::new(g.x, g.offset, g.weight, g.mask, g.bias)
     }
 
@@ -197,7 +234,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv("conv3d", x, weight, bias, &conv_geom(&options))
+        expect("conv3d", layers::conv("conv3d", x, weight, bias, &conv_geom(&options)))
     }
 
     fn conv3d_x_backward(
@@ -206,7 +243,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_x_backward("conv3d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options))
+        expect(
+            "conv3d_x_backward",
+            layers::conv_x_backward("conv3d_x_backward", x.dims(), weight, output_grad, &conv_geom(&options)),
+        )
     }
 
     fn conv3d_weight_backward(
@@ -215,12 +255,15 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_weight_backward(
+        expect(
             "conv3d_weight_backward",
-            x,
-            weight.dims(),
-            output_grad,
-            &conv_geom(&options),
+            layers::conv_weight_backward(
+                "conv3d_weight_backward",
+                x,
+                weight.dims(),
+                output_grad,
+                &conv_geom(&options),
+            ),
         )
     }
 
@@ -229,7 +272,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_bias_backward("conv3d_bias_backward", output_grad)
+        expect(
+            "conv3d_bias_backward",
+            layers::conv_bias_backward("conv3d_bias_backward", output_grad),
+        )
     }
 
     fn conv_transpose1d(
@@ -238,7 +284,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose("conv_transpose1d", x, weight, bias, &transpose_geom(&options))
+        expect(
+            "conv_transpose1d",
+            layers::conv_transpose("conv_transpose1d", x, weight, bias, &transpose_geom(&options)),
+        )
     }
 
     fn conv_transpose1d_x_backward(
@@ -246,11 +295,14 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose_x_backward(
+        expect(
             "conv_transpose1d_x_backward",
-            weight,
-            output_grad,
-            &transpose_geom(&options),
+            layers::conv_transpose_x_backward(
+                "conv_transpose1d_x_backward",
+                weight,
+                output_grad,
+                &transpose_geom(&options),
+            ),
         )
     }
 
@@ -260,12 +312,15 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose_weight_backward(
+        expect(
             "conv_transpose1d_weight_backward",
-            x,
-            weight.dims(),
-            output_grad,
-            &transpose_geom(&options),
+            layers::conv_transpose_weight_backward(
+                "conv_transpose1d_weight_backward",
+                x,
+                weight.dims(),
+                output_grad,
+                &transpose_geom(&options),
+            ),
         )
     }
 
@@ -274,7 +329,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_bias_backward("conv_transpose1d_bias_backward", output_grad)
+        expect(
+            "conv_transpose1d_bias_backward",
+            layers::conv_bias_backward("conv_transpose1d_bias_backward", output_grad),
+        )
     }
 
     fn conv_transpose2d(
@@ -283,7 +341,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose("conv_transpose2d", x, weight, bias, &transpose_geom(&options))
+        expect(
+            "conv_transpose2d",
+            layers::conv_transpose("conv_transpose2d", x, weight, bias, &transpose_geom(&options)),
+        )
     }
 
     fn conv_transpose2d_x_backward(
@@ -291,11 +352,14 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose_x_backward(
+        expect(
             "conv_transpose2d_x_backward",
-            weight,
-            output_grad,
-            &transpose_geom(&options),
+            layers::conv_transpose_x_backward(
+                "conv_transpose2d_x_backward",
+                weight,
+                output_grad,
+                &transpose_geom(&options),
+            ),
         )
     }
 
@@ -305,12 +369,15 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose_weight_backward(
+        expect(
             "conv_transpose2d_weight_backward",
-            x,
-            weight.dims(),
-            output_grad,
-            &transpose_geom(&options),
+            layers::conv_transpose_weight_backward(
+                "conv_transpose2d_weight_backward",
+                x,
+                weight.dims(),
+                output_grad,
+                &transpose_geom(&options),
+            ),
         )
     }
 
@@ -319,7 +386,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_bias_backward("conv_transpose2d_bias_backward", output_grad)
+        expect(
+            "conv_transpose2d_bias_backward",
+            layers::conv_bias_backward("conv_transpose2d_bias_backward", output_grad),
+        )
     }
 
     fn conv_transpose3d(
@@ -328,7 +398,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         bias: Option<FloatTensor<Cudnn>>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose("conv_transpose3d", x, weight, bias, &transpose_geom(&options))
+        expect(
+            "conv_transpose3d",
+            layers::conv_transpose("conv_transpose3d", x, weight, bias, &transpose_geom(&options)),
+        )
     }
 
     fn conv_transpose3d_x_backward(
@@ -336,11 +409,14 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose_x_backward(
+        expect(
             "conv_transpose3d_x_backward",
-            weight,
-            output_grad,
-            &transpose_geom(&options),
+            layers::conv_transpose_x_backward(
+                "conv_transpose3d_x_backward",
+                weight,
+                output_grad,
+                &transpose_geom(&options),
+            ),
         )
     }
 
@@ -350,12 +426,15 @@ impl ModuleOps<Cudnn> for Cudnn {
         output_grad: FloatTensor<Cudnn>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_transpose_weight_backward(
+        expect(
             "conv_transpose3d_weight_backward",
-            x,
-            weight.dims(),
-            output_grad,
-            &transpose_geom(&options),
+            layers::conv_transpose_weight_backward(
+                "conv_transpose3d_weight_backward",
+                x,
+                weight.dims(),
+                output_grad,
+                &transpose_geom(&options),
+            ),
         )
     }
 
@@ -364,11 +443,17 @@ impl ModuleOps<Cudnn> for Cudnn {
         _bias: FloatTensor<Cudnn>,
         output_grad: FloatTensor<Cudnn>,
     ) -> FloatTensor<Cudnn> {
-        layers::conv_bias_backward("conv_transpose3d_bias_backward", output_grad)
+        expect(
+            "conv_transpose3d_bias_backward",
+            layers::conv_bias_backward("conv_transpose3d_bias_backward", output_grad),
+        )
     }
 
     fn unfold4d(x: FloatTensor<Cudnn>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Cudnn> {
-        layers::unfold4d(x, kernel_size, options.stride, options.padding, options.dilation)
+        expect(
+            "unfold4d",
+            layers::unfold4d(x, kernel_size, options.stride, options.padding, options.dilation),
+        )
     }
 
     fn avg_pool1d(
@@ -381,7 +466,7 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> FloatTensor<Cudnn> {
         const OP: &str = "avg_pool1d";
         let a = pool_1d(kernel_size, stride, padding, 1, ceil_mode);
-        layers::as_1d(&layers::avg_pool2d(layers::as_2d(&x, OP), &a, count_include_pad), OP)
+        expect(OP, on_1d(&x, OP, |x| layers::avg_pool2d(x, &a, count_include_pad)))
     }
 
     fn avg_pool1d_backward(
@@ -395,8 +480,11 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> FloatTensor<Cudnn> {
         const OP: &str = "avg_pool1d_backward";
         let a = pool_1d(kernel_size, stride, padding, 1, ceil_mode);
-        let dx = layers::avg_pool2d_backward(&layers::as_2d(&x, OP), layers::as_2d(&grad, OP), &a, count_include_pad);
-        layers::as_1d(&dx, OP)
+        let x = expect(OP, layers::as_2d(&x, OP));
+        expect(
+            OP,
+            on_1d(&grad, OP, |g| layers::avg_pool2d_backward(&x, g, &a, count_include_pad)),
+        )
     }
 
     fn avg_pool2d(
@@ -408,7 +496,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
         let a = pool_2d(kernel_size, stride, padding, [1, 1], ceil_mode);
-        layers::avg_pool2d(x, &a, count_include_pad)
+        expect("avg_pool2d", layers::avg_pool2d(x, &a, count_include_pad))
     }
 
     fn avg_pool2d_backward(
@@ -421,29 +509,32 @@ impl ModuleOps<Cudnn> for Cudnn {
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
         let a = pool_2d(kernel_size, stride, padding, [1, 1], ceil_mode);
-        layers::avg_pool2d_backward(&x, grad, &a, count_include_pad)
+        expect(
+            "avg_pool2d_backward",
+            layers::avg_pool2d_backward(&x, grad, &a, count_include_pad),
+        )
     }
 
     fn adaptive_avg_pool2d(x: FloatTensor<Cudnn>, output_size: [usize; 2]) -> FloatTensor<Cudnn> {
-        layers::adaptive_avg_pool2d(x, output_size)
+        expect("adaptive_avg_pool2d", layers::adaptive_avg_pool2d(x, output_size))
     }
 
     fn adaptive_avg_pool2d_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
-        layers::adaptive_avg_pool2d_backward(&x, grad)
+        expect(
+            "adaptive_avg_pool2d_backward",
+            layers::adaptive_avg_pool2d_backward(&x, grad),
+        )
     }
 
     fn adaptive_avg_pool1d(x: FloatTensor<Cudnn>, output_size: usize) -> FloatTensor<Cudnn> {
         const OP: &str = "adaptive_avg_pool1d";
-        layers::as_1d(
-            &layers::adaptive_avg_pool2d(layers::as_2d(&x, OP), [1, output_size]),
-            OP,
-        )
+        expect(OP, on_1d(&x, OP, |x| layers::adaptive_avg_pool2d(x, [1, output_size])))
     }
 
     fn adaptive_avg_pool1d_backward(x: FloatTensor<Cudnn>, grad: FloatTensor<Cudnn>) -> FloatTensor<Cudnn> {
         const OP: &str = "adaptive_avg_pool1d_backward";
-        let dx = layers::adaptive_avg_pool2d_backward(&layers::as_2d(&x, OP), layers::as_2d(&grad, OP));
-        layers::as_1d(&dx, OP)
+        let x = expect(OP, layers::as_2d(&x, OP));
+        expect(OP, on_1d(&grad, OP, |g| layers::adaptive_avg_pool2d_backward(&x, g)))
     }
 
     fn max_pool1d(
@@ -456,7 +547,7 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> FloatTensor<Cudnn> {
         const OP: &str = "max_pool1d";
         let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
-        layers::as_1d(&layers::max_pool2d(layers::as_2d(&x, OP), &a), OP)
+        expect(OP, on_1d(&x, OP, |x| layers::max_pool2d(x, &a)))
     }
 
     fn max_pool1d_with_indices(
@@ -469,9 +560,10 @@ impl ModuleOps<Cudnn> for Cudnn {
     ) -> MaxPool1dWithIndices<Cudnn> {
         const OP: &str = "max_pool1d_with_indices";
         let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
-        let (out, idx) = layers::max_pool2d_with_indices(layers::as_2d(&x, OP), &a);
+        let x = expect(OP, layers::as_2d(&x, OP));
+        let (out, idx) = expect(OP, layers::max_pool2d_with_indices(x, &a));
         // Flat indices h·W + w with h = 0 are the positions along L.
-        MaxPool1dWithIndices::new(layers::as_1d(&out, OP), layers::as_1d(&idx, OP))
+        MaxPool1dWithIndices::new(expect(OP, layers::as_1d(&out, OP)), expect(OP, layers::as_1d(&idx, OP)))
     }
 
     fn max_pool1d_with_indices_backward(
@@ -485,13 +577,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         indices: IntTensor<Cudnn>,
     ) -> MaxPool1dBackward<Cudnn> {
         const OP: &str = "max_pool1d_with_indices_backward";
-        let dx = layers::max_pool2d_backward(
-            &layers::as_2d(&x, OP),
-            layers::as_2d(&output_grad, OP),
-            layers::as_2d(&indices, OP),
-            &pool_1d(kernel_size, stride, padding, dilation, ceil_mode),
-        );
-        MaxPool1dBackward::new(layers::as_1d(&dx, OP))
+        let [x, indices] = [x, indices].map(|t| expect(OP, layers::as_2d(&t, OP)));
+        let a = pool_1d(kernel_size, stride, padding, dilation, ceil_mode);
+        let dx = on_1d(&output_grad, OP, |g| layers::max_pool2d_backward(&x, g, indices, &a));
+        MaxPool1dBackward::new(expect(OP, dx))
     }
 
     fn max_pool2d(
@@ -502,7 +591,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> FloatTensor<Cudnn> {
-        layers::max_pool2d(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode))
+        expect(
+            "max_pool2d",
+            layers::max_pool2d(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode)),
+        )
     }
 
     fn max_pool2d_with_indices(
@@ -513,8 +605,8 @@ impl ModuleOps<Cudnn> for Cudnn {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Cudnn> {
-        let (out, idx) =
-            layers::max_pool2d_with_indices(x, &pool_2d(kernel_size, stride, padding, dilation, ceil_mode));
+        let args = pool_2d(kernel_size, stride, padding, dilation, ceil_mode);
+        let (out, idx) = expect("max_pool2d_with_indices", layers::max_pool2d_with_indices(x, &args));
         MaxPool2dWithIndices::new(out, idx)
     }
 
@@ -529,11 +621,14 @@ impl ModuleOps<Cudnn> for Cudnn {
         indices: IntTensor<Cudnn>,
     ) -> MaxPool2dBackward<Cudnn> {
         let args = pool_2d(kernel_size, stride, padding, dilation, ceil_mode);
-        MaxPool2dBackward::new(layers::max_pool2d_backward(&x, output_grad, indices, &args))
+        MaxPool2dBackward::new(expect(
+            "max_pool2d_with_indices_backward",
+            layers::max_pool2d_backward(&x, output_grad, indices, &args),
+        ))
     }
 
     fn interpolate(x: FloatTensor<Cudnn>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Cudnn> {
-        layers::interpolate(x, output_size, &options)
+        expect("interpolate", layers::interpolate(x, output_size, &options))
     }
 
     fn interpolate_backward(
@@ -542,7 +637,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         _output_size: [usize; 2],
         options: InterpolateOptions,
     ) -> FloatTensor<Cudnn> {
-        layers::interpolate_backward(&x, grad, &options)
+        expect("interpolate_backward", layers::interpolate_backward(&x, grad, &options))
     }
 
     fn attention(
@@ -553,7 +648,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         attn_bias: Option<FloatTensor<Cudnn>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Cudnn> {
-        layers::attention(query, key, value, mask, attn_bias, options)
+        expect(
+            "attention",
+            layers::attention(query, key, value, mask, attn_bias, options),
+        )
     }
 
     fn layer_norm(
@@ -562,11 +660,11 @@ impl ModuleOps<Cudnn> for Cudnn {
         beta: Option<FloatTensor<Cudnn>>,
         epsilon: f64,
     ) -> FloatTensor<Cudnn> {
-        layers::layer_norm(tensor, gamma, beta, epsilon)
+        expect("layer_norm", layers::layer_norm(tensor, gamma, beta, epsilon))
     }
 
     fn rfft(signal: FloatTensor<Cudnn>, dim: usize, n: Option<usize>) -> (FloatTensor<Cudnn>, FloatTensor<Cudnn>) {
-        layers::rfft(signal, dim, n)
+        expect("rfft", layers::rfft(signal, dim, n))
     }
 
     fn irfft(
@@ -575,7 +673,7 @@ impl ModuleOps<Cudnn> for Cudnn {
         dim: usize,
         n: Option<usize>,
     ) -> FloatTensor<Cudnn> {
-        layers::irfft(spectrum_re, spectrum_im, dim, n)
+        expect("irfft", layers::irfft(spectrum_re, spectrum_im, dim, n))
     }
 
     fn ctc_loss(
@@ -585,7 +683,10 @@ impl ModuleOps<Cudnn> for Cudnn {
         target_lengths: IntTensor<Cudnn>,
         blank: usize,
     ) -> FloatTensor<Cudnn> {
-        layers::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
+        expect(
+            "ctc_loss",
+            layers::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank),
+        )
     }
 
     /// True: Autodiff runs the CTC kernels forward and backward instead of differentiating
@@ -602,6 +703,9 @@ impl ModuleOps<Cudnn> for Cudnn {
         grad_loss: FloatTensor<Cudnn>,
         blank: usize,
     ) -> FloatTensor<Cudnn> {
-        layers::ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_loss, blank)
+        expect(
+            "ctc_loss_backward",
+            layers::ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_loss, blank),
+        )
     }
 }

@@ -29,8 +29,10 @@ use burn_backend::*;
 use std::future::Future;
 
 use crate::burn::data::{execution_error, q_data, read_batch};
+use crate::burn::structure as st;
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{data, exec, Cudnn, CudnnDevice, CudnnQTensor};
+use crate::error::{Error, Result};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::{linalg, reduce};
 use crate::view::ViewLayout;
@@ -50,34 +52,36 @@ pub(crate) fn supports_scheme(scheme: &QuantScheme) -> bool {
         && matches!(scheme.store, QuantStore::Native | QuantStore::PackedU32(0))
 }
 
-/// Panics: `scheme` is not supported by `op`.
-fn unsupported(op: &str, scheme: &QuantScheme) -> ! {
-    panic!(
-        "cudnn-backend: quantization scheme {scheme:?} not supported by {op}; supported: symmetric Q8F/Q8S \
-         per-tensor or per-block with native or PackedU32(0) storage"
-    )
-}
-
-/// Panics unless `scheme` is supported (see [`supports_scheme`]).
-fn check_scheme(op: &str, scheme: &QuantScheme) {
+/// The trait boundary's scheme check: panics with `cudnn-backend: quantization scheme ..
+/// not supported by <op>` unless `scheme` is supported (see [`supports_scheme`]). The
+/// operations that take a scheme from the caller check it first; a tensor's scheme was
+/// checked when the tensor was made.
+fn require_scheme(op: &str, scheme: &QuantScheme) {
     if !supports_scheme(scheme) {
-        unsupported(op, scheme);
+        panic!(
+            "cudnn-backend: quantization scheme {scheme:?} not supported by {op}; supported: symmetric Q8F/Q8S \
+             per-tensor or per-block with native or PackedU32(0) storage"
+        )
     }
 }
 
 /// `(block, nblocks)`: elements per scale and number of scales for `n` elements (per
-/// tensor: one scale for all of them). Panics when the block size does not divide `n`.
-fn blocks(op: &str, scheme: &QuantScheme, n: i64) -> (Option<usize>, i64) {
+/// tensor: one scale for all of them). An error when the block size does not divide `n`.
+fn blocks(op: &str, scheme: &QuantScheme, n: i64) -> Result<(Option<usize>, i64)> {
     match scheme.level {
-        QuantLevel::Tensor => (None, 1),
+        QuantLevel::Tensor => Ok((None, 1)),
         QuantLevel::Block(block_size) => {
             let block = block_size.num_elements() as i64;
-            assert!(
-                block > 0 && n % block == 0,
-                "cudnn-backend: {op}: {n} elements are not a multiple of the quantization block {block_size:?} \
-                 ({block} elements); use a block size that divides the tensor or QuantLevel::Tensor"
-            );
-            (Some(block as usize), n / block)
+            if block <= 0 || n % block != 0 {
+                return Err(Error::invalid_input(
+                    op,
+                    format!(
+                        "{n} elements are not a multiple of the quantization block {block_size:?} ({block} \
+                         elements); use a block size that divides the tensor or QuantLevel::Tensor"
+                    ),
+                ));
+            }
+            Ok((Some(block as usize), n / block))
         }
     }
 }
@@ -89,142 +93,161 @@ fn q_range(scheme: &QuantScheme) -> (f64, f64) {
 }
 
 /// `scales` (F32) with zeros replaced by 0.1, as burn-ndarray's `valid_scale` does.
-fn valid_scales(scales: &CudnnTensor, op: &str) -> CudnnTensor {
-    let zero = exec::compare_scalar(scales.clone(), 0.0, CompareOp::Eq, BoolStore::Native, op);
-    let fallback = exec::scalar_tensor(scales, DType::F32, 0.1, op);
+fn valid_scales(scales: &CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    let zero = exec::compare_scalar(scales.clone(), 0.0, CompareOp::Eq, BoolStore::Native, op)?;
+    let fallback = exec::scalar_tensor(scales, DType::F32, 0.1, op)?;
     exec::where_(zero, fallback, scales.clone(), op)
 }
 
 /// `x` as a packed F32 tensor.
-fn packed_f32(x: CudnnTensor, op: &str) -> CudnnTensor {
-    exec::cast(x, DType::F32, op).contiguous()
+fn packed_f32(x: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    exec::cast(x, DType::F32, op)?.contiguous()
 }
 
 /// Quantizes `x` (any float dtype, converted to f32) with the given raw `scales` (one per
-/// tensor or per block; any float dtype and shape with that many elements).
-fn quantize_with(x: CudnnTensor, scheme: &QuantScheme, scales: CudnnTensor, op: &str) -> CudnnQTensor {
-    check_scheme(op, scheme);
-    let x = packed_f32(x, op);
+/// tensor or per block; any float dtype and shape with that many elements) under a
+/// supported `scheme`.
+fn quantize_with(x: CudnnTensor, scheme: &QuantScheme, scales: CudnnTensor, op: &str) -> Result<CudnnQTensor> {
+    let x = packed_f32(x, op)?;
     let dims = x.dims().to_vec();
     let n = x.numel();
-    let (block, nblocks) = blocks(op, scheme, n);
-    assert!(
-        scales.numel() == nblocks,
-        "cudnn-backend: {op}: {} scales given ({:?}) for {nblocks} {} of {dims:?}",
-        scales.numel(),
-        scales.dims(),
-        if block.is_some() {
-            "blocks"
-        } else {
-            "tensor (per-tensor scale)"
-        }
-    );
-    let scales = packed_f32(scales, op).reshape(&[nblocks]);
+    let (block, nblocks) = blocks(op, scheme, n)?;
+    if scales.numel() != nblocks {
+        return Err(Error::invalid_input(
+            op,
+            format!(
+                "{} scales given ({:?}) for {nblocks} {} of {dims:?}",
+                scales.numel(),
+                scales.dims(),
+                if block.is_some() {
+                    "blocks"
+                } else {
+                    "tensor (per-tensor scale)"
+                }
+            ),
+        ));
+    }
+    let scales = packed_f32(scales, op)?.reshape(&[nblocks])?;
     let values = if n == 0 {
-        x.empty_like(DType::I8, op)
+        x.empty_like(DType::I8, op)?
     } else {
         let width = block.map_or(n, |b| b as i64);
-        let valid = valid_scales(&scales, op).reshape(&[nblocks, 1]);
+        let valid = valid_scales(&scales, op)?.reshape(&[nblocks, 1])?;
         let (a, b) = q_range(scheme);
         // y = clamp(x / scale, a, b); clamping first keeps ±inf finite and commutes with
         // rounding since a and b are integers. NaN stays NaN (then becomes 0 in the cast).
-        let y = exec::binary(x.reshape(&[nblocks, width]), valid, BinaryOp::Div, op);
-        let y = exec::unary(y, UnaryOp::Clamp { min: a, max: b }, op);
+        let y = exec::binary(x.reshape(&[nblocks, width])?, valid, BinaryOp::Div, op)?;
+        let y = exec::unary(y, UnaryOp::Clamp { min: a, max: b }, op)?;
         // Round half away from zero exactly: t = trunc(y); y - t is exact and in (-1, 1), so
         // trunc(2 (y - t)) is ±1 exactly when |y - t| >= 0.5 (with y's sign), else 0.
-        let t = exec::unary(y.clone(), UnaryOp::Trunc, op);
-        let frac = exec::binary(y, t.clone(), BinaryOp::Sub, op);
-        let frac = exec::unary(frac, UnaryOp::MulScalar(2.0), op);
-        let carry = exec::unary(frac, UnaryOp::Trunc, op);
-        let q = exec::binary(t, carry, BinaryOp::Add, op);
-        exec::cast(q, DType::I8, op).reshape(&dims)
+        let t = exec::unary(y.clone(), UnaryOp::Trunc, op)?;
+        let frac = exec::binary(y, t.clone(), BinaryOp::Sub, op)?;
+        let frac = exec::unary(frac, UnaryOp::MulScalar(2.0), op)?;
+        let carry = exec::unary(frac, UnaryOp::Trunc, op)?;
+        let q = exec::binary(t, carry, BinaryOp::Add, op)?;
+        exec::cast(q, DType::I8, op)?.reshape(&dims)?
     };
-    CudnnQTensor {
+    Ok(CudnnQTensor {
         values,
         scales,
         scheme: *scheme,
-    }
+    })
 }
 
 /// The dynamic scales of `x` (packed F32): per block, `(2 * max|x|) / (b - a)` with
 /// `[a, b]` the quantized range — Burn's `compute_q_params` for min/max calibration.
-fn dynamic_scales(x: &CudnnTensor, scheme: &QuantScheme, op: &str) -> CudnnTensor {
+fn dynamic_scales(x: &CudnnTensor, scheme: &QuantScheme, op: &str) -> Result<CudnnTensor> {
     let n = x.numel();
-    let (block, nblocks) = blocks(op, scheme, n);
+    let (block, nblocks) = blocks(op, scheme, n)?;
     if n == 0 {
         return exec::full(x.device(), &[nblocks], DType::F32, 0.0, op);
     }
     let width = block.map_or(n, |b| b as i64);
-    let abs = exec::unary(x.clone(), UnaryOp::Abs, op).reshape(&[nblocks, width]);
-    let max_abs = abs.empty_on(&[nblocks, 1], DType::F32, op);
-    expect(
-        op,
-        reduce::reduce(abs.stream(), reduce::ReduceOp::Max, &abs.tref(), 1, &max_abs.tmut()),
-    );
+    let abs = exec::unary(x.clone(), UnaryOp::Abs, op)?.reshape(&[nblocks, width])?;
+    let max_abs = abs.empty_on(&[nblocks, 1], DType::F32, op)?;
+    reduce::reduce(abs.stream(), reduce::ReduceOp::Max, &abs.tref(), 1, &max_abs.tmut())?;
     let (a, b) = q_range(scheme);
-    let range = exec::unary(max_abs, UnaryOp::MulScalar(2.0), op);
-    exec::binary_scalar(range, b - a, BinaryOp::Div, op).reshape(&[nblocks])
+    let range = exec::unary(max_abs, UnaryOp::MulScalar(2.0), op)?;
+    exec::binary_scalar(range, b - a, BinaryOp::Div, op)?.reshape(&[nblocks])
 }
 
-/// Quantizes `x` with scales computed from its own values (min/max calibration).
-fn quantize_dynamic_impl(x: CudnnTensor, scheme: &QuantScheme, op: &str) -> CudnnQTensor {
-    check_scheme(op, scheme);
-    let x = packed_f32(x, op);
-    let scales = dynamic_scales(&x, scheme, op);
+/// Quantizes `x` with scales computed from its own values (min/max calibration) under a
+/// supported `scheme`.
+fn quantize_dynamic_impl(x: CudnnTensor, scheme: &QuantScheme, op: &str) -> Result<CudnnQTensor> {
+    let x = packed_f32(x, op)?;
+    let scales = dynamic_scales(&x, scheme, op)?;
     quantize_with(x, scheme, scales, op)
 }
 
 /// `scale * q` as a packed tensor of float dtype `dtype`.
-fn dequantize_impl(t: CudnnQTensor, dtype: DType, op: &str) -> CudnnTensor {
-    let values = t.values.contiguous();
-    let (block, _) = blocks(op, &t.scheme, values.numel());
-    let scales = valid_scales(&t.scales, op);
-    let out = values.empty_like(dtype, op);
-    expect(
-        op,
-        linalg::dequantize_symmetric_i8(values.stream(), &values.tref(), block, &scales.tref(), &out.tmut()),
-    );
-    out
+fn dequantize_impl(t: CudnnQTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
+    let values = t.values.contiguous()?;
+    let (block, _) = blocks(op, &t.scheme, values.numel())?;
+    let scales = valid_scales(&t.scales, op)?;
+    let out = values.empty_like(dtype, op)?;
+    linalg::dequantize_symmetric_i8(values.stream(), &values.tref(), block, &scales.tref(), &out.tmut())?;
+    Ok(out)
 }
 
 /// A view op on the values (`layout` maps the values' layout to the result's). Per-block
 /// scales stay valid when the view enumerates the same packed elements in the same order;
 /// otherwise the op runs on the dequantized tensor, which is then re-quantized.
-fn view_op(
-    t: CudnnQTensor,
-    op: &str,
-    layout: impl Fn(&ViewLayout) -> crate::error::Result<ViewLayout>,
-) -> CudnnQTensor {
-    let new = expect(op, layout(&t.values.layout));
+fn view_op(t: CudnnQTensor, op: &str, layout: impl Fn(&ViewLayout) -> Result<ViewLayout>) -> Result<CudnnQTensor> {
+    let new = layout(&t.values.layout)?;
     let old = &t.values.layout;
     let same_order =
         old.is_contiguous() && new.is_contiguous() && old.offset == new.offset && old.numel() == new.numel();
     if matches!(t.scheme.level, QuantLevel::Tensor) || same_order {
         let values = t.values.with_layout(new);
-        return CudnnQTensor { values, ..t };
+        return Ok(CudnnQTensor { values, ..t });
     }
     let scheme = t.scheme;
-    let x = dequantize_impl(t, DType::F32, op);
-    let moved = expect(op, layout(&x.layout));
+    let x = dequantize_impl(t, DType::F32, op)?;
+    let moved = layout(&x.layout)?;
     quantize_dynamic_impl(x.with_layout(moved), &scheme, op)
 }
 
 /// An op that moves elements (flip, select, slice, gather): applied to the int8 values for a
-/// per-tensor scale, else to the dequantized tensor, then re-quantized.
-fn gather_op(
-    t: CudnnQTensor,
-    op: &str,
-    on_values: impl FnOnce(CudnnTensor) -> CudnnTensor,
-    on_floats: impl FnOnce(CudnnTensor) -> CudnnTensor,
-) -> CudnnQTensor {
+/// per-tensor scale, else to the dequantized tensor, then re-quantized. `f` runs the op on
+/// either tensor.
+fn gather_op(t: CudnnQTensor, op: &str, f: impl FnOnce(CudnnTensor) -> Result<CudnnTensor>) -> Result<CudnnQTensor> {
     if matches!(t.scheme.level, QuantLevel::Tensor) {
         let CudnnQTensor { values, scales, scheme } = t;
-        let values = on_values(values);
-        return CudnnQTensor { values, scales, scheme };
+        let values = f(values)?;
+        return Ok(CudnnQTensor { values, scales, scheme });
     }
     let scheme = t.scheme;
-    let x = dequantize_impl(t, DType::F32, op);
-    quantize_dynamic_impl(on_floats(x), &scheme, op)
+    let x = dequantize_impl(t, DType::F32, op)?;
+    quantize_dynamic_impl(f(x)?, &scheme, op)
+}
+
+/// The tensor of quantized `data` on `device` (a supported scheme).
+fn from_qdata(data: TensorData, device: &CudnnDevice, scheme: QuantScheme, op: &str) -> Result<CudnnQTensor> {
+    let shape = data.shape.clone();
+    let n = data.num_elements();
+    let (_, nblocks) = blocks(op, &scheme, n as i64)?;
+    let q_bytes = QuantizedBytes {
+        bytes: data.into_bytes(),
+        scheme,
+        num_elements: n,
+    };
+    let (mut values, qparams) = q_bytes.into_vec_i8();
+    // Packed storage pads the values to whole u32 words.
+    values.truncate(n);
+    if values.len() != n || qparams.scales.len() != nblocks as usize {
+        return Err(Error::invalid_input(
+            op,
+            format!(
+                "data holds {} values and {} scales, expected {n} and {nblocks}",
+                values.len(),
+                qparams.scales.len()
+            ),
+        ));
+    }
+    let values = data::from_data(TensorData::new(values, shape), device, DType::I8, op)?;
+    let nscales = qparams.scales.len();
+    let scales = data::from_data(TensorData::new(qparams.scales, [nscales]), device, DType::F32, op)?;
+    Ok(CudnnQTensor { values, scales, scheme })
 }
 
 impl QTensorOps<Cudnn> for Cudnn {
@@ -238,28 +261,8 @@ impl QTensorOps<Cudnn> for Cudnn {
                 data.dtype
             )
         };
-        check_scheme(OP, &scheme);
-        let shape = data.shape.clone();
-        let n = data.num_elements();
-        let (_, nblocks) = blocks(OP, &scheme, n as i64);
-        let q_bytes = QuantizedBytes {
-            bytes: data.into_bytes(),
-            scheme,
-            num_elements: n,
-        };
-        let (mut values, qparams) = q_bytes.into_vec_i8();
-        // Packed storage pads the values to whole u32 words.
-        values.truncate(n);
-        assert!(
-            values.len() == n && qparams.scales.len() == nblocks as usize,
-            "cudnn-backend: {OP}: data holds {} values and {} scales, expected {n} and {nblocks}",
-            values.len(),
-            qparams.scales.len()
-        );
-        let values = data::from_data(TensorData::new(values, shape), device, DType::I8, OP);
-        let nscales = qparams.scales.len();
-        let scales = data::from_data(TensorData::new(qparams.scales, [nscales]), device, DType::F32, OP);
-        CudnnQTensor { values, scales, scheme }
+        require_scheme(OP, &scheme);
+        expect(OP, from_qdata(data, device, scheme, OP))
     }
 
     fn quantize(
@@ -267,16 +270,20 @@ impl QTensorOps<Cudnn> for Cudnn {
         scheme: &QuantScheme,
         qparams: QuantizationParametersPrimitive<Cudnn>,
     ) -> QuantizedTensor<Cudnn> {
-        quantize_with(tensor, scheme, qparams.scales, "quantize")
+        const OP: &str = "quantize";
+        require_scheme(OP, scheme);
+        expect(OP, quantize_with(tensor, scheme, qparams.scales, OP))
     }
 
     /// Min/max calibration on the device (same scales as Burn's default, fewer launches).
     fn quantize_dynamic(tensor: FloatTensor<Cudnn>, scheme: &QuantScheme) -> QuantizedTensor<Cudnn> {
-        quantize_dynamic_impl(tensor, scheme, "quantize_dynamic")
+        const OP: &str = "quantize_dynamic";
+        require_scheme(OP, scheme);
+        expect(OP, quantize_dynamic_impl(tensor, scheme, OP))
     }
 
     fn dequantize(tensor: QuantizedTensor<Cudnn>, dtype: FloatDType) -> FloatTensor<Cudnn> {
-        dequantize_impl(tensor, dtype.into(), "dequantize")
+        expect("dequantize", dequantize_impl(tensor, dtype.into(), "dequantize"))
     }
 
     fn q_device(tensor: &QuantizedTensor<Cudnn>) -> CudnnDevice {
@@ -284,16 +291,17 @@ impl QTensorOps<Cudnn> for Cudnn {
     }
 
     fn q_to_device(tensor: QuantizedTensor<Cudnn>, device: &CudnnDevice) -> QuantizedTensor<Cudnn> {
+        const OP: &str = "q_to_device";
         CudnnQTensor {
-            values: data::to_device(tensor.values, device),
-            scales: data::to_device(tensor.scales, device),
+            values: expect(OP, data::to_device(tensor.values, device)),
+            scales: expect(OP, data::to_device(tensor.scales, device)),
             scheme: tensor.scheme,
         }
     }
 
     /// Row-major order is unchanged, so per-block scales stay valid.
     fn q_reshape(tensor: QuantizedTensor<Cudnn>, shape: Shape) -> QuantizedTensor<Cudnn> {
-        let values = tensor.values.reshape(&to_dims(&shape));
+        let values = expect("q_reshape", tensor.values.reshape(&to_dims(&shape)));
         CudnnQTensor { values, ..tensor }
     }
 
@@ -312,34 +320,28 @@ impl QTensorOps<Cudnn> for Cudnn {
 
     fn q_expand(tensor: QuantizedTensor<Cudnn>, shape: Shape) -> QuantizedTensor<Cudnn> {
         let dims = to_dims(&shape);
-        view_op(tensor, "q_expand", |l| l.expand(&dims))
+        expect("q_expand", view_op(tensor, "q_expand", |l| l.expand(&dims)))
     }
 
     fn q_swap_dims(tensor: QuantizedTensor<Cudnn>, dim1: usize, dim2: usize) -> QuantizedTensor<Cudnn> {
-        view_op(tensor, "q_swap_dims", |l| l.transpose(dim1, dim2))
+        expect(
+            "q_swap_dims",
+            view_op(tensor, "q_swap_dims", |l| l.transpose(dim1, dim2)),
+        )
     }
 
     fn q_permute(tensor: QuantizedTensor<Cudnn>, axes: &[usize]) -> QuantizedTensor<Cudnn> {
-        view_op(tensor, "q_permute", |l| l.permute(axes))
+        expect("q_permute", view_op(tensor, "q_permute", |l| l.permute(axes)))
     }
 
     fn q_flip(tensor: QuantizedTensor<Cudnn>, axes: &[usize]) -> QuantizedTensor<Cudnn> {
-        gather_op(
-            tensor,
-            "q_flip",
-            |v| Cudnn::int_flip(v, axes),
-            |x| Cudnn::float_flip(x, axes),
-        )
+        const OP: &str = "q_flip";
+        expect(OP, gather_op(tensor, OP, |t| st::flip(t, axes, OP)))
     }
 
     fn q_select(tensor: QuantizedTensor<Cudnn>, dim: usize, indices: IntTensor<Cudnn>) -> QuantizedTensor<Cudnn> {
-        let idx = indices.clone();
-        gather_op(
-            tensor,
-            "q_select",
-            |v| Cudnn::int_select(v, dim, idx),
-            |x| Cudnn::float_select(x, dim, indices),
-        )
+        const OP: &str = "q_select";
+        expect(OP, gather_op(tensor, OP, |t| st::select(t, dim, indices, OP)))
     }
 
     /// Gathers the int8 values and keeps the scale for a per-tensor scheme (as burn-ndarray
@@ -347,22 +349,13 @@ impl QTensorOps<Cudnn> for Cudnn {
     /// (Burn's defaults: arg-reduction then `q_gather`) return the selected elements exactly,
     /// not dynamically re-quantized ones.
     fn q_gather(dim: usize, tensor: QuantizedTensor<Cudnn>, indices: IntTensor<Cudnn>) -> QuantizedTensor<Cudnn> {
-        let idx = indices.clone();
-        gather_op(
-            tensor,
-            "q_gather",
-            |v| Cudnn::int_gather(dim, v, idx),
-            |x| Cudnn::float_gather(dim, x, indices),
-        )
+        const OP: &str = "q_gather";
+        expect(OP, gather_op(tensor, OP, |t| st::gather(dim, t, indices, OP)))
     }
 
     fn q_slice(tensor: QuantizedTensor<Cudnn>, slices: &[Slice]) -> QuantizedTensor<Cudnn> {
-        gather_op(
-            tensor,
-            "q_slice",
-            |v| Cudnn::int_slice(v, slices),
-            |x| Cudnn::float_slice(x, slices),
-        )
+        const OP: &str = "q_slice";
+        expect(OP, gather_op(tensor, OP, |t| st::slice(t, slices, OP)))
     }
 }
 
@@ -479,11 +472,11 @@ mod tests {
     #[test]
     fn block_counts() {
         let block = QuantScheme::default().with_level(QuantLevel::block([2, 4]));
-        assert_eq!(blocks("t", &block, 24), (Some(8), 3));
-        assert_eq!(blocks("t", &QuantScheme::default(), 24), (None, 1));
-        let r = std::panic::catch_unwind(|| blocks("q_slice", &block, 12));
-        let msg = r.unwrap_err().downcast_ref::<String>().cloned().unwrap_or_default();
-        assert!(msg.starts_with("cudnn-backend: q_slice: 12 elements"), "{msg}");
+        assert_eq!(blocks("t", &block, 24).unwrap(), (Some(8), 3));
+        assert_eq!(blocks("t", &QuantScheme::default(), 24).unwrap(), (None, 1));
+        // The error names the op; the trait boundary prefixes `cudnn-backend: `.
+        let msg = blocks("q_slice", &block, 12).unwrap_err().to_string();
+        assert!(msg.starts_with("q_slice: 12 elements"), "{msg}");
     }
 
     #[test]

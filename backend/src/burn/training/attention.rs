@@ -3,14 +3,15 @@
 //! ([`crate::ops::sdpa_backward`]), or, where cuDNN declines, the same math from the
 //! backend's own ops (probabilities recomputed from the statistics).
 
-use burn_backend::ops::{AttentionModuleOptions, FloatTensorOps};
+use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::{DType, Scalar};
 
-use super::super::exec;
 use super::super::layers::{attention as layer_attention, causal_bias};
-use super::super::tensor::{expect, storage_type, CudnnTensor};
-use super::super::Cudnn;
-use crate::kernels::elementwise::BinaryOp;
+use super::super::math::{self, ReduceOp};
+use super::super::tensor::{storage_type, CudnnTensor};
+use super::super::{exec, structure};
+use crate::error::{InOp, Result};
+use crate::kernels::elementwise::{BinaryOp, UnaryOp};
 use crate::ops::{self, SdpaBackward};
 
 /// True when the fused graphs take these tensors: f16/bf16, head dims multiples of 8 up to
@@ -42,21 +43,21 @@ pub(super) fn fusable_shapes(qkv: [(Vec<usize>, DType); 3], bias: Option<(Vec<us
 }
 
 /// Last dim unit-stride with positive strides (what the attention graphs read in place).
-fn ready(t: &CudnnTensor) -> CudnnTensor {
+fn ready(t: &CudnnTensor) -> Result<CudnnTensor> {
     let s = &t.layout.strides;
     if s.last() == Some(&1) && s.iter().all(|&v| v > 0) {
-        t.clone()
+        Ok(t.clone())
     } else {
         t.clone().contiguous()
     }
 }
 
 /// A new `[b, h, s, d]` tensor stored as `[b, s, h, d]` (heads merge for free afterwards).
-fn bshd_like(like: &CudnnTensor, dims: [i64; 4], op: &str) -> CudnnTensor {
+fn bshd_like(like: &CudnnTensor, dims: [i64; 4], op: &str) -> Result<CudnnTensor> {
     let [b, h, s, d] = dims;
-    let t = CudnnTensor::empty(like.device(), &[b, s, h, d], like.dtype, op);
-    let layout = expect(op, t.layout.permute(&[0, 2, 1, 3]));
-    t.with_layout(layout)
+    let t = CudnnTensor::empty(like.device(), &[b, s, h, d], like.dtype, op)?;
+    let layout = t.layout.permute(&[0, 2, 1, 3]).in_op(op)?;
+    Ok(t.with_layout(layout))
 }
 
 /// What the backward pass needs.
@@ -85,17 +86,17 @@ impl AttentionSaved {
         bias: Option<CudnnTensor>,
         causal: bool,
         scale: f64,
-    ) -> Self {
-        Self {
-            q: ready(&q),
-            k: ready(&k),
-            v: ready(&v),
+    ) -> Result<Self> {
+        Ok(Self {
+            q: ready(&q)?,
+            k: ready(&k)?,
+            v: ready(&v)?,
             o,
             stats,
-            bias: bias.as_ref().map(ready),
+            bias: bias.as_ref().map(ready).transpose()?,
             causal,
             scale,
-        }
+        })
     }
 
     /// The softmax statistics (log-sum-exp per query row, f32 `[b, h, s_q, 1]`).
@@ -112,12 +113,13 @@ pub(super) fn forward(
     bias: Option<CudnnTensor>,
     causal: bool,
     scale: f64,
-) -> Option<(CudnnTensor, AttentionSaved)> {
+) -> Result<Option<(CudnnTensor, AttentionSaved)>> {
     const OP: &str = "attention";
-    let (q, k, v, bias) = (ready(&q), ready(&k), ready(&v), bias.as_ref().map(ready));
+    let (q, k, v) = (ready(&q)?, ready(&k)?, ready(&v)?);
+    let bias = bias.as_ref().map(ready).transpose()?;
     let (qd, vd) = (q.dims().to_vec(), v.dims().to_vec());
-    let o = bshd_like(&q, [qd[0], qd[1], qd[2], vd[3]], OP);
-    let stats = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], 1], DType::F32, OP);
+    let o = bshd_like(&q, [qd[0], qd[1], qd[2], vd[3]], OP)?;
+    let stats = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], 1], DType::F32, OP)?;
     // The views borrow `bias`, which the saved state takes afterwards.
     let r = {
         let tb = bias.as_ref().map(|b| b.tref());
@@ -151,8 +153,8 @@ pub(super) fn forward(
         )
     };
     match r {
-        Ok(false) => None,
-        Ok(true) => Some((
+        Ok(false) => Ok(None),
+        Ok(true) => Ok(Some((
             o.clone(),
             AttentionSaved {
                 q,
@@ -164,23 +166,23 @@ pub(super) fn forward(
                 causal,
                 scale,
             },
-        )),
+        ))),
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused forward not used ({e}); composing it");
-            None
+            Ok(None)
         }
-        Err(e) => expect(OP, Err(e)),
+        Err(e) => Err(e),
     }
 }
 
 /// `[dq, dk, dv]` from cuDNN's fused backward, or the composed one where it declines.
-pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
+pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> Result<[CudnnTensor; 3]> {
     const OP: &str = "attention_backward";
-    let d_o = ready(&exec::cast(d_o, s.q.dtype, OP));
-    let [dq, dk, dv] = [&s.q, &s.k, &s.v].map(|t| {
+    let d_o = ready(&exec::cast(d_o, s.q.dtype, OP)?)?;
+    let [dq, dk, dv] = super::batch_norm::try_map([&s.q, &s.k, &s.v], |t| {
         let d = t.dims();
         bshd_like(t, [d[0], d[1], d[2], d[3]], OP)
-    });
+    })?;
     // The views borrow the tensors, which are returned below.
     let r = {
         let tb = s.bias.as_ref().map(|b| b.tref());
@@ -208,30 +210,39 @@ pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3]
         ops::sdpa_backward(d_o.stream(), &args, s.causal, s.scale as f32)
     };
     match r {
-        Ok(()) => [dq, dk, dv],
+        Ok(()) => Ok([dq, dk, dv]),
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused backward not used ({e}); composing it");
             composed_backward(s, d_o)
         }
-        Err(e) => expect(OP, Err(e)),
+        Err(e) => Err(e),
     }
 }
 
 /// `q·kᵀ·scale + bias` with the causal mask, in f32, from f32 `q` and `k`.
-fn scores_f32(q: CudnnTensor, k: CudnnTensor, bias: Option<&CudnnTensor>, causal: bool, scale: f64) -> CudnnTensor {
+fn scores_f32(
+    q: CudnnTensor,
+    k: CudnnTensor,
+    bias: Option<&CudnnTensor>,
+    causal: bool,
+    scale: f64,
+) -> Result<CudnnTensor> {
     const OP: &str = "attention";
     let (sq, skv) = (q.dims()[2], k.dims()[2]);
-    let mut scores = Cudnn::float_mul_scalar(
-        Cudnn::float_matmul(q, Cudnn::float_swap_dims(k, 2, 3)),
-        Scalar::Float(scale),
-    );
+    let kt = structure::swap_dims(k, 2, 3, OP)?;
+    let mut scores = math::mul_scalar(math::float_matmul(q, kt, OP)?, Scalar::Float(scale), OP)?;
     if let Some(b) = bias {
-        scores = Cudnn::float_add(scores, exec::cast(b.clone(), DType::F32, OP));
+        scores = exec::binary(scores, exec::cast(b.clone(), DType::F32, OP)?, BinaryOp::Add, OP)?;
     }
     if causal {
-        scores = exec::binary(scores.clone(), causal_bias(&scores, sq, skv), BinaryOp::Add, OP);
+        scores = exec::binary(scores.clone(), causal_bias(&scores, sq, skv)?, BinaryOp::Add, OP)?;
     }
-    scores
+    Ok(scores)
+}
+
+/// `exp(a - b)` (b broadcast).
+fn exp_diff(a: CudnnTensor, b: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    exec::unary(exec::binary(a, b, BinaryOp::Sub, op)?, UnaryOp::Exp, op)
 }
 
 /// The forward from the backend's ops in f32, with the statistics the backward needs:
@@ -244,35 +255,37 @@ pub(super) fn composed_forward(
     bias: Option<CudnnTensor>,
     causal: bool,
     scale: f64,
-) -> (CudnnTensor, CudnnTensor) {
+) -> Result<(CudnnTensor, CudnnTensor)> {
     const OP: &str = "attention";
     let dtype = q.dtype;
     let f32_ = |t: CudnnTensor| exec::cast(t, DType::F32, OP);
-    let scores = scores_f32(f32_(q), f32_(k), bias.as_ref(), causal, scale);
-    let max = Cudnn::float_max_dim(scores.clone(), 3);
-    let sum = Cudnn::float_sum_dim(Cudnn::float_exp(Cudnn::float_sub(scores.clone(), max.clone())), 3);
-    let stats = Cudnn::float_add(max, Cudnn::float_log(sum));
-    let p = Cudnn::float_exp(Cudnn::float_sub(scores, stats.clone()));
-    let o = exec::cast(Cudnn::float_matmul(p, f32_(v)), dtype, OP);
-    (o, stats)
+    let scores = scores_f32(f32_(q)?, f32_(k)?, bias.as_ref(), causal, scale)?;
+    let max = math::reduce_dim(scores.clone(), 3, ReduceOp::Max, OP)?;
+    let sum = math::reduce_dim(exp_diff(scores.clone(), max.clone(), OP)?, 3, ReduceOp::Sum, OP)?;
+    let stats = exec::binary(max, exec::unary(sum, UnaryOp::Log, OP)?, BinaryOp::Add, OP)?;
+    let p = exp_diff(scores, stats.clone(), OP)?;
+    let o = exec::cast(math::float_matmul(p, f32_(v)?, OP)?, dtype, OP)?;
+    Ok((o, stats))
 }
 
 /// The attention backward from the backend's ops in f32: `P = exp(q·kᵀ·scale + bias − lse)`,
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dQ = dS·K`, `dK = dSᵀ·Q`.
-fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
+fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> Result<[CudnnTensor; 3]> {
     const OP: &str = "attention_backward";
     let f32_ = |t: &CudnnTensor| exec::cast(t.clone(), DType::F32, OP);
-    let (q, k, v, o, d_o) = (f32_(&s.q), f32_(&s.k), f32_(&s.v), f32_(&s.o), f32_(&d_o));
-    let t = |x: CudnnTensor| Cudnn::float_swap_dims(x, 2, 3);
-    let scores = scores_f32(q.clone(), k.clone(), s.bias.as_ref(), s.causal, s.scale);
-    let p = Cudnn::float_exp(Cudnn::float_sub(scores, s.stats.clone()));
-    let dv = Cudnn::float_matmul(t(p.clone()), d_o.clone());
-    let dp = Cudnn::float_matmul(d_o.clone(), t(v));
-    let row = Cudnn::float_sum_dim(Cudnn::float_mul(d_o, o), 3);
-    let ds = Cudnn::float_mul_scalar(Cudnn::float_mul(p, Cudnn::float_sub(dp, row)), Scalar::Float(s.scale));
-    let dq = Cudnn::float_matmul(ds.clone(), k);
-    let dk = Cudnn::float_matmul(t(ds), q);
-    [dq, dk, dv].map(|g| exec::cast(g, s.q.dtype, OP))
+    let (q, k, v, o, d_o) = (f32_(&s.q)?, f32_(&s.k)?, f32_(&s.v)?, f32_(&s.o)?, f32_(&d_o)?);
+    let t = |x: CudnnTensor| structure::swap_dims(x, 2, 3, OP);
+    let mul = |a: CudnnTensor, b: CudnnTensor| exec::binary(a, b, BinaryOp::Mul, OP);
+    let scores = scores_f32(q.clone(), k.clone(), s.bias.as_ref(), s.causal, s.scale)?;
+    let p = exp_diff(scores, s.stats.clone(), OP)?;
+    let dv = math::float_matmul(t(p.clone())?, d_o.clone(), OP)?;
+    let dp = math::float_matmul(d_o.clone(), t(v)?, OP)?;
+    let row = math::reduce_dim(mul(d_o, o)?, 3, ReduceOp::Sum, OP)?;
+    let ds = mul(p, exec::binary(dp, row, BinaryOp::Sub, OP)?)?;
+    let ds = math::mul_scalar(ds, Scalar::Float(s.scale), OP)?;
+    let dq = math::float_matmul(ds.clone(), k, OP)?;
+    let dk = math::float_matmul(t(ds)?, q, OP)?;
+    super::batch_norm::try_map([dq, dk, dv], |g| exec::cast(g, s.q.dtype, OP))
 }
 
 /// Burn's attention options for a plain causal-or-not attention with this scale.
@@ -293,10 +306,10 @@ pub(super) fn cudnn(
     bias: Option<CudnnTensor>,
     causal: bool,
     scale: f64,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     if fusable(&q, &k, &v, bias.as_ref(), causal) {
-        if let Some((o, _)) = forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale) {
-            return o;
+        if let Some((o, _)) = forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale)? {
+            return Ok(o);
         }
     }
     layer_attention(q, k, v, None, bias, options(causal, scale))

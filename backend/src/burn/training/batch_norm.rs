@@ -4,7 +4,8 @@
 use burn_backend::DType;
 
 use super::super::exec;
-use super::super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
+use super::super::tensor::{tmut_of, tref_of, CudnnTensor};
+use crate::error::Result;
 use crate::ops::{self, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions, RunningStats};
 
 /// The forward results the backward pass needs.
@@ -29,19 +30,19 @@ impl BnSaved {
         scale: CudnnTensor,
         mean: CudnnTensor,
         inv_std: CudnnTensor,
-    ) -> Self {
-        let x = x.cudnn_ready();
+    ) -> Result<Self> {
+        let x = x.cudnn_ready()?;
         let param_dtype = scale.dtype;
         let pdt = param_dtype_for(x.dtype, &scale);
-        let scale = exec::cast(scale, pdt, "batch_norm_backward").contiguous();
-        Self {
+        let scale = exec::cast(scale, pdt, "batch_norm_backward")?.contiguous()?;
+        Ok(Self {
             x,
-            y: y.map(|y| y.cudnn_ready()),
+            y: y.map(CudnnTensor::cudnn_ready).transpose()?,
             scale,
             param_dtype,
             mean,
             inv_std,
-        }
+        })
     }
 
     /// The batch statistics: mean and inverse std, f32 `[C]`.
@@ -51,10 +52,18 @@ impl BnSaved {
 }
 
 /// A new packed tensor with `like`'s dims and dim order (`like` is packed).
-pub(super) fn empty_as(like: &CudnnTensor, op: &str) -> CudnnTensor {
-    let mut out = CudnnTensor::empty(like.device(), like.dims(), like.dtype, op);
+pub(super) fn empty_as(like: &CudnnTensor, op: &str) -> Result<CudnnTensor> {
+    let mut out = CudnnTensor::empty(like.device(), like.dims(), like.dtype, op)?;
     out.layout.strides = like.layout.strides.clone();
-    out
+    Ok(out)
+}
+
+/// `f` applied to each element of an array, stopping at the first error.
+pub(super) fn try_map<T, U, const N: usize>(items: [T; N], f: impl FnMut(T) -> Result<U>) -> Result<[U; N]> {
+    let out: Vec<U> = items.into_iter().map(f).collect::<Result<_>>()?;
+    Ok(out
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("an array maps to an array of the same length")))
 }
 
 /// The per-channel tensors in one dtype the kernels accept: the data dtype or f32.
@@ -75,22 +84,24 @@ pub(super) fn forward(
     residual: Option<CudnnTensor>,
     running: [CudnnTensor; 2],
     o: &BatchNormOptions,
-) -> (CudnnTensor, [CudnnTensor; 2], BnSaved) {
+) -> Result<(CudnnTensor, [CudnnTensor; 2], BnSaved)> {
     const OP: &str = "batch_norm_train";
-    let x = x.cudnn_ready();
-    let residual = residual.map(|r| {
-        exec::check_same_device(OP, &x, &r);
-        r.cudnn_ready()
-    });
+    let x = x.cudnn_ready()?;
+    let residual = residual
+        .map(|r| {
+            exec::check_same_device(OP, &x, &r)?;
+            r.cudnn_ready()
+        })
+        .transpose()?;
     let running_dtype = running[0].dtype;
     let param_dtype_in = scale.dtype;
     let pdt = param_dtype_for(x.dtype, &scale);
-    let [scale, bias] = [scale, bias].map(|t| exec::cast(t, pdt, OP).contiguous());
-    let [rm, rv] = running.map(|t| exec::cast(t, pdt, OP).contiguous());
+    let [scale, bias] = try_map([scale, bias], |t| exec::cast(t, pdt, OP)?.contiguous())?;
+    let [rm, rv] = try_map(running, |t| exec::cast(t, pdt, OP)?.contiguous())?;
     let c = x.dims().get(1).copied().unwrap_or(0);
-    let y = empty_as(&x, OP);
-    let [rm_out, rv_out] = [(); 2].map(|_| CudnnTensor::empty(x.device(), &[c], pdt, OP));
-    let [mean, inv_std] = [(); 2].map(|_| CudnnTensor::empty(x.device(), &[c], DType::F32, OP));
+    let y = empty_as(&x, OP)?;
+    let [rm_out, rv_out] = try_map([(); 2], |_| CudnnTensor::empty(x.device(), &[c], pdt, OP))?;
+    let [mean, inv_std] = try_map([(); 2], |_| CudnnTensor::empty(x.device(), &[c], DType::F32, OP))?;
     // The views borrow the tensors, which are moved below.
     {
         let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tmut());
@@ -112,7 +123,7 @@ pub(super) fn forward(
             saved_mean: &tm,
             saved_inv_std: &ti,
         };
-        expect(OP, ops::batch_norm_train_forward(x.stream(), &args, o));
+        ops::batch_norm_train_forward(x.stream(), &args, o)?;
     }
     let saved = BnSaved {
         x,
@@ -122,19 +133,22 @@ pub(super) fn forward(
         mean,
         inv_std,
     };
-    let stats = [rm_out, rv_out].map(|t| exec::cast(t, running_dtype, OP));
-    (y, stats, saved)
+    let stats = try_map([rm_out, rv_out], |t| exec::cast(t, running_dtype, OP))?;
+    Ok((y, stats, saved))
 }
 
 /// Gradients of one batch-norm node: `[dx, d_residual, d_scale, d_bias]`, each computed
 /// only when `want` asks for it.
-pub(super) fn backward(s: &BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option<CudnnTensor>; 4] {
+pub(super) fn backward(s: &BnSaved, dy: CudnnTensor, want: [bool; 4]) -> Result<[Option<CudnnTensor>; 4]> {
     const OP: &str = "batch_norm_backward";
     // Gradients arrive in any layout (broadcasts from a mean, say): packed for the kernels.
-    let dy = exec::cast(dy, s.x.dtype, OP).cudnn_ready();
-    let [dx, dz] = [want[0], want[1]].map(|w| w.then(|| empty_as(&s.x, OP)));
+    let dy = exec::cast(dy, s.x.dtype, OP)?.cudnn_ready()?;
+    let [dx, dz] = try_map([want[0], want[1]], |w| w.then(|| empty_as(&s.x, OP)).transpose())?;
     let c = s.scale.numel();
-    let [ds, db] = [want[2], want[3]].map(|w| w.then(|| CudnnTensor::empty(s.x.device(), &[c], s.scale.dtype, OP)));
+    let [ds, db] = try_map([want[2], want[3]], |w| {
+        w.then(|| CudnnTensor::empty(s.x.device(), &[c], s.scale.dtype, OP))
+            .transpose()
+    })?;
     // The views borrow the tensors, which are moved below.
     {
         let (tx, ty, tdy) = (s.x.tref(), tref_of(&s.y), dy.tref());
@@ -152,10 +166,10 @@ pub(super) fn backward(s: &BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option
             d_scale: tds.as_ref(),
             d_bias: tdb.as_ref(),
         };
-        expect(OP, ops::batch_norm_backward(dy.stream(), &args));
+        ops::batch_norm_backward(dy.stream(), &args)?;
     }
-    let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP));
-    [dx, dz, back(ds), back(db)]
+    let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP)).transpose();
+    Ok([dx, dz, back(ds)?, back(db)?])
 }
 
 /// Inference forward with the running statistics, the optional residual add and ReLU.
@@ -169,16 +183,20 @@ pub(super) fn inference(
     running_var: CudnnTensor,
     epsilon: f64,
     relu: bool,
-) -> CudnnTensor {
+) -> Result<CudnnTensor> {
     const OP: &str = "batch_norm_inference";
-    let x = x.cudnn_ready();
-    let residual = residual.map(|r| {
-        exec::check_same_device(OP, &x, &r);
-        r.cudnn_ready()
-    });
+    let x = x.cudnn_ready()?;
+    let residual = residual
+        .map(|r| {
+            exec::check_same_device(OP, &x, &r)?;
+            r.cudnn_ready()
+        })
+        .transpose()?;
     let pdt = param_dtype_for(x.dtype, &scale);
-    let [scale, bias, rm, rv] = [scale, bias, running_mean, running_var].map(|t| exec::cast(t, pdt, OP).contiguous());
-    let y = empty_as(&x, OP);
+    let [scale, bias, rm, rv] = try_map([scale, bias, running_mean, running_var], |t| {
+        exec::cast(t, pdt, OP)?.contiguous()
+    })?;
+    let y = empty_as(&x, OP)?;
     // The views borrow the tensors, which are moved below.
     {
         let (tx, tz, ty) = (x.tref(), residual.as_ref().map(|r| r.tref()), y.tmut());
@@ -192,7 +210,7 @@ pub(super) fn inference(
             mean: &tm,
             var: &tv,
         };
-        expect(OP, ops::batch_norm_inference(x.stream(), &args, epsilon, relu));
+        ops::batch_norm_inference(x.stream(), &args, epsilon, relu)?;
     }
-    y
+    Ok(y)
 }

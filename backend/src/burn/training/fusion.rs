@@ -87,12 +87,12 @@ fn record_attention(
         let mut ins = ins.into_iter();
         let [q, k, v] = take(&mut ins);
         let bias = optional(&mut ins, has_bias);
-        let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale);
+        let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale)?;
         let (o, stats) = match fused {
             Some((o, saved)) => (o, saved.stats().clone()),
-            None => attention::composed_forward(q, k, v, bias, causal, scale),
+            None => attention::composed_forward(q, k, v, bias, causal, scale)?,
         };
-        vec![o, stats]
+        Ok(vec![o, stats])
     });
     let [o, stats] = take(&mut out.into_iter());
     let saved = LazyAttentionSaved {
@@ -134,9 +134,9 @@ impl TrainingKernels for CudnnFusion {
             let mut ins = ins.into_iter();
             let [x, scale, bias, rm, rv] = take(&mut ins);
             let residual = optional(&mut ins, has_residual);
-            let (y, [rm, rv], saved) = batch_norm::forward(x, scale, bias, residual, [rm, rv], &o);
+            let (y, [rm, rv], saved) = batch_norm::forward(x, scale, bias, residual, [rm, rv], &o)?;
             let [mean, inv_std] = saved.stats().map(|t| t.clone());
-            vec![y, rm, rv, mean, inv_std]
+            Ok(vec![y, rm, rv, mean, inv_std])
         });
         let [y, rm, rv, mean, inv_std] = take(&mut out.into_iter());
         let saved = LazyBnSaved {
@@ -161,8 +161,8 @@ impl TrainingKernels for CudnnFusion {
             let mut ins = ins.into_iter();
             let [x, scale, mean, inv_std, dy] = take(&mut ins);
             let y = optional(&mut ins, has_y);
-            let saved = batch_norm::BnSaved::rebuild(x, y, scale, mean, inv_std);
-            batch_norm::backward(&saved, dy, want).into_iter().flatten().collect()
+            let saved = batch_norm::BnSaved::rebuild(x, y, scale, mean, inv_std)?;
+            Ok(batch_norm::backward(&saved, dy, want)?.into_iter().flatten().collect())
         });
         spread(out, want)
     }
@@ -183,12 +183,12 @@ impl TrainingKernels for CudnnFusion {
             let mut ins = ins.into_iter();
             let [x, scale] = take(&mut ins);
             let bias = optional(&mut ins, has_bias);
-            let (y, saved) = norm::forward(x, scale, bias, epsilon, mode);
+            let (y, saved) = norm::forward(x, scale, bias, epsilon, mode)?;
             let (mean, inv_std) = saved.stats();
             let mut out = vec![y];
             out.extend(mean.cloned());
             out.push(inv_std.clone());
-            out
+            Ok(out)
         });
         let mut out = out.into_iter();
         let [y] = take(&mut out);
@@ -216,8 +216,8 @@ impl TrainingKernels for CudnnFusion {
             let mut ins = ins.into_iter();
             let [x, scale, inv_std, dy] = take(&mut ins);
             let mean = optional(&mut ins, has_mean);
-            let saved = norm::NormSaved::rebuild(x, scale, mean, inv_std, mode);
-            norm::backward(&saved, dy, want).into_iter().flatten().collect()
+            let saved = norm::NormSaved::rebuild(x, scale, mean, inv_std, mode)?;
+            Ok(norm::backward(&saved, dy, want)?.into_iter().flatten().collect())
         });
         spread(out, want)
     }
@@ -249,8 +249,8 @@ impl TrainingKernels for CudnnFusion {
             let mut ins = ins.into_iter();
             let [q, k, v, o, stats, d_o] = take(&mut ins);
             let bias = optional(&mut ins, has_bias);
-            let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale);
-            attention::backward(&saved, d_o).to_vec()
+            let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale)?;
+            Ok(attention::backward(&saved, d_o)?.to_vec())
         });
         take(&mut out.into_iter())
     }
@@ -293,7 +293,9 @@ impl TrainingOps for CudnnFusion {
             let mut ins = ins.into_iter();
             let [x, scale, bias, rm, rv] = take(&mut ins);
             let residual = optional(&mut ins, has_residual);
-            vec![batch_norm::inference(x, scale, bias, residual, rm, rv, epsilon, relu)]
+            Ok(vec![batch_norm::inference(
+                x, scale, bias, residual, rm, rv, epsilon, relu,
+            )?])
         });
         let [y] = take(&mut out.into_iter());
         y
@@ -318,7 +320,7 @@ impl TrainingOps for CudnnFusion {
             let mut ins = ins.into_iter();
             let [q, k, v] = take(&mut ins);
             let bias = optional(&mut ins, has_bias);
-            vec![attention::cudnn(q, k, v, bias, causal, scale)]
+            Ok(vec![attention::cudnn(q, k, v, bias, causal, scale)?])
         });
         let [y] = take(&mut out.into_iter());
         y

@@ -6,7 +6,7 @@ use std::fmt::Debug;
 
 use burn_backend::tensor::FloatTensor;
 
-use super::super::tensor::CudnnTensor;
+use super::super::tensor::{expect, CudnnTensor};
 use super::super::Cudnn;
 use super::{attention, batch_norm, norm, TrainingOps};
 use crate::graph::NormMode;
@@ -84,11 +84,14 @@ impl TrainingKernels for Cudnn {
         running: [CudnnTensor; 2],
         options: &BatchNormOptions,
     ) -> (CudnnTensor, [CudnnTensor; 2], Self::BnSaved) {
-        batch_norm::forward(x, scale, bias, residual, running, options)
+        expect(
+            "batch_norm_train",
+            batch_norm::forward(x, scale, bias, residual, running, options),
+        )
     }
 
     fn bn_backward(saved: &Self::BnSaved, dy: CudnnTensor, want: [bool; 4]) -> [Option<CudnnTensor>; 4] {
-        batch_norm::backward(saved, dy, want)
+        expect("batch_norm_backward", batch_norm::backward(saved, dy, want))
     }
 
     fn norm_forward(
@@ -98,11 +101,11 @@ impl TrainingKernels for Cudnn {
         epsilon: f64,
         mode: NormMode,
     ) -> (CudnnTensor, Self::NormSaved) {
-        norm::forward(x, scale, bias, epsilon, mode)
+        expect("norm_train_forward", norm::forward(x, scale, bias, epsilon, mode))
     }
 
     fn norm_backward(saved: &Self::NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Option<CudnnTensor>; 3] {
-        norm::backward(saved, dy, want)
+        expect("norm_backward", norm::backward(saved, dy, want))
     }
 
     fn attention_fusable(
@@ -123,10 +126,10 @@ impl TrainingKernels for Cudnn {
         causal: bool,
         scale: f64,
     ) -> Option<(CudnnTensor, Self::AttentionSaved)> {
-        attention::forward(q, k, v, bias, causal, scale)
+        expect("attention", attention::forward(q, k, v, bias, causal, scale))
     }
 
     fn attention_backward(saved: &Self::AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
-        attention::backward(saved, d_o)
+        expect("attention_backward", attention::backward(saved, d_o))
     }
 }

@@ -18,7 +18,7 @@ mod fusion;
 mod kernels;
 mod norm;
 
-use super::tensor::CudnnTensor;
+use super::tensor::{expect, CudnnTensor};
 use super::{Cudnn, CudnnFusion};
 use crate::graph::NormMode;
 use crate::ops::BatchNormOptions;
@@ -100,8 +100,10 @@ impl TrainingOps for Cudnn {
         running_var: CudnnTensor,
         options: BatchNormOptions,
     ) -> BatchNormOutput<Self> {
-        let (output, [running_mean, running_var], _) =
-            batch_norm::forward(x, scale, bias, residual, [running_mean, running_var], &options);
+        let (output, [running_mean, running_var], _) = expect(
+            "batch_norm_train",
+            batch_norm::forward(x, scale, bias, residual, [running_mean, running_var], &options),
+        );
         BatchNormOutput {
             output,
             running_mean,
@@ -119,7 +121,10 @@ impl TrainingOps for Cudnn {
         epsilon: f64,
         relu: bool,
     ) -> CudnnTensor {
-        batch_norm::inference(x, scale, bias, residual, running_mean, running_var, epsilon, relu)
+        expect(
+            "batch_norm_inference",
+            batch_norm::inference(x, scale, bias, residual, running_mean, running_var, epsilon, relu),
+        )
     }
 
     fn norm(
@@ -129,7 +134,7 @@ impl TrainingOps for Cudnn {
         epsilon: f64,
         mode: NormMode,
     ) -> CudnnTensor {
-        norm::forward(x, scale, bias, epsilon, mode).0
+        expect("norm", norm::forward(x, scale, bias, epsilon, mode)).0
     }
 
     fn sdpa(
@@ -140,7 +145,7 @@ impl TrainingOps for Cudnn {
         causal: bool,
         scale: f64,
     ) -> CudnnTensor {
-        attention::cudnn(q, k, v, bias, causal, scale)
+        expect("sdpa", attention::cudnn(q, k, v, bias, causal, scale))
     }
 }
 

@@ -4,7 +4,9 @@
 use burn_backend::DType;
 
 use super::super::exec;
-use super::super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
+use super::super::tensor::{tmut_of, tref_of, CudnnTensor};
+use super::batch_norm::try_map;
+use crate::error::Result;
 use crate::graph::NormMode;
 use crate::ops::{self, NormBackward};
 
@@ -25,15 +27,19 @@ pub(crate) struct NormSaved {
 
 /// `x` as packed `[rows, features]`, its dims, and `scale` in the dtype the kernels take (the
 /// data dtype or f32) with the dtype it was passed in.
-fn rows_and_params(x: CudnnTensor, scale: CudnnTensor, op: &str) -> (CudnnTensor, Vec<i64>, CudnnTensor, DType) {
+fn rows_and_params(
+    x: CudnnTensor,
+    scale: CudnnTensor,
+    op: &str,
+) -> Result<(CudnnTensor, Vec<i64>, CudnnTensor, DType)> {
     let dims = x.dims().to_vec();
     let features = dims.last().copied().unwrap_or(1);
     let rows = if features == 0 { 0 } else { x.numel() / features };
-    let x2 = x.contiguous().reshape(&[rows, features]);
+    let x2 = x.contiguous()?.reshape(&[rows, features])?;
     let param_dtype = scale.dtype;
     let pdt = if scale.dtype == x2.dtype { x2.dtype } else { DType::F32 };
-    let scale = exec::cast(scale, pdt, op).contiguous();
-    (x2, dims, scale, param_dtype)
+    let scale = exec::cast(scale, pdt, op)?.contiguous()?;
+    Ok((x2, dims, scale, param_dtype))
 }
 
 impl NormSaved {
@@ -45,9 +51,9 @@ impl NormSaved {
         mean: Option<CudnnTensor>,
         inv_std: CudnnTensor,
         mode: NormMode,
-    ) -> Self {
-        let (x, dims, scale, param_dtype) = rows_and_params(x, scale, "norm_backward");
-        Self {
+    ) -> Result<Self> {
+        let (x, dims, scale, param_dtype) = rows_and_params(x, scale, "norm_backward")?;
+        Ok(Self {
             x,
             dims,
             scale,
@@ -55,7 +61,7 @@ impl NormSaved {
             mean,
             inv_std,
             mode,
-        }
+        })
     }
 
     /// The row statistics: the mean (layer norm only) and the inverse std, f32 `[rows]`.
@@ -71,33 +77,30 @@ pub(super) fn forward(
     bias: Option<CudnnTensor>,
     epsilon: f64,
     mode: NormMode,
-) -> (CudnnTensor, NormSaved) {
+) -> Result<(CudnnTensor, NormSaved)> {
     const OP: &str = "norm_train_forward";
-    let (x2, dims, scale, param_dtype) = rows_and_params(x, scale, OP);
-    let bias = bias.map(|b| exec::cast(b, scale.dtype, OP).contiguous());
+    let (x2, dims, scale, param_dtype) = rows_and_params(x, scale, OP)?;
+    let bias = bias.map(|b| exec::cast(b, scale.dtype, OP)?.contiguous()).transpose()?;
     let rows = x2.dims()[0];
-    let y = x2.empty_like(x2.dtype, OP);
+    let y = x2.empty_like(x2.dtype, OP)?;
     let stat = || CudnnTensor::empty(x2.device(), &[rows], DType::F32, OP);
-    let mean = (mode == NormMode::LayerNorm).then(stat);
-    let inv_std = stat();
+    let mean = (mode == NormMode::LayerNorm).then(stat).transpose()?;
+    let inv_std = stat()?;
     // The views borrow the tensors, which are moved below.
     {
         let (tx, ty, ts, ti) = (x2.tref(), y.tmut(), scale.tref(), inv_std.tmut());
         let (tb, tm) = (tref_of(&bias), tmut_of(&mean));
-        expect(
-            OP,
-            ops::norm_train_forward(
-                y.stream(),
-                mode,
-                &tx,
-                Some(&ts),
-                tb.as_ref(),
-                &ty,
-                epsilon,
-                tm.as_ref(),
-                &ti,
-            ),
-        );
+        ops::norm_train_forward(
+            y.stream(),
+            mode,
+            &tx,
+            Some(&ts),
+            tb.as_ref(),
+            &ty,
+            epsilon,
+            tm.as_ref(),
+            &ti,
+        )?;
     }
     let saved = NormSaved {
         x: x2,
@@ -108,17 +111,21 @@ pub(super) fn forward(
         inv_std,
         mode,
     };
-    (y.reshape(&dims), saved)
+    Ok((y.reshape(&dims)?, saved))
 }
 
 /// `[dx, dscale, dbias]`, each when `want` asks.
-pub(super) fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Option<CudnnTensor>; 3] {
+pub(super) fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> Result<[Option<CudnnTensor>; 3]> {
     const OP: &str = "norm_backward";
     let (rows, features) = (s.x.dims()[0], s.x.dims()[1]);
-    let dy = exec::cast(dy, s.x.dtype, OP).contiguous().reshape(&[rows, features]);
-    let dx = want[0].then(|| s.x.empty_like(s.x.dtype, OP));
-    let [ds, db] =
-        [want[1], want[2]].map(|w| w.then(|| CudnnTensor::empty(s.x.device(), &[features], s.scale.dtype, OP)));
+    let dy = exec::cast(dy, s.x.dtype, OP)?
+        .contiguous()?
+        .reshape(&[rows, features])?;
+    let dx = want[0].then(|| s.x.empty_like(s.x.dtype, OP)).transpose()?;
+    let [ds, db] = try_map([want[1], want[2]], |w| {
+        w.then(|| CudnnTensor::empty(s.x.device(), &[features], s.scale.dtype, OP))
+            .transpose()
+    })?;
     // The views borrow the tensors, which are moved below.
     {
         let (tx, tdy, tscale, ti) = (s.x.tref(), dy.tref(), s.scale.tref(), s.inv_std.tref());
@@ -133,8 +140,8 @@ pub(super) fn backward(s: &NormSaved, dy: CudnnTensor, want: [bool; 3]) -> [Opti
             d_scale: tds.as_ref(),
             d_bias: tdb.as_ref(),
         };
-        expect(OP, ops::norm_backward(dy.stream(), s.mode, &args));
+        ops::norm_backward(dy.stream(), s.mode, &args)?;
     }
-    let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP));
-    [dx.map(|t| t.reshape(&s.dims)), back(ds), back(db)]
+    let back = |t: Option<CudnnTensor>| t.map(|t| exec::cast(t, s.param_dtype, OP)).transpose();
+    Ok([dx.map(|t| t.reshape(&s.dims)).transpose()?, back(ds)?, back(db)?])
 }
