@@ -20,7 +20,7 @@ use std::time::Instant;
 use burn_backend::distributed::{CollectiveTensor, DistributedBackend, ReduceOperation};
 use burn_backend::DeviceId;
 
-use super::exec::try_copy_to_new;
+use super::exec::copy_to_new;
 use super::tensor::{expect, CudnnTensor};
 use super::{Cudnn, CudnnDevice};
 use crate::collective::{group, Communicator, ReduceOp};
@@ -70,7 +70,7 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
     let out = if tensor.is_exclusive() {
         tensor
     } else {
-        try_copy_to_new(&tensor, tensor.dtype, OP)?
+        copy_to_new(&tensor, tensor.dtype, OP)?
     };
     let ready = {
         let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
