@@ -7,8 +7,13 @@ BENCHMARKS.md: same layers, batch, dtype and optimizer (Adam), cudnn.benchmark o
   d_ff 2048, GELU, post-norm, dropout 0, mean pooling) on random tokens, lr 3e-4. Prints
   `train_torch transformer dtype=.. batch=..: N sequences/s`.
 
+- `--devices N` (CNN): DistributedDataParallel over GPUs 0..N through NCCL, one process per
+  GPU, `--batch-size` images per GPU. Prints `train_torch ddp devices=N ..: N images/s`
+  (all GPUs together).
+
     python3 bench/train_torch.py --batch-size 128 --dtype f32 --steps 78 --epochs 3
     python3 bench/train_torch.py --model transformer --batch-size 32 --dtype bf16 --steps 64
+    python3 bench/train_torch.py --batch-size 256 --devices 2
 """
 import argparse
 import time
@@ -84,7 +89,15 @@ def main():
     p.add_argument("--model", choices=["cnn", "transformer"], default="cnn")
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--devices", type=int, default=1, help="DDP over this many GPUs (CNN only)")
     a = p.parse_args()
+    if a.devices > 1:
+        if a.model != "cnn":
+            p.error("--devices takes the cnn model only")
+        import torch.multiprocessing as mp
+
+        mp.spawn(ddp_worker, args=(a,), nprocs=a.devices, join=True)
+        return
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False  # f32 convolutions in f32, as ours by default
     dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
@@ -129,6 +142,43 @@ def main():
             f"train_torch transformer dtype={a.dtype} batch={a.batch_size}: {rate:.1f} sequences/s "
             f"(last of {a.epochs} epochs){kernels}"
         )
+
+
+def ddp_worker(rank, a):
+    """One DDP rank: the CNN on GPU `rank`, gradients averaged through NCCL during backward."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29517", rank=rank, world_size=a.devices)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    torch.manual_seed(0)
+    model = DistributedDataParallel(Net().to(dev, dtype), device_ids=[rank])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.rand(a.steps, a.batch_size, 3, 32, 32, device=dev, dtype=dtype) - 0.5
+    y = torch.randint(0, 10, (a.steps, a.batch_size), device=dev)
+    rate = 0.0
+    for _epoch in range(a.epochs):
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for s in range(a.steps):
+            loss = F.cross_entropy(model(x[s]), y[s])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        torch.cuda.synchronize()
+        dist.barrier()
+        rate = a.devices * a.steps * a.batch_size / (time.perf_counter() - t0)
+    if rank == 0:
+        print(
+            f"train_torch ddp devices={a.devices} dtype={a.dtype} batch={a.batch_size} per GPU: "
+            f"{rate:.0f} images/s (all GPUs, last of {a.epochs} epochs)"
+        )
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

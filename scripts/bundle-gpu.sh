@@ -18,6 +18,10 @@ for ex in target/release/examples/*; do
   case "$ex" in *.d|*-*) continue ;; esac
   [ -x "$ex" ] && cp "$ex" ".gpu/$(basename "$ex")"
 done
+# train_burn with `--devices N` (examples feature `distributed`: Burn's distributed autodiff,
+# which leaves out the ndarray CPU path), for multi-gpu.sh.
+cargo build --release -p examples --features distributed --example train_burn
+cp target/release/examples/train_burn .gpu/train_burn_distributed
 cargo test --release --workspace --no-run --message-format=json \
   | python3 -c '
 import json, sys
@@ -40,6 +44,6 @@ for line in sys.stdin:
 cargo build --release --manifest-path external/burn-app/Cargo.toml --target-dir target
 cp target/release/burn-app .gpu/burn-app
 strip .gpu/* 2>/dev/null || true
-cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh scripts/profile-step.sh .gpu/
+cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh scripts/profile-step.sh scripts/multi-gpu.sh .gpu/
 cp bench/compare_torch.py bench/train_torch.py .gpu/
 du -sh .gpu && ls .gpu

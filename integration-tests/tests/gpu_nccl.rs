@@ -71,6 +71,16 @@ fn rank_inputs(devs: &[Arc<Device>], rng: &mut SplitMix64, dims: &[i64], dtype: 
 }
 
 #[test]
+#[ignore = "needs libnccl"]
+fn the_library_reports_its_version_and_makes_distinct_ids() {
+    let (version, path) = cudnn_backend::collective::nccl_version().expect("NCCL loads");
+    assert!(version >= 21700, "NCCL {version} from {path}");
+    let (a, b) = (UniqueId::new().unwrap(), UniqueId::new().unwrap());
+    assert_ne!(a, b, "two ids must differ");
+    assert_eq!(UniqueId::from_hex(&a.to_hex()).unwrap(), a);
+}
+
+#[test]
 #[ignore = "needs a CUDA GPU"]
 fn all_reduce_broadcast_all_gather_from_one_thread() {
     let devs = devices();
