@@ -8,7 +8,9 @@
 //!   `Autodiff<Cudnn>`, in fewer launches;
 //! - Burn's composed linear weight and bias gradients (which burn-fusion does not forward to
 //!   the backend) are matched and run as one GEMM and one reduction, with the unfused
-//!   backend's gradients.
+//!   backend's gradients;
+//! - Burn's composed dynamic quantization is matched and run as the unfused backend's
+//!   `quantize_dynamic` (scales in f32), with its quantized values.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -408,4 +410,42 @@ fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() 
         fused_launches == folded_launches && fused_launches < plain_launches,
         "fused {fused_launches} launches vs {folded_launches} for one folded reduction and {plain_launches} unfused"
     );
+}
+
+/// `values` as a `[rows, 64]` tensor of `dtype` quantized dynamically with `scheme` on
+/// backend `B`: the quantized tensor's data (i8 values and scales).
+fn quantized<B: Backend>(values: &[f64], dtype: DType, scheme: burn::tensor::quantization::QuantScheme) -> TensorData {
+    let device: B::Device = Default::default();
+    let x = tensor::<B>(values, [values.len() / 64, 64], dtype, &device);
+    x.quantize_dynamic(&scheme).into_data()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Burn's composed dynamic quantization (burn-fusion 0.21 records no `quantize_dynamic`, so
+/// the range and scales become tensor ops in the input's dtype) is matched under fusion
+/// and run as `Cudnn`'s, which computes the scales in f32: per tensor and per block, f16 and
+/// bf16 inputs quantize to the same values and scales on both backends (the matcher has CPU
+/// tests).
+fn burns_composed_dynamic_quantization_under_fusion_matches_the_unfused_backend() {
+    use burn::tensor::quantization::{BlockSize, QuantLevel, QuantScheme};
+    let mut rng = Rng::new(0xd1a);
+    let base = QuantScheme::default(); // Burn's default: symmetric int8 packed in u32 words
+    let schemes = [base, base.with_level(QuantLevel::Block(BlockSize::new([32])))];
+    for dtype in [DType::F16, DType::BF16] {
+        for scheme in schemes {
+            // Values whose range makes many quotients land near a rounding boundary.
+            let values = rounded(&uniform(&mut rng, 16 * 64, -3.7, 3.1), dtype);
+            let want = quantized::<Cudnn>(&values, dtype, scheme);
+            let _ = quantized::<CudnnFusion>(&values, dtype, scheme);
+            cudnn_backend::ops::wait_for_builds();
+            let got = quantized::<CudnnFusion>(&values, dtype, scheme);
+            assert_eq!(got.dtype, want.dtype, "{dtype:?} {:?}", scheme.level);
+            assert_eq!(
+                got.bytes, want.bytes,
+                "{dtype:?} {:?}: quantized values or scales differ",
+                scheme.level
+            );
+        }
+    }
 }

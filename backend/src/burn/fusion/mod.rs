@@ -41,6 +41,7 @@ mod fuser;
 mod leading_sum;
 mod linear;
 mod optimization;
+mod quantize;
 
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::DType;
@@ -91,6 +92,7 @@ impl FusionRuntime for CudnnFusionRuntime {
                 Box::new(fuser::ElementwiseFuser::default()),
                 Box::new(linear::LinearGradFuser::default()),
                 Box::new(leading_sum::LeadingSumFuser::default()),
+                Box::new(quantize::QuantizeDynamicFuser::default()),
             ]
         } else {
             Vec::new()

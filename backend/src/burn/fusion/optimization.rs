@@ -62,6 +62,8 @@ pub enum CudnnOptimization {
     LinearGrad(super::linear::LinearGradOptimization),
     /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
     LeadingSum(super::leading_sum::LeadingSumOptimization),
+    /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
+    QuantizeDynamic(super::quantize::QuantizeDynamicOptimization),
 }
 
 /// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
@@ -74,6 +76,8 @@ pub enum CudnnOptimizationState {
     LinearGrad(Vec<OperationIr>),
     /// The operations of a chain of sums over the leading dims.
     LeadingSum(Vec<OperationIr>),
+    /// The operations of a composed dynamic quantization.
+    QuantizeDynamic(Vec<OperationIr>),
 }
 
 impl NumOperations for CudnnOptimization {
@@ -82,6 +86,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(e) => e.operations.len(),
             CudnnOptimization::LinearGrad(l) => l.operations.len(),
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
+            CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
         }
     }
 
@@ -90,6 +95,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
+            CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
         }
     }
 }
@@ -107,6 +113,13 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             }
             CudnnOptimization::LinearGrad(l) => expect("fused linear weight gradient", l.execute(context)),
             CudnnOptimization::LeadingSum(s) => expect("fused leading-dims sum", s.execute(context)),
+            CudnnOptimization::QuantizeDynamic(q) => {
+                if !expect("fused quantize_dynamic", q.execute(context)) {
+                    for i in 0..q.operations.len() {
+                        execution.operation_within_optimization(i).execute(&mut context.handles);
+                    }
+                }
+            }
         }
     }
 
@@ -115,6 +128,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
             CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
+            CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
         }
     }
 
@@ -132,6 +146,12 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 match super::leading_sum::LeadingSumFuser::from_operations(&ops) {
                     Some(s) => CudnnOptimization::LeadingSum(s),
                     None => panic!("cudnn-backend: a saved fusion state does not describe a sum over leading dims"),
+                }
+            }
+            CudnnOptimizationState::QuantizeDynamic(ops) => {
+                match super::quantize::QuantizeDynamicFuser::from_operations(&ops) {
+                    Some(q) => CudnnOptimization::QuantizeDynamic(q),
+                    None => panic!("cudnn-backend: a saved fusion state does not describe a dynamic quantization"),
                 }
             }
         }

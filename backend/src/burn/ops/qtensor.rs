@@ -173,7 +173,7 @@ fn dynamic_scales(x: &CudnnTensor, scheme: &QuantScheme, op: &str) -> Result<Cud
 
 /// Quantizes `x` with scales computed from its own values (min/max calibration) under a
 /// supported `scheme`.
-fn quantize_dynamic_impl(x: CudnnTensor, scheme: &QuantScheme, op: &str) -> Result<CudnnQTensor> {
+pub(crate) fn quantize_dynamic_impl(x: CudnnTensor, scheme: &QuantScheme, op: &str) -> Result<CudnnQTensor> {
     let x = packed_f32(x, op)?;
     let scales = dynamic_scales(&x, scheme, op)?;
     quantize_with(x, scheme, scales, op)

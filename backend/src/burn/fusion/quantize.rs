@@ -1,0 +1,567 @@
+//! Dynamic quantization as Burn composes it under `Fusion<B>`, run as `Cudnn`'s
+//! `quantize_dynamic` (scales computed in f32).
+//!
+//! burn-fusion 0.21 records `quantize` but not `quantize_dynamic`, so Burn's default records
+//! the range and the scales as tensor ops in the input's dtype: `min(x)` and `max(x)` (per
+//! block: a reshape to `[blocks, block_len]`, `min_dim` / `max_dim` over dim 1 and reshapes
+//! to the scales' shape), `|min|`, `|max|`, `lower`, `mask_where` (the larger of the two),
+//! `* 2`, `/ (b - a)` (the quantized range), then `quantize(x, scales)`. For f16 or bf16
+//! inputs every step rounds to the half dtype, so the scales, and then the quantized values
+//! at rounding boundaries, differ from what `Cudnn` (and burn-ndarray, and PyTorch) compute
+//! in f32. [`QuantizeDynamicFuser`] recognizes exactly that run, with every intermediate at
+//! its last use, and [`QuantizeDynamicOptimization`] runs `Cudnn`'s `quantize_dynamic` on
+//! `x`. The two scalars are relative at fusion time, so their values (2 and `b - a`) are
+//! checked when the run executes; any other values run the operations one by one.
+
+use burn_backend::quantization::{QuantLevel, QuantScheme};
+use burn_fusion::stream::{Context, ScalarId};
+use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
+use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr};
+
+use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::CudnnFusionHandle;
+use crate::burn::ops::qtensor::{quantize_dynamic_impl, supports_scheme};
+use crate::burn::Cudnn;
+use crate::error::Result;
+
+/// The matched run, in relative ids.
+#[derive(Clone, Debug)]
+pub struct QuantizeDynamicOptimization {
+    /// The quantized tensor and whether the run holds its last use.
+    x: (TensorId, bool),
+    /// The quantized result.
+    out: TensorId,
+    scheme: QuantScheme,
+    /// The scalars of `* 2` and `/ (b - a)`, checked at execution.
+    factor: ScalarIr,
+    divisor: ScalarIr,
+    pub(crate) operations: Vec<OperationIr>,
+}
+
+/// Where the match stands; `x` is the input being quantized.
+#[derive(Clone, Debug, Default)]
+enum Stage {
+    /// Waiting for `min(x)` (per tensor) or the reshape of `x` into blocks.
+    #[default]
+    Start,
+    /// Per tensor: waiting for `max(x)`.
+    Max { x: TensorIr, min: TensorId },
+    /// Per block: waiting for `min_dim(blocks, 1)`.
+    BlockMin { x: TensorIr, blocks: TensorId },
+    /// Per block: waiting for the reshape of the block minima.
+    BlockMinReshape {
+        x: TensorIr,
+        blocks: TensorId,
+        min: TensorId,
+    },
+    /// Per block: waiting for `max_dim(blocks, 1)`.
+    BlockMax {
+        x: TensorIr,
+        blocks: TensorId,
+        min: TensorId,
+    },
+    /// Per block: waiting for the reshape of the block maxima.
+    BlockMaxReshape { x: TensorIr, min: TensorId, max: TensorId },
+    /// Waiting for `|min|`.
+    AbsMin { x: TensorIr, min: TensorId, max: TensorId },
+    /// Waiting for `|max|`.
+    AbsMax {
+        x: TensorIr,
+        abs_min: TensorId,
+        max: TensorId,
+    },
+    /// Waiting for `|min| < |max|`.
+    Lower {
+        x: TensorIr,
+        abs_min: TensorId,
+        abs_max: TensorId,
+    },
+    /// Waiting for the larger of the two.
+    Select {
+        x: TensorIr,
+        abs_min: TensorId,
+        abs_max: TensorId,
+        mask: TensorId,
+    },
+    /// Waiting for `* 2`.
+    Double { x: TensorIr, range: TensorId },
+    /// Waiting for `/ (b - a)`.
+    Divide {
+        x: TensorIr,
+        doubled: TensorId,
+        factor: ScalarIr,
+    },
+    /// Waiting for `quantize(x, scales)`.
+    Quantize {
+        x: TensorIr,
+        scales: TensorId,
+        factor: ScalarIr,
+        divisor: ScalarIr,
+    },
+    /// The whole run matched.
+    Done {
+        x: TensorIr,
+        out: TensorId,
+        scheme: QuantScheme,
+        factor: ScalarIr,
+        divisor: ScalarIr,
+    },
+}
+
+/// Matches Burn's composed dynamic quantization (see the module).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct QuantizeDynamicFuser {
+    stage: Stage,
+    ops: Vec<OperationIr>,
+    closed: bool,
+}
+
+/// `t` is tensor `id` read at its last use.
+fn last(t: &TensorIr, id: TensorId) -> bool {
+    t.id == id && last_use(t)
+}
+
+/// `t` is tensor `id` read again later.
+fn kept(t: &TensorIr, id: TensorId) -> bool {
+    t.id == id && !last_use(t)
+}
+
+impl QuantizeDynamicFuser {
+    /// The next stage after `op`, or `None` when `op` breaks the pattern.
+    fn step(&self, op: &OperationIr) -> Option<Stage> {
+        use BaseOperationIr as Base;
+        use NumericOperationIr as Num;
+        let stage = match (&self.stage, op) {
+            (Stage::Start, OperationIr::NumericFloat(_, Num::Min(r)))
+                if is_float(r.input.dtype) && !last_use(&r.input) =>
+            {
+                Stage::Max {
+                    x: r.input.clone(),
+                    min: r.out.id,
+                }
+            }
+            (Stage::Start, OperationIr::BaseFloat(Base::Reshape(r)))
+                if is_float(r.input.dtype) && !last_use(&r.input) && r.out.shape.num_dims() == 2 =>
+            {
+                Stage::BlockMin {
+                    x: r.input.clone(),
+                    blocks: r.out.id,
+                }
+            }
+            (Stage::Max { x, min }, OperationIr::NumericFloat(_, Num::Max(r))) if kept(&r.input, x.id) => {
+                Stage::AbsMin {
+                    x: x.clone(),
+                    min: *min,
+                    max: r.out.id,
+                }
+            }
+            (Stage::BlockMin { x, blocks }, OperationIr::NumericFloat(_, Num::MinDim(r)))
+                if kept(&r.input, *blocks) && r.axis == 1 =>
+            {
+                Stage::BlockMinReshape {
+                    x: x.clone(),
+                    blocks: *blocks,
+                    min: r.out.id,
+                }
+            }
+            (Stage::BlockMinReshape { x, blocks, min }, OperationIr::BaseFloat(Base::Reshape(r)))
+                if last(&r.input, *min) =>
+            {
+                Stage::BlockMax {
+                    x: x.clone(),
+                    blocks: *blocks,
+                    min: r.out.id,
+                }
+            }
+            (Stage::BlockMax { x, blocks, min }, OperationIr::NumericFloat(_, Num::MaxDim(r)))
+                if last(&r.input, *blocks) && r.axis == 1 =>
+            {
+                Stage::BlockMaxReshape {
+                    x: x.clone(),
+                    min: *min,
+                    max: r.out.id,
+                }
+            }
+            (Stage::BlockMaxReshape { x, min, max }, OperationIr::BaseFloat(Base::Reshape(r)))
+                if last(&r.input, *max) =>
+            {
+                Stage::AbsMin {
+                    x: x.clone(),
+                    min: *min,
+                    max: r.out.id,
+                }
+            }
+            (Stage::AbsMin { x, min, max }, OperationIr::NumericFloat(_, Num::Abs(u))) if last(&u.input, *min) => {
+                Stage::AbsMax {
+                    x: x.clone(),
+                    abs_min: u.out.id,
+                    max: *max,
+                }
+            }
+            (Stage::AbsMax { x, abs_min, max }, OperationIr::NumericFloat(_, Num::Abs(u))) if last(&u.input, *max) => {
+                Stage::Lower {
+                    x: x.clone(),
+                    abs_min: *abs_min,
+                    abs_max: u.out.id,
+                }
+            }
+            (Stage::Lower { x, abs_min, abs_max }, OperationIr::NumericFloat(_, Num::Lower(b)))
+                if kept(&b.lhs, *abs_min) && kept(&b.rhs, *abs_max) =>
+            {
+                Stage::Select {
+                    x: x.clone(),
+                    abs_min: *abs_min,
+                    abs_max: *abs_max,
+                    mask: b.out.id,
+                }
+            }
+            (
+                Stage::Select {
+                    x,
+                    abs_min,
+                    abs_max,
+                    mask,
+                },
+                OperationIr::BaseFloat(Base::MaskWhere(m)),
+            ) if last(&m.tensor, *abs_min) && last(&m.mask, *mask) && last(&m.value, *abs_max) => Stage::Double {
+                x: x.clone(),
+                range: m.out.id,
+            },
+            (Stage::Double { x, range }, OperationIr::NumericFloat(_, Num::MulScalar(s))) if last(&s.lhs, *range) => {
+                Stage::Divide {
+                    x: x.clone(),
+                    doubled: s.out.id,
+                    factor: s.rhs,
+                }
+            }
+            (Stage::Divide { x, doubled, factor }, OperationIr::NumericFloat(_, Num::DivScalar(s)))
+                if last(&s.lhs, *doubled) =>
+            {
+                Stage::Quantize {
+                    x: x.clone(),
+                    scales: s.out.id,
+                    factor: *factor,
+                    divisor: s.rhs,
+                }
+            }
+            (
+                Stage::Quantize {
+                    x,
+                    scales,
+                    factor,
+                    divisor,
+                },
+                OperationIr::Float(_, FloatOperationIr::Quantize(q)),
+            ) if q.tensor.id == x.id && last(&q.qparams.scales, *scales) && self.level_fits(&q.scheme, x) => {
+                Stage::Done {
+                    x: q.tensor.clone(),
+                    out: q.out.id,
+                    scheme: q.scheme,
+                    factor: *factor,
+                    divisor: *divisor,
+                }
+            }
+            _ => return None,
+        };
+        Some(stage)
+    }
+
+    /// The scheme is one `Cudnn` quantizes, at the level the run computed scales for (a
+    /// block run: block-level scheme; a tensor run: tensor-level).
+    fn level_fits(&self, scheme: &QuantScheme, x: &TensorIr) -> bool {
+        let blockwise = matches!(
+            self.ops.first(),
+            Some(OperationIr::BaseFloat(BaseOperationIr::Reshape(_)))
+        );
+        let level_ok = match scheme.level {
+            QuantLevel::Tensor => !blockwise,
+            QuantLevel::Block(b) => blockwise && x.shape.num_elements().is_multiple_of(b.num_elements()),
+        };
+        level_ok && supports_scheme(scheme)
+    }
+
+    /// The optimization of a complete match of `ops` (a saved state), if they are one.
+    pub(crate) fn from_operations(ops: &[OperationIr]) -> Option<QuantizeDynamicOptimization> {
+        let mut f = Self::default();
+        for op in ops {
+            f.fuse(op);
+        }
+        f.optimization()
+    }
+
+    fn optimization(&self) -> Option<QuantizeDynamicOptimization> {
+        match &self.stage {
+            Stage::Done {
+                x,
+                out,
+                scheme,
+                factor,
+                divisor,
+            } => Some(QuantizeDynamicOptimization {
+                x: (x.id, last_use(x)),
+                out: *out,
+                scheme: *scheme,
+                factor: *factor,
+                divisor: *divisor,
+                operations: self.ops.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl OperationFuser<CudnnOptimization> for QuantizeDynamicFuser {
+    fn fuse(&mut self, op: &OperationIr) {
+        if self.closed {
+            return;
+        }
+        match self.step(op) {
+            Some(stage) => {
+                let done = matches!(stage, Stage::Done { .. });
+                self.stage = stage;
+                self.ops.push(op.clone());
+                self.closed = done;
+            }
+            None => self.closed = true,
+        }
+    }
+
+    fn finish(&mut self) -> CudnnOptimization {
+        match self.optimization() {
+            Some(o) => CudnnOptimization::QuantizeDynamic(o),
+            None => panic!("cudnn-backend: internal error: an incomplete dynamic-quantization match was finished"),
+        }
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    fn status(&self) -> FuserStatus {
+        if self.closed {
+            FuserStatus::Closed
+        } else {
+            FuserStatus::Open
+        }
+    }
+
+    fn properties(&self) -> FuserProperties {
+        let done = matches!(self.stage, Stage::Done { .. });
+        FuserProperties {
+            // Beats an elementwise run over part of the same operations.
+            score: if done { 2 * self.ops.len() as u64 } else { 0 },
+            ready: done,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
+        Box::new(self.clone())
+    }
+}
+
+/// The value of scalar `s` in this execution (relative scalars are looked up).
+fn scalar_f64(context: &Context<CudnnFusionHandle>, s: ScalarIr) -> Option<f64> {
+    let s = match s {
+        ScalarIr::UInt(id) => *context.scalars.get(&ScalarId { value: id })?,
+        other => other,
+    };
+    Some(match s {
+        ScalarIr::Float(f) => f,
+        ScalarIr::Int(i) => i as f64,
+        ScalarIr::UInt(u) => u as f64,
+        ScalarIr::Bool(_) => return None,
+    })
+}
+
+impl QuantizeDynamicOptimization {
+    /// Quantizes `x` with f32 scales and registers the result; `Ok(false)` (nothing done)
+    /// when the run's scalars are not Burn's `2` and `b - a`, so the caller runs the
+    /// operations one by one.
+    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
+        const OP: &str = "fused quantize_dynamic";
+        let (a, b) = self.scheme.value.range();
+        let expected = [(self.factor, 2.0), (self.divisor, f64::from(b - a))];
+        if !expected.iter().all(|&(s, want)| scalar_f64(context, s) == Some(want)) {
+            return Ok(false);
+        }
+        let x_ir = global_ir(context, &self.x.0, OP);
+        let out_ir = global_ir(context, &self.out, OP);
+        let x = handle_tensor(context, &x_ir.id, OP);
+        if self.x.1 {
+            context.handles.remove_handle(x_ir.id);
+        }
+        let q = quantize_dynamic_impl(x, &self.scheme, OP)?;
+        context.handles.register_quantized_tensor::<Cudnn>(&out_ir.id, q);
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_backend::quantization::{BlockSize, QuantValue};
+    use burn_backend::{DType, Shape};
+    use burn_ir::{
+        BinaryOpIr, MaskWhereOpIr, QuantizationParametersIr, QuantizeOpIr, ReduceDimOpIr, ReduceOpIr, ScalarOpIr,
+        ShapeOpIr, TensorStatus, UnaryOpIr,
+    };
+
+    use super::*;
+
+    fn t(id: u64, dims: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(dims.to_vec()),
+            status,
+            dtype,
+        }
+    }
+
+    /// The ops Burn's default `quantize_dynamic` records for an f16 `[4, 8]` input: per
+    /// tensor, or per block of 8 (`[4, 1]` scales). `keep_range`: the range is read again
+    /// after the run (no match then).
+    fn composed(blockwise: bool, keep_range: bool) -> Vec<OperationIr> {
+        use TensorStatus::{NotInit, ReadOnly, ReadWrite};
+        let h = DType::F16;
+        let x = |s| t(1, &[4, 8], s, h);
+        let p: &[usize] = if blockwise { &[4, 1] } else { &[1] };
+        let mut ops = Vec::new();
+        if blockwise {
+            ops.push(OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                input: x(ReadOnly),
+                out: t(2, &[4, 8], NotInit, h),
+            })));
+            for (op_in, status, reduced, reshaped) in [(2, ReadOnly, 3, 4), (2, ReadWrite, 5, 6)] {
+                let r = ReduceDimOpIr {
+                    input: t(op_in, &[4, 8], status, h),
+                    out: t(reduced, &[4, 1], NotInit, h),
+                    axis: 1,
+                    accumulator_len: 1,
+                };
+                let min = reduced == 3;
+                ops.push(OperationIr::NumericFloat(
+                    h,
+                    if min {
+                        NumericOperationIr::MinDim(r)
+                    } else {
+                        NumericOperationIr::MaxDim(r)
+                    },
+                ));
+                ops.push(OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                    input: t(reduced, &[4, 1], ReadWrite, h),
+                    out: t(reshaped, p, NotInit, h),
+                })));
+            }
+        } else {
+            ops.push(OperationIr::NumericFloat(
+                h,
+                NumericOperationIr::Min(ReduceOpIr {
+                    input: x(ReadOnly),
+                    out: t(4, p, NotInit, h),
+                }),
+            ));
+            ops.push(OperationIr::NumericFloat(
+                h,
+                NumericOperationIr::Max(ReduceOpIr {
+                    input: x(ReadOnly),
+                    out: t(6, p, NotInit, h),
+                }),
+            ));
+        }
+        for (input, out) in [(4, 7), (6, 8)] {
+            ops.push(OperationIr::NumericFloat(
+                h,
+                NumericOperationIr::Abs(UnaryOpIr {
+                    input: t(input, p, ReadWrite, h),
+                    out: t(out, p, NotInit, h),
+                }),
+            ));
+        }
+        ops.push(OperationIr::NumericFloat(
+            h,
+            NumericOperationIr::Lower(BinaryOpIr {
+                lhs: t(7, p, ReadOnly, h),
+                rhs: t(8, p, ReadOnly, h),
+                out: t(9, p, NotInit, DType::Bool(burn_backend::BoolStore::Native)),
+            }),
+        ));
+        ops.push(OperationIr::BaseFloat(BaseOperationIr::MaskWhere(MaskWhereOpIr {
+            tensor: t(7, p, ReadWrite, h),
+            mask: t(9, p, ReadWrite, DType::Bool(burn_backend::BoolStore::Native)),
+            value: t(8, p, ReadWrite, h),
+            out: t(10, p, NotInit, h),
+        })));
+        ops.push(OperationIr::NumericFloat(
+            h,
+            NumericOperationIr::MulScalar(ScalarOpIr {
+                lhs: t(10, p, ReadWrite, h),
+                rhs: ScalarIr::UInt(0),
+                out: t(11, p, NotInit, h),
+            }),
+        ));
+        ops.push(OperationIr::NumericFloat(
+            h,
+            NumericOperationIr::DivScalar(ScalarOpIr {
+                lhs: t(11, p, ReadWrite, h),
+                rhs: ScalarIr::UInt(1),
+                out: t(12, p, NotInit, h),
+            }),
+        ));
+        let scheme = QuantScheme::default().with_value(QuantValue::Q8S);
+        let scheme = if blockwise {
+            scheme.with_level(QuantLevel::Block(BlockSize::new([8])))
+        } else {
+            scheme
+        };
+        let status = if keep_range { ReadOnly } else { ReadWrite };
+        ops.push(OperationIr::Float(
+            h,
+            FloatOperationIr::Quantize(QuantizeOpIr {
+                tensor: x(ReadWrite),
+                qparams: QuantizationParametersIr {
+                    scales: t(12, p, status, h),
+                },
+                scheme,
+                out: t(13, &[4, 8], NotInit, DType::QFloat(scheme)),
+            }),
+        ));
+        ops
+    }
+
+    #[test]
+    fn burns_composed_dynamic_quantization_is_matched_whole() {
+        for blockwise in [false, true] {
+            let ops = composed(blockwise, false);
+            let mut f = QuantizeDynamicFuser::default();
+            for op in &ops {
+                assert_eq!(f.status(), FuserStatus::Open, "blockwise {blockwise}");
+                assert!(!f.properties().ready);
+                f.fuse(op);
+            }
+            assert_eq!(f.status(), FuserStatus::Closed);
+            assert!(f.properties().ready && f.len() == ops.len(), "blockwise {blockwise}");
+            let o = f.optimization().expect("a match");
+            assert_eq!((o.x, o.out), ((TensorId::new(1), true), TensorId::new(13)));
+            assert_eq!((o.factor, o.divisor), (ScalarIr::UInt(0), ScalarIr::UInt(1)));
+            assert!(QuantizeDynamicFuser::from_operations(&o.operations).is_some());
+        }
+    }
+
+    #[test]
+    fn runs_that_differ_are_left_alone() {
+        // The scales are read after the run.
+        assert!(QuantizeDynamicFuser::from_operations(&composed(false, true)).is_none());
+        // A prefix is not a match.
+        let ops = composed(true, false);
+        assert!(QuantizeDynamicFuser::from_operations(&ops[..ops.len() - 1]).is_none());
+        // A tensor-level run that quantizes per block (or the reverse) is not Burn's.
+        let mut ops = composed(false, false);
+        if let Some(OperationIr::Float(_, FloatOperationIr::Quantize(q))) = ops.last_mut() {
+            q.scheme = q.scheme.with_level(QuantLevel::Block(BlockSize::new([8])));
+        }
+        assert!(QuantizeDynamicFuser::from_operations(&ops).is_none());
+    }
+}
