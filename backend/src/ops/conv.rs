@@ -64,6 +64,7 @@ pub fn conv_forward(
         stream,
         OP,
         verdict_key(&k),
+        p.groups,
         y,
         || run(stream, OP, k, &[(1, x.ptr), (2, w.ptr), (3, y.ptr)], &build),
         |out| kernels::conv::conv_forward(stream, x, w, out, p),
@@ -102,6 +103,7 @@ pub fn conv_backward_data(
         stream,
         OP,
         verdict_key(&k),
+        p.groups,
         dx,
         || run(stream, OP, k, &[(1, dy.ptr), (2, w.ptr), (3, dx.ptr)], &build),
         |out| kernels::conv::conv_backward_data(stream, dy, w, out, p),
@@ -140,6 +142,7 @@ pub fn conv_backward_filter(
         stream,
         OP,
         verdict_key(&k),
+        p.groups,
         dw,
         || run(stream, OP, k, &[(1, x.ptr), (2, dy.ptr), (3, dw.ptr)], &build),
         |out| kernels::conv::conv_backward_filter(stream, x, dy, out, p),
@@ -242,5 +245,5 @@ pub fn conv_bias_act_forward(
         kernels::conv::conv_forward(stream, x, w, out, p)?;
         bias_act_in_place(stream, OP, out, Some(&b4), 1, act)
     };
-    cudnn_or_direct(stream, OP, id, y, fused, direct)
+    cudnn_or_direct(stream, OP, id, p.groups, y, fused, direct)
 }

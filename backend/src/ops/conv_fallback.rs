@@ -14,6 +14,12 @@
 //!   bound is replaced by the kernel's, and that convolution runs the kernel from then on,
 //!   with a warning. The check costs one extra convolution and a synchronization per new
 //!   shape, in this configuration only.
+//! - **Grouped convolutions under `GRAPH_JIT_ONLY`** skip cuDNN and run the direct kernel.
+//!   That configuration has no engine for most of them, and in the GPU suite a
+//!   runtime-compiled forward engine made misaligned writes into a 32-byte output that
+//!   killed the CUDA context (memcheck); the suite's only convolutions with outputs that
+//!   small are grouped (e.g. bf16 `[2, 8, 1, 1]`, 4 groups). A fault cannot be caught by
+//!   checking the result afterwards, so these are kept off cuDNN there.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -48,16 +54,26 @@ pub(super) fn verdict_key(key: &super::OpKey) -> Option<Vec<u8>> {
 
 /// Runs `cudnn` (which writes `out`), or `direct` (the same result from the direct kernel)
 /// when cuDNN declines, and with a `key` ([`verdict_key`]) when this convolution was
-/// rejected before or cuDNN's first result disagrees with the direct kernel's.
+/// rejected before or cuDNN's first result disagrees with the direct kernel's. A grouped
+/// convolution (`groups > 1`) with a key runs `direct` without trying cuDNN (see the module).
 pub(super) fn cudnn_or_direct(
     stream: &Arc<CudaStream>,
     op: &'static str,
     key: Option<Vec<u8>>,
+    groups: i64,
     out: &TensorMut,
     cudnn: impl FnOnce() -> Result<()>,
     direct: impl Fn(&TensorMut) -> Result<()>,
 ) -> Result<()> {
     let lock = || verdicts().lock().unwrap_or_else(|e| e.into_inner());
+    if key.is_some() && groups > 1 {
+        warn_once(
+            op,
+            "under GRAPH_JIT_ONLY grouped convolutions skip cuDNN's runtime-compiled engines (one faulted the \
+             device on a grouped convolution)",
+        );
+        return direct(out);
+    }
     if key.as_ref().is_some_and(|k| lock().direct.contains(k)) {
         return direct(out);
     }
