@@ -503,6 +503,20 @@ fn policy_signature_bits_differ_for_every_field_change() {
                 ..d
             },
         ),
+        (
+            "dynamic_shapes",
+            EnginePolicy {
+                dynamic_shapes: true,
+                ..d
+            },
+        ),
+        (
+            "sm_count_target 66",
+            EnginePolicy {
+                sm_count_target: Some(66),
+                ..d
+            },
+        ),
     ];
     let mut seen: HashMap<u64, &str> = HashMap::new();
     for (case, p) in &cases {
@@ -568,4 +582,32 @@ fn f64_and_bf16_dtypes_are_distinct() {
             assert_ne!(all[i], all[j], "dtypes #{i} and #{j}");
         }
     }
+}
+
+#[test]
+fn topology_bytes_ignore_sizes_but_not_layout_dtype_or_ops() {
+    for validate in [false, true] {
+        let topo = |s: &Spec| build(s, validate, "topology").topology_bytes(&s.ctx);
+        let a = base();
+        let mut bigger = base();
+        bigger.x_dims = [4, 3, 16, 16];
+        assert_eq!(topo(&a), topo(&bigger), "sizes alone must not change the topology");
+        assert_ne!(sig(&a, validate, "a"), sig(&bigger, validate, "bigger"));
+        let mut nhwc = base();
+        nhwc.x_nhwc = true;
+        let mut half_out = base();
+        half_out.dtype = BF16;
+        let mut gelu = base();
+        gelu.act = PointwiseMode::Gelu;
+        for (name, other) in [("layout", nhwc), ("dtype", half_out), ("activation", gelu)] {
+            assert_ne!(topo(&a), topo(&other), "{name} must change the topology");
+        }
+    }
+}
+
+#[test]
+fn the_default_policys_bits_are_stable() {
+    // Tuning files and stored plans are keyed with these bits: a new policy field must leave
+    // the default policy's value as it was.
+    assert_eq!(EnginePolicy::default().signature_bits(), 0x6dc2_3786_9c05_080c);
 }

@@ -1,6 +1,7 @@
 //! Lowering a validated [`Graph`] to cuDNN backend descriptors (an OperationGraph).
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{DataType, Graph, Op, ResampleMode, Tensor, TensorId};
 use crate::error::{Error, Result};
@@ -15,7 +16,32 @@ pub(crate) struct LoweredGraph {
     /// The graph has a convolution (fprop, dgrad or wgrad): cuDNN honours an SM-count
     /// target for these graphs and their bias/activation fusions.
     pub(crate) convolution: bool,
+    /// The kernel cache its plans are built with (dynamic-shape graphs only; see
+    /// [`KernelCache`]).
+    pub(crate) kernel_cache: Option<Arc<KernelCache>>,
     _parts: Vec<Descriptor>,
+}
+
+/// A finalized cuDNN kernel cache (`CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR`, cuDNN 9.5 or newer):
+/// shared by the plans of dynamic-shape graphs of one topology, it lets a runtime-compiled
+/// engine bind a kernel compiled for another size of the same graph. Plans are built with it
+/// one at a time (the lock).
+pub(crate) struct KernelCache(Mutex<Descriptor>);
+
+impl KernelCache {
+    /// A kernel cache for graphs of the topology of `op_graph` (a finalized dynamic-shape
+    /// operation graph).
+    pub(crate) fn new(op_graph: &Descriptor) -> Result<Self> {
+        let mut cache = Descriptor::new(K::CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR)?;
+        cache.set_desc(A::CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, op_graph)?;
+        cache.finalize()?;
+        Ok(Self(Mutex::new(cache)))
+    }
+
+    /// The descriptor, held while a plan is built with it.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Descriptor> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Rewrites a graph so every tensor has the rank cuDNN wants: 1-D convolution and pooling
@@ -367,7 +393,8 @@ impl Lowering<'_> {
 }
 
 /// Lowers a validated graph to a finalized OperationGraph bound to `handle`.
-pub(crate) fn lower(graph: &Graph, handle: &CudnnHandle) -> Result<LoweredGraph> {
+/// `dynamic`: build a cuDNN dynamic-shape operation graph (cuDNN 9.5 or newer).
+pub(crate) fn lower(graph: &Graph, handle: &CudnnHandle, dynamic: bool) -> Result<LoweredGraph> {
     if !graph.validated {
         return Err(Error::InvalidGraph(
             "lower() needs a validated graph: call validate() first".into(),
@@ -392,6 +419,9 @@ pub(crate) fn lower(graph: &Graph, handle: &CudnnHandle) -> Result<LoweredGraph>
     og.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle.raw())?;
     let refs: Vec<&Descriptor> = ops.iter().collect();
     og.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &refs)?;
+    if dynamic {
+        og.set_bool(A::CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, true)?;
+    }
     og.finalize().map_err(|e| e.with_context(graph.describe()))?;
     let mut parts = l.parts;
     parts.extend(l.tensors);
@@ -403,6 +433,7 @@ pub(crate) fn lower(graph: &Graph, handle: &CudnnHandle) -> Result<LoweredGraph>
     Ok(LoweredGraph {
         op_graph: og,
         convolution,
+        kernel_cache: None,
         _parts: parts,
     })
 }

@@ -67,6 +67,18 @@ impl Graph {
     /// Equal graphs give equal bytes; any differing field changes them. By-value scalar
     /// *values* are excluded (they are runtime arguments), their dtype is included.
     pub fn signature_bytes(&self, ctx: &SignatureContext) -> Vec<u8> {
+        self.encode(ctx, true)
+    }
+
+    /// [`signature_bytes`](Self::signature_bytes) without the tensors' sizes: each tensor's
+    /// rank and the order of its strides (its layout) stand in for its dims and strides. Graphs
+    /// that differ only in sizes have the same topology bytes (what cuDNN's kernel cache for
+    /// dynamic-shape graphs may share kernels between).
+    pub fn topology_bytes(&self, ctx: &SignatureContext) -> Vec<u8> {
+        self.encode(ctx, false)
+    }
+
+    fn encode(&self, ctx: &SignatureContext, sizes: bool) -> Vec<u8> {
         let mut e = Enc(Vec::with_capacity(64 + 48 * self.tensors.len()));
         ctx.append_to(&mut e.0);
         e.dtype(Some(self.compute_type));
@@ -77,8 +89,14 @@ impl Graph {
             e.dtype(t.dtype);
             e.u8(t.is_virtual as u8 | (t.by_value.is_some() as u8) << 1);
             e.u8(t.alignment as u8);
-            e.list(&t.dims);
-            e.list(&t.strides);
+            if sizes {
+                e.list(&t.dims);
+                e.list(&t.strides);
+            } else {
+                let mut order: Vec<i64> = (0..t.strides.len() as i64).collect();
+                order.sort_by_key(|&i| std::cmp::Reverse(t.strides[i as usize]));
+                e.list(&order);
+            }
         }
         e.u64(self.nodes.len() as u64);
         for n in &self.nodes {

@@ -313,7 +313,14 @@ pub(crate) fn build(
     if let Some(injected) = super::fault::plan_build_fault() {
         return Err(injected);
     }
-    plan.finalize()?;
+    match &graph.kernel_cache {
+        Some(cache) => {
+            let cache = cache.lock();
+            plan.set_desc(A::CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, &cache)?;
+            plan.finalize()?;
+        }
+        None => plan.finalize()?,
+    }
     let workspace = plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?.max(0) as usize;
     let choice = EngineChoice {
         workspace_bytes: workspace as u64,

@@ -19,7 +19,6 @@ use super::{choice_cache, policy};
 use crate::error::{Error, Result};
 use crate::ffi::memory::device_memory_ordinal;
 use crate::ffi::CudnnHandle;
-use crate::graph::lower::lower;
 use crate::graph::{DataType, Graph, Op, Scalar, SignatureContext, TensorId};
 use crate::runtime::{with_workspace, Device};
 use crate::types::{TensorMut, TensorRef};
@@ -512,7 +511,12 @@ pub(super) fn plan_built(
         save_tuning(dev, cudnn);
         return Ok(plan);
     }
-    let lowered = Arc::new(lower(graph, handle)?);
+    let lowered = Arc::new(super::kernel_cache::lower_for_plan(
+        graph,
+        handle,
+        policy,
+        dev.ordinal(),
+    )?);
     match engine::config_from_choice(&lowered, &choice, policy)
         .and_then(|cfg| engine::build(handle, lowered, cfg, choice.clone()))
     {
@@ -539,7 +543,12 @@ pub(crate) fn select_plan(
     uids: &[i64],
     ptrs: &[*mut c_void],
 ) -> Result<BuiltPlan> {
-    let lowered = Arc::new(lower(graph, handle)?);
+    let lowered = Arc::new(super::kernel_cache::lower_for_plan(
+        graph,
+        handle,
+        policy,
+        stream.context().ordinal(),
+    )?);
     let has_conv = graph
         .nodes()
         .iter()

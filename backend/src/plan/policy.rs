@@ -40,6 +40,12 @@ pub struct EnginePolicy {
     /// honours it for convolutions (fprop, dgrad, wgrad) and their bias/activation fusions
     /// on Hopper and newer; other graphs ignore it. `None`: the whole GPU.
     pub sm_count_target: Option<u32>,
+    /// Build graphs as cuDNN dynamic-shape graphs and give every graph of one topology (the
+    /// same ops, dtypes, layouts and ranks; any sizes) one cuDNN kernel cache, so a
+    /// runtime-compiled engine can reuse the kernel it compiled for another size instead of
+    /// compiling again (cuDNN 9.5 or newer; older versions ignore it). Off by default:
+    /// dynamic-shape kernels may run slower than kernels compiled for one shape.
+    pub dynamic_shapes: bool,
 }
 
 impl Default for EnginePolicy {
@@ -54,6 +60,7 @@ impl Default for EnginePolicy {
             autotune_top_k: 8,
             graph_replay: true,
             sm_count_target: None,
+            dynamic_shapes: false,
         }
     }
 }
@@ -71,6 +78,9 @@ pub const GRAPH_REPLAY_ENV: &str = "CUDNN_BACKEND_GRAPH_REPLAY";
 pub const HEURISTIC_ENV: &str = "CUDNN_BACKEND_HEURISTIC";
 /// `CUDNN_BACKEND_SM_COUNT_TARGET`: an SM count (see [`EnginePolicy::sm_count_target`]).
 pub const SM_COUNT_TARGET_ENV: &str = "CUDNN_BACKEND_SM_COUNT_TARGET";
+/// `CUDNN_BACKEND_DYNAMIC_SHAPES`: `1` for dynamic-shape graphs sharing kernel caches (see
+/// [`EnginePolicy::dynamic_shapes`]).
+pub const DYNAMIC_SHAPES_ENV: &str = "CUDNN_BACKEND_DYNAMIC_SHAPES";
 
 impl EnginePolicy {
     /// The default policy with the `CUDNN_BACKEND_*` environment variables applied.
@@ -108,6 +118,9 @@ impl EnginePolicy {
         if let Ok(v) = std::env::var(SM_COUNT_TARGET_ENV) {
             p.sm_count_target = parse_sm_count(&v);
         }
+        if let Ok(v) = std::env::var(DYNAMIC_SHAPES_ENV) {
+            p.dynamic_shapes = matches!(v.trim(), "1" | "true" | "yes");
+        }
         p
     }
 
@@ -115,7 +128,7 @@ impl EnginePolicy {
     /// An FNV-1a hash of every field that affects the choice of plan (not `graph_replay`,
     /// which only changes how a plan is launched).
     pub fn signature_bits(&self) -> u64 {
-        let fields = [
+        let mut fields = vec![
             self.benchmark as u64,
             self.deterministic as u64,
             self.allow_tf32 as u64,
@@ -126,6 +139,11 @@ impl EnginePolicy {
             self.autotune_top_k as u64,
             self.sm_count_target.map_or(0, |n| n as u64 + 1),
         ];
+        // Folded in only when set, so the keys of the default policy (and the tuning files
+        // and stored plans made under it) stay as they were before the field existed.
+        if self.dynamic_shapes {
+            fields.push(1);
+        }
         fields
             .iter()
             .flat_map(|f| f.to_le_bytes())
