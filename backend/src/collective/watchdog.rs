@@ -176,6 +176,23 @@ impl Watched {
     }
 }
 
+impl Drop for Watched {
+    /// A communicator with collectives still running is aborted rather than destroyed:
+    /// `ncclCommDestroy` must not run under pending work (it may wait for a peer forever).
+    fn drop(&mut self) {
+        let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
+        pending.retain(|p| !p.event.try_is_complete().unwrap_or(true));
+        if !pending.is_empty() {
+            tracing::warn!(
+                "NCCL communicator ({}) dropped with {} collective(s) still running; aborting it",
+                self.label,
+                pending.len()
+            );
+            self.comm.abort();
+        }
+    }
+}
+
 /// The communicators being watched.
 fn watch_list() -> &'static Mutex<Vec<Weak<Watched>>> {
     static LIST: OnceLock<Mutex<Vec<Weak<Watched>>>> = OnceLock::new();
