@@ -322,7 +322,7 @@ mod data_parallel {
             ));
         }
         B::seed(&devices[0], 2024);
-        let model = Net::<B>::new(args.stock, &devices[0]).map(&mut MarkDistributed);
+        let model = Net::<B>::new(args.stock, &devices[0]);
         B::start_communication_server(
             devices,
             DistributedConfig {
@@ -335,7 +335,8 @@ mod data_parallel {
                 .iter()
                 .enumerate()
                 .map(|(rank, device)| {
-                    let mut model = model.clone().fork(device);
+                    // Marked after the fork, as burn-train's DDP worker does.
+                    let mut model = model.clone().fork(device).map(&mut MarkDistributed);
                     let (train, barrier, make_optim) = (&train, &barrier, &make_optim);
                     s.spawn(move || -> Replica<B> {
                         let mut optim = make_optim();

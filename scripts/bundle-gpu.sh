@@ -40,6 +40,15 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])
 ' | while read -r exe; do cp "$exe" .gpu/test-burn_conformance_fusion; done
+# Burn's data parallelism on two GPUs (cudnn-backend feature `distributed`).
+cargo test --release -p cudnn-backend --features distributed --test burn_distributed --no-run --message-format=json \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])
+' | while read -r exe; do cp "$exe" .gpu/test-burn_distributed; done
 # The Burn program outside the workspace (uses the shared target dir).
 cargo build --release --manifest-path external/burn-app/Cargo.toml --target-dir target
 cp target/release/burn-app .gpu/burn-app

@@ -22,6 +22,7 @@ run() { # name, command...
 two=(); [[ $gpus -lt 2 ]] && two=(--skip two_gpus)
 run test-nccl_library "$here/test-nccl_library" --include-ignored
 run test-gpu_nccl "$here/test-gpu_nccl" --include-ignored --test-threads=1 --nocapture "${two[@]}"
+run test-burn_distributed "$here/test-burn_distributed" --include-ignored --nocapture "${two[@]}"
 train=$(( 60 * batch * (gpus > 1 ? gpus : 2) ))  # 30 steps per epoch on N GPUs
 common=(--batch-size "$batch" --epochs "$epochs" --train "$train" --test 1024 --dtype f32)
 run train_burn_1gpu "$here/train_burn_distributed" "${common[@]}" --devices 1
