@@ -73,8 +73,14 @@ fn data() -> (Vec<f32>, Vec<f32>) {
 fn train(mut model: Mlp<B>, device: &CudnnDevice, rows: std::ops::Range<usize>) -> Mlp<B> {
     let (x, y) = data();
     let n = rows.len();
-    let x = Tensor::<B, 2>::from_data(TensorData::new(x[rows.start * 16..rows.end * 16].to_vec(), [n, 16]), device);
-    let y = Tensor::<B, 2>::from_data(TensorData::new(y[rows.start * 4..rows.end * 4].to_vec(), [n, 4]), device);
+    let x = Tensor::<B, 2>::from_data(
+        TensorData::new(x[rows.start * 16..rows.end * 16].to_vec(), [n, 16]),
+        device,
+    );
+    let y = Tensor::<B, 2>::from_data(
+        TensorData::new(y[rows.start * 4..rows.end * 4].to_vec(), [n, 4]),
+        device,
+    );
     let mut optim = AdamConfig::new().init();
     for _ in 0..STEPS {
         let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
@@ -87,12 +93,18 @@ fn train(mut model: Mlp<B>, device: &CudnnDevice, rows: std::ops::Range<usize>) 
 /// Every parameter of `model`, flattened, in f64.
 fn params(model: &Mlp<B>) -> Vec<f64> {
     let m = model.valid();
-    [m.a.weight.val().into_data(), m.a.bias.as_ref().unwrap().val().into_data()]
-        .into_iter()
-        .chain([m.b.weight.val().into_data(), m.b.bias.as_ref().unwrap().val().into_data()])
-        .flat_map(|d| d.to_vec::<f32>().unwrap())
-        .map(f64::from)
-        .collect()
+    [
+        m.a.weight.val().into_data(),
+        m.a.bias.as_ref().unwrap().val().into_data(),
+    ]
+    .into_iter()
+    .chain([
+        m.b.weight.val().into_data(),
+        m.b.bias.as_ref().unwrap().val().into_data(),
+    ])
+    .flat_map(|d| d.to_vec::<f32>().unwrap())
+    .map(f64::from)
+    .collect()
 }
 
 #[test]
@@ -131,5 +143,8 @@ fn two_gpus_data_parallel_training_matches_one_gpu_with_the_whole_batch() {
     let den: f64 = single.iter().map(|b| b * b).sum();
     let rel = (num / den).sqrt();
     println!("data parallel vs one GPU after {STEPS} Adam steps: relative L2 {rel:.2e}");
-    assert!(rel < 1e-5, "two half-batch replicas drifted from the whole-batch model: relative L2 {rel:e}");
+    assert!(
+        rel < 1e-5,
+        "two half-batch replicas drifted from the whole-batch model: relative L2 {rel:e}"
+    );
 }

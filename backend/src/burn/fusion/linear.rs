@@ -9,10 +9,10 @@
 //! batch (what `Cudnn` runs for `linear_weight_backward`).
 
 use burn_fusion::stream::Context;
-use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
 use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use crate::burn::layers::linear_weight_backward;
 use crate::burn::Cudnn;
@@ -32,7 +32,7 @@ pub struct LinearGradOptimization {
 
 /// Where the match stands.
 #[derive(Clone, Debug, Default)]
-enum Stage {
+pub(crate) enum Stage {
     /// Waiting for the swap of the last two dims.
     #[default]
     Swap,
@@ -52,25 +52,22 @@ enum Stage {
     Done(LinearGradOptimizationParts),
 }
 
+/// The tensors of a complete match: the input, the output gradient and the result.
 #[derive(Clone, Debug)]
-struct LinearGradOptimizationParts {
+pub(crate) struct LinearGradOptimizationParts {
     x: TensorIr,
     dy: TensorIr,
     out: TensorId,
 }
 
 /// Matches Burn's composed linear weight gradient (see the module).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct LinearGradFuser {
-    stage: Stage,
-    ops: Vec<OperationIr>,
-    closed: bool,
-}
+pub(crate) type LinearGradFuser = StagedFuser<Stage>;
 
-impl LinearGradFuser {
-    /// The next stage after `op`, or `None` when `op` breaks the pattern.
-    fn step(&self, op: &OperationIr) -> Option<Stage> {
-        match (&self.stage, op) {
+impl staged::Stage for Stage {
+    type Optimization = LinearGradOptimization;
+
+    fn step(&self, op: &OperationIr, _ops: &[OperationIr]) -> Option<Stage> {
+        match (self, op) {
             (Stage::Swap, OperationIr::BaseFloat(BaseOperationIr::SwapDims(s))) => {
                 let r = s.input.shape.num_dims();
                 let swaps_last_two = r >= 3 && s.dim1.min(s.dim2) == r - 2 && s.dim1.max(s.dim2) == r - 1;
@@ -141,75 +138,24 @@ impl LinearGradFuser {
         }
     }
 
-    /// The optimization of a complete match of `ops` (a saved state), if they are one.
-    pub(crate) fn from_operations(ops: &[OperationIr]) -> Option<LinearGradOptimization> {
-        let mut f = Self::default();
-        for op in ops {
-            f.fuse(op);
-        }
-        matches!(f.stage, Stage::Done(_)).then(|| f.build())
+    fn done(&self) -> bool {
+        matches!(self, Stage::Done(_))
     }
 
-    fn build(&self) -> LinearGradOptimization {
-        match &self.stage {
+    fn optimization(&self, ops: &[OperationIr]) -> LinearGradOptimization {
+        match self {
             Stage::Done(p) => LinearGradOptimization {
                 x: (p.x.id, last_use(&p.x)),
                 dy: (p.dy.id, last_use(&p.dy)),
                 out: p.out,
-                operations: self.ops.clone(),
+                operations: ops.to_vec(),
             },
             _ => panic!("cudnn-backend: internal error: an incomplete linear-gradient match was finished"),
         }
     }
-}
 
-impl OperationFuser<CudnnOptimization> for LinearGradFuser {
-    fn fuse(&mut self, op: &OperationIr) {
-        if self.closed {
-            return;
-        }
-        match self.step(op) {
-            Some(stage) => {
-                let done = matches!(stage, Stage::Done(_));
-                self.stage = stage;
-                self.ops.push(op.clone());
-                self.closed = done;
-            }
-            None => self.closed = true,
-        }
-    }
-
-    fn finish(&mut self) -> CudnnOptimization {
-        CudnnOptimization::LinearGrad(self.build())
-    }
-
-    fn reset(&mut self) {
-        *self = Self::default();
-    }
-
-    fn status(&self) -> FuserStatus {
-        if self.closed {
-            FuserStatus::Closed
-        } else {
-            FuserStatus::Open
-        }
-    }
-
-    fn properties(&self) -> FuserProperties {
-        let done = matches!(self.stage, Stage::Done(_));
-        FuserProperties {
-            // Beats an elementwise run over the same operations: this removes a batched product.
-            score: if done { 2 * self.ops.len() as u64 } else { 0 },
-            ready: done,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
-        Box::new(self.clone())
+    fn wrap(optimization: LinearGradOptimization) -> CudnnOptimization {
+        CudnnOptimization::LinearGrad(optimization)
     }
 }
 
@@ -237,6 +183,7 @@ impl LinearGradOptimization {
 #[cfg(test)]
 mod tests {
     use burn_backend::{DType, Shape};
+    use burn_fusion::{FuserStatus, OperationFuser};
     use burn_ir::{MatmulOpIr, ReduceDimOpIr, ShapeOpIr, SwapDimsOpIr, TensorStatus};
 
     use super::*;
@@ -304,12 +251,12 @@ mod tests {
         }
         assert_eq!(f.status(), FuserStatus::Closed);
         assert!(f.properties().ready && f.len() == 5);
-        let o = f.build();
+        let o = f.complete().expect("a complete match");
         assert_eq!(
             (o.x, o.dy, o.out),
             ((TensorId::new(1), false), (TensorId::new(3), false), TensorId::new(7))
         );
-        assert!(LinearGradFuser::from_operations(&o.operations).is_some());
+        assert!(LinearGradFuser::matched(&o.operations).is_some());
     }
 
     #[test]
@@ -321,6 +268,6 @@ mod tests {
         assert_eq!(f.status(), FuserStatus::Closed);
         assert!(!f.properties().ready);
         // A prefix alone is not a match either.
-        assert!(LinearGradFuser::from_operations(&composed(TensorStatus::ReadWrite, true)[..4]).is_none());
+        assert!(LinearGradFuser::matched(&composed(TensorStatus::ReadWrite, true)[..4]).is_none());
     }
 }

@@ -42,6 +42,7 @@ mod leading_sum;
 mod linear;
 mod optimization;
 mod quantize;
+mod staged;
 
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::DType;

@@ -138,7 +138,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 Some(e) => CudnnOptimization::Elementwise(e),
                 None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
             },
-            CudnnOptimizationState::LinearGrad(ops) => match super::linear::LinearGradFuser::from_operations(&ops) {
+            CudnnOptimizationState::LinearGrad(ops) => match super::linear::LinearGradFuser::matched(&ops) {
                 Some(l) => CudnnOptimization::LinearGrad(l),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
             },
@@ -149,7 +149,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 }
             }
             CudnnOptimizationState::QuantizeDynamic(ops) => {
-                match super::quantize::QuantizeDynamicFuser::from_operations(&ops) {
+                match super::quantize::QuantizeDynamicFuser::matched(&ops) {
                     Some(q) => CudnnOptimization::QuantizeDynamic(q),
                     None => panic!("cudnn-backend: a saved fusion state does not describe a dynamic quantization"),
                 }

@@ -15,10 +15,10 @@
 
 use burn_backend::quantization::{QuantLevel, QuantScheme};
 use burn_fusion::stream::{Context, ScalarId};
-use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr};
 
 use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use crate::burn::ops::qtensor::{quantize_dynamic_impl, supports_scheme};
 use crate::burn::Cudnn;
@@ -40,7 +40,7 @@ pub struct QuantizeDynamicOptimization {
 
 /// Where the match stands; `x` is the input being quantized.
 #[derive(Clone, Debug, Default)]
-enum Stage {
+pub(crate) enum Stage {
     /// Waiting for `min(x)` (per tensor) or the reshape of `x` into blocks.
     #[default]
     Start,
@@ -109,12 +109,7 @@ enum Stage {
 }
 
 /// Matches Burn's composed dynamic quantization (see the module).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct QuantizeDynamicFuser {
-    stage: Stage,
-    ops: Vec<OperationIr>,
-    closed: bool,
-}
+pub(crate) type QuantizeDynamicFuser = StagedFuser<Stage>;
 
 /// `t` is tensor `id` read at its last use.
 fn last(t: &TensorIr, id: TensorId) -> bool {
@@ -126,12 +121,13 @@ fn kept(t: &TensorIr, id: TensorId) -> bool {
     t.id == id && !last_use(t)
 }
 
-impl QuantizeDynamicFuser {
-    /// The next stage after `op`, or `None` when `op` breaks the pattern.
-    fn step(&self, op: &OperationIr) -> Option<Stage> {
+impl staged::Stage for Stage {
+    type Optimization = QuantizeDynamicOptimization;
+
+    fn step(&self, op: &OperationIr, ops: &[OperationIr]) -> Option<Stage> {
         use BaseOperationIr as Base;
         use NumericOperationIr as Num;
-        let stage = match (&self.stage, op) {
+        let stage = match (self, op) {
             (Stage::Start, OperationIr::NumericFloat(_, Num::Min(r)))
                 if is_float(r.input.dtype) && !last_use(&r.input) =>
             {
@@ -252,7 +248,7 @@ impl QuantizeDynamicFuser {
                     divisor,
                 },
                 OperationIr::Float(_, FloatOperationIr::Quantize(q)),
-            ) if q.tensor.id == x.id && last(&q.qparams.scales, *scales) && self.level_fits(&q.scheme, x) => {
+            ) if q.tensor.id == x.id && last(&q.qparams.scales, *scales) && level_fits(ops, &q.scheme, x) => {
                 Stage::Done {
                     x: q.tensor.clone(),
                     out: q.out.id,
@@ -266,101 +262,44 @@ impl QuantizeDynamicFuser {
         Some(stage)
     }
 
-    /// The scheme is one `Cudnn` quantizes, at the level the run computed scales for (a
-    /// block run: block-level scheme; a tensor run: tensor-level).
-    fn level_fits(&self, scheme: &QuantScheme, x: &TensorIr) -> bool {
-        let blockwise = matches!(
-            self.ops.first(),
-            Some(OperationIr::BaseFloat(BaseOperationIr::Reshape(_)))
-        );
-        let level_ok = match scheme.level {
-            QuantLevel::Tensor => !blockwise,
-            QuantLevel::Block(b) => blockwise && x.shape.num_elements().is_multiple_of(b.num_elements()),
-        };
-        level_ok && supports_scheme(scheme)
+    fn done(&self) -> bool {
+        matches!(self, Stage::Done { .. })
     }
 
-    /// The optimization of a complete match of `ops` (a saved state), if they are one.
-    pub(crate) fn from_operations(ops: &[OperationIr]) -> Option<QuantizeDynamicOptimization> {
-        let mut f = Self::default();
-        for op in ops {
-            f.fuse(op);
-        }
-        f.optimization()
-    }
-
-    fn optimization(&self) -> Option<QuantizeDynamicOptimization> {
-        match &self.stage {
+    fn optimization(&self, ops: &[OperationIr]) -> QuantizeDynamicOptimization {
+        match self {
             Stage::Done {
                 x,
                 out,
                 scheme,
                 factor,
                 divisor,
-            } => Some(QuantizeDynamicOptimization {
+            } => QuantizeDynamicOptimization {
                 x: (x.id, last_use(x)),
                 out: *out,
                 scheme: *scheme,
                 factor: *factor,
                 divisor: *divisor,
-                operations: self.ops.clone(),
-            }),
-            _ => None,
+                operations: ops.to_vec(),
+            },
+            _ => panic!("cudnn-backend: internal error: an incomplete dynamic-quantization match was finished"),
         }
+    }
+
+    fn wrap(optimization: QuantizeDynamicOptimization) -> CudnnOptimization {
+        CudnnOptimization::QuantizeDynamic(optimization)
     }
 }
 
-impl OperationFuser<CudnnOptimization> for QuantizeDynamicFuser {
-    fn fuse(&mut self, op: &OperationIr) {
-        if self.closed {
-            return;
-        }
-        match self.step(op) {
-            Some(stage) => {
-                let done = matches!(stage, Stage::Done { .. });
-                self.stage = stage;
-                self.ops.push(op.clone());
-                self.closed = done;
-            }
-            None => self.closed = true,
-        }
-    }
-
-    fn finish(&mut self) -> CudnnOptimization {
-        match self.optimization() {
-            Some(o) => CudnnOptimization::QuantizeDynamic(o),
-            None => panic!("cudnn-backend: internal error: an incomplete dynamic-quantization match was finished"),
-        }
-    }
-
-    fn reset(&mut self) {
-        *self = Self::default();
-    }
-
-    fn status(&self) -> FuserStatus {
-        if self.closed {
-            FuserStatus::Closed
-        } else {
-            FuserStatus::Open
-        }
-    }
-
-    fn properties(&self) -> FuserProperties {
-        let done = matches!(self.stage, Stage::Done { .. });
-        FuserProperties {
-            // Beats an elementwise run over part of the same operations.
-            score: if done { 2 * self.ops.len() as u64 } else { 0 },
-            ready: done,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
-        Box::new(self.clone())
-    }
+/// The scheme is one `Cudnn` quantizes, at the level the run (`ops`, starting with the
+/// reshape into blocks or with `min`) computed scales for.
+fn level_fits(ops: &[OperationIr], scheme: &QuantScheme, x: &TensorIr) -> bool {
+    let blockwise = matches!(ops.first(), Some(OperationIr::BaseFloat(BaseOperationIr::Reshape(_))));
+    let level_ok = match scheme.level {
+        QuantLevel::Tensor => !blockwise,
+        QuantLevel::Block(b) => blockwise && x.shape.num_elements().is_multiple_of(b.num_elements()),
+    };
+    level_ok && supports_scheme(scheme)
 }
 
 /// The value of scalar `s` in this execution (relative scalars are looked up).
@@ -404,6 +343,7 @@ impl QuantizeDynamicOptimization {
 mod tests {
     use burn_backend::quantization::{BlockSize, QuantValue};
     use burn_backend::{DType, Shape};
+    use burn_fusion::{FuserStatus, OperationFuser};
     use burn_ir::{
         BinaryOpIr, MaskWhereOpIr, QuantizationParametersIr, QuantizeOpIr, ReduceDimOpIr, ReduceOpIr, ScalarOpIr,
         ShapeOpIr, TensorStatus, UnaryOpIr,
@@ -543,25 +483,25 @@ mod tests {
             }
             assert_eq!(f.status(), FuserStatus::Closed);
             assert!(f.properties().ready && f.len() == ops.len(), "blockwise {blockwise}");
-            let o = f.optimization().expect("a match");
+            let o = f.complete().expect("a match");
             assert_eq!((o.x, o.out), ((TensorId::new(1), true), TensorId::new(13)));
             assert_eq!((o.factor, o.divisor), (ScalarIr::UInt(0), ScalarIr::UInt(1)));
-            assert!(QuantizeDynamicFuser::from_operations(&o.operations).is_some());
+            assert!(QuantizeDynamicFuser::matched(&o.operations).is_some());
         }
     }
 
     #[test]
     fn runs_that_differ_are_left_alone() {
         // The scales are read after the run.
-        assert!(QuantizeDynamicFuser::from_operations(&composed(false, true)).is_none());
+        assert!(QuantizeDynamicFuser::matched(&composed(false, true)).is_none());
         // A prefix is not a match.
         let ops = composed(true, false);
-        assert!(QuantizeDynamicFuser::from_operations(&ops[..ops.len() - 1]).is_none());
+        assert!(QuantizeDynamicFuser::matched(&ops[..ops.len() - 1]).is_none());
         // A tensor-level run that quantizes per block (or the reverse) is not Burn's.
         let mut ops = composed(false, false);
         if let Some(OperationIr::Float(_, FloatOperationIr::Quantize(q))) = ops.last_mut() {
             q.scheme = q.scheme.with_level(QuantLevel::Block(BlockSize::new([8])));
         }
-        assert!(QuantizeDynamicFuser::from_operations(&ops).is_none());
+        assert!(QuantizeDynamicFuser::matched(&ops).is_none());
     }
 }

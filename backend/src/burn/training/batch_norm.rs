@@ -66,6 +66,16 @@ pub(super) fn try_map<T, U, const N: usize>(items: [T; N], f: impl FnMut(T) -> R
         .unwrap_or_else(|_| unreachable!("an array maps to an array of the same length")))
 }
 
+/// The residual operand on `x`'s device, ready for the engine (`None` stays `None`).
+fn residual_ready(op: &str, x: &CudnnTensor, residual: Option<CudnnTensor>) -> Result<Option<CudnnTensor>> {
+    residual
+        .map(|r| {
+            exec::check_same_device(op, x, &r)?;
+            r.cudnn_ready()
+        })
+        .transpose()
+}
+
 /// The per-channel tensors in one dtype the kernels accept: the data dtype or f32.
 fn param_dtype_for(data: DType, scale: &CudnnTensor) -> DType {
     if scale.dtype == data {
@@ -87,12 +97,7 @@ pub(super) fn forward(
 ) -> Result<(CudnnTensor, [CudnnTensor; 2], BnSaved)> {
     const OP: &str = "batch_norm_train";
     let x = x.cudnn_ready()?;
-    let residual = residual
-        .map(|r| {
-            exec::check_same_device(OP, &x, &r)?;
-            r.cudnn_ready()
-        })
-        .transpose()?;
+    let residual = residual_ready(OP, &x, residual)?;
     let running_dtype = running[0].dtype;
     let param_dtype_in = scale.dtype;
     let pdt = param_dtype_for(x.dtype, &scale);
@@ -186,12 +191,7 @@ pub(super) fn inference(
 ) -> Result<CudnnTensor> {
     const OP: &str = "batch_norm_inference";
     let x = x.cudnn_ready()?;
-    let residual = residual
-        .map(|r| {
-            exec::check_same_device(OP, &x, &r)?;
-            r.cudnn_ready()
-        })
-        .transpose()?;
+    let residual = residual_ready(OP, &x, residual)?;
     let pdt = param_dtype_for(x.dtype, &scale);
     let [scale, bias, rm, rv] = try_map([scale, bias, running_mean, running_var], |t| {
         exec::cast(t, pdt, OP)?.contiguous()
