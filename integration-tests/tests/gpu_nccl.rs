@@ -302,3 +302,64 @@ fn two_gpus_a_peer_that_stops_makes_the_collective_fail_not_hang() {
     devs[0].stream().synchronize().expect("the aborted kernel returned");
     r1.abort("test over");
 }
+
+/// The environment variable that makes [`two_gpus_two_processes_join_through_the_environment`]
+/// play one rank (set by the test for the processes it starts).
+const CHILD_RANK: &str = "GPU_NCCL_TEST_CHILD_RANK";
+
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+/// Two processes, one per GPU, join one communicator the way multi-process jobs start:
+/// `RANK`, `WORLD_SIZE` and `LOCAL_RANK` in the environment and the unique id exchanged
+/// through the file `CUDNN_BACKEND_NCCL_ID_FILE` names (`Communicator::from_env`). Each
+/// all-reduces a vector of its rank's values and checks the sum. The test starts itself
+/// twice as those processes.
+fn two_gpus_two_processes_join_through_the_environment() {
+    if let Ok(rank) = std::env::var(CHILD_RANK) {
+        let rank: usize = rank.parse().expect("child rank");
+        let dev = Device::new(rank).expect("this rank's GPU");
+        let comm = Communicator::from_env(&dev).expect("join the communicator");
+        assert_eq!((comm.rank(), comm.world_size()), (rank, 2));
+        let values: Vec<f64> = (0..1000).map(|i| (i as f64) * 0.5 + rank as f64 * 1000.0).collect();
+        let x = integration_tests::upload(dev.stream(), &values, &[1000], &[1], DataType::F32);
+        comm.all_reduce(dev.stream(), &x.t, &x.m, ReduceOp::Sum)
+            .expect("all_reduce");
+        comm.synchronize().expect("synchronize");
+        let want: Vec<f64> = (0..1000).map(|i| (i as f64) + 1000.0).collect();
+        assert_eq!(download(dev.stream(), &x), want, "rank {rank}");
+        return;
+    }
+    let n = runtime::device_count().expect("needs CUDA GPUs");
+    assert!(n >= 2, "this test needs two CUDA GPUs; the machine has {n}");
+    let dir = std::env::temp_dir().join(format!("gpu-nccl-two-processes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let id_file = dir.join("nccl.id");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "two_gpus_two_processes_join_through_the_environment",
+                    "--include-ignored",
+                    "--nocapture",
+                ])
+                .env(CHILD_RANK, rank.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("LOCAL_RANK", rank.to_string())
+                .env("CUDNN_BACKEND_NCCL_ID_FILE", &id_file)
+                .env("CUDNN_BACKEND_NCCL_TIMEOUT_S", "60")
+                .spawn()
+                .expect("start a rank process")
+        })
+        .collect();
+    let statuses: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("rank process"))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    for (rank, s) in statuses.iter().enumerate() {
+        assert!(s.status.success(), "rank {rank} failed: {:?}", s.status);
+    }
+}
