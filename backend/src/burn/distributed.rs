@@ -105,7 +105,10 @@ fn launch(key: &[usize], tensors: &[CudnnTensor], op: ReduceOperation) -> Result
     let comms = communicators(key)?;
     group(|| {
         for t in tensors {
-            let rank = key.iter().position(|&o| o == t.device().ordinal()).unwrap_or(0);
+            let ordinal = t.device().ordinal();
+            let rank = key.iter().position(|&o| o == ordinal).ok_or_else(|| {
+                Error::invalid_input("all_reduce", format!("GPU {ordinal} is not in the group {key:?}"))
+            })?;
             comms[rank].all_reduce(t.stream(), &t.tref(), &t.tmut(), op)?;
         }
         Ok(())
