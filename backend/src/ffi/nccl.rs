@@ -1,7 +1,7 @@
 //! NCCL through our own function table (like cuDNN in [`super::api`]): loaded at run time on
 //! first use, a missing library or symbol is an [`Error`] naming what was searched, and status
 //! codes are read as plain integers so that codes newer than any bindings are still reported.
-//! Enum values come from `cudarc`'s NCCL bindings; every call goes through this table.
+//! Enum values are `nccl.h`'s (see [`nccl_dtype`]); every call goes through this table.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Mutex, OnceLock};
@@ -472,20 +472,21 @@ impl Drop for Comm {
     }
 }
 
-/// The NCCL data type of a dtype (bool as bytes).
+/// The NCCL data type of a dtype (bool as bytes): `ncclDataType_t` values from `nccl.h`
+/// (stable since NCCL 2.10, which added bfloat16). cudarc's NCCL bindings are not used for
+/// them: turning on its `nccl` feature makes a build with cudarc's dynamic linking (Candle's
+/// CUDA build) link against libnccl.
 pub(crate) fn nccl_dtype(dtype: DataType) -> c_int {
-    use cudarc::nccl::sys::ncclDataType_t as T;
-    let t = match dtype {
-        DataType::F32 => T::ncclFloat32,
-        DataType::F16 => T::ncclFloat16,
-        DataType::BF16 => T::ncclBfloat16,
-        DataType::F64 => T::ncclFloat64,
-        DataType::I32 => T::ncclInt32,
-        DataType::I64 => T::ncclInt64,
-        DataType::U8 | DataType::Bool => T::ncclUint8,
-        DataType::I8 => T::ncclInt8,
-    };
-    t as c_int
+    match dtype {
+        DataType::I8 => 0,
+        DataType::U8 | DataType::Bool => 1,
+        DataType::I32 => 2,
+        DataType::I64 => 4,
+        DataType::F16 => 6,
+        DataType::F32 => 7,
+        DataType::F64 => 8,
+        DataType::BF16 => 9,
+    }
 }
 
 /// The element count of a collective's input and its NCCL dtype, after checking the views:
