@@ -440,19 +440,12 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
 
 #[cfg(test)]
 mod tests {
-    use burn_backend::{BoolStore, Shape};
+    use burn_backend::BoolStore;
     use burn_ir::{BinaryOpIr, CastOpIr, MaskFillOpIr, ScalarOpIr, UnaryOpIr};
 
     use super::*;
 
-    fn t(id: u64, dims: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::from(dims.to_vec()),
-            status,
-            dtype,
-        }
-    }
+    use crate::burn::fusion::test_ir::t;
 
     const RO: TensorStatus = TensorStatus::ReadOnly;
     const RW: TensorStatus = TensorStatus::ReadWrite;

@@ -225,14 +225,7 @@ mod tests {
 
     use TensorStatus::{NotInit, ReadOnly, ReadWrite};
 
-    fn t(id: u64, dims: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::from(dims.to_vec()),
-            status,
-            dtype,
-        }
-    }
+    use crate::burn::fusion::test_ir::t;
 
     /// A float sum of tensor `input` over `axis` into tensor `input + 1`.
     fn sum(input: u64, dims: &[usize], status: TensorStatus, axis: usize) -> OperationIr {

@@ -44,6 +44,23 @@ mod optimization;
 mod quantize;
 mod staged;
 
+/// IR builders shared by the fusers' tests.
+#[cfg(test)]
+pub(crate) mod test_ir {
+    use burn_backend::{DType, Shape};
+    use burn_ir::{TensorId, TensorIr, TensorStatus};
+
+    /// Tensor `id` of the IR with `dims`, `status` and `dtype`.
+    pub(crate) fn t(id: u64, dims: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(dims.to_vec()),
+            status,
+            dtype,
+        }
+    }
+}
+
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::DType;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, OperationFuser};

@@ -342,7 +342,7 @@ impl QuantizeDynamicOptimization {
 #[cfg(test)]
 mod tests {
     use burn_backend::quantization::{BlockSize, QuantValue};
-    use burn_backend::{DType, Shape};
+    use burn_backend::DType;
     use burn_fusion::{FuserStatus, OperationFuser};
     use burn_ir::{
         BinaryOpIr, MaskWhereOpIr, QuantizationParametersIr, QuantizeOpIr, ReduceDimOpIr, ReduceOpIr, ScalarOpIr,
@@ -351,14 +351,7 @@ mod tests {
 
     use super::*;
 
-    fn t(id: u64, dims: &[usize], status: TensorStatus, dtype: DType) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::from(dims.to_vec()),
-            status,
-            dtype,
-        }
-    }
+    use crate::burn::fusion::test_ir::t;
 
     /// The ops Burn's default `quantize_dynamic` records for an f16 `[4, 8]` input: per
     /// tensor, or per block of 8 (`[4, 1]` scales). `keep_range`: the range is read again
