@@ -295,6 +295,12 @@ fn weight_matrix(weight: CudnnTensor, geo: &Geom, op: &str) -> Result<CudnnTenso
         .cudnn_ready()
 }
 
+/// The error for a sum over bilinear taps that had none, or lacked their derivatives
+/// (`prepare` makes four, with derivatives when asked): a broken invariant, as an error.
+fn no_taps(op: &str) -> Error {
+    Error::invalid_input(op, "internal error: the bilinear taps or their derivatives are missing")
+}
+
 /// Deformable convolution: every output position samples the input bilinearly at its
 /// kernel taps displaced by `offset` (times `mask`), then one matmul with the weight.
 pub(crate) fn deform_conv2d(
@@ -321,7 +327,7 @@ pub(crate) fn deform_conv2d(
         accumulate(&mut cols, &sample, &tap.weight, &tmp, OP)?;
     }
     drop((sample, tmp));
-    let mut cols = cols.expect("four taps");
+    let mut cols = cols.ok_or_else(|| no_taps(OP))?;
     if let Some(m) = &mask {
         binary_into(&cols, m, BinaryOp::Mul, &cols, OP)?;
     }
@@ -387,17 +393,17 @@ pub(crate) fn deform_conv2d_backward(
     for tap in &taps {
         gather(&x4, tap, &sample, OP)?;
         accumulate(&mut sampled, &sample, &tap.weight, &tmp, OP)?;
-        accumulate(&mut gy, &sample, tap.dy.as_ref().expect("gradient taps"), &tmp, OP)?;
-        accumulate(&mut gx, &sample, tap.dx.as_ref().expect("gradient taps"), &tmp, OP)?;
+        accumulate(&mut gy, &sample, tap.dy.as_ref().ok_or_else(|| no_taps(OP))?, &tmp, OP)?;
+        accumulate(&mut gx, &sample, tap.dx.as_ref().ok_or_else(|| no_taps(OP))?, &tmp, OP)?;
         binary_into(&p, &tap.weight, BinaryOp::Mul, &tmp, OP)?;
         let idx = exec::expand(tap.index.clone(), &dims, OP)?;
         kindex::scatter_add(dx.stream(), &dx.tmut(), 3, &idx.tref(), &tmp.tref())?;
     }
     drop((sample, tmp, taps));
     let (sampled, gy, gx) = (
-        sampled.expect("four taps"),
-        gy.expect("four taps"),
-        gx.expect("four taps"),
+        sampled.ok_or_else(|| no_taps(OP))?,
+        gy.ok_or_else(|| no_taps(OP))?,
+        gx.ok_or_else(|| no_taps(OP))?,
     );
 
     // Offset gradient [B, G, KH, KW, {y, x}, OH, OW]: Σ over the group's channels.
