@@ -93,15 +93,7 @@ macro_rules! sym {
 
 fn load() -> std::result::Result<CudnnApi, LoadFailure> {
     let names = candidates();
-    let mut found = None;
-    for name in &names {
-        // SAFETY: loading libcudnn runs its initialisers, which have no preconditions.
-        if let Ok(lib) = unsafe { libloading::Library::new(name) } {
-            found = Some((lib, name.clone()));
-            break;
-        }
-    }
-    let Some((lib, path)) = found else {
+    let Some((lib, path)) = super::open_first(&names) else {
         return Err(LoadFailure::NotFound(names));
     };
     let get_version: unsafe extern "C" fn() -> usize = sym!(lib, "cudnnGetVersion");

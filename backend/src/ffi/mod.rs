@@ -43,6 +43,17 @@ pub(crate) use handle::CudnnHandle;
 pub use nccl::{NCCL_LIB_ENV, NCCL_LIB_NAMES};
 pub use probe::{check_driver, check_nvrtc};
 
+/// The first of `names` the dynamic loader opens, with the name that worked. Used for
+/// libraries whose initialisers have no preconditions (cuDNN, NCCL).
+pub(crate) fn open_first(names: &[String]) -> Option<(libloading::Library, String)> {
+    names.iter().find_map(|name| {
+        // SAFETY: loading cuDNN or NCCL runs their initialisers, which have no preconditions.
+        unsafe { libloading::Library::new(name) }
+            .ok()
+            .map(|lib| (lib, name.clone()))
+    })
+}
+
 /// cuDNN enums re-exported from `cudarc`'s bindings (values only: every call goes through
 /// our own loader).
 pub(crate) use cudarc::cudnn::sys as cudnn_sys;

@@ -133,15 +133,7 @@ const MIN_VERSION: c_int = 21700;
 
 fn load() -> std::result::Result<NcclApi, LoadFailure> {
     let names = candidates();
-    let mut found = None;
-    for name in &names {
-        // SAFETY: loading libnccl runs its initialisers, which have no preconditions.
-        if let Ok(lib) = unsafe { libloading::Library::new(name) } {
-            found = Some((lib, name.clone()));
-            break;
-        }
-    }
-    let Some((lib, path)) = found else {
+    let Some((lib, path)) = super::open_first(&names) else {
         return Err(LoadFailure::NotFound(names));
     };
     let get_version: unsafe extern "C" fn(*mut c_int) -> Status = sym!(lib, "ncclGetVersion");
