@@ -79,6 +79,33 @@ class Encoder(nn.Module):
         return self.head(self.layers(x).mean(1))
 
 
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def step(model, opt, x, y):
+    """One training step: forward, cross-entropy, backward, Adam."""
+    loss = F.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def last_epoch_seconds(model, opt, x, y, epochs, barrier=lambda: None):
+    """Trains `epochs` epochs over the batches of `x`/`y`; the seconds of the last one
+    (`barrier` runs before and after each epoch: the DDP ranks start and stop together)."""
+    seconds = 0.0
+    for _epoch in range(epochs):
+        barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for s in range(len(x)):
+            step(model, opt, x[s], y[s])
+        torch.cuda.synchronize()
+        barrier()
+        seconds = time.perf_counter() - t0
+    return seconds
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, default=128)
@@ -100,7 +127,7 @@ def main():
         return
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False  # f32 convolutions in f32, as ours by default
-    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    dtype = DTYPES[a.dtype]
     dev = torch.device("cuda")
     torch.manual_seed(0)
     if a.model == "cnn":
@@ -112,26 +139,13 @@ def main():
         opt = torch.optim.Adam(model.parameters(), lr=3e-4)
         x = torch.randint(0, 64, (a.steps, a.batch_size, a.seq), device=dev)
     y = torch.randint(0, 10, (a.steps, a.batch_size), device=dev)
-    rate = 0.0
-    for _epoch in range(a.epochs):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for s in range(a.steps):
-            loss = F.cross_entropy(model(x[s]), y[s])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        torch.cuda.synchronize()
-        rate = a.steps * a.batch_size / (time.perf_counter() - t0)
+    rate = a.steps * a.batch_size / last_epoch_seconds(model, opt, x, y, a.epochs)
     kernels = ""
     if a.count_kernels:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            loss = F.cross_entropy(model(x[0]), y[0])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            step(model, opt, x[0], y[0])
             torch.cuda.synchronize()
         n = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
         kernels = f", {n} kernels/step"
@@ -152,7 +166,7 @@ def ddp_worker(rank, a):
     dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29517", rank=rank, world_size=a.devices)
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
-    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    dtype = DTYPES[a.dtype]
     dev = torch.device("cuda", rank)
     torch.cuda.set_device(dev)
     torch.manual_seed(0)
@@ -160,19 +174,8 @@ def ddp_worker(rank, a):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.rand(a.steps, a.batch_size, 3, 32, 32, device=dev, dtype=dtype) - 0.5
     y = torch.randint(0, 10, (a.steps, a.batch_size), device=dev)
-    rate = 0.0
-    for _epoch in range(a.epochs):
-        dist.barrier()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for s in range(a.steps):
-            loss = F.cross_entropy(model(x[s]), y[s])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        torch.cuda.synchronize()
-        dist.barrier()
-        rate = a.devices * a.steps * a.batch_size / (time.perf_counter() - t0)
+    seconds = last_epoch_seconds(model, opt, x, y, a.epochs, barrier=dist.barrier)
+    rate = a.devices * a.steps * a.batch_size / seconds
     if rank == 0:
         print(
             f"train_torch ddp devices={a.devices} dtype={a.dtype} batch={a.batch_size} per GPU: "
