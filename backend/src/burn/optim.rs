@@ -328,15 +328,25 @@ fn record_step(inputs: Vec<AdamInput<Lazy>>, o: AdamOptions) -> Vec<Updated<Cudn
         .collect();
     let out = record("cudnn_adam_step", flat, outputs, move |ins| {
         let mut ins = ins.into_iter();
+        let mut next = || {
+            ins.next().ok_or_else(|| {
+                crate::error::Error::invalid_input("cudnn_adam_step", "internal error: fewer tensors than declared")
+            })
+        };
         let inputs = has
             .iter()
             .zip(&steps)
             .map(|(has, &step)| {
-                let mut next = || ins.next().expect("cudnn-backend: internal error: adam step arity");
-                let (p, g) = (next(), next());
-                (p, g, has.map(|h| h.then(&mut next)), step)
+                let (p, g) = (next()?, next()?);
+                let mut moments = [None, None, None];
+                for (slot, &present) in moments.iter_mut().zip(has) {
+                    if present {
+                        *slot = Some(next()?);
+                    }
+                }
+                Ok((p, g, moments, step))
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Ok(step_cudnn(inputs, &o)?
             .into_iter()
             .flat_map(|(u, m)| u.into_iter().chain(m))

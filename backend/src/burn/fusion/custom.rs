@@ -89,11 +89,15 @@ pub(crate) fn record(
     client.register(streams, OperationIr::Custom(ir), op)
 }
 
-/// Takes the next `N` items of `it` (the caller declared that many).
-pub(crate) fn take<T, const N: usize>(it: &mut impl Iterator<Item = T>) -> [T; N] {
-    std::array::from_fn(|_| {
-        it.next()
-            .expect("cudnn-backend: internal error: custom operation arity")
+/// Takes the next `N` items of `it` (the caller declared that many); an error when fewer
+/// are left (a broken invariant of the recorded operation).
+pub(crate) fn take<T, const N: usize>(it: &mut impl Iterator<Item = T>) -> Result<[T; N]> {
+    let items: Vec<T> = it.by_ref().take(N).collect();
+    items.try_into().map_err(|got: Vec<T>| {
+        crate::error::Error::invalid_input(
+            "custom operation",
+            format!("internal error: {} tensors where {N} were declared", got.len()),
+        )
     })
 }
 

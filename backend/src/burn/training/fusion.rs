@@ -6,6 +6,7 @@
 use burn_backend::{DType, Shape, TensorMetadata};
 
 use super::super::fusion::custom::{optional, record, take, Lazy};
+use super::super::tensor::expect;
 use super::super::CudnnFusion;
 use super::kernels::TrainingKernels;
 use super::{attention, batch_norm, norm, BatchNormOutput, TrainingOps};
@@ -85,7 +86,7 @@ fn record_attention(
     inputs.extend(bias.clone());
     let out = record("cudnn_attention", inputs, vec![o_meta, stats_meta], move |ins| {
         let mut ins = ins.into_iter();
-        let [q, k, v] = take(&mut ins);
+        let [q, k, v] = take(&mut ins)?;
         let bias = optional(&mut ins, has_bias);
         let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale)?;
         let (o, stats) = match fused {
@@ -94,7 +95,7 @@ fn record_attention(
         };
         Ok(vec![o, stats])
     });
-    let [o, stats] = take(&mut out.into_iter());
+    let [o, stats] = expect("cudnn_attention", take(&mut out.into_iter()));
     let saved = LazyAttentionSaved {
         q,
         k,
@@ -132,13 +133,13 @@ impl TrainingKernels for CudnnFusion {
         let o = *options;
         let out = record("cudnn_batch_norm_train", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [x, scale, bias, rm, rv] = take(&mut ins);
+            let [x, scale, bias, rm, rv] = take(&mut ins)?;
             let residual = optional(&mut ins, has_residual);
             let (y, [rm, rv], saved) = batch_norm::forward(x, scale, bias, residual, [rm, rv], &o)?;
             let [mean, inv_std] = saved.stats().map(|t| t.clone());
             Ok(vec![y, rm, rv, mean, inv_std])
         });
-        let [y, rm, rv, mean, inv_std] = take(&mut out.into_iter());
+        let [y, rm, rv, mean, inv_std] = expect("cudnn_batch_norm_train", take(&mut out.into_iter()));
         let saved = LazyBnSaved {
             x,
             y: options.relu.then(|| y.clone()),
@@ -159,7 +160,7 @@ impl TrainingKernels for CudnnFusion {
         inputs.extend(s.y.clone());
         let out = record("cudnn_batch_norm_backward", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [x, scale, mean, inv_std, dy] = take(&mut ins);
+            let [x, scale, mean, inv_std, dy] = take(&mut ins)?;
             let y = optional(&mut ins, has_y);
             let saved = batch_norm::BnSaved::rebuild(x, y, scale, mean, inv_std)?;
             Ok(batch_norm::backward(&saved, dy, want)?.into_iter().flatten().collect())
@@ -181,7 +182,7 @@ impl TrainingKernels for CudnnFusion {
         inputs.extend(bias);
         let out = record("cudnn_norm_train", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [x, scale] = take(&mut ins);
+            let [x, scale] = take(&mut ins)?;
             let bias = optional(&mut ins, has_bias);
             let (y, saved) = norm::forward(x, scale, bias, epsilon, mode)?;
             let (mean, inv_std) = saved.stats();
@@ -191,9 +192,9 @@ impl TrainingKernels for CudnnFusion {
             Ok(out)
         });
         let mut out = out.into_iter();
-        let [y] = take(&mut out);
+        let [y] = expect("cudnn_norm_train", take(&mut out));
         let mean = optional(&mut out, layer);
-        let [inv_std] = take(&mut out);
+        let [inv_std] = expect("cudnn_norm_train", take(&mut out));
         let saved = LazyNormSaved {
             x,
             scale,
@@ -214,7 +215,7 @@ impl TrainingKernels for CudnnFusion {
         inputs.extend(s.mean.clone());
         let out = record("cudnn_norm_backward", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [x, scale, inv_std, dy] = take(&mut ins);
+            let [x, scale, inv_std, dy] = take(&mut ins)?;
             let mean = optional(&mut ins, has_mean);
             let saved = norm::NormSaved::rebuild(x, scale, mean, inv_std, mode)?;
             Ok(norm::backward(&saved, dy, want)?.into_iter().flatten().collect())
@@ -247,12 +248,12 @@ impl TrainingKernels for CudnnFusion {
         inputs.extend(s.bias.clone());
         let out = record("cudnn_attention_backward", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [q, k, v, o, stats, d_o] = take(&mut ins);
+            let [q, k, v, o, stats, d_o] = take(&mut ins)?;
             let bias = optional(&mut ins, has_bias);
             let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale)?;
             Ok(attention::backward(&saved, d_o)?.to_vec())
         });
-        take(&mut out.into_iter())
+        expect("cudnn_attention_backward", take(&mut out.into_iter()))
     }
 }
 
@@ -291,13 +292,13 @@ impl TrainingOps for CudnnFusion {
         inputs.extend(residual);
         let out = record("cudnn_batch_norm_inference", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [x, scale, bias, rm, rv] = take(&mut ins);
+            let [x, scale, bias, rm, rv] = take(&mut ins)?;
             let residual = optional(&mut ins, has_residual);
             Ok(vec![batch_norm::inference(
                 x, scale, bias, residual, rm, rv, epsilon, relu,
             )?])
         });
-        let [y] = take(&mut out.into_iter());
+        let [y] = expect("cudnn_batch_norm_inference", take(&mut out.into_iter()));
         y
     }
 
@@ -318,11 +319,11 @@ impl TrainingOps for CudnnFusion {
         inputs.extend(bias);
         let out = record("cudnn_attention_composed", inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
-            let [q, k, v] = take(&mut ins);
+            let [q, k, v] = take(&mut ins)?;
             let bias = optional(&mut ins, has_bias);
             Ok(vec![attention::cudnn(q, k, v, bias, causal, scale)?])
         });
-        let [y] = take(&mut out.into_iter());
+        let [y] = expect("cudnn_attention_composed", take(&mut out.into_iter()));
         y
     }
 }
