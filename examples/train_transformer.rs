@@ -1,9 +1,9 @@
 //! Trains a transformer encoder classifier (d_model 512, 8 heads, d_ff 2048, 4 post-norm
 //! layers, GELU, sequences of 256 tokens) with Burn on `Autodiff<Cudnn>` (or Burn's ndarray
-//! CPU backend) on a procedural task: each sequence of background tokens hides one marker
-//! token more often than the others, and the class is that marker. Reports test accuracy
-//! (chance 10%), training throughput and kernel launches per step, and writes a checkpoint
-//! and a PNG of the loss/accuracy curves.
+//! CPU backend) on a procedural task (examples/markers.rs): each sequence of background tokens
+//! hides one marker token more often than the others, and the class is that marker. Reports
+//! test accuracy (chance 10%), training throughput and kernel launches per step, and writes a
+//! checkpoint and a PNG of the loss/accuracy curves.
 //!
 //! ```sh
 //! cargo run --release --example train_transformer -- --epochs 3 --batch-size 32 --dtype bf16
@@ -18,6 +18,9 @@
 //! backend with burn-fusion and autotuning, for comparison; examples built with `--features
 //! burn-cuda`; launches per step read `n/a` there, as this crate counts only its own). Dropout
 //! is 0, as in the PyTorch reference of `bench/train_torch.py`.
+
+#[path = "markers.rs"]
+mod markers;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -35,9 +38,8 @@ use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
 use examples::cli::BackendChoice;
 use examples::curves::{plot, History};
 use indicatif::{ProgressBar, ProgressStyle};
+use markers::{generate, Set, CLASSES, VOCAB};
 
-const VOCAB: usize = 64;
-const CLASSES: usize = 10;
 const D_MODEL: usize = 512;
 const HEADS: usize = 8;
 const D_FF: usize = 2048;
@@ -159,44 +161,6 @@ impl<B: Backend> Net<B> {
         }
         self.head.forward(x.mean_dim(1).reshape([batch, D_MODEL]))
     }
-}
-
-/// The procedural set: `n` sequences of `seq` tokens and their classes.
-struct Set {
-    tokens: Vec<i64>,
-    labels: Vec<i64>,
-}
-
-/// Background tokens `CLASSES..VOCAB`; marker `c` (the class) appears `seq / 10` times, every
-/// other marker fewer times (0 to `seq / 20`), at random positions.
-fn generate(n: usize, seq: usize, seed: u64) -> Set {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move |bound: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % bound as u64) as usize
-    };
-    let (mut tokens, mut labels) = (Vec::with_capacity(n * seq), Vec::with_capacity(n));
-    for _ in 0..n {
-        let class = next(CLASSES);
-        let mut s: Vec<i64> = (0..seq).map(|_| (CLASSES + next(VOCAB - CLASSES)) as i64).collect();
-        for marker in 0..CLASSES {
-            let count = if marker == class { seq / 10 } else { next(seq / 20 + 1) };
-            for _ in 0..count {
-                s[next(seq)] = marker as i64;
-            }
-        }
-        // A later marker may overwrite an earlier one: recount and label the majority.
-        let mut counts = [0usize; CLASSES];
-        s.iter()
-            .filter(|&&t| (t as usize) < CLASSES)
-            .for_each(|&t| counts[t as usize] += 1);
-        let label = (0..CLASSES).max_by_key(|&c| (counts[c], c == class)).unwrap_or(class);
-        tokens.extend(s);
-        labels.push(label as i64);
-    }
-    Set { tokens, labels }
 }
 
 struct Args {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Candle GPU check binary (backend/tests/candle_gpu.rs, feature `candle-cuda`) and the
-# train_candle example (examples/train_candle.rs, examples feature `candle-cuda`), and writes them
-# stripped and xz-compressed to .gpu-candle/{candle_gpu,train_candle}.xz (git-ignored) together
+# train_candle and train_candle_transformer examples (examples feature `candle-cuda`), and writes
+# them stripped and xz-compressed to .gpu-candle/<name>.xz (git-ignored) together
 # with run-candle-gpu.sh, train-bench.sh and the PyTorch scripts (compare_torch.py,
 # train_torch.py), for a CUDA machine without a Rust toolchain or nvcc.
 # The check binary is built with CANDLE_TEST_FEATURES (default `candle-cudnn`: Candle's own conv2d
@@ -25,8 +25,10 @@ tests="$(cargo test --release -p cudnn-backend --no-default-features --features 
   --no-run --message-format=json | executable candle_gpu)"
 train="$(cargo build --release -p examples --features candle-cuda --example train_candle \
   --message-format=json | executable train_candle)"
+transformer="$(cargo build --release -p examples --features candle-cuda --example train_candle_transformer \
+  --message-format=json | executable train_candle_transformer)"
 mkdir -p .gpu-candle
-for pair in "candle_gpu:$tests" "train_candle:$train"; do
+for pair in "candle_gpu:$tests" "train_candle:$train" "train_candle_transformer:$transformer"; do
   name="${pair%%:*}"
   strip -o ".gpu-candle/$name" "${pair#*:}"
   xz -T0 -6 -f ".gpu-candle/$name"

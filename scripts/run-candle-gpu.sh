@@ -9,7 +9,8 @@
 #   run-candle-gpu.sh LOG_DIR bench [CONFIG...]
 #       train-bench.sh with train_candle (fused, and --stock) next to PyTorch eager on the same
 #       CNN (bench/train_torch.py --model cnn); CONFIG = candle:dtype:batch, default
-#       candle:f32:128 candle:bf16:128 candle:f32:512; the table is printed and in
+#       candle:f32:128 candle:bf16:128 candle:f32:512 candle-transformer:f32:32
+#       candle-transformer:bf16:32 (train_candle_transformer); the table is printed and in
 #       LOG_DIR/train-bench.md (per-run logs in LOG_DIR/train-bench/)
 # The binaries link (by soname) libcuda.so.1, libcudart.so.13, libcublas.so.13, libcurand.so.10
 # and libnvrtc.so.13, and load libcudnn.so.9 at run time: all must be on the loader path.
@@ -34,7 +35,9 @@ unpack() { # name: decompresses the binary into LOG_DIR and checks that its libr
 cd "$logs"
 if [[ $mode == bench ]]; then
   unpack train_candle
-  configs=("$@"); [[ $# -eq 0 ]] && configs=(candle:f32:128 candle:bf16:128 candle:f32:512)
+  unpack train_candle_transformer
+  configs=("$@"); [[ $# -eq 0 ]] && configs=(candle:f32:128 candle:bf16:128 candle:f32:512 \
+    candle-transformer:f32:32 candle-transformer:bf16:32)
   TRAIN_BIN_DIR="$logs" PYTHON="${PYTHON:-/opt/torch/.venv/bin/python}" \
     "$here/train-bench.sh" "$logs/train-bench" "${configs[@]}" | tee "$logs/train-bench.md"
   exit "${PIPESTATUS[0]}"

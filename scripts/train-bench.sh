@@ -4,9 +4,11 @@
 # bundle (scripts/bundle-gpu.sh): .gpu/train-bench.sh LOG_DIR [CONFIG...] with
 # CONFIG = model:dtype:batch, model cnn (train_burn), transformer (train_transformer) or
 # candle (train_candle: the same CNN on Candle, fused batch norm and FusedAdamW, and with
-# --stock candle-nn's AdamW and composed batch norm; needs the Candle bundle's train_candle:
-# scripts/bundle-candle-gpu.sh, then run-candle-gpu.sh LOG_DIR bench). For candle, "our
-# launches/step" counts this crate's launches only, not Candle's own kernels.
+# --stock candle-nn's AdamW and composed batch norm) or candle-transformer
+# (train_candle_transformer: the transformer on Candle, our linear, layer norm, attention and
+# FusedAdamW, and with --stock candle-nn's); both need the Candle bundle
+# (scripts/bundle-candle-gpu.sh, then run-candle-gpu.sh LOG_DIR bench). For the Candle models,
+# "our launches/step" counts this crate's launches only, not Candle's own kernels.
 # The example binaries are taken from TRAIN_BIN_DIR (default: this script's folder).
 # Both sides autotune convolutions (--benchmark; torch.backends.cudnn.benchmark).
 # Variants (TRAIN_BENCH_VARIANTS, default "fused stock stock-fusion"): fused (this crate's
@@ -41,6 +43,9 @@ for cfg in "${configs[@]}"; do
   elif [[ $model == candle ]]; then
     n=10000; steps=$((n / batch)); unit=images
     torch_args=(--model cnn); ours=("$bins/train_candle" --device gpu --benchmark --train "$n" --test 1000)
+  elif [[ $model == candle-transformer ]]; then
+    n=2048; steps=$((n / batch)); unit=sequences
+    torch_args=(--model transformer); ours=("$bins/train_candle_transformer" --device gpu --train "$n" --test 256)
   else
     n=2048; steps=$((n / batch)); unit=sequences
     torch_args=(--model transformer); ours=("$bins/train_transformer" --train "$n" --test 256)
@@ -65,7 +70,7 @@ for cfg in "${configs[@]}"; do
     log="$logs/ours-$variant-$tag.log"
     t0=$(date +%s.%N)
     line=$(env "${env_set[@]}" "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 \
-        --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" 2>&1 | tee "$log" | grep -E '^train_(burn|transformer|candle) ')
+        --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" 2>&1 | tee "$log" | grep -E '^train_(burn|transformer|candle|candle_transformer) ')
     t1=$(date +%s.%N)
     if [[ $variant == burn-cuda ]]; then
       echo "CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}" >>"$log"
