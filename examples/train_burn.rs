@@ -270,32 +270,19 @@ mod data_parallel {
     use std::sync::Barrier;
     use std::time::Instant;
 
-    use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
+    use burn::module::AutodiffModule;
     use burn::nn::loss::CrossEntropyLossConfig;
     use burn::optim::{GradientsParams, Optimizer};
-    use burn::tensor::backend::distributed::{
-        DistributedBackend, DistributedConfig, DistributedParamId, ReduceOperation,
-    };
+    use burn::tensor::backend::distributed::{DistributedBackend, DistributedConfig, ReduceOperation};
     use burn::tensor::backend::AutodiffBackend;
     use burn::tensor::{ElementConversion, Tensor};
+    use cudnn_backend::burn::distributed::replicas;
     use cudnn_backend::burn::CudnnDevice;
 
     use super::{evaluate, images, labels, shapes, Args, Net};
 
     /// A replica's trained model and, per epoch, its mean loss and seconds.
     type Replica<B> = Result<(Net<B>, Vec<(f64, f64)>), String>;
-
-    /// Marks every parameter for gradient all-reduce, keyed by its parameter id (the same on
-    /// every replica, as the replicas are forks of one model).
-    struct MarkDistributed;
-
-    impl<B: AutodiffBackend> ModuleMapper<B> for MarkDistributed {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-            let (id, tensor, mapper) = param.consume();
-            let tensor = tensor.set_distributed(DistributedParamId::from(id.val()));
-            Param::from_mapped_value(id, tensor, mapper)
-        }
-    }
 
     /// Trains one replica per device on its shard of each global batch (`--batch-size`
     /// images per GPU), gradients averaged across the GPUs; reports the test accuracy of
@@ -322,7 +309,9 @@ mod data_parallel {
             ));
         }
         B::seed(&devices[0], 2024);
-        let model = Net::<B>::new(args.stock, &devices[0]);
+        // One initialization, forked to every GPU with its parameters marked for the
+        // gradient all-reduce.
+        let models = replicas(Net::<B>::new(args.stock, &devices[0]), devices);
         B::start_communication_server(
             devices,
             DistributedConfig {
@@ -331,12 +320,11 @@ mod data_parallel {
         );
         let barrier = Barrier::new(n);
         let results: Vec<Replica<B>> = std::thread::scope(|s| {
-            let handles: Vec<_> = devices
-                .iter()
+            let handles: Vec<_> = models
+                .into_iter()
+                .zip(devices)
                 .enumerate()
-                .map(|(rank, device)| {
-                    // Marked after the fork, as burn-train's DDP worker does.
-                    let mut model = model.clone().fork(device).map(&mut MarkDistributed);
+                .map(|(rank, (mut model, device))| {
                     let (train, barrier, make_optim) = (&train, &barrier, &make_optim);
                     s.spawn(move || -> Replica<B> {
                         let mut optim = make_optim();
@@ -373,16 +361,18 @@ mod data_parallel {
                 .collect()
         });
         B::close_communication_server(&devices[0]);
-        let mut replicas = Vec::new();
+        let mut trained = Vec::new();
         let mut timings = Vec::new();
         for r in results {
             let (model, epochs) = r?;
-            replicas.push(model);
+            trained.push(model);
             timings.push(epochs);
         }
-        let digests = replicas
+        // Trainable parameters only: each replica's batch norms track their own shard's
+        // statistics (as PyTorch's DDP without buffer broadcasts).
+        let digests = trained
             .iter()
-            .map(examples::digest::parameters)
+            .map(examples::digest::trainable_parameters)
             .collect::<Result<Vec<_>, _>>()?;
         let identical = digests.iter().all(|d| *d == digests[0]);
         let mut rate = 0.0;
@@ -395,9 +385,12 @@ mod data_parallel {
                 args.epochs
             );
         }
-        let model = replicas.swap_remove(0);
+        let model = trained.swap_remove(0);
         let accuracy = evaluate(&model.valid(), &test, args.batch, &devices[0]);
-        println!("parameter digest: {} (replicas identical: {identical})", digests[0]);
+        println!(
+            "trainable parameter digest: {} (replicas identical: {identical})",
+            digests[0]
+        );
         println!(
             "train_burn {label} dtype={:?} batch={} per GPU: test accuracy {:.2}% (chance 10%), {rate:.0} images/s",
             args.dtype,

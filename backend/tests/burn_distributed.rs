@@ -11,14 +11,15 @@
 #![cfg(feature = "distributed")]
 
 use burn_autodiff::Autodiff;
-use burn_backend::distributed::{DistributedBackend, DistributedConfig, DistributedParamId, ReduceOperation};
+use burn_backend::distributed::{DistributedBackend, DistributedConfig, ReduceOperation};
 use burn_core as burn;
-use burn_core::module::{AutodiffModule, Module, ModuleMapper, Param};
-use burn_core::tensor::backend::{AutodiffBackend, Backend};
+use burn_core::module::{AutodiffModule, Module};
+use burn_core::tensor::backend::Backend;
 use burn_core::tensor::{Tensor, TensorData};
 use burn_nn::loss::{MseLoss, Reduction};
 use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::{AdamConfig, GradientsParams, Optimizer};
+use cudnn_backend::burn::distributed::replicas;
 use cudnn_backend::burn::{Cudnn, CudnnDevice};
 
 type B = Autodiff<Cudnn>;
@@ -42,16 +43,6 @@ impl<B: Backend> Mlp<B> {
 
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.b.forward(Relu::new().forward(self.a.forward(x)))
-    }
-}
-
-/// Marks every parameter for the gradient all-reduce (as burn-train's DDP learner does).
-struct MarkDistributed;
-
-impl<B: AutodiffBackend> ModuleMapper<B> for MarkDistributed {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, tensor.set_distributed(DistributedParamId::from(id.val())), mapper)
     }
 }
 
@@ -114,8 +105,15 @@ fn two_gpus_data_parallel_training_matches_one_gpu_with_the_whole_batch() {
     assert!(n >= 2, "this test needs two CUDA GPUs; the machine has {n}");
     let devices = [CudnnDevice::new(0), CudnnDevice::new(1)];
     <B as Backend>::seed(&devices[0], 7);
-    let init = Mlp::<B>::new(&devices[0]);
-    let single = params(&train(init.clone(), &devices[0], 0..BATCH));
+    // Initialized and forked once, so the single-GPU model and both replicas start from the
+    // same weights (Burn's lazy parameters would otherwise initialize in each clone).
+    let mut models = replicas(
+        Mlp::<B>::new(&devices[0]),
+        &[devices[0].clone(), devices[0].clone(), devices[1].clone()],
+    )
+    .into_iter();
+    let single = params(&train(models.next().unwrap(), &devices[0], 0..BATCH));
+    let replicas: Vec<Mlp<B>> = models.collect();
 
     <B as DistributedBackend>::start_communication_server(
         &devices,
@@ -124,12 +122,11 @@ fn two_gpus_data_parallel_training_matches_one_gpu_with_the_whole_batch() {
         },
     );
     let replicas: Vec<Vec<f64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = devices
-            .iter()
+        let handles: Vec<_> = replicas
+            .into_iter()
+            .zip(&devices)
             .enumerate()
-            .map(|(rank, device)| {
-                // Marked after the fork, as burn-train's DDP worker does.
-                let model = init.clone().fork(device).map(&mut MarkDistributed);
+            .map(|(rank, (model, device))| {
                 let half = BATCH / 2;
                 s.spawn(move || params(&train(model, device, rank * half..(rank + 1) * half)))
             })

@@ -15,6 +15,8 @@ pub mod digest {
     struct Fnv {
         hash: Option<u64>,
         bytes: usize,
+        /// Only the float parameters that take gradients (no running statistics).
+        trainable_only: bool,
     }
 
     impl Fnv {
@@ -31,22 +33,44 @@ pub mod digest {
 
     impl<B: Backend> ModuleVisitor<B> for Fnv {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.add(param.val().into_data());
+            let value = param.val();
+            if !self.trainable_only || value.is_require_grad() {
+                self.add(value.into_data());
+            }
         }
         fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-            self.add(param.val().into_data());
+            if !self.trainable_only {
+                self.add(param.val().into_data());
+            }
         }
         fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
-            self.add(param.val().into_data());
+            if !self.trainable_only {
+                self.add(param.val().into_data());
+            }
         }
     }
 
-    /// The digest of `model`'s parameter values, with the number of bytes hashed.
-    pub fn parameters<B: Backend, M: Module<B>>(model: &M) -> Result<String, String> {
-        let mut v = Fnv::default();
+    fn digest<B: Backend, M: Module<B>>(model: &M, trainable_only: bool) -> Result<String, String> {
+        let mut v = Fnv {
+            trainable_only,
+            ..Fnv::default()
+        };
         model.visit(&mut v);
         let hash = v.hash.ok_or("the model has no parameters")?;
         Ok(format!("{hash:016x} ({} bytes)", v.bytes))
+    }
+
+    /// The digest of `model`'s parameter values (running statistics included), with the
+    /// number of bytes hashed.
+    pub fn parameters<B: Backend, M: Module<B>>(model: &M) -> Result<String, String> {
+        digest(model, false)
+    }
+
+    /// The digest of the float parameters that take gradients (on an autodiff backend), without
+    /// running statistics: what data-parallel replicas share exactly (each replica's batch
+    /// norm tracks the statistics of its own shard).
+    pub fn trainable_parameters<B: Backend, M: Module<B>>(model: &M) -> Result<String, String> {
+        digest(model, true)
     }
 }
 

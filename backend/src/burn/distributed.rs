@@ -7,18 +7,24 @@
 //! for each parameter, from one thread, as soon as every device has that parameter's
 //! gradient (during the backward pass). One thread cannot issue NCCL calls for several GPUs
 //! one at a time (each may wait for the others), so the calls of a parameter are collected
-//! until all devices of the group have arrived and then launched as one NCCL group. The
-//! reduction runs in place on each gradient's device stream, ordered after the backward
-//! kernels that produced it and before any later use (no separate communication stream:
-//! the GPU runs a reduction between backward kernels rather than beside them, which keeps
-//! the memory pool's stream ordering simple; the host still never waits for it).
+//! until all devices of the group have arrived. Complete parameters gather in a bucket, as in
+//! PyTorch's `DistributedDataParallel`: a bucket is launched as one NCCL group once it holds
+//! [`BUCKET_MB_ENV`] MiB (25 by default), and the rest when a device synchronizes at the end
+//! of the backward pass. The reduction runs in place on each gradient's device stream,
+//! ordered after the backward kernels that produced it and before any later use (no
+//! separate communication stream: the GPU runs a reduction between backward kernels rather
+//! than beside them, which keeps the memory pool's stream ordering simple; the host still
+//! never waits for it).
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
-use burn_backend::distributed::{CollectiveTensor, DistributedBackend, ReduceOperation};
+use burn_backend::distributed::{CollectiveTensor, DistributedBackend, DistributedParamId, ReduceOperation};
 use burn_backend::DeviceId;
+use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn_core::tensor::backend::{AutodiffBackend, Backend};
+use burn_core::tensor::{Bool, Int, Tensor};
 
 use super::exec::copy_to_new;
 use super::tensor::{expect, CudnnTensor};
@@ -27,12 +33,86 @@ use crate::collective::{group, Communicator, ReduceOp};
 use crate::error::{Error, Result};
 use crate::runtime::Device;
 
+/// One replica of `model` per device for data-parallel training with Burn's gradient
+/// synchronisation: the parameters are initialized first (Burn's parameters are lazy, and
+/// each clone of a model whose parameters were never read draws its own initial values, so
+/// replicas cloned from it would start from different weights), then the model is forked to
+/// each device and its float parameters are marked distributed (`Tensor::set_distributed`,
+/// keyed by parameter id), so `backward()` all-reduces their gradients across the devices
+/// between [`DistributedBackend::start_communication_server`] and
+/// [`DistributedBackend::close_communication_server`]. Burn's optimizers keep the mark.
+pub fn replicas<B: AutodiffBackend, M: Module<B>>(model: M, devices: &[B::Device]) -> Vec<M> {
+    model.visit(&mut Initialize);
+    devices
+        .iter()
+        .map(|device| model.clone().fork(device).map(&mut MarkDistributed))
+        .collect()
+}
+
+/// Reads every parameter once, which initializes the lazy ones in place.
+struct Initialize;
+
+impl<B: Backend> ModuleVisitor<B> for Initialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+        let _ = param.val();
+    }
+
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
+        let _ = param.val();
+    }
+}
+
+/// Marks every float parameter distributed under its parameter id.
+struct MarkDistributed;
+
+impl<B: AutodiffBackend> ModuleMapper<B> for MarkDistributed {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        Param::from_mapped_value(id, tensor.set_distributed(DistributedParamId::from(id.val())), mapper)
+    }
+}
+
 /// Communicators per group of device ordinals (sorted), made on first use.
 static COMMUNICATORS: Mutex<Option<HashMap<Vec<usize>, Vec<Communicator>>>> = Mutex::new(None);
 /// Gradients waiting for the rest of their group, per group.
 static PENDING: Mutex<Option<HashMap<Vec<usize>, Vec<CudnnTensor>>>> = Mutex::new(None);
-/// Signalled whenever a group's waiting gradients were launched.
+/// Signalled whenever a group's waiting gradients were complete (moved to a bucket).
 static LAUNCHED: Condvar = Condvar::new();
+/// Complete gradients not launched yet, per group: launched together (one NCCL group) once
+/// they hold [`bucket_bytes`] or when a device of the group synchronizes. The lock is held
+/// while a bucket is launched, so a device that finds its group's bucket empty knows its
+/// reductions are enqueued.
+static BUCKETS: Mutex<Option<HashMap<Vec<usize>, Bucket>>> = Mutex::new(None);
+
+/// The environment variable that sets the gradient bucket size in MiB (default 25, as
+/// PyTorch's `DistributedDataParallel`).
+pub const BUCKET_MB_ENV: &str = "CUDNN_BACKEND_DDP_BUCKET_MB";
+
+/// Gradients of one group ready to reduce: per parameter, one tensor per device and the op.
+#[derive(Default)]
+struct Bucket {
+    entries: Vec<(Vec<CudnnTensor>, ReduceOperation)>,
+    /// Bytes of one device's share.
+    bytes: usize,
+}
+
+/// The bucket size in bytes ([`BUCKET_MB_ENV`], default 25 MiB; 0 launches every
+/// parameter on its own).
+fn bucket_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let mb = std::env::var(BUCKET_MB_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .unwrap_or(25.0);
+        (mb * 1024.0 * 1024.0) as usize
+    })
+}
 
 impl DistributedBackend for Cudnn {
     fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: Vec<DeviceId>) -> CollectiveTensor<Self> {
@@ -89,30 +169,57 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
         }
     };
     if !ready.is_empty() {
-        let launched = launch(&key, &ready, op);
+        let bytes = ready[0].numel() as usize * ready[0].dtype.size();
+        let mut buckets = BUCKETS.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = buckets.get_or_insert_with(HashMap::new).entry(key.clone()).or_default();
+        bucket.entries.push((ready, op));
+        bucket.bytes += bytes;
+        let full = bucket.bytes >= bucket_bytes();
+        let launched = if full {
+            launch(&key, std::mem::take(bucket))
+        } else {
+            Ok(())
+        };
+        drop(buckets);
         LAUNCHED.notify_all();
         launched?;
     }
     Ok(out)
 }
 
-/// One NCCL group: an in-place all-reduce of each device's tensor on its stream.
-fn launch(key: &[usize], tensors: &[CudnnTensor], op: ReduceOperation) -> Result<()> {
-    let op = match op {
-        ReduceOperation::Sum => ReduceOp::Sum,
-        ReduceOperation::Mean => ReduceOp::Mean,
-    };
+/// One NCCL group for a bucket: an in-place all-reduce of each device's tensor of each
+/// parameter on its stream (NCCL aggregates the group's collectives into few kernels).
+fn launch(key: &[usize], bucket: Bucket) -> Result<()> {
+    if bucket.entries.is_empty() {
+        return Ok(());
+    }
     let comms = communicators(key)?;
     group(|| {
-        for t in tensors {
-            let ordinal = t.device().ordinal();
-            let rank = key.iter().position(|&o| o == ordinal).ok_or_else(|| {
-                Error::invalid_input("all_reduce", format!("GPU {ordinal} is not in the group {key:?}"))
-            })?;
-            comms[rank].all_reduce(t.stream(), &t.tref(), &t.tmut(), op)?;
+        for (tensors, op) in &bucket.entries {
+            let op = match op {
+                ReduceOperation::Sum => ReduceOp::Sum,
+                ReduceOperation::Mean => ReduceOp::Mean,
+            };
+            for t in tensors {
+                let ordinal = t.device().ordinal();
+                let rank = key.iter().position(|&o| o == ordinal).ok_or_else(|| {
+                    Error::invalid_input("all_reduce", format!("GPU {ordinal} is not in the group {key:?}"))
+                })?;
+                comms[rank].all_reduce(t.stream(), &t.tref(), &t.tmut(), op)?;
+            }
         }
         Ok(())
     })
+}
+
+/// Launches the buckets of every group that holds GPU `ordinal`.
+fn flush_buckets(ordinal: usize) -> Result<()> {
+    let mut buckets = BUCKETS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(all) = buckets.as_mut() else { return Ok(()) };
+    for (key, bucket) in all.iter_mut().filter(|(key, _)| key.contains(&ordinal)) {
+        launch(key, std::mem::take(bucket))?;
+    }
+    Ok(())
 }
 
 /// The group's communicators (rank `i` on GPU `key[i]`), made once.
@@ -132,8 +239,9 @@ fn communicators(key: &[usize]) -> Result<Vec<Communicator>> {
 /// run on the gradients' own streams, so that is only a matter of every group holding one
 /// of this GPU's gradients having been launched: under `Fusion<Cudnn>` each device's
 /// queued all-reduce runs when that device's queue is flushed, so a group may still wait
-/// for another device's thread. Waits for that (up to the collective timeout), then
-/// reports a communicator of this GPU that the watchdog aborted.
+/// for another device's thread. Waits for that (up to the collective timeout), launches the
+/// buckets of this GPU's groups, then reports a communicator of this GPU that the watchdog
+/// aborted.
 fn sync_collective(ordinal: usize) -> Result<()> {
     let deadline = Instant::now() + crate::collective::timeout_from_env();
     let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,6 +269,7 @@ fn sync_collective(ordinal: usize) -> Result<()> {
             .0;
     }
     drop(pending);
+    flush_buckets(ordinal)?;
     let all = COMMUNICATORS.lock().unwrap_or_else(|e| e.into_inner());
     for comm in all.iter().flat_map(|m| m.values()).flatten() {
         if comm.device().ordinal() == ordinal {

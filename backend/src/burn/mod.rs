@@ -15,7 +15,7 @@
 pub(crate) mod data;
 mod device;
 #[cfg(feature = "distributed")]
-mod distributed;
+pub mod distributed;
 
 #[cfg(feature = "distributed")]
 pub(crate) use burn_backend::distributed::DistributedBackend as AutodiffInner;
