@@ -454,7 +454,18 @@ fn run_devices(args: &Args) -> std::result::Result<(f64, f64), String> {
                         Communicator::init_rank(&ours, rank, n, &id, timeout_from_env()).map_err(|e| e.to_string())?;
                     let varmap = VarMap::new();
                     let net = Net::new(args.stock, VarBuilder::from_varmap(&varmap, DType::F32, &dev)).map_err(err)?;
-                    let vars = varmap.all_vars();
+                    // Every rank walks the variables in the same (name) order: the broadcasts
+                    // and the flattened gradient bucket must line up across ranks, and a
+                    // VarMap's own order is its hash map's, different in every instance.
+                    let mut named: Vec<(String, candle_core::Var)> = varmap
+                        .data()
+                        .lock()
+                        .map_err(|_| "the VarMap's lock is poisoned".to_string())?
+                        .iter()
+                        .map(|(name, v)| (name.clone(), v.clone()))
+                        .collect();
+                    named.sort_by(|a, b| a.0.cmp(&b.0));
+                    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
                     for v in &vars {
                         v.set(&broadcast(v.as_tensor(), &comm, 0).map_err(err)?).map_err(err)?;
                     }
@@ -500,9 +511,12 @@ fn run_devices(args: &Args) -> std::result::Result<(f64, f64), String> {
                         epochs.push((mean_loss, started.elapsed().as_secs_f64()));
                     }
                     comm.synchronize().map_err(|e| e.to_string())?;
-                    let flat: Vec<Tensor> = vars
+                    // The trained variables only: each replica's batch norms track the
+                    // running statistics of their own shard.
+                    let flat: Vec<Tensor> = named
                         .iter()
-                        .map(|v| v.as_tensor().flatten_all())
+                        .filter(|(name, _)| !name.contains("running_"))
+                        .map(|(_, v)| v.as_tensor().flatten_all())
                         .collect::<Result<_>>()
                         .map_err(err)?;
                     let weights = Tensor::cat(&flat, 0).and_then(|t| t.to_vec1::<f32>()).map_err(err)?;
