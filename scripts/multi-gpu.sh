@@ -4,6 +4,7 @@
 # --batch-size images), train_candle on N GPUs when bundled (.gpu-candle), and PyTorch DDP
 # on the same network in the same run. NCCL comes from CUDNN_BACKEND_NCCL_LIB or the
 # loader's path; the two_gpus_* tests need two GPUs.
+# MULTI_SKIP_TESTS=1 leaves the tests out (the benchmark only).
 # Usage: .gpu/multi-gpu.sh LOG_DIR [BATCH_PER_GPU] [EPOCHS]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -20,17 +21,22 @@ run() { # name, command...
   return $rc
 }
 two=(); [[ $gpus -lt 2 ]] && two=(--skip two_gpus)
-run test-nccl_library "$here/test-nccl_library" --include-ignored
-run test-gpu_nccl "$here/test-gpu_nccl" --include-ignored --test-threads=1 --nocapture "${two[@]}"
-run test-burn_distributed "$here/test-burn_distributed" --include-ignored --nocapture "${two[@]}"
+if [[ ${MULTI_SKIP_TESTS:-0} != 1 ]]; then
+  run test-nccl_library "$here/test-nccl_library" --include-ignored
+  run test-gpu_nccl "$here/test-gpu_nccl" --include-ignored --test-threads=1 --nocapture "${two[@]}"
+  run test-burn_distributed "$here/test-burn_distributed" --include-ignored --nocapture "${two[@]}"
+fi
 train=$(( 60 * batch * (gpus > 1 ? gpus : 2) ))  # 30 steps per epoch on N GPUs
-common=(--batch-size "$batch" --epochs "$epochs" --train "$train" --test 1024 --dtype f32)
+# cuDNN autotuning on both sides (train_torch.py sets cudnn.benchmark).
+common=(--batch-size "$batch" --epochs "$epochs" --train "$train" --test 1024 --dtype f32 --benchmark)
 run train_burn_1gpu "$here/train_burn_distributed" "${common[@]}" --devices 1
 if [[ $gpus -ge 2 ]]; then
   run train_burn_${gpus}gpu "$here/train_burn_distributed" "${common[@]}" --devices "$gpus"
   run train_burn_${gpus}gpu_stock "$here/train_burn_distributed" "${common[@]}" --devices "$gpus" --stock
   if [[ -x $here/train_candle ]]; then
-    run train_candle_${gpus}gpu "$here/train_candle" --batch-size "$batch" --epochs "$epochs" --train "$train" \
+    run train_candle_1gpu "$here/train_candle" --device gpu --benchmark --batch-size "$batch" --epochs "$epochs" \
+      --train "$train" --test 1024
+    run train_candle_${gpus}gpu "$here/train_candle" --benchmark --batch-size "$batch" --epochs "$epochs" --train "$train" \
       --test 1024 --devices "$gpus"
   fi
   run torch_ddp_${gpus}gpu python3 "$here/train_torch.py" --batch-size "$batch" --steps 30 --epochs "$epochs" --devices "$gpus"

@@ -57,12 +57,24 @@ fn host_reduce(inputs: &[Vec<f64>], op: ReduceOp) -> Vec<f64> {
 
 /// Random values on each rank's device (integers for integer dtypes).
 fn rank_inputs(devs: &[Arc<Device>], rng: &mut SplitMix64, dims: &[i64], dtype: DataType) -> Vec<DevTensor> {
+    rank_inputs_in(devs, rng, dims, Layout::Nchw, dtype)
+}
+
+/// One random tensor per rank in `layout`; integer dtypes get whole numbers in [-1000, 1000).
+fn rank_inputs_in(
+    devs: &[Arc<Device>],
+    rng: &mut SplitMix64,
+    dims: &[i64],
+    layout: Layout,
+    dtype: DataType,
+) -> Vec<DevTensor> {
+    let st = strides(dims, layout);
     devs.iter()
         .map(|d| {
-            let t = random(d.stream(), rng, dims, &strides(dims, Layout::Nchw), dtype);
+            let t = random(d.stream(), rng, dims, &st, dtype);
             if matches!(dtype, DataType::I32 | DataType::I64) {
                 let ints: Vec<f64> = t.values.iter().map(|v| (v * 1000.0).round()).collect();
-                integration_tests::upload(d.stream(), &ints, dims, &strides(dims, Layout::Nchw), dtype)
+                integration_tests::upload(d.stream(), &ints, dims, &st, dtype)
             } else {
                 t
             }
@@ -126,11 +138,7 @@ fn all_reduce_broadcast_all_gather_from_one_thread() {
             }
         }
         // In place, channels-last layout on every rank.
-        let nhwc = strides(&dims, Layout::Nhwc);
-        let bufs: Vec<DevTensor> = devs
-            .iter()
-            .map(|d| random(d.stream(), &mut rng, &dims, &nhwc, dtype))
-            .collect();
+        let bufs = rank_inputs_in(&devs, &mut rng, &dims, Layout::Nhwc, dtype);
         let want = host_reduce(
             &bufs.iter().map(|t| t.values.clone()).collect::<Vec<_>>(),
             ReduceOp::Sum,
@@ -282,6 +290,28 @@ fn two_gpus_a_peer_that_stops_makes_the_collective_fail_not_hang() {
         &[1],
         DataType::F32,
     );
+    // One collective on both ranks first: NCCL connects the ranks at their first collective
+    // (and a non-blocking communicator reports that enqueue as still in progress until the
+    // peer joins), so the stall below is a stall of an established communicator.
+    let y = random(
+        devs[1].stream(),
+        &mut SplitMix64::new(4),
+        &[1 << 16],
+        &[1],
+        DataType::F32,
+    );
+    std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            r0.all_reduce(devs[0].stream(), &x.t, &x.m, ReduceOp::Sum)
+                .and_then(|()| r0.synchronize())
+        });
+        let b = s.spawn(|| {
+            r1.all_reduce(devs[1].stream(), &y.t, &y.m, ReduceOp::Sum)
+                .and_then(|()| r1.synchronize())
+        });
+        a.join().unwrap().expect("rank 0's first all_reduce");
+        b.join().unwrap().expect("rank 1's first all_reduce");
+    });
     r0.all_reduce(devs[0].stream(), &x.t, &x.m, ReduceOp::Sum)
         .expect("enqueued");
     // Rank 1 issues nothing: rank 0's all-reduce can never complete.

@@ -268,9 +268,14 @@ impl Communicator {
     }
 
     /// After an NCCL call: outside a group, waits for a non-blocking enqueue and records the
-    /// completion event; inside one, defers both to the group's end.
+    /// completion event; inside one, defers both to the group's end. Views refused before
+    /// NCCL ran (not packed, mismatched counts) are returned as they are and leave the
+    /// communicator usable; an error of NCCL itself aborts it.
     fn finish(&self, op: &'static str, stream: &Arc<CudaStream>, status: Result<i32>) -> Result<()> {
-        let status = status.map_err(|e| self.watched.fail(e.to_string(), op))?;
+        let status = status.map_err(|e| match e {
+            Error::InvalidArgument { .. } | Error::InvalidInput { .. } => e,
+            other => self.watched.fail(other.to_string(), op),
+        })?;
         let deferred = GROUP.with(|g| {
             let mut g = g.borrow_mut();
             if g.depth > 0 {
