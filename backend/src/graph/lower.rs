@@ -19,6 +19,8 @@ pub(crate) struct LoweredGraph {
     /// The kernel cache its plans are built with (dynamic-shape graphs only; see
     /// [`KernelCache`]).
     pub(crate) kernel_cache: Option<Arc<KernelCache>>,
+    /// Lowered as a cuDNN dynamic-shape graph.
+    pub(crate) dynamic: bool,
     _parts: Vec<Descriptor>,
 }
 
@@ -434,6 +436,7 @@ pub(crate) fn lower(graph: &Graph, handle: &CudnnHandle, dynamic: bool) -> Resul
         op_graph: og,
         convolution,
         kernel_cache: None,
+        dynamic,
         _parts: parts,
     })
 }

@@ -568,7 +568,16 @@ pub(crate) fn select_plan(
             ptrs,
         )
     };
-    select(exclude_tf32, &mut tf32_rejected).map_err(|e| name_lib_config(e, tf32_rejected))
+    match select(exclude_tf32, &mut tf32_rejected) {
+        // cuDNN may offer no engine for a graph it accepted as dynamic-shape: that topology is
+        // built for its shape from now on.
+        Err(e) if lowered.dynamic && matches!(e.root(), Error::Unsupported { .. }) => {
+            tracing::debug!(graph = %graph.describe(), reason = %e, "no engine as a dynamic-shape graph; built for its shape");
+            super::kernel_cache::mark_static_only(graph, stream.context().ordinal());
+            select_plan(handle, graph, policy, stream, uids, ptrs)
+        }
+        other => other.map_err(|e| name_lib_config(e, tf32_rejected)),
+    }
 }
 
 /// An `Unsupported` error under `GRAPH_JIT_ONLY` says which configuration declined, whether

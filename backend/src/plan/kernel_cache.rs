@@ -3,7 +3,7 @@
 //! plan built for a graph of that topology, so a runtime-compiled engine can reuse a kernel
 //! it compiled for another size instead of compiling again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::policy::EnginePolicy;
@@ -22,6 +22,34 @@ fn registry() -> &'static Registry {
     R.get_or_init(Default::default)
 }
 
+/// Topologies (per device) for which cuDNN offered no engine as a dynamic-shape graph: they
+/// are lowered static from then on.
+fn static_only() -> &'static Mutex<HashSet<(usize, Vec<u8>)>> {
+    static S: OnceLock<Mutex<HashSet<(usize, Vec<u8>)>>> = OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// The registry key of `graph` on GPU `ordinal`: the topology alone tells graphs apart, as
+/// the registry is per process and device.
+fn topology_key(graph: &Graph, ordinal: usize) -> (usize, Vec<u8>) {
+    let ctx = SignatureContext {
+        compute_capability: (0, 0),
+        cudnn_version: 0,
+        policy: 0,
+    };
+    (ordinal, graph.topology_bytes(&ctx))
+}
+
+/// Records that cuDNN has no engine for `graph`'s topology as a dynamic-shape graph on GPU
+/// `ordinal` (cuDNN 9.14 offers none for the fused attention graphs, for example), so its
+/// later lowerings are static.
+pub(crate) fn mark_static_only(graph: &Graph, ordinal: usize) {
+    static_only()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(topology_key(graph, ordinal));
+}
+
 /// Lowers `graph` for a plan build on GPU `ordinal`: a static graph, or under
 /// `policy.dynamic_shapes` (cuDNN 9.5 or newer) a dynamic-shape graph with its topology's
 /// kernel cache. A graph cuDNN will not take as dynamic is lowered static (debug log).
@@ -34,6 +62,10 @@ pub(crate) fn lower_for_plan(
     if !policy.dynamic_shapes || crate::ffi::cudnn_version()? < MIN_CUDNN {
         return lower(graph, handle, false);
     }
+    let key = topology_key(graph, ordinal);
+    if static_only().lock().unwrap_or_else(|e| e.into_inner()).contains(&key) {
+        return lower(graph, handle, false);
+    }
     let mut lowered = match lower(graph, handle, true) {
         Ok(l) => l,
         Err(e) => {
@@ -41,13 +73,6 @@ pub(crate) fn lower_for_plan(
             return lower(graph, handle, false);
         }
     };
-    // The registry is per process and device: the topology alone tells graphs apart.
-    let ctx = SignatureContext {
-        compute_capability: (0, 0),
-        cudnn_version: 0,
-        policy: 0,
-    };
-    let key = (ordinal, graph.topology_bytes(&ctx));
     let mut caches = registry().lock().unwrap_or_else(|e| e.into_inner());
     let cache = match caches.get(&key) {
         Some(c) => c.clone(),
