@@ -3,6 +3,7 @@
 //! newer than any bindings are reported rather than misread.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -73,8 +74,9 @@ extern "C" {
 /// Runs at process exit, before libnvrtc's own teardown: background kernel builds may still
 /// be compiling, and NVRTC torn down under a compile crashes the process. Stops new compiles
 /// and waits for those in flight. Exit handlers run in reverse order of registration, and
-/// NVRTC registers the destructors of its lazily built state during its first compile, so
-/// the hook is registered once a compile has returned.
+/// NVRTC registers the destructors of its lazily built state while it compiles, so the hook
+/// is registered after a priming compile ([`prime`]) and again after each of the first
+/// compiles.
 extern "C" fn wait_for_compiles_at_exit() {
     // Nothing may unwind out of a C callback.
     let _ = std::panic::catch_unwind(|| {
@@ -113,15 +115,36 @@ impl CompileSlot {
     }
 }
 
-/// Registers [`wait_for_compiles_at_exit`] once (after the first compile returned).
+/// How many times [`register_exit_hook`] registers the hook: after each of the first
+/// compiles, so it runs before the teardown of any state NVRTC built lazily in them (exit
+/// handlers run newest first; a later registration of the same hook finds nothing to wait for).
+const EXIT_HOOK_REGISTRATIONS: usize = 32;
+
+/// Registers [`wait_for_compiles_at_exit`] (again), up to [`EXIT_HOOK_REGISTRATIONS`] times.
 fn register_exit_hook() {
-    static REGISTERED: OnceLock<()> = OnceLock::new();
-    REGISTERED.get_or_init(|| {
-        // SAFETY: `atexit` stores a pointer to a plain `extern "C"` function that lives for the
-        // whole process and catches every panic.
-        if unsafe { atexit(wait_for_compiles_at_exit) } != 0 {
-            tracing::debug!("could not register the NVRTC exit hook; a build in flight at exit may crash");
+    static REGISTERED: AtomicUsize = AtomicUsize::new(0);
+    if REGISTERED.fetch_add(1, Ordering::Relaxed) >= EXIT_HOOK_REGISTRATIONS {
+        return;
+    }
+    // SAFETY: `atexit` stores a pointer to a plain `extern "C"` function that lives for the
+    // whole process and catches every panic.
+    if unsafe { atexit(wait_for_compiles_at_exit) } != 0 {
+        tracing::debug!("could not register the NVRTC exit hook; a build in flight at exit may crash");
+    }
+}
+
+/// Compiles a trivial program once, before the process's first real compile, then registers
+/// the exit hook: NVRTC registers the teardown of the state it builds lazily during its first
+/// compile, so after this the hook runs before that teardown, even when the process exits
+/// while its first real (background) compiles are still running.
+fn prime(api: &NvrtcApi) {
+    static PRIMED: OnceLock<()> = OnceLock::new();
+    PRIMED.get_or_init(|| {
+        const SRC: &str = "extern \"C\" __global__ void cudnn_backend_prime() {}";
+        if let Err(e) = compile_with(api, SRC, "nvrtc warm-up", &[], &[], Output::Ptx) {
+            tracing::debug!(reason = %e, "the NVRTC warm-up compile failed");
         }
+        register_exit_hook();
     });
 }
 
@@ -287,7 +310,20 @@ pub(crate) fn compile(
     output: Output,
 ) -> Result<Compiled> {
     let api = api()?;
+    prime(api);
     let _slot = CompileSlot::enter(label)?;
+    compile_with(api, src, label, name_expressions, options, output)
+}
+
+/// [`compile`] without the exit-hook bookkeeping.
+fn compile_with(
+    api: &NvrtcApi,
+    src: &str,
+    label: &'static str,
+    name_expressions: &[String],
+    options: &[String],
+    output: Output,
+) -> Result<Compiled> {
     let c_src = cstring(src, "the source", label)?;
     let c_name = cstring(label, "the program name", label)?;
     let c_exprs = name_expressions
