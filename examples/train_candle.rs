@@ -40,8 +40,7 @@ use cudnn_backend::candle::nn::{
 };
 use cudnn_backend::candle::optim::FusedAdamW;
 use cudnn_backend::candle::{Conv2dParams, CudnnExt};
-use examples::curves::{plot, History};
-use indicatif::{ProgressBar, ProgressStyle};
+use examples::curves::{epoch_bar, finish_epoch, save_run, History};
 
 /// conv (no bias) → batch norm (fused in training unless `stock`).
 #[derive(Clone)]
@@ -347,12 +346,7 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     let mut last_rate = 0.0;
     let mut launches_per_step = 0.0;
     for epoch in 1..=args.epochs {
-        let bar = ProgressBar::new(steps as u64).with_style(
-            ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
-                .map_err(|e| e.to_string())?
-                .progress_chars("=> "),
-        );
-        bar.set_message(format!("{epoch}/{}", args.epochs));
+        let bar = epoch_bar(steps, epoch, args.epochs)?;
         let started = Instant::now();
         let launches_before = cudnn_backend::runtime::launch_counts();
         let mut loss_sum = Tensor::zeros((), DType::F32, dev).map_err(err)?;
@@ -388,25 +382,13 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
             accuracy * 100.0,
             rate(last_rate)
         );
-        if bar.is_hidden() {
-            println!("epoch {summary}"); // no terminal (e.g. a log file): one line per epoch
-        }
-        bar.finish_with_message(summary);
-        if !mean_loss.is_finite() {
-            return Err(format!("epoch {epoch}: the training loss is {mean_loss}"));
-        }
-        history.loss.push(mean_loss);
-        history.accuracy.push(accuracy);
+        finish_epoch(&bar, summary);
+        history.push_epoch(epoch, mean_loss, accuracy)?;
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    let checkpoint = args.out.join("model.safetensors");
-    varmap
-        .save(&checkpoint)
-        .map_err(|e| format!("saving {}: {e}", checkpoint.display()))?;
-    let png = args.out.join("curves.png");
-    plot(&history, &png)?;
+    save_run(&args.out, "model.safetensors", &history, |path| {
+        varmap.save(path).map_err(err)
+    })?;
     let accuracy = *history.accuracy.last().unwrap_or(&0.0);
-    println!("checkpoint: {}, curves: {}", checkpoint.display(), png.display());
     println!(
         "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {} images/s, \
          {launches_per_step:.0} launches/step",

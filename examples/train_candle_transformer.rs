@@ -40,8 +40,7 @@ use candle_nn::{AdamW, Embedding, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use cudnn_backend::candle::nn::LayerNormConfig;
 use cudnn_backend::candle::optim::FusedAdamW;
 use cudnn_backend::candle::{Activation, CudnnExt};
-use examples::curves::{plot, History};
-use indicatif::{ProgressBar, ProgressStyle};
+use examples::curves::{epoch_bar, finish_epoch, save_run, History};
 use markers::{generate, Set, CLASSES, VOCAB};
 
 const D_MODEL: usize = 512;
@@ -412,12 +411,7 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(), String
     let mut history = History::default();
     let (mut rate, mut launches_per_step) = (0.0, 0.0);
     for epoch in 1..=args.epochs {
-        let bar = ProgressBar::new(steps as u64).with_style(
-            ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
-                .map_err(|e| e.to_string())?
-                .progress_chars("=> "),
-        );
-        bar.set_message(format!("{epoch}/{}", args.epochs));
+        let bar = epoch_bar(steps, epoch, args.epochs)?;
         let started = Instant::now();
         let before = cudnn_backend::runtime::launch_counts();
         let mut loss_sum = Tensor::zeros((), DType::F32, dev).map_err(err)?;
@@ -442,24 +436,12 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(), String
             args.epochs,
             accuracy * 100.0
         );
-        if bar.is_hidden() {
-            println!("epoch {summary}"); // no terminal (e.g. a log file): one line per epoch
-        }
-        bar.finish_with_message(summary);
-        if !mean_loss.is_finite() {
-            return Err(format!("epoch {epoch}: the training loss is {mean_loss}"));
-        }
-        history.loss.push(mean_loss);
-        history.accuracy.push(accuracy);
+        finish_epoch(&bar, summary);
+        history.push_epoch(epoch, mean_loss, accuracy)?;
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    let checkpoint = args.out.join("model.safetensors");
-    varmap
-        .save(&checkpoint)
-        .map_err(|e| format!("saving {}: {e}", checkpoint.display()))?;
-    let png = args.out.join("curves.png");
-    plot(&history, &png)?;
-    println!("checkpoint: {}, curves: {}", checkpoint.display(), png.display());
+    save_run(&args.out, "model.safetensors", &history, |path| {
+        varmap.save(path).map_err(err)
+    })?;
     println!(
         "train_candle_transformer {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {rate:.1} \
          sequences/s, {launches_per_step:.0} launches/step",

@@ -85,6 +85,55 @@ pub mod curves {
         pub accuracy: Vec<f64>,
     }
 
+    impl History {
+        /// Records epoch `epoch`; an error when its mean loss is not finite (training diverged).
+        pub fn push_epoch(&mut self, epoch: usize, loss: f64, accuracy: f64) -> Result<(), String> {
+            if !loss.is_finite() {
+                return Err(format!("epoch {epoch}: the training loss is {loss}"));
+            }
+            self.loss.push(loss);
+            self.accuracy.push(accuracy);
+            Ok(())
+        }
+    }
+
+    /// The progress bar of epoch `epoch` of `epochs`, `steps` steps long.
+    pub fn epoch_bar(steps: usize, epoch: usize, epochs: usize) -> Result<indicatif::ProgressBar, String> {
+        let style =
+            indicatif::ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
+                .map_err(|e| e.to_string())?
+                .progress_chars("=> ");
+        let bar = indicatif::ProgressBar::new(steps as u64).with_style(style);
+        bar.set_message(format!("{epoch}/{epochs}"));
+        Ok(bar)
+    }
+
+    /// Ends an epoch's bar with `summary`, also printed as a line when no terminal shows the
+    /// bar (a log file).
+    pub fn finish_epoch(bar: &indicatif::ProgressBar, summary: String) {
+        if bar.is_hidden() {
+            println!("epoch {summary}");
+        }
+        bar.finish_with_message(summary);
+    }
+
+    /// Writes the checkpoint `save` makes at `out/file` and the curves at `out/curves.png`,
+    /// and prints both paths.
+    pub fn save_run(
+        out: &std::path::Path,
+        file: &str,
+        history: &History,
+        save: impl FnOnce(&std::path::Path) -> Result<(), String>,
+    ) -> Result<(), String> {
+        std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let checkpoint = out.join(file);
+        save(&checkpoint).map_err(|e| format!("saving {}: {e}", checkpoint.display()))?;
+        let png = out.join("curves.png");
+        plot(history, &png)?;
+        println!("checkpoint: {}, curves: {}", checkpoint.display(), png.display());
+        Ok(())
+    }
+
     /// Two panels: mean training loss and test accuracy per epoch.
     pub fn plot(h: &History, path: &std::path::Path) -> Result<(), String> {
         use plotters::prelude::*;

@@ -15,7 +15,10 @@ use crate::graph::{Graph, SignatureContext};
 /// The first cuDNN version with dynamic-shape kernel caches bound to an operation graph.
 const MIN_CUDNN: usize = 90500;
 
-type Registry = Mutex<HashMap<(usize, Vec<u8>), Arc<KernelCache>>>;
+/// A device ordinal and a graph topology ([`Graph::topology_bytes`]).
+type TopologyKey = (usize, Vec<u8>);
+
+type Registry = Mutex<HashMap<TopologyKey, Arc<KernelCache>>>;
 
 fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
@@ -24,14 +27,14 @@ fn registry() -> &'static Registry {
 
 /// Topologies (per device) for which cuDNN offered no engine as a dynamic-shape graph: they
 /// are lowered static from then on.
-fn static_only() -> &'static Mutex<HashSet<(usize, Vec<u8>)>> {
-    static S: OnceLock<Mutex<HashSet<(usize, Vec<u8>)>>> = OnceLock::new();
+fn static_only() -> &'static Mutex<HashSet<TopologyKey>> {
+    static S: OnceLock<Mutex<HashSet<TopologyKey>>> = OnceLock::new();
     S.get_or_init(Default::default)
 }
 
 /// The registry key of `graph` on GPU `ordinal`: the topology alone tells graphs apart, as
 /// the registry is per process and device.
-fn topology_key(graph: &Graph, ordinal: usize) -> (usize, Vec<u8>) {
+fn topology_key(graph: &Graph, ordinal: usize) -> TopologyKey {
     let ctx = SignatureContext {
         compute_capability: (0, 0),
         cudnn_version: 0,
