@@ -107,11 +107,7 @@ fn two_gpus_data_parallel_training_matches_one_gpu_with_the_whole_batch() {
     <B as Backend>::seed(&devices[0], 7);
     // Initialized and forked once, so the single-GPU model and both replicas start from the
     // same weights (Burn's lazy parameters would otherwise initialize in each clone).
-    let mut models = replicas(
-        Mlp::<B>::new(&devices[0]),
-        &[devices[0].clone(), devices[0].clone(), devices[1].clone()],
-    )
-    .into_iter();
+    let mut models = replicas(Mlp::<B>::new(&devices[0]), &[devices[0], devices[0], devices[1]]).into_iter();
     let single = params(&train(models.next().unwrap(), &devices[0], 0..BATCH));
     let replicas: Vec<Mlp<B>> = models.collect();
 
