@@ -96,8 +96,9 @@ extern "C" fn wait_for_compiles_at_exit() {
     });
 }
 
-/// One compile in flight (counted for the exit hook) while it lives: an NVRTC compile, or a
-/// cuDNN plan build on a background thread (cuDNN's runtime compilation runs NVRTC too).
+/// One compile in flight (counted for the exit hook) while it lives: an NVRTC compile, a
+/// background kernel load (compile and module load), or a cuDNN plan build on a background
+/// thread (cuDNN's runtime compilation runs NVRTC too).
 pub(crate) struct CompileSlot;
 
 impl CompileSlot {

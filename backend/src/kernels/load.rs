@@ -408,6 +408,7 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
                     let Ok(dev) = Device::new(ordinal) else { return };
                     while let Some(&(s2, n2)) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let _permit = BackgroundPermit::acquire(true);
+                        let Some(_slot) = background_slot() else { return };
                         match load_locked(&dev, s2, n2, false, &mut || {}) {
                             Ok(Some((_, true))) => {
                                 PREFETCHED.fetch_add(1, Ordering::Relaxed);
@@ -432,6 +433,14 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
             message: format!("{function} of {} was not built", source.name),
         }),
     }
+}
+
+/// A background kernel load (NVRTC compile, module load, disk-cache write) counted as a
+/// compile in flight for its whole duration, so a process that begins to exit waits for it
+/// instead of tearing NVRTC and the CUDA driver down under its module load; `None` once the
+/// process is exiting (the background work then stops).
+fn background_slot() -> Option<crate::ffi::nvrtc::CompileSlot> {
+    crate::ffi::nvrtc::CompileSlot::enter("a background kernel load").ok()
 }
 
 /// Kernels compiling at once on behalf of no waiting caller (warm-up, a group's siblings):
@@ -546,6 +555,10 @@ fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], backgro
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&(src, name)) = todo.get(i) else { break };
         let _permit = background.then(|| BackgroundPermit::acquire(false));
+        let slot = background.then(background_slot);
+        if slot.as_ref().is_some_and(Option::is_none) {
+            break; // the process is exiting
+        }
         if let Err(e) = load_locked(dev, src, name, true, &mut || {}) {
             first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
         }
