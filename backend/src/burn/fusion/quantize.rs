@@ -248,15 +248,13 @@ impl staged::Stage for Stage {
                     divisor,
                 },
                 OperationIr::Float(_, FloatOperationIr::Quantize(q)),
-            ) if q.tensor.id == x.id && last(&q.qparams.scales, *scales) && level_fits(ops, &q.scheme, x) => {
-                Stage::Done {
-                    x: q.tensor.clone(),
-                    out: q.out.id,
-                    scheme: q.scheme,
-                    factor: *factor,
-                    divisor: *divisor,
-                }
-            }
+            ) if q.tensor.id == x.id && last(&q.qparams.scales, *scales) && level_fits(ops, &q.scheme) => Stage::Done {
+                x: q.tensor.clone(),
+                out: q.out.id,
+                scheme: q.scheme,
+                factor: *factor,
+                divisor: *divisor,
+            },
             _ => return None,
         };
         Some(stage)
@@ -292,12 +290,14 @@ impl staged::Stage for Stage {
 }
 
 /// The scheme is one `Cudnn` quantizes, at the level the run (`ops`, starting with the
-/// reshape into blocks or with `min`) computed scales for.
-fn level_fits(ops: &[OperationIr], scheme: &QuantScheme, x: &TensorIr) -> bool {
+/// reshape into blocks or with `min`) computed scales for. Sizes are not checked here: the
+/// fusers see relative shapes (each distinct size replaced by an id), so whether the blocks
+/// divide the tensor is checked on the real shape when the run executes.
+fn level_fits(ops: &[OperationIr], scheme: &QuantScheme) -> bool {
     let blockwise = matches!(ops.first(), Some(OperationIr::BaseFloat(BaseOperationIr::Reshape(_))));
     let level_ok = match scheme.level {
         QuantLevel::Tensor => !blockwise,
-        QuantLevel::Block(b) => blockwise && x.shape.num_elements().is_multiple_of(b.num_elements()),
+        QuantLevel::Block(_) => blockwise,
     };
     level_ok && supports_scheme(scheme)
 }
@@ -328,6 +328,11 @@ impl QuantizeDynamicOptimization {
             return Ok(false);
         }
         let x_ir = global_ir(context, &self.x.0, OP);
+        if let QuantLevel::Block(b) = self.scheme.level {
+            if !x_ir.shape.num_elements().is_multiple_of(b.num_elements()) {
+                return Ok(false);
+            }
+        }
         let out_ir = global_ir(context, &self.out, OP);
         let x = handle_tensor(context, &x_ir.id, OP);
         if self.x.1 {
@@ -481,6 +486,26 @@ mod tests {
             assert_eq!((o.factor, o.divisor), (ScalarIr::UInt(0), ScalarIr::UInt(1)));
             assert!(QuantizeDynamicFuser::matched(&o.operations).is_some());
         }
+    }
+
+    #[test]
+    fn blockwise_runs_match_on_relative_shapes() {
+        // burn-fusion hands the fusers relative shapes: each distinct size becomes an id, so
+        // a `[16, 64]` input quantized in blocks of 32 arrives as `[1, 2]`, whose "element
+        // count" says nothing about the blocks.
+        let mut ops = composed(true, false);
+        for op in &mut ops {
+            if let OperationIr::Float(_, FloatOperationIr::Quantize(q)) = op {
+                q.tensor.shape = burn_backend::Shape::from(vec![1, 2]);
+                q.scheme = q.scheme.with_level(QuantLevel::Block(BlockSize::new([32])));
+            }
+            if let OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) = op {
+                if r.input.id == TensorId::new(1) {
+                    r.input.shape = burn_backend::Shape::from(vec![1, 2]);
+                }
+            }
+        }
+        assert!(QuantizeDynamicFuser::matched(&ops).is_some());
     }
 
     #[test]
