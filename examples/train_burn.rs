@@ -44,7 +44,6 @@ use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
 use examples::cli::BackendChoice;
 use examples::curves::{plot, History};
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// The network's batch norm: Burn's own (`--stock`) or this crate's drop-in, which fuses
 /// the normalization with the ReLU and the residual add on our backend.
@@ -440,12 +439,7 @@ where
     let mut last_rate = 0.0;
     let mut launches_per_step = 0.0;
     for epoch in 1..=args.epochs {
-        let bar = ProgressBar::new(steps as u64).with_style(
-            ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
-                .map_err(|e| e.to_string())?
-                .progress_chars("=> "),
-        );
-        bar.set_message(format!("{epoch}/{}", args.epochs));
+        let bar = examples::curves::epoch_bar(steps, epoch, args.epochs)?;
         let started = Instant::now();
         let launches_before = cudnn_backend::runtime::launch_counts();
         // `--host-profile`: the last epoch's steps are sampled.

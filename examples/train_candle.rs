@@ -247,13 +247,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--device" => {
-                a.gpu = Some(match value()?.as_str() {
-                    "gpu" | "cuda" => true,
-                    "cpu" => false,
-                    other => return Err(format!("--device {other}: use gpu or cpu")),
-                })
-            }
+            "--device" => a.gpu = Some(examples::cli::parse_device(&value()?)?),
             "--epochs" => a.epochs = number(value()?)?,
             "--batch-size" => a.batch = number(value()?)?,
             "--train" => a.train = number(value()?)?,
@@ -270,14 +264,7 @@ fn parse_args() -> std::result::Result<Args, String> {
                     other => return Err(format!("--optimizer {other}: use adamw or sgd")),
                 }
             }
-            "--dtype" => {
-                a.dtype = match value()?.as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    "bf16" => DType::BF16,
-                    other => return Err(format!("--dtype {other}: use f32, f16 or bf16")),
-                }
-            }
+            "--dtype" => a.dtype = examples::cli::parse_candle_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \

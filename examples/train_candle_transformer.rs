@@ -322,14 +322,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             // Accepted for train-bench.sh, which passes it to every CNN and Candle program:
             // this network has no convolutions to autotune.
             "--benchmark" => {}
-            "--dtype" => {
-                a.dtype = match value()?.as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    "bf16" => DType::BF16,
-                    other => return Err(format!("--dtype {other}: use f32, f16 or bf16")),
-                }
-            }
+            "--dtype" => a.dtype = examples::cli::parse_candle_dtype(&value()?)?,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --layers N \

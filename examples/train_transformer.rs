@@ -37,7 +37,6 @@ use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
 use examples::cli::BackendChoice;
 use examples::curves::{plot, History};
-use indicatif::{ProgressBar, ProgressStyle};
 use markers::{generate, Set, CLASSES, VOCAB};
 
 const D_MODEL: usize = 512;
@@ -298,12 +297,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
     let mut history = History::default();
     let (mut rate, mut launches_per_step) = (0.0, 0.0);
     for epoch in 1..=args.epochs {
-        let bar = ProgressBar::new(steps as u64).with_style(
-            ProgressStyle::with_template("epoch {msg} [{bar:40}] {pos}/{len} steps, {per_sec}, eta {eta}")
-                .map_err(|e| e.to_string())?
-                .progress_chars("=> "),
-        );
-        bar.set_message(format!("{epoch}/{}", args.epochs));
+        let bar = examples::curves::epoch_bar(steps, epoch, args.epochs)?;
         let t0 = Instant::now();
         let before = cudnn_backend::runtime::launch_counts();
         // `--host-profile`: the last epoch's steps are sampled.

@@ -384,6 +384,16 @@ pub mod cli {
         }
     }
 
+    /// `--dtype f32|f16|bf16` as a Candle dtype (the Candle examples).
+    #[cfg(feature = "candle")]
+    pub fn parse_candle_dtype(value: &str) -> Result<candle_core::DType, String> {
+        Ok(match parse_dtype(value)? {
+            FloatDType::F16 => candle_core::DType::F16,
+            FloatDType::BF16 => candle_core::DType::BF16,
+            _ => candle_core::DType::F32,
+        })
+    }
+
     /// Whether `program` trains on the GPU: as asked (`--device`), else when one is usable.
     /// Exits with status 2 when the GPU was asked for and cannot be used, and sets the default
     /// float dtype of the GPU device; the CPU backend takes f32 only.

@@ -81,7 +81,7 @@ static COMMUNICATORS: Mutex<Option<HashMap<Vec<usize>, Vec<Communicator>>>> = Mu
 /// Gradients waiting for the rest of their group, per group.
 static PENDING: Mutex<Option<HashMap<Vec<usize>, Vec<CudnnTensor>>>> = Mutex::new(None);
 /// Signalled whenever a group's waiting gradients were complete (moved to a bucket).
-static LAUNCHED: Condvar = Condvar::new();
+static ARRIVED: Condvar = Condvar::new();
 /// Complete gradients not launched yet, per group: launched together (one NCCL group) once
 /// they hold [`bucket_bytes`] or when a device of the group synchronizes. The lock is held
 /// while a bucket is launched, so a device that finds its group's bucket empty knows its
@@ -181,7 +181,7 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
             Ok(())
         };
         drop(buckets);
-        LAUNCHED.notify_all();
+        ARRIVED.notify_all();
         launched?;
     }
     Ok(out)
@@ -263,7 +263,7 @@ fn sync_collective(ordinal: usize) -> Result<()> {
                 ),
             });
         }
-        pending = LAUNCHED
+        pending = ARRIVED
             .wait_timeout(pending, deadline - now)
             .unwrap_or_else(|e| e.into_inner())
             .0;

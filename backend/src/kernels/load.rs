@@ -555,10 +555,10 @@ fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], backgro
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&(src, name)) = todo.get(i) else { break };
         let _permit = background.then(|| BackgroundPermit::acquire(false));
-        let slot = background.then(background_slot);
-        if slot.as_ref().is_some_and(Option::is_none) {
-            break; // the process is exiting
-        }
+        let _slot = match background.then(background_slot) {
+            Some(None) => break, // the process is exiting
+            slot => slot,
+        };
         if let Err(e) = load_locked(dev, src, name, true, &mut || {}) {
             first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
         }
