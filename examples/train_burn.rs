@@ -14,7 +14,12 @@
 //! of the last epoch's steps goes), `--backend ours|burn-cuda` (default `ours`; `burn-cuda`:
 //! the same `--stock` network on `Autodiff<burn::backend::Cuda>`, Burn's own CUDA backend with
 //! burn-fusion and autotuning, for comparison; examples built with `--features burn-cuda`;
-//! `--benchmark` changes nothing there, as burn-cuda autotunes its kernels itself).
+//! `--benchmark` changes nothing there, as burn-cuda autotunes its kernels itself),
+//! `--devices N` (examples built with `--features distributed`: data-parallel training on
+//! GPUs 0..N through NCCL, `--batch-size` images per GPU; each epoch line also gives each
+//! GPU thread's host milliseconds per step in forward, `backward()` and the optimizer step),
+//! `--no-gradient-sync` (with `--devices`: a diagnostic where the replicas train without
+//! reducing their gradients, the scaling ceiling of one process driving N GPUs).
 //!
 //! By default the network uses `cudnn_backend::burn::nn::BatchNorm` (batch norm, residual
 //! add and ReLU in one fused pass, forward and backward) and `FusedAdamConfig` (one launch
@@ -178,6 +183,9 @@ struct Args {
     test: usize,
     out: PathBuf,
     devices: usize,
+    threads: bool,
+    rank_process: bool,
+    no_gradient_sync: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -195,6 +203,9 @@ fn parse_args() -> Result<Args, String> {
         test: 2_000,
         out: PathBuf::from("out/train_burn"),
         devices: 1,
+        threads: false,
+        rank_process: false,
+        no_gradient_sync: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -214,11 +225,14 @@ fn parse_args() -> Result<Args, String> {
             "--backend" => a.backend = examples::cli::parse_backend(&value()?)?,
             "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
             "--devices" => a.devices = number(value()?)?,
+            "--no-gradient-sync" => a.no_gradient_sync = true,
+            "--threads" => a.threads = true,
+            "--rank-process" => a.rank_process = true,
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --benchmark \
                             --stock --fusion --backend ours|burn-cuda --host-profile FILE --train N --test N --out DIR \
-                            --devices N"
+                            --devices N --threads --no-gradient-sync --rank-process"
                         .into(),
                 )
             }
@@ -228,12 +242,25 @@ fn parse_args() -> Result<Args, String> {
     if a.batch == 0 || a.epochs == 0 || a.devices == 0 {
         return Err("--batch-size, --epochs and --devices must be positive".into());
     }
-    if a.devices > 1 && (a.backend != BackendChoice::Ours || a.gpu == Some(false) || a.host_profile.is_some()) {
+    let parallel = a.devices > 1 || a.rank_process;
+    if parallel && (a.backend != BackendChoice::Ours || a.gpu == Some(false)) {
         return Err(
             "--devices N (N > 1) trains on this crate's backend on N GPUs; it takes neither --backend \
-                    burn-cuda, --device cpu nor --host-profile"
+                    burn-cuda nor --device cpu"
                 .into(),
         );
+    }
+    if a.devices > 1 && a.threads && a.host_profile.is_some() {
+        return Err("--host-profile samples one process: use it without --threads".into());
+    }
+    if (a.no_gradient_sync || a.threads) && !parallel {
+        return Err("--threads and --no-gradient-sync go with --devices N (N > 1)".into());
+    }
+    if ((a.devices > 1 && !a.threads) || a.rank_process) && a.fusion {
+        return Err("one process per GPU runs on `Autodiff<Cudnn>`: --fusion needs --threads".into());
+    }
+    if a.rank_process && a.threads {
+        return Err("--rank-process is one process of a job: it takes no --threads".into());
     }
     Ok(a)
 }
@@ -280,8 +307,33 @@ mod data_parallel {
 
     use super::{evaluate, images, labels, shapes, Args, Net};
 
-    /// A replica's trained model and, per epoch, its mean loss and seconds.
-    type Replica<B> = Result<(Net<B>, Vec<(f64, f64)>), String>;
+    /// A replica's trained model and its epochs.
+    type Replica<B> = Result<(Net<B>, Vec<Epoch>), String>;
+
+    /// One replica's epoch: mean loss, seconds, and where its thread's host time went.
+    struct Epoch {
+        loss: f64,
+        seconds: f64,
+        /// Host milliseconds per step: forward + loss, `backward()` (which ends waiting for
+        /// the gradient reductions to be enqueued), optimizer step.
+        host: [f64; 3],
+    }
+
+    /// Accumulated host seconds of the three phases of a step.
+    #[derive(Default)]
+    struct HostTime([f64; 3]);
+
+    impl HostTime {
+        fn add(&mut self, start: Instant, forward: Instant, backward: Instant, step: Instant) {
+            self.0[0] += (forward - start).as_secs_f64();
+            self.0[1] += (backward - forward).as_secs_f64();
+            self.0[2] += (step - backward).as_secs_f64();
+        }
+
+        fn per_step(&self, steps: usize) -> [f64; 3] {
+            self.0.map(|s| s * 1e3 / steps as f64)
+        }
+    }
 
     /// Trains one replica per device on its shard of each global batch (`--batch-size`
     /// images per GPU), gradients averaged across the GPUs; reports the test accuracy of
@@ -311,12 +363,16 @@ mod data_parallel {
         // One initialization, forked to every GPU with its parameters marked for the
         // gradient all-reduce.
         let models = replicas(Net::<B>::new(args.stock, &devices[0]), devices);
-        B::start_communication_server(
-            devices,
-            DistributedConfig {
-                all_reduce_op: ReduceOperation::Mean,
-            },
-        );
+        // `--no-gradient-sync`: without the communication server the marked gradients are
+        // never reduced, so the replicas train independently (the in-process scaling ceiling).
+        if !args.no_gradient_sync {
+            B::start_communication_server(
+                devices,
+                DistributedConfig {
+                    all_reduce_op: ReduceOperation::Mean,
+                },
+            );
+        }
         let barrier = Barrier::new(n);
         let results: Vec<Replica<B>> = std::thread::scope(|s| {
             let handles: Vec<_> = models
@@ -336,19 +392,29 @@ mod data_parallel {
                             barrier.wait();
                             let started = Instant::now();
                             let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
+                            let mut host = HostTime::default();
                             for step in 0..steps {
                                 let first = (step * n + rank) * args.batch;
                                 let rows = first..first + args.batch;
+                                let t0 = Instant::now();
                                 let logits = model.forward(train_x.clone().slice([rows.clone()]));
                                 let loss = loss_fn.forward(logits, train_y.clone().slice([rows]));
                                 loss_sum = loss_sum + loss.clone().detach();
+                                let t1 = Instant::now();
                                 let grads = GradientsParams::from_grads(loss.backward(), &model);
+                                let t2 = Instant::now();
                                 model = optim.step(1e-3, model, grads);
+                                host.add(t0, t1, t2, Instant::now());
                             }
                             let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
                             B::sync(device).map_err(|e| e.to_string())?;
                             barrier.wait();
-                            epochs.push((mean_loss, started.elapsed().as_secs_f64()));
+                            let seconds = started.elapsed().as_secs_f64();
+                            epochs.push(Epoch {
+                                loss: mean_loss,
+                                seconds,
+                                host: host.per_step(steps),
+                            });
                         }
                         Ok((model, epochs))
                     })
@@ -359,7 +425,9 @@ mod data_parallel {
                 .map(|h| h.join().unwrap_or_else(|_| Err("a training thread panicked".into())))
                 .collect()
         });
-        B::close_communication_server(&devices[0]);
+        if !args.no_gradient_sync {
+            B::close_communication_server(&devices[0]);
+        }
         let mut trained = Vec::new();
         let mut timings = Vec::new();
         for r in results {
@@ -375,13 +443,24 @@ mod data_parallel {
             .collect::<Result<Vec<_>, _>>()?;
         let identical = digests.iter().all(|d| *d == digests[0]);
         let mut rate = 0.0;
-        for (epoch, (loss, _)) in timings[0].iter().enumerate() {
-            let seconds = timings.iter().map(|t| t[epoch].1).fold(0.0, f64::max);
+        for (epoch, first) in timings[0].iter().enumerate() {
+            let seconds = timings.iter().map(|t| t[epoch].seconds).fold(0.0, f64::max);
             rate = (steps * args.batch * n) as f64 / seconds;
+            let host = timings
+                .iter()
+                .enumerate()
+                .map(|(rank, t)| {
+                    let [f, b, o] = t[epoch].host;
+                    format!("GPU {rank} {f:.2}/{b:.2}/{o:.2}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
             println!(
-                "epoch {}/{}: loss {loss:.4} (GPU 0's shards), {rate:.0} images/s on {n} GPUs",
+                "epoch {}/{}: loss {:.4} (GPU 0's shards), {rate:.0} images/s on {n} GPUs; host ms/step \
+                 forward/backward/optimizer: {host}",
                 epoch + 1,
-                args.epochs
+                args.epochs,
+                first.loss
             );
         }
         let model = trained.swap_remove(0);
@@ -396,7 +475,7 @@ mod data_parallel {
             args.batch,
             accuracy * 100.0
         );
-        if !identical {
+        if !identical && !args.no_gradient_sync {
             return Err(format!("the replicas diverged: parameter digests {digests:?}"));
         }
         Ok((accuracy, rate))
@@ -410,28 +489,165 @@ static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Result<(f64, f64), String> {
     if args.stock {
         let label = format!("{label}, burn::nn modules");
-        train::<B, _>(device, args, &label, AdamConfig::new().init())
+        train::<B, _>(device, args, &label, AdamConfig::new().init(), None)
     } else {
         let label = format!("{label}, fused modules");
-        train::<B, _>(device, args, &label, FusedAdamConfig::new().init())
+        train::<B, _>(device, args, &label, FusedAdamConfig::new().init(), None)
     }
 }
 
+/// Averages one rank's gradients of a model over the ranks.
+type AverageGradients<'a, B> = &'a dyn Fn(&Net<B>, GradientsParams) -> Result<GradientsParams, String>;
+
+/// How one replica of a multi-process data-parallel job (`--devices N`) joins the others.
+struct Parallel<'a, B: AutodiffBackend> {
+    rank: usize,
+    world: usize,
+    /// The model with rank 0's initial parameters.
+    broadcast: &'a dyn Fn(Net<B>) -> Result<Net<B>, String>,
+    /// The gradients averaged over the ranks.
+    average: AverageGradients<'a, B>,
+    /// Returns once every rank got there with its GPU idle (around the timed epochs).
+    barrier: &'a dyn Fn() -> Result<(), String>,
+}
+
+/// One process of a `--devices N` job (`--rank-process`, started by [`launch_ranks`] or by
+/// any launcher that sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and the NCCL id): trains its
+/// replica on `Autodiff<Cudnn>` on GPU `LOCAL_RANK`, gradients averaged through NCCL.
+fn run_rank(args: &Args) -> Result<(f64, f64), String> {
+    use cudnn_backend::burn::process_group::ProcessGroup;
+    type B = Autodiff<Cudnn>;
+    let group = ProcessGroup::from_env().map_err(|e| format!("joining the job: {e}"))?;
+    if args.benchmark {
+        let mut policy = cudnn_backend::plan::policy();
+        policy.benchmark = true;
+        cudnn_backend::plan::set_policy(policy);
+    }
+    let err = |e: cudnn_backend::Error| e.to_string();
+    let broadcast = |model: Net<B>| group.broadcast_parameters::<B, _>(model).map_err(err);
+    let average = |model: &Net<B>, grads: GradientsParams| {
+        if args.no_gradient_sync {
+            Ok(grads)
+        } else {
+            group.all_reduce_gradients::<B, _>(model, grads).map_err(err)
+        }
+    };
+    let barrier = || group.barrier().map_err(err);
+    let parallel = Parallel {
+        rank: group.rank(),
+        world: group.world_size(),
+        broadcast: &broadcast,
+        average: &average,
+        barrier: &barrier,
+    };
+    let device = group.device();
+    let label = format!("{} GPUs (cudnn, one process per GPU)", group.world_size());
+    if args.stock {
+        let label = format!("{label}, burn::nn modules");
+        train::<B, _>(&device, args, &label, AdamConfig::new().init(), Some(&parallel))
+    } else {
+        let label = format!("{label}, fused modules");
+        train::<B, _>(&device, args, &label, FusedAdamConfig::new().init(), Some(&parallel))
+    }
+}
+
+/// `--devices N`: starts this program once per GPU with `--rank-process` (rank, world size
+/// and a fresh NCCL id in the environment), prints rank 0's output and the others' lines
+/// prefixed with their rank, and checks that the replicas ended with the same trained
+/// parameters.
+fn launch_ranks(args: &Args) -> Result<(), String> {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let id = cudnn_backend::collective::UniqueId::new().map_err(|e| format!("--devices {}: {e}", args.devices))?;
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut children = Vec::new();
+    for rank in 0..args.devices {
+        let child = Command::new(&exe)
+            .args(&argv)
+            .arg("--rank-process")
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", args.devices.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env(cudnn_backend::collective::NCCL_ID_ENV, id.to_hex())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting rank {rank}: {e}"))?;
+        children.push(child);
+    }
+    let digests: Vec<Option<String>> = std::thread::scope(|s| {
+        let readers: Vec<_> = children
+            .iter_mut()
+            .enumerate()
+            .map(|(rank, child)| {
+                let out = child.stdout.take();
+                s.spawn(move || {
+                    let mut digest = None;
+                    for line in out.into_iter().flat_map(|o| std::io::BufReader::new(o).lines()) {
+                        let Ok(line) = line else { break };
+                        if let Some(d) = line.strip_prefix("trainable parameter digest: ") {
+                            digest = Some(d.to_owned());
+                        }
+                        if rank == 0 {
+                            println!("{line}");
+                        } else {
+                            println!("[rank {rank}] {line}");
+                        }
+                    }
+                    digest
+                })
+            })
+            .collect();
+        readers.into_iter().map(|r| r.join().unwrap_or(None)).collect()
+    });
+    let mut failed = Vec::new();
+    for (rank, mut child) in children.into_iter().enumerate() {
+        match child.wait() {
+            Ok(status) if status.success() => {}
+            Ok(status) => failed.push(format!("rank {rank} exited with {status}")),
+            Err(e) => failed.push(format!("rank {rank}: {e}")),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(failed.join("; "));
+    }
+    let identical = digests.iter().all(|d| d.is_some() && *d == digests[0]);
+    println!("replicas identical: {identical}");
+    if !identical && !args.no_gradient_sync {
+        return Err(format!("the replicas diverged: trainable parameter digests {digests:?}"));
+    }
+    Ok(())
+}
+
 /// Trains and reports; returns (test accuracy, images/s of the last epoch).
-fn train<B, O>(device: &B::Device, args: &Args, label: &str, mut optim: O) -> Result<(f64, f64), String>
+fn train<B, O>(
+    device: &B::Device,
+    args: &Args,
+    label: &str,
+    mut optim: O,
+    parallel: Option<&Parallel<'_, B>>,
+) -> Result<(f64, f64), String>
 where
     B: AutodiffBackend,
     O: Optimizer<Net<B>, B>,
 {
     B::seed(device, 2024);
+    let (rank, world) = parallel.map_or((0, 1), |p| (p.rank, p.world));
     let train = shapes::generate(args.train, 1);
     let test = shapes::generate(args.test, 2);
     let mut model = Net::<B>::new(args.stock, device);
+    if let Some(p) = parallel {
+        model = (p.broadcast)(model)?;
+    }
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut history = History::default();
-    let steps = train.labels.len() / args.batch;
+    let steps = train.labels.len() / (args.batch * world);
     if steps == 0 {
-        return Err(format!("--batch-size {} is larger than the training set", args.batch));
+        return Err(format!(
+            "--batch-size {} on {world} GPU(s) is larger than the training set",
+            args.batch
+        ));
     }
     // The whole training set lives on the device; batches are views (no copies).
     let train_x = images::<B>(&train.images, train.labels.len(), device);
@@ -440,6 +656,12 @@ where
     let mut launches_per_step = 0.0;
     for epoch in 1..=args.epochs {
         let bar = examples::curves::epoch_bar(steps, epoch, args.epochs)?;
+        if rank > 0 {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        if let Some(p) = parallel {
+            (p.barrier)()?;
+        }
         let started = Instant::now();
         let launches_before = cudnn_backend::runtime::launch_counts();
         // `--host-profile`: the last epoch's steps are sampled.
@@ -449,13 +671,18 @@ where
         };
         let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
         for step in 0..steps {
-            let rows = step * args.batch..(step + 1) * args.batch;
+            // With N processes, rank r trains on the r-th batch of each group of N.
+            let first = (step * world + rank) * args.batch;
+            let rows = first..first + args.batch;
             let x = train_x.clone().slice([rows.clone()]);
             let y = train_y.clone().slice([rows]);
             let logits = model.forward(x);
             let loss = loss_fn.forward(logits, y);
             loss_sum = loss_sum + loss.clone().detach();
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+            if let Some(p) = parallel {
+                grads = (p.average)(&model, grads)?;
+            }
             model = optim.step(1e-3, model, grads);
             if epoch == 1 && step == 0 {
                 // Time to the end of the first step (kernel compiles, cuDNN plans included).
@@ -475,13 +702,16 @@ where
         }
         let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
         B::sync(device).map_err(|e| e.to_string())?;
+        if let Some(p) = parallel {
+            (p.barrier)()?;
+        }
         if let Some(profile) = profile {
             profile.finish()?;
         }
         let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
         launches_per_step = launches.total() as f64 / steps as f64;
         let seconds = started.elapsed().as_secs_f64();
-        last_rate = (steps * args.batch) as f64 / seconds;
+        last_rate = (steps * args.batch * world) as f64 / seconds;
         let accuracy = evaluate(&model.valid(), &test, args.batch, device);
         bar.finish_with_message(format!(
             "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {last_rate:.0} images/s",
@@ -493,6 +723,16 @@ where
     }
     // Two runs in deterministic mode must print the same digest.
     println!("parameter digest: {}", examples::digest::parameters(&model)?);
+    if parallel.is_some() {
+        // Each replica's batch norms keep their own shard's running statistics.
+        println!(
+            "trainable parameter digest: {}",
+            examples::digest::trainable_parameters(&model)?
+        );
+    }
+    if rank > 0 {
+        return Ok((*history.accuracy.last().unwrap_or(&0.0), last_rate));
+    }
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let checkpoint = args.out.join("model");
     CompactRecorder::new()
@@ -508,8 +748,9 @@ where
     } else {
         "n/a".to_owned()
     };
+    let per_gpu = if world > 1 { " per GPU" } else { "" };
     println!(
-        "train_burn {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s, \
+        "train_burn {label} dtype={:?} batch={}{per_gpu}: test accuracy {:.2}% (chance 10%), {last_rate:.0} images/s, \
          {launches} launches/step",
         args.dtype,
         args.batch,
@@ -603,8 +844,15 @@ fn main() {
         }
         return;
     }
-    if args.devices > 1 {
-        if let Err(e) = run_devices(&args) {
+    if args.devices > 1 || args.rank_process {
+        let result = if args.rank_process {
+            run_rank(&args).map(|_| ())
+        } else if args.threads {
+            run_devices(&args).map(|_| ())
+        } else {
+            launch_ranks(&args)
+        };
+        if let Err(e) = result {
             eprintln!("train_burn: {e}");
             std::process::exit(1);
         }

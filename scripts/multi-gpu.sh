@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel checks and benchmark on a CUDA machine (bundled binaries, see bundle-gpu.sh):
 # the NCCL collective tests, train_burn on 1 and N GPUs (the same global work per step: N x
-# --batch-size images), train_candle on N GPUs when bundled (.gpu-candle), and PyTorch DDP
+# --batch-size images; N GPUs as one process per GPU, and as Burn's in-process data
+# parallelism with --threads), train_candle on N GPUs when bundled (.gpu-candle), and PyTorch DDP
 # on the same network in the same run. NCCL comes from CUDNN_BACKEND_NCCL_LIB or the
 # loader's path; the two_gpus_* tests need two GPUs.
 # MULTI_SKIP_TESTS=1 leaves the tests out (the benchmark only).
@@ -29,10 +30,13 @@ fi
 train=$(( 60 * batch * (gpus > 1 ? gpus : 2) ))  # 30 steps per epoch on N GPUs
 # cuDNN autotuning on both sides (train_torch.py sets cudnn.benchmark).
 common=(--batch-size "$batch" --epochs "$epochs" --train "$train" --test 1024 --dtype f32 --benchmark)
-run train_burn_1gpu "$here/train_burn_distributed" "${common[@]}" --devices 1
+run train_burn_1gpu "$here/train_burn" "${common[@]}" --out "$logs/out-1gpu"
 if [[ $gpus -ge 2 ]]; then
-  run train_burn_${gpus}gpu "$here/train_burn_distributed" "${common[@]}" --devices "$gpus"
-  run train_burn_${gpus}gpu_stock "$here/train_burn_distributed" "${common[@]}" --devices "$gpus" --stock
+  # One process per GPU (the default of --devices), then Burn's in-process data parallelism.
+  run train_burn_${gpus}gpu "$here/train_burn" "${common[@]}" --devices "$gpus" --out "$logs/out-${gpus}gpu"
+  run train_burn_${gpus}gpu_stock "$here/train_burn" "${common[@]}" --devices "$gpus" --stock --out "$logs/out-${gpus}gpu-stock"
+  run train_burn_${gpus}gpu_threads "$here/train_burn_distributed" "${common[@]}" --devices "$gpus" --threads \
+    --out "$logs/out-${gpus}gpu-threads"
   if [[ -x $here/train_candle ]]; then
     run train_candle_1gpu "$here/train_candle" --device gpu --benchmark --batch-size "$batch" --epochs "$epochs" \
       --train "$train" --test 1024

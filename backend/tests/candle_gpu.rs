@@ -1868,3 +1868,74 @@ fn candles_own_training_pieces_match_its_cpu_device() {
         close(name, g.as_tensor(), c.as_tensor());
     }
 }
+
+/// Candle's collectives in a data-parallel process: one thread, Candle device and NCCL rank
+/// per GPU, on Candle's per-thread stream (which a non-blocking communicator must not hand to
+/// NCCL as it is). Each rank's input comes out of a chain of Candle ops still running when
+/// the collective is called, and Candle ops read the result at once: a collective unordered
+/// with Candle's stream reads or leaves stale values. Sum and mean all-reduces and a
+/// broadcast against the host's sums, several rounds. Needs two CUDA GPUs.
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn two_gpus_candle_collectives_are_ordered_with_candles_stream() {
+    use cudnn_backend::candle::collective::{all_reduce, broadcast};
+    use cudnn_backend::collective::{Communicator, ReduceOp, UniqueId};
+
+    let n = cudnn_backend::runtime::device_count().expect("needs CUDA GPUs");
+    assert!(n >= 2, "this test needs two CUDA GPUs; the machine has {n}");
+    const LEN: usize = 1 << 22;
+    const ROUNDS: usize = 4;
+    // Rank r's input of round k, on the host.
+    let input = |rank: usize, round: usize| -> Vec<f32> {
+        let mut rng = SplitMix64::new(900 + 10 * rank as u64 + round as u64);
+        (0..LEN).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect()
+    };
+    let id = UniqueId::new().unwrap();
+    let results: Vec<Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let (id, input) = (&id, &input);
+                s.spawn(move || -> Result<Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>> {
+                    let dev = Device::new_cuda(rank)?;
+                    let ours = cudnn_backend::Device::new(rank).unwrap();
+                    let comm = Communicator::init_rank(&ours, rank, 2, id, std::time::Duration::from_secs(60)).unwrap();
+                    let mut out = Vec::new();
+                    for round in 0..ROUNDS {
+                        let host = Tensor::from_vec(input(rank, round), LEN, &dev)?;
+                        // Still computing when the collectives are called: x = host exactly.
+                        let mut x = host.clone();
+                        for _ in 0..8 {
+                            x = ((x * 3.0)? / 3.0)?;
+                        }
+                        let x = (x.sqr()?.sqrt()? * host.sign()?)?;
+                        let sum = (all_reduce(&x, &comm, ReduceOp::Sum)? * 1.0)?;
+                        let mean = (all_reduce(&x, &comm, ReduceOp::Mean)? + 0.0)?;
+                        let root = (broadcast(&x, &comm, 1)? * 1.0)?;
+                        out.push((sum.to_vec1()?, mean.to_vec1()?, root.to_vec1()?));
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    });
+    for round in 0..ROUNDS {
+        let (a, b) = (input(0, round), input(1, round));
+        let rel = |got: &[f32], want: &dyn Fn(usize) -> f64| -> f64 {
+            let num: f64 = got.iter().enumerate().map(|(i, &g)| (g as f64 - want(i)).powi(2)).sum();
+            let den: f64 = (0..got.len()).map(|i| want(i).powi(2)).sum();
+            (num / den).sqrt()
+        };
+        for (rank, r) in results.iter().enumerate() {
+            let (sum, mean, root) = &r[round];
+            let e_sum = rel(sum, &|i| a[i] as f64 + b[i] as f64);
+            let e_mean = rel(mean, &|i| (a[i] as f64 + b[i] as f64) / 2.0);
+            let e_root = rel(root, &|i| b[i] as f64);
+            assert!(
+                e_sum < 1e-6 && e_mean < 1e-6 && e_root < 1e-6,
+                "round {round}, rank {rank}: relative L2 sum {e_sum:.2e}, mean {e_mean:.2e}, broadcast {e_root:.2e}"
+            );
+        }
+    }
+    println!("two GPUs, Candle collectives on the per-thread stream: {ROUNDS} rounds of sum, mean, broadcast match");
+}

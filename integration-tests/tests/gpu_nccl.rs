@@ -393,3 +393,84 @@ fn two_gpus_two_processes_join_through_the_environment() {
         assert!(s.status.success(), "rank {rank} failed: {:?}", s.status);
     }
 }
+
+/// Burn data parallelism with one rank per GPU (`cudnn_backend::burn::process_group`), one
+/// thread per rank here (one process per rank in `train_burn --devices`): after
+/// `broadcast_parameters` every replica holds rank 0's initial weights, and
+/// `all_reduce_gradients` turns each rank's gradients of a linear layer on its own random
+/// batch into the mean over the ranks, for the weight and the bias, against the ranks' local
+/// gradients averaged on the host. Every visible GPU is a rank (one GPU: a one-rank group).
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL"]
+fn process_group_broadcasts_parameters_and_averages_gradients() {
+    use burn::backend::Autodiff;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::GradientsParams;
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{Tensor, TensorData};
+    use cudnn_backend::burn::process_group::ProcessGroup;
+    use cudnn_backend::burn::{Cudnn, CudnnDevice};
+    type B = Autodiff<Cudnn>;
+
+    let devs = devices();
+    let n = devs.len();
+    let id = UniqueId::new().expect("NCCL unique id");
+    let host = |t: Tensor<Cudnn, 2>| -> Vec<f64> { t.into_data().convert::<f64>().to_vec().unwrap() };
+    let host1 = |t: Tensor<Cudnn, 1>| -> Vec<f64> { t.into_data().convert::<f64>().to_vec().unwrap() };
+    // Per rank: initial weight before the broadcast, after it, local gradients (weight,
+    // bias) and the averaged ones.
+    type Seen = (Vec<f64>, Vec<f64>, [Vec<f64>; 2], [Vec<f64>; 2]);
+    let seen: Vec<Seen> = std::thread::scope(|s| {
+        let handles: Vec<_> = devs
+            .iter()
+            .enumerate()
+            .map(|(rank, dev)| {
+                let (id, host, host1) = (&id, &host, &host1);
+                s.spawn(move || -> Seen {
+                    let comm = Communicator::init_rank(dev, rank, n, id, Duration::from_secs(60)).expect("init_rank");
+                    let group = ProcessGroup::new(comm);
+                    let device = CudnnDevice::new(dev.ordinal());
+                    assert_eq!(group.device(), device);
+                    B::seed(&device, 7 + rank as u64);
+                    let model: Linear<B> = LinearConfig::new(48, 40).init(&device);
+                    let before = host(model.weight.val().inner());
+                    let model = group.broadcast_parameters::<B, _>(model).expect("broadcast_parameters");
+                    let after = host(model.weight.val().inner());
+                    let mut rng = SplitMix64::new(300 + rank as u64);
+                    let x: Vec<f32> = (0..32 * 48).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect();
+                    let x = Tensor::<B, 2>::from_data(TensorData::new(x, [32, 48]), &device);
+                    let loss = model.forward(x).powi_scalar(2).sum();
+                    let grads = GradientsParams::from_grads(loss.backward(), &model);
+                    let (w, b) = (model.weight.id, model.bias.as_ref().expect("bias").id);
+                    let local = [
+                        host(grads.get::<Cudnn, 2>(w).expect("weight gradient")),
+                        host1(grads.get::<Cudnn, 1>(b).expect("bias gradient")),
+                    ];
+                    let grads = group.all_reduce_gradients::<B, _>(&model, grads).expect("all_reduce_gradients");
+                    let mean = [
+                        host(grads.get::<Cudnn, 2>(w).expect("reduced weight gradient")),
+                        host1(grads.get::<Cudnn, 1>(b).expect("reduced bias gradient")),
+                    ];
+                    group.barrier().expect("barrier");
+                    (before, after, local, mean)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    let rank0_initial = &seen[0].0;
+    for (rank, (before, after, _, mean)) in seen.iter().enumerate() {
+        assert_eq!(after, rank0_initial, "rank {rank}: weights after the broadcast differ from rank 0's");
+        if rank > 0 {
+            assert_ne!(before, rank0_initial, "rank {rank} drew the same initial weights as rank 0 (weak test)");
+        }
+        for (k, name) in ["weight", "bias"].iter().enumerate() {
+            let want: Vec<f64> = (0..mean[k].len())
+                .map(|i| seen.iter().map(|r| r.2[k][i]).sum::<f64>() / n as f64)
+                .collect();
+            let e = rel_l2(&mean[k], &want);
+            assert!(e < 1e-6, "rank {rank}: averaged {name} gradient off by relative L2 {e:.2e}");
+        }
+    }
+    println!("process group over {n} GPU(s): broadcast parameters equal, averaged gradients match the host mean");
+}

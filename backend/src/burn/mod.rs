@@ -31,6 +31,7 @@ mod memory;
 pub mod nn;
 mod ops;
 pub mod optim;
+pub mod process_group;
 mod random;
 mod route;
 pub(crate) mod structure;

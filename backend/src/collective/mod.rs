@@ -22,7 +22,7 @@ pub use id::{Bootstrap, UniqueId, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
 pub use watchdog::{timeout_from_env, DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cudarc::driver::CudaStream;
@@ -81,6 +81,22 @@ pub struct Communicator {
     device: Arc<Device>,
     rank: usize,
     world_size: usize,
+    /// This rank's own stream for collectives called on a special stream handle (see
+    /// [`route`](Self::route)), made on first such call.
+    side: Arc<OnceLock<Arc<CudaStream>>>,
+}
+
+/// Where one collective runs: the stream NCCL gets and, when that is the communicator's
+/// own stream, the caller's stream that must wait for it.
+struct Route {
+    run_on: Arc<CudaStream>,
+    caller: Option<Arc<CudaStream>>,
+}
+
+/// Whether `stream` is a special handle (the null stream, `CU_STREAM_LEGACY` or
+/// `CU_STREAM_PER_THREAD`, e.g. Candle's per-thread stream) rather than a created stream.
+fn is_special_handle(stream: &CudaStream) -> bool {
+    (stream.cu_stream() as usize) <= 2
 }
 
 impl std::fmt::Debug for Communicator {
@@ -120,6 +136,7 @@ impl Communicator {
             device: device.clone(),
             rank,
             world_size,
+            side: Arc::default(),
         })
     }
 
@@ -161,6 +178,7 @@ impl Communicator {
                     device: device.clone(),
                     rank,
                     world_size,
+                    side: Arc::default(),
                 }
             })
             .collect())
@@ -199,8 +217,9 @@ impl Communicator {
         const OP: &str = "all_reduce";
         self.prepare(OP, stream, &[input, output])?;
         let red = op.nccl(input.dtype())?;
-        let status = self.watched.comm.all_reduce(input, output, red, stream);
-        self.finish(OP, stream, status)
+        let route = self.route(OP, stream)?;
+        let status = self.watched.comm.all_reduce(input, output, red, &route.run_on);
+        self.finish(OP, route, status)
     }
 
     /// Enqueues an in-place broadcast of `buffer` from rank `root` to every rank, on `stream`.
@@ -214,8 +233,9 @@ impl Communicator {
             ));
         }
         self.prepare(OP, stream, &[buffer])?;
-        let status = self.watched.comm.broadcast(buffer, root, stream);
-        self.finish(OP, stream, status)
+        let route = self.route(OP, stream)?;
+        let status = self.watched.comm.broadcast(buffer, root, &route.run_on);
+        self.finish(OP, route, status)
     }
 
     /// Enqueues an all-gather on `stream`: `output` (packed, `world_size` times `input`'s
@@ -223,8 +243,9 @@ impl Communicator {
     pub fn all_gather(&self, stream: &Arc<CudaStream>, input: &TensorRef<'_>, output: &TensorMut<'_>) -> Result<()> {
         const OP: &str = "all_gather";
         self.prepare(OP, stream, &[input, output])?;
-        let status = self.watched.comm.all_gather(input, output, self.world_size, stream);
-        self.finish(OP, stream, status)
+        let route = self.route(OP, stream)?;
+        let status = self.watched.comm.all_gather(input, output, self.world_size, &route.run_on);
+        self.finish(OP, route, status)
     }
 
     /// Waits until every collective this rank enqueued has completed on the GPU; the
@@ -267,31 +288,65 @@ impl Communicator {
         Ok(())
     }
 
-    /// After an NCCL call: outside a group, waits for a non-blocking enqueue and records the
-    /// completion event; inside one, defers both to the group's end. Views refused before
-    /// NCCL ran (not packed, mismatched counts) are returned as they are and leave the
-    /// communicator usable; an error of NCCL itself aborts it.
-    fn finish(&self, op: &'static str, stream: &Arc<CudaStream>, status: Result<i32>) -> Result<()> {
+    /// The stream NCCL runs a collective called on `stream` on. A created stream is used as
+    /// it is. A special handle is not: a non-blocking communicator may launch from an NCCL
+    /// thread, where the per-thread handle names that thread's stream, so the collective
+    /// would run unordered with the caller's work (NVIDIA/nccl#1976). Those collectives run
+    /// on this rank's own stream instead, after the caller's work so far, and the caller's
+    /// stream waits for them once they are enqueued.
+    fn route(&self, op: &'static str, stream: &Arc<CudaStream>) -> Result<Route> {
+        if !is_special_handle(stream) {
+            return Ok(Route {
+                run_on: stream.clone(),
+                caller: None,
+            });
+        }
+        let cuda = |e: cudarc::driver::DriverError| Error::Cuda {
+            op,
+            message: format!("ordering a collective called on a default stream: {e}"),
+        };
+        let side = match self.side.get() {
+            Some(side) => side.clone(),
+            None => {
+                let made = self.device.context().new_stream().map_err(cuda)?;
+                self.side.get_or_init(|| made).clone()
+            }
+        };
+        side.join(stream).map_err(cuda)?;
+        Ok(Route {
+            run_on: side,
+            caller: Some(stream.clone()),
+        })
+    }
+
+    /// After an NCCL call: outside a group, waits for a non-blocking enqueue, records the
+    /// completion event and orders a routed caller's stream after it; inside one, defers all
+    /// of that to the group's end. Views refused before NCCL ran (not packed, mismatched
+    /// counts) are returned as they are and leave the communicator usable; an error of NCCL
+    /// itself aborts it.
+    fn finish(&self, op: &'static str, route: Route, status: Result<i32>) -> Result<()> {
         let status = status.map_err(|e| match e {
             Error::InvalidArgument { .. } | Error::InvalidInput { .. } => e,
             other => self.watched.fail(other.to_string(), op),
         })?;
-        let deferred = GROUP.with(|g| {
+        let issued = Issued {
+            watched: self.watched.clone(),
+            route,
+            op,
+        };
+        let issued = GROUP.with(|g| {
             let mut g = g.borrow_mut();
             if g.depth > 0 {
-                g.issued.push((self.watched.clone(), stream.clone(), op));
-                true
+                g.issued.push(issued);
+                None
             } else {
-                false
+                Some(issued)
             }
         });
-        if deferred {
-            return Ok(());
+        match issued {
+            Some(issued) => issued.complete(status == IN_PROGRESS),
+            None => Ok(()),
         }
-        if status == IN_PROGRESS {
-            self.watched.settle(op)?;
-        }
-        self.watched.enqueued(op, stream)
     }
 }
 
@@ -299,7 +354,32 @@ impl Communicator {
 #[derive(Default)]
 struct GroupState {
     depth: usize,
-    issued: Vec<(Arc<Watched>, Arc<CudaStream>, &'static str)>,
+    issued: Vec<Issued>,
+}
+
+/// One collective NCCL accepted, not yet known to be enqueued.
+struct Issued {
+    watched: Arc<Watched>,
+    route: Route,
+    op: &'static str,
+}
+
+impl Issued {
+    /// Waits for the enqueue when NCCL reported it in progress, records the completion
+    /// event, and orders a routed caller's stream after the collective.
+    fn complete(&self, in_progress: bool) -> Result<()> {
+        if in_progress {
+            self.watched.settle(self.op)?;
+        }
+        self.watched.enqueued(self.op, &self.route.run_on)?;
+        if let Some(caller) = &self.route.caller {
+            caller.join(&self.route.run_on).map_err(|e| Error::Cuda {
+                op: self.op,
+                message: format!("ordering the caller's stream after the collective: {e}"),
+            })?;
+        }
+        Ok(())
+    }
 }
 
 thread_local! {
@@ -327,17 +407,14 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     let ended = match ended {
         Ok(status) => status,
         Err(e) => {
-            for (watched, _, op) in &issued {
-                watched.fail(e.to_string(), op);
+            for issued in &issued {
+                issued.watched.fail(e.to_string(), issued.op);
             }
             return Err(e);
         }
     };
-    for (watched, stream, op) in &issued {
-        if ended == IN_PROGRESS {
-            watched.settle(op)?;
-        }
-        watched.enqueued(op, stream)?;
+    for issued in &issued {
+        issued.complete(ended == IN_PROGRESS)?;
     }
     result
 }
