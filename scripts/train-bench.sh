@@ -17,7 +17,8 @@
 # fused-fusion (the drop-ins on Autodiff<CudnnFusion>), burn-cuda (the stock model on Burn's
 # own CUDA backend, Autodiff<burn::backend::Cuda> with burn-fusion and autotuning: flags
 # --stock --backend burn-cuda; needs train_burn/train_transformer built with
-# `--features burn-cuda`, e.g. BUNDLE_BURN_CUDA=1 scripts/bundle-gpu.sh; not for candle).
+# `--features burn-cuda`, e.g. BUNDLE_BURN_CUDA=1 scripts/bundle-gpu.sh). The Candle models
+# run the fused and stock variants only.
 # burn-cuda runs with CUBECL_AUTOTUNE_LEVEL=minimal unless the variable is set (minimal,
 # balanced, extensive or full; CubeCL keeps autotune results in ~/.cache/cubecl, or in
 # target/ under the nearest folder with a Cargo.toml, so a second run skips the tuning).
@@ -56,6 +57,10 @@ for cfg in "${configs[@]}"; do
   torch_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$torch_line")
   torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
   for variant in ${TRAIN_BENCH_VARIANTS:-fused stock stock-fusion}; do
+    # Lazy fusion and burn-cuda are Burn backends: the Candle models take fused and stock only.
+    if [[ $model == candle* && $variant != fused && $variant != stock ]]; then
+      continue
+    fi
     case $variant in
       stock) flag=(--stock) ;;
       stock-fusion) flag=(--stock --fusion) ;;
