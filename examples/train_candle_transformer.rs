@@ -10,9 +10,10 @@
 //! with the bias, and GELU in the first feed-forward layer, fused), layer norm is
 //! `cudnn_backend::candle::nn::LayerNorm` (fused forward and backward kernels), attention is
 //! `CudnnExt::cudnn_sdpa` (cuDNN's fused flash attention forward and backward for f16/bf16;
-//! our matmuls around a Candle softmax for f32) and the optimizer is
+//! our matmuls around a Candle softmax for f32), the token embedding is
+//! `cudnn_backend::candle::nn::Embedding` (its gradient one scatter-add) and the optimizer is
 //! `cudnn_backend::candle::optim::FusedAdamW`. With `--stock` the same network uses
-//! candle-nn's `Linear`, candle-nn's composed layer norm (`ops::layer_norm_slow`: candle-nn's
+//! candle-nn's `Linear` and `Embedding`, candle-nn's composed layer norm (`ops::layer_norm_slow`: candle-nn's
 //! fused layer norm has no backward pass), attention from Candle matmuls and softmax, and
 //! candle-nn's `AdamW`. Weight decay is 0 in both (Adam, as `train_transformer` and PyTorch's
 //! `bench/train_torch.py --model transformer`).
@@ -213,6 +214,8 @@ impl EncoderLayer {
 struct Net {
     tokens: Tensor,
     positions: Tensor,
+    /// candle-nn's embedding lookup (`--stock`) instead of ours.
+    stock: bool,
     layers: Vec<EncoderLayer>,
     head: Dense,
 }
@@ -228,6 +231,7 @@ impl Net {
         Ok(Self {
             tokens,
             positions,
+            stock,
             layers: (0..layers)
                 .map(|i| EncoderLayer::new(stock, vb.pp(format!("layers.{i}"))))
                 .collect::<Result<_>>()?,
@@ -244,6 +248,7 @@ impl Net {
         Ok(Self {
             tokens: self.tokens.to_dtype(dt)?,
             positions: self.positions.to_dtype(dt)?,
+            stock: self.stock,
             layers: self.layers.iter().map(|l| l.cast(dt)).collect::<Result<_>>()?,
             head: self.head.cast(dt)?,
         })
@@ -252,7 +257,11 @@ impl Net {
     /// Logits (batch, classes) in f32 for tokens (batch, seq) (u32).
     fn forward(&self, tokens: &Tensor) -> Result<Tensor> {
         let (_, seq) = tokens.dims2()?;
-        let x = Embedding::new(self.tokens.clone(), D_MODEL).forward(tokens)?;
+        let x = if self.stock {
+            Embedding::new(self.tokens.clone(), D_MODEL).forward(tokens)?
+        } else {
+            cudnn_backend::candle::nn::Embedding::new(self.tokens.clone(), D_MODEL).forward(tokens)?
+        };
         let mut x = x.broadcast_add(&self.positions.narrow(0, 0, seq)?.unsqueeze(0)?)?;
         for layer in &self.layers {
             x = layer.forward(&x)?;

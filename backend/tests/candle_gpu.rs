@@ -536,6 +536,84 @@ fn matmuls_match_f64_reference() {
     });
 }
 
+/// The gradients of the fused matmul + bias + activation (dx, dw, dbias through the fused
+/// `grad · act'` kernel on the GPU) against the float64 CPU path, for every activation.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matmul_bias_act_gradients_match_f64_reference() {
+    let acts = [
+        Activation::Relu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Elu(0.5),
+        Activation::Swish(1.0),
+    ];
+    let mut i = 0usize;
+    let gen = |rng: &mut SplitMix64| {
+        let (m, k, n) = (r(rng, 1, 64), r(rng, 1, 64), r(rng, 1, 64));
+        i += 1;
+        let act = acts[i % acts.len()];
+        Some((
+            vec![
+                In(rand_cpu(rng, &[m, k]), false),
+                In(rand_cpu(rng, &[k, n]), false),
+                In(rand_cpu(rng, &[n]), false),
+                In(rand_cpu(rng, &[m, n]), false),
+            ],
+            act,
+            format!("a [{m}, {k}] b [{k}, {n}] {act:?}"),
+        ))
+    };
+    check("matmul_bias_act grads", 5e-3, gen, |t, act| {
+        let (a, b, bias) = (Var::from_tensor(&t[0])?, Var::from_tensor(&t[1])?, Var::from_tensor(&t[2])?);
+        let y = a.as_tensor().cudnn_matmul_bias_act(b.as_tensor(), bias.as_tensor(), *act)?;
+        let loss = (y.to_dtype(DType::F32)? * t[3].to_dtype(DType::F32)?)?.sum_all()?;
+        let g = loss.backward()?;
+        let grads: Vec<Tensor> = [&a, &b, &bias]
+            .iter()
+            .map(|v| g.get(v.as_tensor()).unwrap().flatten_all())
+            .collect::<Result<_>>()?;
+        Tensor::cat(&grads, 0)
+    });
+}
+
+/// Our embedding layer (the engine's gather, and its scatter-add for the table's gradient,
+/// accumulated in f32): the lookup equals Candle's `index_select` on the same GPU, the table's
+/// gradient matches a float64 CPU `index_add`; f32/f16/bf16, ids repeated many times.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn embedding_lookup_and_gradient_match_candles() -> Result<()> {
+    let dev = gpu();
+    let mut rng = SplitMix64::new(41);
+    for dt in DTYPES {
+        for (vocab, width, batch, seq) in [(64, 512, 8, 256), (1000, 96, 3, 7), (5, 33, 4, 100)] {
+            let table = rand_cpu(&mut rng, &[vocab, width]).to_dtype(dt)?.to_device(&dev)?;
+            let ids: Vec<u32> = (0..batch * seq).map(|_| rng.below(vocab as u64) as u32).collect();
+            let ids = Tensor::from_vec(ids, (batch, seq), &dev)?;
+            let weight = rand_cpu(&mut rng, &[batch, seq, width]).to_dtype(DType::F32)?.to_device(&dev)?;
+            let v = Var::from_tensor(&table)?;
+            let rows = cnn::Embedding::new(v.as_tensor().clone(), width).forward(&ids)?;
+            let loss = (rows.to_dtype(DType::F32)? * &weight)?.sum_all()?;
+            let grad = loss.backward()?.get(v.as_tensor()).unwrap().clone();
+            let want_rows = candle_nn::Embedding::new(table.clone(), width).forward(&ids)?;
+            assert_eq!(rows.dims(), &[batch, seq, width]);
+            assert_eq!(vals(&rows), vals(&want_rows), "{dt:?} lookup differs from index_select");
+            let cpu = |t: &Tensor| t.to_device(&Device::Cpu)?.to_dtype(DType::F64);
+            let want_grad = Tensor::zeros((vocab, width), DType::F64, &Device::Cpu)?.index_add(
+                &ids.flatten_all()?.to_device(&Device::Cpu)?,
+                &cpu(&weight)?.reshape((batch * seq, width))?,
+                0,
+            )?;
+            let e = rel_err(&grad, &want_grad);
+            assert!(e < tol(dt, 1e-6), "{dt:?} vocab {vocab} width {width}: table gradient rel L2 {e:.2e}");
+            println!("embedding {dt:?} [{vocab}, {width}] x {batch}x{seq} ids: gradient rel L2 {e:.2e}");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pooling_matches_f64_reference() {

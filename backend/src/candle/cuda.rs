@@ -66,7 +66,7 @@ pub(crate) fn output_of<'a>(
 }
 
 /// Candle's layout as engine dims, strides and the element offset of its first element.
-fn layout(l: &Layout) -> (Vec<i64>, Vec<i64>, i64) {
+pub(crate) fn layout(l: &Layout) -> (Vec<i64>, Vec<i64>, i64) {
     let dims = l.dims().iter().map(|&d| d as i64).collect();
     let strides = l.stride().iter().map(|&d| d as i64).collect();
     (dims, strides, l.start_offset() as i64)

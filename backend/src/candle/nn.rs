@@ -368,6 +368,55 @@ pub fn linear_no_bias(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<L
     Ok(Linear::new(ws, None))
 }
 
+/// Embedding table, a drop-in for `candle_nn::Embedding`: rows looked up by id; on CUDA its
+/// backward pass is the engine's scatter-add ([`ops::embedding_lookup`]) instead of Candle's
+/// `index_add`, which walks all ids on a few threads.
+#[derive(Clone, Debug)]
+pub struct Embedding {
+    embeddings: Tensor,
+    hidden_size: usize,
+}
+
+impl Embedding {
+    /// A layer from its table `(vocabulary, hidden_size)`.
+    pub fn new(embeddings: Tensor, hidden_size: usize) -> Self {
+        Self {
+            embeddings,
+            hidden_size,
+        }
+    }
+
+    /// The table `(vocabulary, hidden_size)`.
+    pub fn embeddings(&self) -> &Tensor {
+        &self.embeddings
+    }
+
+    /// The width of one embedding.
+    pub fn hidden_size(&self) -> usize {
+        self.hidden_size
+    }
+}
+
+impl Module for Embedding {
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        ops::embedding_lookup(&self.embeddings, ids)
+    }
+}
+
+/// `candle_nn::embedding` with our layer: loads `weight` `(in_size, out_size)` drawn from
+/// N(0, 1), as candle-nn does.
+pub fn embedding(in_size: usize, out_size: usize, vb: VarBuilder) -> Result<Embedding> {
+    let embeddings = vb.get_with_hints(
+        (in_size, out_size),
+        "weight",
+        Init::Randn {
+            mean: 0.,
+            stdev: 1.,
+        },
+    )?;
+    Ok(Embedding::new(embeddings, out_size))
+}
+
 /// Layer norm over the last dim (`remove_mean`) or RMS norm, a drop-in for
 /// `candle_nn::LayerNorm`: [`CudnnExt::cudnn_layer_norm`] / `cudnn_rms_norm` (on CUDA a cuDNN
 /// norm graph, or the engine's norm kernels with their fused backward when a gradient can be

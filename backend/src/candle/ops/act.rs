@@ -1,7 +1,11 @@
-//! Backward of the fused activations, composed of Candle ops (elementwise work only).
+//! Backward of the fused activations: `grad · act'` as one generated elementwise kernel on
+//! the GPU (f32/f16/bf16, computed in f32), composed of Candle ops elsewhere.
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
+use crate::graph::DataType;
+use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::kernels::fused::{FusedOp, Program, Value};
 use crate::ops::Activation;
 
 /// True when `act'` can be written in terms of the activation's output alone (no need to
@@ -29,6 +33,170 @@ pub(crate) fn act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad
     if act == Activation::Identity {
         return Ok(grad.clone());
     }
+    let v = if grad_from_output(act) { Some(y) } else { z };
+    if let Some(v) = v.filter(|v| fused_applies(grad, v)) {
+        return grad.apply_op2_no_bwd(v, &ActBackward { act });
+    }
+    composed_act_backward(act, y, z, grad)
+}
+
+/// Whether the fused kernel takes `grad` and `v`: CUDA tensors of one float kernel dtype and
+/// shape.
+fn fused_applies(grad: &Tensor, v: &Tensor) -> bool {
+    cfg!(feature = "candle-cuda")
+        && grad.device().is_cuda()
+        && grad.dtype() == v.dtype()
+        && matches!(grad.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && grad.dims() == v.dims()
+}
+
+/// `grad · act'(v)` in one kernel, `v` the activation's output when [`grad_from_output`],
+/// else its input (inputs: grad, v).
+#[derive(Clone, Copy, Debug)]
+struct ActBackward {
+    #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
+    act: Activation,
+}
+
+/// The program of [`ActBackward`] for storage `dtype`: inputs `grad` (0) and `v` (1), one
+/// output; with its scalar operands.
+#[cfg_attr(not(any(feature = "candle-cuda", test)), allow(dead_code))]
+fn backward_program(act: Activation, dtype: DataType) -> (Program, Vec<f32>) {
+    use BinaryOp::{Add, Div, Mul, Sub};
+    let (g, v) = (Value::Input(0), Value::Input(1));
+    let mut ops: Vec<FusedOp> = Vec::new();
+    let mut scalars: Vec<f32> = Vec::new();
+    let mut k = |x: f64| {
+        scalars.push(x as f32);
+        Value::Scalar((scalars.len() - 1) as u8)
+    };
+    let mut push = |op: FusedOp| {
+        ops.push(op);
+        Value::Reg((ops.len() - 1) as u16)
+    };
+    let unary = |op: UnaryOp, x: Value| FusedOp::unary(op, x).expect("a parameterless unary op");
+    let d = match act {
+        Activation::Identity => k(1.0),
+        Activation::Relu => {
+            let zero = k(0.0);
+            let positive = push(FusedOp::Compare(CompareOp::Gt, v, zero));
+            push(FusedOp::FromBool(positive))
+        }
+        Activation::Sigmoid => {
+            let one = k(1.0);
+            let rest = push(FusedOp::Binary(Sub, one, v));
+            push(FusedOp::Binary(Mul, v, rest))
+        }
+        Activation::Tanh => {
+            let one = k(1.0);
+            let sq = push(FusedOp::Binary(Mul, v, v));
+            push(FusedOp::Binary(Sub, one, sq))
+        }
+        Activation::Elu(alpha) => {
+            let (zero, alpha, one) = (k(0.0), k(alpha), k(1.0));
+            let positive = push(FusedOp::Compare(CompareOp::Gt, v, zero));
+            let shifted = push(FusedOp::Binary(Add, v, alpha));
+            push(FusedOp::Select(positive, one, shifted))
+        }
+        Activation::Gelu => {
+            // Φ(z) + z φ(z).
+            let (r2, one, half) = (k(std::f64::consts::FRAC_1_SQRT_2), k(1.0), k(0.5));
+            let (minus_half, norm) = (k(-0.5), k(1.0 / (2.0 * std::f64::consts::PI).sqrt()));
+            let scaled = push(FusedOp::Binary(Mul, v, r2));
+            let erf = push(unary(UnaryOp::Erf, scaled));
+            let erf1 = push(FusedOp::Binary(Add, erf, one));
+            let cdf = push(FusedOp::Binary(Mul, erf1, half));
+            let sq = push(FusedOp::Binary(Mul, v, v));
+            let arg = push(FusedOp::Binary(Mul, sq, minus_half));
+            let e = push(unary(UnaryOp::Exp, arg));
+            let pdf = push(FusedOp::Binary(Mul, e, norm));
+            let zpdf = push(FusedOp::Binary(Mul, v, pdf));
+            push(FusedOp::Binary(Add, cdf, zpdf))
+        }
+        Activation::GeluTanh => {
+            // t = tanh(u), u = k z (1 + c z²): 0.5 (1 + t) + 0.5 z (1 - t²) k (1 + 3 c z²).
+            let kk = (2.0 / std::f64::consts::PI).sqrt();
+            let (c, one, kv, three_ck, half) = (k(0.044715), k(1.0), k(kk), k(3.0 * 0.044715 * kk), k(0.5));
+            let sq = push(FusedOp::Binary(Mul, v, v));
+            let csq = push(FusedOp::Binary(Mul, sq, c));
+            let inner = push(FusedOp::Binary(Add, csq, one));
+            let zi = push(FusedOp::Binary(Mul, v, inner));
+            let u = push(FusedOp::Binary(Mul, zi, kv));
+            let t = push(unary(UnaryOp::Tanh, u));
+            let du0 = push(FusedOp::Binary(Mul, sq, three_ck));
+            let du = push(FusedOp::Binary(Add, du0, kv));
+            let th = push(FusedOp::Binary(Mul, t, half));
+            let left = push(FusedOp::Binary(Add, th, half));
+            let t2 = push(FusedOp::Binary(Mul, t, t));
+            let sech2 = push(FusedOp::Binary(Sub, one, t2));
+            let hz = push(FusedOp::Binary(Mul, v, half));
+            let right0 = push(FusedOp::Binary(Mul, hz, sech2));
+            let right = push(FusedOp::Binary(Mul, right0, du));
+            push(FusedOp::Binary(Add, left, right))
+        }
+        Activation::Swish(beta) => {
+            // s = sigmoid(β z): s + β z s (1 - s).
+            let (minus_beta, one, beta) = (k(-beta), k(1.0), k(beta));
+            let arg = push(FusedOp::Binary(Mul, v, minus_beta));
+            let e = push(unary(UnaryOp::Exp, arg));
+            let den = push(FusedOp::Binary(Add, e, one));
+            let s = push(FusedOp::Binary(Div, one, den));
+            let bz = push(FusedOp::Binary(Mul, v, beta));
+            let rest = push(FusedOp::Binary(Sub, one, s));
+            let bzs = push(FusedOp::Binary(Mul, bz, s));
+            let tail = push(FusedOp::Binary(Mul, bzs, rest));
+            push(FusedOp::Binary(Add, s, tail))
+        }
+    };
+    let out = push(FusedOp::Binary(Mul, g, d));
+    let Value::Reg(out) = out else { unreachable!("push returns a register") };
+    let program = Program {
+        inputs: vec![dtype, dtype],
+        scalars: scalars.len(),
+        ops,
+        outputs: vec![(out, dtype)],
+    };
+    (program, scalars)
+}
+
+impl CustomOp2 for ActBackward {
+    fn name(&self) -> &'static str {
+        "cudnn-activation-backward"
+    }
+
+    fn cpu_fwd(&self, _g: &CpuStorage, _gl: &Layout, _v: &CpuStorage, _vl: &Layout) -> Result<(CpuStorage, Shape)> {
+        Err(crate::candle::arg_err(
+            "candle activation backward",
+            "grad",
+            "the fused kernel runs on CUDA tensors (the CPU takes the composed path)",
+        ))
+    }
+
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(
+        &self,
+        gs: &candle_core::CudaStorage,
+        gl: &Layout,
+        vs: &candle_core::CudaStorage,
+        vl: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use crate::candle::cuda;
+        const OP: &str = "candle activation backward";
+        let stream = cuda::stream(gs);
+        let g = cuda::input(OP, "grad", gs, gl, &stream)?;
+        let v = cuda::input(OP, "v", vs, vl, &stream)?;
+        let (program, scalars) = backward_program(self.act, g.dtype);
+        let dims = super::idims(gl.dims());
+        let strides = super::packed_strides(gl.dims(), false);
+        let out = cuda::with_output(OP, &gs.device, &stream, g.dtype, &dims, &strides, |out| {
+            crate::kernels::fused::run(&stream, &program, &[g.clone(), v.clone()], std::slice::from_ref(out), &scalars)
+        })?;
+        Ok((out, gl.shape().clone()))
+    }
+}
+
+/// [`act_backward`] with Candle ops.
+fn composed_act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad: &Tensor) -> Result<Tensor> {
     let acc = acc_dtype(grad.dtype());
     let g = grad.to_dtype(acc)?;
     let y = y.to_dtype(acc)?;
@@ -72,4 +240,121 @@ pub(crate) fn act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad
         }
     };
     (g * d)?.to_dtype(grad.dtype())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// erf to about 1.5e-7 (Abramowitz and Stegun 7.1.26): the same on both sides of the check.
+    fn erf(x: f64) -> f64 {
+        let t = 1.0 / (1.0 + 0.3275911 * x.abs());
+        let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+        (1.0 - poly * (-x * x).exp()).copysign(x)
+    }
+
+    fn activation(act: Activation, z: f64) -> f64 {
+        match act {
+            Activation::Identity => z,
+            Activation::Relu => z.max(0.0),
+            Activation::Sigmoid => 1.0 / (1.0 + (-z).exp()),
+            Activation::Tanh => z.tanh(),
+            Activation::Elu(a) => {
+                if z > 0.0 {
+                    z
+                } else {
+                    a * (z.exp() - 1.0)
+                }
+            }
+            Activation::Gelu => 0.5 * z * (1.0 + erf(z / 2f64.sqrt())),
+            Activation::GeluTanh => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * z * (1.0 + (k * (z + 0.044715 * z * z * z)).tanh())
+            }
+            Activation::Swish(b) => z / (1.0 + (-b * z).exp()),
+        }
+    }
+
+    /// Runs `program` on the host in f64 (the operations the backward programs use).
+    fn eval(program: &Program, inputs: [f64; 2], scalars: &[f32]) -> f64 {
+        let mut regs: Vec<f64> = Vec::new();
+        let get = |regs: &Vec<f64>, v: Value| match v {
+            Value::Input(i) => inputs[i as usize],
+            Value::Reg(r) => regs[r as usize],
+            Value::Scalar(s) => scalars[s as usize] as f64,
+        };
+        for op in &program.ops {
+            let r = match *op {
+                FusedOp::Binary(b, x, y) => {
+                    let (x, y) = (get(&regs, x), get(&regs, y));
+                    match b {
+                        BinaryOp::Add => x + y,
+                        BinaryOp::Sub => x - y,
+                        BinaryOp::Mul => x * y,
+                        BinaryOp::Div => x / y,
+                        other => panic!("{other:?} is not used by the backward programs"),
+                    }
+                }
+                FusedOp::Unary(code, x) => {
+                    let x = get(&regs, x);
+                    if code == UnaryOp::Erf.code() {
+                        erf(x)
+                    } else if code == UnaryOp::Exp.code() {
+                        x.exp()
+                    } else if code == UnaryOp::Tanh.code() {
+                        x.tanh()
+                    } else {
+                        panic!("unary code {code} is not used by the backward programs")
+                    }
+                }
+                FusedOp::Compare(CompareOp::Gt, x, y) => f64::from(get(&regs, x) > get(&regs, y)),
+                FusedOp::FromBool(x) => get(&regs, x),
+                FusedOp::Select(c, a, b) => {
+                    if get(&regs, c) != 0.0 {
+                        get(&regs, a)
+                    } else {
+                        get(&regs, b)
+                    }
+                }
+                other => panic!("{other:?} is not used by the backward programs"),
+            };
+            regs.push(r);
+        }
+        regs[program.outputs[0].0 as usize]
+    }
+
+    /// Every activation's program is valid and computes `grad · act'` (against a central
+    /// difference of the activation) from the output or the input as `act_backward` passes it.
+    #[test]
+    fn backward_programs_compute_the_derivative() {
+        let acts = [
+            Activation::Relu,
+            Activation::Sigmoid,
+            Activation::Tanh,
+            Activation::Elu(0.7),
+            Activation::Gelu,
+            Activation::GeluTanh,
+            Activation::Swish(1.3),
+        ];
+        for act in acts {
+            for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+                let (program, scalars) = backward_program(act, dtype);
+                program.validate().unwrap_or_else(|e| panic!("{act:?} {dtype:?}: {e}"));
+                assert_eq!(program.scalars, scalars.len());
+            }
+            let (program, scalars) = backward_program(act, DataType::F32);
+            for i in 0..41 {
+                let z = -3.05 + 0.15 * i as f64;
+                let grad = 0.25 + 0.1 * i as f64;
+                let h = 1e-5;
+                let want = grad * (activation(act, z + h) - activation(act, z - h)) / (2.0 * h);
+                let v = if grad_from_output(act) { activation(act, z) } else { z };
+                let got = eval(&program, [grad, v], &scalars);
+                assert!(
+                    (got - want).abs() <= 2e-5 * (1.0 + want.abs()),
+                    "{act:?} at z = {z}: fused program {got}, central difference {want}"
+                );
+            }
+        }
+    }
 }

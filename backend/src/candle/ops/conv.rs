@@ -357,7 +357,8 @@ impl CustomOp3 for ConvBiasAct {
         let z = if grad_from_output(self.act) {
             None
         } else {
-            Some(conv(x, w, &self.params)?.broadcast_add(&channel_bias(b, y.rank())?)?)
+            // The pre-activation again, bias fused into the convolution.
+            Some(conv_bias_act(x, w, b, &self.params, Activation::Identity)?)
         };
         let dz = act_backward(self.act, &y, z.as_ref(), &g)?;
         let other: Vec<usize> = (0..dz.rank()).filter(|&d| d != 1).collect();
@@ -370,13 +371,6 @@ impl CustomOp3 for ConvBiasAct {
         let dw = conv_backward_filter(x, &dz, w.dims(), &self.params, is_channels_last(w.layout()))?;
         Ok((Some(dx), Some(dw), Some(db)))
     }
-}
-
-/// A K-element bias as (1, K, 1, ...) of rank `rank`.
-fn channel_bias(b: &Tensor, rank: usize) -> Result<Tensor> {
-    let mut shape = vec![1usize; rank];
-    shape[1] = b.elem_count();
-    b.reshape(shape)
 }
 
 /// `y = conv(x, w)` with autograd (N-d: x (N, C, spatial...), w (K, C/groups, window...)).

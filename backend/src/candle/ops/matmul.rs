@@ -3,7 +3,7 @@
 use candle_core::backend::BackendStorage;
 #[cfg(feature = "candle-cuda")]
 use candle_core::CudaStorage;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::act::{acc_dtype, act_backward, grad_from_output};
 use super::conv::ref_act;
@@ -203,18 +203,56 @@ impl CustomOp3 for MatmulBiasAct {
         let z = if grad_from_output(self.act) {
             None
         } else {
-            Some(matmul(a, b)?.broadcast_add(&bias.flatten_all()?)?)
+            // The pre-activation again, bias fused into the product.
+            Some(matmul_bias_act(a, b, bias, Activation::Identity)?)
         };
         let dz = act_backward(self.act, res, z.as_ref(), grad)?;
-        let dbias = dz
-            .to_dtype(acc_dtype(dz.dtype()))?
-            .reshape(((), n))?
-            .sum(0)?
+        let dbias = column_sums(&dz.reshape(((), n))?)?
             .to_dtype(bias.dtype())?
             .reshape(bias.shape())?;
         let da = reduce_to(matmul(&dz, &b.t()?)?, a.dims())?;
         let db = reduce_to(matmul(&a.t()?, &dz)?, b.dims())?;
         Ok((Some(da), Some(db), Some(dbias)))
+    }
+}
+
+/// The sums of the columns of a 2-D `x` (`[N]`, x's dtype, accumulated in f32 or f64): on
+/// CUDA one engine column reduction, elsewhere Candle ops.
+fn column_sums(x: &Tensor) -> Result<Tensor> {
+    if cfg!(feature = "candle-cuda")
+        && x.device().is_cuda()
+        && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
+    {
+        return x.apply_op1_no_bwd(&ColumnSums)?.squeeze(0);
+    }
+    x.to_dtype(acc_dtype(x.dtype()))?.sum(0)?.to_dtype(x.dtype())
+}
+
+/// `[M, N]` to its column sums `[1, N]` (the engine's reduction over axis 0).
+#[derive(Clone, Copy, Debug)]
+struct ColumnSums;
+
+impl CustomOp1 for ColumnSums {
+    fn name(&self) -> &'static str {
+        "cudnn-column-sums"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        Err(arg_err("candle column sums", "x", "runs on CUDA tensors (the CPU sums with Candle ops)"))
+    }
+
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(&self, xs: &CudaStorage, xl: &Layout) -> Result<(CudaStorage, Shape)> {
+        const OP: &str = "candle column sums";
+        let &[_, n] = xl.dims() else {
+            return Err(arg_err(OP, "x", "needs a 2-D tensor"));
+        };
+        let stream = cuda::stream(xs);
+        let x = cuda::input(OP, "x", xs, xl, &stream)?;
+        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &[1, n as i64], &[n as i64, 1], |out| {
+            crate::kernels::reduce::reduce(&stream, crate::kernels::reduce::ReduceOp::Sum, &x, 0, out)
+        })?;
+        Ok((out, (1, n).into()))
     }
 }
 
