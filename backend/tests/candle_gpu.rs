@@ -540,7 +540,7 @@ fn matmuls_match_f64_reference() {
 /// `grad · act'` kernel on the GPU) against the float64 CPU path, for every activation.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn matmul_bias_act_gradients_match_f64_reference() {
+fn matmul_bias_act_gradients_match_f64_reference() -> Result<()> {
     let acts = [
         Activation::Relu,
         Activation::Sigmoid,
@@ -566,17 +566,35 @@ fn matmul_bias_act_gradients_match_f64_reference() {
             format!("a [{m}, {k}] b [{k}, {n}] {act:?}"),
         ))
     };
-    check("matmul_bias_act grads", 5e-3, gen, |t, act| {
+    let grads = |t: &[Tensor], act: Activation| -> Result<Vec<Tensor>> {
         let (a, b, bias) = (Var::from_tensor(&t[0])?, Var::from_tensor(&t[1])?, Var::from_tensor(&t[2])?);
-        let y = a.as_tensor().cudnn_matmul_bias_act(b.as_tensor(), bias.as_tensor(), *act)?;
+        let y = a.as_tensor().cudnn_matmul_bias_act(b.as_tensor(), bias.as_tensor(), act)?;
         let loss = (y.to_dtype(DType::F32)? * t[3].to_dtype(DType::F32)?)?.sum_all()?;
         let g = loss.backward()?;
-        let grads: Vec<Tensor> = [&a, &b, &bias]
+        [&a, &b, &bias]
             .iter()
             .map(|v| g.get(v.as_tensor()).unwrap().flatten_all())
-            .collect::<Result<_>>()?;
-        Tensor::cat(&grads, 0)
-    });
+            .collect()
+    };
+    // Each gradient on its own first (which part is off, for every activation), then all.
+    let dev = gpu();
+    let mut rng = SplitMix64::new(71);
+    let mut off = Vec::new();
+    for act in acts {
+        let dims: [&[usize]; 4] = [&[3, 40], &[40, 24], &[24], &[3, 24]];
+        let inputs = dims.map(|d| rand_cpu(&mut rng, d));
+        let g: Vec<Tensor> = inputs.iter().map(|t| t.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap()).collect();
+        let c: Vec<Tensor> = inputs.iter().map(|t| t.to_dtype(DType::F64).unwrap()).collect();
+        let (got, want) = (grads(&g, act)?, grads(&c, act)?);
+        let errs: Vec<f64> = got.iter().zip(&want).map(|(x, y)| rel_err(x, y)).collect();
+        println!("matmul_bias_act {act:?} F32: rel L2 da {:.2e} db {:.2e} dbias {:.2e}", errs[0], errs[1], errs[2]);
+        if errs.iter().any(|e| !(*e < 5e-3)) {
+            off.push(format!("{act:?}: da {:.2e} db {:.2e} dbias {:.2e}", errs[0], errs[1], errs[2]));
+        }
+    }
+    assert!(off.is_empty(), "gradients off: {}", off.join("; "));
+    check("matmul_bias_act grads", 5e-3, gen, |t, act| Tensor::cat(&grads(t, *act)?, 0));
+    Ok(())
 }
 
 /// Our embedding layer (the engine's gather, and its scatter-add for the table's gradient,

@@ -3,7 +3,6 @@
 //! newer than any bindings are reported rather than misread.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -71,12 +70,14 @@ extern "C" {
     fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
 }
 
-/// Runs at process exit, before libnvrtc's own teardown: background kernel builds may still
-/// be compiling, and NVRTC torn down under a compile crashes the process. Stops new compiles
-/// and waits for those in flight. Exit handlers run in reverse order of registration, and
-/// NVRTC registers the destructors of its lazily built state while it compiles, so the hook
-/// is registered after a priming compile ([`prime`]) and again after each of the first
-/// compiles.
+/// Runs at process exit, before the teardown of the libraries that background builds use:
+/// kernel builds may still be compiling (NVRTC) and cuDNN plan builds may still be running
+/// cuDNN's runtime compilation (its runtime-compiled engine library, NVRTC, the driver's PTX
+/// JIT), and any of them torn down under a build crashes the process. Stops new compiles and
+/// waits for those in flight. Exit handlers run newest first, and those libraries register
+/// their teardown when they are loaded or first used (during a build), so the hook is
+/// registered again after every build ([`CompileSlot`]'s drop): it is then newer than the
+/// teardown of everything a finished build loaded.
 extern "C" fn wait_for_compiles_at_exit() {
     // Nothing may unwind out of a C callback.
     let _ = std::panic::catch_unwind(|| {
@@ -116,17 +117,10 @@ impl CompileSlot {
     }
 }
 
-/// How many times [`register_exit_hook`] registers the hook: after each of the first
-/// compiles, so it runs before the teardown of any state NVRTC built lazily in them (exit
-/// handlers run newest first; a later registration of the same hook finds nothing to wait for).
-const EXIT_HOOK_REGISTRATIONS: usize = 32;
-
-/// Registers [`wait_for_compiles_at_exit`] (again), up to [`EXIT_HOOK_REGISTRATIONS`] times.
-fn register_exit_hook() {
-    static REGISTERED: AtomicUsize = AtomicUsize::new(0);
-    if REGISTERED.fetch_add(1, Ordering::Relaxed) >= EXIT_HOOK_REGISTRATIONS {
-        return;
-    }
+/// Registers [`wait_for_compiles_at_exit`] (again). Each registration is one more exit
+/// handler; every one but the first to run finds nothing in flight and returns at once.
+/// Also called by a build right after a library call that may have loaded a library.
+pub(crate) fn register_exit_hook() {
     // SAFETY: `atexit` stores a pointer to a plain `extern "C"` function that lives for the
     // whole process and catches every panic.
     if unsafe { atexit(wait_for_compiles_at_exit) } != 0 {

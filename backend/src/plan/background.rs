@@ -130,6 +130,9 @@ fn build(
         let stream = dev.stream().clone();
         cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, |h| {
             let plan = super::executor::plan_built(&h.handle, graph, sig, policy, &stream, &[], &[], dev, cudnn)?;
+            // The build may have loaded cuDNN's runtime-compiled engines, NVRTC or the PTX
+            // JIT: the exit hook must be newer than their teardown before serializing.
+            crate::ffi::nvrtc::register_exit_hook();
             super::serialized::store(&plan, sig, dev, cudnn);
             let json = super::engine::serialize(&plan).unwrap_or_default();
             Ok((json, plan.choice.clone()))

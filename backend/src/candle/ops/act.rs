@@ -44,6 +44,7 @@ pub(crate) fn act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad
 /// shape.
 fn fused_applies(grad: &Tensor, v: &Tensor) -> bool {
     cfg!(feature = "candle-cuda")
+        && super::fused_grads()
         && grad.device().is_cuda()
         && grad.dtype() == v.dtype()
         && matches!(grad.dtype(), DType::F32 | DType::F16 | DType::BF16)

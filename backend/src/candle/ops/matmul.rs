@@ -220,6 +220,7 @@ impl CustomOp3 for MatmulBiasAct {
 /// CUDA one engine column reduction, elsewhere Candle ops.
 fn column_sums(x: &Tensor) -> Result<Tensor> {
     if cfg!(feature = "candle-cuda")
+        && super::fused_grads()
         && x.device().is_cuda()
         && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
     {

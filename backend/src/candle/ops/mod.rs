@@ -38,6 +38,19 @@ pub use pool::{pool, pool_backward, Pool, PoolBackwardAvg, PoolBackwardMax};
 
 use candle_core::{Layout, Result, Tensor};
 
+/// Whether the gradients' elementwise and reduction steps (the activation derivative, the
+/// linear bias gradient) run as the engine's fused kernels on CUDA: yes unless
+/// `CUDNN_BACKEND_CANDLE_FUSED_GRADS` is `0`, `false`, `off` or `no` (then Candle ops, for
+/// comparisons).
+pub(crate) fn fused_grads() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("CUDNN_BACKEND_CANDLE_FUSED_GRADS")
+            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
+            .unwrap_or(false)
+    })
+}
+
 /// Row-major (`channels_last == false`) or channels-last packed strides for logical `dims`
 /// (N, C, spatial...).
 pub(crate) fn packed_strides(dims: &[usize], channels_last: bool) -> Vec<i64> {
