@@ -25,7 +25,8 @@ const OP: &str = "candle FusedAdamW";
 /// other tensor op interleaves). The kernel computes in f32 (betas and ε rounded to f32, the
 /// bias corrections folded into two per-step factors); candle-nn computes the same expression
 /// with Candle ops, so results agree to rounding. Every other variable (the CPU, f16/bf16, f64,
-/// other devices) is updated with Candle ops, as candle-nn does.
+/// other devices) is updated with Candle ops, as candle-nn does, but computed in f32 for
+/// f16/bf16 variables (candle-nn's own f16 update divides by an ε that rounds to 0).
 ///
 /// The moments live on the variables' device, allocated (zeros) at the first step that
 /// gives a variable a gradient, so variables that never get one (batch-norm running
@@ -170,15 +171,19 @@ impl FusedAdamW {
         };
         let p = &self.params;
         let (scale_m, scale_v) = self.corrections();
-        let g = &u.grad;
-        let m_next = ((m.as_tensor() * p.beta1)? + (g * (1.0 - p.beta1))?)?;
-        let v_next = ((v.as_tensor() * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
+        // In f32 for half-precision variables (f64 for f64), rounded once at the end: in f16
+        // the default epsilon (1e-8) rounds to 0 and a zero second moment divides by it.
+        let dt = s.var.dtype();
+        let acc = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+        let g = u.grad.to_dtype(acc)?;
+        let m_next = ((m.as_tensor().to_dtype(acc)? * p.beta1)? + (&g * (1.0 - p.beta1))?)?;
+        let v_next = ((v.as_tensor().to_dtype(acc)? * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
         let denom = ((&v_next * scale_v)?.sqrt()? + p.eps)?;
         let step = ((&m_next * scale_m)? / denom)?;
-        let theta = ((s.var.as_tensor() * (1.0 - p.lr * p.weight_decay))? - (step * p.lr)?)?;
-        m.set(&m_next)?;
-        v.set(&v_next)?;
-        s.var.set(&theta)
+        let theta = ((s.var.as_tensor().to_dtype(acc)? * (1.0 - p.lr * p.weight_decay))? - (step * p.lr)?)?;
+        m.set(&m_next.to_dtype(dt)?)?;
+        v.set(&v_next.to_dtype(dt)?)?;
+        s.var.set(&theta.to_dtype(dt)?)
     }
 
     /// One launch of the engine's Adam kernel over up to 32 variables of one device and dtype.
@@ -254,10 +259,8 @@ impl FusedAdamW {
 }
 
 /// Whether the engine's kernel updates `var`: f32 on a CUDA device. Half-precision variables
-/// take candle-nn's own update (Candle ops in the variable's dtype): the fused kernel's f16
-/// results disagreed with candle-nn's on the GPU (relative L2 41 after 5 steps, where
-/// candle-nn's f16 update itself divides by an epsilon that rounds to 0), and mixed-precision
-/// training keeps its master weights in f32 anyway.
+/// take the update as Candle ops computed in f32 (candle-nn's own f16 update divides by an
+/// epsilon that rounds to 0); mixed-precision training keeps its master weights in f32.
 fn fused_applies(var: &Var) -> bool {
     cfg!(feature = "candle-cuda") && matches!(var.device(), Device::Cuda(_)) && var.dtype() == DType::F32
 }
