@@ -8,13 +8,13 @@ use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::fused::{FusedOp, Program, Value};
 use crate::ops::Activation;
 
-/// True when `act'` is taken from the activation's output alone (no need to recompute the
-/// pre-activation): ReLU and ELU. Sigmoid and tanh are not, although `σ' = y (1 - y)` and
-/// `tanh' = 1 - y²` could be: near saturation those subtract nearly equal numbers, which turns
-/// the activation's rounding (cuDNN's fused epilogue) into a gradient error of about 1e-2 in
-/// f32; from the pre-activation they are as accurate as the activation.
+/// True when `act'` can be written in terms of the activation's output alone (no need to
+/// recompute the pre-activation).
 pub(crate) fn grad_from_output(act: Activation) -> bool {
-    matches!(act, Activation::Identity | Activation::Relu | Activation::Elu(_))
+    matches!(
+        act,
+        Activation::Identity | Activation::Relu | Activation::Sigmoid | Activation::Tanh | Activation::Elu(_)
+    )
 }
 
 /// The dtype elementwise backward math runs in: f64 for f64, else f32.
@@ -84,19 +84,13 @@ fn backward_program(act: Activation, dtype: DataType) -> (Program, Vec<f32>) {
             push(FusedOp::FromBool(positive))
         }
         Activation::Sigmoid => {
-            // s = 1 / (1 + e^-z): s (1 - s).
-            let (minus_one, one) = (k(-1.0), k(1.0));
-            let arg = push(FusedOp::Binary(Mul, v, minus_one));
-            let e = push(unary(UnaryOp::Exp, arg));
-            let den = push(FusedOp::Binary(Add, e, one));
-            let s = push(FusedOp::Binary(Div, one, den));
-            let rest = push(FusedOp::Binary(Sub, one, s));
-            push(FusedOp::Binary(Mul, s, rest))
+            let one = k(1.0);
+            let rest = push(FusedOp::Binary(Sub, one, v));
+            push(FusedOp::Binary(Mul, v, rest))
         }
         Activation::Tanh => {
             let one = k(1.0);
-            let t = push(unary(UnaryOp::Tanh, v));
-            let sq = push(FusedOp::Binary(Mul, t, t));
+            let sq = push(FusedOp::Binary(Mul, v, v));
             push(FusedOp::Binary(Sub, one, sq))
         }
         Activation::Elu(alpha) => {
@@ -216,11 +210,8 @@ fn composed_act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad: 
     let d = match act {
         Activation::Identity => unreachable!(),
         Activation::Relu => y.gt(0.0)?.to_dtype(acc)?,
-        Activation::Sigmoid => {
-            let s = ((pre()? * -1.0)?.exp()? + 1.0)?.recip()?;
-            (&s * s.affine(-1.0, 1.0)?)?
-        }
-        Activation::Tanh => pre()?.tanh()?.sqr()?.affine(-1.0, 1.0)?,
+        Activation::Sigmoid => (&y * y.affine(-1.0, 1.0)?)?,
+        Activation::Tanh => y.sqr()?.affine(-1.0, 1.0)?,
         Activation::Elu(alpha) => {
             let pos = y.gt(0.0)?;
             pos.where_cond(&y.ones_like()?, &(&y + alpha)?)?
