@@ -576,12 +576,12 @@ fn launch_ranks(args: &Args) -> Result<(), String> {
             .map_err(|e| format!("starting rank {rank}: {e}"))?;
         children.push(child);
     }
-    let digests: Vec<Option<String>> = std::thread::scope(|s| {
-        let readers: Vec<_> = children
-            .iter_mut()
+    let outputs: Vec<_> = children.iter_mut().map(|c| c.stdout.take()).collect();
+    let (digests, failed) = std::thread::scope(|s| {
+        let readers: Vec<_> = outputs
+            .into_iter()
             .enumerate()
-            .map(|(rank, child)| {
-                let out = child.stdout.take();
+            .map(|(rank, out)| {
                 s.spawn(move || {
                     let mut digest = None;
                     for line in out.into_iter().flat_map(|o| std::io::BufReader::new(o).lines()) {
@@ -599,16 +599,10 @@ fn launch_ranks(args: &Args) -> Result<(), String> {
                 })
             })
             .collect();
-        readers.into_iter().map(|r| r.join().unwrap_or(None)).collect()
+        let failed = watch_ranks(&mut children);
+        let digests: Vec<Option<String>> = readers.into_iter().map(|r| r.join().unwrap_or(None)).collect();
+        (digests, failed)
     });
-    let mut failed = Vec::new();
-    for (rank, mut child) in children.into_iter().enumerate() {
-        match child.wait() {
-            Ok(status) if status.success() => {}
-            Ok(status) => failed.push(format!("rank {rank} exited with {status}")),
-            Err(e) => failed.push(format!("rank {rank}: {e}")),
-        }
-    }
     if !failed.is_empty() {
         return Err(failed.join("; "));
     }
@@ -618,6 +612,44 @@ fn launch_ranks(args: &Args) -> Result<(), String> {
         return Err(format!("the replicas diverged: trainable parameter digests {digests:?}"));
     }
     Ok(())
+}
+
+/// Waits for every rank; once one fails, stops the others (they would wait in their next
+/// collective until the NCCL timeout) and says so. Returns the failures.
+fn watch_ranks(children: &mut [std::process::Child]) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut done = vec![false; children.len()];
+    while done.iter().any(|d| !d) {
+        for (rank, child) in children.iter_mut().enumerate() {
+            if done[rank] {
+                continue;
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    done[rank] = true;
+                    if !status.success() {
+                        failed.push(format!("rank {rank} exited with {status}"));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    done[rank] = true;
+                    failed.push(format!("rank {rank}: {e}"));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            for (rank, child) in children.iter_mut().enumerate() {
+                if !done[rank] && child.kill().is_ok() {
+                    let _ = child.wait();
+                    failed.push(format!("rank {rank} stopped"));
+                }
+                done[rank] = true;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    failed
 }
 
 /// Trains and reports; returns (test accuracy, images/s of the last epoch).

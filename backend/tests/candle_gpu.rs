@@ -572,8 +572,14 @@ fn matmul_bias_act_gradients_match_f64_reference() -> Result<()> {
         ))
     };
     let grads = |t: &[Tensor], act: Activation| -> Result<Vec<Tensor>> {
-        let (a, b, bias) = (Var::from_tensor(&t[0])?, Var::from_tensor(&t[1])?, Var::from_tensor(&t[2])?);
-        let y = a.as_tensor().cudnn_matmul_bias_act(b.as_tensor(), bias.as_tensor(), act)?;
+        let (a, b, bias) = (
+            Var::from_tensor(&t[0])?,
+            Var::from_tensor(&t[1])?,
+            Var::from_tensor(&t[2])?,
+        );
+        let y = a
+            .as_tensor()
+            .cudnn_matmul_bias_act(b.as_tensor(), bias.as_tensor(), act)?;
         let loss = (y.to_dtype(DType::F32)? * t[3].to_dtype(DType::F32)?)?.sum_all()?;
         let g = loss.backward()?;
         [&a, &b, &bias]
@@ -589,17 +595,28 @@ fn matmul_bias_act_gradients_match_f64_reference() -> Result<()> {
         let dims: [&[usize]; 4] = [&[3, 40], &[40, 24], &[24], &[3, 24]];
         let mut inputs = dims.map(|d| rand_cpu(&mut rng, d));
         inputs[0] = (&inputs[0] * (1.0 / 40f64.sqrt()))?;
-        let g: Vec<Tensor> = inputs.iter().map(|t| t.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap()).collect();
+        let g: Vec<Tensor> = inputs
+            .iter()
+            .map(|t| t.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap())
+            .collect();
         let c: Vec<Tensor> = inputs.iter().map(|t| t.to_dtype(DType::F64).unwrap()).collect();
         let (got, want) = (grads(&g, act)?, grads(&c, act)?);
         let errs: Vec<f64> = got.iter().zip(&want).map(|(x, y)| rel_err(x, y)).collect();
-        println!("matmul_bias_act {act:?} F32: rel L2 da {:.2e} db {:.2e} dbias {:.2e}", errs[0], errs[1], errs[2]);
+        println!(
+            "matmul_bias_act {act:?} F32: rel L2 da {:.2e} db {:.2e} dbias {:.2e}",
+            errs[0], errs[1], errs[2]
+        );
         if errs.iter().any(|e| !(*e < 5e-3)) {
-            off.push(format!("{act:?}: da {:.2e} db {:.2e} dbias {:.2e}", errs[0], errs[1], errs[2]));
+            off.push(format!(
+                "{act:?}: da {:.2e} db {:.2e} dbias {:.2e}",
+                errs[0], errs[1], errs[2]
+            ));
         }
     }
     assert!(off.is_empty(), "gradients off: {}", off.join("; "));
-    check("matmul_bias_act grads", 5e-3, gen, |t, act| Tensor::cat(&grads(t, *act)?, 0));
+    check("matmul_bias_act grads", 5e-3, gen, |t, act| {
+        Tensor::cat(&grads(t, *act)?, 0)
+    });
     Ok(())
 }
 
@@ -616,7 +633,9 @@ fn embedding_lookup_and_gradient_match_candles() -> Result<()> {
             let table = rand_cpu(&mut rng, &[vocab, width]).to_dtype(dt)?.to_device(&dev)?;
             let ids: Vec<u32> = (0..batch * seq).map(|_| rng.below(vocab as u64) as u32).collect();
             let ids = Tensor::from_vec(ids, (batch, seq), &dev)?;
-            let weight = rand_cpu(&mut rng, &[batch, seq, width]).to_dtype(DType::F32)?.to_device(&dev)?;
+            let weight = rand_cpu(&mut rng, &[batch, seq, width])
+                .to_dtype(DType::F32)?
+                .to_device(&dev)?;
             let v = Var::from_tensor(&table)?;
             let rows = cnn::Embedding::new(v.as_tensor().clone(), width).forward(&ids)?;
             let loss = (rows.to_dtype(DType::F32)? * &weight)?.sum_all()?;
@@ -631,7 +650,10 @@ fn embedding_lookup_and_gradient_match_candles() -> Result<()> {
                 0,
             )?;
             let e = rel_err(&grad, &want_grad);
-            assert!(e < tol(dt, 1e-6), "{dt:?} vocab {vocab} width {width}: table gradient rel L2 {e:.2e}");
+            assert!(
+                e < tol(dt, 1e-6),
+                "{dt:?} vocab {vocab} width {width}: table gradient rel L2 {e:.2e}"
+            );
             println!("embedding {dt:?} [{vocab}, {width}] x {batch}x{seq} ids: gradient rel L2 {e:.2e}");
         }
     }

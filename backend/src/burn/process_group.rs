@@ -82,7 +82,10 @@ impl ProcessGroup {
         B: AutodiffBackend<InnerBackend = Cudnn>,
         M: Module<B>,
     {
-        let mut mapper = BroadcastParameters { comm: &self.comm, error: None };
+        let mut mapper = BroadcastParameters {
+            comm: &self.comm,
+            error: None,
+        };
         let model = group(|| Ok(model.map(&mut mapper)))?;
         match mapper.error {
             Some(e) => Err(e),

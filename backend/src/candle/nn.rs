@@ -406,14 +406,7 @@ impl Module for Embedding {
 /// `candle_nn::embedding` with our layer: loads `weight` `(in_size, out_size)` drawn from
 /// N(0, 1), as candle-nn does.
 pub fn embedding(in_size: usize, out_size: usize, vb: VarBuilder) -> Result<Embedding> {
-    let embeddings = vb.get_with_hints(
-        (in_size, out_size),
-        "weight",
-        Init::Randn {
-            mean: 0.,
-            stdev: 1.,
-        },
-    )?;
+    let embeddings = vb.get_with_hints((in_size, out_size), "weight", Init::Randn { mean: 0., stdev: 1. })?;
     Ok(Embedding::new(embeddings, out_size))
 }
 

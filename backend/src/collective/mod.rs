@@ -244,7 +244,10 @@ impl Communicator {
         const OP: &str = "all_gather";
         self.prepare(OP, stream, &[input, output])?;
         let route = self.route(OP, stream)?;
-        let status = self.watched.comm.all_gather(input, output, self.world_size, &route.run_on);
+        let status = self
+            .watched
+            .comm
+            .all_gather(input, output, self.world_size, &route.run_on);
         self.finish(OP, route, status)
     }
 

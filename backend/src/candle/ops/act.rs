@@ -8,13 +8,17 @@ use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::fused::{FusedOp, Program, Value};
 use crate::ops::Activation;
 
-/// True when `act'` can be written in terms of the activation's output alone (no need to
-/// recompute the pre-activation).
-pub(crate) fn grad_from_output(act: Activation) -> bool {
-    matches!(
-        act,
-        Activation::Identity | Activation::Relu | Activation::Sigmoid | Activation::Tanh | Activation::Elu(_)
-    )
+/// True when `act'` is taken from the activation's output `y` of dtype `dtype` alone (no need
+/// to recompute the pre-activation): ReLU and ELU, and sigmoid (`y (1 - y)`) and tanh
+/// (`1 - y²`) in f32/f64. In f16/bf16 those two subtract nearly equal numbers near
+/// saturation, and `y`'s rounding alone (half an ulp of 0.9 is 2e-3 in bf16) gives errors of
+/// several percent: there they are taken from the pre-activation.
+pub(crate) fn grad_from_output(act: Activation, dtype: DType) -> bool {
+    match act {
+        Activation::Identity | Activation::Relu | Activation::Elu(_) => true,
+        Activation::Sigmoid | Activation::Tanh => matches!(dtype, DType::F32 | DType::F64),
+        Activation::Gelu | Activation::GeluTanh | Activation::Swish(_) => false,
+    }
 }
 
 /// The dtype elementwise backward math runs in: f64 for f64, else f32.
@@ -33,9 +37,10 @@ pub(crate) fn act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad
     if act == Activation::Identity {
         return Ok(grad.clone());
     }
-    let v = if grad_from_output(act) { Some(y) } else { z };
+    let from_output = grad_from_output(act, y.dtype());
+    let v = if from_output { Some(y) } else { z };
     if let Some(v) = v.filter(|v| fused_applies(grad, v)) {
-        return grad.apply_op2_no_bwd(v, &ActBackward { act });
+        return grad.apply_op2_no_bwd(v, &ActBackward { act, from_output });
     }
     composed_act_backward(act, y, z, grad)
 }
@@ -57,12 +62,15 @@ fn fused_applies(grad: &Tensor, v: &Tensor) -> bool {
 struct ActBackward {
     #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
     act: Activation,
+    /// `v` is the output (else the pre-activation).
+    #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
+    from_output: bool,
 }
 
-/// The program of [`ActBackward`] for storage `dtype`: inputs `grad` (0) and `v` (1), one
-/// output; with its scalar operands.
+/// The program of [`ActBackward`] for storage `dtype`: inputs `grad` (0) and `v` (1, the
+/// output when `from_output`, else the pre-activation), one output; with its scalar operands.
 #[cfg_attr(not(any(feature = "candle-cuda", test)), allow(dead_code))]
-fn backward_program(act: Activation, dtype: DataType) -> (Program, Vec<f32>) {
+fn backward_program(act: Activation, dtype: DataType, from_output: bool) -> (Program, Vec<f32>) {
     use BinaryOp::{Add, Div, Mul, Sub};
     let (g, v) = (Value::Input(0), Value::Input(1));
     let mut ops: Vec<FusedOp> = Vec::new();
@@ -85,12 +93,23 @@ fn backward_program(act: Activation, dtype: DataType) -> (Program, Vec<f32>) {
         }
         Activation::Sigmoid => {
             let one = k(1.0);
-            let rest = push(FusedOp::Binary(Sub, one, v));
-            push(FusedOp::Binary(Mul, v, rest))
+            let s = if from_output {
+                v
+            } else {
+                // s = 1 / (1 + e^-z).
+                let minus_one = k(-1.0);
+                let arg = push(FusedOp::Binary(Mul, v, minus_one));
+                let e = push(unary(UnaryOp::Exp, arg));
+                let den = push(FusedOp::Binary(Add, e, one));
+                push(FusedOp::Binary(Div, one, den))
+            };
+            let rest = push(FusedOp::Binary(Sub, one, s));
+            push(FusedOp::Binary(Mul, s, rest))
         }
         Activation::Tanh => {
             let one = k(1.0);
-            let sq = push(FusedOp::Binary(Mul, v, v));
+            let t = if from_output { v } else { push(unary(UnaryOp::Tanh, v)) };
+            let sq = push(FusedOp::Binary(Mul, t, t));
             push(FusedOp::Binary(Sub, one, sq))
         }
         Activation::Elu(alpha) => {
@@ -150,7 +169,9 @@ fn backward_program(act: Activation, dtype: DataType) -> (Program, Vec<f32>) {
         }
     };
     let out = push(FusedOp::Binary(Mul, g, d));
-    let Value::Reg(out) = out else { unreachable!("push returns a register") };
+    let Value::Reg(out) = out else {
+        unreachable!("push returns a register")
+    };
     let program = Program {
         inputs: vec![dtype, dtype],
         scalars: scalars.len(),
@@ -186,11 +207,17 @@ impl CustomOp2 for ActBackward {
         let stream = cuda::stream(gs);
         let g = cuda::input(OP, "grad", gs, gl, &stream)?;
         let v = cuda::input(OP, "v", vs, vl, &stream)?;
-        let (program, scalars) = backward_program(self.act, g.dtype);
+        let (program, scalars) = backward_program(self.act, g.dtype, self.from_output);
         let dims = super::idims(gl.dims());
         let strides = super::packed_strides(gl.dims(), false);
         let out = cuda::with_output(OP, &gs.device, &stream, g.dtype, &dims, &strides, |out| {
-            crate::kernels::fused::run(&stream, &program, &[g.clone(), v.clone()], std::slice::from_ref(out), &scalars)
+            crate::kernels::fused::run(
+                &stream,
+                &program,
+                &[g.clone(), v.clone()],
+                std::slice::from_ref(out),
+                &scalars,
+            )
         })?;
         Ok((out, gl.shape().clone()))
     }
@@ -210,8 +237,22 @@ fn composed_act_backward(act: Activation, y: &Tensor, z: Option<&Tensor>, grad: 
     let d = match act {
         Activation::Identity => unreachable!(),
         Activation::Relu => y.gt(0.0)?.to_dtype(acc)?,
-        Activation::Sigmoid => (&y * y.affine(-1.0, 1.0)?)?,
-        Activation::Tanh => y.sqr()?.affine(-1.0, 1.0)?,
+        Activation::Sigmoid => {
+            let s = if grad_from_output(act, grad.dtype()) {
+                y.clone()
+            } else {
+                ((pre()? * -1.0)?.exp()? + 1.0)?.recip()?
+            };
+            (&s * s.affine(-1.0, 1.0)?)?
+        }
+        Activation::Tanh => {
+            let t = if grad_from_output(act, grad.dtype()) {
+                y.clone()
+            } else {
+                pre()?.tanh()?
+            };
+            t.sqr()?.affine(-1.0, 1.0)?
+        }
         Activation::Elu(alpha) => {
             let pos = y.gt(0.0)?;
             pos.where_cond(&y.ones_like()?, &(&y + alpha)?)?
@@ -339,22 +380,27 @@ mod tests {
         ];
         for act in acts {
             for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
-                let (program, scalars) = backward_program(act, dtype);
-                program.validate().unwrap_or_else(|e| panic!("{act:?} {dtype:?}: {e}"));
-                assert_eq!(program.scalars, scalars.len());
+                for from_output in [false, true] {
+                    let (program, scalars) = backward_program(act, dtype, from_output);
+                    program.validate().unwrap_or_else(|e| panic!("{act:?} {dtype:?}: {e}"));
+                    assert_eq!(program.scalars, scalars.len());
+                }
             }
-            let (program, scalars) = backward_program(act, DataType::F32);
-            for i in 0..41 {
-                let z = -3.05 + 0.15 * i as f64;
-                let grad = 0.25 + 0.1 * i as f64;
-                let h = 1e-5;
-                let want = grad * (activation(act, z + h) - activation(act, z - h)) / (2.0 * h);
-                let v = if grad_from_output(act) { activation(act, z) } else { z };
-                let got = eval(&program, [grad, v], &scalars);
-                assert!(
-                    (got - want).abs() <= 2e-5 * (1.0 + want.abs()),
-                    "{act:?} at z = {z}: fused program {got}, central difference {want}"
-                );
+            for (dtype, storage) in [(DType::F32, DataType::F32), (DType::BF16, DataType::BF16)] {
+                let from_output = grad_from_output(act, dtype);
+                let (program, scalars) = backward_program(act, storage, from_output);
+                for i in 0..41 {
+                    let z = -3.05 + 0.15 * i as f64;
+                    let grad = 0.25 + 0.1 * i as f64;
+                    let h = 1e-5;
+                    let want = grad * (activation(act, z + h) - activation(act, z - h)) / (2.0 * h);
+                    let v = if from_output { activation(act, z) } else { z };
+                    let got = eval(&program, [grad, v], &scalars);
+                    assert!(
+                        (got - want).abs() <= 2e-5 * (1.0 + want.abs()),
+                        "{act:?} {dtype:?} at z = {z}: fused program {got}, central difference {want}"
+                    );
+                }
             }
         }
     }

@@ -354,7 +354,7 @@ impl CustomOp3 for ConvBiasAct {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = logical(grad.clone(), self.channels_last)?;
         let y = logical(res.clone(), self.channels_last)?;
-        let z = if grad_from_output(self.act) {
+        let z = if grad_from_output(self.act, res.dtype()) {
             None
         } else {
             // The pre-activation again, bias fused into the convolution.

@@ -73,7 +73,13 @@ impl CustomOp2 for EmbeddingLookup {
         Ok((out, (n, h).into()))
     }
 
-    fn bwd(&self, table: &Tensor, ids: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        table: &Tensor,
+        ids: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         // Accumulated in f32 (as PyTorch's embedding backward), rounded to the table's dtype.
         let vocab = table.dims()[0];
         let dtable = grad

@@ -200,7 +200,7 @@ impl CustomOp3 for MatmulBiasAct {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let n = bias.elem_count();
-        let z = if grad_from_output(self.act) {
+        let z = if grad_from_output(self.act, res.dtype()) {
             None
         } else {
             // The pre-activation again, bias fused into the product.
@@ -239,7 +239,11 @@ impl CustomOp1 for ColumnSums {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        Err(arg_err("candle column sums", "x", "runs on CUDA tensors (the CPU sums with Candle ops)"))
+        Err(arg_err(
+            "candle column sums",
+            "x",
+            "runs on CUDA tensors (the CPU sums with Candle ops)",
+        ))
     }
 
     #[cfg(feature = "candle-cuda")]
@@ -250,9 +254,15 @@ impl CustomOp1 for ColumnSums {
         };
         let stream = cuda::stream(xs);
         let x = cuda::input(OP, "x", xs, xl, &stream)?;
-        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &[1, n as i64], &[n as i64, 1], |out| {
-            crate::kernels::reduce::reduce(&stream, crate::kernels::reduce::ReduceOp::Sum, &x, 0, out)
-        })?;
+        let out = cuda::with_output(
+            OP,
+            &xs.device,
+            &stream,
+            x.dtype,
+            &[1, n as i64],
+            &[n as i64, 1],
+            |out| crate::kernels::reduce::reduce(&stream, crate::kernels::reduce::ReduceOp::Sum, &x, 0, out),
+        )?;
         Ok((out, (1, n).into()))
     }
 }
