@@ -609,7 +609,9 @@ fn launch_ranks(args: &Args) -> Result<(), String> {
     let identical = digests.iter().all(|d| d.is_some() && *d == digests[0]);
     println!("replicas identical: {identical}");
     if !identical && !args.no_gradient_sync {
-        return Err(format!("the replicas diverged: trainable parameter digests {digests:?}"));
+        return Err(format!(
+            "the replicas diverged: trainable parameter digests {digests:?}"
+        ));
     }
     Ok(())
 }

@@ -16,6 +16,17 @@ use cudnn_backend::candle::{Activation, Conv1dParams, Conv2dParams, Conv3dParams
 use cudnn_backend_reference::SplitMix64;
 
 const CASES: usize = 20;
+/// Every fused activation (ELU and Swish with one parameter each).
+const EVERY_ACTIVATION: [Activation; 8] = [
+    Activation::Identity,
+    Activation::Relu,
+    Activation::Sigmoid,
+    Activation::Tanh,
+    Activation::Gelu,
+    Activation::GeluTanh,
+    Activation::Elu(0.5),
+    Activation::Swish(1.0),
+];
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 fn gpu() -> Device {
@@ -370,16 +381,7 @@ fn fused_conv_bias_act_matches_f64_reference() {
 fn fused_conv_bias_act_grouped_dilated_every_activation() {
     let dev = gpu();
     let mut rng = SplitMix64::new(15);
-    let acts = [
-        Activation::Identity,
-        Activation::Relu,
-        Activation::Sigmoid,
-        Activation::Tanh,
-        Activation::Gelu,
-        Activation::GeluTanh,
-        Activation::Elu(0.5),
-        Activation::Swish(1.0),
-    ];
+    let acts = EVERY_ACTIVATION;
     // (x, w, padding, stride, dilation, groups)
     let geometries = [
         ([4, 10, 20, 18], [16, 5, 2, 3], [2, 1], [2, 1], [1, 2], 2),
@@ -545,15 +547,7 @@ fn matmuls_match_f64_reference() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn matmul_bias_act_gradients_match_f64_reference() -> Result<()> {
-    let acts = [
-        Activation::Relu,
-        Activation::Sigmoid,
-        Activation::Tanh,
-        Activation::Gelu,
-        Activation::GeluTanh,
-        Activation::Elu(0.5),
-        Activation::Swish(1.0),
-    ];
+    let acts = &EVERY_ACTIVATION[1..];
     let mut i = 0usize;
     let gen = |rng: &mut SplitMix64| {
         let (m, k, n) = (r(rng, 1, 64), r(rng, 1, 64), r(rng, 1, 64));
@@ -591,7 +585,7 @@ fn matmul_bias_act_gradients_match_f64_reference() -> Result<()> {
     let dev = gpu();
     let mut rng = SplitMix64::new(71);
     let mut off = Vec::new();
-    for act in acts {
+    for &act in acts {
         let dims: [&[usize]; 4] = [&[3, 40], &[40, 24], &[24], &[3, 24]];
         let mut inputs = dims.map(|d| rand_cpu(&mut rng, d));
         inputs[0] = (&inputs[0] * (1.0 / 40f64.sqrt()))?;

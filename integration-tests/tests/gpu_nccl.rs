@@ -446,7 +446,9 @@ fn process_group_broadcasts_parameters_and_averages_gradients() {
                         host(grads.get::<Cudnn, 2>(w).expect("weight gradient")),
                         host1(grads.get::<Cudnn, 1>(b).expect("bias gradient")),
                     ];
-                    let grads = group.all_reduce_gradients::<B, _>(&model, grads).expect("all_reduce_gradients");
+                    let grads = group
+                        .all_reduce_gradients::<B, _>(&model, grads)
+                        .expect("all_reduce_gradients");
                     let mean = [
                         host(grads.get::<Cudnn, 2>(w).expect("reduced weight gradient")),
                         host1(grads.get::<Cudnn, 1>(b).expect("reduced bias gradient")),
@@ -460,16 +462,25 @@ fn process_group_broadcasts_parameters_and_averages_gradients() {
     });
     let rank0_initial = &seen[0].0;
     for (rank, (before, after, _, mean)) in seen.iter().enumerate() {
-        assert_eq!(after, rank0_initial, "rank {rank}: weights after the broadcast differ from rank 0's");
+        assert_eq!(
+            after, rank0_initial,
+            "rank {rank}: weights after the broadcast differ from rank 0's"
+        );
         if rank > 0 {
-            assert_ne!(before, rank0_initial, "rank {rank} drew the same initial weights as rank 0 (weak test)");
+            assert_ne!(
+                before, rank0_initial,
+                "rank {rank} drew the same initial weights as rank 0 (weak test)"
+            );
         }
         for (k, name) in ["weight", "bias"].iter().enumerate() {
             let want: Vec<f64> = (0..mean[k].len())
                 .map(|i| seen.iter().map(|r| r.2[k][i]).sum::<f64>() / n as f64)
                 .collect();
             let e = rel_l2(&mean[k], &want);
-            assert!(e < 1e-6, "rank {rank}: averaged {name} gradient off by relative L2 {e:.2e}");
+            assert!(
+                e < 1e-6,
+                "rank {rank}: averaged {name} gradient off by relative L2 {e:.2e}"
+            );
         }
     }
     println!("process group over {n} GPU(s): broadcast parameters equal, averaged gradients match the host mean");
