@@ -18,7 +18,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Burn's own data parallelism ([`super::distributed`], feature `distributed`) drives every
+//! Burn's own data parallelism (`cudnn_backend::burn::distributed`, feature `distributed`) drives every
 //! GPU from one process, and Burn's autodiff keeps its graphs behind process-wide locks, so
 //! its replicas contend on the host; separate processes share nothing but NCCL.
 
