@@ -18,9 +18,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Burn's own data parallelism (`cudnn_backend::burn::distributed`, feature `distributed`) drives every
-//! GPU from one process, and Burn's autodiff keeps its graphs behind process-wide locks, so
-//! its replicas contend on the host; separate processes share nothing but NCCL.
+//! Burn's own data parallelism (`cudnn_backend::burn::distributed`, feature `distributed`)
+//! drives every GPU from one process, and Burn's autodiff keeps its graphs behind
+//! process-wide locks, so its replicas contend on the host; separate processes share nothing
+//! but NCCL.
 
 use burn_core::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn_core::tensor::backend::AutodiffBackend;
