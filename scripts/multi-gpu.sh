@@ -2,7 +2,7 @@
 # Data-parallel checks and benchmark on a CUDA machine (bundled binaries, see bundle-gpu.sh):
 # the NCCL collective tests, train_burn on 1 and N GPUs (the same global work per step: N x
 # --batch-size images; N GPUs as one process per GPU, and as Burn's in-process data
-# parallelism with --threads), train_candle on N GPUs when bundled (.gpu-candle), and PyTorch DDP
+# parallelism with --threads, also on the lazy-fusion backend), train_candle on N GPUs when bundled (.gpu-candle), and PyTorch DDP
 # on the same network in the same run. NCCL comes from CUDNN_BACKEND_NCCL_LIB or the
 # loader's path; the two_gpus_* tests need two GPUs.
 # MULTI_SKIP_TESTS=1 leaves the tests out (the benchmark only).
@@ -37,6 +37,9 @@ if [[ $gpus -ge 2 ]]; then
   run train_burn_${gpus}gpu_stock "$here/train_burn" "${common[@]}" --devices "$gpus" --stock --out "$logs/out-${gpus}gpu-stock"
   run train_burn_${gpus}gpu_threads "$here/train_burn_distributed" "${common[@]}" --devices "$gpus" --threads \
     --out "$logs/out-${gpus}gpu-threads"
+  # The lazy-fusion backend (Autodiff<CudnnFusion>) takes Burn's in-process layout.
+  run train_burn_${gpus}gpu_threads_fusion "$here/train_burn_distributed" "${common[@]}" --devices "$gpus" \
+    --threads --fusion --out "$logs/out-${gpus}gpu-threads-fusion"
   if [[ -x $here/train_candle ]]; then
     run train_candle_1gpu "$here/train_candle" --device gpu --benchmark --batch-size "$batch" --epochs "$epochs" \
       --train "$train" --test 1024
