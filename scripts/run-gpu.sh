@@ -1,10 +1,35 @@
 #!/usr/bin/env bash
 # Runs the bundled binaries (see bundle-gpu.sh) on a CUDA machine.
 # Usage: .gpu/run-gpu.sh LOG_DIR [tests|quickstart|bench|all]
+# The kernel cache the runs use (the start-up checks: every suite with the cache cold, warm
+# and corrupted): CACHE_DIR=DIR runs with XDG_CACHE_HOME=DIR, and CACHE_MODE=cold empties it
+# first (and turns the driver's JIT cache off, as on a fresh machine), CACHE_MODE=corrupt
+# damages every file in it first (bytes overwritten in half of them, the others truncated),
+# CACHE_MODE=warm (the default) uses it as it is.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 logs="${1:?log dir}"; what="${2:-all}"
 mkdir -p "$logs"
+if [[ -n ${CACHE_DIR:-} ]]; then
+  export XDG_CACHE_HOME="$CACHE_DIR"
+  case ${CACHE_MODE:-warm} in
+    cold) rm -rf "$CACHE_DIR"; mkdir -p "$CACHE_DIR"; export CUDA_CACHE_DISABLE=1 ;;
+    corrupt)
+      i=0
+      while IFS= read -r -d '' f; do
+        size=$(stat -c %s "$f")
+        if ((i % 2 == 0 && size > 64)); then
+          printf 'corrupted by run-gpu.sh' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+        else
+          truncate -s $((size / 3)) "$f"
+        fi
+        i=$((i + 1))
+      done < <(find "$CACHE_DIR" -type f -print0)
+      echo "cache: $i files damaged under $CACHE_DIR" ;;
+    warm) ;;
+    *) echo "CACHE_MODE must be cold, warm or corrupt" >&2; exit 2 ;;
+  esac
+fi
 summary=()
 run() { # name, command...
   local name="$1"; shift
