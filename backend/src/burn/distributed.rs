@@ -26,7 +26,6 @@ use burn_core::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn_core::tensor::backend::{AutodiffBackend, Backend};
 use burn_core::tensor::{Bool, Int, Tensor};
 
-use super::exec::copy_to_new;
 use super::tensor::{expect, CudnnTensor};
 use super::{Cudnn, CudnnDevice};
 use crate::collective::{group, Communicator, ReduceOp};
@@ -147,11 +146,8 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
     if key.len() == 1 {
         return Ok(tensor);
     }
-    let out = if tensor.is_exclusive() {
-        tensor
-    } else {
-        copy_to_new(&tensor, tensor.dtype, OP)?
-    };
+    let dtype = tensor.dtype;
+    let out = super::structure::owned(tensor, dtype, OP)?;
     let ready = {
         let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
         let waiting = pending.get_or_insert_with(HashMap::new).entry(key.clone()).or_default();

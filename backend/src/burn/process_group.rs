@@ -28,7 +28,7 @@ use burn_core::tensor::backend::AutodiffBackend;
 use burn_core::tensor::{Tensor, TensorPrimitive};
 use burn_optim::GradientsParams;
 
-use super::exec::copy_to_new;
+use super::structure::owned;
 use super::{Cudnn, CudnnDevice, CudnnTensor};
 use crate::collective::{group, Bootstrap, Communicator, ReduceOp};
 use crate::error::{Error, Result};
@@ -141,15 +141,6 @@ impl ProcessGroup {
     }
 }
 
-/// A packed tensor this code owns alone: `t` itself when it is, else a copy.
-fn exclusive(t: CudnnTensor, op: &str) -> Result<CudnnTensor> {
-    if t.is_exclusive() {
-        Ok(t)
-    } else {
-        copy_to_new(&t, t.dtype, op)
-    }
-}
-
 fn into_cudnn<const D: usize>(t: Tensor<Cudnn, D>) -> CudnnTensor {
     t.into_primitive().tensor()
 }
@@ -171,7 +162,9 @@ impl<B: AutodiffBackend<InnerBackend = Cudnn>> ModuleMapper<B> for BroadcastPara
             return Param::from_mapped_value(id, tensor, mapper);
         }
         let require_grad = tensor.is_require_grad();
-        let received = exclusive(into_cudnn(tensor.clone().inner()), "broadcast_parameters").and_then(|t| {
+        let inner = into_cudnn(tensor.clone().inner());
+        let dtype = inner.dtype;
+        let received = owned(inner, dtype, "broadcast_parameters").and_then(|t| {
             self.comm.broadcast(t.stream(), &t.tmut(), 0)?;
             Ok(t)
         });
@@ -200,7 +193,9 @@ impl<B: AutodiffBackend<InnerBackend = Cudnn>> ModuleVisitor<B> for TakeGradient
             return;
         }
         if let Some(g) = self.grads.remove::<Cudnn, D>(param.id) {
-            match exclusive(into_cudnn(g), "all_reduce_gradients") {
+            let g = into_cudnn(g);
+            let dtype = g.dtype;
+            match owned(g, dtype, "all_reduce_gradients") {
                 Ok(t) => self.taken.push((param.id, t)),
                 Err(e) => self.error = Some(e),
             }

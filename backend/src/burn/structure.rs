@@ -266,7 +266,7 @@ pub(crate) fn slice(t: CudnnTensor, slices: &[Slice], op: &str) -> Result<CudnnT
 
 /// `t` itself when it is the only view of its packed buffer and already of `dtype` (an op may
 /// then write into it), else a packed copy converted to `dtype`.
-fn owned(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
+pub(crate) fn owned(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
     if t.dtype == dtype && t.is_exclusive() {
         return Ok(t);
     }

@@ -122,7 +122,7 @@ pub(crate) const GROUPS: &[Group] = &[
     conv_group!("f64"),
 ];
 
-/// Environment variable that turns the background warm-up off (`0` or `off`).
+/// Environment variable that turns the background warm-up off (`0`, `false`, `off` or `no`).
 pub const WARM_UP_ENV: &str = "CUDNN_BACKEND_WARM_UP";
 
 /// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
@@ -130,7 +130,7 @@ pub const WARM_UP_ENV: &str = "CUDNN_BACKEND_WARM_UP";
 /// own start-up instead of stalling its first step one kernel at a time. Kernels already in
 /// the disk cache load in microseconds. Off with [`WARM_UP_ENV`]`=0`.
 pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
-    if std::env::var(WARM_UP_ENV).is_ok_and(|v| v == "0" || v.eq_ignore_ascii_case("off")) {
+    if crate::runtime::switched_off(WARM_UP_ENV) {
         return;
     }
     // The small integer and mask groups first: every program needs them early (labels,

@@ -90,11 +90,7 @@ pub struct CudnnFusionRuntime;
 /// Whether `CUDNN_BACKEND_FUSION` leaves the fusers on (anything but `0`, `false`, `off`).
 fn fusers_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var("CUDNN_BACKEND_FUSION")
-            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
-            .unwrap_or(false)
-    })
+    *ON.get_or_init(|| !crate::runtime::switched_off("CUDNN_BACKEND_FUSION"))
 }
 
 impl FusionRuntime for CudnnFusionRuntime {

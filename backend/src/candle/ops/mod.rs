@@ -44,11 +44,7 @@ use candle_core::{Layout, Result, Tensor};
 /// comparisons).
 pub(crate) fn fused_grads() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var("CUDNN_BACKEND_CANDLE_FUSED_GRADS")
-            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
-            .unwrap_or(false)
-    })
+    *ON.get_or_init(|| !crate::runtime::switched_off("CUDNN_BACKEND_CANDLE_FUSED_GRADS"))
 }
 
 /// Row-major (`channels_last == false`) or channels-last packed strides for logical `dims`
