@@ -117,6 +117,11 @@ def main():
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--devices", type=int, default=1, help="DDP over this many GPUs (CNN only)")
+    p.add_argument(
+        "--matmul-tf32",
+        action="store_true",
+        help="f32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32), the arithmetic of our f32 matmuls",
+    )
     a = p.parse_args()
     if a.devices > 1:
         if a.model != "cnn":
@@ -127,6 +132,7 @@ def main():
         return
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False  # f32 convolutions in f32, as ours by default
+    torch.backends.cuda.matmul.allow_tf32 = a.matmul_tf32
     dtype = DTYPES[a.dtype]
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -149,12 +155,13 @@ def main():
             torch.cuda.synchronize()
         n = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
         kernels = f", {n} kernels/step"
+    tf32 = ", TF32 matmuls" if a.matmul_tf32 else ""
     if a.model == "cnn":
-        print(f"train_torch dtype={a.dtype} batch={a.batch_size}: {rate:.0f} images/s (last of {a.epochs} epochs){kernels}")
+        print(f"train_torch dtype={a.dtype} batch={a.batch_size}: {rate:.0f} images/s (last of {a.epochs} epochs){kernels}{tf32}")
     else:
         print(
             f"train_torch transformer dtype={a.dtype} batch={a.batch_size}: {rate:.1f} sequences/s "
-            f"(last of {a.epochs} epochs){kernels}"
+            f"(last of {a.epochs} epochs){kernels}{tf32}"
         )
 
 

@@ -310,6 +310,24 @@ mod data_parallel {
     /// A replica's trained model and its epochs.
     type Replica<B> = Result<(Net<B>, Vec<Epoch>), String>;
 
+    /// Ends the process when replica `rank` failed: the other replicas would wait for it
+    /// forever (at the epoch barrier, in the gradient reductions).
+    fn stop_others(rank: usize, error: &str) -> ! {
+        eprintln!("train_burn: replica {rank} failed ({error}); stopping the other replicas");
+        std::process::exit(1)
+    }
+
+    /// Calls [`stop_others`] when the replica's thread unwinds from a panic.
+    struct StopOthersOnPanic(usize);
+
+    impl Drop for StopOthersOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                stop_others(self.0, "its thread panicked");
+            }
+        }
+    }
+
     /// One replica's epoch: mean loss, seconds, and where its thread's host time went.
     struct Epoch {
         loss: f64,
@@ -382,41 +400,50 @@ mod data_parallel {
                 .map(|(rank, (mut model, device))| {
                     let (train, barrier, make_optim) = (&train, &barrier, &make_optim);
                     s.spawn(move || -> Replica<B> {
-                        let mut optim = make_optim();
-                        let loss_fn = CrossEntropyLossConfig::new().init(device);
-                        let train_x = images::<B>(&train.images, train.labels.len(), device);
-                        let train_y = labels::<B>(&train.labels, device);
-                        let mut epochs = Vec::new();
-                        for _ in 0..args.epochs {
-                            B::sync(device).map_err(|e| e.to_string())?;
-                            barrier.wait();
-                            let started = Instant::now();
-                            let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
-                            let mut host = HostTime::default();
-                            for step in 0..steps {
-                                let first = (step * n + rank) * args.batch;
-                                let rows = first..first + args.batch;
-                                let t0 = Instant::now();
-                                let logits = model.forward(train_x.clone().slice([rows.clone()]));
-                                let loss = loss_fn.forward(logits, train_y.clone().slice([rows]));
-                                loss_sum = loss_sum + loss.clone().detach();
-                                let t1 = Instant::now();
-                                let grads = GradientsParams::from_grads(loss.backward(), &model);
-                                let t2 = Instant::now();
-                                model = optim.step(1e-3, model, grads);
-                                host.add(t0, t1, t2, Instant::now());
+                        // A replica that fails leaves the others waiting for it (at the
+                        // barrier, in the gradient reductions): end the process instead.
+                        let _stop = StopOthersOnPanic(rank);
+                        let result = (move || -> Replica<B> {
+                            let mut optim = make_optim();
+                            let loss_fn = CrossEntropyLossConfig::new().init(device);
+                            let train_x = images::<B>(&train.images, train.labels.len(), device);
+                            let train_y = labels::<B>(&train.labels, device);
+                            let mut epochs = Vec::new();
+                            for _ in 0..args.epochs {
+                                B::sync(device).map_err(|e| e.to_string())?;
+                                barrier.wait();
+                                let started = Instant::now();
+                                let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
+                                let mut host = HostTime::default();
+                                for step in 0..steps {
+                                    let first = (step * n + rank) * args.batch;
+                                    let rows = first..first + args.batch;
+                                    let t0 = Instant::now();
+                                    let logits = model.forward(train_x.clone().slice([rows.clone()]));
+                                    let loss = loss_fn.forward(logits, train_y.clone().slice([rows]));
+                                    loss_sum = loss_sum + loss.clone().detach();
+                                    let t1 = Instant::now();
+                                    let grads = GradientsParams::from_grads(loss.backward(), &model);
+                                    let t2 = Instant::now();
+                                    model = optim.step(1e-3, model, grads);
+                                    host.add(t0, t1, t2, Instant::now());
+                                }
+                                let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
+                                B::sync(device).map_err(|e| e.to_string())?;
+                                barrier.wait();
+                                let seconds = started.elapsed().as_secs_f64();
+                                epochs.push(Epoch {
+                                    loss: mean_loss,
+                                    seconds,
+                                    host: host.per_step(steps),
+                                });
                             }
-                            let mean_loss = loss_sum.into_scalar().elem::<f64>() / steps as f64;
-                            B::sync(device).map_err(|e| e.to_string())?;
-                            barrier.wait();
-                            let seconds = started.elapsed().as_secs_f64();
-                            epochs.push(Epoch {
-                                loss: mean_loss,
-                                seconds,
-                                host: host.per_step(steps),
-                            });
+                            Ok((model, epochs))
+                        })();
+                        if let Err(e) = &result {
+                            stop_others(rank, e);
                         }
-                        Ok((model, epochs))
+                        result
                     })
                 })
                 .collect();

@@ -9,8 +9,9 @@
 //! By default the linear layers are `cudnn_backend::candle::nn::Linear` (one cuDNN matmul graph
 //! with the bias, and GELU in the first feed-forward layer, fused), layer norm is
 //! `cudnn_backend::candle::nn::LayerNorm` (fused forward and backward kernels), attention is
-//! `CudnnExt::cudnn_sdpa` (cuDNN's fused flash attention forward and backward for f16/bf16;
-//! our matmuls around a Candle softmax for f32), the token embedding is
+//! `cudnn_backend::candle::ops::sdpa_heads` on the projections as they come, heads side by
+//! side (cuDNN's fused flash attention forward and backward for f16/bf16; for f32 the
+//! engine's math path: cuDNN matmuls around one softmax kernel), the token embedding is
 //! `cudnn_backend::candle::nn::Embedding` (its gradient one scatter-add) and the optimizer is
 //! `cudnn_backend::candle::optim::FusedAdamW`. With `--stock` the same network uses
 //! candle-nn's `Linear` and `Embedding`, candle-nn's composed layer norm (`ops::layer_norm_slow`: candle-nn's
@@ -23,8 +24,10 @@
 //! cargo run -p examples --features candle --example train_candle_transformer -- --device cpu --layers 1 --seq 32 --train 64 --test 32 --epochs 1
 //! ```
 //! Flags: `--device gpu|cpu` (default: the GPU when one is usable), `--epochs N`,
-//! `--batch-size N`, `--dtype f32|f16|bf16` (compute dtype; the weights and the optimizer
-//! state stay f32, cast once per step), `--layers N`, `--seq N`, `--train N` / `--test N`
+//! `--batch-size N`, `--dtype f32|f16|bf16` (the variables, optimizer state and compute
+//! dtype, as `model.to(dtype)` in PyTorch and the backend's float dtype in Burn),
+//! `--f32-weights` (with f16/bf16: f32 variables and optimizer state instead, cast to the
+//! compute dtype once per step), `--layers N`, `--seq N`, `--train N` / `--test N`
 //! (sequences), `--lr X`, `--out DIR`, `--stock`.
 //!
 //! On the CPU our ops run their float64 reference implementations: correct but slow, meant for
@@ -40,7 +43,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{AdamW, Embedding, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use cudnn_backend::candle::nn::LayerNormConfig;
 use cudnn_backend::candle::optim::FusedAdamW;
-use cudnn_backend::candle::{Activation, CudnnExt};
+use cudnn_backend::candle::Activation;
 use examples::curves::{epoch_bar, finish_epoch, save_run, History};
 use markers::{generate, Set, CLASSES, VOCAB};
 
@@ -49,7 +52,7 @@ const HEADS: usize = 8;
 const D_FF: usize = 2048;
 const LN_EPS: f64 = 1e-5;
 
-/// A linear layer's f32 variables, run as this crate's fused layer or as candle-nn's.
+/// A linear layer's variables, run as this crate's fused layer or as candle-nn's.
 #[derive(Clone)]
 struct Dense {
     weight: Tensor,
@@ -184,22 +187,20 @@ impl EncoderLayer {
     fn attention(&self, x: &Tensor) -> Result<Tensor> {
         let (b, s, _) = x.dims3()?;
         let dh = D_MODEL / HEADS;
-        // (batch, seq, d_model) → (batch, heads, seq, head dim), a strided view.
-        let heads = |t: Tensor| t.reshape((b, s, HEADS, dh))?.transpose(1, 2);
-        let (q, k, v) = (
-            heads(self.query.forward(x)?)?,
-            heads(self.key.forward(x)?)?,
-            heads(self.value.forward(x)?)?,
-        );
         let scale = 1.0 / (dh as f64).sqrt();
+        let (q, k, v) = (self.query.forward(x)?, self.key.forward(x)?, self.value.forward(x)?);
         let o = if self.stock {
-            let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+            // (batch, seq, d_model) → (batch, heads, seq, head dim) and back.
+            let heads = |t: Tensor| t.reshape((b, s, HEADS, dh))?.transpose(1, 2)?.contiguous();
+            let (q, k, v) = (heads(q)?, heads(k)?, heads(v)?);
             let scores = (q.matmul(&k.t()?)? * scale)?;
-            candle_nn::ops::softmax(&scores, D::Minus1)?.matmul(&v)?
+            let o = candle_nn::ops::softmax(&scores, D::Minus1)?.matmul(&v)?;
+            o.transpose(1, 2)?.reshape((b, s, D_MODEL))?
         } else {
-            q.cudnn_sdpa(&k, &v, None, scale)?
+            // The heads stay side by side in the projections' last dim, in both passes.
+            cudnn_backend::candle::ops::sdpa_heads(&q, &k, &v, HEADS, scale, false)?
         };
-        self.output.forward(&o.transpose(1, 2)?.reshape((b, s, D_MODEL))?)
+        self.output.forward(&o)
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -239,10 +240,11 @@ impl Net {
         })
     }
 
-    /// The network computing in `dt` (a no-op for f32): called once per step, so the
-    /// optimizer updates the f32 variables and every step casts them afresh.
+    /// The network computing in `dt` (a no-op when the variables are `dt`): called once per
+    /// step, so with `--f32-weights` the optimizer updates the f32 variables and every step
+    /// casts them afresh.
     fn cast(&self, dt: DType) -> Result<Self> {
-        if dt == DType::F32 {
+        if self.tokens.dtype() == dt {
             return Ok(self.clone());
         }
         Ok(Self {
@@ -297,6 +299,7 @@ struct Args {
     lr: f64,
     out: PathBuf,
     stock: bool,
+    f32_weights: bool,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -312,6 +315,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         lr: 3e-4,
         out: PathBuf::from("out/train_candle_transformer"),
         stock: false,
+        f32_weights: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -328,6 +332,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--lr" => a.lr = value()?.parse().map_err(|e| format!("--lr: {e}"))?,
             "--out" => a.out = PathBuf::from(value()?),
             "--stock" => a.stock = true,
+            "--f32-weights" => a.f32_weights = true,
             // Accepted for train-bench.sh, which passes it to every CNN and Candle program:
             // this network has no convolutions to autotune.
             "--benchmark" => {}
@@ -335,7 +340,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--help" | "-h" => {
                 return Err(
                     "flags: --device gpu|cpu --epochs N --batch-size N --dtype f32|f16|bf16 --layers N \
-                            --seq N --train N --test N --lr X --out DIR --stock"
+                            --seq N --train N --test N --lr X --out DIR --stock --f32-weights"
                         .into(),
                 )
             }
@@ -391,11 +396,12 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(), String
         return Err(format!("--batch-size {} is larger than the training set", args.batch));
     }
     let varmap = VarMap::new();
+    let weights = if args.f32_weights { DType::F32 } else { args.dtype };
     let net = Net::new(
         args.layers,
         args.seq,
         args.stock,
-        VarBuilder::from_varmap(&varmap, DType::F32, dev),
+        VarBuilder::from_varmap(&varmap, weights, dev),
     )
     .map_err(err)?;
     let params = ParamsAdamW {

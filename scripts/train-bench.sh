@@ -26,7 +26,8 @@
 # (CUDA_PATH, default /usr/local/cuda). Its rows report n/a for our launches/step.
 # Each log ends with "process: X s", the wall time of the whole process (start-up, kernel
 # compiles and autotuning included, which burn-cuda does before and during its first steps).
-# Prints one table row per config and variant.
+# Prints one table row per config and variant; f32 rows also compare with PyTorch on TF32
+# matmuls (`--matmul-tf32`), the arithmetic of our f32 matmuls.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bins="${TRAIN_BIN_DIR:-$here}"
@@ -56,6 +57,14 @@ for cfg in "${configs[@]}"; do
       --steps "$steps" --epochs 3 --count-kernels 2>&1 | tee "$logs/torch-$tag.log" | grep '^train_torch')
   torch_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$torch_line")
   torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
+  # f32: PyTorch again with TF32 matmuls, the arithmetic of our f32 matmuls (cuDNN's f32
+  # matmul engines are TF32; PyTorch's default f32 matmul is IEEE f32).
+  tf32_rate=0
+  if [[ $dtype == f32 ]]; then
+    tf32_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
+        --steps "$steps" --epochs 3 --matmul-tf32 2>&1 | tee "$logs/torch-tf32-$tag.log" | grep '^train_torch')
+    tf32_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$tf32_line")
+  fi
   for variant in ${TRAIN_BENCH_VARIANTS:-fused stock stock-fusion}; do
     # Lazy fusion and burn-cuda are Burn backends: the Candle models take fused and stock only.
     if [[ $model == candle* && $variant != fused && $variant != stock ]]; then
@@ -85,9 +94,12 @@ for cfg in "${configs[@]}"; do
     launches=$(sed -nE 's/.*, ([0-9]+|n\/a) launches\/step.*/\1/p' <<<"$line")
     acc=$(sed -nE 's/.*test accuracy ([0-9.]+)%.*/\1/p' <<<"$line")
     rows+=("$(awk -v m="$model" -v d="$dtype" -v b="$batch" -v v="$variant" -v r="$rate" -v t="$torch_rate" \
-        -v l="$launches" -v k="$torch_kernels" -v a="$acc" 'BEGIN { if (r > 0 && t > 0) printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s%% |", m, d, b, v, 1000*b/r, 1000*b/t, r/t, l, k, a; else printf "| %s | %s | %s | %s | failed (see logs) |", m, d, b, v }')")
+        -v l="$launches" -v k="$torch_kernels" -v a="$acc" -v x="$tf32_rate" 'BEGIN {
+          tf = (x > 0) ? sprintf("%.2f | %.2f", 1000*b/x, r/x) : "- | -";
+          if (r > 0 && t > 0) printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s%% |", m, d, b, v, 1000*b/r, 1000*b/t, r/t, tf, l, k, a;
+          else printf "| %s | %s | %s | %s | failed (see logs) |", m, d, b, v }')")
   done
 done
-echo "| model | dtype | batch | ours | ours ms/step | PyTorch ms/step | ours/PyTorch throughput | our launches/step | PyTorch kernels/step | our test accuracy |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| model | dtype | batch | ours | ours ms/step | PyTorch ms/step | ours/PyTorch throughput | PyTorch TF32-matmul ms/step | ours/PyTorch TF32-matmul | our launches/step | PyTorch kernels/step | our test accuracy |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"

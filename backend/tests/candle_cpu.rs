@@ -1037,6 +1037,62 @@ fn transposed_and_narrowed_inputs_match_candle() {
     );
 }
 
+/// The attention op over (B, L, H·D) tensors (`sdpa_heads`, heads side by side as a linear
+/// layer writes them) on the CPU: the same output and gradients as `sdpa` over the
+/// (B, H, L, D) tensors it holds, unmasked and causal; heads that do not divide the features
+/// are an argument error.
+#[test]
+fn sdpa_heads_matches_sdpa_over_split_heads_on_cpu() {
+    use cudnn_backend::candle::ops::{sdpa, sdpa_heads};
+    let mut rng = SplitMix64::new(10);
+    let (b, h, lq, lk, d, dv) = (2, 3, 5, 7, 4, 2);
+    let q = Var::from_tensor(&rand_t(&mut rng, &[b, lq, h * d])).unwrap();
+    let k = Var::from_tensor(&rand_t(&mut rng, &[b, lk, h * d])).unwrap();
+    let v = Var::from_tensor(&rand_t(&mut rng, &[b, lk, h * dv])).unwrap();
+    let probe = rand_t(&mut rng, &[b, lq, h * dv]);
+    let split = |t: &Tensor, x: usize| {
+        let (bb, l, _) = t.dims3().unwrap();
+        t.reshape((bb, l, h, x))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+    };
+    for causal in [false, true] {
+        let ours = sdpa_heads(q.as_tensor(), k.as_tensor(), v.as_tensor(), h, 0.4, causal).unwrap();
+        assert_eq!(ours.dims(), &[b, lq, h * dv]);
+        let theirs = sdpa(
+            &split(q.as_tensor(), d),
+            &split(k.as_tensor(), d),
+            &split(v.as_tensor(), dv),
+            0.4,
+            causal,
+        )
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .reshape((b, lq, h * dv))
+        .unwrap();
+        assert!(rel_err(&ours, &theirs) < 1e-12, "sdpa_heads forward (causal {causal})");
+        let g1 = (&ours * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (&theirs * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        for t in [&q, &k, &v] {
+            let (a, e) = (g1.get(t.as_tensor()).unwrap(), g2.get(t.as_tensor()).unwrap());
+            assert_eq!(a.dims(), t.dims());
+            assert!(
+                rel_err(a, e) < 1e-10,
+                "sdpa_heads gradient (causal {causal}): {}",
+                rel_err(a, e)
+            );
+        }
+    }
+    let e = sdpa_heads(q.as_tensor(), k.as_tensor(), v.as_tensor(), 5, 1.0, false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sdpa") && e.contains("heads"), "{e}");
+}
+
 /// The norm and attention custom ops (cuDNN graphs on CUDA) on the CPU: their float64
 /// references against the same math in Candle ops, and their composed backward passes
 /// against autograd through Candle ops.

@@ -1736,13 +1736,15 @@ fn norm_training_matches_f64_reference() {
     }
 }
 
-/// Attention training on the GPU: cuDNN's fused forward (writing the statistics) and its fused
-/// backward graph (one cuDNN execution for dq, dk and dv) against the float64 reference,
-/// unmasked and causal, f16 and bf16, several shapes.
+/// The attention op's backward passes on the GPU against the float64 reference, unmasked and
+/// causal, several shapes: f16/bf16 through cuDNN's fused attention backward graph (one cuDNN
+/// execution for dq, dk and dv), f32 through the math path (cuDNN matmuls and the softmax
+/// kernels); each in the (B, H, L, D) layout (`sdpa`) and the (B, L, H·D) layout of linear
+/// layers (`sdpa_heads`).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sdpa_fused_backward_matches_f64_reference() {
-    use cudnn_backend::candle::ops::sdpa;
+    use cudnn_backend::candle::ops::{sdpa, sdpa_heads};
     let dev = gpu();
     let mut rng = SplitMix64::new(53);
     let shapes = [
@@ -1751,39 +1753,73 @@ fn sdpa_fused_backward_matches_f64_reference() {
         (3, 2, 17, 33, 128, 128),
         (2, 2, 64, 64, 32, 32),
     ];
-    for dt in [DType::F16, DType::BF16] {
-        for causal in [false, true] {
-            for &(b, h, lq, lk, d, dv) in &shapes {
-                let what = format!("sdpa {dt:?} causal {causal} q [{b}, {h}, {lq}, {d}] k {lk} v {dv}");
-                let (q, k, v) = (
-                    rand_cpu(&mut rng, &[b, h, lq, d]),
-                    rand_cpu(&mut rng, &[b, h, lk, d]),
-                    rand_cpu(&mut rng, &[b, h, lk, dv]),
-                );
-                let probe = rand_cpu(&mut rng, &[b, h, lq, dv]);
-                let scale = 1.0 / (d as f64).sqrt();
-                let gv = |t: &Tensor| Var::from_tensor(&t.to_dtype(dt).unwrap().to_device(&dev).unwrap()).unwrap();
-                let (qv, kv, vv) = (gv(&q), gv(&k), gv(&v));
-                let y = sdpa(qv.as_tensor(), kv.as_tensor(), vv.as_tensor(), scale, causal).unwrap();
-                let p = probe.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap();
-                let loss = (y.to_dtype(DType::F32).unwrap() * p).unwrap().sum_all().unwrap();
-                let before = cudnn_backend::runtime::launch_counts();
-                let g = grads(&[&qv, &kv, &vv], &loss);
-                let cudnn_runs = cudnn_backend::runtime::launch_counts().since(&before).cudnn_executions;
-                assert!(
-                    cudnn_runs >= 1,
-                    "{what}: the backward pass did not run cuDNN's fused graph"
-                );
-                let cv = |t: &Tensor| Var::from_tensor(&rounded(t, dt)).unwrap();
-                let (qc, kc, vc) = (cv(&q), cv(&k), cv(&v));
-                let yc = sdpa(qc.as_tensor(), kc.as_tensor(), vc.as_tensor(), scale, causal).unwrap();
-                let gc = grads(&[&qc, &kc, &vc], &(&yc * &probe).unwrap().sum_all().unwrap());
-                let mut report = vec![format!("output {:.1e}", check_rel(&y, &yc, 2e-2, &what))];
-                for (i, (a, e)) in g.iter().zip(&gc).enumerate() {
-                    let e = check_rel(a, e, 3e-2, &format!("{what}: gradient {i}"));
-                    report.push(format!("d{} {e:.1e}", ["q", "k", "v"][i]));
+    // (B, H, L, X) → (B, L, H·X) and back.
+    let merge = |t: &Tensor| {
+        let (b, h, l, x) = t.dims4().unwrap();
+        t.transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .reshape((b, l, h * x))
+            .unwrap()
+    };
+    let split = |t: &Tensor, h: usize| {
+        let (b, l, hx) = t.dims3().unwrap();
+        t.reshape((b, l, h, hx / h))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+    };
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        // f32: cuDNN's f32 matmuls run on TF32 tensor cores (README, Numerics).
+        let (out_tol, grad_tol) = if dt == DType::F32 { (2e-3, 2e-3) } else { (2e-2, 3e-2) };
+        for heads_layout in [false, true] {
+            for causal in [false, true] {
+                for &(b, h, lq, lk, d, dv) in &shapes {
+                    let layout = if heads_layout { "(B, L, H·D)" } else { "(B, H, L, D)" };
+                    let what = format!("sdpa {dt:?} {layout} causal {causal} q [{b}, {h}, {lq}, {d}] k {lk} v {dv}");
+                    let (q, k, v) = (
+                        rand_cpu(&mut rng, &[b, h, lq, d]),
+                        rand_cpu(&mut rng, &[b, h, lk, d]),
+                        rand_cpu(&mut rng, &[b, h, lk, dv]),
+                    );
+                    let probe = rand_cpu(&mut rng, &[b, h, lq, dv]);
+                    let scale = 1.0 / (d as f64).sqrt();
+                    let gv = |t: &Tensor| {
+                        let t = if heads_layout { merge(t) } else { t.clone() };
+                        Var::from_tensor(&t.to_dtype(dt).unwrap().to_device(&dev).unwrap()).unwrap()
+                    };
+                    let (qv, kv, vv) = (gv(&q), gv(&k), gv(&v));
+                    let y = if heads_layout {
+                        sdpa_heads(qv.as_tensor(), kv.as_tensor(), vv.as_tensor(), h, scale, causal).unwrap()
+                    } else {
+                        sdpa(qv.as_tensor(), kv.as_tensor(), vv.as_tensor(), scale, causal).unwrap()
+                    };
+                    let pr = if heads_layout { merge(&probe) } else { probe.clone() };
+                    let p = pr.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap();
+                    let loss = (y.to_dtype(DType::F32).unwrap() * p).unwrap().sum_all().unwrap();
+                    let before = cudnn_backend::runtime::launch_counts();
+                    let mut g = grads(&[&qv, &kv, &vv], &loss);
+                    let cudnn_runs = cudnn_backend::runtime::launch_counts().since(&before).cudnn_executions;
+                    assert!(cudnn_runs >= 1, "{what}: the backward pass ran no cuDNN graph");
+                    let mut y = y;
+                    if heads_layout {
+                        y = split(&y, h);
+                        g = g.iter().map(|t| split(t, h)).collect();
+                    }
+                    let cv = |t: &Tensor| Var::from_tensor(&rounded(t, dt)).unwrap();
+                    let (qc, kc, vc) = (cv(&q), cv(&k), cv(&v));
+                    let yc = sdpa(qc.as_tensor(), kc.as_tensor(), vc.as_tensor(), scale, causal).unwrap();
+                    let gc = grads(&[&qc, &kc, &vc], &(&yc * &probe).unwrap().sum_all().unwrap());
+                    let mut report = vec![format!("output {:.1e}", check_rel(&y, &yc, out_tol, &what))];
+                    for (i, (a, e)) in g.iter().zip(&gc).enumerate() {
+                        let e = check_rel(a, e, grad_tol, &format!("{what}: gradient {i}"));
+                        report.push(format!("d{} {e:.1e}", ["q", "k", "v"][i]));
+                    }
+                    println!("{what}: rel L2 {}", report.join(", "));
                 }
-                println!("{what}: rel L2 {}", report.join(", "));
             }
         }
     }
@@ -1791,7 +1827,7 @@ fn sdpa_fused_backward_matches_f64_reference() {
 
 /// `FusedAdamW` on the GPU: f32 variables (more than one launch's 32) against candle-nn's
 /// `AdamW` on the same GPU over several steps, one kernel launch per 32 variables per step;
-/// f16/bf16 variables against the float64 update on the CPU.
+/// f16/bf16 variables against the float64 update on the CPU (bf16 through the kernel).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fused_adamw_matches_candle_nn_adamw_on_the_gpu() {
@@ -1863,8 +1899,18 @@ fn fused_adamw_matches_candle_nn_adamw_on_the_gpu() {
             .collect();
         let mut a = FusedAdamW::new(gpu_vars.clone(), params.clone()).unwrap();
         let mut b = FusedAdamW::new(cpu_vars.clone(), params.clone()).unwrap();
-        for _ in 0..5 {
+        for step in 0..5 {
+            let before = cudnn_backend::runtime::launch_counts();
             a.backward_step(&loss(&gpu_vars)).unwrap();
+            let launches = cudnn_backend::runtime::launch_counts().since(&before).total();
+            // bf16 takes the fused kernel; f16 the update in f32 Candle ops (its moments would
+            // underflow in the kernel).
+            if step > 0 && dt == DType::BF16 {
+                assert_eq!(
+                    launches, 2,
+                    "40 {dt:?} variables: the fused kernel, two launches per step"
+                );
+            }
             b.backward_step(&loss(&cpu_vars)).unwrap();
         }
         let mut worst = 0f64;

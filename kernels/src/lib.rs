@@ -60,6 +60,10 @@ pub const OPTIM: &str = include_str!("../optim.cu");
 /// Layer and RMS norm training forward (with row statistics) and backward.
 pub const NORM: &str = include_str!("../norm.cu");
 
+/// The row softmax of attention's f32 math path, forward (in place, with the causal mask) and
+/// backward.
+pub const ATTENTION: &str = include_str!("../attention.cu");
+
 /// CTC loss: the log-space forward and backward recursions and the gradient.
 pub const CTC: &str = include_str!("../ctc.cu");
 

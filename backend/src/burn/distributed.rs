@@ -7,7 +7,9 @@
 //! for each parameter, from one thread, as soon as every device has that parameter's
 //! gradient (during the backward pass). One thread cannot issue NCCL calls for several GPUs
 //! one at a time (each may wait for the others), so the calls of a parameter are collected
-//! until all devices of the group have arrived. Complete parameters gather in a bucket, as in
+//! until all devices of the group have arrived (queued per device and paired in order: under
+//! `Fusion<Cudnn>` a device's all-reduces run when its own queue flushes, so one device may
+//! run ahead of another). Complete parameters gather in a bucket, as in
 //! PyTorch's `DistributedDataParallel`: a bucket is launched as one NCCL group once it holds
 //! [`BUCKET_MB_ENV`] MiB (25 by default), and the rest when a device synchronizes at the end
 //! of the backward pass. The reduction runs in place on each gradient's device stream,
@@ -16,7 +18,7 @@
 //! than beside them, which keeps the memory pool's stream ordering simple; the host still
 //! never waits for it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -77,8 +79,10 @@ impl<B: AutodiffBackend> ModuleMapper<B> for MarkDistributed {
 
 /// Communicators per group of device ordinals (sorted), made on first use.
 static COMMUNICATORS: Mutex<Option<HashMap<Vec<usize>, Vec<Communicator>>>> = Mutex::new(None);
+/// One queue of submitted tensors per device of a group (rank order).
+type DeviceQueues = Vec<VecDeque<CudnnTensor>>;
 /// Gradients waiting for the rest of their group, per group.
-static PENDING: Mutex<Option<HashMap<Vec<usize>, Vec<CudnnTensor>>>> = Mutex::new(None);
+static PENDING: Mutex<Option<HashMap<Vec<usize>, DeviceQueues>>> = Mutex::new(None);
 /// Signalled whenever a group's waiting gradients were complete (moved to a bucket).
 static ARRIVED: Condvar = Condvar::new();
 /// Complete gradients not launched yet, per group: launched together (one NCCL group) once
@@ -150,19 +154,13 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
     let out = super::structure::owned(tensor, dtype, OP)?;
     let ready = {
         let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        let waiting = pending.get_or_insert_with(HashMap::new).entry(key.clone()).or_default();
-        if waiting.iter().any(|t| t.device().ordinal() == ordinal) {
-            return Err(Error::invalid_input(
-                OP,
-                format!("GPU {ordinal} submitted a second tensor before the group {key:?} finished the first"),
-            ));
-        }
-        waiting.push(out.clone());
-        if waiting.len() == key.len() {
-            std::mem::take(waiting)
-        } else {
-            Vec::new()
-        }
+        let queues = pending
+            .get_or_insert_with(HashMap::new)
+            .entry(key.clone())
+            .or_insert_with(|| vec![VecDeque::new(); key.len()]);
+        let rank = key.iter().position(|&o| o == ordinal).unwrap_or_default();
+        queues[rank].push_back(out.clone());
+        take_complete(&key, queues)?
     };
     if !ready.is_empty() {
         let bytes = ready[0].numel() as usize * ready[0].dtype.size();
@@ -181,6 +179,38 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
         launched?;
     }
     Ok(out)
+}
+
+/// The next complete set of a group's queued tensors (one per device, in rank order), or
+/// nothing while a device has none queued. Every device submits its tensors in one order
+/// (Burn's sync server walks the parameters in one order for all of them), so the `i`-th
+/// submissions of the devices belong together, however far one device's queue runs ahead of
+/// another's (under `Fusion<Cudnn>` a device's queued all-reduces run when its own queue is
+/// flushed).
+fn take_complete(key: &[usize], queues: &mut [VecDeque<CudnnTensor>]) -> Result<Vec<CudnnTensor>> {
+    if queues.iter().any(VecDeque::is_empty) {
+        return Ok(Vec::new());
+    }
+    let set: Vec<CudnnTensor> = queues.iter_mut().filter_map(VecDeque::pop_front).collect();
+    if let Some(odd) = set
+        .iter()
+        .find(|t| t.dims() != set[0].dims() || t.dtype != set[0].dtype)
+    {
+        return Err(Error::invalid_input(
+            "all_reduce",
+            format!(
+                "the devices of {key:?} submitted their tensors in different orders: GPU {} sent {:?} {:?}, GPU {} \
+                 {:?} {:?}",
+                set[0].device().ordinal(),
+                set[0].dims(),
+                set[0].dtype,
+                odd.device().ordinal(),
+                odd.dims(),
+                odd.dtype
+            ),
+        ));
+    }
+    Ok(set)
 }
 
 /// One NCCL group for a bucket: an in-place all-reduce of each device's tensor of each
@@ -245,8 +275,12 @@ fn sync_collective(ordinal: usize) -> Result<()> {
         let waiting = pending
             .iter()
             .flat_map(|m| m.iter())
-            .find(|(_, ts)| ts.iter().any(|t| t.device().ordinal() == ordinal))
-            .map(|(key, ts)| (key.clone(), ts.len()));
+            .find(|(key, queues)| {
+                key.iter()
+                    .position(|&o| o == ordinal)
+                    .is_some_and(|rank| !queues[rank].is_empty())
+            })
+            .map(|(key, queues)| (key.clone(), queues.iter().filter(|q| !q.is_empty()).count()));
         let Some((key, arrived)) = waiting else { break };
         let now = Instant::now();
         if now >= deadline {

@@ -188,11 +188,12 @@ pub trait CudnnExt {
     /// Scaled dot-product attention `softmax(q·kᵀ·scale + mask)·v` with q = self
     /// (.., Lq, D), k (.., Lk, D), v (.., Lk, Dv). `mask` broadcasts to (.., Lq, Lk): a U8
     /// mask keeps positions where it is non-zero, any float mask is added to the scores.
-    /// Without a mask, f16/bf16 rank-4 inputs with head dims that are multiples of 8 (≤ 256)
-    /// run as one fused cuDNN attention graph, and when a gradient can be needed its backward
-    /// pass is cuDNN's fused attention backward graph from the forward's softmax statistics
-    /// (composed of Candle ops where cuDNN declines: see [`ops::Sdpa`]). Other cases run both
-    /// products on our cuDNN matmul and the softmax in Candle (f32).
+    /// Without a mask, rank-4 inputs on CUDA run as the [`ops::Sdpa`] op: f16/bf16 with head
+    /// dims that are multiples of 8 (≤ 256) as one fused cuDNN attention graph, whose backward
+    /// pass is cuDNN's fused attention backward from the forward's softmax statistics; f32 as
+    /// the engine's math path (cuDNN matmuls around one softmax kernel, forward and backward).
+    /// Other cases run both products on our cuDNN matmul and the softmax in Candle (f32). For
+    /// (B, L, H·D) tensors straight from linear layers see [`ops::sdpa_heads`].
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor>;
     /// [`cudnn_sdpa`](CudnnExt::cudnn_sdpa) with a causal mask: query `i` of Lq sees keys
     /// `j <= i + Lk - Lq` (aligned to the bottom right, as with a KV cache; Lq <= Lk). Where
@@ -343,7 +344,7 @@ impl CudnnExt for Tensor {
     }
 
     fn cudnn_sdpa(&self, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
-        if mask.is_none() && ops::sdpa_fusable(self, k, v) {
+        if mask.is_none() && ops::sdpa_supported(self, k, v, None) {
             return ops::sdpa(self, k, v, scale, false);
         }
         composed_sdpa(self, k, v, mask, scale)
@@ -352,7 +353,7 @@ impl CudnnExt for Tensor {
     fn cudnn_causal_sdpa(&self, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
         let (lq, lk) = (self.dim(D::Minus2)?, k.dim(D::Minus2)?);
         ops::check_causal(lq, lk)?;
-        if ops::sdpa_fusable(self, k, v) {
+        if ops::sdpa_supported(self, k, v, None) {
             return ops::sdpa(self, k, v, scale, true);
         }
         let mask = ops::causal_bias(lq, lk, DType::F32, self.device())?;

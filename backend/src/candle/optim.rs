@@ -18,15 +18,18 @@ const OP: &str = "candle FusedAdamW";
 /// `θ = θ·(1 - lr·λ) - lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + ε)`.
 /// Variables without a gradient in the store are left alone, moments included.
 ///
-/// On CUDA, f32 variables are updated by the engine's multi-tensor Adam kernel
+/// On CUDA, f32 and bf16 variables are updated by the engine's multi-tensor Adam kernel
 /// ([`crate::ops::adam_step`]): one launch per 32 variables of one device reads each
 /// parameter, gradient and both moments once and writes the parameter and moments in place, in
 /// the variables' own storage (their storages write-locked while the launch is enqueued, so no
 /// other tensor op interleaves). The kernel computes in f32 (betas and ε rounded to f32, the
 /// bias corrections folded into two per-step factors); candle-nn computes the same expression
-/// with Candle ops, so results agree to rounding. Every other variable (the CPU, f16/bf16, f64,
-/// other devices) is updated with Candle ops, as candle-nn does, but computed in f32 for
-/// f16/bf16 variables (candle-nn's own f16 update divides by an ε that rounds to 0).
+/// with Candle ops, so results agree to rounding. For bf16 variables the kernel computes in
+/// f32 too and keeps the moments in bf16 (as PyTorch's Adam on bf16 parameters). Every other
+/// variable (the CPU, f16, f64, other devices) is updated with Candle ops, as candle-nn does,
+/// but computed in f32 for f16 variables: candle-nn's own f16 update divides by an ε that
+/// rounds to 0, and a second moment stored in f16 underflows to 0 for gradients below about
+/// 2e-4, which the kernel (reading the moments as stored) would divide by ε.
 ///
 /// The moments live on the variables' device, allocated (zeros) at the first step that
 /// gives a variable a gradient, so variables that never get one (batch-norm running
@@ -258,11 +261,12 @@ impl FusedAdamW {
     }
 }
 
-/// Whether the engine's kernel updates `var`: f32 on a CUDA device. Half-precision variables
-/// take the update as Candle ops computed in f32 (candle-nn's own f16 update divides by an
-/// epsilon that rounds to 0); mixed-precision training keeps its master weights in f32.
+/// Whether the engine's kernel updates `var`: f32 or bf16 on a CUDA device (f16 moments
+/// underflow, see [`FusedAdamW`]).
 fn fused_applies(var: &Var) -> bool {
-    cfg!(feature = "candle-cuda") && matches!(var.device(), Device::Cuda(_)) && var.dtype() == DType::F32
+    cfg!(feature = "candle-cuda")
+        && matches!(var.device(), Device::Cuda(_))
+        && matches!(var.dtype(), DType::F32 | DType::BF16)
 }
 
 /// The updates grouped by device (Candle device identity: one stream) and dtype, in order.

@@ -22,6 +22,16 @@ impl CountedLaunch for cudarc::driver::LaunchArgs<'_> {
     }
 }
 
+/// The grid of a kernel that gives each row one warp (`block_dim` = 32 lanes × `rows_per_block`
+/// rows, one block per `rows_per_block` rows).
+pub(crate) fn warp_per_row(rows: i64, rows_per_block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((rows as u64).div_ceil(rows_per_block as u64) as u32, 1, 1),
+        block_dim: (32, rows_per_block, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Arguments of `bias_act_*` in `kernels/bias_act.cu`.
 pub(crate) struct BiasActArgs {
     pub y: u64,

@@ -7,18 +7,15 @@
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
-use crate::ffi::launch::CountedLaunch;
+use crate::ffi::launch::{warp_per_row, CountedLaunch};
 
-/// Rows per block (`NORM_ROWS`) and lanes per row (`NORM_LANES`).
+/// Rows per block (`NORM_ROWS`; one warp per row).
 const ROWS: u32 = 8;
+/// Lanes per row (`NORM_LANES`).
 const LANES: u32 = 32;
 
 fn row_grid(rows: i64) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((rows as u64).div_ceil(ROWS as u64) as u32, 1, 1),
-        block_dim: (LANES, ROWS, 1),
-        shared_mem_bytes: 0,
-    }
+    warp_per_row(rows, ROWS)
 }
 
 /// Addresses of one norm pass (0 = absent) and its sizes.

@@ -14,6 +14,7 @@ mod descriptor;
 pub(crate) mod driver;
 mod handle;
 pub(crate) mod launch;
+pub(crate) mod launch_attention;
 pub(crate) mod launch_batch_norm;
 pub(crate) mod launch_conv;
 pub(crate) mod launch_ctc;

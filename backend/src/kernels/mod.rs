@@ -188,6 +188,13 @@ pub(crate) const NORM: KernelSource = KernelSource {
     common: true,
 };
 
+/// The row softmax of attention's f32 math path (forward and backward).
+pub(crate) const ATTENTION: KernelSource = KernelSource {
+    name: "attention.cu",
+    code: kernel_sources::ATTENTION,
+    common: true,
+};
+
 /// CTC loss recursions and gradient.
 pub(crate) const CTC: KernelSource = KernelSource {
     name: "ctc.cu",
@@ -218,6 +225,7 @@ pub(crate) const ALL_SOURCES: &[KernelSource] = &[
     BATCH_NORM,
     OPTIM,
     NORM,
+    ATTENTION,
     CTC,
     CONV,
 ];

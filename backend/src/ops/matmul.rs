@@ -310,7 +310,7 @@ fn matmul3_aligned(
 }
 
 /// A packed view of `t`'s dims and dtype in `buf`, when there is one.
-fn packed_in<'b>(buf: &'b Option<DeviceBuffer>, t: &TensorRef) -> Result<Option<TensorMut<'b>>> {
+pub(super) fn packed_in<'b>(buf: &'b Option<DeviceBuffer>, t: &TensorRef) -> Result<Option<TensorMut<'b>>> {
     buf.as_ref()
         .map(|buf| buf.view_mut(0, &t.dims, &row_major_strides(&t.dims), t.dtype))
         .transpose()

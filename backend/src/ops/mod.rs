@@ -7,6 +7,7 @@
 //! Outputs are written, never read. Nothing synchronizes.
 
 mod attention;
+mod attention_math;
 mod batch_norm;
 mod conv;
 mod conv_fallback;
@@ -25,6 +26,7 @@ pub use crate::types::{Activation, PoolMode, TensorMut, TensorRef};
 pub use attention::{
     sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_when_built, sdpa_fusable, SdpaBackward,
 };
+pub use attention_math::{attention_math_backward, attention_math_forward, AttentionMathBackward};
 pub use batch_norm::{
     batch_norm_backward, batch_norm_inference, batch_norm_train_forward, BatchNormBackward, BatchNormForward,
     BatchNormInference, BatchNormOptions, RunningStats,

@@ -1,8 +1,14 @@
-//! Scaled dot-product attention on Candle tensors. On CUDA (f16/bf16) the forward pass is
-//! cuDNN's fused flash-attention graph; the training op also writes the softmax log-sum-exp
-//! statistics, and its backward pass is cuDNN's fused attention backward graph from them (dq,
-//! dk and dv from one graph). Where cuDNN declines a case, and on the CPU (float64 reference
-//! forward), the backward pass is composed of Candle ops in f32 (f64 for f64 inputs).
+//! Scaled dot-product attention on Candle tensors. On CUDA, f16/bf16 run cuDNN's fused
+//! flash-attention graph; the training op also writes the softmax log-sum-exp statistics,
+//! and its backward pass is cuDNN's fused attention backward graph from them (dq, dk and dv
+//! from one graph). f32 runs the engine's math path (two cuDNN matmuls around one row-softmax
+//! kernel, the probabilities kept for a backward of five matmuls and one kernel). Where cuDNN
+//! declines a case, and on the CPU (float64 reference forward), the backward pass is composed
+//! of Candle ops in f32 (f64 for f64 inputs).
+//!
+//! Two layouts: (B, H, L, D) tensors, any strides with a unit last stride, or, with
+//! [`Sdpa::with_heads`], (B, L, H·D) tensors whose last dim holds the heads side by side (what
+//! a linear layer writes: no reshape, transpose or copy around the op, in either pass).
 
 use candle_core::backend::BackendStorage;
 #[cfg(feature = "candle-cuda")]
@@ -15,23 +21,28 @@ use crate::candle::cuda;
 use crate::candle::saved::Saved;
 use crate::candle::{arg_err, cpu};
 
-/// Scaled dot-product attention `softmax(q·kᵀ·scale)·v` over (B, H, L, D) tensors (inputs q,
-/// k, v). Apply with [`sdpa`]; on CUDA it is one fused cuDNN graph (f16/bf16, head dims
-/// multiples of 8 up to 256).
+/// Scaled dot-product attention `softmax(q·kᵀ·scale)·v` (inputs q, k, v). Apply with
+/// [`sdpa`] or [`sdpa_heads`]; on CUDA it is one fused cuDNN graph for f16/bf16 (head dims
+/// multiples of 8 up to 256) and the engine's math path for f32.
 ///
-/// Backward: the op made by [`Sdpa::training`] keeps the softmax log-sum-exp statistics of
-/// its CUDA forward pass, and its backward pass is cuDNN's fused attention backward graph
-/// (unmasked or causal). Where that cannot run — no statistics kept ([`Sdpa::new`], or an op
-/// value applied twice), the CPU, f32/f64, or a case cuDNN declines with a not-supported
-/// error — the backward pass is composed of Candle ops in f32 (f64 for f64 inputs):
-/// probabilities recomputed from q and k, then the four products of the attention backward.
+/// Backward: the op made by [`Sdpa::training`] keeps what its CUDA forward computed for the
+/// backward pass (the softmax log-sum-exp statistics for f16/bf16, the probabilities for
+/// f32), and its backward pass is cuDNN's fused attention backward graph (unmasked or
+/// causal), or for f32 the math path's backward. Where that cannot run — nothing kept
+/// ([`Sdpa::new`], or an op value applied twice), the CPU, f64, or a case cuDNN declines with
+/// a not-supported error — the backward pass is composed of Candle ops in f32 (f64 for f64
+/// inputs): probabilities recomputed from q and k, then the four products of the attention
+/// backward.
 #[derive(Clone, Debug)]
 pub struct Sdpa {
     /// Multiplies the scores before the softmax.
     pub scale: f64,
     /// Query `i` sees keys `j <= i + Lk - Lq` only (bottom-right causal mask; needs Lq <= Lk).
     pub causal: bool,
-    // Statistics are written on CUDA only (the CPU backward is composed).
+    /// `Some(h)`: q, k, v and the output are (B, L, H·D) with `h` heads side by side in the
+    /// last dim; `None`: (B, H, L, D).
+    pub heads: Option<usize>,
+    // Kept on CUDA only (the CPU backward is composed).
     #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
     training: bool,
     #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
@@ -39,23 +50,31 @@ pub struct Sdpa {
 }
 
 impl Sdpa {
-    /// The inference op (cuDNN's inference variant of the fused graph on CUDA).
+    /// The inference op over (B, H, L, D) tensors (cuDNN's inference variant of the fused
+    /// graph on CUDA).
     pub fn new(scale: f64, causal: bool) -> Self {
         Self {
             scale,
             causal,
+            heads: None,
             training: false,
             saved: Saved::default(),
         }
     }
 
-    /// The training op: on CUDA the forward graph also writes the log-sum-exp statistics
-    /// (f32 `[B, H, Lq, 1]`) that the fused backward graph reads.
+    /// The training op: on CUDA the forward also keeps what the backward reads (f16/bf16:
+    /// the log-sum-exp statistics, f32 `[B, H, Lq, 1]`; f32: the probabilities).
     pub fn training(scale: f64, causal: bool) -> Self {
         Self {
             training: true,
             ..Self::new(scale, causal)
         }
+    }
+
+    /// The op over (B, L, H·D) tensors with `heads` heads side by side in the last dim.
+    pub fn with_heads(mut self, heads: usize) -> Self {
+        self.heads = Some(heads);
+        self
     }
 }
 
@@ -75,25 +94,129 @@ pub(crate) fn causal_bias(lq: usize, lk: usize, dtype: DType, device: &candle_co
 
 const SDPA: &str = "candle sdpa";
 
-/// (B, H, Lq, Lk, D, Dv) after checking the shapes.
-fn sdpa_dims(q: &[usize], k: &[usize], v: &[usize]) -> Result<[usize; 6]> {
-    if q.len() != 4 || k.len() != 4 || v.len() != 4 {
-        return Err(arg_err(
-            SDPA,
-            "q",
-            format!("q {q:?}, k {k:?}, v {v:?} must be (B, H, L, D)"),
-        ));
+/// The sizes of one attention call and the layout its tensors use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    b: usize,
+    h: usize,
+    lq: usize,
+    lk: usize,
+    d: usize,
+    dv: usize,
+    /// (B, L, H·D) tensors rather than (B, H, L, D).
+    heads_packed: bool,
+}
+
+impl Geometry {
+    /// The sizes after checking the shapes of q, k and v for `heads`.
+    fn of(heads: Option<usize>, q: &[usize], k: &[usize], v: &[usize]) -> Result<Self> {
+        let Some(h) = heads else {
+            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+                return Err(arg_err(
+                    SDPA,
+                    "q",
+                    format!("q {q:?}, k {k:?}, v {v:?} must be (B, H, L, D)"),
+                ));
+            }
+            let [b, h, lq, d] = [q[0], q[1], q[2], q[3]];
+            let lk = k[2];
+            if k != [b, h, lk, d] || v[..3] != [b, h, lk] {
+                return Err(arg_err(
+                    SDPA,
+                    "k",
+                    format!("q {q:?}, k {k:?} and v {v:?} disagree (need k (B, H, Lk, D), v (B, H, Lk, Dv))"),
+                ));
+            }
+            return Ok(Self {
+                b,
+                h,
+                lq,
+                lk,
+                d,
+                dv: v[3],
+                heads_packed: false,
+            });
+        };
+        if q.len() != 3 || k.len() != 3 || v.len() != 3 {
+            return Err(arg_err(
+                SDPA,
+                "q",
+                format!("q {q:?}, k {k:?}, v {v:?} must be (B, L, H·D) with {h} heads"),
+            ));
+        }
+        if h == 0 || !q[2].is_multiple_of(h) || !v[2].is_multiple_of(h) {
+            return Err(arg_err(
+                SDPA,
+                "heads",
+                format!("{h} heads do not divide the features of q {q:?} and v {v:?}"),
+            ));
+        }
+        let [b, lq, d, lk] = [q[0], q[1], q[2] / h, k[1]];
+        if k != [b, lk, q[2]] || v[..2] != [b, lk] {
+            return Err(arg_err(
+                SDPA,
+                "k",
+                format!("q {q:?}, k {k:?} and v {v:?} disagree (need k (B, Lk, H·D), v (B, Lk, H·Dv))"),
+            ));
+        }
+        Ok(Self {
+            b,
+            h,
+            lq,
+            lk,
+            d,
+            dv: v[2] / h,
+            heads_packed: true,
+        })
     }
-    let [b, h, lq, d] = [q[0], q[1], q[2], q[3]];
-    let lk = k[2];
-    if k != [b, h, lk, d] || v[..3] != [b, h, lk] {
-        return Err(arg_err(
-            SDPA,
-            "k",
-            format!("q {q:?}, k {k:?} and v {v:?} disagree (need k (B, H, Lk, D), v (B, H, Lk, Dv))"),
-        ));
+
+    /// The shape of a tensor of `len` positions and `x` features per head in this layout.
+    fn shape(&self, len: usize, x: usize) -> Vec<usize> {
+        if self.heads_packed {
+            vec![self.b, len, self.h * x]
+        } else {
+            vec![self.b, self.h, len, x]
+        }
     }
-    Ok([b, h, lq, lk, d, v[3]])
+
+    /// `(dims, strides)` of the (B, H, L, X) view of a tensor of this layout with `strides`.
+    #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
+    fn bhlx(&self, len: usize, x: usize, strides: &[i64]) -> ([i64; 4], [i64; 4]) {
+        let dims = [self.b as i64, self.h as i64, len as i64, x as i64];
+        if self.heads_packed {
+            (dims, [strides[0], x as i64 * strides[2], strides[1], strides[2]])
+        } else {
+            (dims, [strides[0], strides[1], strides[2], strides[3]])
+        }
+    }
+
+    /// Positions and per-head features of q, k, v and the output.
+    #[cfg_attr(not(feature = "candle-cuda"), allow(dead_code))]
+    fn sizes(&self) -> [(usize, usize); 4] {
+        [
+            (self.lq, self.d),
+            (self.lk, self.d),
+            (self.lk, self.dv),
+            (self.lq, self.dv),
+        ]
+    }
+}
+
+/// (B, L, H, X) row-major values (a (B, L, H·X) tensor) as (B, H, L, X), or back with
+/// `inverse`.
+fn swap_heads(v: &[f64], [b, l, h, x]: [usize; 4], inverse: bool) -> Vec<f64> {
+    let mut out = vec![0.0; v.len()];
+    for bi in 0..b {
+        for li in 0..l {
+            for hi in 0..h {
+                let bshd = ((bi * l + li) * h + hi) * x;
+                let bhsd = ((bi * h + hi) * l + li) * x;
+                let (from, to) = if inverse { (bhsd, bshd) } else { (bshd, bhsd) };
+                out[to..to + x].copy_from_slice(&v[from..from + x]);
+            }
+        }
+    }
+    out
 }
 
 impl CustomOp3 for Sdpa {
@@ -111,12 +234,23 @@ impl CustomOp3 for Sdpa {
         vl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         same_dtype(SDPA, &[("q", qs.dtype()), ("k", ks.dtype()), ("v", vs.dtype())])?;
-        let [b, h, lq, lk, d, dv] = sdpa_dims(ql.dims(), kl.dims(), vl.dims())?;
+        let g = Geometry::of(self.heads, ql.dims(), kl.dims(), vl.dims())?;
+        let Geometry {
+            b, h, lq, lk, d, dv, ..
+        } = g;
         self.check_causal(lq, lk)?;
+        let read = |name, s, l, len, x| -> Result<Vec<f64>> {
+            let v = cpu::read(SDPA, name, s, l)?;
+            Ok(if g.heads_packed {
+                swap_heads(&v, [b, len, h, x], false)
+            } else {
+                v
+            })
+        };
         let (q, k, v) = (
-            cpu::read(SDPA, "q", qs, ql)?,
-            cpu::read(SDPA, "k", ks, kl)?,
-            cpu::read(SDPA, "v", vs, vl)?,
+            read("q", qs, ql, lq, d)?,
+            read("k", ks, kl, lk, d)?,
+            read("v", vs, vl, lk, dv)?,
         );
         let mask = |_: usize, i: usize, j: usize| {
             if cudnn_backend_reference::causal_masked(i, j, lq, lk) {
@@ -127,7 +261,12 @@ impl CustomOp3 for Sdpa {
         };
         let bias = self.causal.then_some(&mask as &dyn Fn(usize, usize, usize) -> f64);
         let (out, _) = cudnn_backend_reference::attention(&q, &k, &v, [b * h, lq, lk, d, dv], self.scale, bias);
-        Ok((cpu::write(SDPA, &out, qs.dtype())?, Shape::from(vec![b, h, lq, dv])))
+        let out = if g.heads_packed {
+            swap_heads(&out, [b, lq, h, dv], true)
+        } else {
+            out
+        };
+        Ok((cpu::write(SDPA, &out, qs.dtype())?, Shape::from(g.shape(lq, dv))))
     }
 
     #[cfg(feature = "candle-cuda")]
@@ -140,36 +279,80 @@ impl CustomOp3 for Sdpa {
         vs: &CudaStorage,
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
+        use crate::graph::DataType;
+
         same_dtype(SDPA, &[("q", qs.dtype()), ("k", ks.dtype()), ("v", vs.dtype())])?;
-        let [b, h, lq, lk, _, dv] = sdpa_dims(ql.dims(), kl.dims(), vl.dims())?;
+        let g = Geometry::of(self.heads, ql.dims(), kl.dims(), vl.dims())?;
+        let Geometry { b, h, lq, lk, dv, .. } = g;
         self.check_causal(lq, lk)?;
         let stream = cuda::stream(qs);
-        let q = cuda::input(SDPA, "q", qs, ql, &stream)?;
-        let k = cuda::input(SDPA, "k", ks, kl, &stream)?;
-        let v = cuda::input(SDPA, "v", vs, vl, &stream)?;
-        let dims = [b as i64, h as i64, lq as i64, dv as i64];
-        let strides = super::packed_strides(&[b, h, lq, dv], false);
-        // The forward graph into a new output; the engine's error apart from Candle's.
-        let run = |stats: Option<&crate::ops::TensorMut>| -> Result<crate::Result<CudaStorage>> {
-            let mut o = cuda::Output::alloc(SDPA, &stream, q.dtype, b * h * lq * dv)?;
-            let r = {
-                let or = o.view(&stream, &dims, &strides)?;
-                crate::ops::sdpa_forward(&stream, &q, &k, &v, None, self.causal, &or, self.scale as f32, stats)
-            };
-            Ok(r.map(|()| o.into_storage(qs.device.clone())))
+        let [qz, kz, vz, _] = g.sizes();
+        let view = |name, s, l: &Layout, (len, x): (usize, usize)| -> Result<crate::ops::TensorRef<'_>> {
+            let t = cuda::input(SDPA, name, s, l, &stream)?;
+            let (dims, strides) = g.bhlx(len, x, &t.strides);
+            Ok(t.reshaped(&dims, &strides)?)
         };
-        let out = if self.training {
-            let mut stats = cuda::Output::alloc(SDPA, &stream, crate::graph::DataType::F32, b * h * lq)?;
+        let q = view("q", qs, ql, qz)?;
+        let k = view("k", ks, kl, kz)?;
+        let v = view("v", vs, vl, vz)?;
+        let out_shape = g.shape(lq, dv);
+        let (o_dims, o_strides) = g.bhlx(lq, dv, &super::packed_strides(&out_shape, false));
+        let mut o = cuda::Output::alloc(SDPA, &stream, q.dtype, b * h * lq * dv)?;
+        if q.dtype == DataType::F32 {
+            // The math path; the probabilities are what its backward reads.
+            let p_dims = [b, h, lq, lk];
+            let mut p = cuda::Output::alloc(SDPA, &stream, DataType::F32, p_dims.iter().product())?;
+            {
+                let pv = p.view(
+                    &stream,
+                    &p_dims.map(|x| x as i64),
+                    &super::packed_strides(&p_dims, false),
+                )?;
+                let ov = o.view(&stream, &o_dims, &o_strides)?;
+                crate::ops::attention_math_forward(
+                    &stream,
+                    &q,
+                    &k,
+                    &v,
+                    self.causal,
+                    self.scale as f32,
+                    &pv,
+                    None,
+                    &ov,
+                )?;
+            }
+            if self.training {
+                self.saved
+                    .keep(vec![cuda::tensor(p.into_storage(qs.device.clone()), p_dims.to_vec())]);
+            }
+            return Ok((o.into_storage(qs.device.clone()), Shape::from(out_shape)));
+        }
+        // The fused graph into `o`; the engine's error apart from Candle's.
+        let mut run = |stats: Option<&crate::ops::TensorMut>| -> Result<crate::Result<()>> {
+            let ov = o.view(&stream, &o_dims, &o_strides)?;
+            Ok(crate::ops::sdpa_forward(
+                &stream,
+                &q,
+                &k,
+                &v,
+                None,
+                self.causal,
+                &ov,
+                self.scale as f32,
+                stats,
+            ))
+        };
+        if self.training {
+            let mut stats = cuda::Output::alloc(SDPA, &stream, DataType::F32, b * h * lq)?;
             let trained = {
                 let d = [b as i64, h as i64, lq as i64, 1];
                 let st = stats.view(&stream, &d, &super::packed_strides(&[b, h, lq, 1], false))?;
                 run(Some(&st))?
             };
             match trained {
-                Ok(out) => {
+                Ok(()) => {
                     let kept = cuda::tensor(stats.into_storage(qs.device.clone()), (b, h, lq, 1));
                     self.saved.keep(vec![kept]);
-                    out
                 }
                 // No engine writes the statistics for this case: the inference graph, and a
                 // composed backward pass.
@@ -178,8 +361,8 @@ impl CustomOp3 for Sdpa {
             }
         } else {
             run(None)??
-        };
-        Ok((out, Shape::from(vec![b, h, lq, dv])))
+        }
+        Ok((o.into_storage(qs.device.clone()), Shape::from(out_shape)))
     }
 
     fn bwd(
@@ -191,8 +374,8 @@ impl CustomOp3 for Sdpa {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         #[cfg(feature = "candle-cuda")]
-        if let Some(stats) = self.saved.get() {
-            if let Some([dq, dk, dv]) = self.fused_backward(q, k, v, res, grad, &stats[0])? {
+        if let Some(kept) = self.saved.get() {
+            if let Some([dq, dk, dv]) = self.engine_backward(q, k, v, res, grad, &kept[0])? {
                 return Ok((Some(dq), Some(dk), Some(dv)));
             }
         }
@@ -203,55 +386,106 @@ impl CustomOp3 for Sdpa {
 }
 
 impl Sdpa {
-    /// cuDNN's fused attention backward from the forward's statistics: `Some([dq, dk, dv])`,
+    /// The backward pass from what the CUDA forward kept (`kept`: the probabilities for f32,
+    /// the softmax statistics for f16/bf16): the math path's backward or cuDNN's fused
+    /// attention backward, writing gradients laid out like q, k and v. `Some([dq, dk, dv])`,
     /// or `None` when cuDNN has no engine for the case (the caller composes it).
     #[cfg(feature = "candle-cuda")]
-    fn fused_backward(
+    fn engine_backward(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         o: &Tensor,
         grad: &Tensor,
-        stats: &Tensor,
+        kept: &Tensor,
     ) -> Result<Option<[Tensor; 3]>> {
-        use crate::ops::SdpaBackward;
+        use crate::graph::DataType;
+        use crate::ops::{AttentionMathBackward, SdpaBackward};
+        use crate::types::{packed_strides, stride_order};
 
         const OP: &str = "candle sdpa backward";
-        if !sdpa_fusable(q, k, v) || ![q, k, v, o].iter().all(|t| t.is_contiguous()) {
+        let g = Geometry::of(self.heads, q.dims(), k.dims(), v.dims())?;
+        let math = q.dtype() == DType::F32;
+        if !math && !sdpa_supported(q, k, v, self.heads) {
             return Ok(None);
         }
         let d_o = grad.to_dtype(o.dtype())?.contiguous()?;
-        let guards = [q, k, v, o, &d_o, stats].map(|t| t.storage_and_layout());
-        let names = ["q", "k", "v", "o", "d_o", "stats"];
+        let tensors = [q, k, v, o, &d_o, kept];
+        let guards = tensors.map(|t| t.storage_and_layout());
+        let names = ["q", "k", "v", "o", "d_o", if math { "p" } else { "stats" }];
         let stream = cuda::stream(cuda::storage_of(OP, "q", &guards[0].0)?);
+        let [qz, kz, vz, oz] = g.sizes();
         let mut refs = Vec::with_capacity(6);
-        for ((g, l), name) in guards.iter().zip(names) {
-            refs.push(cuda::input(OP, name, cuda::storage_of(OP, name, g)?, l, &stream)?);
+        for (((storage, layout), name), size) in
+            guards
+                .iter()
+                .zip(names)
+                .zip([Some(qz), Some(kz), Some(vz), Some(oz), Some(oz), None])
+        {
+            let t = cuda::input(OP, name, cuda::storage_of(OP, name, storage)?, layout, &stream)?;
+            refs.push(match size {
+                Some((len, x)) => {
+                    let (dims, strides) = g.bhlx(len, x, &t.strides);
+                    t.reshaped(&dims, &strides)?
+                }
+                None => t,
+            });
         }
+        // Each gradient packed in its input's stride order (q's layout is q's gradient's).
         let mut grads = Vec::with_capacity(3);
         for t in [q, k, v] {
-            let dt = refs[0].dtype;
-            grads.push(cuda::Output::alloc(OP, &stream, dt, t.elem_count())?);
+            let dims: Vec<i64> = t.dims().iter().map(|&d| d as i64).collect();
+            let strides: Vec<i64> = t.stride().iter().map(|&s| s as i64).collect();
+            let order = stride_order(&strides);
+            let packed = packed_strides(&dims, &order);
+            grads.push((
+                cuda::Output::alloc(OP, &stream, refs[0].dtype, t.elem_count())?,
+                order,
+                packed,
+            ));
         }
         let r = {
             let mut views = Vec::with_capacity(3);
-            for (g, t) in grads.iter_mut().zip([&refs[0], &refs[1], &refs[2]]) {
-                views.push(g.view(&stream, &t.dims, &super::packed_strides(&cpu::udims(&t.dims), false))?);
+            for ((buf, _, packed), (len, x)) in grads.iter_mut().zip([qz, kz, vz]) {
+                let (dims, strides) = g.bhlx(len, x, packed);
+                views.push(buf.view(&stream, &dims, &strides)?);
             }
-            let args = SdpaBackward {
-                q: &refs[0],
-                k: &refs[1],
-                v: &refs[2],
-                o: &refs[3],
-                d_o: &refs[4],
-                stats: &refs[5],
-                bias: None,
-                dq: &views[0],
-                dk: &views[1],
-                dv: &views[2],
-            };
-            crate::ops::sdpa_backward(&stream, &args, self.causal, self.scale as f32)
+            if math {
+                let p_dims = [g.b, g.h, g.lq, g.lk];
+                let mut ds = cuda::Output::alloc(OP, &stream, DataType::F32, p_dims.iter().product())?;
+                let ds = ds.view(
+                    &stream,
+                    &p_dims.map(|x| x as i64),
+                    &super::packed_strides(&p_dims, false),
+                )?;
+                let args = AttentionMathBackward {
+                    q: &refs[0],
+                    k: &refs[1],
+                    v: &refs[2],
+                    p: &refs[5],
+                    d_o: &refs[4],
+                    dq: &views[0],
+                    dk: &views[1],
+                    dv: &views[2],
+                    ds: &ds,
+                };
+                crate::ops::attention_math_backward(&stream, &args, self.scale as f32)
+            } else {
+                let args = SdpaBackward {
+                    q: &refs[0],
+                    k: &refs[1],
+                    v: &refs[2],
+                    o: &refs[3],
+                    d_o: &refs[4],
+                    stats: &refs[5],
+                    bias: None,
+                    dq: &views[0],
+                    dk: &views[1],
+                    dv: &views[2],
+                };
+                crate::ops::sdpa_backward(&stream, &args, self.causal, self.scale as f32)
+            }
         };
         match r {
             Ok(()) => {}
@@ -262,14 +496,16 @@ impl Sdpa {
             Err(e) => return Err(e.into()),
         }
         let dev = &cuda::storage_of(OP, "q", &guards[0].0)?.device;
-        let mut out = grads
-            .into_iter()
-            .zip([q, k, v])
-            .map(|(g, t)| cuda::tensor(g.into_storage(dev.clone()), t.shape()));
-        match (out.next(), out.next(), out.next()) {
-            (Some(dq), Some(dk), Some(dv)) => Ok(Some([dq, dk, dv])),
-            _ => Ok(None),
+        let mut out = Vec::with_capacity(3);
+        for ((buf, order, _), t) in grads.into_iter().zip([q, k, v]) {
+            let stored: Vec<usize> = order.iter().map(|&a| t.dims()[a]).collect();
+            let mut back = vec![0; order.len()];
+            for (i, &a) in order.iter().enumerate() {
+                back[a] = i;
+            }
+            out.push(cuda::tensor(buf.into_storage(dev.clone()), stored).permute(back)?);
         }
+        Ok(out.try_into().ok())
     }
 
     /// The attention backward of Candle ops: `P = softmax(q·kᵀ·scale [causal])`, `dV = Pᵀ·dO`,
@@ -281,34 +517,48 @@ impl Sdpa {
         v: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let g = Geometry::of(self.heads, q.dims(), k.dims(), v.dims())?;
         let acc = if q.dtype() == DType::F64 {
             DType::F64
         } else {
             DType::F32
         };
-        let (qf, kf, vf, g) = (
-            q.to_dtype(acc)?,
-            k.to_dtype(acc)?,
-            v.to_dtype(acc)?,
-            grad.to_dtype(acc)?,
+        // (B, L, H·X) → (B, H, L, X) and back.
+        let split = |t: &Tensor, len: usize, x: usize| -> Result<Tensor> {
+            let t = t.to_dtype(acc)?;
+            if g.heads_packed {
+                t.reshape((g.b, len, g.h, x))?.transpose(1, 2)?.contiguous()
+            } else {
+                Ok(t)
+            }
+        };
+        let merge = |t: Tensor, like: &Tensor| -> Result<Tensor> {
+            let t = if g.heads_packed {
+                let (len, x) = (t.dim(2)?, t.dim(3)?);
+                t.transpose(1, 2)?.reshape((g.b, len, g.h * x))?
+            } else {
+                t
+            };
+            t.to_dtype(like.dtype())
+        };
+        let (qf, kf, vf, gr) = (
+            split(q, g.lq, g.d)?,
+            split(k, g.lk, g.d)?,
+            split(v, g.lk, g.dv)?,
+            split(grad, g.lq, g.dv)?,
         );
         let mut s = (qf.matmul(&kf.t()?)? * self.scale)?;
         if self.causal {
-            let (lq, lk) = (q.dims()[2], k.dims()[2]);
-            s = s.broadcast_add(&causal_bias(lq, lk, acc, q.device())?)?;
+            s = s.broadcast_add(&causal_bias(g.lq, g.lk, acc, q.device())?)?;
         }
         let e = s.broadcast_sub(&s.max_keepdim(D::Minus1)?)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-        let dv = p.t()?.matmul(&g)?;
-        let dp = g.matmul(&vf.t()?)?;
+        let dv = p.t()?.matmul(&gr)?;
+        let dp = gr.matmul(&vf.t()?)?;
         let ds = (&p * dp.broadcast_sub(&(&dp * &p)?.sum_keepdim(D::Minus1)?)?)?;
         let dq = (ds.matmul(&kf)? * self.scale)?;
         let dk = (ds.t()?.matmul(&qf)? * self.scale)?;
-        Ok((
-            Some(dq.to_dtype(q.dtype())?),
-            Some(dk.to_dtype(k.dtype())?),
-            Some(dv.to_dtype(v.dtype())?),
-        ))
+        Ok((Some(merge(dq, q)?), Some(merge(dk, k)?), Some(merge(dv, v)?)))
     }
 
     fn check_causal(&self, lq: usize, lk: usize) -> Result<()> {
@@ -328,29 +578,56 @@ pub(crate) fn check_causal(lq: usize, lk: usize) -> Result<()> {
     Ok(())
 }
 
-/// True when cuDNN's fused attention takes these tensors: on CUDA, rank 4, one dtype, and
-/// sizes [`crate::ops::sdpa_fusable`] accepts.
-pub(crate) fn sdpa_fusable(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
-    // The engines take f16/bf16 only; other dtypes need no mapping.
-    let dtype = match q.dtype() {
-        DType::F16 => crate::graph::DataType::F16,
-        DType::BF16 => crate::graph::DataType::BF16,
-        _ => return false,
+/// True when the engine runs this attention on the GPU: on CUDA, one dtype, shapes of
+/// `heads`' layout, and f32 (the math path) or f16/bf16 sizes cuDNN's fused graphs take
+/// ([`crate::ops::sdpa_fusable`]).
+pub(crate) fn sdpa_supported(q: &Tensor, k: &Tensor, v: &Tensor, heads: Option<usize>) -> bool {
+    let Ok(g) = Geometry::of(heads, q.dims(), k.dims(), v.dims()) else {
+        return false;
     };
-    q.device().is_cuda()
-        && [q, k, v].iter().all(|t| t.rank() == 4 && t.dtype() == q.dtype())
-        && crate::ops::sdpa_fusable(dtype, q.dims()[3] as i64, v.dims()[3] as i64, k.dims()[2] as i64)
+    let same = [k, v].iter().all(|t| t.dtype() == q.dtype());
+    let engine = match q.dtype() {
+        DType::F32 => true,
+        DType::F16 => crate::ops::sdpa_fusable(crate::graph::DataType::F16, g.d as i64, g.dv as i64, g.lk as i64),
+        DType::BF16 => crate::ops::sdpa_fusable(crate::graph::DataType::BF16, g.d as i64, g.dv as i64, g.lk as i64),
+        _ => false,
+    };
+    q.device().is_cuda() && same && engine
 }
 
-/// `softmax(q·kᵀ·scale)·v` with autograd as the [`Sdpa`] op (inputs made contiguous);
-/// `causal` masks as [`Sdpa::causal`] says. When a gradient can be needed (an input is a
-/// variable or depends on one) it is the training op, whose backward pass is cuDNN's fused
-/// attention backward where it applies.
-pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
-    let op = if q.track_op() || k.track_op() || v.track_op() {
+/// `t`, or a contiguous copy when its last dim is not unit-stride (the engine reads the
+/// rest of any layout in place).
+fn unit_last_stride(t: &Tensor) -> Result<Tensor> {
+    if t.stride().last().is_none_or(|&s| s == 1) {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
+    }
+}
+
+/// The op for these inputs: the training op when a gradient can be needed (an input is a
+/// variable or depends on one), else the inference op.
+fn op_for(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Sdpa {
+    if q.track_op() || k.track_op() || v.track_op() {
         Sdpa::training(scale, causal)
     } else {
         Sdpa::new(scale, causal)
-    };
-    q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    }
+}
+
+/// `softmax(q·kᵀ·scale)·v` over (B, H, L, D) tensors with autograd as the [`Sdpa`] op (read
+/// in place; copied only when a last dim is strided); `causal` masks as [`Sdpa::causal`]
+/// says. The training op's backward pass is cuDNN's fused attention backward (f16/bf16) or
+/// the math path's (f32) where it applies.
+pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
+    let op = op_for(q, k, v, scale, causal);
+    unit_last_stride(q)?.apply_op3(&unit_last_stride(k)?, &unit_last_stride(v)?, op)
+}
+
+/// [`sdpa`] over (B, L, H·D) tensors, `heads` heads side by side in the last dim (as a
+/// linear layer writes them), returning (B, Lq, H·Dv): multi-head attention without a
+/// reshape, transpose or copy around it, in either pass.
+pub fn sdpa_heads(q: &Tensor, k: &Tensor, v: &Tensor, heads: usize, scale: f64, causal: bool) -> Result<Tensor> {
+    let op = op_for(q, k, v, scale, causal).with_heads(heads);
+    unit_last_stride(q)?.apply_op3(&unit_last_stride(k)?, &unit_last_stride(v)?, op)
 }
