@@ -534,6 +534,7 @@ pub(crate) fn prefetch(dev: &Device, kernels: &[(KernelSource, &'static str)]) -
 }
 
 /// [`prefetch`] for kernels no caller waits for yet: their compiles take background slots.
+#[cfg_attr(not(feature = "burn"), allow(dead_code))]
 pub(crate) fn prefetch_in_background(dev: &Device, kernels: &[(KernelSource, &'static str)]) -> Result<()> {
     prefetch_with(dev, kernels, true)
 }

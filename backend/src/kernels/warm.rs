@@ -123,12 +123,15 @@ pub(crate) const GROUPS: &[Group] = &[
 ];
 
 /// Environment variable that turns the background warm-up off (`0`, `false`, `off` or `no`).
+// The Burn backend starts the warm-up; a Candle-only build has no caller.
+#[cfg_attr(not(feature = "burn"), allow(dead_code))]
 pub const WARM_UP_ENV: &str = "CUDNN_BACKEND_WARM_UP";
 
 /// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
 /// a background thread, so that their compiles (on a fresh machine) overlap the program's
 /// own start-up instead of stalling its first step one kernel at a time. Kernels already in
 /// the disk cache load in microseconds. Off with [`WARM_UP_ENV`]`=0`.
+#[cfg_attr(not(feature = "burn"), allow(dead_code))]
 pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
     if crate::runtime::switched_off(WARM_UP_ENV) {
         return;
