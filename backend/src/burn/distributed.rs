@@ -160,7 +160,9 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
             .or_insert_with(|| vec![VecDeque::new(); key.len()]);
         let rank = key.iter().position(|&o| o == ordinal).unwrap_or_default();
         queues[rank].push_back(out.clone());
-        take_complete(&key, queues)?
+        let set = take_complete(queues);
+        check_same_parameter(&key, &set)?;
+        set
     };
     if !ready.is_empty() {
         let bytes = ready[0].numel() as usize * ready[0].dtype.size();
@@ -181,36 +183,38 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
     Ok(out)
 }
 
-/// The next complete set of a group's queued tensors (one per device, in rank order), or
-/// nothing while a device has none queued. Every device submits its tensors in one order
+/// The next complete set of a group's queued submissions (one per device, in rank order),
+/// or nothing while a device has none queued. Every device submits its tensors in one order
 /// (Burn's sync server walks the parameters in one order for all of them), so the `i`-th
 /// submissions of the devices belong together, however far one device's queue runs ahead of
 /// another's (under `Fusion<Cudnn>` a device's queued all-reduces run when its own queue is
 /// flushed).
-fn take_complete(key: &[usize], queues: &mut [VecDeque<CudnnTensor>]) -> Result<Vec<CudnnTensor>> {
+fn take_complete<T>(queues: &mut [VecDeque<T>]) -> Vec<T> {
     if queues.iter().any(VecDeque::is_empty) {
-        return Ok(Vec::new());
+        return Vec::new();
     }
-    let set: Vec<CudnnTensor> = queues.iter_mut().filter_map(VecDeque::pop_front).collect();
-    if let Some(odd) = set
-        .iter()
-        .find(|t| t.dims() != set[0].dims() || t.dtype != set[0].dtype)
-    {
-        return Err(Error::invalid_input(
+    queues.iter_mut().filter_map(VecDeque::pop_front).collect()
+}
+
+/// Checks that a complete set holds one parameter: the same dims and dtype on every device.
+fn check_same_parameter(key: &[usize], set: &[CudnnTensor]) -> Result<()> {
+    let Some(first) = set.first() else { return Ok(()) };
+    match set.iter().find(|t| t.dims() != first.dims() || t.dtype != first.dtype) {
+        None => Ok(()),
+        Some(odd) => Err(Error::invalid_input(
             "all_reduce",
             format!(
                 "the devices of {key:?} submitted their tensors in different orders: GPU {} sent {:?} {:?}, GPU {} \
                  {:?} {:?}",
-                set[0].device().ordinal(),
-                set[0].dims(),
-                set[0].dtype,
+                first.device().ordinal(),
+                first.dims(),
+                first.dtype,
                 odd.device().ordinal(),
                 odd.dims(),
                 odd.dtype
             ),
-        ));
+        )),
     }
-    Ok(set)
 }
 
 /// One NCCL group for a bucket: an in-place all-reduce of each device's tensor of each
@@ -312,6 +316,27 @@ fn sync_collective(ordinal: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn submissions_pair_in_order_however_far_one_device_runs_ahead() {
+        let mut queues: Vec<VecDeque<&str>> = vec![VecDeque::new(); 2];
+        // GPU 0 submits three parameters before GPU 1 submits any.
+        for p in ["a0", "b0", "c0"] {
+            queues[0].push_back(p);
+            assert!(
+                take_complete(&mut queues).is_empty(),
+                "{p}: GPU 1 has nothing queued yet"
+            );
+        }
+        queues[1].push_back("a1");
+        assert_eq!(take_complete(&mut queues), ["a0", "a1"]);
+        assert!(take_complete(&mut queues).is_empty());
+        queues[1].push_back("b1");
+        queues[1].push_back("c1");
+        assert_eq!(take_complete(&mut queues), ["b0", "b1"]);
+        assert_eq!(take_complete(&mut queues), ["c0", "c1"]);
+        assert!(queues.iter().all(VecDeque::is_empty));
+    }
 
     #[test]
     fn groups_are_keyed_by_sorted_distinct_ordinals() {
