@@ -595,10 +595,19 @@ pub(crate) fn sdpa_supported(q: &Tensor, k: &Tensor, v: &Tensor, heads: Option<u
     q.device().is_cuda() && same && engine
 }
 
-/// `t`, or a contiguous copy when its last dim is not unit-stride (the engine reads the
-/// rest of any layout in place).
-fn unit_last_stride(t: &Tensor) -> Result<Tensor> {
-    if t.stride().last().is_none_or(|&s| s == 1) {
+/// `t` when the engine can read it in place (a unit last stride; every other dim of more
+/// than one element a positive stride, and those strides and the start a multiple of 8
+/// elements: the 16-byte alignment cuDNN's attention engines take for f16/bf16), else a
+/// contiguous copy (broadcast views included).
+fn readable_in_place(t: &Tensor) -> Result<Tensor> {
+    let l = t.layout();
+    let (dims, strides) = (l.dims(), l.stride());
+    let rank = dims.len();
+    let aligned = rank == 0
+        || (strides[rank - 1] == 1 || dims[rank - 1] == 1)
+            && (0..rank - 1).all(|i| dims[i] == 1 || (strides[i] > 0 && strides[i].is_multiple_of(8)))
+            && l.start_offset().is_multiple_of(8);
+    if aligned {
         Ok(t.clone())
     } else {
         t.contiguous()
@@ -616,12 +625,12 @@ fn op_for(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Sdpa 
 }
 
 /// `softmax(q·kᵀ·scale)·v` over (B, H, L, D) tensors with autograd as the [`Sdpa`] op (read
-/// in place; copied only when a last dim is strided); `causal` masks as [`Sdpa::causal`]
+/// in place; copied only when a last dim is strided or a stride unaligned); `causal` masks as [`Sdpa::causal`]
 /// says. The training op's backward pass is cuDNN's fused attention backward (f16/bf16) or
 /// the math path's (f32) where it applies.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
     let op = op_for(q, k, v, scale, causal);
-    unit_last_stride(q)?.apply_op3(&unit_last_stride(k)?, &unit_last_stride(v)?, op)
+    readable_in_place(q)?.apply_op3(&readable_in_place(k)?, &readable_in_place(v)?, op)
 }
 
 /// [`sdpa`] over (B, L, H·D) tensors, `heads` heads side by side in the last dim (as a
@@ -629,5 +638,5 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: bool) -> Res
 /// reshape, transpose or copy around it, in either pass.
 pub fn sdpa_heads(q: &Tensor, k: &Tensor, v: &Tensor, heads: usize, scale: f64, causal: bool) -> Result<Tensor> {
     let op = op_for(q, k, v, scale, causal).with_heads(heads);
-    unit_last_stride(q)?.apply_op3(&unit_last_stride(k)?, &unit_last_stride(v)?, op)
+    readable_in_place(q)?.apply_op3(&readable_in_place(k)?, &readable_in_place(v)?, op)
 }
