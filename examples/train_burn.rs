@@ -317,17 +317,6 @@ mod data_parallel {
         std::process::exit(1)
     }
 
-    /// Calls [`stop_others`] when the replica's thread unwinds from a panic.
-    struct StopOthersOnPanic(usize);
-
-    impl Drop for StopOthersOnPanic {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                stop_others(self.0, "its thread panicked");
-            }
-        }
-    }
-
     /// One replica's epoch: mean loss, seconds, and where its thread's host time went.
     struct Epoch {
         loss: f64,
@@ -402,8 +391,7 @@ mod data_parallel {
                     s.spawn(move || -> Replica<B> {
                         // A replica that fails leaves the others waiting for it (at the
                         // barrier, in the gradient reductions): end the process instead.
-                        let _stop = StopOthersOnPanic(rank);
-                        let result = (move || -> Replica<B> {
+                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || -> Replica<B> {
                             let mut optim = make_optim();
                             let loss_fn = CrossEntropyLossConfig::new().init(device);
                             let train_x = images::<B>(&train.images, train.labels.len(), device);
@@ -439,7 +427,8 @@ mod data_parallel {
                                 });
                             }
                             Ok((model, epochs))
-                        })();
+                        }))
+                        .unwrap_or_else(|_| Err("its thread panicked".into()));
                         if let Err(e) = &result {
                             stop_others(rank, e);
                         }
@@ -513,13 +502,18 @@ mod data_parallel {
 static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 /// Trains with this crate's fused batch norm and Adam, or with Burn's (`--stock`).
-fn run<B: AutodiffBackend>(device: &B::Device, args: &Args, label: &str) -> Result<(f64, f64), String> {
+fn run<B: AutodiffBackend>(
+    device: &B::Device,
+    args: &Args,
+    label: &str,
+    parallel: Option<&Parallel<'_, B>>,
+) -> Result<(f64, f64), String> {
     if args.stock {
         let label = format!("{label}, burn::nn modules");
-        train::<B, _>(device, args, &label, AdamConfig::new().init(), None)
+        train::<B, _>(device, args, &label, AdamConfig::new().init(), parallel)
     } else {
         let label = format!("{label}, fused modules");
-        train::<B, _>(device, args, &label, FusedAdamConfig::new().init(), None)
+        train::<B, _>(device, args, &label, FusedAdamConfig::new().init(), parallel)
     }
 }
 
@@ -545,11 +539,6 @@ fn run_rank(args: &Args) -> Result<(f64, f64), String> {
     use cudnn_backend::burn::process_group::ProcessGroup;
     type B = Autodiff<Cudnn>;
     let group = ProcessGroup::from_env().map_err(|e| format!("joining the job: {e}"))?;
-    if args.benchmark {
-        let mut policy = cudnn_backend::plan::policy();
-        policy.benchmark = true;
-        cudnn_backend::plan::set_policy(policy);
-    }
     let err = |e: cudnn_backend::Error| e.to_string();
     let broadcast = |model: Net<B>| group.broadcast_parameters::<B, _>(model).map_err(err);
     let average = |model: &Net<B>, grads: GradientsParams| {
@@ -567,15 +556,8 @@ fn run_rank(args: &Args) -> Result<(f64, f64), String> {
         average: &average,
         barrier: &barrier,
     };
-    let device = group.device();
     let label = format!("{} GPUs (cudnn, one process per GPU)", group.world_size());
-    if args.stock {
-        let label = format!("{label}, burn::nn modules");
-        train::<B, _>(&device, args, &label, AdamConfig::new().init(), Some(&parallel))
-    } else {
-        let label = format!("{label}, fused modules");
-        train::<B, _>(&device, args, &label, FusedAdamConfig::new().init(), Some(&parallel))
-    }
+    run::<B>(&group.device(), args, &label, Some(&parallel))
 }
 
 /// `--devices N`: starts this program once per GPU with `--rank-process` (rank, world size
@@ -824,7 +806,7 @@ where
 #[cfg(feature = "burn-cuda")]
 fn run_burn_cuda(args: &Args) -> Result<(f64, f64), String> {
     let device = examples::cli::burn_cuda_device("train_burn", args.dtype);
-    run::<Autodiff<examples::cli::BurnCuda>>(&device, args, "gpu (burn-cuda, fusion, autotune)")
+    run::<Autodiff<examples::cli::BurnCuda>>(&device, args, "gpu (burn-cuda, fusion, autotune)", None)
 }
 
 /// `--backend burn-cuda` in a build without the `burn-cuda` feature: exits with status 2.
@@ -836,7 +818,7 @@ fn run_burn_cuda(_args: &Args) -> Result<(f64, f64), String> {
 /// No GPU: Burn's ndarray CPU backend.
 #[cfg(not(feature = "distributed"))]
 fn run_on_cpu(args: &Args) -> Result<(f64, f64), String> {
-    run::<Autodiff<NdArray>>(&Default::default(), args, "cpu (ndarray)")
+    run::<Autodiff<NdArray>>(&Default::default(), args, "cpu (ndarray)", None)
 }
 
 /// No GPU in a `distributed` build, where `Autodiff` needs backends that implement Burn's
@@ -854,11 +836,6 @@ fn run_devices(args: &Args) -> Result<(f64, f64), String> {
     for d in &devices {
         d.try_open()
             .map_err(|e| format!("--devices {}: GPU {}: {e}", args.devices, d.index))?;
-    }
-    if args.benchmark {
-        let mut policy = cudnn_backend::plan::policy();
-        policy.benchmark = true;
-        cudnn_backend::plan::set_policy(policy);
     }
     let fusion = if args.fusion { ", lazy fusion" } else { "" };
     let label = format!("{} GPUs (cudnn{fusion}, data parallel)", args.devices);
@@ -905,6 +882,12 @@ fn main() {
         }
         return;
     }
+    // cuDNN autotuning for every run on this crate's backend (one process, threads or ranks).
+    if args.benchmark {
+        let mut policy = cudnn_backend::plan::policy();
+        policy.benchmark = true;
+        cudnn_backend::plan::set_policy(policy);
+    }
     if args.devices > 1 || args.rank_process {
         let result = if args.rank_process {
             run_rank(&args).map(|_| ())
@@ -921,16 +904,11 @@ fn main() {
     }
     let device = CudnnDevice::default();
     let gpu = examples::cli::use_gpu("train_burn", args.gpu, &device, args.dtype);
-    if args.benchmark {
-        let mut policy = cudnn_backend::plan::policy();
-        policy.benchmark = true;
-        cudnn_backend::plan::set_policy(policy);
-    }
     let result = if gpu {
         if args.fusion {
-            run::<Autodiff<CudnnFusion>>(&device, &args, "gpu (cudnn, lazy fusion)")
+            run::<Autodiff<CudnnFusion>>(&device, &args, "gpu (cudnn, lazy fusion)", None)
         } else {
-            run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)")
+            run::<Autodiff<Cudnn>>(&device, &args, "gpu (cudnn)", None)
         }
     } else {
         run_on_cpu(&args)

@@ -71,7 +71,7 @@ struct ActBackward {
 /// output when `from_output`, else the pre-activation), one output; with its scalar operands.
 #[cfg_attr(not(any(feature = "candle-cuda", test)), allow(dead_code))]
 fn backward_program(act: Activation, dtype: DataType, from_output: bool) -> (Program, Vec<f32>) {
-    use BinaryOp::{Add, Div, Mul, Sub};
+    use BinaryOp::{Add, Mul, Sub};
     let (g, v) = (Value::Input(0), Value::Input(1));
     let mut ops: Vec<FusedOp> = Vec::new();
     let mut scalars: Vec<f32> = Vec::new();
@@ -96,12 +96,7 @@ fn backward_program(act: Activation, dtype: DataType, from_output: bool) -> (Pro
             let s = if from_output {
                 v
             } else {
-                // s = 1 / (1 + e^-z).
-                let minus_one = k(-1.0);
-                let arg = push(FusedOp::Binary(Mul, v, minus_one));
-                let e = push(unary(UnaryOp::Exp, arg));
-                let den = push(FusedOp::Binary(Add, e, one));
-                push(FusedOp::Binary(Div, one, den))
+                push(unary(UnaryOp::Sigmoid, v))
             };
             let rest = push(FusedOp::Binary(Sub, one, s));
             push(FusedOp::Binary(Mul, s, rest))
@@ -156,12 +151,9 @@ fn backward_program(act: Activation, dtype: DataType, from_output: bool) -> (Pro
         }
         Activation::Swish(beta) => {
             // s = sigmoid(β z): s + β z s (1 - s).
-            let (minus_beta, one, beta) = (k(-beta), k(1.0), k(beta));
-            let arg = push(FusedOp::Binary(Mul, v, minus_beta));
-            let e = push(unary(UnaryOp::Exp, arg));
-            let den = push(FusedOp::Binary(Add, e, one));
-            let s = push(FusedOp::Binary(Div, one, den));
+            let (one, beta) = (k(1.0), k(beta));
             let bz = push(FusedOp::Binary(Mul, v, beta));
+            let s = push(unary(UnaryOp::Sigmoid, bz));
             let rest = push(FusedOp::Binary(Sub, one, s));
             let bzs = push(FusedOp::Binary(Mul, bz, s));
             let tail = push(FusedOp::Binary(Mul, bzs, rest));
@@ -345,6 +337,8 @@ mod tests {
                         x.exp()
                     } else if code == UnaryOp::Tanh.code() {
                         x.tanh()
+                    } else if code == UnaryOp::Sigmoid.code() {
+                        1.0 / (1.0 + (-x).exp())
                     } else {
                         panic!("unary code {code} is not used by the backward programs")
                     }
