@@ -375,6 +375,9 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(f64, f64)
     save_run(&args.out, "model.safetensors", &history, |path| {
         varmap.save(path).map_err(err)
     })?;
+    // Two runs in deterministic mode (`CUDNN_BACKEND_MODE=deterministic`) must print the same
+    // digest.
+    println!("parameter digest: {}", examples::digest::candle_variables(&varmap)?);
     let accuracy = *history.accuracy.last().unwrap_or(&0.0);
     println!(
         "train_candle {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {} images/s, \

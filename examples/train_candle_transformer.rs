@@ -450,6 +450,9 @@ fn run(dev: &Device, args: &Args, label: &str) -> std::result::Result<(), String
     save_run(&args.out, "model.safetensors", &history, |path| {
         varmap.save(path).map_err(err)
     })?;
+    // Two runs in deterministic mode (`CUDNN_BACKEND_MODE=deterministic`) must print the same
+    // digest.
+    println!("parameter digest: {}", examples::digest::candle_variables(&varmap)?);
     println!(
         "train_candle_transformer {label} dtype={:?} batch={}: test accuracy {:.2}% (chance 10%), {rate:.1} \
          sequences/s, {launches_per_step:.0} launches/step",

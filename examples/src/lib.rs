@@ -20,14 +20,23 @@ pub mod digest {
     }
 
     impl Fnv {
-        fn add(&mut self, data: TensorData) {
+        /// Hashes a dtype tag, then the value bytes.
+        fn add_bytes(&mut self, tag: &str, bytes: &[u8]) {
             let mut h = self.hash.unwrap_or(0xcbf2_9ce4_8422_2325);
-            let tag = format!("{:?}", data.dtype);
-            for &b in tag.as_bytes().iter().chain(data.as_bytes()) {
+            for &b in tag.as_bytes().iter().chain(bytes) {
                 h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
             }
-            self.bytes += data.as_bytes().len();
+            self.bytes += bytes.len();
             self.hash = Some(h);
+        }
+
+        fn add(&mut self, data: TensorData) {
+            self.add_bytes(&format!("{:?}", data.dtype), data.as_bytes());
+        }
+
+        fn finish(self) -> Result<String, String> {
+            let hash = self.hash.ok_or("the model has no parameters")?;
+            Ok(format!("{hash:016x} ({} bytes)", self.bytes))
         }
     }
 
@@ -56,8 +65,7 @@ pub mod digest {
             ..Fnv::default()
         };
         model.visit(&mut v);
-        let hash = v.hash.ok_or("the model has no parameters")?;
-        Ok(format!("{hash:016x} ({} bytes)", v.bytes))
+        v.finish()
     }
 
     /// The digest of `model`'s parameter values (running statistics included), with the
@@ -71,6 +79,28 @@ pub mod digest {
     /// norm tracks the statistics of its own shard).
     pub fn trainable_parameters<B: Backend, M: Module<B>>(model: &M) -> Result<String, String> {
         digest(model, true)
+    }
+
+    /// The digest of every variable of a Candle `VarMap` (running statistics included), in
+    /// name order (a `VarMap`'s own order is its hash map's): each name, dtype and values.
+    #[cfg(feature = "candle")]
+    pub fn candle_variables(varmap: &candle_nn::VarMap) -> Result<String, String> {
+        let data = varmap.data().lock().map_err(|_| "the VarMap's lock is poisoned")?;
+        let mut named: Vec<_> = data.iter().collect();
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        let mut v = Fnv::default();
+        for (name, var) in named {
+            let t = var.as_tensor();
+            // f32 holds every f16/bf16 value exactly: the bits stay a faithful fingerprint.
+            let values: Vec<f32> = t
+                .flatten_all()
+                .and_then(|f| f.to_dtype(candle_core::DType::F32))
+                .and_then(|f| f.to_vec1())
+                .map_err(|e| format!("{name}: {e}"))?;
+            let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+            v.add_bytes(&format!("{name} {:?}", t.dtype()), &bytes);
+        }
+        v.finish()
     }
 }
 
