@@ -1237,16 +1237,21 @@ fn run_signature_encode(ctx: &Ctx, case: &mut Case, iters: usize) -> BoxResult<(
 
 /// A child program of the cold-start cases: an example next to this binary, with arguments.
 struct ColdStartProgram {
+    /// The case's name (`cold_start/<case>/...`).
+    case: &'static str,
+    /// The example's executable.
     name: &'static str,
     args: &'static [&'static str],
 }
 
 const COLD_START_PROGRAMS: &[ColdStartProgram] = &[
     ColdStartProgram {
+        case: "quickstart",
         name: "quickstart",
         args: &[],
     },
     ColdStartProgram {
+        case: "train_burn",
         name: "train_burn",
         args: &[
             "--epochs",
@@ -1260,8 +1265,25 @@ const COLD_START_PROGRAMS: &[ColdStartProgram] = &[
         ],
     },
     ColdStartProgram {
+        case: "train_transformer",
         name: "train_transformer",
         args: &["--epochs", "1", "--train", "64", "--test", "32", "--batch-size", "32"],
+    },
+    ColdStartProgram {
+        case: "train_transformer_bf16",
+        name: "train_transformer",
+        args: &[
+            "--epochs",
+            "1",
+            "--train",
+            "64",
+            "--test",
+            "32",
+            "--batch-size",
+            "32",
+            "--dtype",
+            "bf16",
+        ],
     },
 ];
 
@@ -1344,7 +1366,7 @@ fn cold_start_defs() -> Vec<CaseDef> {
         for warm in [false, true] {
             let name = format!(
                 "cold_start/{}/{}",
-                p.name,
+                p.case,
                 if warm { "warm_cache" } else { "fresh_cache" }
             );
             let shape = vec![("args", Json::str(&p.args.join(" "))), ("runs", int(1))];
