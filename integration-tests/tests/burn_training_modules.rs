@@ -665,3 +665,96 @@ fn fused_attention_backward_matches_ndarray_in_half_precision() {
         }
     }
 }
+
+/// Output and the gradients of q, k, v and a tracked additive bias of dims `bias_dims` of
+/// `sum(attention(q, k, v, bias) * w)` on backend `B`, the attention computed by `f` in
+/// `dtype`.
+fn attention_bias_grads<B: AutodiffBackend>(
+    dtype: DType,
+    bias_dims: [usize; 4],
+    f: impl Fn(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>,
+) -> Vec<(String, TensorData)> {
+    let device = Default::default();
+    let [q, k, v, w] = qkvw().map(|d| Tensor::<B, 4>::from_data(d, &device));
+    let mut rng = Rng::new(92);
+    let n = bias_dims.iter().product();
+    let bias = Tensor::<B, 4>::from_data(TensorData::new(uniform(&mut rng, n, -1.0, 1.0), bias_dims), &device);
+    let [q, k, v, bias] = [q, k, v, bias].map(|t| t.cast(dtype).require_grad());
+    let o = f(q.clone(), k.clone(), v.clone(), bias.clone());
+    let loss = (o.clone().cast(DType::F32) * w).sum();
+    let grads = loss.backward();
+    let g = |t: &Tensor<B, 4>| t.grad(&grads).expect("grad").cast(DType::F32).into_data();
+    vec![
+        ("o".into(), o.cast(DType::F32).into_data()),
+        ("dq".into(), g(&q)),
+        ("dk".into(), g(&k)),
+        ("dv".into(), g(&v)),
+        ("d_bias".into(), g(&bias)),
+    ]
+}
+
+/// [`TrainingOps::sdpa`] with an additive bias on backend `B` with scale 0.125.
+fn fused_sdpa_bias<B: AutodiffBackend + TrainingOps>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    bias: Tensor<B, 4>,
+    causal: bool,
+) -> Tensor<B, 4> {
+    let p = |t: Tensor<B, 4>| t.into_primitive().tensor();
+    let o = B::sdpa(p(q), p(k), p(v), Some(p(bias)), causal, 0.125);
+    Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(o))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_attention_backward_with_tracked_bias_matches_ndarray_in_half_precision() {
+    let _serial = serial();
+    // q, k, v are [2, 4, 48, 32]: a bias per head shared by the batch, and one per batch
+    // element shared by the heads.
+    for bias_dims in [[1, 4, 48, 48], [2, 1, 48, 48]] {
+        for causal in [false, true] {
+            let options = AttentionModuleOptions {
+                scale: Some(0.125),
+                softcap: None,
+                is_causal: causal,
+            };
+            let want = attention_bias_grads::<Autodiff<Nd>>(DType::F32, bias_dims, |q, k, v, b| {
+                attention_fallback(q, k, v, None, Some(b), options)
+            });
+            for dtype in [DType::BF16, DType::F16] {
+                let case = format!("bias {bias_dims:?} {dtype:?} causal {causal}");
+                // A new fused attention composes while its plans build in the background: the
+                // first call checks that path, the second (plans built) the fused one.
+                let first = attention_bias_grads::<Autodiff<Gpu>>(dtype, bias_dims, |q, k, v, b| {
+                    fused_sdpa_bias(q, k, v, b, causal)
+                });
+                assert_close(
+                    &format!("attention {case}, first call, vs ndarray f32"),
+                    &first,
+                    &want,
+                    Tol::Rel(3e-2),
+                );
+                cudnn_backend::ops::wait_for_builds();
+                let got = attention_bias_grads::<Autodiff<Gpu>>(dtype, bias_dims, |q, k, v, b| {
+                    fused_sdpa_bias(q, k, v, b, causal)
+                });
+                assert_close(
+                    &format!("fused attention {case} vs ndarray f32"),
+                    &got,
+                    &want,
+                    Tol::Rel(3e-2),
+                );
+                let got = attention_bias_grads::<Autodiff<GpuFusion>>(dtype, bias_dims, |q, k, v, b| {
+                    fused_sdpa_bias(q, k, v, b, causal)
+                });
+                assert_close(
+                    &format!("fused attention {case} under fusion vs ndarray f32"),
+                    &got,
+                    &want,
+                    Tol::Rel(3e-2),
+                );
+            }
+        }
+    }
+}

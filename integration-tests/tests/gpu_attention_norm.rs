@@ -343,6 +343,7 @@ fn sdpa_backward_matches_f64_reference() {
                 dq: &dq.m,
                 dk: &dk.m,
                 dv: &dvv.m,
+                d_bias: None,
             };
             match ops::sdpa_backward(&s, &args, causal, scale as f32) {
                 Ok(()) => {}
@@ -397,5 +398,218 @@ fn sdpa_backward_matches_f64_reference() {
     assert!(
         runs * shard.parts() >= 12,
         "only {runs} sdpa backward cases ran on cuDNN"
+    );
+}
+
+/// The gradient of the additive bias of [`cpu::attention`] for the output gradient `d_o`:
+/// `P ∘ (dP − rowsum(P ∘ dP))` with `dP = dO·Vᵀ` (the bias's gradient before the attention
+/// scale), summed over the dims where the bias `[bb, bh, lq, lk]` is 1 (`heads` slices are
+/// `batch × h`). `bias(head, i, j)` is the full score bias, the causal mask included.
+#[allow(clippy::too_many_arguments)]
+fn attention_bias_grad(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    d_o: &[f64],
+    [heads, lq, lk, d, dv]: [usize; 5],
+    scale: f64,
+    bias: &dyn Fn(usize, usize, usize) -> f64,
+    [h, bb, bh]: [usize; 3],
+) -> Vec<f64> {
+    let mut out = vec![0.0; bb * bh * lq * lk];
+    let (mut p, mut dp) = (vec![0.0; lk], vec![0.0; lk]);
+    for hd in 0..heads {
+        let (b0, h0) = (if bb == 1 { 0 } else { hd / h }, if bh == 1 { 0 } else { hd % h });
+        for i in 0..lq {
+            let qr = &q[(hd * lq + i) * d..][..d];
+            for (j, pj) in p.iter_mut().enumerate() {
+                let kr = &k[(hd * lk + j) * d..][..d];
+                *pj = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale + bias(hd, i, j);
+            }
+            let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            p.iter_mut().for_each(|x| *x = (*x - m).exp());
+            let sum: f64 = p.iter().sum();
+            p.iter_mut().for_each(|x| *x /= sum);
+            let dor = &d_o[(hd * lq + i) * dv..][..dv];
+            for (j, dpj) in dp.iter_mut().enumerate() {
+                let vr = &v[(hd * lk + j) * dv..][..dv];
+                *dpj = dor.iter().zip(vr).map(|(a, b)| a * b).sum();
+            }
+            let dot: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+            let row = &mut out[((b0 * bh + h0) * lq + i) * lk..][..lk];
+            for j in 0..lk {
+                row[j] += p[j] * (dp[j] - dot);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sdpa_backward_bias_gradient_matches_f64_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(53);
+    let (mut runs, mut failures, mut worst) = (0, Vec::new(), 0.0f64);
+    let shard = Shard::from_env();
+    // Every broadcast of the bias, with and without the causal mask, once with sequence
+    // lengths that are multiples of 64 (what cuDNN before 9.5 needs for dBias) and once
+    // with arbitrary ones.
+    const SHAPES: [&str; 4] = ["[1,H,Sq,Skv]", "[B,H,Sq,Skv]", "[1,1,Sq,Skv]", "[B,1,Sq,Skv]"];
+    let mut index = 0;
+    for dtype in [DataType::F16, DataType::BF16] {
+        let (mut fused, mut declined, mut ran) = (Vec::new(), Vec::new(), 0);
+        for (shape_i, shape) in SHAPES.into_iter().enumerate() {
+            for causal in [false, true] {
+                for aligned in [true, false] {
+                    index += 1;
+                    if !shard.has(index - 1) {
+                        continue;
+                    }
+                    ran += 1;
+                    let (b, h) = (range(&mut rng, 2, 3), range(&mut rng, 2, 4));
+                    let seq = |rng: &mut SplitMix64| {
+                        if aligned {
+                            pick(rng, &[64, 128])
+                        } else {
+                            range(rng, 2, 130)
+                        }
+                    };
+                    let skv = seq(&mut rng);
+                    // cuDNN combines a bias with the causal mask only for square scores.
+                    let sq = if causal { skv } else { seq(&mut rng) };
+                    let [bb, bh] = match shape_i {
+                        0 => [1, h],
+                        1 => [b, h],
+                        2 => [1, 1],
+                        _ => [b, 1],
+                    };
+                    let d = pick(&mut rng, &[32, 64, 128]);
+                    let dv = if index % 3 == 0 { pick(&mut rng, &[32, 64]) } else { d };
+                    let head_split = index % 2 == 1;
+                    let layout = |dims: &[i64]| if head_split { bshd(dims) } else { packed(dims) };
+                    let (qd, kd, vd, od) = ([b, h, sq, d], [b, h, skv, d], [b, h, skv, dv], [b, h, sq, dv]);
+                    let bd = [bb, bh, sq, skv];
+                    let q = random(&s, &mut rng, &qd, &layout(&qd), dtype);
+                    let k = random(&s, &mut rng, &kd, &layout(&kd), dtype);
+                    let v = random(&s, &mut rng, &vd, &layout(&vd), dtype);
+                    let d_o = random(&s, &mut rng, &od, &layout(&od), dtype);
+                    let bias = random(&s, &mut rng, &bd, &packed(&bd), dtype);
+                    let o = poisoned(&s, &od, &layout(&od), dtype);
+                    let st = poisoned(&s, &[b, h, sq, 1], &packed(&[b, h, sq, 1]), DataType::F32);
+                    let scale = 1.0 / (d as f64).sqrt();
+                    let what = format!("bias {shape} {bd:?} causal {causal}");
+                    let label = format!(
+                        "{dtype:?} q{qd:?} k{kd:?} v{vd:?} {} {what}",
+                        if head_split { "bshd" } else { "bhsd" }
+                    );
+                    let r = ops::sdpa_forward(
+                        &s,
+                        &q.t,
+                        &k.t,
+                        &v.t,
+                        Some(&bias.t),
+                        causal,
+                        &o.m,
+                        scale as f32,
+                        Some(&st.m),
+                    );
+                    match r {
+                        Ok(()) => {}
+                        Err(e) if e.is_not_supported() => {
+                            declined.push(format!("{label} (forward): {e}"));
+                            continue;
+                        }
+                        Err(e) => {
+                            failures.push(format!("{label} forward: {e}"));
+                            continue;
+                        }
+                    }
+                    let (dq, dk, dvv, db) = (
+                        poisoned(&s, &qd, &layout(&qd), dtype),
+                        poisoned(&s, &kd, &layout(&kd), dtype),
+                        poisoned(&s, &vd, &layout(&vd), dtype),
+                        poisoned(&s, &bd, &packed(&bd), dtype),
+                    );
+                    let args = ops::SdpaBackward {
+                        q: &q.t,
+                        k: &k.t,
+                        v: &v.t,
+                        o: &o.t,
+                        d_o: &d_o.t,
+                        stats: &st.t,
+                        bias: Some(&bias.t),
+                        dq: &dq.m,
+                        dk: &dk.m,
+                        dv: &dvv.m,
+                        d_bias: Some(&db.m),
+                    };
+                    match ops::sdpa_backward(&s, &args, causal, scale as f32) {
+                        Ok(()) => fused.push(what.clone()),
+                        Err(e) if e.is_not_supported() => {
+                            declined.push(format!("{label}: {e}"));
+                            continue;
+                        }
+                        Err(e) => {
+                            failures.push(format!("{label}: {e}"));
+                            continue;
+                        }
+                    }
+                    let (h_, sq_, skv_) = (h as usize, sq as usize, skv as usize);
+                    let (bb_, bh_) = (bb as usize, bh as usize);
+                    let score_bias = |hd: usize, i: usize, j: usize| {
+                        let masked = if causal && cpu::causal_masked(i, j, sq_, skv_) {
+                            f64::NEG_INFINITY
+                        } else {
+                            0.0
+                        };
+                        let (b0, h0) = (if bb_ == 1 { 0 } else { hd / h_ }, if bh_ == 1 { 0 } else { hd % h_ });
+                        masked + bias.values[((b0 * bh_ + h0) * sq_ + i) * skv_ + j]
+                    };
+                    let sizes = [(b * h) as usize, sq_, skv_, d as usize, dv as usize];
+                    let (q_, k_, v_, do_) = (&q.values, &k.values, &v.values, &d_o.values);
+                    let (wq, wk, wv) = cpu::attention_backward(q_, k_, v_, do_, sizes, scale, Some(&score_bias));
+                    let wb = attention_bias_grad(q_, k_, v_, do_, sizes, scale, &score_bias, [h_, bb_, bh_]);
+                    runs += 1;
+                    let tol = if dtype == DataType::BF16 { 3e-2 } else { 1e-2 };
+                    for (name, got, want) in [("dq", &dq, wq), ("dk", &dk, wk), ("dv", &dvv, wv), ("d_bias", &db, wb)] {
+                        let err = cpu::rel_l2_error(&download(&s, got), &want);
+                        worst = worst.max(err);
+                        if err.is_nan() || err > tol {
+                            failures.push(format!("{label} {name}: rel L2 error {err:.3e} > {tol:.0e}"));
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "sdpa backward with dBias, {dtype:?}: {} of {ran} cases fused, {} declined by cuDNN",
+            fused.len(),
+            declined.len()
+        );
+        for f in &fused {
+            eprintln!("  fused: {f}");
+        }
+        for d in &declined {
+            eprintln!("  declined: {d}");
+        }
+        // Sharded, a process may draw only shapes cuDNN declines; whole, every dtype must
+        // compute dBias for some bias shape.
+        if shard.parts() == 1 {
+            assert!(
+                !fused.is_empty(),
+                "cuDNN computed dBias for no bias shape in {dtype:?}:\n{}",
+                declined.join("\n")
+            );
+        }
+    }
+    eprintln!(
+        "sdpa backward with dBias: {runs} runs checked, {} failed; worst rel L2 {worst:.2e}",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "sdpa backward dBias failures:\n{}",
+        failures.join("\n")
     );
 }

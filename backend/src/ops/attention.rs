@@ -323,8 +323,8 @@ fn sdpa_forward_impl(
 }
 
 /// Operands of [`sdpa_backward`]: the forward's inputs, output and softmax statistics, the
-/// output's gradient, and where the three input gradients go. Shapes as in
-/// [`sdpa_forward`]; the gradients take their tensors' own strides.
+/// output's gradient, and where the input gradients go (the bias's only when asked for).
+/// Shapes as in [`sdpa_forward`]; the gradients take their tensors' own strides.
 #[derive(Clone, Copy, Debug)]
 pub struct SdpaBackward<'a> {
     /// Queries `[B, H, Sq, D]`.
@@ -339,7 +339,7 @@ pub struct SdpaBackward<'a> {
     pub d_o: &'a TensorRef<'a>,
     /// The forward's log-sum-exp statistics, f32 `[B, H, Sq, 1]` packed.
     pub stats: &'a TensorRef<'a>,
-    /// The forward's additive bias, if any (no gradient is computed for it).
+    /// The forward's additive bias, if any.
     pub bias: Option<&'a TensorRef<'a>>,
     /// Gradient of `q` (like `q`).
     pub dq: &'a TensorMut<'a>,
@@ -347,6 +347,9 @@ pub struct SdpaBackward<'a> {
     pub dk: &'a TensorMut<'a>,
     /// Gradient of `v` (like `v`).
     pub dv: &'a TensorMut<'a>,
+    /// Gradient of the bias, if wanted (needs `bias`): the bias's dims, `q`'s dtype. It is
+    /// `P ∘ (dO·Vᵀ − rowsum(dO ∘ O))` summed over the dims the bias broadcasts (size 1).
+    pub d_bias: Option<&'a TensorMut<'a>>,
 }
 
 /// The transposed view of a virtual `[B, H, M, N]` product: dims `[B, H, N, M]`.
@@ -367,10 +370,14 @@ struct BackwardScalars {
 /// The backward graph of [`sdpa_backward`] and the device address of every tensor it binds
 /// (`sum` and `acc` are the f32 scratch tensors); the by-value scalars are listed by
 /// [`BackwardScalars`] so the caller can bind host values that outlive the execution.
+///
+/// Without `a.d_bias`, dQ goes through the f32 accumulator `acc_t` (which must be given).
+/// With it, cuDNN's dBias pattern (its "dP workspace" variant) takes dQ straight from the
+/// `dS·K` product and `acc_t` is not used; dBias is the sum of `dS` before the scale.
 fn backward_graph(
     a: &SdpaBackward<'_>,
     sum_t: &TensorRef,
-    acc_t: &TensorRef,
+    acc_t: Option<&TensorRef>,
     causal: bool,
     scale: f32,
 ) -> (Graph, Vec<(TensorId, u64)>, BackwardScalars) {
@@ -447,6 +454,12 @@ fn backward_graph(
     let dp = g.matmul(doi, vti);
     let centered = g.pointwise(PointwiseMode::Sub, dp, Some(softmax_sum));
     let ds_raw = g.pointwise(PointwiseMode::Mul, centered, Some(p));
+    // dBias = dS before the scale, summed over the bias's broadcast dims.
+    if let Some(d_bias) = a.d_bias {
+        let db_out = g.reduction(ReduceOp::Sum, ds_raw, &d_bias.dims);
+        d_bias.bind_output(&mut g, db_out);
+        bound.push((db_out, d_bias.ptr));
+    }
     let ds = g.pointwise(PointwiseMode::Mul, ds_raw, Some(scale_i));
     // dK = dSᵀ · Q.
     let dst = g.reshape(ds, &pt_dims, &pt_strides);
@@ -454,12 +467,17 @@ fn backward_graph(
     let dk_out = g.matmul(dst, qi);
     a.dk.bind_output(&mut g, dk_out);
     bound.push((dk_out, a.dk.ptr));
-    // dQ = dS · K through the f32 accumulator.
+    // dQ = dS · K, through the f32 accumulator unless dBias is computed.
     let k_view = g.reshape(kti, &a.k.dims, &a.k.strides);
-    let acc = g.matmul(ds, k_view);
-    acc_t.bind_output(&mut g, acc);
-    bound.push((acc, acc_t.ptr));
-    let dq_out = g.pointwise(PointwiseMode::Identity, acc, None);
+    let dq_out = match acc_t.filter(|_| a.d_bias.is_none()) {
+        Some(acc_t) => {
+            let acc = g.matmul(ds, k_view);
+            acc_t.bind_output(&mut g, acc);
+            bound.push((acc, acc_t.ptr));
+            g.pointwise(PointwiseMode::Identity, acc, None)
+        }
+        None => g.matmul(ds, k_view),
+    };
     a.dq.bind_output(&mut g, dq_out);
     bound.push((dq_out, a.dq.ptr));
     (g, bound, scalars)
@@ -470,11 +488,16 @@ fn backward_key(a: &SdpaBackward<'_>, causal: bool) -> OpKey {
     let (kt, vt) = (a.k.transposed(2, 3), a.v.transposed(2, 3));
     let shifted_mask = causal && a.q.dims[2] != a.k.dims[2];
     let mut key = OpKey::new("sdpa_backward");
-    key.ints(&[a.bias.is_some() as i64, causal as i64 + shifted_mask as i64]);
+    // 0: no bias, 1: a bias, 2: a bias and its gradient.
+    let bias_code = a.bias.is_some() as i64 + a.d_bias.is_some() as i64;
+    key.ints(&[bias_code, causal as i64 + shifted_mask as i64]);
     for t in [a.q, &kt, &vt, a.o, a.d_o, a.stats, a.dq, a.dk, a.dv] {
         key.tensor(t);
     }
     if let Some(t) = a.bias {
+        key.tensor(t);
+    }
+    if let Some(t) = a.d_bias {
         key.tensor(t);
     }
     key
@@ -497,6 +520,24 @@ pub fn sdpa_backward_prefetch(
     scale: f32,
     stats: &TensorRef,
 ) -> Result<()> {
+    sdpa_backward_prefetch_for(stream, q, k, v, bias, causal, o, scale, stats, false)
+}
+
+/// [`sdpa_backward_prefetch`] for a backward that computes the bias's gradient too when
+/// `bias_grad` (with a bias), into a fresh packed tensor of the bias's dims.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sdpa_backward_prefetch_for(
+    stream: &Arc<CudaStream>,
+    q: &TensorRef,
+    k: &TensorRef,
+    v: &TensorRef,
+    bias: Option<&TensorRef>,
+    causal: bool,
+    o: &TensorRef,
+    scale: f32,
+    stats: &TensorRef,
+    bias_grad: bool,
+) -> Result<()> {
     if !matches!(q.dtype, DataType::F16 | DataType::BF16) || o.is_empty() || k.dims[2] == 0 {
         return Ok(());
     }
@@ -508,6 +549,9 @@ pub fn sdpa_backward_prefetch(
     let (b, h, sq, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
     let packed = |dims: &[i64]| TensorRef::placeholder(dims, &row_major_strides(dims), DataType::F32, FRESH);
     let (sum_t, acc_t) = (packed(&[b, h, sq, 1]), packed(&[b, h, sq, d]));
+    let d_bias = bias
+        .filter(|_| bias_grad)
+        .map(|t| TensorMut::placeholder(&t.dims, &row_major_strides(&t.dims), q.dtype, FRESH));
     let a = SdpaBackward {
         q,
         k,
@@ -519,17 +563,48 @@ pub fn sdpa_backward_prefetch(
         dq: &dq,
         dk: &dk,
         dv: &dv,
+        d_bias: d_bias.as_ref(),
     };
+    let acc_t = d_bias.is_none().then_some(&acc_t);
     super::prefetch(stream, "sdpa_backward", backward_key(&a, causal), &|| {
-        backward_graph(&a, &sum_t, &acc_t, causal, scale).0
+        backward_graph(&a, &sum_t, acc_t, causal, scale).0
     })
+}
+
+/// Checks [`SdpaBackward::d_bias`]: given only with the bias, with its dims and q's dtype.
+fn check_d_bias(a: &SdpaBackward<'_>) -> Result<()> {
+    const OP: &str = "sdpa_backward";
+    let Some(db) = a.d_bias else {
+        return Ok(());
+    };
+    db.check(OP, "d_bias")?;
+    let Some(bias) = a.bias else {
+        return Err(Error::invalid_arg(
+            OP,
+            "d_bias",
+            "a bias gradient needs the forward's bias",
+        ));
+    };
+    if db.dims != bias.dims || db.dtype != a.q.dtype {
+        return Err(Error::invalid_arg(
+            OP,
+            "d_bias",
+            format!(
+                "{:?} {:?}: need the bias's dims {:?} and q's dtype {:?}",
+                db.dims, db.dtype, bias.dims, a.q.dtype
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Attention backward as ONE cuDNN graph, the fused flash-attention backward pattern:
 /// recomputes the probabilities from `q`, `k` and the saved statistics, then
-/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dK = dSᵀ·Q`, `dQ = dS·K`.
+/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dK = dSᵀ·Q`, `dQ = dS·K`,
+/// and with `d_bias` the bias's gradient `dS / scale` summed over its broadcast dims.
 /// `scale`, `causal` and the bias must be the forward's. f16/bf16 only; cases cuDNN has no
-/// engine for return a not-supported error ([`Error::is_not_supported`]).
+/// engine for (some bias-gradient shapes among them) return a not-supported error
+/// ([`Error::is_not_supported`]).
 pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: bool, scale: f32) -> Result<()> {
     const OP: &str = "sdpa_backward";
     check(a.q, a.k, a.v, a.bias, a.o)?;
@@ -566,6 +641,7 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
             "a causal mask needs no more queries than keys",
         ));
     }
+    check_d_bias(a)?;
     let operands = [
         ("q", Some(a.q)),
         ("k", Some(a.k)),
@@ -577,6 +653,7 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
         ("dq", Some(a.dq)),
         ("dk", Some(a.dk)),
         ("dv", Some(a.dv)),
+        ("d_bias", a.d_bias.map(TensorMut::as_input)),
     ];
     check_on_stream_device(stream, OP, &operands)?;
     if a.q.is_empty() || a.k.is_empty() {
@@ -591,21 +668,23 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
             reason: "cuDNN's fused attention engines take f16 or bf16 only".into(),
         });
     }
-    // f32 scratch the pattern writes: the row sums of dO ∘ O and dQ's accumulator.
-    // The accumulator starts 256-byte aligned (cuDNN reads it with vector loads).
+    // f32 scratch the pattern writes: the row sums of dO ∘ O and (without dBias) dQ's
+    // accumulator. The accumulator starts 256-byte aligned (cuDNN reads it with vector loads).
+    let with_acc = a.d_bias.is_none();
     let sum_bytes = ((b * h * sq) as usize * 4).next_multiple_of(256);
-    let acc_bytes = (b * h * sq * d) as usize * 4;
+    let acc_bytes = if with_acc { (b * h * sq * d) as usize * 4 } else { 0 };
     let scratch = crate::ffi::memory::DeviceBuffer::alloc(stream, sum_bytes + acc_bytes, "attention backward scratch")?;
-    if crate::runtime::cudnn_version().unwrap_or(0) < 90600 {
+    if with_acc && crate::runtime::cudnn_version().unwrap_or(0) < 90600 {
         // Older cuDNN reads the accumulator before writing it.
         crate::ffi::launch::memset_zero(stream, scratch.ptr() + sum_bytes as u64, acc_bytes)?;
     }
     let packed = |offset: usize, dims: &[i64]| {
         scratch.view_mut((offset / 4) as i64, dims, &row_major_strides(dims), DataType::F32)
     };
-    let (sum_t, acc_t) = (packed(0, &[b, h, sq, 1])?, packed(sum_bytes, &[b, h, sq, d])?);
+    let sum_t = packed(0, &[b, h, sq, 1])?;
+    let acc_t = with_acc.then(|| packed(sum_bytes, &[b, h, sq, d])).transpose()?;
     let (neg_inf, one, skv32, sq32) = (f32::NEG_INFINITY, 1.0f32, skv as i32, sq as i32);
-    let (g, bound, sc) = backward_graph(a, &sum_t, &acc_t, causal, scale);
+    let (g, bound, sc) = backward_graph(a, &sum_t, acc_t.as_deref(), causal, scale);
     let mut scalars = vec![
         (sc.scale, (&scale as *const f32) as u64),
         (sc.one, (&one as *const f32) as u64),
@@ -648,7 +727,6 @@ mod tests {
         );
         let (o, d_o) = (t(&[2, 3, 5, 8], bf, 1024), t(&[2, 3, 5, 8], bf, 1280));
         let stats = t(&[2, 3, 5, 1], DataType::F32, 1536);
-        let bias = t(&[1, 1, 5, 7], bf, 1792);
         let (dq, dk, dv) = (
             t(&[2, 3, 5, 16], bf, 2048),
             t(&[2, 3, 7, 16], bf, 2304),
@@ -656,38 +734,105 @@ mod tests {
         );
         let sum = t(&[2, 3, 5, 1], DataType::F32, 2816);
         let acc = t(&[2, 3, 5, 16], DataType::F32, 3072);
-        for (causal, with_bias) in [(false, false), (true, false), (false, true), (true, true)] {
-            let a = SdpaBackward {
+        // No bias, then every broadcast of the bias, each without and with its gradient.
+        let mut cases: Vec<(Option<[i64; 2]>, bool)> = vec![(None, false)];
+        for bh in [[1, 1], [1, 3], [2, 1], [2, 3]] {
+            cases.extend([(Some(bh), false), (Some(bh), true)]);
+        }
+        for causal in [false, true] {
+            for &(bias_bh, with_grad) in &cases {
+                let label = format!("causal {causal} bias {bias_bh:?} d_bias {with_grad}");
+                let bias = bias_bh.map(|[bb, bh]| t(&[bb, bh, 5, 7], bf, 1792));
+                let d_bias = bias_bh
+                    .filter(|_| with_grad)
+                    .map(|[bb, bh]| TensorMut::fake_packed(&[bb, bh, 5, 7], bf, 3328));
+                let a = SdpaBackward {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    o: &o,
+                    d_o: &d_o,
+                    stats: &stats,
+                    bias: bias.as_ref(),
+                    dq: &TensorMut::fake_of(&dq),
+                    dk: &TensorMut::fake_of(&dk),
+                    dv: &TensorMut::fake_of(&dv),
+                    d_bias: d_bias.as_ref(),
+                };
+                check_d_bias(&a).unwrap_or_else(|e| panic!("{label}: {e}"));
+                let acc_t = (!with_grad).then_some(&acc);
+                let (mut g, bound, sc) = backward_graph(&a, &sum, acc_t, causal, 0.25);
+                g.validate().unwrap_or_else(|e| panic!("{label}: {e}"));
+                // Every non-virtual tensor is bound once: to memory or as a scalar.
+                let mut ids: Vec<TensorId> = bound.iter().map(|b| b.0).collect();
+                ids.extend([sc.scale, sc.one]);
+                ids.extend(sc.masked);
+                ids.extend(sc.seq.into_iter().flat_map(|(a, b)| [a, b]));
+                let memory: Vec<usize> = g
+                    .tensors()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| !t.is_virtual)
+                    .map(|(i, _)| i)
+                    .collect();
+                let mut got: Vec<usize> = ids.iter().map(|id| g.tensor_info(*id).uid as usize - 1).collect();
+                got.sort_unstable();
+                assert_eq!(got, memory, "{label}");
+                assert_eq!(g.tensor_info(bound.last().unwrap().0).dims, vec![2, 3, 5, 16]);
+                // dBias replaces the accumulator: one memory tensor more or less, not both.
+                let bound_ptrs: Vec<u64> = bound.iter().map(|b| b.1).collect();
+                assert_eq!(bound_ptrs.contains(&3072), !with_grad, "{label}: accumulator");
+                assert_eq!(bound_ptrs.contains(&3328), with_grad, "{label}: d_bias");
+                // The key tells the three bias cases apart.
+                let plain = SdpaBackward { d_bias: None, ..a };
+                assert_eq!(
+                    backward_key(&a, causal).bytes() == backward_key(&plain, causal).bytes(),
+                    !with_grad,
+                    "{label}: key"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bias_gradient_needs_the_bias_its_dims_and_q_dtype() {
+        let (bf, h) = (DataType::BF16, DataType::F16);
+        let q = t(&[2, 3, 5, 16], bf, 256);
+        let k = t(&[2, 3, 7, 16], bf, 512);
+        let o = t(&[2, 3, 5, 16], bf, 768);
+        let stats = t(&[2, 3, 5, 1], DataType::F32, 1024);
+        let bias = t(&[1, 3, 5, 7], bf, 1280);
+        let grads = [TensorMut::fake_of(&q), TensorMut::fake_of(&k), TensorMut::fake_of(&k)];
+        let check = |bias: Option<&TensorRef<'static>>, d_bias: Option<&TensorMut<'static>>| {
+            check_d_bias(&SdpaBackward {
                 q: &q,
                 k: &k,
-                v: &v,
+                v: &k,
                 o: &o,
-                d_o: &d_o,
+                d_o: &o,
                 stats: &stats,
-                bias: with_bias.then_some(&bias),
-                dq: &TensorMut::fake_of(&dq),
-                dk: &TensorMut::fake_of(&dk),
-                dv: &TensorMut::fake_of(&dv),
-            };
-            let (mut g, bound, sc) = backward_graph(&a, &sum, &acc, causal, 0.25);
-            g.validate()
-                .unwrap_or_else(|e| panic!("causal {causal} bias {with_bias}: {e}"));
-            // Every non-virtual tensor is bound once: to memory or as a scalar.
-            let mut ids: Vec<TensorId> = bound.iter().map(|b| b.0).collect();
-            ids.extend([sc.scale, sc.one]);
-            ids.extend(sc.masked);
-            ids.extend(sc.seq.into_iter().flat_map(|(a, b)| [a, b]));
-            let memory: Vec<usize> = g
-                .tensors()
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| !t.is_virtual)
-                .map(|(i, _)| i)
-                .collect();
-            let mut got: Vec<usize> = ids.iter().map(|id| g.tensor_info(*id).uid as usize - 1).collect();
-            got.sort_unstable();
-            assert_eq!(got, memory, "causal {causal} bias {with_bias}");
-            assert_eq!(g.tensor_info(bound.last().unwrap().0).dims, vec![2, 3, 5, 16]);
+                bias,
+                dq: &grads[0],
+                dk: &grads[1],
+                dv: &grads[2],
+                d_bias,
+            })
+        };
+        let good = TensorMut::fake_packed(&[1, 3, 5, 7], bf, 1536);
+        let other_dims = TensorMut::fake_packed(&[2, 3, 5, 7], bf, 1536);
+        let other_dtype = TensorMut::fake_packed(&[1, 3, 5, 7], h, 1536);
+        assert!(check(Some(&bias), Some(&good)).is_ok());
+        assert!(check(None, None).is_ok());
+        assert!(check(Some(&bias), None).is_ok());
+        let bad = [
+            (None, &good, "without the bias"),
+            (Some(&bias), &other_dims, "other dims"),
+            (Some(&bias), &other_dtype, "other dtype"),
+        ];
+        for (b, db, what) in bad {
+            let e = check(b, Some(db)).expect_err(what);
+            assert!(!e.is_not_supported(), "{what}: {e}");
+            assert!(e.to_string().contains("d_bias"), "{what}: {e}");
         }
     }
 }

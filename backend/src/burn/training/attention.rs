@@ -105,7 +105,8 @@ impl AttentionSaved {
     }
 }
 
-/// Fused forward writing the statistics; `None` when cuDNN declines the case.
+/// Fused forward writing the statistics; `None` when cuDNN declines the case. `bias_grad`
+/// says whether the backward will want the bias's gradient (which plan to prefetch).
 pub(super) fn forward(
     q: CudnnTensor,
     k: CudnnTensor,
@@ -113,6 +114,7 @@ pub(super) fn forward(
     bias: Option<CudnnTensor>,
     causal: bool,
     scale: f64,
+    bias_grad: bool,
 ) -> Result<Option<(CudnnTensor, AttentionSaved)>> {
     const OP: &str = "attention";
     let (q, k, v) = (ready(&q)?, ready(&k)?, ready(&v)?);
@@ -125,7 +127,7 @@ pub(super) fn forward(
         let tb = bias.as_ref().map(|b| b.tref());
         // The backward's plan builds beside the forward's and the rest of the forward pass
         // (on a fresh machine both need a runtime compile).
-        let prefetched = ops::sdpa_backward_prefetch(
+        let prefetched = ops::sdpa_backward_prefetch_for(
             o.stream(),
             &q.tref(),
             &k.tref(),
@@ -135,6 +137,7 @@ pub(super) fn forward(
             &o.tref(),
             scale as f32,
             &stats.tref(),
+            bias_grad,
         );
         if let Err(e) = prefetched {
             tracing::debug!("{OP}: backward plan not prefetched ({e})");
@@ -175,17 +178,27 @@ pub(super) fn forward(
     }
 }
 
-/// `[dq, dk, dv]` from cuDNN's fused backward, or the composed one where it declines.
-pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> Result<[CudnnTensor; 3]> {
+/// The gradients of an attention: `[dq, dk, dv]` and, when asked for, the bias's.
+pub(crate) type AttentionGrads<T> = ([T; 3], Option<T>);
+
+/// `[dq, dk, dv]` and (with `want_bias` and a bias) the bias's gradient, in the bias's dims
+/// and dtype, from cuDNN's fused backward, or the composed one where it declines.
+pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor, want_bias: bool) -> Result<AttentionGrads<CudnnTensor>> {
     const OP: &str = "attention_backward";
     let d_o = ready(&exec::cast(d_o, s.q.dtype, OP)?)?;
     let [dq, dk, dv] = super::batch_norm::try_map([&s.q, &s.k, &s.v], |t| {
         let d = t.dims();
         bshd_like(t, [d[0], d[1], d[2], d[3]], OP)
     })?;
+    // The bias's gradient, packed, in q's dtype (what the fused graph writes).
+    let d_bias = match s.bias.as_ref().filter(|_| want_bias) {
+        Some(b) => Some(CudnnTensor::empty(b.device(), b.dims(), s.q.dtype, OP)?),
+        None => None,
+    };
     // The views borrow the tensors, which are returned below.
     let r = {
         let tb = s.bias.as_ref().map(|b| b.tref());
+        let tdb = d_bias.as_ref().map(|t| t.tmut());
         let (tq, tk, tv, to, tdo, tst) = (
             s.q.tref(),
             s.k.tref(),
@@ -206,14 +219,21 @@ pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor) -> Result<[CudnnTen
             dq: &tdq,
             dk: &tdk,
             dv: &tdv,
+            d_bias: tdb.as_ref(),
         };
         ops::sdpa_backward(d_o.stream(), &args, s.causal, s.scale as f32)
     };
     match r {
-        Ok(()) => Ok([dq, dk, dv]),
+        Ok(()) => {
+            let d_bias = match (d_bias, &s.bias) {
+                (Some(db), Some(b)) => Some(exec::cast(db, b.dtype, OP)?),
+                _ => None,
+            };
+            Ok(([dq, dk, dv], d_bias))
+        }
         Err(e) if e.is_not_supported() => {
             tracing::debug!("{OP}: fused backward not used ({e}); composing it");
-            composed_backward(s, d_o)
+            composed_backward(s, d_o, want_bias)
         }
         Err(e) => Err(e),
     }
@@ -269,8 +289,9 @@ pub(super) fn composed_forward(
 }
 
 /// The attention backward from the backend's ops in f32: `P = exp(q·kᵀ·scale + bias − lse)`,
-/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dQ = dS·K`, `dK = dSᵀ·Q`.
-fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> Result<[CudnnTensor; 3]> {
+/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)) · scale`, `dQ = dS·K`, `dK = dSᵀ·Q`, and
+/// with `want_bias` (and a bias) `dBias = dS / scale` summed over the bias's size-1 dims.
+fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor, want_bias: bool) -> Result<AttentionGrads<CudnnTensor>> {
     const OP: &str = "attention_backward";
     let f32_ = |t: &CudnnTensor| exec::cast(t.clone(), DType::F32, OP);
     let (q, k, v, o, d_o) = (f32_(&s.q)?, f32_(&s.k)?, f32_(&s.v)?, f32_(&s.o)?, f32_(&d_o)?);
@@ -281,11 +302,27 @@ fn composed_backward(s: &AttentionSaved, d_o: CudnnTensor) -> Result<[CudnnTenso
     let dv = math::float_matmul(t(p.clone())?, d_o.clone(), OP)?;
     let dp = math::float_matmul(d_o.clone(), t(v)?, OP)?;
     let row = math::reduce_dim(mul(d_o, o)?, 3, ReduceOp::Sum, OP)?;
-    let ds = mul(p, exec::binary(dp, row, BinaryOp::Sub, OP)?)?;
-    let ds = math::mul_scalar(ds, Scalar::Float(s.scale), OP)?;
+    let ds_raw = mul(p, exec::binary(dp, row, BinaryOp::Sub, OP)?)?;
+    let d_bias = match s.bias.as_ref().filter(|_| want_bias) {
+        Some(b) => Some(exec::cast(sum_to(ds_raw.clone(), b.dims(), OP)?, b.dtype, OP)?),
+        None => None,
+    };
+    let ds = math::mul_scalar(ds_raw, Scalar::Float(s.scale), OP)?;
     let dq = math::float_matmul(ds.clone(), k, OP)?;
     let dk = math::float_matmul(t(ds)?, q, OP)?;
-    super::batch_norm::try_map([dq, dk, dv], |g| exec::cast(g, s.q.dtype, OP))
+    let grads = super::batch_norm::try_map([dq, dk, dv], |g| exec::cast(g, s.q.dtype, OP))?;
+    Ok((grads, d_bias))
+}
+
+/// `x` summed over every dim where `dims` is 1 and `x`'s is not (kept with size 1): the
+/// gradient of a tensor of `dims` broadcast to `x`'s shape.
+fn sum_to(mut x: CudnnTensor, dims: &[i64], op: &str) -> Result<CudnnTensor> {
+    for (dim, &want) in dims.iter().enumerate() {
+        if want == 1 && x.dims()[dim] != 1 {
+            x = math::reduce_dim(x, dim, ReduceOp::Sum, op)?;
+        }
+    }
+    Ok(x)
 }
 
 /// Burn's attention options for a plain causal-or-not attention with this scale.
@@ -308,7 +345,7 @@ pub(super) fn cudnn(
     scale: f64,
 ) -> Result<CudnnTensor> {
     if fusable(&q, &k, &v, bias.as_ref(), causal) {
-        if let Some((o, _)) = forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale)? {
+        if let Some((o, _)) = forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale, false)? {
             return Ok(o);
         }
     }

@@ -71,16 +71,21 @@ impl<B: TrainingKernels, const N: usize> Backward<B, N> for NormNode<B> {
     }
 }
 
-/// The backward node of an attention: parents q, k, v (a bias gets no gradient: the fused
-/// path is taken only for an untracked bias).
+/// The backward node of an attention: parents q, k, v (`N = 3`; an untracked bias or none)
+/// and a tracked bias (`N = 4`), whose gradient the fused backward computes too.
 #[derive(Debug)]
 struct AttentionNode<B>(PhantomData<fn() -> B>);
 
-impl<B: TrainingKernels> Backward<B, 3> for AttentionNode<B> {
+impl<B: TrainingKernels, const N: usize> Backward<B, N> for AttentionNode<B> {
     type State = B::AttentionSaved;
 
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        register_parent_grads::<B, _, 3>(ops, grads, |s, d_o, _| B::attention_backward(s, d_o).map(Some));
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        register_parent_grads::<B, _, N>(ops, grads, |s, d_o, t| {
+            let want_bias = N == 4 && t[N - 1];
+            let ([dq, dk, dv], d_bias) = B::attention_backward(s, d_o, want_bias);
+            let mut all = [Some(dq), Some(dk), Some(dv), d_bias].into_iter();
+            std::array::from_fn(|_| all.next().flatten())
+        });
     }
 }
 
@@ -201,8 +206,9 @@ pub(super) fn norm<B: TrainingKernels, C: CheckpointStrategy>(
     }
 }
 
-/// Attention on `Autodiff<B, C>`: the fused forward and backward node when fusable and the
-/// bias is not tracked; otherwise Burn's composed attention on the autodiff backend.
+/// Attention on `Autodiff<B, C>`: the fused forward and backward node when fusable (a
+/// tracked bias is the node's fourth parent and gets its gradient from the fused backward);
+/// otherwise Burn's composed attention on the autodiff backend.
 pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
     q: FloatTensor<Autodiff<B, C>>,
     k: FloatTensor<Autodiff<B, C>>,
@@ -212,14 +218,13 @@ pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
     scale: f64,
 ) -> FloatTensor<Autodiff<B, C>> {
     let bias_tracked = bias.as_ref().is_some_and(|b| !b.node.requirement.is_none());
-    let fused = !bias_tracked
-        && B::attention_fusable(
-            &q.primitive,
-            &k.primitive,
-            &v.primitive,
-            bias.as_ref().map(|b| &b.primitive),
-            causal,
-        );
+    let fused = B::attention_fusable(
+        &q.primitive,
+        &k.primitive,
+        &v.primitive,
+        bias.as_ref().map(|b| &b.primitive),
+        causal,
+    );
     if fused {
         let r = B::attention_forward(
             q.primitive.clone(),
@@ -228,10 +233,14 @@ pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
             bias.as_ref().map(|b| b.primitive.clone()),
             causal,
             scale,
+            bias_tracked,
         );
         if let Some((o, saved)) = r {
             let node = AttentionNode::<B>(PhantomData);
-            return finish!(C, node, [q.node, k.node, v.node], saved, o);
+            return match bias {
+                Some(b) if bias_tracked => finish!(C, node, [q.node, k.node, v.node, b.node], saved, o),
+                _ => finish!(C, node, [q.node, k.node, v.node], saved, o),
+            };
         }
     }
     burn_backend::ops::attention::attention_fallback::<Autodiff<B, C>>(

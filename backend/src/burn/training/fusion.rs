@@ -8,6 +8,7 @@ use burn_backend::{DType, Shape, TensorMetadata};
 use super::super::fusion::custom::{optional, record, take, Lazy};
 use super::super::tensor::expect;
 use super::super::CudnnFusion;
+use super::attention::AttentionGrads;
 use super::kernels::TrainingKernels;
 use super::{attention, batch_norm, norm, BatchNormOutput, TrainingOps};
 use crate::graph::NormMode;
@@ -69,7 +70,7 @@ pub(crate) struct LazyAttentionSaved {
 
 /// Records the fused attention forward keeping the softmax statistics; cuDNN decides when
 /// the queue executes, and a case it declines runs the composed forward there (same output
-/// and statistics).
+/// and statistics). `bias_grad`: the backward will want the bias's gradient.
 fn record_attention(
     q: Lazy,
     k: Lazy,
@@ -77,6 +78,7 @@ fn record_attention(
     bias: Option<Lazy>,
     causal: bool,
     scale: f64,
+    bias_grad: bool,
 ) -> (Lazy, LazyAttentionSaved) {
     let (qd, vd) = (q.shape.to_vec(), v.shape.to_vec());
     let o_meta = (Shape::from(vec![qd[0], qd[1], qd[2], vd[3]]), q.dtype);
@@ -88,7 +90,7 @@ fn record_attention(
         let mut ins = ins.into_iter();
         let [q, k, v] = take(&mut ins)?;
         let bias = optional(&mut ins, has_bias);
-        let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale)?;
+        let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale, bias_grad)?;
         let (o, stats) = match fused {
             Some((o, saved)) => (o, saved.stats().clone()),
             None => attention::composed_forward(q, k, v, bias, causal, scale)?,
@@ -237,23 +239,33 @@ impl TrainingKernels for CudnnFusion {
         bias: Option<Lazy>,
         causal: bool,
         scale: f64,
+        bias_grad: bool,
     ) -> Option<(Lazy, LazyAttentionSaved)> {
-        Some(record_attention(q, k, v, bias, causal, scale))
+        Some(record_attention(q, k, v, bias, causal, scale, bias_grad))
     }
 
-    fn attention_backward(s: &LazyAttentionSaved, d_o: Lazy) -> [Lazy; 3] {
-        let outputs = [&s.q, &s.k, &s.v].map(|t| (t.shape(), s.q.dtype)).to_vec();
+    fn attention_backward(s: &LazyAttentionSaved, d_o: Lazy, want_bias: bool) -> AttentionGrads<Lazy> {
+        const OP: &str = "cudnn_attention_backward";
+        let mut outputs = [&s.q, &s.k, &s.v].map(|t| (t.shape(), s.q.dtype)).to_vec();
         let (causal, scale, has_bias) = (s.causal, s.scale, s.bias.is_some());
+        // The bias's gradient is one more output, in the bias's shape and dtype.
+        let with_d_bias = want_bias && has_bias;
+        outputs.extend(s.bias.as_ref().filter(|_| with_d_bias).map(|b| (b.shape(), b.dtype)));
         let mut inputs = vec![s.q.clone(), s.k.clone(), s.v.clone(), s.o.clone(), s.stats.clone(), d_o];
         inputs.extend(s.bias.clone());
-        let out = record("cudnn_attention_backward", inputs, outputs, move |ins| {
+        let out = record(OP, inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [q, k, v, o, stats, d_o] = take(&mut ins)?;
             let bias = optional(&mut ins, has_bias);
             let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale)?;
-            Ok(attention::backward(&saved, d_o)?.to_vec())
+            let (grads, d_bias) = attention::backward(&saved, d_o, with_d_bias)?;
+            let mut out = grads.to_vec();
+            out.extend(d_bias);
+            Ok(out)
         });
-        expect("cudnn_attention_backward", take(&mut out.into_iter()))
+        let mut out = out.into_iter();
+        let grads = expect(OP, take(&mut out));
+        (grads, optional(&mut out, with_d_bias))
     }
 }
 
@@ -308,7 +320,7 @@ impl TrainingOps for CudnnFusion {
 
     fn sdpa(q: Lazy, k: Lazy, v: Lazy, bias: Option<Lazy>, causal: bool, scale: f64) -> Lazy {
         if Self::attention_fusable(&q, &k, &v, bias.as_ref(), causal) {
-            return record_attention(q, k, v, bias, causal, scale).0;
+            return record_attention(q, k, v, bias, causal, scale, false).0;
         }
         let outputs = vec![(
             Shape::from(vec![q.shape[0], q.shape[1], q.shape[2], v.shape[3]]),

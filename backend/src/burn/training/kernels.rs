@@ -8,6 +8,7 @@ use burn_backend::tensor::FloatTensor;
 
 use super::super::tensor::{expect, CudnnTensor};
 use super::super::Cudnn;
+use super::attention::AttentionGrads;
 use super::{attention, batch_norm, norm, TrainingOps};
 use crate::graph::NormMode;
 use crate::ops::BatchNormOptions;
@@ -57,7 +58,7 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
     ) -> bool;
 
     /// Fused attention forward keeping the softmax statistics: `(o, saved)`, or `None`
-    /// when cuDNN declines the case.
+    /// when cuDNN declines the case. `bias_grad`: the backward will want the bias's gradient.
     fn attention_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -65,10 +66,16 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
         bias: Option<FloatTensor<Self>>,
         causal: bool,
         scale: f64,
+        bias_grad: bool,
     ) -> Option<(FloatTensor<Self>, Self::AttentionSaved)>;
 
-    /// `[dq, dk, dv]`.
-    fn attention_backward(saved: &Self::AttentionSaved, d_o: FloatTensor<Self>) -> [FloatTensor<Self>; 3];
+    /// `([dq, dk, dv], d_bias)`: the bias's gradient (its dims and dtype) only with
+    /// `want_bias` and a bias in the forward.
+    fn attention_backward(
+        saved: &Self::AttentionSaved,
+        d_o: FloatTensor<Self>,
+        want_bias: bool,
+    ) -> AttentionGrads<FloatTensor<Self>>;
 }
 
 impl TrainingKernels for Cudnn {
@@ -125,11 +132,16 @@ impl TrainingKernels for Cudnn {
         bias: Option<CudnnTensor>,
         causal: bool,
         scale: f64,
+        bias_grad: bool,
     ) -> Option<(CudnnTensor, Self::AttentionSaved)> {
-        expect("attention", attention::forward(q, k, v, bias, causal, scale))
+        expect("attention", attention::forward(q, k, v, bias, causal, scale, bias_grad))
     }
 
-    fn attention_backward(saved: &Self::AttentionSaved, d_o: CudnnTensor) -> [CudnnTensor; 3] {
-        expect("attention_backward", attention::backward(saved, d_o))
+    fn attention_backward(
+        saved: &Self::AttentionSaved,
+        d_o: CudnnTensor,
+        want_bias: bool,
+    ) -> AttentionGrads<CudnnTensor> {
+        expect("attention_backward", attention::backward(saved, d_o, want_bias))
     }
 }

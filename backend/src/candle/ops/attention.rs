@@ -483,6 +483,7 @@ impl Sdpa {
                     dq: &views[0],
                     dk: &views[1],
                     dv: &views[2],
+                    d_bias: None,
                 };
                 crate::ops::sdpa_backward(&stream, &args, self.causal, self.scale as f32)
             }
