@@ -16,6 +16,20 @@ mod report;
 
 pub use report::KernelReport;
 
+/// Points this process's persistent kernel and plan cache at a new empty directory (once per
+/// process, before the first GPU work of the test that calls it first), for tests that must
+/// see cuDNN plans built rather than restored from a cache an earlier run filled. Every test
+/// of a binary that uses it calls it first: the variable is set while no other test thread
+/// can be reading the environment.
+pub fn fresh_kernel_cache() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("cudnn-backend-test-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::env::set_var(cudnn_backend::runtime::disk_cache::KERNEL_CACHE_ENV, &dir);
+    });
+}
+
 /// The float64 reference's description of a convolution of geometry `p`.
 pub fn reference_geometry(p: &cudnn_backend::ops::ConvParams) -> cudnn_backend_reference::ConvGeometry {
     cudnn_backend_reference::ConvGeometry::from_i64(&p.pre_padding, &p.post_padding, &p.stride, &p.dilation, p.groups)

@@ -69,7 +69,8 @@ fn gpu() -> CudnnDevice {
     CudnnDevice::default()
 }
 
-/// Launch counts are process-wide: the tests that compare them run one at a time.
+/// Launch counts are process-wide: every test of this file runs one at a time, so that one
+/// test's launches never count in another's.
 fn counting_launches() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -429,6 +430,8 @@ fn quantized<B: Backend>(values: &[f64], dtype: DType, scheme: burn::tensor::qua
 /// tests).
 fn burns_composed_dynamic_quantization_under_fusion_matches_the_unfused_backend() {
     use burn::tensor::quantization::{BlockSize, QuantLevel, QuantScheme};
+    // Its launches would count in a concurrent test's launch count.
+    let _serial = counting_launches();
     let mut rng = Rng::new(0xd1a);
     let base = QuantScheme::default(); // Burn's default: symmetric int8 packed in u32 words
     let schemes = [base, base.with_level(QuantLevel::Block(BlockSize::new([32])))];

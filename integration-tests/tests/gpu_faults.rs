@@ -14,10 +14,14 @@ use cudnn_backend_reference::{self as cpu, SplitMix64};
 use integration_tests::{download, poisoned, random, strides, DevTensor, Layout};
 
 /// The tests run one at a time: the out-of-memory test fills the GPU, which would make the
-/// others' allocations fail (faults themselves are armed per thread).
+/// others' allocations fail (faults themselves are armed per thread). They also use a kernel
+/// and plan cache of their own: an injected plan-build fault needs a plan that is built, not
+/// one an earlier run left in the persistent cache.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    integration_tests::fresh_kernel_cache();
+    guard
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! Around the second, after synchronizing, trimming the pool and forgetting engine choices,
 //! the test checks for leaks: free device memory may drop by at most [`MEMORY_SLACK_MIB`],
 //! and the handles created after both phases stay within the first phase's peak of live
-//! threads (+ [`HANDLE_SLACK`]). Needs a CUDA GPU.
+//! threads (+ [`HANDLE_SLACK`]). Needs a CUDA GPU, to itself: free memory is a device-wide
+//! figure, so another process allocating on the same GPU during the run shows as a leak.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;

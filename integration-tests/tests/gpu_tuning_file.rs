@@ -39,10 +39,14 @@ fn child_first_call() {
     println!("CHOICE_BUILDS={}", cudnn_backend::plan::stats().choice_builds);
 }
 
-fn child(dir: &std::path::Path) -> (f64, u64) {
+/// Runs the child test with tuning files in `dir` and the persistent kernel and plan cache in
+/// `kernels` (the parent's own: a cache an earlier run filled would restore the plan, and no
+/// engine would be selected or tuned).
+fn child(dir: &std::path::Path, kernels: &std::path::Path) -> (f64, u64) {
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--include-ignored", "--exact", "child_first_call", "--nocapture"])
         .env("CUDNN_BACKEND_TUNING_DIR", dir)
+        .env(cudnn_backend::runtime::disk_cache::KERNEL_CACHE_ENV, kernels)
         .output()
         .expect("spawn child");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -68,13 +72,14 @@ fn child(dir: &std::path::Path) -> (f64, u64) {
 #[ignore = "needs a CUDA GPU"]
 fn first_call_is_faster_in_a_second_process() {
     let dir = tempfile::tempdir().unwrap();
-    let (first_ms, first_builds) = child(dir.path());
+    let kernels = tempfile::tempdir().unwrap();
+    let (first_ms, first_builds) = child(dir.path(), kernels.path());
     let files: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    let (second_ms, second_builds) = child(dir.path());
+    let (second_ms, second_builds) = child(dir.path(), kernels.path());
     println!("tuning file: process 1 first call {first_ms:.1} ms ({first_builds} builds), process 2 first call {second_ms:.1} ms ({second_builds} builds); files {files:?}");
     assert_eq!(files.len(), 1, "one tuning file written");
     assert_eq!(first_builds, 1, "process 1 selected an engine");

@@ -9,13 +9,19 @@ use crate::types::{DataType, TensorMut, TensorRef};
 
 static PREPARED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
 
-/// One-time per-device set-up for Burn: keep freed memory in the stream-ordered pool.
+/// One-time per-device set-up for Burn: keep freed memory in the stream-ordered pool, and
+/// start the kernel and cuDNN warm-ups in the background.
 pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
     let slot = &PREPARED[dev.ordinal()];
     if slot.get().is_none() {
         retain_pool_memory(dev.stream())?;
         if slot.set(()).is_ok() {
             crate::kernels::warm::warm_up_in_background(dev.clone());
+            if !runtime::switched_off(crate::kernels::warm::WARM_UP_ENV) {
+                if let Err(e) = crate::ops::warm_up_cudnn(dev.stream()) {
+                    tracing::debug!(reason = %e, "cuDNN warm-up not started");
+                }
+            }
         }
     }
     Ok(())

@@ -12,15 +12,20 @@ use crate::runtime::Device;
 
 type Group = &'static [(KernelSource, &'static str)];
 
+// In the order a training program first needs them (parameter initialization, then the
+// forward and backward passes): siblings and the warm-up compile in this order, a few at once.
 macro_rules! float_group {
     ($s:literal, $b:literal $(, $extra:expr)*) => {
         &[
+            (RANDOM, concat!("uniform_", $s)),
+            (RANDOM, concat!("normal_", $s)),
+            (ELEMENTWISE, concat!("fill_b", $b)),
+            (ELEMENTWISE, "cast"),
             (ELEMENTWISE, concat!("binary_vec_", $s)),
             (ELEMENTWISE, concat!("unary_vec_", $s)),
             (ELEMENTWISE, concat!("binary_scalar_vec_", $s)),
             (ELEMENTWISE, concat!("binary_", $s)),
             (ELEMENTWISE, concat!("unary_", $s)),
-            (ELEMENTWISE, concat!("fill_b", $b)),
             (ELEMENTWISE, concat!("copy_b", $b)),
             (ELEMENTWISE, concat!("compare_", $s)),
             (ELEMENTWISE, concat!("where_b", $b)),
@@ -33,13 +38,10 @@ macro_rules! float_group {
             (REDUCE, concat!("argreduce_", $s)),
             (INDEX, concat!("gather_b", $b)),
             (INDEX, concat!("scatter_add_", $s)),
-            (RANDOM, concat!("uniform_", $s)),
-            (RANDOM, concat!("normal_", $s)),
             (POOL, concat!("adaptive_avgpool2d_fwd_", $s)),
             (POOL, concat!("adaptive_avgpool2d_bwd_", $s)),
             (POOL, concat!("maxpool2d_fwd_", $s)),
             (POOL, concat!("maxpool2d_bwd_", $s)),
-            (ELEMENTWISE, "cast"),
             $($extra,)*
         ]
     };
@@ -78,6 +80,14 @@ macro_rules! conv_group {
     };
 }
 
+/// See the two-byte entry of [`GROUPS`].
+const TWO_BYTE_MOVES: Group = &[
+    (ELEMENTWISE, "fill_b2"),
+    (ELEMENTWISE, "copy_b2"),
+    (ELEMENTWISE, "where_b2"),
+    (INDEX, "gather_b2"),
+];
+
 /// The groups, most common first (a kernel listed in several belongs to the first).
 pub(crate) const GROUPS: &[Group] = &[
     training_group!("f32", "4"),
@@ -111,6 +121,9 @@ pub(crate) const GROUPS: &[Group] = &[
         (REDUCE, "argreduce_u8"),
         (INDEX, "gather_b1"),
     ],
+    // The two-byte moves f16 and bf16 share: a group of their own, so that a bf16 program's
+    // first fill does not compile the f16 kernels (nor an f16 program's the bf16 ones).
+    TWO_BYTE_MOVES,
     training_group!("f16", "2"),
     training_group!("bf16", "2"),
     float_group!("f64", "8"),
@@ -137,8 +150,9 @@ pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
         return;
     }
     // The small integer and mask groups first: every program needs them early (labels,
-    // indices, masks), whatever its float dtype.
-    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], GROUPS[0], GROUPS[1]]
+    // indices, masks), whatever its float dtype; then the two-byte moves (the first kernels
+    // of an f16/bf16 program), then the f32 training kernels.
+    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], TWO_BYTE_MOVES, GROUPS[0], GROUPS[1]]
         .iter()
         .flat_map(|g| g.iter().copied())
         .collect();
@@ -183,6 +197,10 @@ mod tests {
         // `fill_b8` is in the i64 group before the f64 one.
         assert!(siblings(ELEMENTWISE, "fill_b8").any(|(_, n)| n == "binary_i64"));
         assert_eq!(siblings(SORT_LIKE, "binary_f32").count(), 0, "matched by source too");
+        // The two-byte moves pull in neither half-precision family.
+        let s: Vec<_> = siblings(ELEMENTWISE, "fill_b2").map(|(_, n)| n).collect();
+        assert_eq!(s, ["copy_b2", "where_b2", "gather_b2"]);
+        assert!(siblings(RANDOM, "normal_bf16").all(|(_, n)| !n.ends_with("f16") || n.ends_with("bf16")));
         assert_eq!(siblings(ELEMENTWISE, "no_such_kernel").count(), 0);
     }
 

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use super::fallback::bias_act_in_place;
-use super::{check_on_stream_device, run, run_when_built, zero_fill, Activation, OpKey, TensorMut, TensorRef};
+use super::{
+    check_on_stream_device, prefetch, run, run_when_built, zero_fill, Activation, OpKey, TensorMut, TensorRef,
+};
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{Graph, PointwiseMode};
 use crate::kernels::elementwise::copy;
-use crate::types::row_major_strides;
+use crate::types::{row_major_strides, DataType};
 
 fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
     a.check(op, "a")?;
@@ -30,6 +32,35 @@ fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Resul
 /// Transposed operands are just strides (e.g. `b` with strides `[.., 1, K]`).
 pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &TensorMut) -> Result<()> {
     matmul_bias_act(stream, a, b, None, c, Activation::Identity)
+}
+
+/// Starts cuDNN's one-time set-up on a background plan-build thread by building the plan of
+/// a small f32 matmul there: loading cuDNN's engine and heuristics libraries, its first
+/// handle and heuristics query (about 0.5 s in a fresh process) then overlap the program's
+/// start-up instead of stalling its first cuDNN op. Does nothing in benchmark mode (whose
+/// builds need real buffers).
+// The Burn backend starts it; a Candle-only build has no caller.
+#[cfg_attr(not(feature = "burn"), allow(dead_code))]
+pub(crate) fn warm_up_cudnn(stream: &Arc<CudaStream>) -> Result<()> {
+    // Never dereferenced: the plan is built, not run.
+    const FRESH: u64 = 256;
+    let dims = [1i64, 64, 64];
+    let strides = row_major_strides(&dims);
+    let (a, b) = (
+        TensorRef::placeholder(&dims, &strides, DataType::F32, FRESH),
+        TensorRef::placeholder(&dims, &strides, DataType::F32, FRESH),
+    );
+    let c = TensorMut::placeholder(&dims, &strides, DataType::F32, FRESH);
+    let build = || {
+        let mut g = Graph::new();
+        let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
+        let out = g.matmul(ai, bi);
+        c.bind_output(&mut g, out);
+        g
+    };
+    let mut key = OpKey::new("matmul");
+    key.tensor(&a).tensor(&b).tensor(&c).act(Activation::Identity);
+    prefetch(stream, "matmul", key, &build)
 }
 
 /// `c = act(a · b + bias)` as ONE cuDNN graph; `bias` holds N elements (dims `[N]` or

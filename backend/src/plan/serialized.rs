@@ -75,9 +75,15 @@ fn decode_choice(s: &str) -> Option<EngineChoice> {
     })
 }
 
-/// Whether the persistent cache holds an entry for `sig` (a cheap check: no read).
+/// Whether the persistent cache holds an intact plan entry for `sig` (one small file read).
 pub(crate) fn stored(sig: &Signature, dev: &Device, cudnn: usize) -> bool {
-    KernelCache::from_env().is_some_and(|cache| cache.contains(key(sig, dev, cudnn), "plan"))
+    // The entry is read and checked, not only found: a damaged one (removed by the load)
+    // must send a new graph to the background build, not to a build on the caller's thread.
+    KernelCache::from_env().is_some_and(|cache| {
+        cache
+            .load(key(sig, dev, cudnn), "plan")
+            .is_some_and(|e| e.kind == ImageKind::CudnnPlan)
+    })
 }
 
 /// The plan of `sig` restored from the persistent cache, if an entry exists and cuDNN

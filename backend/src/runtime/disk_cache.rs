@@ -237,7 +237,9 @@ impl KernelCache {
     }
 
     /// The entry for `key`, if present and intact. A missing file is a silent `None`; an
-    /// unreadable, corrupt, truncated or mismatched one is `None` with a `tracing` warning.
+    /// unreadable one is `None` with a `tracing` warning; a corrupt, truncated or mismatched
+    /// one is `None` with a warning and is removed (its rebuild writes it again), so that
+    /// [`Self::contains`] stops reporting it.
     pub fn load(&self, key: CacheKey, label: &str) -> Option<CachedImage> {
         let path = self.path_for(key, label);
         let bytes = match fs::read(&path) {
@@ -252,6 +254,7 @@ impl KernelCache {
             Ok(entry) => Some(entry),
             Err(reason) => {
                 tracing::warn!(path = %path.display(), reason = %reason, "ignoring kernel cache entry (it will be rebuilt)");
+                let _ = fs::remove_file(&path);
                 None
             }
         }
@@ -527,6 +530,7 @@ mod tests {
         for (what, bytes) in cases {
             fs::write(&path, &bytes).unwrap();
             assert_eq!(cache.load(k, "binary_f32"), None, "{what}");
+            assert!(!cache.contains(k, "binary_f32"), "{what}: the bad entry was removed");
             assert!(decode(&bytes, k).is_err(), "{what}");
             // Rebuilt: a store replaces the bad entry and loads again.
             cache.store(k, "binary_f32", &entry()).unwrap();
