@@ -1800,9 +1800,11 @@ fn sdpa_fused_backward_matches_f64_reference() {
                     let pr = if heads_layout { merge(&probe) } else { probe.clone() };
                     let p = pr.to_dtype(DType::F32).unwrap().to_device(&dev).unwrap();
                     let loss = (y.to_dtype(DType::F32).unwrap() * p).unwrap().sum_all().unwrap();
-                    let before = cudnn_backend::runtime::launch_counts();
+                    let before = cudnn_backend::runtime::thread_launch_counts();
                     let mut g = grads(&[&qv, &kv, &vv], &loss);
-                    let cudnn_runs = cudnn_backend::runtime::launch_counts().since(&before).cudnn_executions;
+                    let cudnn_runs = cudnn_backend::runtime::thread_launch_counts()
+                        .since(&before)
+                        .cudnn_executions;
                     assert!(cudnn_runs >= 1, "{what}: the backward pass ran no cuDNN graph");
                     let mut y = y;
                     if heads_layout {
@@ -1872,9 +1874,10 @@ fn fused_adamw_matches_candle_nn_adamw_on_the_gpu() {
     let mut theirs = candle_nn::AdamW::new(theirs_vars.clone(), params.clone()).unwrap();
     for step in 0..5 {
         let g = loss(&ours_vars).backward().unwrap();
-        let before = cudnn_backend::runtime::launch_counts();
+        // This thread's launches only: the other tests run beside this one.
+        let before = cudnn_backend::runtime::thread_launch_counts();
         ours.step(&g).unwrap();
-        let launches = cudnn_backend::runtime::launch_counts().since(&before).total();
+        let launches = cudnn_backend::runtime::thread_launch_counts().since(&before).total();
         if step > 0 {
             // The first step also allocates the moments (Candle's zero fills, not counted).
             assert_eq!(launches, 2, "40 f32 variables: two launches per step");
@@ -1900,9 +1903,9 @@ fn fused_adamw_matches_candle_nn_adamw_on_the_gpu() {
         let mut a = FusedAdamW::new(gpu_vars.clone(), params.clone()).unwrap();
         let mut b = FusedAdamW::new(cpu_vars.clone(), params.clone()).unwrap();
         for step in 0..5 {
-            let before = cudnn_backend::runtime::launch_counts();
+            let before = cudnn_backend::runtime::thread_launch_counts();
             a.backward_step(&loss(&gpu_vars)).unwrap();
-            let launches = cudnn_backend::runtime::launch_counts().since(&before).total();
+            let launches = cudnn_backend::runtime::thread_launch_counts().since(&before).total();
             // bf16 takes the fused kernel; f16 the update in f32 Candle ops (its moments would
             // underflow in the kernel).
             if step > 0 && dt == DType::BF16 {

@@ -2,10 +2,21 @@
 //! of which may run several kernels inside cuDNN). For profiles such as "launches per
 //! training step": read [`launch_counts`] before and after.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static KERNELS: AtomicU64 = AtomicU64::new(0);
 static CUDNN: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's share of [`KERNELS`] and [`CUDNN`].
+    static THREAD: Cell<LaunchCounts> = const {
+        Cell::new(LaunchCounts {
+            kernels: 0,
+            cudnn_executions: 0,
+        })
+    };
+}
 
 /// Work enqueued by this process so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,10 +50,26 @@ pub fn launch_counts() -> LaunchCounts {
     }
 }
 
+/// The work enqueued by the calling thread so far: unlike [`launch_counts`], launches made
+/// meanwhile on other threads (another test, a background build) are not in it.
+pub fn thread_launch_counts() -> LaunchCounts {
+    THREAD.with(Cell::get)
+}
+
 pub(crate) fn count_kernel() {
     KERNELS.fetch_add(1, Ordering::Relaxed);
+    THREAD.with(|c| {
+        let mut n = c.get();
+        n.kernels += 1;
+        c.set(n);
+    });
 }
 
 pub(crate) fn count_cudnn_execution() {
     CUDNN.fetch_add(1, Ordering::Relaxed);
+    THREAD.with(|c| {
+        let mut n = c.get();
+        n.cudnn_executions += 1;
+        c.set(n);
+    });
 }
