@@ -47,12 +47,14 @@ macro_rules! float_group {
     };
 }
 
-/// A float group with the training kernels (batch norm, layer/RMS norm, Adam) of its dtype.
+/// A float group with the training kernels (batch norm, layer/RMS norm, Adam) of its dtype,
+/// and any extra kernels given.
 macro_rules! training_group {
-    ($s:literal, $b:literal) => {
+    ($s:literal, $b:literal $(, $extra:expr)*) => {
         float_group!(
             $s,
             $b,
+            $($extra,)*
             (BATCH_NORM, concat!("bn_stats_", $s)),
             (BATCH_NORM, concat!("bn_apply_", $s)),
             (BATCH_NORM, concat!("bn_grad_stats_", $s)),
@@ -98,6 +100,7 @@ pub(crate) const GROUPS: &[Group] = &[
     ],
     // Integer labels, indices, counts (i64) and masks (bool, stored as u8).
     &[
+        (REDUCE, "scan_i64"),
         (ELEMENTWISE, "binary_i64"),
         (ELEMENTWISE, "unary_i64"),
         (ELEMENTWISE, "fill_b8"),
@@ -108,7 +111,6 @@ pub(crate) const GROUPS: &[Group] = &[
         (REDUCE, "argreduce_i64"),
         (INDEX, "gather_b8"),
         (INDEX, "scatter_add_i64"),
-        (REDUCE, "scan_i64"),
     ],
     &[
         (ELEMENTWISE, "binary_u8"),
@@ -124,8 +126,9 @@ pub(crate) const GROUPS: &[Group] = &[
     // The two-byte moves f16 and bf16 share: a group of their own, so that a bf16 program's
     // first fill does not compile the f16 kernels (nor an f16 program's the bf16 ones).
     TWO_BYTE_MOVES,
-    training_group!("f16", "2"),
-    training_group!("bf16", "2"),
+    // Half-precision training accumulates some gradients (embedding tables) in f32.
+    training_group!("f16", "2", (INDEX, "scatter_add_f32")),
+    training_group!("bf16", "2", (INDEX, "scatter_add_f32")),
     float_group!("f64", "8"),
     // The direct convolutions (the fallback when cuDNN has no engine): a network that needs
     // one pass usually needs the other two in its backward step.
@@ -151,8 +154,9 @@ pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
     }
     // The small integer and mask groups first: every program needs them early (labels,
     // indices, masks), whatever its float dtype; then the two-byte moves (the first kernels
-    // of an f16/bf16 program), then the f32 training kernels.
-    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], TWO_BYTE_MOVES, GROUPS[0], GROUPS[1]]
+    // of an f16/bf16 program), the bias + activation kernels (a network's first layers),
+    // then the f32 training kernels.
+    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], TWO_BYTE_MOVES, GROUPS[1], GROUPS[0]]
         .iter()
         .flat_map(|g| g.iter().copied())
         .collect();
