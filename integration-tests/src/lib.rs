@@ -30,6 +30,18 @@ pub fn fresh_kernel_cache() {
     });
 }
 
+/// The dtype and layout of a convolution that must run on a cuDNN engine (to build a plan,
+/// take a workspace): f32 NCHW, or under `CUDNN_LIB_CONFIG=GRAPH_JIT_ONLY` f16 NHWC, since
+/// there cuDNN's runtime-compiled engines take no exact f32 convolution and the backend runs
+/// those in its direct kernels instead.
+pub fn cudnn_conv_dtype() -> (DataType, Layout) {
+    if cudnn_backend::plan::policy::graph_jit_only() {
+        (DataType::F16, Layout::Nhwc)
+    } else {
+        (DataType::F32, Layout::Nchw)
+    }
+}
+
 /// The float64 reference's description of a convolution of geometry `p`.
 pub fn reference_geometry(p: &cudnn_backend::ops::ConvParams) -> cudnn_backend_reference::ConvGeometry {
     cudnn_backend_reference::ConvGeometry::from_i64(&p.pre_padding, &p.post_padding, &p.stride, &p.dilation, p.groups)

@@ -202,12 +202,14 @@ fn a_failed_plan_build_falls_through_to_the_next_engine_and_never_poisons_the_ca
     let _serial = one_at_a_time();
     let dev = Device::new(0).expect("needs a CUDA GPU");
     let s = dev.context().new_stream().unwrap();
-    // Shapes no other test uses, so the first call builds plans.
-    let (x1, w1) = ([3, 24, 21, 21], [20, 24, 3, 3]);
-    let (x2, w2) = ([2, 28, 19, 19], [12, 28, 3, 3]);
+    // Shapes no other test uses, so the first call builds plans; channels multiples of 8 and
+    // a dtype cuDNN's engines take in every library configuration.
+    let (x1, w1) = ([3, 24, 21, 21], [16, 24, 3, 3]);
+    let (x2, w2) = ([2, 32, 19, 19], [16, 32, 3, 3]);
+    let (dt, layout) = integration_tests::cudnn_conv_dtype();
 
     // The first engine fails to build: the next one runs, and the result is right.
-    let mut one = ConvCase::new(&s, 11, Pass::Forward, x1, w1, DataType::F32, Layout::Nchw);
+    let mut one = ConvCase::new(&s, 11, Pass::Forward, x1, w1, dt, layout);
     let before = fault::injected();
     fault::fail_next_plan_builds(1);
     let outcome = one.run(&s);
@@ -218,10 +220,7 @@ fn a_failed_plan_build_falls_through_to_the_next_engine_and_never_poisons_the_ca
     outcome.unwrap_or_else(|e| panic!("{}: no engine after the first ran: {e}", one.name));
     let err = one.error(&s);
     println!("faults: result on the next engine: rel L2 error {err:.2e}");
-    assert!(
-        err <= tolerance(DataType::F32),
-        "wrong result on the next engine: {err:.2e}"
-    );
+    assert!(err <= tolerance(dt), "wrong result on the next engine: {err:.2e}");
     // A fault-free repeat (cached plan) gives the same bits.
     let first_bits = download(&s, &one.out);
     one.assert_works(&s, "fault-free repeat");
@@ -232,7 +231,7 @@ fn a_failed_plan_build_falls_through_to_the_next_engine_and_never_poisons_the_ca
     );
 
     // Every engine fails to build: a typed error, not remembered as "unsupported".
-    let mut all = ConvCase::new(&s, 12, Pass::Forward, x2, w2, DataType::F32, Layout::Nhwc);
+    let mut all = ConvCase::new(&s, 12, Pass::Forward, x2, w2, dt, Layout::Nhwc);
     let before = fault::injected();
     fault::fail_next_plan_builds(100_000);
     let outcome = all.run(&s);

@@ -78,11 +78,12 @@ fn workspaces_of_dropped_streams_are_released() {
     let dev = Device::new(0).expect("needs a CUDA GPU");
     let keep = dev.context().new_stream().unwrap();
     let mut rng = SplitMix64::new(6);
-    // A filter gradient: its engines need workspace.
+    // A filter gradient on a cuDNN engine: its engines need workspace.
+    let (dt, layout) = integration_tests::cudnn_conv_dtype();
     let (xd, wd) = ([8i64, 32, 30, 30], [32i64, 32, 3, 3]);
-    let x = random(&keep, &mut rng, &xd, &strides(&xd, Layout::Nchw), DataType::F32);
-    let dy = random(&keep, &mut rng, &xd, &strides(&xd, Layout::Nchw), DataType::F32);
-    let dw = poisoned(&keep, &wd, &strides(&wd, Layout::Nchw), DataType::F32);
+    let x = random(&keep, &mut rng, &xd, &strides(&xd, layout), dt);
+    let dy = random(&keep, &mut rng, &xd, &strides(&xd, layout), dt);
+    let dw = poisoned(&keep, &wd, &strides(&wd, layout), dt);
     let p = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
     ops::conv_backward_filter(&keep, &x.t, &dy.t, &dw.m, &p).expect("conv");
     keep.synchronize().unwrap();
