@@ -78,8 +78,9 @@ pub trait TrainingOps: Backend {
 
     /// Scaled dot-product attention `softmax(q·kᵀ·scale + bias [causal]) · v` on
     /// `[batch, heads, seq, head_dim]` tensors, through cuDNN's fused flash-attention graphs
-    /// forward and backward where they apply (f16/bf16), composed otherwise. The output is
-    /// laid out `[batch, seq, heads, head_dim]` in memory, so merging the heads is free.
+    /// forward and backward where they apply (f16/bf16), composed otherwise; a tracked
+    /// (learned) `bias` gets its gradient from the fused backward too. The output is laid out
+    /// `[batch, seq, heads, head_dim]` in memory, so merging the heads is free.
     fn sdpa(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
