@@ -592,37 +592,87 @@ fn qkvw() -> [TensorData; 4] {
     [0, 1, 2, 3].map(|_| TensorData::new(uniform(&mut rng, n, -1.0, 1.0), [2, 4, 48, 32]))
 }
 
-/// Output and the gradients of q, k, v of `sum(attention(q, k, v) * w)` on backend `B`,
-/// the attention computed by `f` in `dtype`.
+/// Output and the gradients of q, k, v (and of a tracked additive bias of dims `bias_dims`,
+/// when given) of `sum(attention(q, k, v, bias) * w)` on backend `B`, the attention computed
+/// by `f` in `dtype`.
 fn attention_grads<B: AutodiffBackend>(
     dtype: DType,
-    f: impl Fn(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>,
+    bias_dims: Option<[usize; 4]>,
+    f: impl Fn(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>, Option<Tensor<B, 4>>) -> Tensor<B, 4>,
 ) -> Vec<(String, TensorData)> {
     let device = Default::default();
     let [q, k, v, w] = qkvw().map(|d| Tensor::<B, 4>::from_data(d, &device));
     let [q, k, v] = [q, k, v].map(|t| t.cast(dtype).require_grad());
-    let o = f(q.clone(), k.clone(), v.clone());
+    let bias = bias_dims.map(|dims| {
+        let mut rng = Rng::new(92);
+        let n = dims.iter().product();
+        let b = Tensor::<B, 4>::from_data(TensorData::new(uniform(&mut rng, n, -1.0, 1.0), dims), &device);
+        b.cast(dtype).require_grad()
+    });
+    let o = f(q.clone(), k.clone(), v.clone(), bias.clone());
     let loss = (o.clone().cast(DType::F32) * w).sum();
     let grads = loss.backward();
     let g = |t: &Tensor<B, 4>| t.grad(&grads).expect("grad").cast(DType::F32).into_data();
-    vec![
+    let mut out = vec![
         ("o".into(), o.cast(DType::F32).into_data()),
         ("dq".into(), g(&q)),
         ("dk".into(), g(&k)),
         ("dv".into(), g(&v)),
-    ]
+    ];
+    out.extend(bias.map(|b| ("d_bias".into(), g(&b))));
+    out
 }
 
-/// [`TrainingOps::sdpa`] on backend `B` with scale 0.125.
+/// [`TrainingOps::sdpa`] (with an additive bias, when given) on backend `B` with scale 0.125.
 fn fused_sdpa<B: AutodiffBackend + TrainingOps>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
+    bias: Option<Tensor<B, 4>>,
     causal: bool,
 ) -> Tensor<B, 4> {
     let p = |t: Tensor<B, 4>| t.into_primitive().tensor();
-    let o = B::sdpa(p(q), p(k), p(v), None, causal, 0.125);
+    let o = B::sdpa(p(q), p(k), p(v), bias.map(p), causal, 0.125);
     Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(o))
+}
+
+/// Burn's composed attention on `Autodiff<NdArray>` in f32: the reference of the fused one.
+fn reference_attention_grads(bias_dims: Option<[usize; 4]>, causal: bool) -> Vec<(String, TensorData)> {
+    let options = AttentionModuleOptions {
+        scale: Some(0.125),
+        softcap: None,
+        is_causal: causal,
+    };
+    attention_grads::<Autodiff<Nd>>(DType::F32, bias_dims, |q, k, v, b| {
+        attention_fallback(q, k, v, None, b, options)
+    })
+}
+
+/// The fused attention's output and gradients in `dtype` against `want`: on `Autodiff<Gpu>`
+/// at the first call (a new fused attention composes while its plans build in the
+/// background) and once the plans are built, then on `Autodiff<GpuFusion>`.
+fn assert_fused_attention_matches(
+    case: &str,
+    dtype: DType,
+    bias_dims: Option<[usize; 4]>,
+    causal: bool,
+    want: &[(String, TensorData)],
+) {
+    let run_on = |fusion: bool| {
+        if fusion {
+            attention_grads::<Autodiff<GpuFusion>>(dtype, bias_dims, |q, k, v, b| fused_sdpa(q, k, v, b, causal))
+        } else {
+            attention_grads::<Autodiff<Gpu>>(dtype, bias_dims, |q, k, v, b| fused_sdpa(q, k, v, b, causal))
+        }
+    };
+    let first = run_on(false);
+    let label = format!("attention {case}, first call, vs ndarray f32");
+    assert_close(&label, &first, want, Tol::Rel(3e-2));
+    cudnn_backend::ops::wait_for_builds();
+    let label = format!("fused attention {case} vs ndarray f32");
+    assert_close(&label, &run_on(false), want, Tol::Rel(3e-2));
+    let label = format!("fused attention {case} under fusion vs ndarray f32");
+    assert_close(&label, &run_on(true), want, Tol::Rel(3e-2));
 }
 
 #[test]
@@ -630,80 +680,11 @@ fn fused_sdpa<B: AutodiffBackend + TrainingOps>(
 fn fused_attention_backward_matches_ndarray_in_half_precision() {
     let _serial = serial();
     for causal in [false, true] {
-        let options = AttentionModuleOptions {
-            scale: Some(0.125),
-            softcap: None,
-            is_causal: causal,
-        };
-        let want =
-            attention_grads::<Autodiff<Nd>>(DType::F32, |q, k, v| attention_fallback(q, k, v, None, None, options));
+        let want = reference_attention_grads(None, causal);
         for dtype in [DType::BF16, DType::F16] {
-            // A new fused attention composes while its plans build in the background: the
-            // first call checks that path, the second (plans built) the fused one.
-            let first = attention_grads::<Autodiff<Gpu>>(dtype, |q, k, v| fused_sdpa(q, k, v, causal));
-            assert_close(
-                &format!("attention {dtype:?} causal {causal}, first call, vs ndarray f32"),
-                &first,
-                &want,
-                Tol::Rel(3e-2),
-            );
-            cudnn_backend::ops::wait_for_builds();
-            let got = attention_grads::<Autodiff<Gpu>>(dtype, |q, k, v| fused_sdpa(q, k, v, causal));
-            assert_close(
-                &format!("fused attention {dtype:?} causal {causal} vs ndarray f32"),
-                &got,
-                &want,
-                Tol::Rel(3e-2),
-            );
-            let got = attention_grads::<Autodiff<GpuFusion>>(dtype, |q, k, v| fused_sdpa(q, k, v, causal));
-            assert_close(
-                &format!("fused attention {dtype:?} causal {causal} under fusion vs ndarray f32"),
-                &got,
-                &want,
-                Tol::Rel(3e-2),
-            );
+            assert_fused_attention_matches(&format!("{dtype:?} causal {causal}"), dtype, None, causal, &want);
         }
     }
-}
-
-/// Output and the gradients of q, k, v and a tracked additive bias of dims `bias_dims` of
-/// `sum(attention(q, k, v, bias) * w)` on backend `B`, the attention computed by `f` in
-/// `dtype`.
-fn attention_bias_grads<B: AutodiffBackend>(
-    dtype: DType,
-    bias_dims: [usize; 4],
-    f: impl Fn(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) -> Tensor<B, 4>,
-) -> Vec<(String, TensorData)> {
-    let device = Default::default();
-    let [q, k, v, w] = qkvw().map(|d| Tensor::<B, 4>::from_data(d, &device));
-    let mut rng = Rng::new(92);
-    let n = bias_dims.iter().product();
-    let bias = Tensor::<B, 4>::from_data(TensorData::new(uniform(&mut rng, n, -1.0, 1.0), bias_dims), &device);
-    let [q, k, v, bias] = [q, k, v, bias].map(|t| t.cast(dtype).require_grad());
-    let o = f(q.clone(), k.clone(), v.clone(), bias.clone());
-    let loss = (o.clone().cast(DType::F32) * w).sum();
-    let grads = loss.backward();
-    let g = |t: &Tensor<B, 4>| t.grad(&grads).expect("grad").cast(DType::F32).into_data();
-    vec![
-        ("o".into(), o.cast(DType::F32).into_data()),
-        ("dq".into(), g(&q)),
-        ("dk".into(), g(&k)),
-        ("dv".into(), g(&v)),
-        ("d_bias".into(), g(&bias)),
-    ]
-}
-
-/// [`TrainingOps::sdpa`] with an additive bias on backend `B` with scale 0.125.
-fn fused_sdpa_bias<B: AutodiffBackend + TrainingOps>(
-    q: Tensor<B, 4>,
-    k: Tensor<B, 4>,
-    v: Tensor<B, 4>,
-    bias: Tensor<B, 4>,
-    causal: bool,
-) -> Tensor<B, 4> {
-    let p = |t: Tensor<B, 4>| t.into_primitive().tensor();
-    let o = B::sdpa(p(q), p(k), p(v), Some(p(bias)), causal, 0.125);
-    Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(o))
 }
 
 #[test]
@@ -714,46 +695,10 @@ fn fused_attention_backward_with_tracked_bias_matches_ndarray_in_half_precision(
     // element shared by the heads.
     for bias_dims in [[1, 4, 48, 48], [2, 1, 48, 48]] {
         for causal in [false, true] {
-            let options = AttentionModuleOptions {
-                scale: Some(0.125),
-                softcap: None,
-                is_causal: causal,
-            };
-            let want = attention_bias_grads::<Autodiff<Nd>>(DType::F32, bias_dims, |q, k, v, b| {
-                attention_fallback(q, k, v, None, Some(b), options)
-            });
+            let want = reference_attention_grads(Some(bias_dims), causal);
             for dtype in [DType::BF16, DType::F16] {
                 let case = format!("bias {bias_dims:?} {dtype:?} causal {causal}");
-                // A new fused attention composes while its plans build in the background: the
-                // first call checks that path, the second (plans built) the fused one.
-                let first = attention_bias_grads::<Autodiff<Gpu>>(dtype, bias_dims, |q, k, v, b| {
-                    fused_sdpa_bias(q, k, v, b, causal)
-                });
-                assert_close(
-                    &format!("attention {case}, first call, vs ndarray f32"),
-                    &first,
-                    &want,
-                    Tol::Rel(3e-2),
-                );
-                cudnn_backend::ops::wait_for_builds();
-                let got = attention_bias_grads::<Autodiff<Gpu>>(dtype, bias_dims, |q, k, v, b| {
-                    fused_sdpa_bias(q, k, v, b, causal)
-                });
-                assert_close(
-                    &format!("fused attention {case} vs ndarray f32"),
-                    &got,
-                    &want,
-                    Tol::Rel(3e-2),
-                );
-                let got = attention_bias_grads::<Autodiff<GpuFusion>>(dtype, bias_dims, |q, k, v, b| {
-                    fused_sdpa_bias(q, k, v, b, causal)
-                });
-                assert_close(
-                    &format!("fused attention {case} under fusion vs ndarray f32"),
-                    &got,
-                    &want,
-                    Tol::Rel(3e-2),
-                );
+                assert_fused_attention_matches(&case, dtype, Some(bias_dims), causal, &want);
             }
         }
     }

@@ -8,7 +8,7 @@ use cudnn_backend::graph::{DataType, NormMode};
 use cudnn_backend::ops::{self, NormStats};
 use cudnn_backend::Device;
 use cudnn_backend_reference::{self as cpu, SplitMix64};
-use integration_tests::{bound, download, poisoned, random, strides, upload, Layout, Shard};
+use integration_tests::{bound, download, poisoned, random, strides, upload, DevTensor, Layout, Shard};
 
 const CASES: usize = 24;
 
@@ -377,13 +377,8 @@ fn sdpa_backward_matches_f64_reference() {
             );
             runs += 1;
             let tol = if dtype == DataType::BF16 { 3e-2 } else { 1e-2 };
-            for (what, got, want) in [("dq", &dq, wq), ("dk", &dk, wk), ("dv", &dvv, wv)] {
-                let err = cpu::rel_l2_error(&download(&s, got), &want);
-                worst = worst.max(err);
-                if err.is_nan() || err > tol {
-                    failures.push(format!("{label} {what}: rel L2 error {err:.3e} > {tol:.0e}"));
-                }
-            }
+            let grads = [("dq", &dq, wq), ("dk", &dk, wk), ("dv", &dvv, wv)];
+            check_grads(&s, &label, tol, &grads, &mut worst, &mut failures);
         }
     }
     println!(
@@ -401,48 +396,35 @@ fn sdpa_backward_matches_f64_reference() {
     );
 }
 
-/// The gradient of the additive bias of [`cpu::attention`] for the output gradient `d_o`:
-/// `P ∘ (dP − rowsum(P ∘ dP))` with `dP = dO·Vᵀ` (the bias's gradient before the attention
-/// scale), summed over the dims where the bias `[bb, bh, lq, lk]` is 1 (`heads` slices are
-/// `batch × h`). `bias(head, i, j)` is the full score bias, the causal mask included.
-#[allow(clippy::too_many_arguments)]
-fn attention_bias_grad(
-    q: &[f64],
-    k: &[f64],
-    v: &[f64],
-    d_o: &[f64],
-    [heads, lq, lk, d, dv]: [usize; 5],
-    scale: f64,
-    bias: &dyn Fn(usize, usize, usize) -> f64,
-    [h, bb, bh]: [usize; 3],
-) -> Vec<f64> {
+/// `d_scores` (`[b·h, lq, lk]`, the gradient of the biased scores) summed into the dims
+/// `[bb, bh, lq, lk]` of a bias broadcast over the batch (`bb` 1) or the heads (`bh` 1).
+fn bias_grad_of(d_scores: &[f64], [h, lq, lk]: [usize; 3], [bb, bh]: [usize; 2]) -> Vec<f64> {
     let mut out = vec![0.0; bb * bh * lq * lk];
-    let (mut p, mut dp) = (vec![0.0; lk], vec![0.0; lk]);
-    for hd in 0..heads {
+    for (hd, scores) in d_scores.chunks(lq * lk).enumerate() {
         let (b0, h0) = (if bb == 1 { 0 } else { hd / h }, if bh == 1 { 0 } else { hd % h });
-        for i in 0..lq {
-            let qr = &q[(hd * lq + i) * d..][..d];
-            for (j, pj) in p.iter_mut().enumerate() {
-                let kr = &k[(hd * lk + j) * d..][..d];
-                *pj = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale + bias(hd, i, j);
-            }
-            let m = p.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            p.iter_mut().for_each(|x| *x = (*x - m).exp());
-            let sum: f64 = p.iter().sum();
-            p.iter_mut().for_each(|x| *x /= sum);
-            let dor = &d_o[(hd * lq + i) * dv..][..dv];
-            for (j, dpj) in dp.iter_mut().enumerate() {
-                let vr = &v[(hd * lk + j) * dv..][..dv];
-                *dpj = dor.iter().zip(vr).map(|(a, b)| a * b).sum();
-            }
-            let dot: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
-            let row = &mut out[((b0 * bh + h0) * lq + i) * lk..][..lk];
-            for j in 0..lk {
-                row[j] += p[j] * (dp[j] - dot);
-            }
-        }
+        let slot = &mut out[(b0 * bh + h0) * lq * lk..][..lq * lk];
+        slot.iter_mut().zip(scores).for_each(|(o, g)| *o += g);
     }
     out
+}
+
+/// Compares each downloaded gradient with its float64 reference: errors above `tol` (or NaN)
+/// go to `failures` labelled `label name`; the largest error goes to `worst`.
+fn check_grads(
+    s: &Arc<CudaStream>,
+    label: &str,
+    tol: f64,
+    grads: &[(&str, &DevTensor, Vec<f64>)],
+    worst: &mut f64,
+    failures: &mut Vec<String>,
+) {
+    for (name, got, want) in grads {
+        let err = cpu::rel_l2_error(&download(s, got), want);
+        *worst = worst.max(err);
+        if err.is_nan() || err > tol {
+            failures.push(format!("{label} {name}: rel L2 error {err:.3e} > {tol:.0e}"));
+        }
+    }
 }
 
 #[test]
@@ -567,18 +549,20 @@ fn sdpa_backward_bias_gradient_matches_f64_reference() {
                         masked + bias.values[((b0 * bh_ + h0) * sq_ + i) * skv_ + j]
                     };
                     let sizes = [(b * h) as usize, sq_, skv_, d as usize, dv as usize];
-                    let (q_, k_, v_, do_) = (&q.values, &k.values, &v.values, &d_o.values);
-                    let (wq, wk, wv) = cpu::attention_backward(q_, k_, v_, do_, sizes, scale, Some(&score_bias));
-                    let wb = attention_bias_grad(q_, k_, v_, do_, sizes, scale, &score_bias, [h_, bb_, bh_]);
+                    let (wq, wk, wv, w_scores) = cpu::attention_backward_with_scores(
+                        &q.values,
+                        &k.values,
+                        &v.values,
+                        &d_o.values,
+                        sizes,
+                        scale,
+                        Some(&score_bias),
+                    );
+                    let wb = bias_grad_of(&w_scores, [h_, sq_, skv_], [bb_, bh_]);
                     runs += 1;
                     let tol = if dtype == DataType::BF16 { 3e-2 } else { 1e-2 };
-                    for (name, got, want) in [("dq", &dq, wq), ("dk", &dk, wk), ("dv", &dvv, wv), ("d_bias", &db, wb)] {
-                        let err = cpu::rel_l2_error(&download(&s, got), &want);
-                        worst = worst.max(err);
-                        if err.is_nan() || err > tol {
-                            failures.push(format!("{label} {name}: rel L2 error {err:.3e} > {tol:.0e}"));
-                        }
-                    }
+                    let grads = [("dq", &dq, wq), ("dk", &dk, wk), ("dv", &dvv, wv), ("d_bias", &db, wb)];
+                    check_grads(&s, &label, tol, &grads, &mut worst, &mut failures);
                 }
             }
         }

@@ -936,11 +936,29 @@ pub fn attention_backward(
     k: &[f64],
     v: &[f64],
     d_o: &[f64],
-    [heads, lq, lk, d, dv]: [usize; 5],
+    sizes: [usize; 5],
     scale: f64,
     bias: Option<&dyn Fn(usize, usize, usize) -> f64>,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (dq, dk, dv, _) = attention_backward_with_scores(q, k, v, d_o, sizes, scale, bias);
+    (dq, dk, dv)
+}
+
+/// [`attention_backward`] plus the gradient of the biased scores `q·kᵀ·scale + bias`
+/// (`[heads, lq, lk]`): `P ∘ (dP − rowsum(P ∘ dP))` with `dP = dO·Vᵀ`, which is also the
+/// gradient of an additive bias of that shape.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_with_scores(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    d_o: &[f64],
+    [heads, lq, lk, d, dv]: [usize; 5],
+    scale: f64,
+    bias: Option<&dyn Fn(usize, usize, usize) -> f64>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
     let (mut dq, mut dk, mut dvv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let mut d_scores = vec![0.0; heads * lq * lk];
     let mut p = vec![0.0; lk];
     let mut dp = vec![0.0; lk];
     for hd in 0..heads {
@@ -964,7 +982,9 @@ pub fn attention_backward(
             }
             let dot: f64 = (0..lk).map(|j| p[j] * dp[j]).sum();
             for j in 0..lk {
-                let ds = p[j] * (dp[j] - dot) * scale;
+                let d_score = p[j] * (dp[j] - dot);
+                d_scores[(hd * lq + i) * lk + j] = d_score;
+                let ds = d_score * scale;
                 for c in 0..d {
                     dq[(hd * lq + i) * d + c] += ds * k[(hd * lk + j) * d + c];
                     dk[(hd * lk + j) * d + c] += ds * qr[c];
@@ -972,7 +992,7 @@ pub fn attention_backward(
             }
         }
     }
-    (dq, dk, dvv)
+    (dq, dk, dvv, d_scores)
 }
 
 /// Layer norm (`centred`) or RMS norm of every row of `x` (`features` per row):
@@ -1801,6 +1821,37 @@ mod tests {
                     "{mode:?} {xd:?}: {a} vs {b}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn attention_score_gradient_matches_finite_differences() {
+        let mut rng = SplitMix64::new(21);
+        let sizes @ [heads, lq, lk, d, dv] = [2, 3, 4, 5, 3];
+        let (q, k, v) = (
+            rng.fill(heads * lq * d),
+            rng.fill(heads * lk * d),
+            rng.fill(heads * lk * dv),
+        );
+        let (d_o, bias) = (rng.fill(heads * lq * dv), rng.fill(heads * lq * lk));
+        let loss = |bias: &[f64]| {
+            let f = |hd: usize, i: usize, j: usize| bias[(hd * lq + i) * lk + j];
+            dot(&attention(&q, &k, &v, sizes, 0.4, Some(&f)).0, &d_o)
+        };
+        let f = |hd: usize, i: usize, j: usize| bias[(hd * lq + i) * lk + j];
+        let (dq, _, _, d_scores) = attention_backward_with_scores(&q, &k, &v, &d_o, sizes, 0.4, Some(&f));
+        assert_eq!(dq, attention_backward(&q, &k, &v, &d_o, sizes, 0.4, Some(&f)).0);
+        let h = 1e-6;
+        for i in 0..bias.len() {
+            let (mut bp, mut bm) = (bias.clone(), bias.clone());
+            bp[i] += h;
+            bm[i] -= h;
+            let fd = (loss(&bp) - loss(&bm)) / (2.0 * h);
+            assert!(
+                (fd - d_scores[i]).abs() < 1e-7,
+                "d_scores[{i}] = {} vs fd {fd}",
+                d_scores[i]
+            );
         }
     }
 

@@ -371,9 +371,9 @@ struct BackwardScalars {
 /// (`sum` and `acc` are the f32 scratch tensors); the by-value scalars are listed by
 /// [`BackwardScalars`] so the caller can bind host values that outlive the execution.
 ///
-/// Without `a.d_bias`, dQ goes through the f32 accumulator `acc_t` (which must be given).
-/// With it, cuDNN's dBias pattern (its "dP workspace" variant) takes dQ straight from the
-/// `dS·K` product and `acc_t` is not used; dBias is the sum of `dS` before the scale.
+/// Without `a.d_bias`, dQ goes through the f32 accumulator `acc_t` (given exactly when
+/// `a.d_bias` is not). With it, cuDNN's dBias pattern (its "dP workspace" variant) takes dQ
+/// straight from the `dS·K` product; dBias is the sum of `dS` before the scale.
 fn backward_graph(
     a: &SdpaBackward<'_>,
     sum_t: &TensorRef,
@@ -381,6 +381,11 @@ fn backward_graph(
     causal: bool,
     scale: f32,
 ) -> (Graph, Vec<(TensorId, u64)>, BackwardScalars) {
+    debug_assert_eq!(
+        acc_t.is_some(),
+        a.d_bias.is_none(),
+        "the accumulator is dQ's path without dBias"
+    );
     let (b, h, sq) = (a.q.dims[0], a.q.dims[1], a.q.dims[2]);
     let skv = a.k.dims[2];
     let shifted_mask = causal && sq != skv;
@@ -469,7 +474,7 @@ fn backward_graph(
     bound.push((dk_out, a.dk.ptr));
     // dQ = dS · K, through the f32 accumulator unless dBias is computed.
     let k_view = g.reshape(kti, &a.k.dims, &a.k.strides);
-    let dq_out = match acc_t.filter(|_| a.d_bias.is_none()) {
+    let dq_out = match acc_t {
         Some(acc_t) => {
             let acc = g.matmul(ds, k_view);
             acc_t.bind_output(&mut g, acc);
@@ -505,28 +510,13 @@ fn backward_key(a: &SdpaBackward<'_>, causal: bool) -> OpKey {
 
 /// Starts building, in the background, the plan [`sdpa_backward`] will need for the forward
 /// just run (`q`, `k`, `v`, `o`, `stats`, `bias` as passed to [`sdpa_forward`]), so that on a
-/// fresh machine its runtime compilation overlaps the rest of the forward pass. The gradients
-/// are assumed laid out like their forward tensors and freshly allocated (16-byte aligned);
-/// if the backward's tensors differ, it builds its own plan as it would have anyway.
+/// fresh machine its runtime compilation overlaps the rest of the forward pass. With
+/// `bias_grad` (and a bias) it is the plan that also computes the bias's gradient, into a
+/// fresh packed tensor of the bias's dims. The gradients are assumed laid out like their
+/// forward tensors and freshly allocated (16-byte aligned); if the backward's tensors differ,
+/// it builds its own plan as it would have anyway.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_backward_prefetch(
-    stream: &Arc<CudaStream>,
-    q: &TensorRef,
-    k: &TensorRef,
-    v: &TensorRef,
-    bias: Option<&TensorRef>,
-    causal: bool,
-    o: &TensorRef,
-    scale: f32,
-    stats: &TensorRef,
-) -> Result<()> {
-    sdpa_backward_prefetch_for(stream, q, k, v, bias, causal, o, scale, stats, false)
-}
-
-/// [`sdpa_backward_prefetch`] for a backward that computes the bias's gradient too when
-/// `bias_grad` (with a bias), into a fresh packed tensor of the bias's dims.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn sdpa_backward_prefetch_for(
     stream: &Arc<CudaStream>,
     q: &TensorRef,
     k: &TensorRef,

@@ -23,7 +23,6 @@ mod tensor;
 /// The convolution geometry the ops take ([`crate::types::ConvGeometry`]).
 pub use crate::types::ConvGeometry as ConvParams;
 pub use crate::types::{Activation, PoolMode, TensorMut, TensorRef};
-pub(crate) use attention::sdpa_backward_prefetch_for;
 pub use attention::{
     sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_when_built, sdpa_fusable, SdpaBackward,
 };

@@ -6,7 +6,9 @@
 //! heuristics and the compilation. Engines cuDNN cannot serialize (its precompiled ones) are
 //! simply not stored; a missing, corrupt or refused entry is a miss, and the plan is built.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use super::cache::{EngineChoice, Signature};
 use super::engine::{self, BuiltPlan};
@@ -75,15 +77,38 @@ fn decode_choice(s: &str) -> Option<EngineChoice> {
     })
 }
 
-/// Whether the persistent cache holds an intact plan entry for `sig` (one small file read).
+/// Plan entries this process found intact or restored, by device ordinal and signature:
+/// [`stored`] answers them without reading the file again (a restored attention plan is
+/// asked about at every training step, by the backward's prefetch).
+fn known_intact() -> &'static Mutex<HashSet<(usize, Signature)>> {
+    static KNOWN: OnceLock<Mutex<HashSet<(usize, Signature)>>> = OnceLock::new();
+    KNOWN.get_or_init(Default::default)
+}
+
+fn remember_intact(sig: &Signature, dev: &Device) {
+    known_intact()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((dev.ordinal(), sig.clone()));
+}
+
+/// Whether the persistent cache holds an intact plan entry for `sig`. The entry is read and
+/// checked the first time, not only found: a damaged one (removed by the load) must send a
+/// new graph to the background build, not to a build on the caller's thread.
 pub(crate) fn stored(sig: &Signature, dev: &Device, cudnn: usize) -> bool {
-    // The entry is read and checked, not only found: a damaged one (removed by the load)
-    // must send a new graph to the background build, not to a build on the caller's thread.
-    KernelCache::from_env().is_some_and(|cache| {
+    let id = (dev.ordinal(), sig.clone());
+    if known_intact().lock().unwrap_or_else(|e| e.into_inner()).contains(&id) {
+        return true;
+    }
+    let intact = KernelCache::from_env().is_some_and(|cache| {
         cache
             .load(key(sig, dev, cudnn), "plan")
             .is_some_and(|e| e.kind == ImageKind::CudnnPlan)
-    })
+    });
+    if intact {
+        remember_intact(sig, dev);
+    }
+    intact
 }
 
 /// The plan of `sig` restored from the persistent cache, if an entry exists and cuDNN
@@ -98,6 +123,7 @@ pub(crate) fn restore(handle: &CudnnHandle, sig: &Signature, dev: &Device, cudnn
     match engine::deserialize(handle, &entry.image, choice) {
         Ok(plan) => {
             RESTORED.fetch_add(1, Ordering::Relaxed);
+            remember_intact(sig, dev);
             Some(plan)
         }
         Err(e) => {

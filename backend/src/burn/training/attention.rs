@@ -127,7 +127,7 @@ pub(super) fn forward(
         let tb = bias.as_ref().map(|b| b.tref());
         // The backward's plan builds beside the forward's and the rest of the forward pass
         // (on a fresh machine both need a runtime compile).
-        let prefetched = ops::sdpa_backward_prefetch_for(
+        let prefetched = ops::sdpa_backward_prefetch(
             o.stream(),
             &q.tref(),
             &k.tref(),
