@@ -30,7 +30,7 @@ CALLS_PER_RUN = 10  # back-to-back calls per pair of events, as in the Rust benc
 ROTATE_SETS = 3
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # Cases with no PyTorch counterpart (host-side internals of the Rust library).
-RUST_ONLY_KINDS = {"device_check", "handle_acquire", "cache_lookup", "cold_start", "sm_carveout"}
+RUST_ONLY_KINDS = {"device_check", "handle_acquire", "cache_lookup", "sm_carveout"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +246,91 @@ def run_host_cost(b, case):
     return {"us_per_call": enqueue * 1e6 / calls}
 
 
+# The PyTorch twin of each Rust cold-start program: train_torch.py's arguments (quickstart has
+# none: its case stays Rust only).
+COLD_START_TWINS = {
+    "train_burn": ["--model", "cnn", "--batch-size", "128"],
+    "train_transformer": ["--model", "transformer", "--batch-size", "32"],
+    "train_transformer_bf16": ["--model", "transformer", "--batch-size", "32", "--dtype", "bf16"],
+}
+
+
+def run_cold_start(b, case):
+    """`cold_start/<program>/<fresh_cache|warm_cache>`: the wall time of a whole child process
+    running one training step of the same network in PyTorch (train_torch.py --first-step),
+    with the driver's JIT cache off as on the Rust side. `warm_cache` times a second run after
+    an untimed one (the libraries then come from the page cache, as the Rust warm run's do).
+    Prints the child's `first step:` line."""
+    import os
+    import subprocess
+
+    _, program, mode = case["name"].split("/")
+    twin = COLD_START_TWINS.get(program)
+    if twin is None:
+        return None
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_torch.py")
+    cmd = [sys.executable, script, *twin, "--steps", "1", "--epochs", "1", "--first-step"]
+    env = dict(os.environ, CUDA_CACHE_DISABLE="1")
+    runs = 2 if mode == "warm_cache" else 1
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"train_torch.py exited with {done.returncode}: {done.stderr[-400:]}")
+    first = [line for line in done.stdout.splitlines() if line.startswith("first step:")]
+    print(f"  {case['name']} (torch): process {wall:.2f} s, {first[0] if first else 'no first-step line'}")
+    return {"median_ms": wall * 1e3}
+
+
+def first_calls(shapes, call):
+    """Median wall time (ms) of the first call of each never-seen shape, to synchronize."""
+    ms = []
+    for i in range(shapes):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call(i)
+        torch.cuda.synchronize()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ms)
+
+
+def run_new_shape(b, case):
+    """`new_shape/*`: the first call of a never-seen shape, the shapes of the Rust cases, in
+    PyTorch's default heuristic mode (cudnn.benchmark off for these: it would autotune every
+    new shape, as the Rust side does only in benchmark mode)."""
+    import os
+
+    name = case["name"].split("/")[1]
+    dev = torch.device("cuda")
+    benchmark = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        shapes = int(case["shape"].get("shapes", 9))
+        if name == "conv_fprop_f16":
+            w = torch.randn(64, 64, 3, 3, device=dev, dtype=torch.float16).to(memory_format=torch.channels_last)
+            xs = [
+                torch.randn(8, 64, hw, hw, device=dev, dtype=torch.float16).to(memory_format=torch.channels_last)
+                for hw in (41 + 3 * i + os.getpid() % 7 for i in range(shapes))
+            ]
+            return {"median_ms": first_calls(shapes, lambda i: F.conv2d(xs[i], w, None, 1, 1))}
+        if name == "matmul_f32":
+            w = torch.randn(512, 512, device=dev)
+            xs = [torch.randn(1000 + 17 * i + os.getpid() % 13, 512, device=dev) for i in range(shapes)]
+            return {"median_ms": first_calls(shapes, lambda i: xs[i] @ w)}
+        if name in ("burn_lu_500", "burn_det_500"):
+            m = torch.randn(500, 500, device=dev)
+            torch.cuda.synchronize()
+            op = torch.linalg.det if name.endswith("det_500") else torch.linalg.lu
+            return {"median_ms": first_calls(1, lambda _: op(m))}
+        return None
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
+
+
 RUNNERS = {
+    "cold_start": run_cold_start,
+    "new_shape": run_new_shape,
     "conv_fwd": run_conv,
     "conv_dgrad": run_conv,
     "conv_wgrad": run_conv,

@@ -14,13 +14,20 @@ BENCHMARKS.md: same layers, batch, dtype and optimizer (Adam), cudnn.benchmark o
     python3 bench/train_torch.py --batch-size 128 --dtype f32 --steps 78 --epochs 3
     python3 bench/train_torch.py --model transformer --batch-size 32 --dtype bf16 --steps 64
     python3 bench/train_torch.py --batch-size 256 --devices 2
+
+- `--first-step`: one training step only, then `first step: X s after start` (the script's
+  start, before `import torch`, to the end of the first step): the start-up figure that
+  `compare_torch.py` sets beside the Rust `cold_start/*` cases.
 """
-import argparse
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+STARTED = time.perf_counter()  # before importing torch: the start-up figure includes it
+
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class ConvBn(nn.Module):
@@ -122,6 +129,7 @@ def main():
         action="store_true",
         help="f32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32), the arithmetic of our f32 matmuls",
     )
+    p.add_argument("--first-step", action="store_true", help="one step, then the seconds from start to its end")
     a = p.parse_args()
     if a.devices > 1:
         if a.model != "cnn":
@@ -145,6 +153,11 @@ def main():
         opt = torch.optim.Adam(model.parameters(), lr=3e-4)
         x = torch.randint(0, 64, (a.steps, a.batch_size, a.seq), device=dev)
     y = torch.randint(0, 10, (a.steps, a.batch_size), device=dev)
+    if a.first_step:
+        step(model, opt, x[0], y[0])
+        torch.cuda.synchronize()
+        print(f"first step: {time.perf_counter() - STARTED:.2f} s after start")
+        return
     rate = a.steps * a.batch_size / last_epoch_seconds(model, opt, x, y, a.epochs)
     kernels = ""
     if a.count_kernels:

@@ -4,8 +4,8 @@
 //! `FusedAdamW`, in a plain training loop. Reports test accuracy and training throughput, and
 //! writes a safetensors checkpoint and a PNG of the loss/accuracy curves.
 //!
-//! By default batch norm trains on the fused op (batch statistics, running update, ReLU and
-//! the backward pass in the engine's kernels) and the optimizer is
+//! By default batch norm trains on the fused op (batch statistics, running update, ReLU, each
+//! residual block's `+ skip` and the backward pass in the engine's kernels) and the optimizer is
 //! `cudnn_backend::candle::optim::FusedAdamW` (one launch per 32 variables per step); with
 //! `--stock` it is the same network with batch norm composed of Candle ops and candle-nn's
 //! `AdamW`. The last line reports this crate's kernel launches and cuDNN executions per
@@ -78,6 +78,12 @@ impl ConvBn {
     fn forward_relu(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         self.bn.forward_relu_t(&self.conv.forward(x)?, train)
     }
+
+    /// `relu(forward(x) + residual)`: the add and the ReLU run inside the fused batch norm in
+    /// training.
+    fn forward_add_relu(&self, x: &Tensor, residual: &Tensor, train: bool) -> Result<Tensor> {
+        self.bn.forward_add_relu_t(&self.conv.forward(x)?, residual, train)
+    }
 }
 
 /// A residual block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)).
@@ -114,8 +120,7 @@ impl Residual {
             Some(s) => s.forward(x, train)?,
             None => x.clone(),
         };
-        let y = self.b.forward(&self.a.forward_relu(x, train)?, train)?;
-        (y + skip)?.relu()
+        self.b.forward_add_relu(&self.a.forward_relu(x, train)?, &skip, train)
     }
 }
 

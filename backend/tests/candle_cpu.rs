@@ -1303,6 +1303,68 @@ fn batch_norm_train_op_matches_composed_reference() {
     }
 }
 
+/// The batch-norm op with a residual added before the ReLU on the CPU against the same math in
+/// Candle ops: output, gradients of x, the residual, weight and bias (packed into one input by
+/// the op), with x and the residual stored alike or differently, with and without affine
+/// parameters and ReLU.
+#[test]
+fn batch_norm_add_train_op_matches_composed_reference() {
+    use cudnn_backend::candle::ops::batch_norm_add_train;
+    use cudnn_backend::ops::BatchNormOptions;
+    let mut rng = SplitMix64::new(43);
+    let cases: [(&[usize], bool, bool, bool, bool); 5] = [
+        (&[6, 3], false, false, true, true),
+        (&[2, 4, 5, 3], false, false, true, true),
+        (&[2, 4, 5, 3], true, true, true, true),
+        (&[3, 2, 7], false, true, false, true),
+        (&[2, 3, 2, 3, 2], true, false, true, false),
+    ];
+    for (dims, x_cl, r_cl, affine, relu) in cases {
+        let what = format!("{dims:?} x channels_last {x_cl} residual channels_last {r_cl} affine {affine} relu {relu}");
+        let c = dims[1];
+        let (xv, x) = var_in_format(&mut rng, dims, x_cl);
+        let (rv_, r) = var_in_format(&mut rng, dims, r_cl);
+        let w = Var::from_tensor(&rand_t(&mut rng, &[c])).unwrap();
+        let b = Var::from_tensor(&rand_t(&mut rng, &[c])).unwrap();
+        let rm = Var::from_tensor(&rand_t(&mut rng, &[c])).unwrap();
+        let rvar = Var::from_tensor(&(rand_t(&mut rng, &[c]).abs().unwrap() + 0.5).unwrap()).unwrap();
+        let opts = BatchNormOptions {
+            epsilon: 1e-3,
+            momentum: 0.3,
+            unbiased_running_var: true,
+            relu,
+        };
+        let wb = affine.then_some((w.as_tensor(), b.as_tensor()));
+        let ours = batch_norm_add_train(&x, &r, wb, Some((&rm, &rvar)), &opts).unwrap();
+        assert_eq!(ours.dims(), dims, "{what}");
+        let (bn, _, _) = composed_batch_norm(&x, wb, 1e-3, false);
+        let mut theirs = (bn + &r).unwrap();
+        if relu {
+            theirs = theirs.relu().unwrap();
+        }
+        assert_close(&ours, &theirs, 1e-12, &format!("{what}: forward"));
+        let probe = rand_t(&mut rng, dims);
+        let vars: Vec<&Var> = if affine {
+            vec![&xv, &rv_, &w, &b]
+        } else {
+            vec![&xv, &rv_]
+        };
+        let got = grads_of(&vars, &(&ours * &probe).unwrap().sum_all().unwrap());
+        let want = grads_of(&vars, &(&theirs * &probe).unwrap().sum_all().unwrap());
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, e, 1e-10, &format!("{what}: gradient {i}"));
+        }
+    }
+    let o = BatchNormOptions::default();
+    let x = rand_t(&mut rng, &[2, 3, 4]);
+    let e = |r: Result<Tensor>| err_text("batch_norm_train", r);
+    let dims = e(batch_norm_add_train(&x, &rand_t(&mut rng, &[2, 3, 5]), None, None, &o));
+    assert!(dims.contains("residual"), "{dims}");
+    let f32r = rand_t(&mut rng, &[2, 3, 4]).to_dtype(DType::F32).unwrap();
+    let dtype = e(batch_norm_add_train(&x, &f32r, None, None, &o));
+    assert!(dtype.contains("residual") && dtype.contains("dtype"), "{dtype}");
+}
+
 /// `nn::BatchNorm` in training trains like candle-nn's: the same outputs, running statistics
 /// (momentum and unbiased running variance as candle-nn 0.11) and inference outputs over
 /// several steps, also without mean removal (composed) and on the composed path; the running
@@ -1344,6 +1406,10 @@ fn batch_norm_layer_trains_like_candle_nn() {
             assert_close(&relu, &b.relu().unwrap(), 1e-5, &format!("{what}: forward_relu_t"));
             // forward_relu_t updated the statistics once more: so does candle-nn's layer.
             theirs.forward_t(&x, true).unwrap();
+            let skip = rand_t(&mut rng, &[4, 5, 3, 3]).to_dtype(DType::F32).unwrap();
+            let added = ours.forward_add_relu_t(&x, &skip, true).unwrap();
+            let want = (theirs.forward_t(&x, true).unwrap() + &skip).unwrap().relu().unwrap();
+            assert_close(&added, &want, 1e-5, &format!("{what}: forward_add_relu_t"));
         }
         let x = rand_t(&mut rng, &[2, 5, 4, 4]).to_dtype(DType::F32).unwrap();
         let (a, b) = (ours.forward_t(&x, false).unwrap(), theirs.forward_t(&x, false).unwrap());

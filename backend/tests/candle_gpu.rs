@@ -1626,6 +1626,95 @@ fn batch_norm_training_matches_f64_reference() {
     }
 }
 
+/// The batch-norm op with a residual added before the ReLU (`relu(bn(x) + residual)`, one op
+/// forward and backward) on the GPU against the same op's float64 CPU reference: random shapes
+/// of ranks 2 to 5, x and the residual stored NCHW or channels-last (alike or not),
+/// f32/f16/bf16 data with f32 parameters, with and without affine parameters and ReLU: output,
+/// dx, the residual's gradient, dweight and dbias.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batch_norm_add_training_matches_f64_reference() {
+    use cudnn_backend::candle::ops::batch_norm_add_train;
+    use cudnn_backend::ops::BatchNormOptions;
+    let dev = gpu();
+    let mut rng = SplitMix64::new(53);
+    let logical_grad = |g: &Tensor, cl: bool| {
+        if !cl {
+            return g.clone();
+        }
+        let r = g.rank();
+        let back: Vec<usize> = std::iter::once(0)
+            .chain(std::iter::once(r - 1))
+            .chain(1..r - 1)
+            .collect();
+        g.permute(back).unwrap()
+    };
+    for dt in DTYPES {
+        let mut worst = [0f64; 5];
+        let mut done = 0;
+        while done < 8 {
+            let rank = r(&mut rng, 2, 5);
+            let mut dims = vec![r(&mut rng, 1, 6), r(&mut rng, 1, 70)];
+            for _ in 2..rank {
+                dims.push(r(&mut rng, 1, 9));
+            }
+            if dims[0] * dims[2..].iter().product::<usize>() <= 1 {
+                continue;
+            }
+            let c = dims[1];
+            let (x_cl, r_cl) = (rank >= 3 && done % 2 == 1, rank >= 3 && done % 4 >= 2);
+            let affine = done % 3 != 2;
+            let relu = done % 4 != 3;
+            let what = format!("{dt:?} {dims:?} x cl {x_cl} residual cl {r_cl} affine {affine} relu {relu}");
+            let (x, res) = (rand_cpu(&mut rng, &dims), rand_cpu(&mut rng, &dims));
+            let (w, b) = (rand_cpu(&mut rng, &[c]), rand_cpu(&mut rng, &[c]));
+            let probe = rand_cpu(&mut rng, &dims);
+            let opts = BatchNormOptions {
+                epsilon: 1e-5,
+                momentum: 0.25,
+                unbiased_running_var: true,
+                relu,
+            };
+            // One run per device: (y, [dx, dresidual, dw, db]); x and the residual rounded to
+            // `xdt` first, so both sides start from the same values.
+            let run = |dev: &Device, xdt: DType, pdt: DType| {
+                let (x0, r0) = (rounded(&x, dt), rounded(&res, dt));
+                let (xv, xin) = var_view(&x0, xdt, dev, x_cl);
+                let (rv, rin) = var_view(&r0, xdt, dev, r_cl);
+                let param = |t: &Tensor| Var::from_tensor(&t.to_dtype(pdt).unwrap().to_device(dev).unwrap()).unwrap();
+                let (wv, bv) = (param(&w), param(&b));
+                let (rmv, rvv) = (param(&w.zeros_like().unwrap()), param(&w.ones_like().unwrap()));
+                let wb = affine.then_some((wv.as_tensor(), bv.as_tensor()));
+                let y = batch_norm_add_train(&xin, &rin, wb, Some((&rmv, &rvv)), &opts).unwrap();
+                assert_eq!((y.dtype(), y.dims()), (xdt, dims.as_slice()), "{what}: output");
+                let p = probe.to_dtype(DType::F32).unwrap().to_device(dev).unwrap();
+                let loss = (y.to_dtype(DType::F32).unwrap() * p).unwrap().sum_all().unwrap();
+                let vars: Vec<&Var> = if affine {
+                    vec![&xv, &rv, &wv, &bv]
+                } else {
+                    vec![&xv, &rv]
+                };
+                let mut g = grads(&vars, &loss);
+                g[0] = logical_grad(&g[0], x_cl);
+                g[1] = logical_grad(&g[1], r_cl);
+                (y, g)
+            };
+            let (y, g) = run(&dev, dt, DType::F32);
+            let (yr, gr) = run(&Device::Cpu, DType::F64, DType::F64);
+            worst[0] = worst[0].max(check_rel(&y, &yr, tol(dt, 1e-5), &format!("{what}: output")));
+            for (i, (a, e)) in g.iter().zip(&gr).enumerate() {
+                let e = check_rel(a, e, tol(dt, 1e-4), &format!("{what}: gradient {i}"));
+                worst[1 + i] = worst[1 + i].max(e);
+            }
+            done += 1;
+        }
+        println!(
+            "batch_norm_add_train {dt:?}: 8 shapes, max rel L2 y {:.1e} dx {:.1e} dresidual {:.1e} dw {:.1e} db {:.1e}",
+            worst[0], worst[1], worst[2], worst[3], worst[4]
+        );
+    }
+}
+
 /// `nn::BatchNorm` on the GPU: the fused training path and the composed one (Candle ops) give
 /// the same outputs, gradients and running statistics, NCHW and channels-last, f32 and bf16
 /// inputs with f32 parameters (as `train_candle` runs it).

@@ -266,14 +266,13 @@ fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error()
     let _serial = one_at_a_time();
     let dev = Device::new(0).expect("needs a CUDA GPU");
     // Passes whose plans usually need workspace (filter gradients, large f16 channels-last).
+    // The f32 cases take the dtype that runs on a cuDNN engine in this library configuration
+    // (under GRAPH_JIT_ONLY f32 convolutions run in the backend's direct kernels, which take
+    // no workspace), and the two larger cases give the runtime-compiled engines reason to
+    // split their reductions.
+    let (dt, lay) = integration_tests::cudnn_conv_dtype();
     let cases = [
-        (
-            Pass::Filter,
-            [8, 32, 30, 30],
-            [32, 32, 3, 3],
-            DataType::F32,
-            Layout::Nchw,
-        ),
+        (Pass::Filter, [8, 32, 30, 30], [32, 32, 3, 3], dt, lay),
         (
             Pass::Forward,
             [16, 64, 26, 26],
@@ -281,7 +280,7 @@ fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error()
             DataType::F16,
             Layout::Nhwc,
         ),
-        (Pass::Data, [8, 48, 22, 22], [40, 48, 3, 3], DataType::F32, Layout::Nchw),
+        (Pass::Data, [8, 48, 22, 22], [40, 48, 3, 3], dt, lay),
         (
             Pass::Filter,
             [16, 64, 18, 18],
@@ -289,6 +288,8 @@ fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error()
             DataType::F16,
             Layout::Nhwc,
         ),
+        (Pass::Filter, [16, 128, 28, 28], [128, 128, 3, 3], dt, lay),
+        (Pass::Data, [16, 128, 28, 28], [128, 128, 3, 3], dt, lay),
     ];
     let mut injected = 0;
     for (i, &(pass, xd, wd, dtype, layout)) in cases.iter().enumerate() {

@@ -584,6 +584,19 @@ impl BatchNorm {
         self.forward_t(x, train)?.relu()
     }
 
+    /// `relu(forward_t(x, train) + residual)`, a residual block's tail; in training on the
+    /// fused op, the add and the ReLU run inside it (forward and backward), so they are no
+    /// Candle graph nodes of their own. The residual has x's dims and dtype.
+    pub fn forward_add_relu_t(&self, x: &Tensor, residual: &Tensor, train: bool) -> Result<Tensor> {
+        if train && self.fused_applies(x) && residual.dtype() == x.dtype() {
+            self.check_channels(x)?;
+            let options = self.fused_options(true);
+            let wb = self.weight_and_bias.as_ref().map(|(w, b)| (w, b));
+            return ops::batch_norm_add_train(x, residual, wb, Some((&self.running_mean, &self.running_var)), &options);
+        }
+        (self.forward_t(x, train)? + residual)?.relu()
+    }
+
     /// Whether training can run on the fused op: mean removal, a float input on the CPU or
     /// CUDA, and all per-channel tensors of one dtype that is f32 or x's.
     fn fused_applies(&self, x: &Tensor) -> bool {
@@ -603,13 +616,19 @@ impl BatchNorm {
         self.fused && self.remove_mean && float && params_ok
     }
 
-    fn forward_fused(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
-        let options = crate::ops::BatchNormOptions {
+    /// The fused op's options: this layer's epsilon and momentum, PyTorch's unbiased running
+    /// variance.
+    fn fused_options(&self, relu: bool) -> crate::ops::BatchNormOptions {
+        crate::ops::BatchNormOptions {
             epsilon: self.eps,
             momentum: self.momentum,
             unbiased_running_var: true,
             relu,
-        };
+        }
+    }
+
+    fn forward_fused(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+        let options = self.fused_options(relu);
         let wb = self.weight_and_bias.as_ref().map(|(w, b)| (w, b));
         ops::batch_norm_train(x, wb, Some((&self.running_mean, &self.running_var)), &options)
     }

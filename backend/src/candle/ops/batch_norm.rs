@@ -60,8 +60,9 @@ impl Geometry {
     }
 }
 
-/// Gradients: dx, and (dweight, dbias) with affine parameters.
-type Grads = (Tensor, Option<(Tensor, Tensor)>);
+/// Gradients: dx, the residual's gradient when the op adds one, and (dweight, dbias) with
+/// affine parameters.
+type Grads = (Tensor, Option<Tensor>, Option<(Tensor, Tensor)>);
 
 impl BatchNormTrain {
     /// The op with these options (epsilon, momentum, running-variance convention, ReLU),
@@ -155,10 +156,36 @@ impl BatchNormTrain {
         Ok(())
     }
 
+    /// Checks that the residual has x's dims, dtype and strides.
+    fn check_residual(x: &Layout, x_dtype: DType, r: &Layout, r_dtype: DType) -> Result<()> {
+        if r.dims() != x.dims() || r.stride() != x.stride() {
+            return Err(arg_err(
+                OP,
+                "residual",
+                format!(
+                    "dims {:?} strides {:?}: must be stored like x (dims {:?}, strides {:?})",
+                    r.dims(),
+                    r.stride(),
+                    x.dims(),
+                    x.stride()
+                ),
+            ));
+        }
+        if r_dtype != x_dtype {
+            return Err(arg_err(
+                OP,
+                "residual",
+                format!("dtype {r_dtype:?} differs from x's {x_dtype:?}"),
+            ));
+        }
+        Ok(())
+    }
+
     fn cpu_forward(
         &self,
         xs: &CpuStorage,
         xl: &Layout,
+        residual: Option<(&CpuStorage, &Layout)>,
         affine: Option<[(&CpuStorage, &Layout); 2]>,
     ) -> Result<(CpuStorage, Shape)> {
         let params: Vec<_> = affine
@@ -168,6 +195,10 @@ impl BatchNormTrain {
         let g = self.geometry(xl, xs.dtype(), &params)?;
         let mut inputs = vec![addr(xs)];
         inputs.extend(affine.iter().flat_map(|[(ws, _), (bs, _)]| [addr(*ws), addr(*bs)]));
+        if let Some((rs, rl)) = residual {
+            Self::check_residual(xl, xs.dtype(), rl, rs.dtype())?;
+            inputs.push(addr(rs));
+        }
         self.check_running(&inputs)?;
         let shape: Shape = physical_dims(&g.dims, g.channels_last).into();
         if g.numel() == 0 {
@@ -178,9 +209,10 @@ impl BatchNormTrain {
             Some([(ws, wl), (bs, bl)]) => (cpu::read(OP, "weight", ws, wl)?, cpu::read(OP, "bias", bs, bl)?),
             None => (vec![1.0; g.c], vec![0.0; g.c]),
         };
+        let r = residual.map(|(rs, rl)| cpu::read(OP, "residual", rs, rl)).transpose()?;
         let o = &self.options;
         let (y, means, invs, unbiased) =
-            cudnn_backend_reference::batch_norm_train(&x, &g.dims, &scale, &bias, None, o.epsilon, o.relu);
+            cudnn_backend_reference::batch_norm_train(&x, &g.dims, &scale, &bias, r.as_deref(), o.epsilon, o.relu);
         if let Some((rm, rv)) = &self.running {
             let count = g.count() as f64;
             let batch_var: Vec<f64> = if o.unbiased_running_var {
@@ -204,6 +236,7 @@ impl BatchNormTrain {
         &self,
         xs: &CudaStorage,
         xl: &Layout,
+        residual: Option<(&CudaStorage, &Layout)>,
         affine: Option<[(&CudaStorage, &Layout); 2]>,
     ) -> Result<(CudaStorage, Shape)> {
         use crate::candle::cuda::Output;
@@ -217,9 +250,16 @@ impl BatchNormTrain {
         let g = self.geometry(xl, xs.dtype(), &params)?;
         let mut inputs = vec![addr(xs)];
         inputs.extend(affine.iter().flat_map(|[(ws, _), (bs, _)]| [addr(*ws), addr(*bs)]));
+        if let Some((rs, rl)) = residual {
+            Self::check_residual(xl, xs.dtype(), rl, rs.dtype())?;
+            inputs.push(addr(rs));
+        }
         self.check_running(&inputs)?;
         let stream = cuda::stream(xs);
         let x = cuda::input(OP, "x", xs, xl, &stream)?;
+        let r = residual
+            .map(|(rs, rl)| cuda::input(OP, "residual", rs, rl, &stream))
+            .transpose()?;
         let mut aff = Vec::with_capacity(2);
         for (name, (s, l)) in ["weight", "bias"].into_iter().zip(affine.into_iter().flatten()) {
             if !l.is_contiguous() {
@@ -242,7 +282,7 @@ impl BatchNormTrain {
             let run = |running: Option<RunningStats<'_>>| -> Result<()> {
                 let a = BatchNormForward {
                     x: &x,
-                    residual: None,
+                    residual: r.as_ref(),
                     y: &yr,
                     scale: scale.as_ref(),
                     bias: bias.as_ref(),
@@ -278,8 +318,16 @@ impl BatchNormTrain {
     }
 
     /// The backward pass from the op's input `x`, its output `y` and output gradient `grad`
-    /// (both in the op's output shape) and, with affine parameters, (weight, bias).
-    fn backward(&self, x: &Tensor, affine: Option<(&Tensor, &Tensor)>, y: &Tensor, grad: &Tensor) -> Result<Grads> {
+    /// (both in the op's output shape) and, with affine parameters, (weight, bias); with
+    /// `residual` also the gradient of the added residual.
+    fn backward(
+        &self,
+        x: &Tensor,
+        residual: bool,
+        affine: Option<(&Tensor, &Tensor)>,
+        y: &Tensor,
+        grad: &Tensor,
+    ) -> Result<Grads> {
         let cl = is_channels_last(x.layout());
         // The gradient as a logical view stored like x (one copy when it is stored otherwise).
         let g = logical(grad.clone(), cl)?;
@@ -291,12 +339,13 @@ impl BatchNormTrain {
         let y = logical(y.clone(), cl)?;
         if x.elem_count() == 0 {
             let zeros = affine.map(|(w, b)| Ok::<_, candle_core::Error>((w.zeros_like()?, b.zeros_like()?)));
-            return Ok((x.zeros_like()?, zeros.transpose()?));
+            let dr = residual.then(|| x.zeros_like()).transpose()?;
+            return Ok((x.zeros_like()?, dr, zeros.transpose()?));
         }
         match x.device() {
-            Device::Cpu => self.backward_cpu(x, affine, &y, &g),
+            Device::Cpu => self.backward_cpu(x, residual, affine, &y, &g),
             #[cfg(feature = "candle-cuda")]
-            Device::Cuda(_) => self.backward_cuda(x, affine, &y, &g, cl),
+            Device::Cuda(_) => self.backward_cuda(x, residual, affine, &y, &g, cl),
             other => Err(arg_err(
                 OP,
                 "x",
@@ -305,7 +354,14 @@ impl BatchNormTrain {
         }
     }
 
-    fn backward_cpu(&self, x: &Tensor, affine: Option<(&Tensor, &Tensor)>, y: &Tensor, g: &Tensor) -> Result<Grads> {
+    fn backward_cpu(
+        &self,
+        x: &Tensor,
+        residual: bool,
+        affine: Option<(&Tensor, &Tensor)>,
+        y: &Tensor,
+        g: &Tensor,
+    ) -> Result<Grads> {
         let dims = x.dims();
         let c = dims[1];
         let (xv, gv) = (f64s(x)?, f64s(g)?);
@@ -324,17 +380,19 @@ impl BatchNormTrain {
                 (m, i)
             }
         };
-        let (dx, _, dscale, dbias) =
+        let (dx, dr, dscale, dbias) =
             cudnn_backend_reference::batch_norm_backward(&xv, yv.as_deref(), &gv, dims, &scale, &means, &invs);
         let back = |v: Vec<f64>, like: &Tensor| Tensor::from_vec(v, like.shape(), &Device::Cpu)?.to_dtype(like.dtype());
         let params = affine.map(|(w, b)| Ok::<_, candle_core::Error>((back(dscale, w)?, back(dbias, b)?)));
-        Ok((back(dx, x)?, params.transpose()?))
+        let dr = residual.then(|| back(dr, x)).transpose()?;
+        Ok((back(dx, x)?, dr, params.transpose()?))
     }
 
     #[cfg(feature = "candle-cuda")]
     fn backward_cuda(
         &self,
         x: &Tensor,
+        residual: bool,
         affine: Option<(&Tensor, &Tensor)>,
         y: &Tensor,
         g: &Tensor,
@@ -377,6 +435,9 @@ impl BatchNormTrain {
         )?;
         let numel = x.elem_count();
         let mut dx = Output::alloc(OP, &stream, xr.dtype, numel)?;
+        let mut dr = residual
+            .then(|| Output::alloc(OP, &stream, xr.dtype, numel))
+            .transpose()?;
         let pdt = w.as_ref().map(|t| t.dtype);
         let mut dwb = match pdt {
             Some(dt) => Some([
@@ -388,6 +449,10 @@ impl BatchNormTrain {
         {
             let strides = super::packed_strides(&dims, cl);
             let dxr = dx.view(&stream, &super::idims(&dims), &strides)?;
+            let drr = dr
+                .as_mut()
+                .map(|d| d.view(&stream, &super::idims(&dims), &strides))
+                .transpose()?;
             let views = match dwb.as_mut() {
                 Some([dw, db]) => Some([dw.view(&stream, &[c], &[1])?, db.view(&stream, &[c], &[1])?]),
                 None => None,
@@ -397,7 +462,7 @@ impl BatchNormTrain {
                 y: self.options.relu.then_some(&yr),
                 dy: &gr,
                 dx: Some(&dxr),
-                d_residual: None,
+                d_residual: drr.as_ref(),
                 scale: w.as_ref(),
                 saved_mean: &mr,
                 saved_inv_std: &ir,
@@ -407,7 +472,9 @@ impl BatchNormTrain {
             crate::ops::batch_norm_backward(&stream, &a)?;
         }
         let dev = &xs.device;
-        let dx = logical(cuda::tensor(dx.into_storage(dev.clone()), physical_dims(&dims, cl)), cl)?;
+        let grad_of = |o: Output| logical(cuda::tensor(o.into_storage(dev.clone()), physical_dims(&dims, cl)), cl);
+        let dx = grad_of(dx)?;
+        let dr = dr.map(grad_of).transpose()?;
         let params = match (dwb, affine) {
             (Some([dw, db]), Some((w, b))) => Some((
                 cuda::tensor(dw.into_storage(dev.clone()), w.shape()),
@@ -415,7 +482,7 @@ impl BatchNormTrain {
             )),
             _ => None,
         };
-        Ok((dx, params))
+        Ok((dx, dr, params))
     }
 
     /// The batch statistics `[mean, inv_std]` of `x` for a backward pass whose forward kept
@@ -469,16 +536,16 @@ impl CustomOp1 for BatchNormTrain {
     }
 
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
-        self.cpu_forward(xs, xl, None)
+        self.cpu_forward(xs, xl, None, None)
     }
 
     #[cfg(feature = "candle-cuda")]
     fn cuda_fwd(&self, xs: &CudaStorage, xl: &Layout) -> Result<(CudaStorage, Shape)> {
-        self.cuda_forward(xs, xl, None)
+        self.cuda_forward(xs, xl, None, None)
     }
 
     fn bwd(&self, x: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(self.backward(x, None, res, grad)?.0))
+        Ok(Some(self.backward(x, false, None, res, grad)?.0))
     }
 }
 
@@ -496,7 +563,7 @@ impl CustomOp3 for BatchNormTrain {
         bs: &CpuStorage,
         bl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        self.cpu_forward(xs, xl, Some([(ws, wl), (bs, bl)]))
+        self.cpu_forward(xs, xl, None, Some([(ws, wl), (bs, bl)]))
     }
 
     #[cfg(feature = "candle-cuda")]
@@ -509,7 +576,7 @@ impl CustomOp3 for BatchNormTrain {
         bs: &CudaStorage,
         bl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        self.cuda_forward(xs, xl, Some([(ws, wl), (bs, bl)]))
+        self.cuda_forward(xs, xl, None, Some([(ws, wl), (bs, bl)]))
     }
 
     fn bwd(
@@ -520,9 +587,111 @@ impl CustomOp3 for BatchNormTrain {
         res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, params) = self.backward(x, Some((w, b)), res, grad)?;
+        let (dx, _, params) = self.backward(x, false, Some((w, b)), res, grad)?;
         let (dw, db) = params.unzip();
         Ok((Some(dx), dw, db))
+    }
+}
+
+/// [`BatchNormTrain`] with a residual added before the optional ReLU: `relu(bn(x) + residual)`
+/// in one op, forward and backward (the residual's gradient is the ReLU-masked output
+/// gradient), so a residual block's `+ skip` and ReLU are no graph nodes of their own. Inputs:
+/// x and the residual (`CustomOp2`), and with affine parameters weight and bias packed into one
+/// tensor of 2·C elements, weight first (`CustomOp3`: Candle's custom ops take at most three
+/// tensors). Apply with [`batch_norm_add_train`].
+#[derive(Clone, Debug)]
+pub struct BatchNormAddTrain(BatchNormTrain);
+
+impl BatchNormAddTrain {
+    /// The op with these options, updating `running` = (mean, variance) in place when given.
+    pub fn new(options: BatchNormOptions, running: Option<(&Var, &Var)>) -> Self {
+        Self(BatchNormTrain::new(options, running))
+    }
+}
+
+/// The weight and bias halves of the packed per-channel parameters (2·C elements).
+fn packed_halves(l: &Layout) -> Result<[Layout; 2]> {
+    let n = l.shape().elem_count();
+    if !l.is_contiguous() || !n.is_multiple_of(2) {
+        return Err(arg_err(
+            OP,
+            "weight_and_bias",
+            format!("dims {:?}: needs 2·C contiguous elements (weight, then bias)", l.dims()),
+        ));
+    }
+    let c = n / 2;
+    Ok([
+        Layout::contiguous_with_offset(c, l.start_offset()),
+        Layout::contiguous_with_offset(c, l.start_offset() + c),
+    ])
+}
+
+impl candle_core::CustomOp2 for BatchNormAddTrain {
+    fn name(&self) -> &'static str {
+        "cudnn-batch-norm-add-train"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, rs: &CpuStorage, rl: &Layout) -> Result<(CpuStorage, Shape)> {
+        self.0.cpu_forward(xs, xl, Some((rs, rl)), None)
+    }
+
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(&self, xs: &CudaStorage, xl: &Layout, rs: &CudaStorage, rl: &Layout) -> Result<(CudaStorage, Shape)> {
+        self.0.cuda_forward(xs, xl, Some((rs, rl)), None)
+    }
+
+    fn bwd(&self, x: &Tensor, _r: &Tensor, res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dr, _) = self.0.backward(x, true, None, res, grad)?;
+        Ok((Some(dx), dr))
+    }
+}
+
+impl CustomOp3 for BatchNormAddTrain {
+    fn name(&self) -> &'static str {
+        "cudnn-batch-norm-add-train-affine"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        rs: &CpuStorage,
+        rl: &Layout,
+        ps: &CpuStorage,
+        pl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let [wl, bl] = packed_halves(pl)?;
+        self.0.cpu_forward(xs, xl, Some((rs, rl)), Some([(ps, &wl), (ps, &bl)]))
+    }
+
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_fwd(
+        &self,
+        xs: &CudaStorage,
+        xl: &Layout,
+        rs: &CudaStorage,
+        rl: &Layout,
+        ps: &CudaStorage,
+        pl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let [wl, bl] = packed_halves(pl)?;
+        self.0
+            .cuda_forward(xs, xl, Some((rs, rl)), Some([(ps, &wl), (ps, &bl)]))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        _r: &Tensor,
+        params: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let c = params.elem_count() / 2;
+        let (w, b) = (params.narrow(0, 0, c)?, params.narrow(0, c, c)?);
+        let (dx, dr, dwb) = self.0.backward(x, true, Some((&w, &b)), res, grad)?;
+        let dparams = dwb.map(|(dw, db)| Tensor::cat(&[&dw, &db], 0)).transpose()?;
+        Ok((Some(dx), dr, dparams))
     }
 }
 
@@ -543,6 +712,42 @@ pub fn batch_norm_train(
     let y = match weight_and_bias {
         Some((w, b)) => x.apply_op3(&w.contiguous()?, &b.contiguous()?, op)?,
         None => x.apply_op1(op)?,
+    };
+    logical(y, channels_last)
+}
+
+/// `relu(bn(x) + residual)` (ReLU when `options.relu`) in training mode with autograd as the
+/// [`BatchNormAddTrain`] op: [`batch_norm_train`] with the residual (x's dims and dtype) added
+/// before the ReLU, forward and backward in the same kernels. The residual is stored like x
+/// (one copy when it is not).
+pub fn batch_norm_add_train(
+    x: &Tensor,
+    residual: &Tensor,
+    weight_and_bias: Option<(&Tensor, &Tensor)>,
+    running: Option<(&Var, &Var)>,
+    options: &BatchNormOptions,
+) -> Result<Tensor> {
+    if residual.dims() != x.dims() {
+        return Err(arg_err(
+            OP,
+            "residual",
+            format!("dims {:?} differ from x's {:?}", residual.dims(), x.dims()),
+        ));
+    }
+    let channels_last = x.rank() >= 3 && is_channels_last(x.layout());
+    let x = if channels_last { x.clone() } else { x.contiguous()? };
+    let residual = if x.rank() >= 3 {
+        in_format(residual, channels_last)?
+    } else {
+        residual.contiguous()?
+    };
+    let op = BatchNormAddTrain::new(*options, running);
+    let y = match weight_and_bias {
+        Some((w, b)) => {
+            let params = Tensor::cat(&[&w.flatten_all()?, &b.flatten_all()?], 0)?;
+            x.apply_op3(&residual, &params, op)?
+        }
+        None => x.apply_op2(&residual, op)?,
     };
     logical(y, channels_last)
 }

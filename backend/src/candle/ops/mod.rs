@@ -26,7 +26,7 @@ mod pool;
 
 pub(crate) use attention::{causal_bias, check_causal, sdpa_supported};
 pub use attention::{sdpa, sdpa_heads, Sdpa};
-pub use batch_norm::{batch_norm_train, BatchNormTrain};
+pub use batch_norm::{batch_norm_add_train, batch_norm_train, BatchNormAddTrain, BatchNormTrain};
 pub use conv::{
     conv, conv_backward_data, conv_backward_filter, conv_bias_act, conv_transpose, Conv, ConvBackwardData,
     ConvBackwardFilter, ConvBiasAct,
