@@ -687,6 +687,40 @@ fn fused_attention_backward_matches_ndarray_in_half_precision() {
     }
 }
 
+/// f32 attention on `Autodiff<Gpu>` runs the engine's math path (cuDNN matmuls around one
+/// softmax kernel, forward and backward): output and gradients match Burn's composed attention
+/// on ndarray, in fewer launches than Burn's composed attention on the same backend.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn f32_attention_runs_the_math_path_and_matches_ndarray() {
+    let _serial = serial();
+    for causal in [false, true] {
+        let want = reference_attention_grads(None, causal);
+        let sdpa = |q, k, v, b| fused_sdpa(q, k, v, b, causal);
+        let _ = attention_grads::<Autodiff<Gpu>>(DType::F32, None, sdpa);
+        let (got, math) = counted(|| attention_grads::<Autodiff<Gpu>>(DType::F32, None, sdpa));
+        // f32 matmuls run on TF32 tensor cores (10-bit mantissas).
+        assert_close(
+            &format!("f32 attention causal {causal} vs ndarray"),
+            &got,
+            &want,
+            Tol::Rel(5e-3),
+        );
+        let options = AttentionModuleOptions {
+            scale: Some(0.125),
+            softcap: None,
+            is_causal: causal,
+        };
+        let composed = |q, k, v, b| attention_fallback(q, k, v, None, b, options);
+        let _ = attention_grads::<Autodiff<Gpu>>(DType::F32, None, composed);
+        let (_, launches) = counted(|| attention_grads::<Autodiff<Gpu>>(DType::F32, None, composed));
+        assert!(
+            math < launches,
+            "causal {causal}: the math path took {math} launches, Burn's composed attention {launches}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fused_attention_backward_with_tracked_bias_matches_ndarray_in_half_precision() {

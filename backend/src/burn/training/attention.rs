@@ -1,7 +1,10 @@
 //! Attention for training on [`Cudnn`]: cuDNN's fused flash-attention forward (writing the
 //! softmax statistics) and its backward, cuDNN's fused attention backward graph
 //! ([`crate::ops::sdpa_backward`]), or, where cuDNN declines, the same math from the
-//! backend's own ops (probabilities recomputed from the statistics).
+//! backend's own ops (probabilities recomputed from the statistics). f32 attention without a
+//! bias (cuDNN's fused graphs take f16/bf16 only) runs the engine's math path
+//! ([`crate::ops::attention_math_forward`]: two cuDNN matmuls around one softmax kernel,
+//! keeping the probabilities for a backward of five matmuls and one kernel).
 
 use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::{DType, Scalar};
@@ -42,6 +45,28 @@ pub(super) fn fusable_shapes(qkv: [(Vec<usize>, DType); 3], bias: Option<(Vec<us
         && !(causal && bias.is_some() && qd[2] != kd[2])
 }
 
+/// True when f32 attention runs the engine's math path: q, k, v f32 `[b, h, s, d]` that
+/// agree, a key sequence, no bias, and a causal mask only with no more queries than keys.
+pub(super) fn math_path(
+    q: &CudnnTensor,
+    k: &CudnnTensor,
+    v: &CudnnTensor,
+    bias: Option<&CudnnTensor>,
+    causal: bool,
+) -> bool {
+    let (qd, kd, vd) = (q.dims(), k.dims(), v.dims());
+    [q, k, v].iter().all(|t| t.dtype == DType::F32)
+        && bias.is_none()
+        && qd.len() == 4
+        && kd.len() == 4
+        && vd.len() == 4
+        && kd[..2] == qd[..2]
+        && vd[..3] == kd[..3]
+        && kd[3] == qd[3]
+        && kd[2] > 0
+        && !(causal && qd[2] > kd[2])
+}
+
 /// Last dim unit-stride with positive strides (what the attention graphs read in place).
 fn ready(t: &CudnnTensor) -> Result<CudnnTensor> {
     let s = &t.layout.strides;
@@ -71,6 +96,9 @@ pub(crate) struct AttentionSaved {
     bias: Option<CudnnTensor>,
     causal: bool,
     scale: f64,
+    /// The math path's probabilities, packed f32 `[b, h, s_q, s_kv]` (its backward reads
+    /// them instead of recomputing them).
+    probs: Option<CudnnTensor>,
 }
 
 impl AttentionSaved {
@@ -96,6 +124,7 @@ impl AttentionSaved {
             bias: bias.as_ref().map(ready).transpose()?,
             causal,
             scale,
+            probs: None,
         })
     }
 
@@ -117,6 +146,9 @@ pub(super) fn forward(
     bias_grad: bool,
 ) -> Result<Option<(CudnnTensor, AttentionSaved)>> {
     const OP: &str = "attention";
+    if math_path(&q, &k, &v, bias.as_ref(), causal) {
+        return math_forward(q, k, v, causal, scale).map(Some);
+    }
     let (q, k, v) = (ready(&q)?, ready(&k)?, ready(&v)?);
     let bias = bias.as_ref().map(ready).transpose()?;
     let (qd, vd) = (q.dims().to_vec(), v.dims().to_vec());
@@ -168,6 +200,7 @@ pub(super) fn forward(
                 bias,
                 causal,
                 scale,
+                probs: None,
             },
         ))),
         Err(e) if e.is_not_supported() => {
@@ -178,6 +211,74 @@ pub(super) fn forward(
     }
 }
 
+/// The math path's forward ([`math_path`] holds): the output stored bshd, the saved state
+/// with the probabilities.
+fn math_forward(
+    q: CudnnTensor,
+    k: CudnnTensor,
+    v: CudnnTensor,
+    causal: bool,
+    scale: f64,
+) -> Result<(CudnnTensor, AttentionSaved)> {
+    const OP: &str = "attention";
+    let (q, k, v) = (ready(&q)?, ready(&k)?, ready(&v)?);
+    let (qd, kd, vd) = (q.dims().to_vec(), k.dims().to_vec(), v.dims().to_vec());
+    let o = bshd_like(&q, [qd[0], qd[1], qd[2], vd[3]], OP)?;
+    let stats = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], 1], DType::F32, OP)?;
+    let probs = CudnnTensor::empty(q.device(), &[qd[0], qd[1], qd[2], kd[2]], DType::F32, OP)?;
+    ops::attention_math_forward(
+        o.stream(),
+        &q.tref(),
+        &k.tref(),
+        &v.tref(),
+        causal,
+        scale as f32,
+        &probs.tmut(),
+        Some(&stats.tmut()),
+        &o.tmut(),
+    )?;
+    let saved = AttentionSaved {
+        q,
+        k,
+        v,
+        o: o.clone(),
+        stats,
+        bias: None,
+        causal,
+        scale,
+        probs: Some(probs),
+    };
+    Ok((o, saved))
+}
+
+/// The math path's backward from the saved probabilities `p`: `[dq, dk, dv]` stored bshd.
+fn math_backward(s: &AttentionSaved, p: &CudnnTensor, d_o: CudnnTensor) -> Result<[CudnnTensor; 3]> {
+    const OP: &str = "attention_backward";
+    let d_o = ready(&exec::cast(d_o, DType::F32, OP)?)?;
+    let [dq, dk, dv] = super::batch_norm::try_map([&s.q, &s.k, &s.v], |t| {
+        let d = t.dims();
+        bshd_like(t, [d[0], d[1], d[2], d[3]], OP)
+    })?;
+    let ds = CudnnTensor::empty(p.device(), p.dims(), DType::F32, OP)?;
+    {
+        let (tq, tk, tv, tp, tdo) = (s.q.tref(), s.k.tref(), s.v.tref(), p.tref(), d_o.tref());
+        let (tdq, tdk, tdv, tds) = (dq.tmut(), dk.tmut(), dv.tmut(), ds.tmut());
+        let args = ops::AttentionMathBackward {
+            q: &tq,
+            k: &tk,
+            v: &tv,
+            p: &tp,
+            d_o: &tdo,
+            dq: &tdq,
+            dk: &tdk,
+            dv: &tdv,
+            ds: &tds,
+        };
+        ops::attention_math_backward(d_o.stream(), &args, s.scale as f32)?;
+    }
+    Ok([dq, dk, dv])
+}
+
 /// The gradients of an attention: `[dq, dk, dv]` and, when asked for, the bias's.
 pub(crate) type AttentionGrads<T> = ([T; 3], Option<T>);
 
@@ -185,6 +286,9 @@ pub(crate) type AttentionGrads<T> = ([T; 3], Option<T>);
 /// and dtype, from cuDNN's fused backward, or the composed one where it declines.
 pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor, want_bias: bool) -> Result<AttentionGrads<CudnnTensor>> {
     const OP: &str = "attention_backward";
+    if let Some(p) = &s.probs {
+        return Ok((math_backward(s, p, d_o)?, None));
+    }
     let d_o = ready(&exec::cast(d_o, s.q.dtype, OP)?)?;
     let [dq, dk, dv] = super::batch_norm::try_map([&s.q, &s.k, &s.v], |t| {
         let d = t.dims();

@@ -48,7 +48,8 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
     fn norm_backward(saved: &Self::NormSaved, dy: FloatTensor<Self>, want: [bool; 3])
         -> [Option<FloatTensor<Self>>; 3];
 
-    /// Whether the fused attention graphs take these tensors (dims and dtypes only).
+    /// Whether the fused attention graphs (f16/bf16) or the f32 math path take these tensors
+    /// (dims and dtypes only).
     fn attention_fusable(
         q: &FloatTensor<Self>,
         k: &FloatTensor<Self>,
@@ -122,7 +123,7 @@ impl TrainingKernels for Cudnn {
         bias: Option<&CudnnTensor>,
         causal: bool,
     ) -> bool {
-        attention::fusable(q, k, v, bias, causal)
+        attention::fusable(q, k, v, bias, causal) || attention::math_path(q, k, v, bias, causal)
     }
 
     fn attention_forward(
