@@ -689,7 +689,8 @@ fn fused_attention_backward_matches_ndarray_in_half_precision() {
 
 /// f32 attention on `Autodiff<Gpu>` runs the engine's math path (cuDNN matmuls around one
 /// softmax kernel, forward and backward): output and gradients match Burn's composed attention
-/// on ndarray, in fewer launches than Burn's composed attention on the same backend.
+/// on ndarray, in fewer launches than Burn's composed attention on the same backend; and on
+/// `Autodiff<GpuFusion>`, where the math path is recorded as custom operations.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn f32_attention_runs_the_math_path_and_matches_ndarray() {
@@ -717,6 +718,14 @@ fn f32_attention_runs_the_math_path_and_matches_ndarray() {
         assert!(
             math < launches,
             "causal {causal}: the math path took {math} launches, Burn's composed attention {launches}"
+        );
+        let lazy =
+            attention_grads::<Autodiff<GpuFusion>>(DType::F32, None, |q, k, v, b| fused_sdpa(q, k, v, b, causal));
+        assert_close(
+            &format!("f32 attention causal {causal} under fusion vs ndarray"),
+            &lazy,
+            &want,
+            Tol::Rel(5e-3),
         );
     }
 }

@@ -54,9 +54,15 @@ pub(super) fn math_path(
     bias: Option<&CudnnTensor>,
     causal: bool,
 ) -> bool {
-    let (qd, kd, vd) = (q.dims(), k.dims(), v.dims());
-    [q, k, v].iter().all(|t| t.dtype == DType::F32)
-        && bias.is_none()
+    let meta = |t: &CudnnTensor| (t.dims().iter().map(|&d| d as usize).collect::<Vec<_>>(), t.dtype);
+    math_path_shapes([meta(q), meta(k), meta(v)], bias.is_some(), causal)
+}
+
+/// [`math_path`] from the dims and dtypes of q, k and v and whether there is a bias.
+pub(super) fn math_path_shapes(qkv: [(Vec<usize>, DType); 3], bias: bool, causal: bool) -> bool {
+    let [(qd, qt), (kd, kt), (vd, vt)] = qkv;
+    [qt, kt, vt].iter().all(|&t| t == DType::F32)
+        && !bias
         && qd.len() == 4
         && kd.len() == 4
         && vd.len() == 4
@@ -131,6 +137,17 @@ impl AttentionSaved {
     /// The softmax statistics (log-sum-exp per query row, f32 `[b, h, s_q, 1]`).
     pub(super) fn stats(&self) -> &CudnnTensor {
         &self.stats
+    }
+
+    /// The math path's probabilities (f32 `[b, h, s_q, s_kv]`), when the forward took it.
+    pub(super) fn probs(&self) -> Option<&CudnnTensor> {
+        self.probs.as_ref()
+    }
+
+    /// The saved state with the math path's probabilities: its backward then reads them.
+    pub(super) fn with_probs(mut self, probs: Option<CudnnTensor>) -> Self {
+        self.probs = probs;
+        self
     }
 }
 

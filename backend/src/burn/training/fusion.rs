@@ -66,11 +66,14 @@ pub(crate) struct LazyAttentionSaved {
     bias: Option<Lazy>,
     causal: bool,
     scale: f64,
+    /// The f32 math path's probabilities (its backward reads them).
+    probs: Option<Lazy>,
 }
 
 /// Records the fused attention forward keeping the softmax statistics; cuDNN decides when
 /// the queue executes, and a case it declines runs the composed forward there (same output
-/// and statistics). `bias_grad`: the backward will want the bias's gradient.
+/// and statistics). f32 attention without a bias records the math path instead, with the
+/// probabilities as a third output. `bias_grad`: the backward will want the bias's gradient.
 fn record_attention(
     q: Lazy,
     k: Lazy,
@@ -80,24 +83,48 @@ fn record_attention(
     scale: f64,
     bias_grad: bool,
 ) -> (Lazy, LazyAttentionSaved) {
-    let (qd, vd) = (q.shape.to_vec(), v.shape.to_vec());
-    let o_meta = (Shape::from(vec![qd[0], qd[1], qd[2], vd[3]]), q.dtype);
-    let stats_meta = (Shape::from(vec![qd[0], qd[1], qd[2], 1]), DType::F32);
+    let (qd, kd, vd) = (q.shape.to_vec(), k.shape.to_vec(), v.shape.to_vec());
+    let math = attention::math_path_shapes(
+        [(qd.clone(), q.dtype), (kd.clone(), k.dtype), (vd.clone(), v.dtype)],
+        bias.is_some(),
+        causal,
+    );
+    let mut outputs = vec![
+        (Shape::from(vec![qd[0], qd[1], qd[2], vd[3]]), q.dtype),
+        (Shape::from(vec![qd[0], qd[1], qd[2], 1]), DType::F32),
+    ];
+    if math {
+        outputs.push((Shape::from(vec![qd[0], qd[1], qd[2], kd[2]]), DType::F32));
+    }
     let has_bias = bias.is_some();
     let mut inputs = vec![q.clone(), k.clone(), v.clone()];
     inputs.extend(bias.clone());
-    let out = record("cudnn_attention", inputs, vec![o_meta, stats_meta], move |ins| {
+    let out = record("cudnn_attention", inputs, outputs, move |ins| {
         let mut ins = ins.into_iter();
         let [q, k, v] = take(&mut ins)?;
         let bias = optional(&mut ins, has_bias);
         let fused = attention::forward(q.clone(), k.clone(), v.clone(), bias.clone(), causal, scale, bias_grad)?;
-        let (o, stats) = match fused {
-            Some((o, saved)) => (o, saved.stats().clone()),
-            None => attention::composed_forward(q, k, v, bias, causal, scale)?,
+        let out = match fused {
+            Some((o, saved)) => {
+                let mut out = vec![o, saved.stats().clone()];
+                out.extend(saved.probs().cloned());
+                out
+            }
+            None => {
+                let (o, stats) = attention::composed_forward(q, k, v, bias, causal, scale)?;
+                vec![o, stats]
+            }
         };
-        Ok(vec![o, stats])
+        if out.len() != 2 + usize::from(math) {
+            return Err(crate::error::Error::invalid_input(
+                "cudnn_attention",
+                "internal error: the forward took another path than the one recorded",
+            ));
+        }
+        Ok(out)
     });
-    let [o, stats] = expect("cudnn_attention", take(&mut out.into_iter()));
+    let mut out = out.into_iter();
+    let [o, stats] = expect("cudnn_attention", take(&mut out));
     let saved = LazyAttentionSaved {
         q,
         k,
@@ -107,6 +134,7 @@ fn record_attention(
         bias,
         causal,
         scale,
+        probs: optional(&mut out, math),
     };
     (o, saved)
 }
@@ -228,6 +256,7 @@ impl TrainingKernels for CudnnFusion {
     fn attention_fusable(q: &Lazy, k: &Lazy, v: &Lazy, bias: Option<&Lazy>, causal: bool) -> bool {
         let meta = |t: &Lazy| (t.shape.to_vec(), t.dtype);
         attention::fusable_shapes([meta(q), meta(k), meta(v)], bias.map(meta), causal)
+            || attention::math_path_shapes([meta(q), meta(k), meta(v)], bias.is_some(), causal)
     }
 
     /// Always `Some`: cuDNN decides when the queue executes, and a case it declines runs the
@@ -251,13 +280,16 @@ impl TrainingKernels for CudnnFusion {
         // The bias's gradient is one more output, in the bias's shape and dtype.
         let with_d_bias = want_bias && has_bias;
         outputs.extend(s.bias.as_ref().filter(|_| with_d_bias).map(|b| (b.shape(), b.dtype)));
+        let has_probs = s.probs.is_some();
         let mut inputs = vec![s.q.clone(), s.k.clone(), s.v.clone(), s.o.clone(), s.stats.clone(), d_o];
         inputs.extend(s.bias.clone());
+        inputs.extend(s.probs.clone());
         let out = record(OP, inputs, outputs, move |ins| {
             let mut ins = ins.into_iter();
             let [q, k, v, o, stats, d_o] = take(&mut ins)?;
             let bias = optional(&mut ins, has_bias);
-            let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale)?;
+            let probs = optional(&mut ins, has_probs);
+            let saved = attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale)?.with_probs(probs);
             let (grads, d_bias) = attention::backward(&saved, d_o, with_d_bias)?;
             let mut out = grads.to_vec();
             out.extend(d_bias);

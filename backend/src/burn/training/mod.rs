@@ -79,8 +79,8 @@ pub trait TrainingOps: Backend {
     /// Scaled dot-product attention `softmax(q·kᵀ·scale + bias [causal]) · v` on
     /// `[batch, heads, seq, head_dim]` tensors, through cuDNN's fused flash-attention graphs
     /// forward and backward where they apply (f16/bf16); in f32 without a bias under
-    /// `Autodiff<Cudnn>`, the engine's math path (cuDNN matmuls around one softmax kernel,
-    /// the probabilities kept for the backward); composed otherwise. A tracked (learned)
+    /// `Autodiff`, the engine's math path (cuDNN matmuls around one softmax kernel, the
+    /// probabilities kept for the backward); composed otherwise. A tracked (learned)
     /// `bias` gets its gradient from the fused backward too. The output is laid out
     /// `[batch, seq, heads, head_dim]` in memory, so merging the heads is free.
     fn sdpa(
