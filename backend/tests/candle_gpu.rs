@@ -76,11 +76,12 @@ fn to_gpu(i: &In, dt: DType, dev: &Device) -> Tensor {
     if i.1 && t.rank() >= 3 {
         let r = t.rank();
         let to_last: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
-        let back: Vec<usize> = std::iter::once(0)
-            .chain(std::iter::once(r - 1))
-            .chain(1..r - 1)
-            .collect();
-        t.permute(to_last).unwrap().contiguous().unwrap().permute(back).unwrap()
+        t.permute(to_last)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .permute(from_channels_last(r))
+            .unwrap()
     } else {
         t
     }
@@ -1466,6 +1467,36 @@ fn bench_resnet50_convs_vs_candle() {
 // Training ops: batch norm, norm and attention backward passes, FusedAdamW
 // ---------------------------------------------------------------------------
 
+/// The permutation from a rank-`r` tensor stored channels-last `(N, spatial..., C)` to its
+/// logical `(N, C, spatial...)` view.
+fn from_channels_last(r: usize) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(std::iter::once(r - 1))
+        .chain(1..r - 1)
+        .collect()
+}
+
+/// Random batch-norm dims `(N, C, spatial...)` of rank 2 to 5, or `None` when a channel would
+/// hold a single value (the caller draws again).
+fn bn_dims(rng: &mut SplitMix64) -> Option<Vec<usize>> {
+    let rank = r(rng, 2, 5);
+    let mut dims = vec![r(rng, 1, 6), r(rng, 1, 70)];
+    for _ in 2..rank {
+        dims.push(r(rng, 1, 9));
+    }
+    (dims[0] * dims[2..].iter().product::<usize>() > 1).then_some(dims)
+}
+
+/// The gradient of a variable stored channels-last (when `channels_last`), seen through the
+/// logical view the op was given.
+fn logical_grad(g: &Tensor, channels_last: bool) -> Tensor {
+    if channels_last {
+        g.permute(from_channels_last(g.rank())).unwrap()
+    } else {
+        g.clone()
+    }
+}
+
 /// A variable of `t`'s values in `dt` on `dev` and the view an op receives: for channels-last
 /// the variable holds (N, spatial..., C) and the view is its NCHW permutation (gradients flow
 /// through the view).
@@ -1478,12 +1509,8 @@ fn var_view(t: &Tensor, dt: DType, dev: &Device, channels_last: bool) -> (Var, T
         return (v, view);
     }
     let to_last: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
-    let back: Vec<usize> = std::iter::once(0)
-        .chain(std::iter::once(r - 1))
-        .chain(1..r - 1)
-        .collect();
     let v = Var::from_tensor(&t.permute(to_last).unwrap().contiguous().unwrap()).unwrap();
-    let view = v.as_tensor().permute(back).unwrap();
+    let view = v.as_tensor().permute(from_channels_last(r)).unwrap();
     (v, view)
 }
 
@@ -1521,16 +1548,9 @@ fn batch_norm_training_matches_f64_reference() {
             let mut worst = [0f64; 6];
             let mut done = 0;
             while done < 12 {
-                let rank = r(&mut rng, 2, 5);
-                let mut dims = vec![r(&mut rng, 1, 6), r(&mut rng, 1, 70)];
-                for _ in 2..rank {
-                    dims.push(r(&mut rng, 1, 9));
-                }
-                if dims[0] * dims[2..].iter().product::<usize>() <= 1 {
-                    continue;
-                }
+                let Some(dims) = bn_dims(&mut rng) else { continue };
                 let c = dims[1];
-                let cl = rank >= 3 && done % 2 == 1;
+                let cl = dims.len() >= 3 && done % 2 == 1;
                 let affine = done % 3 != 2;
                 let relu = done % 4 == 1;
                 let unbiased = done % 5 != 3;
@@ -1560,16 +1580,7 @@ fn batch_norm_training_matches_f64_reference() {
                     let vars: Vec<&Var> = if affine { vec![&xv, &wv, &bv] } else { vec![&xv] };
                     let g = grads(&vars, &loss);
                     // The gradient of the stored variable, seen through the logical view.
-                    let dx = if cl {
-                        let r = dims.len();
-                        let back: Vec<usize> = std::iter::once(0)
-                            .chain(std::iter::once(r - 1))
-                            .chain(1..r - 1)
-                            .collect();
-                        g[0].permute(back).unwrap()
-                    } else {
-                        g[0].clone()
-                    };
+                    let dx = logical_grad(&g[0], cl);
                     let mut gs = vec![dx];
                     gs.extend(g[1..].iter().cloned());
                     (y, gs, rmv.as_tensor().clone(), rvv.as_tensor().clone())
@@ -1593,16 +1604,7 @@ fn batch_norm_training_matches_f64_reference() {
                     let loss = (&y * &probe).unwrap().sum_all().unwrap();
                     let vars: Vec<&Var> = if affine { vec![&xv, &wv, &bv] } else { vec![&xv] };
                     let g = grads(&vars, &loss);
-                    let dx = if cl {
-                        let r = dims.len();
-                        let back: Vec<usize> = std::iter::once(0)
-                            .chain(std::iter::once(r - 1))
-                            .chain(1..r - 1)
-                            .collect();
-                        g[0].permute(back).unwrap()
-                    } else {
-                        g[0].clone()
-                    };
+                    let dx = logical_grad(&g[0], cl);
                     let mut gs = vec![dx];
                     gs.extend(g[1..].iter().cloned());
                     (y, gs, rmv.as_tensor().clone(), rvv.as_tensor().clone())
@@ -1638,30 +1640,13 @@ fn batch_norm_add_training_matches_f64_reference() {
     use cudnn_backend::ops::BatchNormOptions;
     let dev = gpu();
     let mut rng = SplitMix64::new(53);
-    let logical_grad = |g: &Tensor, cl: bool| {
-        if !cl {
-            return g.clone();
-        }
-        let r = g.rank();
-        let back: Vec<usize> = std::iter::once(0)
-            .chain(std::iter::once(r - 1))
-            .chain(1..r - 1)
-            .collect();
-        g.permute(back).unwrap()
-    };
     for dt in DTYPES {
         let mut worst = [0f64; 5];
         let mut done = 0;
         while done < 8 {
-            let rank = r(&mut rng, 2, 5);
-            let mut dims = vec![r(&mut rng, 1, 6), r(&mut rng, 1, 70)];
-            for _ in 2..rank {
-                dims.push(r(&mut rng, 1, 9));
-            }
-            if dims[0] * dims[2..].iter().product::<usize>() <= 1 {
-                continue;
-            }
+            let Some(dims) = bn_dims(&mut rng) else { continue };
             let c = dims[1];
+            let rank = dims.len();
             let (x_cl, r_cl) = (rank >= 3 && done % 2 == 1, rank >= 3 && done % 4 >= 2);
             let affine = done % 3 != 2;
             let relu = done % 4 != 3;

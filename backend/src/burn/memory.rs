@@ -15,12 +15,10 @@ pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
     let slot = &PREPARED[dev.ordinal()];
     if slot.get().is_none() {
         retain_pool_memory(dev.stream())?;
-        if slot.set(()).is_ok() {
+        if slot.set(()).is_ok() && !runtime::switched_off(crate::kernels::warm::WARM_UP_ENV) {
             crate::kernels::warm::warm_up_in_background(dev.clone());
-            if !runtime::switched_off(crate::kernels::warm::WARM_UP_ENV) {
-                if let Err(e) = crate::ops::warm_up_cudnn(dev.stream()) {
-                    tracing::debug!(reason = %e, "cuDNN warm-up not started");
-                }
+            if let Err(e) = crate::ops::warm_up_cudnn(dev.stream()) {
+                tracing::debug!(reason = %e, "cuDNN warm-up not started");
             }
         }
     }

@@ -146,12 +146,9 @@ pub const WARM_UP_ENV: &str = "CUDNN_BACKEND_WARM_UP";
 /// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
 /// a background thread, so that their compiles (on a fresh machine) overlap the program's
 /// own start-up instead of stalling its first step one kernel at a time. Kernels already in
-/// the disk cache load in microseconds. Off with [`WARM_UP_ENV`]`=0`.
+/// the disk cache load in microseconds. The caller honours [`WARM_UP_ENV`].
 #[cfg_attr(not(feature = "burn"), allow(dead_code))]
 pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
-    if crate::runtime::switched_off(WARM_UP_ENV) {
-        return;
-    }
     // The small integer and mask groups first: every program needs them early (labels,
     // indices, masks), whatever its float dtype; then the two-byte moves (the first kernels
     // of an f16/bf16 program), the bias + activation kernels (a network's first layers),

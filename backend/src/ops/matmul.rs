@@ -51,16 +51,44 @@ pub(crate) fn warm_up_cudnn(stream: &Arc<CudaStream>) -> Result<()> {
         TensorRef::placeholder(&dims, &strides, DataType::F32, FRESH),
     );
     let c = TensorMut::placeholder(&dims, &strides, DataType::F32, FRESH);
-    let build = || {
-        let mut g = Graph::new();
-        let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
-        let out = g.matmul(ai, bi);
-        c.bind_output(&mut g, out);
-        g
-    };
-    let mut key = OpKey::new("matmul");
-    key.tensor(&a).tensor(&b).tensor(&c).act(Activation::Identity);
-    prefetch(stream, "matmul", key, &build)
+    let key = matmul_key("matmul", &a, &b, None, &c, Activation::Identity);
+    prefetch(stream, "matmul", key, &|| {
+        matmul_graph(&a, &b, None, &c, Activation::Identity)
+    })
+}
+
+/// The graph of `c = act(a · b + bias)` (uids: a 1, b 2, product 3, then bias 4 and
+/// bias-add 5, then the activation).
+fn matmul_graph(a: &TensorRef, b: &TensorRef, bias: Option<&TensorRef>, c: &TensorMut, act: Activation) -> Graph {
+    let mut g = Graph::new();
+    let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
+    let mut out = g.matmul(ai, bi);
+    if let Some(bias) = bias {
+        let bt = bias.add_input(&mut g, "bias");
+        out = g.bias_add(out, bt);
+    }
+    if let Some(m) = PointwiseMode::of_activation(act) {
+        out = g.pointwise(m, out, None);
+    }
+    c.bind_output(&mut g, out);
+    g
+}
+
+/// The plan-cache key of [`matmul_graph`] for `op`.
+fn matmul_key(
+    op: &'static str,
+    a: &TensorRef,
+    b: &TensorRef,
+    bias: Option<&TensorRef>,
+    c: &TensorMut,
+    act: Activation,
+) -> OpKey {
+    let mut key = OpKey::new(op);
+    key.tensor(a).tensor(b).tensor(c).act(act);
+    if let Some(bias) = bias {
+        key.tensor(bias);
+    }
+    key
 }
 
 /// `c = act(a · b + bias)` as ONE cuDNN graph; `bias` holds N elements (dims `[N]` or
@@ -240,21 +268,8 @@ fn matmul3(
         return matmul3_aligned(stream, op, a, b, bias, c, act);
     }
     let fused = bias.is_some() || act != Activation::Identity;
-    let build = || {
-        let mut g = Graph::new();
-        let (ai, bi) = (a.add_input(&mut g, "a"), b.add_input(&mut g, "b"));
-        let mut out = g.matmul(ai, bi);
-        if let Some(bias) = bias {
-            let bt = bias.add_input(&mut g, "bias");
-            out = g.bias_add(out, bt);
-        }
-        if let Some(m) = PointwiseMode::of_activation(act) {
-            out = g.pointwise(m, out, None);
-        }
-        c.bind_output(&mut g, out);
-        g
-    };
-    // uids: a 1, b 2, product 3, then bias 4 and bias-add 5, then the activation.
+    let build = || matmul_graph(a, b, bias, c, act);
+    // uids as matmul_graph assigns them.
     let mut io = vec![(1, a.ptr), (2, b.ptr)];
     let mut last = 3;
     if let Some(bias) = bias {
@@ -265,11 +280,7 @@ fn matmul3(
         last += 1;
     }
     io.push((last, c.ptr));
-    let mut key = OpKey::new(op);
-    key.tensor(a).tensor(b).tensor(c).act(act);
-    if let Some(bias) = bias {
-        key.tensor(bias);
-    }
+    let key = matmul_key(op, a, b, bias, c, act);
     let unfused = || {
         matmul3(stream, op, a, b, None, c, Activation::Identity)?;
         bias_act_in_place(stream, op, c, bias, 2, act)

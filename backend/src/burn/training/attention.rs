@@ -17,6 +17,13 @@ use crate::error::{InOp, Result};
 use crate::kernels::elementwise::{BinaryOp, UnaryOp};
 use crate::ops::{self, SdpaBackward};
 
+/// A tensor's dims and dtype: what decides which attention path takes it.
+pub(super) type Meta = (Vec<usize>, DType);
+
+fn meta(t: &CudnnTensor) -> Meta {
+    (t.dims().iter().map(|&d| d as usize).collect(), t.dtype)
+}
+
 /// True when the fused graphs take these tensors: f16/bf16, head dims multiples of 8 up to
 /// 256, and a causal mask only with no more queries than keys.
 pub(super) fn fusable(
@@ -26,12 +33,28 @@ pub(super) fn fusable(
     bias: Option<&CudnnTensor>,
     causal: bool,
 ) -> bool {
-    let meta = |t: &CudnnTensor| (t.dims().iter().map(|&d| d as usize).collect::<Vec<_>>(), t.dtype);
     fusable_shapes([meta(q), meta(k), meta(v)], bias.map(meta), causal)
 }
 
+/// True when the training forward and backward of this crate take these tensors: the fused
+/// graphs ([`fusable`]) or the f32 math path ([`math_path`]).
+pub(super) fn trainable(
+    q: &CudnnTensor,
+    k: &CudnnTensor,
+    v: &CudnnTensor,
+    bias: Option<&CudnnTensor>,
+    causal: bool,
+) -> bool {
+    trainable_shapes([meta(q), meta(k), meta(v)], bias.map(meta), causal)
+}
+
+/// [`trainable`] from the dims and dtypes of q, k, v and the bias.
+pub(super) fn trainable_shapes(qkv: [Meta; 3], bias: Option<Meta>, causal: bool) -> bool {
+    math_path_shapes(qkv.clone(), bias.is_some(), causal) || fusable_shapes(qkv, bias, causal)
+}
+
 /// [`fusable`] from the dims and dtypes of q, k, v and the bias.
-pub(super) fn fusable_shapes(qkv: [(Vec<usize>, DType); 3], bias: Option<(Vec<usize>, DType)>, causal: bool) -> bool {
+fn fusable_shapes(qkv: [Meta; 3], bias: Option<Meta>, causal: bool) -> bool {
     let [(qd, qt), (kd, kt), (vd, vt)] = qkv;
     qd.len() == 4
         && kd.len() == 4
@@ -47,19 +70,12 @@ pub(super) fn fusable_shapes(qkv: [(Vec<usize>, DType); 3], bias: Option<(Vec<us
 
 /// True when f32 attention runs the engine's math path: q, k, v f32 `[b, h, s, d]` that
 /// agree, a key sequence, no bias, and a causal mask only with no more queries than keys.
-pub(super) fn math_path(
-    q: &CudnnTensor,
-    k: &CudnnTensor,
-    v: &CudnnTensor,
-    bias: Option<&CudnnTensor>,
-    causal: bool,
-) -> bool {
-    let meta = |t: &CudnnTensor| (t.dims().iter().map(|&d| d as usize).collect::<Vec<_>>(), t.dtype);
+fn math_path(q: &CudnnTensor, k: &CudnnTensor, v: &CudnnTensor, bias: Option<&CudnnTensor>, causal: bool) -> bool {
     math_path_shapes([meta(q), meta(k), meta(v)], bias.is_some(), causal)
 }
 
 /// [`math_path`] from the dims and dtypes of q, k and v and whether there is a bias.
-pub(super) fn math_path_shapes(qkv: [(Vec<usize>, DType); 3], bias: bool, causal: bool) -> bool {
+pub(super) fn math_path_shapes(qkv: [Meta; 3], bias: bool, causal: bool) -> bool {
     let [(qd, qt), (kd, kt), (vd, vt)] = qkv;
     [qt, kt, vt].iter().all(|&t| t == DType::F32)
         && !bias

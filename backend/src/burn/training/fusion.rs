@@ -255,8 +255,7 @@ impl TrainingKernels for CudnnFusion {
 
     fn attention_fusable(q: &Lazy, k: &Lazy, v: &Lazy, bias: Option<&Lazy>, causal: bool) -> bool {
         let meta = |t: &Lazy| (t.shape.to_vec(), t.dtype);
-        attention::fusable_shapes([meta(q), meta(k), meta(v)], bias.map(meta), causal)
-            || attention::math_path_shapes([meta(q), meta(k), meta(v)], bias.is_some(), causal)
+        attention::trainable_shapes([meta(q), meta(k), meta(v)], bias.map(meta), causal)
     }
 
     /// Always `Some`: cuDNN decides when the queue executes, and a case it declines runs the

@@ -49,7 +49,7 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
         -> [Option<FloatTensor<Self>>; 3];
 
     /// Whether the fused attention graphs (f16/bf16) or the f32 math path take these tensors
-    /// (dims and dtypes only).
+    /// (dims and dtypes only): `attention::trainable`.
     fn attention_fusable(
         q: &FloatTensor<Self>,
         k: &FloatTensor<Self>,
@@ -123,7 +123,7 @@ impl TrainingKernels for Cudnn {
         bias: Option<&CudnnTensor>,
         causal: bool,
     ) -> bool {
-        attention::fusable(q, k, v, bias, causal) || attention::math_path(q, k, v, bias, causal)
+        attention::trainable(q, k, v, bias, causal)
     }
 
     fn attention_forward(
