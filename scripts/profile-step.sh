@@ -2,6 +2,8 @@
 # Per-kernel GPU time of one training step: ours under Nsight Compute (kernel durations only),
 # PyTorch with its profiler, same network, batch and dtype. Run from the bundle:
 # .gpu/profile-step.sh LOG_DIR transformer|cnn DTYPE BATCH
+# PROFILE_ARGS adds flags to our program (e.g. "--stock --fusion" for the stock network under
+# lazy fusion); ncu.csv keeps every profiled launch in order, with its grid and block sizes.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 logs="${1:?log dir}"; model="${2:-transformer}"; dtype="${3:-bf16}"; batch="${4:-32}"
@@ -11,6 +13,8 @@ if [[ $model == cnn ]]; then
 else
   ours=("$here/train_transformer" --train $((batch * 4)) --test "$batch"); tmodel=transformer
 fi
+read -r -a extra <<<"${PROFILE_ARGS:-}"
+ours+=("${extra[@]}")
 # Steps 1-2 warm up (compiles, plans); the launches of steps 3-4 are profiled.
 per_step=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out 2>&1 \
     | sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p')

@@ -10,7 +10,10 @@
 //!   the backend) are matched and run as one GEMM and one reduction, with the unfused
 //!   backend's gradients;
 //! - Burn's composed dynamic quantization is matched and run as the unfused backend's
-//!   `quantize_dynamic` (scales in f32), with its quantized values.
+//!   `quantize_dynamic` (scales in f32), with its quantized values;
+//! - Burn's own `BatchNorm` in training (statistics through the channel view, broadcast
+//!   gradients summed dim by dim) runs its reductions as fused reductions: output and
+//!   gradients match float64 as closely as the unfused backend's, in fewer launches.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -18,7 +21,7 @@
 use burn::backend::Autodiff;
 use burn::module::{Module, Param};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{activation, DType, Int, Tensor, TensorData};
@@ -451,4 +454,75 @@ fn burns_composed_dynamic_quantization_under_fusion_matches_the_unfused_backend(
             );
         }
     }
+}
+
+/// Dims of the batch-norm input: 8 × 16 channels × 12 × 12.
+const BN_DIMS: [usize; 4] = [8, 16, 12, 12];
+
+/// `sum(batch_norm(x) * w)` through Burn's own `BatchNorm` in training on backend `B`:
+/// the output, the gradients of the input, scale and bias, and the launches of the step.
+fn stock_batch_norm<B: AutodiffBackend>(x: &[f64], w: &[f64], params: &[f64]) -> (Vec<TensorData>, u64) {
+    let device: B::Device = Default::default();
+    let c = BN_DIMS[1];
+    let mut bn: BatchNorm<B> = BatchNormConfig::new(c).init(&device);
+    let vector = |v: &[f64]| TensorData::new(v.to_vec(), [c]).convert_dtype(DType::F32);
+    bn.gamma = Param::from_data(vector(&params[..c]), &device);
+    bn.beta = Param::from_data(vector(&params[c..]), &device);
+    let data = |v: &[f64]| TensorData::new(v.to_vec(), BN_DIMS).convert_dtype(DType::F32);
+    let x = Tensor::<B, 4>::from_data(data(x), &device).require_grad();
+    let w = Tensor::<B, 4>::from_data(data(w), &device);
+    B::sync(&device).unwrap();
+    let before = launch_counts();
+    let y = bn.forward(x.clone());
+    let grads = (y.clone() * w).sum().backward();
+    let out = vec![
+        y.into_data(),
+        x.grad(&grads).unwrap().into_data(),
+        bn.gamma.grad(&grads).unwrap().into_data(),
+        bn.beta.grad(&grads).unwrap().into_data(),
+    ];
+    B::sync(&device).unwrap();
+    (out, launch_counts().since(&before).total())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Burn's own batch norm in training under `Autodiff<CudnnFusion>`: its statistics (a channel
+/// view and a mean) and its broadcast gradients (a product summed over dims 0, 2 and 3) are
+/// matched by the reduction fuser (it has CPU tests) and run as fused reductions. Output and
+/// gradients match float64 within twice the unfused backend's distance (or 1e-5), and the
+/// fused step takes fewer launches.
+fn burns_batch_norm_under_fusion_runs_fused_reductions_and_matches_float64() {
+    let _serial = counting_launches();
+    let mut rng = Rng::new(0xb17c);
+    let n: usize = BN_DIMS.iter().product();
+    let (x, w) = (uniform(&mut rng, n, -2.0, 3.0), uniform(&mut rng, n, -1.0, 1.0));
+    let params = uniform(&mut rng, 2 * BN_DIMS[1], 0.5, 1.5);
+    let (want, _) = stock_batch_norm::<Autodiff<F64>>(&x, &w, &params);
+    let (plain, plain_launches) = stock_batch_norm::<Autodiff<Cudnn>>(&x, &w, &params);
+    // The first fused run queues the kernels' builds and runs unfused meanwhile.
+    let (first, _) = stock_batch_norm::<Autodiff<CudnnFusion>>(&x, &w, &params);
+    cudnn_backend::ops::wait_for_builds();
+    let (fused, fused_launches) = stock_batch_norm::<Autodiff<CudnnFusion>>(&x, &w, &params);
+    for (i, name) in ["output", "input gradient", "scale gradient", "bias gradient"]
+        .iter()
+        .enumerate()
+    {
+        let (ef, ep, e1) = (
+            rel_l2(&fused[i], &want[i]),
+            rel_l2(&plain[i], &want[i]),
+            rel_l2(&first[i], &want[i]),
+        );
+        println!("batch norm {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}, first fused run {e1:.2e}");
+        assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+        assert!(
+            e1 <= (2.0 * ep).max(1e-5),
+            "{name}: first fused run {e1:.2e} vs unfused {ep:.2e}"
+        );
+    }
+    println!("stock batch norm step: {plain_launches} launches unfused, {fused_launches} fused");
+    assert!(
+        fused_launches * 2 <= plain_launches,
+        "fused {fused_launches} vs unfused {plain_launches} launches"
+    );
 }

@@ -59,3 +59,78 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
     unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
+
+/// The by-value argument of `fused_reduce` (`struct ReduceArgs` of the generated source):
+/// input addresses, the stored outputs', then the result's and the partial sums'; input
+/// layouts broadcast to the iteration shape (`full`, whose strides are the stored outputs',
+/// packed); the scalars; kept and reduced element counts; reduced elements per chunk and
+/// the chunk count; the scale applied to each sum; the phase (0: partial sums, 1: combine).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReduceArgs {
+    pub ptr: [u64; MAX_INPUTS + MAX_OUTPUTS + 2],
+    pub in_layout: [KernelLayout; MAX_INPUTS],
+    pub full: KernelLayout,
+    pub s: [f32; MAX_SCALARS],
+    pub kept: i64,
+    pub red: i64,
+    pub chunk: i64,
+    pub chunks: i64,
+    pub scale: f32,
+    pub phase: i32,
+}
+
+// SAFETY: `#[repr(C)]` with the field order and types of the generated `struct ReduceArgs`
+// (u64[26], Layout[16], Layout, float[32], four long longs, float, int: the same alignment
+// and padding in both compilers); any bit pattern is a valid value.
+unsafe impl cudarc::driver::DeviceRepr for ReduceArgs {}
+
+/// Threads per block of a fused reduction (its shared-memory tree holds one float each).
+pub(crate) const REDUCE_THREADS: u32 = 256;
+
+/// Launches a generated `fused_reduce(const ReduceArgs)`: phase 0 on a `grid` of
+/// `(kept blocks, chunks)` with `block` = (lanes over kept elements, rows over reduced ones,
+/// a power of two) threads, then, when `args.chunks > 1`, phase 1 combining the partial sums.
+pub(crate) fn fused_reduce(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    args: &ReduceArgs,
+    grid: (u32, u32),
+    block: (u32, u32),
+) -> Result<()> {
+    if args.kept == 0 {
+        return Ok(());
+    }
+    let mut first = *args;
+    first.phase = 0;
+    let cfg = LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (block.0, block.1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(f);
+    b.arg(&first);
+    // SAFETY: the one argument matches the kernel's signature; the caller
+    // (`kernels::fused_reduce::ReduceLaunch::new`) validated that every input view, broadcast
+    // by its layout, and every stored output is in bounds for each index of the iteration
+    // shape, that the result holds `kept` elements and the partial buffer `chunks * kept`
+    // f32s, that `block.0 * block.1 <= REDUCE_THREADS` with `block.1` a power of two, and
+    // that the grid covers `kept` and `chunks`.
+    unsafe { b.launch_counted(cfg) }?;
+    if args.chunks > 1 {
+        let mut second = *args;
+        second.phase = 1;
+        let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (REDUCE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(f);
+        b.arg(&second);
+        // SAFETY: as above; phase 1 reads `chunks * kept` partial sums and writes `kept`
+        // results, one per thread index below `kept`.
+        unsafe { b.launch_counted(cfg) }?;
+    }
+    Ok(())
+}

@@ -84,7 +84,7 @@ impl FusedOp {
     }
 
     /// Whether the result is a bool.
-    fn gives_bool(&self) -> bool {
+    pub(crate) fn gives_bool(&self) -> bool {
         matches!(
             self,
             FusedOp::Compare(..) | FusedOp::Not(_) | FusedOp::And(..) | FusedOp::Or(..)
@@ -122,6 +122,15 @@ fn storable(dtype: DataType) -> bool {
 impl Program {
     /// Checks the program: limits, operand references and types, storage dtypes.
     pub fn validate(&self) -> Result<()> {
+        if self.outputs.is_empty() {
+            return Err(Error::invalid_arg("fused elementwise", "program", "no outputs"));
+        }
+        self.validate_operations()
+    }
+
+    /// [`Program::validate`] without requiring a stored output (a program that feeds a fused
+    /// reduction may store nothing else).
+    pub(crate) fn validate_operations(&self) -> Result<()> {
         let err = |reason: String| Err(Error::invalid_arg("fused elementwise", "program", reason));
         if self.inputs.len() > MAX_INPUTS
             || self.outputs.len() > MAX_OUTPUTS
@@ -135,9 +144,6 @@ impl Program {
                 self.scalars,
                 self.ops.len()
             ));
-        }
-        if self.outputs.is_empty() {
-            return err("no outputs".into());
         }
         if let Some(d) = self.inputs.iter().find(|d| !storable(**d)) {
             return err(format!("input dtype {d:?} (supported: F32, F16, BF16, Bool)"));
@@ -185,6 +191,44 @@ impl Program {
             }
         }
         Ok(())
+    }
+
+    /// Writes the operations as `const float rI = ...;` lines (bools for the bool results),
+    /// reading input `k` as `xK` and scalar `k` as `a.s[K]`, each line prefixed by `indent`.
+    pub(crate) fn emit_operations(&self, s: &mut String, indent: &str) {
+        let v = |v: Value| match v {
+            Value::Input(k) => format!("x{k}"),
+            Value::Reg(r) => format!("r{r}"),
+            Value::Scalar(k) => format!("a.s[{k}]"),
+        };
+        for (i, op) in self.ops.iter().enumerate() {
+            let ty = if op.gives_bool() { "bool" } else { "float" };
+            let expr = match *op {
+                FusedOp::Unary(code, x) => format!("unary_math_f32({code}, {}, 0.0f, 0.0f)", v(x)),
+                FusedOp::Binary(b, x, y) => format!("binary_math_f32({}, {}, {})", b.code(), v(x), v(y)),
+                FusedOp::Compare(c, x, y) => {
+                    let sym = match c {
+                        CompareOp::Eq => "==",
+                        CompareOp::Ne => "!=",
+                        CompareOp::Lt => "<",
+                        CompareOp::Le => "<=",
+                        CompareOp::Gt => ">",
+                        CompareOp::Ge => ">=",
+                    };
+                    format!("({} {sym} {})", v(x), v(y))
+                }
+                FusedOp::Select(c, x, y) => format!("({} ? {} : {})", v(c), v(x), v(y)),
+                FusedOp::Clamp(x, lo, hi) => format!("unary_math_f32(26, {}, {}, {})", v(x), v(lo), v(hi)),
+                FusedOp::Round(x, DataType::F16) => format!("f16_to_f32(f32_to_f16({}))", v(x)),
+                FusedOp::Round(x, DataType::BF16) => format!("bf16_to_f32(f32_to_bf16({}))", v(x)),
+                FusedOp::Round(x, _) => v(x),
+                FusedOp::FromBool(x) => format!("({} ? 1.0f : 0.0f)", v(x)),
+                FusedOp::Not(x) => format!("(!{})", v(x)),
+                FusedOp::And(x, y) => format!("({} && {})", v(x), v(y)),
+                FusedOp::Or(x, y) => format!("({} || {})", v(x), v(y)),
+            };
+            let _ = writeln!(s, "{indent}const {ty} r{i} = {expr};");
+        }
     }
 
     /// The CUDA source of the program's kernel `fused_elementwise` for launch shape
@@ -259,56 +303,16 @@ impl Program {
         }
         s.push_str("#pragma unroll\n        for (int v = 0; v < FV; ++v) {\n");
         for (k, d) in self.inputs.iter().enumerate() {
-            let load = match d {
-                DataType::F32 => format!("v{k}[v]"),
-                DataType::F16 => format!("f16_to_f32(v{k}[v])"),
-                DataType::BF16 => format!("bf16_to_f32(v{k}[v])"),
-                _ => format!("(v{k}[v] != 0)"),
-            };
             let ty = if *d == DataType::Bool { "bool" } else { "float" };
-            let _ = writeln!(s, "            const {ty} x{k} = {load};");
+            let _ = writeln!(
+                s,
+                "            const {ty} x{k} = {};",
+                load_expr(&format!("v{k}[v]"), *d)
+            );
         }
-        let v = |v: Value| match v {
-            Value::Input(k) => format!("x{k}"),
-            Value::Reg(r) => format!("r{r}"),
-            Value::Scalar(k) => format!("a.s[{k}]"),
-        };
-        for (i, op) in self.ops.iter().enumerate() {
-            let ty = if op.gives_bool() { "bool" } else { "float" };
-            let expr = match *op {
-                FusedOp::Unary(code, x) => format!("unary_math_f32({code}, {}, 0.0f, 0.0f)", v(x)),
-                FusedOp::Binary(b, x, y) => format!("binary_math_f32({}, {}, {})", b.code(), v(x), v(y)),
-                FusedOp::Compare(c, x, y) => {
-                    let sym = match c {
-                        CompareOp::Eq => "==",
-                        CompareOp::Ne => "!=",
-                        CompareOp::Lt => "<",
-                        CompareOp::Le => "<=",
-                        CompareOp::Gt => ">",
-                        CompareOp::Ge => ">=",
-                    };
-                    format!("({} {sym} {})", v(x), v(y))
-                }
-                FusedOp::Select(c, x, y) => format!("({} ? {} : {})", v(c), v(x), v(y)),
-                FusedOp::Clamp(x, lo, hi) => format!("unary_math_f32(26, {}, {}, {})", v(x), v(lo), v(hi)),
-                FusedOp::Round(x, DataType::F16) => format!("f16_to_f32(f32_to_f16({}))", v(x)),
-                FusedOp::Round(x, DataType::BF16) => format!("bf16_to_f32(f32_to_bf16({}))", v(x)),
-                FusedOp::Round(x, _) => v(x),
-                FusedOp::FromBool(x) => format!("({} ? 1.0f : 0.0f)", v(x)),
-                FusedOp::Not(x) => format!("(!{})", v(x)),
-                FusedOp::And(x, y) => format!("({} && {})", v(x), v(y)),
-                FusedOp::Or(x, y) => format!("({} || {})", v(x), v(y)),
-            };
-            let _ = writeln!(s, "            const {ty} r{i} = {expr};");
-        }
+        self.emit_operations(&mut s, "            ");
         for (j, &(r, d)) in self.outputs.iter().enumerate() {
-            let store = match d {
-                DataType::F32 => format!("r{r}"),
-                DataType::F16 => format!("f32_to_f16(r{r})"),
-                DataType::BF16 => format!("f32_to_bf16(r{r})"),
-                _ => format!("(u8)(r{r} ? 1 : 0)"),
-            };
-            let _ = writeln!(s, "            w{j}[v] = {store};");
+            let _ = writeln!(s, "            w{j}[v] = {};", store_expr(&format!("r{r}"), d));
         }
         s.push_str("        }\n");
         for (j, &(_, d)) in self.outputs.iter().enumerate() {
@@ -323,8 +327,28 @@ impl Program {
     }
 }
 
+/// The f32 (or bool) value of the storage element `raw` of dtype `d`.
+pub(crate) fn load_expr(raw: &str, d: DataType) -> String {
+    match d {
+        DataType::F32 => raw.to_string(),
+        DataType::F16 => format!("f16_to_f32({raw})"),
+        DataType::BF16 => format!("bf16_to_f32({raw})"),
+        _ => format!("({raw} != 0)"),
+    }
+}
+
+/// The storage element of dtype `d` for the f32 (or bool) value `value`.
+pub(crate) fn store_expr(value: &str, d: DataType) -> String {
+    match d {
+        DataType::F32 => value.to_string(),
+        DataType::F16 => format!("f32_to_f16({value})"),
+        DataType::BF16 => format!("f32_to_bf16({value})"),
+        _ => format!("(u8)({value} ? 1 : 0)"),
+    }
+}
+
 /// The CUDA type an operand of storage dtype `d` is read and written as.
-fn storage_type(d: DataType) -> &'static str {
+pub(crate) fn storage_type(d: DataType) -> &'static str {
     match d {
         DataType::F32 => "float",
         DataType::F16 | DataType::BF16 => "u16",
@@ -439,22 +463,27 @@ fn source_for(program: &Program, variant: Variant) -> Result<KernelSource> {
         return Ok(*s);
     }
     program.validate()?;
-    let code = format!("{}\n{}", super::ELEMENTWISE_MATH, program.source(variant));
-    let name = format!("fused-{:032x}.cu", super::cache::source_hash(&code));
-    // One leak per distinct program and variant: the loader keys kernels by `&'static str`.
-    let s = KernelSource {
+    let s = generated_source("fused", program.source(variant));
+    map.insert(key, s);
+    Ok(s)
+}
+
+/// A generated kernel source (after the elementwise math), named by its hash. Callers keep
+/// one per distinct program: it is leaked, because the loader keys kernels by `&'static str`.
+pub(crate) fn generated_source(prefix: &str, body: String) -> KernelSource {
+    let code = format!("{}\n{body}", super::ELEMENTWISE_MATH);
+    let name = format!("{prefix}-{:032x}.cu", super::cache::source_hash(&code));
+    KernelSource {
         name: Box::leak(name.into_boxed_str()),
         code: Box::leak(code.into_boxed_str()),
         common: true,
-    };
-    map.insert(key, s);
-    Ok(s)
+    }
 }
 
 /// Builds queued in the background: (device ordinal, source name) pending or failed.
 #[derive(Default)]
 struct Builds {
-    queue: std::collections::VecDeque<(Arc<CudaStream>, KernelSource)>,
+    queue: std::collections::VecDeque<(Arc<CudaStream>, KernelSource, &'static str)>,
     pending: std::collections::HashSet<(usize, &'static str)>,
     failed: HashMap<(usize, &'static str), String>,
     workers: usize,
@@ -480,9 +509,9 @@ fn build_worker() {
                 }
             }
         };
-        let (stream, source) = job;
+        let (stream, source, entry) = job;
         let key = (stream.context().ordinal(), source.name);
-        let result = stream_function(&stream, source, ENTRY);
+        let result = stream_function(&stream, source, entry);
         let mut b = lock.lock().unwrap_or_else(|e| e.into_inner());
         b.pending.remove(&key);
         if let Err(e) = result {
@@ -503,8 +532,19 @@ fn build_worker() {
 /// finished (the cuDNN plans built in the background follow the same rule).
 pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Variant) -> Result<Option<CudaFunction>> {
     let source = source_for(program, variant)?;
+    ready_or_queue_source(stream, source, ENTRY, "building a fused elementwise kernel")
+}
+
+/// [`ready_or_queue`] for kernel `entry` of any generated `source`; `what` names the build
+/// in its error.
+pub(crate) fn ready_or_queue_source(
+    stream: &Arc<CudaStream>,
+    source: KernelSource,
+    entry: &'static str,
+    what: &'static str,
+) -> Result<Option<CudaFunction>> {
     let ordinal = stream.context().ordinal();
-    if let Some(f) = super::load::ready(ordinal, source, ENTRY) {
+    if let Some(f) = super::load::ready(ordinal, source, entry) {
         return Ok(Some(f));
     }
     let (lock, _) = builds();
@@ -512,16 +552,16 @@ pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Vari
     let key = (ordinal, source.name);
     if let Some(reason) = b.failed.get(&key) {
         return Err(Error::Cuda {
-            op: "building a fused elementwise kernel",
+            op: what,
             message: reason.clone(),
         });
     }
     if crate::plan::policy().deterministic {
         drop(b);
-        return stream_function(stream, source, ENTRY).map(Some);
+        return stream_function(stream, source, entry).map(Some);
     }
     if b.pending.insert(key) {
-        b.queue.push_back((stream.clone(), source));
+        b.queue.push_back((stream.clone(), source, entry));
         if b.workers < super::load::parallelism() {
             b.workers += 1;
             if std::thread::Builder::new()
@@ -532,7 +572,7 @@ pub fn ready_or_queue(stream: &Arc<CudaStream>, program: &Program, variant: Vari
                 b.workers -= 1;
                 drop(b);
                 // No thread: build here instead.
-                return stream_function(stream, source, ENTRY).map(Some);
+                return stream_function(stream, source, entry).map(Some);
             }
         }
     }

@@ -45,6 +45,7 @@ pub mod conv;
 pub mod ctc;
 pub mod elementwise;
 pub mod fused;
+pub mod fused_reduce;
 pub mod index;
 pub(crate) mod layout;
 pub mod linalg;

@@ -396,6 +396,58 @@ fn generated_fused_programs_compile() {
 
 #[test]
 #[ignore = "needs libnvrtc on the loader path"]
+fn generated_fused_reductions_compile() {
+    use super::elementwise::BinaryOp;
+    use super::fused::{FusedOp, Program, Value};
+    use super::fused_reduce::ReduceProgram;
+    use crate::graph::DataType;
+    check_nvrtc().expect("libnvrtc");
+    // sum over n, h, w of (x - mean) * g in bf16, with x - mean stored; and a plain sum of
+    // an f16 input over dim 0 (no operations, 64-bit coordinates).
+    let programs = [
+        ReduceProgram {
+            program: Program {
+                inputs: vec![DataType::BF16, DataType::F32, DataType::BF16],
+                scalars: 1,
+                ops: vec![
+                    FusedOp::Binary(BinaryOp::Sub, Value::Input(0), Value::Input(1)),
+                    FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Input(2)),
+                    FusedOp::Binary(BinaryOp::Mul, Value::Reg(1), Value::Scalar(0)),
+                ],
+                outputs: vec![(0, DataType::BF16)],
+            },
+            target: Value::Reg(2),
+            rank: 4,
+            reduced: 0b1101,
+            out: DataType::BF16,
+            wide: false,
+        },
+        ReduceProgram {
+            program: Program {
+                inputs: vec![DataType::F16],
+                ..Program::default()
+            },
+            target: Value::Input(0),
+            rank: 2,
+            reduced: 0b01,
+            out: DataType::F16,
+            wide: true,
+        },
+    ];
+    for rp in programs {
+        rp.validate().unwrap();
+        let source = KernelSource {
+            name: "fused-reduce-test.cu",
+            code: Box::leak(format!("{}\n{}", super::ELEMENTWISE_MATH, rp.source()).into_boxed_str()),
+            common: true,
+        };
+        let image = compile::compile(source, Some("fused_reduce"), SM90).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!image.bytes.is_empty());
+    }
+}
+
+#[test]
+#[ignore = "needs libnvrtc on the loader path"]
 fn vector_elementwise_entries_compile() {
     use super::elementwise::{BINARY_SCALAR_VEC_ENTRIES, BINARY_VEC_ENTRIES, UNARY_VEC_ENTRIES};
     check_nvrtc().expect("libnvrtc");

@@ -249,7 +249,7 @@ impl ElementwiseFuser {
     }
 
     /// Adds `op` if it fits; false (and no change) otherwise.
-    fn try_add(&mut self, op: &OperationIr) -> bool {
+    pub(super) fn try_add(&mut self, op: &OperationIr) -> bool {
         let Some(d) = describe(op) else { return false };
         if storage(d.out.dtype).is_none() || self.ops.len() >= MAX_OPS || self.outputs_pending() >= MAX_OUTPUTS {
             return false;
@@ -324,7 +324,7 @@ impl ElementwiseFuser {
     }
 
     /// The program value of tensor `t`, registering a new input or a last use.
-    fn operand(&mut self, t: &TensorIr) -> Value {
+    pub(super) fn operand(&mut self, t: &TensorIr) -> Value {
         let last_use = t.status == TensorStatus::ReadWrite;
         if let Some(&(r, _)) = self.registers.get(&t.id) {
             if last_use {
@@ -344,7 +344,37 @@ impl ElementwiseFuser {
         Value::Input((self.inputs.len() - 1) as u8)
     }
 
-    fn build(&self) -> ElementwiseOptimization {
+    /// Whether tensor `id` is made by the run or already one of its inputs.
+    pub(super) fn knows(&self, id: TensorId) -> bool {
+        self.registers.contains_key(&id) || self.inputs.iter().any(|i| i.id == id)
+    }
+
+    /// Whether one more input fits the program.
+    pub(super) fn has_input_room(&self) -> bool {
+        self.inputs.len() < MAX_INPUTS
+    }
+
+    /// How many operations the program has.
+    pub(super) fn operation_count(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Relative dims of the run's values (`None` before the first operation).
+    pub(super) fn run_shape(&self) -> Option<&[usize]> {
+        self.shape.as_deref()
+    }
+
+    /// A drop of tensor `t` inside the run: a value of the run is then not stored, a tensor
+    /// made outside has its handle released when the run executes.
+    pub(super) fn drop_tensor(&mut self, t: &TensorIr) {
+        if self.registers.contains_key(&t.id) {
+            self.consumed.insert(t.id);
+        } else {
+            self.dropped.push(t.id);
+        }
+    }
+
+    pub(super) fn build(&self) -> ElementwiseOptimization {
         let outputs: Vec<(TensorId, u16, DType)> = self
             .made
             .iter()
@@ -390,11 +420,7 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
         }
         let added = match op {
             OperationIr::Drop(t) if !self.ops.is_empty() => {
-                if self.registers.contains_key(&t.id) {
-                    self.consumed.insert(t.id);
-                } else {
-                    self.dropped.push(t.id);
-                }
+                self.drop_tensor(t);
                 true
             }
             OperationIr::Drop(_) => false,

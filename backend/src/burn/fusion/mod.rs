@@ -28,6 +28,12 @@
 //!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums
 //!   over dims `0, 1, ..`, runs as one reduction over the folded leading dims.
 //!
+//! - **reduction** (`reduce.rs`): an elementwise run ending in sums or means over some dims
+//!   of one of its values (burn-autodiff's broadcast gradients, Burn's batch-norm statistics
+//!   through their channel view) becomes one generated kernel
+//!   ([`crate::kernels::fused_reduce`]): the value summed and the channel view's copy are
+//!   never stored.
+//!
 //! Our fused training ops and optimizer step are recorded as custom operations (`custom.rs`):
 //! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
 //!
@@ -42,6 +48,7 @@ mod leading_sum;
 mod linear;
 mod optimization;
 mod quantize;
+mod reduce;
 mod staged;
 
 /// IR builders shared by the fusers' tests.
@@ -107,6 +114,7 @@ impl FusionRuntime for CudnnFusionRuntime {
                 Box::new(linear::LinearGradFuser::default()),
                 Box::new(leading_sum::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),
+                Box::new(reduce::ReduceFuser::default()),
             ]
         } else {
             Vec::new()

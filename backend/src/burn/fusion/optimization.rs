@@ -64,6 +64,8 @@ pub enum CudnnOptimization {
     LeadingSum(super::leading_sum::LeadingSumOptimization),
     /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
     QuantizeDynamic(super::quantize::QuantizeDynamicOptimization),
+    /// An elementwise run ending in sums or means over some dims, as one generated kernel.
+    Reduce(super::reduce::ReduceOptimization),
 }
 
 /// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
@@ -78,6 +80,8 @@ pub enum CudnnOptimizationState {
     LeadingSum(Vec<OperationIr>),
     /// The operations of a composed dynamic quantization.
     QuantizeDynamic(Vec<OperationIr>),
+    /// The operations of an elementwise run ending in reductions.
+    Reduce(Vec<OperationIr>),
 }
 
 impl NumOperations for CudnnOptimization {
@@ -87,6 +91,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::LinearGrad(l) => l.operations.len(),
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
             CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
+            CudnnOptimization::Reduce(r) => r.operations.len(),
         }
     }
 
@@ -96,6 +101,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
             CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
+            CudnnOptimization::Reduce(_) => "cudnn fused reduction",
         }
     }
 }
@@ -120,6 +126,13 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                     }
                 }
             }
+            CudnnOptimization::Reduce(r) => {
+                if !expect("fused reduction", r.execute(context)) {
+                    for i in 0..r.operations.len() {
+                        execution.operation_within_optimization(i).execute(&mut context.handles);
+                    }
+                }
+            }
         }
     }
 
@@ -129,6 +142,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
             CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
+            CudnnOptimization::Reduce(r) => CudnnOptimizationState::Reduce(r.operations.clone()),
         }
     }
 
@@ -154,6 +168,10 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                     None => panic!("cudnn-backend: a saved fusion state does not describe a dynamic quantization"),
                 }
             }
+            CudnnOptimizationState::Reduce(ops) => match super::reduce::ReduceFuser::from_operations(&ops) {
+                Some(r) => CudnnOptimization::Reduce(r),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a fused reduction"),
+            },
         }
     }
 }
@@ -186,7 +204,7 @@ pub(crate) fn handle_tensor(context: &Context<CudnnFusionHandle>, id: &TensorId,
 }
 
 /// The f32 value of scalar `s` of the context, rounded to `round_to` first.
-fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
+pub(crate) fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
     let ir = match s.value {
         ScalarIr::UInt(id) => match context.scalars.get(&ScalarId { value: id }) {
             Some(v) => *v,

@@ -1,0 +1,592 @@
+//! The reduction fuser: an elementwise run that ends in sums or means over some dims of one of
+//! its values, as one generated kernel ([`crate::kernels::fused_reduce`]).
+//!
+//! Burn composes the statistics and gradients of its own batch norm (and every broadcast
+//! gradient under `Autodiff`) from such runs:
+//!
+//! - **broadcast gradients**: burn-autodiff sums the gradient of a broadcast operand over each
+//!   broadcast dim in turn (`sum_dim(0)`, `sum_dim(2)`, `sum_dim(3)` for a `[1, C, 1, 1]`
+//!   operand), usually of a product made just before (`grad * x_hat`);
+//! - **batch statistics**: `x.swap_dims(0, 1).reshape([C, M]).mean_dim(1)`, a packed copy of
+//!   the whole activation just to reduce its rows, and the same of `(x - mean)^2`.
+//!
+//! [`ReduceFuser`] takes: elementwise operations (any the elementwise fuser takes, none
+//! needed), then either a chain of sums/means over distinct dims of one value, each reading
+//! the previous result at its last use, or the channel view (a swap of dims 0 and 1, then a
+//! reshape to `[dims[1], rest]` at the swap's last use) and one sum/mean over its dim 1;
+//! then optionally a reshape of the result at its last use. The value summed may be a value of
+//! the run or a tensor made before it; it is never stored unless read later, and the copy of
+//! the channel view is never made. At least two operations must be absorbed (a lone sum stays
+//! on the backend's reduction).
+
+use burn_backend::DType;
+use burn_fusion::stream::Context;
+use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
+use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
+
+use super::fuser::ElementwiseFuser;
+use super::optimization::{
+    global_ir, handle_tensor, is_float, last_use, scalar_value, CudnnOptimization, FusedInput, FusedScalar,
+};
+use super::CudnnFusionHandle;
+use crate::burn::tensor::{to_dims, CudnnTensor};
+use crate::burn::Cudnn;
+use crate::error::Result;
+use crate::graph::DataType;
+use crate::kernels::fused::Program;
+use crate::kernels::fused::Value;
+use crate::kernels::fused_reduce::{self, needs_wide, ReduceLaunch, ReduceOperands, ReduceProgram};
+
+/// Where the fuser is in its pattern.
+#[derive(Clone, Debug, PartialEq)]
+enum Stage {
+    /// Taking elementwise operations; a reduction or the channel view may follow.
+    Prologue,
+    /// The channel view's swap is taken: its reshape must follow.
+    Swapped { source: TensorIr, swapped: TensorIr },
+    /// The channel view's reshape is taken: its sum or mean over dim 1 must follow.
+    Viewed { source: TensorIr, viewed: TensorIr },
+    /// At least one reduction is taken; `chained`: more sums over other dims may follow.
+    Reduced { chained: bool },
+}
+
+/// The matched run, in relative ids.
+#[derive(Clone, Debug)]
+pub struct ReduceOptimization {
+    /// The program and the reduction (its rank and dtypes are the ones this run was matched
+    /// with; `wide` is set per execution).
+    reduction: ReduceProgram,
+    inputs: Vec<FusedInput>,
+    /// Stored values of the run, packed with the iteration shape.
+    outputs: Vec<(TensorId, DType)>,
+    /// Tensors made before the run and dropped inside it.
+    dropped: Vec<TensorId>,
+    scalars: Vec<FusedScalar>,
+    /// A tensor whose shape is the iteration shape (the value summed).
+    full: TensorId,
+    /// Dims whose reduction is a mean (their sizes divide the sums).
+    mean_dims: u8,
+    /// The result: the last reduction's, or the absorbed reshape's.
+    out: TensorId,
+    /// The operations, for the serialized state and the unfused fallback.
+    pub(crate) operations: Vec<OperationIr>,
+    /// The kernel failed to build: every execution runs the operations one by one.
+    unbuildable: bool,
+}
+
+/// Matches an elementwise run ending in reductions (see the module).
+#[derive(Clone, Debug)]
+pub(crate) struct ReduceFuser {
+    elementwise: ElementwiseFuser,
+    stage: Stage,
+    /// The value summed (the iteration shape's tensor).
+    target: Option<(TensorIr, Value)>,
+    /// Bit `d`: dim `d` of the iteration shape is reduced / is a mean.
+    reduced: u8,
+    means: u8,
+    /// The latest result (the last reduction's, or the reshape's).
+    result: Option<TensorIr>,
+    /// Every absorbed operation, drops included.
+    ops: Vec<OperationIr>,
+    /// Absorbed operations that are not drops.
+    counted: usize,
+    /// The run reduces through the channel view.
+    viewed: bool,
+    closed: bool,
+}
+
+impl Default for ReduceFuser {
+    fn default() -> Self {
+        Self {
+            elementwise: ElementwiseFuser::default(),
+            stage: Stage::Prologue,
+            target: None,
+            reduced: 0,
+            means: 0,
+            result: None,
+            ops: Vec::new(),
+            counted: 0,
+            viewed: false,
+            closed: false,
+        }
+    }
+}
+
+/// A float sum or mean over one dim: `(input, out, axis, mean)`.
+fn reduction(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, usize, bool)> {
+    match op {
+        OperationIr::NumericFloat(dtype, NumericOperationIr::SumDim(r)) if is_float(*dtype) => {
+            Some((&r.input, &r.out, r.axis, false))
+        }
+        OperationIr::NumericFloat(dtype, NumericOperationIr::MeanDim(r)) if is_float(*dtype) => {
+            Some((&r.input, &r.out, r.axis, true))
+        }
+        _ => None,
+    }
+}
+
+fn storage(dtype: DType) -> Option<DataType> {
+    match dtype {
+        DType::F32 => Some(DataType::F32),
+        DType::F16 => Some(DataType::F16),
+        DType::BF16 => Some(DataType::BF16),
+        _ => None,
+    }
+}
+
+impl ReduceFuser {
+    /// The optimization of `ops` (a saved state), if they are one complete run.
+    pub(crate) fn from_operations(ops: &[OperationIr]) -> Option<ReduceOptimization> {
+        let mut f = Self::default();
+        for op in ops {
+            f.fuse(op);
+        }
+        (f.ready() && f.ops.len() == ops.len()).then(|| f.build())
+    }
+
+    fn ready(&self) -> bool {
+        matches!(self.stage, Stage::Reduced { .. }) && self.counted >= 2
+    }
+
+    /// Takes `source` (a value of the run or a tensor made before it) as the value summed;
+    /// false when it cannot be.
+    fn set_target(&mut self, source: &TensorIr) -> bool {
+        if storage(source.dtype).is_none() {
+            return false;
+        }
+        // A value of another shape than the run's cannot be its iteration shape.
+        if let Some(shape) = self.elementwise.run_shape() {
+            if source.shape.iter().copied().collect::<Vec<_>>() != shape {
+                return false;
+            }
+        }
+        if !self.elementwise.knows(source.id) && !self.elementwise.has_input_room() {
+            return false;
+        }
+        let rank = source.shape.len();
+        if rank == 0 || rank > crate::ffi::launch::MAX_KERNEL_RANK || rank > 8 {
+            return false;
+        }
+        let value = self.elementwise.operand(source);
+        self.target = Some((source.clone(), value));
+        true
+    }
+
+    /// Whether `op` continues the run (and takes it).
+    fn take(&mut self, op: &OperationIr) -> bool {
+        if let OperationIr::Drop(t) = op {
+            // A drop cannot start a run.
+            if self.ops.is_empty() {
+                return false;
+            }
+            self.elementwise.drop_tensor(t);
+            return true;
+        }
+        match self.stage.clone() {
+            Stage::Prologue => {
+                if let Some((input, out, axis, mean)) = reduction(op) {
+                    if out.dtype != input.dtype || !self.set_target(input) {
+                        return false;
+                    }
+                    self.reduced = 1 << axis;
+                    self.means = if mean { 1 << axis } else { 0 };
+                    self.result = Some(out.clone());
+                    self.stage = Stage::Reduced { chained: true };
+                    return true;
+                }
+                if let OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) = op {
+                    let channel_swap = (s.dim1, s.dim2) == (0, 1) || (s.dim1, s.dim2) == (1, 0);
+                    if channel_swap && s.input.shape.len() >= 2 && storage(s.input.dtype).is_some() {
+                        self.stage = Stage::Swapped {
+                            source: s.input.clone(),
+                            swapped: s.out.clone(),
+                        };
+                        return true;
+                    }
+                    return false;
+                }
+                self.elementwise.try_add(op)
+            }
+            Stage::Swapped { source, swapped } => match op {
+                OperationIr::BaseFloat(BaseOperationIr::Reshape(r))
+                    if r.input.id == swapped.id
+                        && last_use(&r.input)
+                        && r.out.shape.len() == 2
+                        && r.out.shape[0] == swapped.shape[0] =>
+                {
+                    self.stage = Stage::Viewed {
+                        source,
+                        viewed: r.out.clone(),
+                    };
+                    true
+                }
+                _ => false,
+            },
+            Stage::Viewed { source, viewed } => match reduction(op) {
+                Some((input, out, 1, mean)) if input.id == viewed.id && last_use(input) && out.dtype == input.dtype => {
+                    if !self.set_target(&source) {
+                        return false;
+                    }
+                    let rank = source.shape.len();
+                    self.reduced = (((1u32 << rank) - 1) & !0b10) as u8;
+                    self.means = if mean { self.reduced } else { 0 };
+                    self.result = Some(out.clone());
+                    self.stage = Stage::Reduced { chained: false };
+                    self.viewed = true;
+                    true
+                }
+                _ => false,
+            },
+            Stage::Reduced { chained } => {
+                let Some(result) = self.result.clone() else {
+                    return false;
+                };
+                if let Some((input, out, axis, mean)) = reduction(op) {
+                    let fits = chained
+                        && input.id == result.id
+                        && last_use(input)
+                        && out.dtype == input.dtype
+                        && axis < input.shape.len()
+                        && self.reduced >> axis & 1 == 0;
+                    if fits {
+                        self.reduced |= 1 << axis;
+                        if mean {
+                            self.means |= 1 << axis;
+                        }
+                        self.result = Some(out.clone());
+                    }
+                    return fits;
+                }
+                match op {
+                    OperationIr::BaseFloat(BaseOperationIr::Reshape(r))
+                        if r.input.id == result.id && last_use(&r.input) && r.out.dtype == r.input.dtype =>
+                    {
+                        self.result = Some(r.out.clone());
+                        // Nothing but drops follows the reshape.
+                        self.stage = Stage::Reduced { chained: false };
+                        self.closed = true;
+                        true
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    /// The optimization of the run so far (only once it is [ready](Self::ready)).
+    fn build(&self) -> ReduceOptimization {
+        let (Some((full, target)), Some(out)) = (&self.target, &self.result) else {
+            panic!("cudnn-backend: internal error: an incomplete fused reduction was finished")
+        };
+        let e = self.elementwise.build();
+        let out_storage = storage(out.dtype).unwrap_or(DataType::F32);
+        ReduceOptimization {
+            reduction: ReduceProgram {
+                program: Program {
+                    outputs: e.program.outputs.clone(),
+                    ..e.program
+                },
+                target: *target,
+                rank: full.shape.len() as u8,
+                reduced: self.reduced,
+                out: out_storage,
+                wide: false,
+            },
+            inputs: e.inputs,
+            outputs: e.outputs,
+            dropped: e.dropped,
+            scalars: e.scalars,
+            full: full.id,
+            mean_dims: self.means,
+            out: out.id,
+            operations: self.ops.clone(),
+            unbuildable: false,
+        }
+    }
+}
+
+impl OperationFuser<CudnnOptimization> for ReduceFuser {
+    fn fuse(&mut self, op: &OperationIr) {
+        if self.closed {
+            // Drops after a closing reshape still belong to the run.
+            if matches!(op, OperationIr::Drop(_)) && self.ready() && self.take(op) {
+                self.ops.push(op.clone());
+            }
+            return;
+        }
+        if self.take(op) {
+            if !matches!(op, OperationIr::Drop(_)) {
+                self.counted += 1;
+            }
+            self.ops.push(op.clone());
+        } else {
+            self.closed = true;
+        }
+    }
+
+    fn finish(&mut self) -> CudnnOptimization {
+        CudnnOptimization::Reduce(self.build())
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    fn status(&self) -> FuserStatus {
+        if self.closed {
+            FuserStatus::Closed
+        } else {
+            FuserStatus::Open
+        }
+    }
+
+    fn properties(&self) -> FuserProperties {
+        let ready = self.ready();
+        // With a prologue or the channel view: one more than the elementwise fuser's score
+        // for the same prologue (the reduction is absorbed too). A bare chain of sums: one
+        // less than the leading-dims fuser's, which folds a leading chain into the backend's
+        // own reduction.
+        let bare = self.elementwise.operation_count() == 0 && !self.viewed;
+        let score = if !ready {
+            0
+        } else if bare {
+            self.counted as u64 - 1
+        } else {
+            self.counted as u64 + 1
+        };
+        FuserProperties { score, ready }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
+        Box::new(self.clone())
+    }
+}
+
+impl ReduceOptimization {
+    /// Marks the kernel as unbuildable for good, warning once; false (run unfused).
+    fn unbuildable_after(&mut self, e: crate::Error) -> bool {
+        self.unbuildable = true;
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(reason = %e, "cudnn-backend: a fused reduction kernel could not be built; running its operations one by one (warned once)");
+        }
+        false
+    }
+
+    /// Runs the reduction; false (nothing consumed) when its kernel is still being built or
+    /// cannot be built, so the caller runs the operations one by one instead.
+    pub(crate) fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
+        const OP: &str = "fused reduction";
+        if self.unbuildable {
+            return Ok(false);
+        }
+        let full = to_dims(&global_ir(context, &self.full, OP).shape);
+        let out_ir = global_ir(context, &self.out, OP);
+        let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global_ir(context, &i.id, OP)).collect();
+        let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
+        let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| handle_tensor(context, &t.id, OP)).collect();
+        let Some(first) = inputs.first() else {
+            return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs")));
+        };
+        let (stream, device) = (first.stream().clone(), first.device().clone());
+        self.reduction.wide = needs_wide(&full);
+        let function = match fused_reduce::ready_or_queue(&stream, &self.reduction) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(false),
+            Err(e) => return Ok(self.unbuildable_after(e)),
+        };
+        let scale = full
+            .iter()
+            .enumerate()
+            .filter(|&(d, _)| self.mean_dims >> d & 1 == 1)
+            .fold(1.0f64, |acc, (_, &n)| acc / n as f64) as f32;
+        let result = CudnnTensor::empty(&device, &to_dims(&out_ir.shape), out_ir.dtype, OP)?;
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|&(_, dtype)| CudnnTensor::empty(&device, &full, dtype, OP))
+            .collect::<Result<Vec<_>>>()?;
+        let scratch_len = ReduceLaunch::scratch_len(&self.reduction, &full);
+        let scratch = match scratch_len {
+            0 => None,
+            n => Some(CudnnTensor::empty(&device, &[n as i64], DType::F32, OP)?),
+        };
+        let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
+        {
+            let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+            let out_refs: Vec<_> = outputs.iter().map(|t| t.tmut()).collect();
+            let result_ref = result.tmut();
+            let scratch_ref = scratch.as_ref().map(|t| t.tmut());
+            let operands = ReduceOperands {
+                inputs: &in_refs,
+                outputs: &out_refs,
+                result: &result_ref,
+                scratch: scratch_ref.as_ref(),
+            };
+            let launch = ReduceLaunch::new(&self.reduction, &full, &operands, &scalars, scale);
+            match launch {
+                Ok(l) => l.launch(&stream, &function)?,
+                Err(e) => return Ok(self.unbuildable_after(e)),
+            }
+        }
+        for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
+            if slot.last_use {
+                context.handles.remove_handle(ir.id);
+            }
+        }
+        for id in &self.dropped {
+            let ir = global_ir(context, id, OP);
+            context.handles.remove_handle(ir.id);
+        }
+        drop(inputs);
+        for (ir, t) in outputs_ir.iter().zip(outputs) {
+            context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
+        }
+        context.handles.register_float_tensor::<Cudnn>(&out_ir.id, result);
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_ir::{BinaryOpIr, ReduceDimOpIr, ShapeOpIr, SwapDimsOpIr, TensorStatus};
+
+    use super::*;
+    use crate::burn::fusion::test_ir::t;
+    use crate::kernels::elementwise::BinaryOp;
+    use crate::kernels::fused::FusedOp;
+
+    use TensorStatus::{NotInit, ReadOnly, ReadWrite};
+
+    const F: DType = DType::F32;
+
+    fn sum(input: u64, dims: &[usize], status: TensorStatus, axis: usize, out: u64) -> OperationIr {
+        let mut o = dims.to_vec();
+        o[axis] = 0; // relative dim id 0: size 1
+        OperationIr::NumericFloat(
+            F,
+            NumericOperationIr::SumDim(ReduceDimOpIr {
+                input: t(input, dims, status, F),
+                out: t(out, &o, NotInit, F),
+                axis,
+                accumulator_len: 1,
+            }),
+        )
+    }
+
+    fn mean(input: u64, dims: &[usize], status: TensorStatus, axis: usize, out: u64) -> OperationIr {
+        match sum(input, dims, status, axis, out) {
+            OperationIr::NumericFloat(d, NumericOperationIr::SumDim(r)) => {
+                OperationIr::NumericFloat(d, NumericOperationIr::MeanDim(r))
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    fn mul(a: u64, a_status: TensorStatus, b: u64, dims: &[usize], out: u64) -> OperationIr {
+        OperationIr::NumericFloat(
+            F,
+            NumericOperationIr::Mul(BinaryOpIr {
+                lhs: t(a, dims, a_status, F),
+                rhs: t(b, dims, ReadOnly, F),
+                out: t(out, dims, NotInit, F),
+            }),
+        )
+    }
+
+    fn fused(ops: &[OperationIr]) -> ReduceFuser {
+        let mut f = ReduceFuser::default();
+        for op in ops {
+            f.fuse(op);
+        }
+        f
+    }
+
+    /// The gradient of a `[1, C, 1, 1]` scale as burn-autodiff composes it: `grad * x_hat`,
+    /// then sums over dims 0, 2 and 3 (dims `[N, C, H, W]` are relative ids 1..=4).
+    fn scale_gradient() -> Vec<OperationIr> {
+        vec![
+            mul(10, ReadOnly, 11, &[1, 2, 3, 4], 12),
+            sum(12, &[1, 2, 3, 4], ReadWrite, 0, 13),
+            sum(13, &[0, 2, 3, 4], ReadWrite, 2, 14),
+            sum(14, &[0, 2, 0, 4], ReadWrite, 3, 15),
+        ]
+    }
+
+    #[test]
+    fn a_product_and_its_broadcast_sums_become_one_reduction() {
+        let f = fused(&scale_gradient());
+        assert_eq!(f.status(), FuserStatus::Open);
+        assert!(f.properties().ready);
+        assert_eq!(f.properties().score, 5);
+        // The sums alone: a bare chain, scored below the leading-dims fuser.
+        assert_eq!(fused(&scale_gradient()[1..]).properties().score, 2);
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        assert_eq!(o.reduction.reduced, 0b1101);
+        assert_eq!(o.mean_dims, 0);
+        assert_eq!(o.reduction.target, Value::Reg(0));
+        assert_eq!(
+            o.reduction.program.ops,
+            vec![FusedOp::Binary(BinaryOp::Mul, Value::Input(0), Value::Input(1))]
+        );
+        // The product dies in the run: nothing else is stored.
+        assert!(o.outputs.is_empty());
+        assert_eq!((o.full, o.out), (TensorId::new(12), TensorId::new(15)));
+        let again = ReduceFuser::from_operations(&o.operations).unwrap();
+        assert_eq!(again.reduction, o.reduction);
+    }
+
+    #[test]
+    fn the_channel_view_of_a_mean_is_a_reduction_over_every_other_dim() {
+        // mean = x.swap_dims(0, 1).reshape([C, M]).mean_dim(1).reshape([1, C, 1, 1])
+        let ops = vec![
+            OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
+                input: t(1, &[1, 2, 3, 4], ReadOnly, F),
+                out: t(2, &[2, 1, 3, 4], NotInit, F),
+                dim1: 0,
+                dim2: 1,
+            })),
+            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                input: t(2, &[2, 1, 3, 4], ReadWrite, F),
+                out: t(3, &[2, 5], NotInit, F),
+            })),
+            mean(3, &[2, 5], ReadWrite, 1, 4),
+            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                input: t(4, &[2, 0], ReadWrite, F),
+                out: t(5, &[0, 2, 0, 0], NotInit, F),
+            })),
+        ];
+        let f = fused(&ops);
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert!(f.properties().ready && f.len() == 4);
+        let o = f.build();
+        assert_eq!((o.reduction.reduced, o.mean_dims), (0b1101, 0b1101));
+        assert_eq!(o.reduction.target, Value::Input(0));
+        assert!(o.reduction.program.ops.is_empty());
+        assert!(!o.inputs[0].last_use);
+        assert_eq!((o.full, o.out), (TensorId::new(1), TensorId::new(5)));
+    }
+
+    #[test]
+    fn a_lone_sum_a_reused_partial_or_a_repeated_dim_is_not_taken_further() {
+        // One sum alone: not worth a kernel of its own.
+        let f = fused(&[sum(1, &[1, 2], ReadOnly, 0, 2)]);
+        assert!(!f.properties().ready);
+        // The first sum is read later: the chain stops after it (the product and one sum).
+        let mut ops = scale_gradient();
+        ops[2] = sum(13, &[0, 2, 3, 4], ReadOnly, 2, 14);
+        let f = fused(&ops);
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert_eq!(f.len(), 2);
+        assert!(f.properties().ready);
+        // A second sum over a dim already reduced ends the run.
+        let mut ops = scale_gradient();
+        ops[2] = sum(13, &[0, 2, 3, 4], ReadWrite, 0, 14);
+        assert_eq!(fused(&ops).len(), 2);
+    }
+}

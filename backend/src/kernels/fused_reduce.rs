@@ -1,0 +1,517 @@
+//! Fused reductions: a fused elementwise [`Program`] whose chosen value (the *target*) is
+//! summed over some dims of the program's shape, in one generated kernel. The program's other
+//! stored registers are written as the elementwise kernel would write them (each element is
+//! visited once), so the values a reduction reads are never stored just to be read back.
+//!
+//! The kernel walks the iteration shape as kept elements (the result's) times reduced ones.
+//! A block is `(lanes, rows)` threads: lanes take consecutive kept elements, rows stride over
+//! the reduced ones of one chunk. When the innermost dim is reduced the block is one lane of
+//! 256 rows, so a warp reads consecutive addresses along it; when it is kept, 32 lanes of 8
+//! rows. Long reductions split into chunks across the grid's second dim; their partial sums
+//! (f32) are combined in chunk order by a second launch of the same kernel, so results are
+//! deterministic. Sums accumulate in f32 whatever the storage dtype and are scaled once (a
+//! mean) before the result is rounded to its dtype.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaFunction, CudaStream};
+
+use crate::error::{Error, Result};
+use crate::ffi::launch::{KernelLayout, MAX_KERNEL_RANK};
+use crate::ffi::launch_fused::{self as launch, ReduceArgs, REDUCE_THREADS};
+use crate::graph::{may_overlap, DataType};
+use crate::kernels::check::check_tensor;
+use crate::kernels::fused::{generated_source, load_expr, ready_or_queue_source, storage_type, store_expr};
+use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
+use crate::kernels::layout::{broadcast_strides, kernel_layout};
+use crate::kernels::KernelSource;
+use crate::types::{row_major_strides, TensorMut, TensorRef};
+
+const OP: &str = "fused reduction";
+
+/// Entry point of every generated reduction.
+const ENTRY: &str = "fused_reduce";
+
+/// A program and the reduction of one of its values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReduceProgram {
+    /// The elementwise operations; its outputs are the other registers it stores.
+    pub program: Program,
+    /// The value summed: an input or a register, a float.
+    pub target: Value,
+    /// Rank of the iteration shape (1 to the kernels' maximum).
+    pub rank: u8,
+    /// Bit `d` set: dim `d` of the iteration shape is reduced.
+    pub reduced: u8,
+    /// Storage dtype of the result (`F32`, `F16` or `BF16`).
+    pub out: DataType,
+    /// The iteration shape has `2^31` elements or more: 64-bit coordinates.
+    pub wide: bool,
+}
+
+impl ReduceProgram {
+    /// Checks the program, its target, rank, reduced dims and result dtype.
+    pub fn validate(&self) -> Result<()> {
+        let err = |reason: String| Err(Error::invalid_arg(OP, "program", reason));
+        self.program.validate_operations()?;
+        let target_is_float = match self.target {
+            Value::Input(k) => self
+                .program
+                .inputs
+                .get(k as usize)
+                .is_some_and(|d| *d != DataType::Bool),
+            Value::Reg(r) => (r as usize) < self.program.ops.len() && !self.program.ops[r as usize].gives_bool(),
+            Value::Scalar(_) => false,
+        };
+        if !target_is_float {
+            return err(format!("target {:?} is not a float value of the program", self.target));
+        }
+        if self.rank == 0 || usize::from(self.rank) > MAX_KERNEL_RANK {
+            return err(format!("rank {} (1 to {MAX_KERNEL_RANK})", self.rank));
+        }
+        if self.reduced == 0 || u32::from(self.reduced) >= 1u32 << self.rank {
+            return err(format!("reduced dims {:#b} of rank {}", self.reduced, self.rank));
+        }
+        if !matches!(self.out, DataType::F32 | DataType::F16 | DataType::BF16) {
+            return err(format!("result dtype {:?} (supported: F32, F16, BF16)", self.out));
+        }
+        Ok(())
+    }
+
+    /// The CUDA source of `fused_reduce` (see the module).
+    pub fn source(&self) -> String {
+        let p = &self.program;
+        let mut s = String::with_capacity(4096 + 128 * p.ops.len());
+        let res = MAX_INPUTS + MAX_OUTPUTS;
+        let _ = writeln!(
+            s,
+            "\nstruct ReduceArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout full; float s[{MAX_SCALARS}]; \
+             i64 kept; i64 red; i64 chunk; i64 chunks; float scale; int phase; }};",
+            res + 2
+        );
+        let idx = if self.wide {
+            "unsigned long long"
+        } else {
+            "unsigned int"
+        };
+        let rt = storage_type(self.out);
+        let _ = writeln!(
+            s,
+            "#define FR {}\n#define FMASK {}u\n#define RED(d) ((FMASK >> (d)) & 1u)\ntypedef {idx} FIDX;",
+            self.rank, self.reduced
+        );
+        s.push_str("KERNEL void fused_reduce(const ReduceArgs a) {\n");
+        s.push_str(&format!(
+            "    {rt}* res = ({rt}*)a.ptr[{res}];\n    float* part = (float*)a.ptr[{}];\n",
+            res + 1
+        ));
+        // Phase 1: one thread per kept element sums its chunks' partials in order.
+        s.push_str(
+            "    if (a.phase == 1) {\n        const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n        if (o >= a.kept) return;\n        float acc = 0.0f;\n        for (i64 k = 0; k < a.chunks; ++k) acc += part[k * a.kept + o];\n",
+        );
+        let _ = writeln!(
+            s,
+            "        res[o] = {};\n        return;\n    }}",
+            store_expr("acc * a.scale", self.out)
+        );
+        s.push_str("    __shared__ float tree[256];\n    const unsigned tx = threadIdx.x, ty = threadIdx.y;\n");
+        s.push_str("    const i64 o = (i64)blockIdx.x * blockDim.x + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = 0.0f;\n");
+        for (k, d) in p.inputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    const {t}* p{k} = (const {t}*)a.ptr[{k}] + a.in_layout[{k}].offset;",
+                t = storage_type(*d)
+            );
+        }
+        for (j, &(_, d)) in p.outputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    {t}* q{j} = ({t}*)a.ptr[{}];",
+                MAX_INPUTS + j,
+                t = storage_type(d)
+            );
+        }
+        s.push_str("    if (o < a.kept) {\n");
+        let bases: Vec<String> = (0..p.inputs.len())
+            .map(|k| format!("b{k} = 0"))
+            .chain(std::iter::once("bo = 0".into()))
+            .collect();
+        let _ = writeln!(s, "        i64 {};\n        FIDX j = (FIDX)o;", bases.join(", "));
+        s.push_str("#pragma unroll\n        for (int d = FR - 1; d >= 0; --d) {\n            if (RED(d)) continue;\n");
+        s.push_str("            const FIDX n = (FIDX)a.full.shape[d];\n            const FIDX c = j % n;\n            j /= n;\n");
+        for k in 0..p.inputs.len() {
+            let _ = writeln!(s, "            b{k} += (i64)c * a.in_layout[{k}].strides[d];");
+        }
+        s.push_str("            bo += (i64)c * a.full.strides[d];\n        }\n");
+        s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n");
+        s.push_str("        for (i64 r = chunk * a.chunk + ty; r < rend; r += blockDim.y) {\n");
+        let offs: Vec<String> = (0..p.inputs.len())
+            .map(|k| format!("o{k} = b{k}"))
+            .chain(std::iter::once("oo = bo".into()))
+            .collect();
+        let _ = writeln!(
+            s,
+            "            i64 {};\n            FIDX jj = (FIDX)r;",
+            offs.join(", ")
+        );
+        s.push_str(
+            "#pragma unroll\n            for (int d = FR - 1; d >= 0; --d) {\n                if (!RED(d)) continue;\n",
+        );
+        s.push_str(
+            "                const FIDX n = (FIDX)a.full.shape[d];\n                const FIDX c = jj % n;\n                jj /= n;\n",
+        );
+        for k in 0..p.inputs.len() {
+            let _ = writeln!(s, "                o{k} += (i64)c * a.in_layout[{k}].strides[d];");
+        }
+        s.push_str("                oo += (i64)c * a.full.strides[d];\n            }\n");
+        for (k, d) in p.inputs.iter().enumerate() {
+            let ty = if *d == DataType::Bool { "bool" } else { "float" };
+            let _ = writeln!(
+                s,
+                "            const {ty} x{k} = {};",
+                load_expr(&format!("p{k}[o{k}]"), *d)
+            );
+        }
+        p.emit_operations(&mut s, "            ");
+        for (j, &(r, d)) in p.outputs.iter().enumerate() {
+            let _ = writeln!(s, "            q{j}[oo] = {};", store_expr(&format!("r{r}"), d));
+        }
+        let target = match self.target {
+            Value::Input(k) => format!("x{k}"),
+            Value::Reg(r) => format!("r{r}"),
+            Value::Scalar(k) => format!("a.s[{k}]"),
+        };
+        let _ = writeln!(s, "            acc += {target};\n        }}\n    }}");
+        // The rows of each lane fold pairwise in a fixed order.
+        s.push_str("    tree[ty * blockDim.x + tx] = acc;\n    __syncthreads();\n");
+        s.push_str("    for (unsigned h = blockDim.y / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * blockDim.x + tx] += tree[(ty + h) * blockDim.x + tx];\n        __syncthreads();\n    }\n");
+        s.push_str("    if (ty == 0 && o < a.kept) {\n        const float v = tree[tx];\n");
+        let _ = writeln!(
+            s,
+            "        if (a.chunks == 1) res[o] = {};\n        else part[chunk * a.kept + o] = v;\n    }}\n}}",
+            store_expr("v * a.scale", self.out)
+        );
+        s
+    }
+}
+
+/// The kernel source of `rp` (generated once, then looked up).
+fn source_for(rp: &ReduceProgram) -> Result<KernelSource> {
+    static SOURCES: OnceLock<Mutex<HashMap<ReduceProgram, KernelSource>>> = OnceLock::new();
+    let mut map = SOURCES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = map.get(rp) {
+        return Ok(*s);
+    }
+    rp.validate()?;
+    let s = generated_source("fused-reduce", rp.source());
+    map.insert(rp.clone(), s);
+    Ok(s)
+}
+
+/// The kernel of `rp` on the device of `stream` when built; otherwise `Ok(None)` after
+/// queueing its build in the background (as [`crate::kernels::fused::ready_or_queue`]).
+pub fn ready_or_queue(stream: &Arc<CudaStream>, rp: &ReduceProgram) -> Result<Option<CudaFunction>> {
+    ready_or_queue_source(stream, source_for(rp)?, ENTRY, "building a fused reduction kernel")
+}
+
+/// Whether an iteration shape of `dims` needs 64-bit coordinates ([`ReduceProgram::wide`]).
+pub fn needs_wide(dims: &[i64]) -> bool {
+    dims.iter().product::<i64>() >= 1 << 31
+}
+
+/// Blocks worth of work to aim for: about four per SM of a large GPU.
+const TARGET_BLOCKS: i64 = 512;
+
+/// The tensors of one launch: `inputs` broadcast to the iteration shape, `outputs` (the
+/// program's stored registers) packed with the iteration shape's dims, `result` packed with
+/// one element per kept element, `scratch` at least [`ReduceLaunch::scratch_len`] f32s when
+/// that is not 0.
+#[derive(Clone, Copy)]
+pub struct ReduceOperands<'a, 'b> {
+    /// The program's inputs.
+    pub inputs: &'b [TensorRef<'a>],
+    /// The program's stored registers.
+    pub outputs: &'b [TensorMut<'a>],
+    /// The reduction's result.
+    pub result: &'b TensorMut<'a>,
+    /// Room for the partial sums.
+    pub scratch: Option<&'b TensorMut<'a>>,
+}
+
+/// A checked, packed launch of a [`ReduceProgram`] over one iteration shape.
+pub struct ReduceLaunch<'a> {
+    args: ReduceArgs,
+    grid: (u32, u32),
+    block: (u32, u32),
+    /// Held so the views outlive the launch.
+    _views: Vec<TensorRef<'a>>,
+}
+
+impl<'a> ReduceLaunch<'a> {
+    /// How many f32 partial sums a launch over `full` needs (0: none, the sums go straight
+    /// to the result).
+    pub fn scratch_len(rp: &ReduceProgram, full: &[i64]) -> usize {
+        let (kept, _, chunks, _) = Self::split(rp, full);
+        if chunks > 1 {
+            (kept * chunks) as usize
+        } else {
+            0
+        }
+    }
+
+    /// Kept and reduced element counts, chunks and block shape for `full`.
+    fn split(rp: &ReduceProgram, full: &[i64]) -> (i64, i64, i64, (u32, u32)) {
+        let (mut kept, mut red) = (1i64, 1i64);
+        for (d, &n) in full.iter().enumerate() {
+            if rp.reduced >> d & 1 == 1 {
+                red *= n;
+            } else {
+                kept *= n;
+            }
+        }
+        // The innermost dim of more than one element decides which way warps read.
+        let inner_reduced = full
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|&(_, &n)| n > 1)
+            .is_some_and(|(d, _)| rp.reduced >> d & 1 == 1);
+        let block = if inner_reduced || kept == 1 {
+            (1, REDUCE_THREADS)
+        } else {
+            (32, REDUCE_THREADS / 32)
+        };
+        let lanes = i64::from(block.0);
+        let rows = i64::from(block.1);
+        let kept_blocks = ((kept + lanes - 1) / lanes).max(1);
+        // Enough chunks to fill the GPU, each still at least 16 rows' worth.
+        let most = (red / (rows * 16)).clamp(1, 1024);
+        let chunks = (TARGET_BLOCKS / kept_blocks).clamp(1, most);
+        (kept, red, chunks, block)
+    }
+
+    /// Checks and packs a launch of `rp` over iteration shape `full` (see
+    /// [`ReduceOperands`]); `scale` multiplies each sum.
+    pub fn new(
+        rp: &ReduceProgram,
+        full: &[i64],
+        operands: &ReduceOperands<'a, '_>,
+        scalars: &[f32],
+        scale: f32,
+    ) -> Result<Self> {
+        let ReduceOperands {
+            inputs,
+            outputs,
+            result,
+            scratch,
+        } = *operands;
+        rp.validate()?;
+        let p = &rp.program;
+        if full.len() != usize::from(rp.rank) || rp.wide != needs_wide(full) {
+            return Err(Error::invalid_arg(
+                OP,
+                "shape",
+                format!("{full:?} for a program of rank {} (wide: {})", rp.rank, rp.wide),
+            ));
+        }
+        if inputs.len() != p.inputs.len() || outputs.len() != p.outputs.len() || scalars.len() != p.scalars {
+            return Err(Error::invalid_arg(
+                OP,
+                "operands",
+                format!(
+                    "{} inputs, {} outputs, {} scalars for a program of {}, {}, {}",
+                    inputs.len(),
+                    outputs.len(),
+                    scalars.len(),
+                    p.inputs.len(),
+                    p.outputs.len(),
+                    p.scalars
+                ),
+            ));
+        }
+        let packed = row_major_strides(full);
+        let mut args = ReduceArgs {
+            ptr: [0; MAX_INPUTS + MAX_OUTPUTS + 2],
+            in_layout: [KernelLayout::default(); MAX_INPUTS],
+            full: kernel_layout(OP, full, &packed)?,
+            s: [0.0; MAX_SCALARS],
+            kept: 0,
+            red: 0,
+            chunk: 0,
+            chunks: 0,
+            scale,
+            phase: 0,
+        };
+        for (k, (t, &d)) in inputs.iter().zip(&p.inputs).enumerate() {
+            check_tensor(OP, "input", t)?;
+            if t.dtype != d {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "input",
+                    format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
+                ));
+            }
+            let strides = broadcast_strides(OP, &t.dims, &t.strides, full)?;
+            args.ptr[k] = t.ptr;
+            args.in_layout[k] = kernel_layout(OP, full, &strides)?;
+        }
+        for (j, (o, &(_, d))) in outputs.iter().zip(&p.outputs).enumerate() {
+            check_tensor(OP, "out", o)?;
+            if o.dims != full || o.strides != packed || o.dtype != d {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "out",
+                    format!(
+                        "output {j} is {:?} {:?} {:?}; want packed {full:?} {d:?}",
+                        o.dims, o.strides, o.dtype
+                    ),
+                ));
+            }
+            args.ptr[MAX_INPUTS + j] = o.ptr;
+        }
+        let (kept, red, chunks, block) = Self::split(rp, full);
+        check_tensor(OP, "result", result)?;
+        let result_packed = row_major_strides(&result.dims);
+        if result.dims.iter().product::<i64>() != kept
+            || result.strides != result_packed
+            || result.dtype != rp.out
+            || may_overlap(&result.dims, &result.strides)
+        {
+            return Err(Error::invalid_arg(
+                OP,
+                "result",
+                format!(
+                    "{:?} {:?} {:?}; want {kept} packed {:?} elements",
+                    result.dims, result.strides, result.dtype, rp.out
+                ),
+            ));
+        }
+        args.ptr[MAX_INPUTS + MAX_OUTPUTS] = result.ptr;
+        if chunks > 1 {
+            let need = kept * chunks;
+            let Some(sc) = scratch.filter(|sc| {
+                sc.dtype == DataType::F32
+                    && sc.dims.iter().product::<i64>() >= need
+                    && sc.strides == row_major_strides(&sc.dims)
+            }) else {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "scratch",
+                    format!("{need} packed f32 partial sums are needed"),
+                ));
+            };
+            check_tensor(OP, "scratch", sc)?;
+            args.ptr[MAX_INPUTS + MAX_OUTPUTS + 1] = sc.ptr;
+        }
+        args.s[..scalars.len()].copy_from_slice(scalars);
+        args.kept = kept;
+        args.red = red;
+        args.chunks = chunks;
+        args.chunk = (red + chunks - 1) / chunks;
+        let grid_x = u32::try_from((kept + i64::from(block.0) - 1) / i64::from(block.0))
+            .map_err(|_| Error::invalid_arg(OP, "shape", format!("{kept} kept elements")))?;
+        let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
+        views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
+        views.push(TensorRef::clone(result));
+        if let Some(sc) = scratch {
+            views.push(TensorRef::clone(sc));
+        }
+        Ok(Self {
+            args,
+            grid: (grid_x, chunks as u32),
+            block,
+            _views: views,
+        })
+    }
+
+    /// Launches with `f`, the kernel of the program the launch was made for.
+    pub fn launch(&self, stream: &Arc<CudaStream>, f: &CudaFunction) -> Result<()> {
+        for v in &self._views {
+            v.check_stream(stream, OP, "operands")?;
+        }
+        launch::fused_reduce(stream, f, &self.args, self.grid, self.block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::elementwise::BinaryOp;
+    use crate::kernels::fused::FusedOp;
+
+    /// sum over dims 0, 2, 3 of (a - b) * (a - b), with a - b also stored.
+    fn squared_deviation() -> ReduceProgram {
+        ReduceProgram {
+            program: Program {
+                inputs: vec![DataType::F32, DataType::F32],
+                scalars: 0,
+                ops: vec![
+                    FusedOp::Binary(BinaryOp::Sub, Value::Input(0), Value::Input(1)),
+                    FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Reg(0)),
+                ],
+                outputs: vec![(0, DataType::F32)],
+            },
+            target: Value::Reg(1),
+            rank: 4,
+            reduced: 0b1101,
+            out: DataType::BF16,
+            wide: false,
+        }
+    }
+
+    #[test]
+    fn a_valid_reduction_generates_one_kernel_with_both_phases() {
+        let rp = squared_deviation();
+        rp.validate().unwrap();
+        let src = rp.source();
+        assert_eq!(src.matches("KERNEL void").count(), 1);
+        assert!(src.contains("#define FMASK 13u"));
+        assert!(src.contains("acc += r1;"));
+        assert!(src.contains("q0[oo] = r0;"));
+        assert!(src.contains("f32_to_bf16(acc * a.scale)"));
+    }
+
+    #[test]
+    fn invalid_targets_masks_and_dtypes_are_errors() {
+        let mut rp = squared_deviation();
+        rp.target = Value::Reg(2);
+        assert!(rp.validate().is_err());
+        let mut rp = squared_deviation();
+        rp.reduced = 0;
+        assert!(rp.validate().is_err());
+        let mut rp = squared_deviation();
+        rp.reduced = 0b10000;
+        assert!(rp.validate().is_err());
+        let mut rp = squared_deviation();
+        rp.out = DataType::Bool;
+        assert!(rp.validate().is_err());
+        let mut rp = squared_deviation();
+        rp.target = Value::Scalar(0);
+        assert!(rp.validate().is_err());
+    }
+
+    #[test]
+    fn the_split_reads_along_the_inner_dim_and_fills_the_gpu() {
+        let rp = squared_deviation();
+        // [128, 64, 32, 32], reducing n, h, w: the inner dim is reduced (one lane, 256 rows),
+        // 64 kept channels, chunks to fill about 512 blocks.
+        let (kept, red, chunks, block) = ReduceLaunch::split(&rp, &[128, 64, 32, 32]);
+        assert_eq!((kept, red, block), (64, 128 * 32 * 32, (1, 256)));
+        assert_eq!(chunks, 8);
+        // Reducing dim 0 of [128, 4, 512]: the inner dim is kept (32 lanes of 8 rows).
+        let rp0 = ReduceProgram {
+            reduced: 0b001,
+            rank: 3,
+            ..squared_deviation()
+        };
+        let (kept, red, chunks, block) = ReduceLaunch::split(&rp0, &[128, 4, 512]);
+        assert_eq!((kept, red, block, chunks), (2048, 128, (32, 8), 1));
+        assert_eq!(ReduceLaunch::scratch_len(&rp0, &[128, 4, 512]), 0);
+        assert_eq!(ReduceLaunch::scratch_len(&rp, &[128, 64, 32, 32]), 64 * 8);
+    }
+}
