@@ -517,9 +517,17 @@ pub(super) fn plan_built(
         policy,
         dev.ordinal(),
     )?);
-    match engine::config_from_choice(&lowered, &choice, policy)
-        .and_then(|cfg| engine::build(handle, lowered, cfg, choice.clone()))
-    {
+    // A choice made on the whole GPU because no engine honoured the carveout (see
+    // `select_plan`) is rebuilt without it.
+    let build = |policy: &EnginePolicy| {
+        engine::config_from_choice(&lowered, &choice, policy)
+            .and_then(|cfg| engine::build(handle, lowered.clone(), cfg, choice.clone()))
+    };
+    let restored = match build(policy) {
+        Err(_) if policy.sm_count_target.is_some() => build(&whole_gpu(policy)),
+        other => other,
+    };
+    match restored {
         Ok(plan) => Ok(plan),
         Err(e) => {
             tracing::warn!(
@@ -576,7 +584,39 @@ pub(crate) fn select_plan(
             super::kernel_cache::mark_static_only(graph, stream.context().ordinal());
             select_plan(handle, graph, policy, stream, uids, ptrs)
         }
+        // No engine honours the SM carveout (under `GRAPH_JIT_ONLY` the runtime-compiled
+        // engines offer none): the graph runs on the whole GPU rather than on the backend's
+        // far slower direct kernels.
+        Err(e) if policy.sm_count_target.is_some() && has_conv && matches!(e.root(), Error::Unsupported { .. }) => {
+            warn_carveout_ignored(graph, policy, &e);
+            select_plan(handle, graph, &whole_gpu(policy), stream, uids, ptrs)
+        }
         other => other.map_err(|e| name_lib_config(e, tf32_rejected)),
+    }
+}
+
+/// `policy` without its SM carveout.
+fn whole_gpu(policy: &EnginePolicy) -> EnginePolicy {
+    EnginePolicy {
+        sm_count_target: None,
+        ..*policy
+    }
+}
+
+/// The first graph that no engine runs under the SM carveout is a warning; later ones are
+/// debug messages.
+fn warn_carveout_ignored(graph: &Graph, policy: &EnginePolicy, e: &Error) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let target = policy.sm_count_target.unwrap_or(0);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            graph = %graph.describe(),
+            reason = %e,
+            "no cuDNN engine runs this graph on at most {target} SMs ({}); it runs on the whole GPU (warned once)",
+            super::policy::SM_COUNT_TARGET_ENV
+        );
+    } else {
+        tracing::debug!(graph = %graph.describe(), "no engine under the SM carveout of {target}; whole GPU");
     }
 }
 
