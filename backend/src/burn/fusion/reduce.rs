@@ -33,7 +33,6 @@ use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::error::Result;
 use crate::graph::DataType;
-use crate::kernels::fused::Program;
 use crate::kernels::fused::Value;
 use crate::kernels::fused_reduce::{self, needs_wide, ReduceLaunch, ReduceOperands, ReduceProgram};
 
@@ -282,10 +281,7 @@ impl ReduceFuser {
         let out_storage = storage(out.dtype).unwrap_or(DataType::F32);
         ReduceOptimization {
             reduction: ReduceProgram {
-                program: Program {
-                    outputs: e.program.outputs.clone(),
-                    ..e.program
-                },
+                program: e.program,
                 target: *target,
                 rank: full.shape.len() as u8,
                 reduced: self.reduced,
