@@ -48,6 +48,17 @@ pub enum Value {
     Scalar(u8),
 }
 
+impl Value {
+    /// The value's name in the generated source: `xK` (input), `rK` (register), `a.s[K]`.
+    pub(crate) fn expr(self) -> String {
+        match self {
+            Value::Input(k) => format!("x{k}"),
+            Value::Reg(r) => format!("r{r}"),
+            Value::Scalar(k) => format!("a.s[{k}]"),
+        }
+    }
+}
+
 /// One operation of a [`Program`]. Float operations take and give f32 values; comparisons,
 /// `Not`, `And` and `Or` give bools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,11 +207,7 @@ impl Program {
     /// Writes the operations as `const float rI = ...;` lines (bools for the bool results),
     /// reading input `k` as `xK` and scalar `k` as `a.s[K]`, each line prefixed by `indent`.
     pub(crate) fn emit_operations(&self, s: &mut String, indent: &str) {
-        let v = |v: Value| match v {
-            Value::Input(k) => format!("x{k}"),
-            Value::Reg(r) => format!("r{r}"),
-            Value::Scalar(k) => format!("a.s[{k}]"),
-        };
+        let v = Value::expr;
         for (i, op) in self.ops.iter().enumerate() {
             let ty = if op.gives_bool() { "bool" } else { "float" };
             let expr = match *op {
@@ -228,6 +235,35 @@ impl Program {
                 FusedOp::Or(x, y) => format!("({} || {})", v(x), v(y)),
             };
             let _ = writeln!(s, "{indent}const {ty} r{i} = {expr};");
+        }
+    }
+
+    /// Declares `pK` (input `K`, from `a.ptr[K]` plus its layout's offset) and `qJ` (output
+    /// `J`, from `a.ptr[MAX_INPUTS + J]` followed by `out_offset`, a source term or "").
+    pub(crate) fn emit_pointers(&self, s: &mut String, out_offset: &str) {
+        for (k, d) in self.inputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    const {t}* p{k} = (const {t}*)a.ptr[{k}] + a.in_layout[{k}].offset;",
+                t = storage_type(*d)
+            );
+        }
+        for (j, &(_, d)) in self.outputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    {t}* q{j} = ({t}*)a.ptr[{p}]{out_offset};",
+                t = storage_type(d),
+                p = MAX_INPUTS + j
+            );
+        }
+    }
+
+    /// Declares `xK`, the f32 (or bool) value of input `K` read from its storage element
+    /// `raw(K)`, each line prefixed by `indent`.
+    pub(crate) fn emit_input_values(&self, s: &mut String, indent: &str, raw: impl Fn(usize) -> String) {
+        for (k, d) in self.inputs.iter().enumerate() {
+            let ty = if *d == DataType::Bool { "bool" } else { "float" };
+            let _ = writeln!(s, "{indent}const {ty} x{k} = {};", load_expr(&raw(k), *d));
         }
     }
 
@@ -261,21 +297,7 @@ impl Program {
             "    FIDX sh[FR];\n#pragma unroll\n    for (int d = 0; d < FR; ++d) sh[d] = (FIDX)a.out_layout.shape[d];\n",
         );
         s.push_str("    sh[FR - 1] /= FV;\n    const FIDX groups = (FIDX)(a.n / FV);\n");
-        for (k, d) in self.inputs.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "    const {t}* p{k} = (const {t}*)a.ptr[{k}] + a.in_layout[{k}].offset;",
-                t = storage_type(*d)
-            );
-        }
-        for (j, &(_, d)) in self.outputs.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "    {t}* q{j} = ({t}*)a.ptr[{p}] + a.out_layout.offset;",
-                t = storage_type(d),
-                p = MAX_INPUTS + j
-            );
-        }
+        self.emit_pointers(&mut s, " + a.out_layout.offset");
         s.push_str(
             "    for (FIDX g = (FIDX)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (FIDX)gridDim.x * blockDim.x) {\n",
         );
@@ -302,14 +324,7 @@ impl Program {
             let _ = writeln!(s, "        {} w{j}[FV];", storage_type(d));
         }
         s.push_str("#pragma unroll\n        for (int v = 0; v < FV; ++v) {\n");
-        for (k, d) in self.inputs.iter().enumerate() {
-            let ty = if *d == DataType::Bool { "bool" } else { "float" };
-            let _ = writeln!(
-                s,
-                "            const {ty} x{k} = {};",
-                load_expr(&format!("v{k}[v]"), *d)
-            );
-        }
+        self.emit_input_values(&mut s, "            ", |k| format!("v{k}[v]"));
         self.emit_operations(&mut s, "            ");
         for (j, &(r, d)) in self.outputs.iter().enumerate() {
             let _ = writeln!(s, "            w{j}[v] = {};", store_expr(&format!("r{r}"), d));
@@ -328,7 +343,7 @@ impl Program {
 }
 
 /// The f32 (or bool) value of the storage element `raw` of dtype `d`.
-pub(crate) fn load_expr(raw: &str, d: DataType) -> String {
+fn load_expr(raw: &str, d: DataType) -> String {
     match d {
         DataType::F32 => raw.to_string(),
         DataType::F16 => format!("f16_to_f32({raw})"),

@@ -23,7 +23,7 @@ use crate::ffi::launch::{KernelLayout, MAX_KERNEL_RANK};
 use crate::ffi::launch_fused::{self as launch, ReduceArgs, REDUCE_THREADS};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
-use crate::kernels::fused::{generated_source, load_expr, ready_or_queue_source, storage_type, store_expr};
+use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr};
 use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
 use crate::kernels::layout::{broadcast_strides, kernel_layout};
 use crate::kernels::KernelSource;
@@ -118,72 +118,19 @@ impl ReduceProgram {
         );
         s.push_str("    __shared__ float tree[256];\n    const unsigned tx = threadIdx.x, ty = threadIdx.y;\n");
         s.push_str("    const i64 o = (i64)blockIdx.x * blockDim.x + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = 0.0f;\n");
-        for (k, d) in p.inputs.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "    const {t}* p{k} = (const {t}*)a.ptr[{k}] + a.in_layout[{k}].offset;",
-                t = storage_type(*d)
-            );
-        }
-        for (j, &(_, d)) in p.outputs.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "    {t}* q{j} = ({t}*)a.ptr[{}];",
-                MAX_INPUTS + j,
-                t = storage_type(d)
-            );
-        }
+        p.emit_pointers(&mut s, "");
         s.push_str("    if (o < a.kept) {\n");
-        let bases: Vec<String> = (0..p.inputs.len())
-            .map(|k| format!("b{k} = 0"))
-            .chain(std::iter::once("bo = 0".into()))
-            .collect();
-        let _ = writeln!(s, "        i64 {};\n        FIDX j = (FIDX)o;", bases.join(", "));
-        s.push_str("#pragma unroll\n        for (int d = FR - 1; d >= 0; --d) {\n            if (RED(d)) continue;\n");
-        s.push_str("            const FIDX n = (FIDX)a.full.shape[d];\n            const FIDX c = j % n;\n            j /= n;\n");
-        for k in 0..p.inputs.len() {
-            let _ = writeln!(s, "            b{k} += (i64)c * a.in_layout[{k}].strides[d];");
-        }
-        s.push_str("            bo += (i64)c * a.full.strides[d];\n        }\n");
+        // The kept element's offsets, then per reduced element the rest of each offset.
+        emit_walk(&mut s, p.inputs.len(), false);
         s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n");
         s.push_str("        for (i64 r = chunk * a.chunk + ty; r < rend; r += blockDim.y) {\n");
-        let offs: Vec<String> = (0..p.inputs.len())
-            .map(|k| format!("o{k} = b{k}"))
-            .chain(std::iter::once("oo = bo".into()))
-            .collect();
-        let _ = writeln!(
-            s,
-            "            i64 {};\n            FIDX jj = (FIDX)r;",
-            offs.join(", ")
-        );
-        s.push_str(
-            "#pragma unroll\n            for (int d = FR - 1; d >= 0; --d) {\n                if (!RED(d)) continue;\n",
-        );
-        s.push_str(
-            "                const FIDX n = (FIDX)a.full.shape[d];\n                const FIDX c = jj % n;\n                jj /= n;\n",
-        );
-        for k in 0..p.inputs.len() {
-            let _ = writeln!(s, "                o{k} += (i64)c * a.in_layout[{k}].strides[d];");
-        }
-        s.push_str("                oo += (i64)c * a.full.strides[d];\n            }\n");
-        for (k, d) in p.inputs.iter().enumerate() {
-            let ty = if *d == DataType::Bool { "bool" } else { "float" };
-            let _ = writeln!(
-                s,
-                "            const {ty} x{k} = {};",
-                load_expr(&format!("p{k}[o{k}]"), *d)
-            );
-        }
+        emit_walk(&mut s, p.inputs.len(), true);
+        p.emit_input_values(&mut s, "            ", |k| format!("p{k}[o{k}]"));
         p.emit_operations(&mut s, "            ");
         for (j, &(r, d)) in p.outputs.iter().enumerate() {
             let _ = writeln!(s, "            q{j}[oo] = {};", store_expr(&format!("r{r}"), d));
         }
-        let target = match self.target {
-            Value::Input(k) => format!("x{k}"),
-            Value::Reg(r) => format!("r{r}"),
-            Value::Scalar(k) => format!("a.s[{k}]"),
-        };
-        let _ = writeln!(s, "            acc += {target};\n        }}\n    }}");
+        let _ = writeln!(s, "            acc += {};\n        }}\n    }}", self.target.expr());
         // The rows of each lane fold pairwise in a fixed order.
         s.push_str("    tree[ty * blockDim.x + tx] = acc;\n    __syncthreads();\n");
         s.push_str("    for (unsigned h = blockDim.y / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * blockDim.x + tx] += tree[(ty + h) * blockDim.x + tx];\n        __syncthreads();\n    }\n");
@@ -195,6 +142,40 @@ impl ReduceProgram {
         );
         s
     }
+}
+
+/// Emits the offsets of one element of `inputs` inputs: for its kept coordinates (`reduced`
+/// false: `bK` and `bo`, from the kept index `o`), or added to those for its reduced
+/// coordinates (`oK` and `oo`, from the reduced index `r`); the innermost dim comes last.
+fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
+    let (indent, index, start, off, full_off, skip) = if reduced {
+        ("            ", "jj", "(FIDX)r", "o", "oo", "!RED(d)")
+    } else {
+        ("        ", "j", "(FIDX)o", "b", "bo", "RED(d)")
+    };
+    let init = |k: Option<usize>| match (reduced, k) {
+        (true, Some(k)) => format!("o{k} = b{k}"),
+        (true, None) => "oo = bo".to_string(),
+        (false, Some(k)) => format!("b{k} = 0"),
+        (false, None) => "bo = 0".to_string(),
+    };
+    let decls: Vec<String> = (0..inputs)
+        .map(|k| init(Some(k)))
+        .chain(std::iter::once(init(None)))
+        .collect();
+    let _ = writeln!(s, "{indent}i64 {};\n{indent}FIDX {index} = {start};", decls.join(", "));
+    let _ = writeln!(
+        s,
+        "#pragma unroll\n{indent}for (int d = FR - 1; d >= 0; --d) {{\n{indent}    if ({skip}) continue;"
+    );
+    let _ = writeln!(
+        s,
+        "{indent}    const FIDX n = (FIDX)a.full.shape[d];\n{indent}    const FIDX c = {index} % n;\n{indent}    {index} /= n;"
+    );
+    for k in 0..inputs {
+        let _ = writeln!(s, "{indent}    {off}{k} += (i64)c * a.in_layout[{k}].strides[d];");
+    }
+    let _ = writeln!(s, "{indent}    {full_off} += (i64)c * a.full.strides[d];\n{indent}}}");
 }
 
 /// The kernel source of `rp` (generated once, then looked up).

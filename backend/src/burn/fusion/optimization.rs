@@ -225,16 +225,53 @@ pub(crate) fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar
     }
 }
 
+/// The first time `warned` is unset: warns that a generated `kind` kernel could not be built
+/// (its operations then run one by one). False, for the executions that fall back.
+pub(crate) fn warn_unbuildable(warned: &AtomicBool, kind: &str, e: &crate::Error) -> bool {
+    if !warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(reason = %e, "cudnn-backend: a fused {kind} kernel could not be built; running its operations one by one (warned once)");
+    }
+    false
+}
+
+/// The global tensors of a fused run's inputs and the tensors behind them.
+pub(crate) fn run_inputs(
+    context: &Context<CudnnFusionHandle>,
+    inputs: &[FusedInput],
+    op: &str,
+) -> (Vec<TensorIr>, Vec<CudnnTensor>) {
+    let ir: Vec<_> = inputs.iter().map(|i| global_ir(context, &i.id, op)).collect();
+    let tensors = ir.iter().map(|t| handle_tensor(context, &t.id, op)).collect();
+    (ir, tensors)
+}
+
+/// Releases the handles a fused run consumes: its inputs at their last use (`inputs_ir` from
+/// [`run_inputs`]) and the tensors dropped inside it.
+pub(crate) fn release_consumed(
+    context: &mut Context<CudnnFusionHandle>,
+    inputs_ir: &[TensorIr],
+    inputs: &[FusedInput],
+    dropped: &[TensorId],
+    op: &str,
+) {
+    for (ir, slot) in inputs_ir.iter().zip(inputs) {
+        if slot.last_use {
+            context.handles.remove_handle(ir.id);
+        }
+    }
+    for id in dropped {
+        let ir = global_ir(context, id, op);
+        context.handles.remove_handle(ir.id);
+    }
+}
+
 impl ElementwiseOptimization {
     /// Marks the program as unbuildable for good (its operations run one by one from now
     /// on, with a one-time warning); false, for [`ElementwiseOptimization::execute`].
     fn unbuildable_after(&mut self, e: crate::Error) -> bool {
         self.unbuildable = true;
         static WARNED: AtomicBool = AtomicBool::new(false);
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            tracing::warn!(reason = %e, "cudnn-backend: a fused elementwise kernel could not be built; running its operations one by one (warned once)");
-        }
-        false
+        warn_unbuildable(&WARNED, "elementwise", &e)
     }
 
     /// Runs the program; false (nothing consumed) when its kernel is still being built or
@@ -244,9 +281,8 @@ impl ElementwiseOptimization {
         if self.unbuildable {
             return Ok(false);
         }
-        let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global_ir(context, &i.id, OP)).collect();
+        let (inputs_ir, inputs) = run_inputs(context, &self.inputs, OP);
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
-        let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| handle_tensor(context, &t.id, OP)).collect();
         let stream = inputs[0].stream().clone();
         let dims = to_dims(&outputs_ir[0].shape);
         // Declared before the launch, which ends up borrowing them, so they outlive it.
@@ -267,15 +303,7 @@ impl ElementwiseOptimization {
             Ok(None) => return Ok(false),
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
-        for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
-            if slot.last_use {
-                context.handles.remove_handle(ir.id);
-            }
-        }
-        for id in &self.dropped {
-            let ir = global_ir(context, id, OP);
-            context.handles.remove_handle(ir.id);
-        }
+        release_consumed(context, &inputs_ir, &self.inputs, &self.dropped, OP);
         let device = inputs[0].device().clone();
         // An input at its last use that nothing else references, packed and of the outputs'
         // dims, lends its buffer to an output of its dtype (each thread reads its element

@@ -23,10 +23,12 @@ use burn_backend::DType;
 use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
+use cudarc::driver::CudaFunction;
 
 use super::fuser::ElementwiseFuser;
 use super::optimization::{
-    global_ir, handle_tensor, is_float, last_use, scalar_value, CudnnOptimization, FusedInput, FusedScalar,
+    global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, warn_unbuildable, CudnnOptimization,
+    FusedInput, FusedScalar,
 };
 use super::CudnnFusionHandle;
 use crate::burn::tensor::{to_dims, CudnnTensor};
@@ -69,6 +71,9 @@ pub struct ReduceOptimization {
     out: TensorId,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
+    /// The kernel once built, with the `wide` it was built for (an optimization lives on
+    /// one device).
+    function: Option<(bool, CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one.
     unbuildable: bool,
 }
@@ -162,8 +167,9 @@ impl ReduceFuser {
         if !self.elementwise.knows(source.id) && !self.elementwise.has_input_room() {
             return false;
         }
+        // The reduced dims are a `u8` mask, within the kernels' rank limit of 8.
         let rank = source.shape.len();
-        if rank == 0 || rank > crate::ffi::launch::MAX_KERNEL_RANK || rank > 8 {
+        if rank == 0 || rank > crate::ffi::launch::MAX_KERNEL_RANK.min(8) {
             return false;
         }
         let value = self.elementwise.operand(source);
@@ -296,6 +302,7 @@ impl ReduceFuser {
             mean_dims: self.means,
             out: out.id,
             operations: self.ops.clone(),
+            function: None,
             unbuildable: false,
         }
     }
@@ -367,10 +374,7 @@ impl ReduceOptimization {
     fn unbuildable_after(&mut self, e: crate::Error) -> bool {
         self.unbuildable = true;
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::warn!(reason = %e, "cudnn-backend: a fused reduction kernel could not be built; running its operations one by one (warned once)");
-        }
-        false
+        warn_unbuildable(&WARNED, "reduction", &e)
     }
 
     /// Runs the reduction; false (nothing consumed) when its kernel is still being built or
@@ -382,18 +386,22 @@ impl ReduceOptimization {
         }
         let full = to_dims(&global_ir(context, &self.full, OP).shape);
         let out_ir = global_ir(context, &self.out, OP);
-        let inputs_ir: Vec<_> = self.inputs.iter().map(|i| global_ir(context, &i.id, OP)).collect();
+        let (inputs_ir, inputs) = run_inputs(context, &self.inputs, OP);
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
-        let inputs: Vec<CudnnTensor> = inputs_ir.iter().map(|t| handle_tensor(context, &t.id, OP)).collect();
         let Some(first) = inputs.first() else {
             return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs")));
         };
         let (stream, device) = (first.stream().clone(), first.device().clone());
         self.reduction.wide = needs_wide(&full);
-        let function = match fused_reduce::ready_or_queue(&stream, &self.reduction) {
-            Ok(Some(f)) => f,
-            Ok(None) => return Ok(false),
-            Err(e) => return Ok(self.unbuildable_after(e)),
+        // The kernel built for this width last time, else the builder's (a map lookup under
+        // a lock, hashing the whole program).
+        let function = match &self.function {
+            Some((wide, f)) if *wide == self.reduction.wide => f.clone(),
+            _ => match fused_reduce::ready_or_queue(&stream, &self.reduction) {
+                Ok(Some(f)) => self.function.insert((self.reduction.wide, f)).1.clone(),
+                Ok(None) => return Ok(false),
+                Err(e) => return Ok(self.unbuildable_after(e)),
+            },
         };
         let scale = full
             .iter()
@@ -429,15 +437,7 @@ impl ReduceOptimization {
                 Err(e) => return Ok(self.unbuildable_after(e)),
             }
         }
-        for (ir, slot) in inputs_ir.iter().zip(&self.inputs) {
-            if slot.last_use {
-                context.handles.remove_handle(ir.id);
-            }
-        }
-        for id in &self.dropped {
-            let ir = global_ir(context, id, OP);
-            context.handles.remove_handle(ir.id);
-        }
+        release_consumed(context, &inputs_ir, &self.inputs, &self.dropped, OP);
         drop(inputs);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
