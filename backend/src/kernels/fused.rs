@@ -267,6 +267,50 @@ impl Program {
         }
     }
 
+    /// Checks a launch's operand counts against the program's.
+    pub(crate) fn check_operand_counts(
+        &self,
+        op: &'static str,
+        inputs: usize,
+        outputs: usize,
+        scalars: usize,
+    ) -> Result<()> {
+        if inputs != self.inputs.len() || outputs != self.outputs.len() || scalars != self.scalars {
+            return Err(Error::invalid_arg(
+                op,
+                "operands",
+                format!(
+                    "{inputs} inputs, {outputs} outputs, {scalars} scalars for a program of {}, {}, {}",
+                    self.inputs.len(),
+                    self.outputs.len(),
+                    self.scalars
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks each input (a valid view of the program's dtype) and returns its strides
+    /// broadcast to `dims`.
+    pub(crate) fn input_strides(&self, op: &'static str, inputs: &[TensorRef], dims: &[i64]) -> Result<Vec<Vec<i64>>> {
+        inputs
+            .iter()
+            .zip(&self.inputs)
+            .enumerate()
+            .map(|(k, (t, &d))| {
+                check_tensor(op, "input", t)?;
+                if t.dtype != d {
+                    return Err(Error::invalid_arg(
+                        op,
+                        "input",
+                        format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
+                    ));
+                }
+                broadcast_strides(op, &t.dims, &t.strides, dims)
+            })
+            .collect()
+    }
+
     /// The CUDA source of the program's kernel `fused_elementwise` for launch shape
     /// `variant` (it calls the math of `kernels/elementwise_math.cuh`, which precedes it in
     /// the compiled text).
@@ -676,24 +720,7 @@ impl<'a> FusedLaunch<'a> {
 
     fn pack(program: &Program, inputs: &[TensorRef<'a>], outputs: &[OutputDesc], scalars: &[f32]) -> Result<Self> {
         const OP: &str = "fused elementwise";
-        if inputs.len() != program.inputs.len()
-            || outputs.len() != program.outputs.len()
-            || scalars.len() != program.scalars
-        {
-            return Err(Error::invalid_arg(
-                OP,
-                "operands",
-                format!(
-                    "{} inputs, {} outputs, {} scalars for a program of {}, {}, {}",
-                    inputs.len(),
-                    outputs.len(),
-                    scalars.len(),
-                    program.inputs.len(),
-                    program.outputs.len(),
-                    program.scalars
-                ),
-            ));
-        }
+        program.check_operand_counts(OP, inputs.len(), outputs.len(), scalars.len())?;
         let Some(out0) = outputs.first() else {
             return Err(Error::invalid_arg(OP, "out", "no outputs"));
         };
@@ -718,18 +745,7 @@ impl<'a> FusedLaunch<'a> {
                 ));
             }
         }
-        let mut strides = Vec::with_capacity(inputs.len() + 1);
-        for (k, (t, &d)) in inputs.iter().zip(&program.inputs).enumerate() {
-            check_tensor(OP, "input", t)?;
-            if t.dtype != d {
-                return Err(Error::invalid_arg(
-                    OP,
-                    "input",
-                    format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
-                ));
-            }
-            strides.push(broadcast_strides(OP, &t.dims, &t.strides, out0.dims)?);
-        }
+        let mut strides = program.input_strides(OP, inputs, out0.dims)?;
         strides.push(out0.strides.to_vec());
         let (mut shape, mut strides) = coalesce(out0.dims, &strides);
         if shape.is_empty() {

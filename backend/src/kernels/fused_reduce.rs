@@ -25,7 +25,7 @@ use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
 use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr};
 use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
-use crate::kernels::layout::{broadcast_strides, kernel_layout};
+use crate::kernels::layout::kernel_layout;
 use crate::kernels::KernelSource;
 use crate::types::{row_major_strides, TensorMut, TensorRef};
 
@@ -300,21 +300,7 @@ impl<'a> ReduceLaunch<'a> {
                 format!("{full:?} for a program of rank {} (wide: {})", rp.rank, rp.wide),
             ));
         }
-        if inputs.len() != p.inputs.len() || outputs.len() != p.outputs.len() || scalars.len() != p.scalars {
-            return Err(Error::invalid_arg(
-                OP,
-                "operands",
-                format!(
-                    "{} inputs, {} outputs, {} scalars for a program of {}, {}, {}",
-                    inputs.len(),
-                    outputs.len(),
-                    scalars.len(),
-                    p.inputs.len(),
-                    p.outputs.len(),
-                    p.scalars
-                ),
-            ));
-        }
+        p.check_operand_counts(OP, inputs.len(), outputs.len(), scalars.len())?;
         let packed = row_major_strides(full);
         let mut args = ReduceArgs {
             ptr: [0; MAX_INPUTS + MAX_OUTPUTS + 2],
@@ -328,16 +314,7 @@ impl<'a> ReduceLaunch<'a> {
             scale,
             phase: 0,
         };
-        for (k, (t, &d)) in inputs.iter().zip(&p.inputs).enumerate() {
-            check_tensor(OP, "input", t)?;
-            if t.dtype != d {
-                return Err(Error::invalid_arg(
-                    OP,
-                    "input",
-                    format!("input {k} is {:?}, the program reads {d:?}", t.dtype),
-                ));
-            }
-            let strides = broadcast_strides(OP, &t.dims, &t.strides, full)?;
+        for (k, (t, strides)) in inputs.iter().zip(p.input_strides(OP, inputs, full)?).enumerate() {
             args.ptr[k] = t.ptr;
             args.in_layout[k] = kernel_layout(OP, full, &strides)?;
         }
