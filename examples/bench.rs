@@ -14,6 +14,14 @@
 //! (`fresh_cache`: every kernel compiled, as on a new machine) or filled by an untimed run
 //! (`warm_cache`); `median_ms` is the child's wall time (one run).
 //!
+//! `burn_op_cost/*` cases time Burn tensor operations from the host: a chain of 4,000
+//! iterations of a product by a scalar followed by either a sum with a scalar (two
+//! elementwise operations) or a swap of dims (a view), on `Cudnn` (eager: each operation
+//! launches at once) and on `CudnnFusion` (lazy: burn-fusion records each operation, hands it
+//! to its server thread, and runs what our fusers join as one kernel); `us_per_call` is the
+//! wall time per iteration, a read back of the result included. PyTorch has no counterpart
+//! here (its eager per-operation cost is in the training rows).
+//!
 //! `sm_carveout/*` cases time a ResNet-50 3x3 convolution (batch 256, fp16 NHWC) on the whole
 //! GPU and limited to half its SMs (`EnginePolicy::sm_count_target`), a 256 MiB copy kernel
 //! on a second stream, and both at once (the span from the first start to the last end, per
@@ -1479,6 +1487,63 @@ fn new_shape_defs() -> Vec<CaseDef> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Host cost per Burn operation, eager and under lazy fusion
+
+/// Iterations of the timed chain of the `burn_op_cost` cases.
+const OP_COST_ITERS: usize = 4000;
+
+/// Wall time per iteration (µs) of `iters` iterations of `x = x.mul_scalar(c).OP`, OP being
+/// `add_scalar(d)` (`fusable`: two elementwise operations a fuser joins) or `swap_dims(0, 1)`
+/// (a view: under lazy fusion each product then runs alone), on a 64 x 64 f32 tensor, then a
+/// read back of the result. Warm-up chains first compile the kernels (and fused programs).
+fn burn_chain_us<B: burn::tensor::backend::Backend>(device: &B::Device, fusable: bool, iters: usize) -> f64 {
+    use burn::tensor::{Distribution, Tensor};
+    let chain = |mut x: Tensor<B, 2>, n: usize| {
+        for _ in 0..n {
+            x = x.mul_scalar(0.999);
+            x = if fusable {
+                x.add_scalar(0.001)
+            } else {
+                x.swap_dims(0, 1)
+            };
+        }
+        let _ = x.into_data();
+    };
+    let x = Tensor::<B, 2>::random([64, 64], Distribution::Uniform(0.5, 1.5), device);
+    for _ in 0..3 {
+        chain(x.clone(), 64);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let start = std::time::Instant::now();
+    chain(x, iters);
+    start.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+fn burn_op_cost_defs() -> Vec<CaseDef> {
+    let mut defs = Vec::new();
+    for (label, lazy, fusable) in [
+        ("eager_two_launches", false, true),
+        ("eager_launch_and_view", false, false),
+        ("lazy_fused", true, true),
+        ("lazy_launch_and_view", true, false),
+    ] {
+        defs.push(CaseDef::new(
+            Case::new(format!("burn_op_cost/{label}"), "host").with_shape(vec![("iters", int(OP_COST_ITERS as i64))]),
+            move |ctx, case| {
+                let device = cudnn_backend::burn::CudnnDevice::new(ctx.device.ordinal());
+                case.us_per_call = Some(if lazy {
+                    burn_chain_us::<cudnn_backend::burn::CudnnFusion>(&device, fusable, OP_COST_ITERS)
+                } else {
+                    burn_chain_us::<cudnn_backend::burn::Cudnn>(&device, fusable, OP_COST_ITERS)
+                });
+                Ok(())
+            },
+        ));
+    }
+    defs
+}
+
+// ---------------------------------------------------------------------------------------------
 // SM carveout: a convolution limited to part of the GPU, next to a bandwidth-bound kernel on
 // a second stream
 
@@ -1630,6 +1695,7 @@ fn all_defs(opts: &Opts) -> Vec<CaseDef> {
     defs.extend(host_defs(opts));
     defs.extend(cold_start_defs());
     defs.extend(new_shape_defs());
+    defs.extend(burn_op_cost_defs());
     defs.extend(carveout_defs());
     defs
 }

@@ -15,7 +15,7 @@ use burn_ir::{
     TensorStatus,
 };
 
-use super::optimization::{CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar};
+use super::optimization::{CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView};
 use crate::graph::DataType;
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::fused::{FusedOp, Program, Value, MAX_INPUTS, MAX_OPS, MAX_OUTPUTS, MAX_SCALARS};
@@ -34,6 +34,8 @@ enum Kind {
     Compare(CompareOp),
     /// `args[0] ? args[1] : args[2]`.
     Select,
+    /// The value itself: a fill's scalar, or a sum or mean over a dim of size 1.
+    Identity,
     Clamp,
     Round(DataType),
     FromBool,
@@ -90,6 +92,34 @@ fn scalar(s: &burn_ir::ScalarOpIr, kind: Kind) -> Desc<'_> {
     }
 }
 
+/// A tensor of `out`'s shape filled with `value`.
+fn constant(out: &TensorIr, value: f64) -> Desc<'_> {
+    Desc {
+        kind: Kind::Identity,
+        args: vec![Arg::Scalar(ScalarIr::Float(value), out.dtype)],
+        out,
+    }
+}
+
+/// Whether dim `axis` of `t` has size 1 (relative dim id 0).
+fn size_one(t: &TensorIr, axis: usize) -> bool {
+    t.shape.get(axis) == Some(&0)
+}
+
+/// `(input, output)` of an operation whose output holds its input's elements in the same
+/// order: a float reshape, or a float sum or mean over a dim of size 1.
+fn same_elements(op: &OperationIr) -> Option<(&TensorIr, &TensorIr)> {
+    match op {
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => Some((&r.input, &r.out)),
+        OperationIr::NumericFloat(_, NumericOperationIr::SumDim(r) | NumericOperationIr::MeanDim(r))
+            if size_one(&r.input, r.axis) =>
+        {
+            Some((&r.input, &r.out))
+        }
+        _ => None,
+    }
+}
+
 /// The fusable description of `op`, or `None`.
 fn describe(op: &OperationIr) -> Option<Desc<'_>> {
     use BinaryOp as B;
@@ -115,6 +145,16 @@ fn describe(op: &OperationIr) -> Option<Desc<'_>> {
             NumericOperationIr::LowerElem(s) => scalar(s, Kind::Compare(C::Lt)),
             NumericOperationIr::LowerEqual(b) => binary(b, Kind::Compare(C::Le)),
             NumericOperationIr::LowerEqualElem(s) => scalar(s, Kind::Compare(C::Le)),
+            NumericOperationIr::Full(f) => Desc {
+                kind: Kind::Identity,
+                args: vec![Arg::Scalar(f.value, f.out.dtype)],
+                out: &f.out,
+            },
+            NumericOperationIr::SumDim(r) | NumericOperationIr::MeanDim(r) if size_one(&r.input, r.axis) => Desc {
+                kind: Kind::Identity,
+                args: vec![Arg::Tensor(&r.input)],
+                out: &r.out,
+            },
             NumericOperationIr::Clamp(c) => Desc {
                 kind: Kind::Clamp,
                 args: vec![
@@ -158,6 +198,8 @@ fn describe(op: &OperationIr) -> Option<Desc<'_>> {
                 args: vec![Arg::Tensor(&m.mask), Arg::Tensor(&m.value), Arg::Tensor(&m.tensor)],
                 out: &m.out,
             },
+            BaseOperationIr::Ones(c) => constant(&c.out, 1.0),
+            BaseOperationIr::Zeros(c) => constant(&c.out, 0.0),
             BaseOperationIr::MaskFill(m) => Desc {
                 kind: Kind::Select,
                 args: vec![
@@ -196,6 +238,15 @@ struct InputSlot {
     last_use: bool,
 }
 
+/// A reshape, or a sum or mean over a dim of size 1, of a tensor made before the run (or of
+/// an earlier view): its output is a view of that tensor, made when the run executes.
+#[derive(Clone, Debug)]
+struct ViewSlot {
+    out: TensorId,
+    source: TensorId,
+    source_last_use: bool,
+}
+
 /// Collects elementwise operations into one fused program (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct ElementwiseFuser {
@@ -213,6 +264,8 @@ pub(crate) struct ElementwiseFuser {
     consumed: HashSet<TensorId>,
     /// Tensors made outside the chain and dropped inside it.
     dropped: Vec<TensorId>,
+    /// Absorbed views of tensors made outside the chain, in order.
+    views: Vec<ViewSlot>,
     scalars: Vec<FusedScalar>,
     ops: Vec<FusedOp>,
 }
@@ -228,6 +281,7 @@ impl Default for ElementwiseFuser {
             made: Vec::new(),
             consumed: HashSet::new(),
             dropped: Vec::new(),
+            views: Vec::new(),
             scalars: Vec::new(),
             ops: Vec::new(),
         }
@@ -241,7 +295,29 @@ impl ElementwiseFuser {
         for op in ops {
             f.fuse(op);
         }
-        (f.absorbed.len() == ops.len() && !f.ops.is_empty()).then(|| f.build())
+        (f.absorbed.len() == ops.len() && !f.ops.is_empty() && !f.inputs.is_empty()).then(|| f.build())
+    }
+
+    fn is_view(&self, id: TensorId) -> bool {
+        self.views.iter().any(|v| v.out == id)
+    }
+
+    /// Takes `out` as a view of `source` when `source` is made before the run (a view of a
+    /// value of the run would need the value stored first).
+    fn try_view(&mut self, source: &TensorIr, out: &TensorIr) -> bool {
+        if self.registers.contains_key(&source.id) || storage(source.dtype).is_none() || out.dtype != source.dtype {
+            return false;
+        }
+        let source_last_use = source.status == TensorStatus::ReadWrite;
+        if source_last_use && self.is_view(source.id) {
+            self.consumed.insert(source.id);
+        }
+        self.views.push(ViewSlot {
+            out: out.id,
+            source: source.id,
+            source_last_use,
+        });
+        true
     }
 
     fn outputs_pending(&self) -> usize {
@@ -250,6 +326,11 @@ impl ElementwiseFuser {
 
     /// Adds `op` if it fits; false (and no change) otherwise.
     pub(super) fn try_add(&mut self, op: &OperationIr) -> bool {
+        if let Some((source, out)) = same_elements(op) {
+            if !self.registers.contains_key(&source.id) {
+                return self.try_view(source, out);
+            }
+        }
         let Some(d) = describe(op) else { return false };
         if storage(d.out.dtype).is_none() || self.ops.len() >= MAX_OPS || self.outputs_pending() >= MAX_OUTPUTS {
             return false;
@@ -308,6 +389,8 @@ impl ElementwiseFuser {
             Kind::Binary(b) => FusedOp::Binary(b, values[0], values[1]),
             Kind::Compare(c) => FusedOp::Compare(c, values[0], values[1]),
             Kind::Select => FusedOp::Select(values[0], values[1], values[2]),
+            // Rounding to f32 is the identity.
+            Kind::Identity => FusedOp::Round(values[0], DataType::F32),
             Kind::Clamp => FusedOp::Clamp(values[0], values[1], values[2]),
             Kind::Round(to) => FusedOp::Round(values[0], to),
             Kind::FromBool => FusedOp::FromBool(values[0]),
@@ -332,6 +415,9 @@ impl ElementwiseFuser {
             }
             return Value::Reg(r);
         }
+        if last_use && self.is_view(t.id) {
+            self.consumed.insert(t.id);
+        }
         if let Some(k) = self.inputs.iter().position(|i| i.id == t.id) {
             self.inputs[k].last_use |= last_use;
             return Value::Input(k as u8);
@@ -349,6 +435,12 @@ impl ElementwiseFuser {
         self.registers.contains_key(&id) || self.inputs.iter().any(|i| i.id == id)
     }
 
+    /// Whether the program reads at least one tensor (a run of fills alone has no device to
+    /// run on).
+    pub(super) fn has_inputs(&self) -> bool {
+        !self.inputs.is_empty()
+    }
+
     /// Whether one more input fits the program.
     pub(super) fn has_input_room(&self) -> bool {
         self.inputs.len() < MAX_INPUTS
@@ -364,10 +456,10 @@ impl ElementwiseFuser {
         self.shape.as_deref()
     }
 
-    /// A drop of tensor `t` inside the run: a value of the run is then not stored, a tensor
-    /// made outside has its handle released when the run executes.
+    /// A drop of tensor `t` inside the run: a value or view of the run is then not stored, a
+    /// tensor made outside has its handle released when the run executes.
     pub(super) fn drop_tensor(&mut self, t: &TensorIr) {
-        if self.registers.contains_key(&t.id) {
+        if self.registers.contains_key(&t.id) || self.is_view(t.id) {
             self.consumed.insert(t.id);
         } else {
             self.dropped.push(t.id);
@@ -405,6 +497,16 @@ impl ElementwiseFuser {
                 .collect(),
             outputs: outputs.iter().map(|&(id, _, dtype)| (id, dtype)).collect(),
             dropped: self.dropped.clone(),
+            views: self
+                .views
+                .iter()
+                .map(|v| FusedView {
+                    out: v.out,
+                    source: v.source,
+                    source_last_use: v.source_last_use,
+                    keep: !self.consumed.contains(&v.out),
+                })
+                .collect(),
             scalars: self.scalars.clone(),
             operations: self.absorbed.clone(),
             function: None,
@@ -451,7 +553,7 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
             // Runs of two or more: a run of one operation taken alone gave wrong results in
             // the conformance suite (`float_trunc` computed like the case before it), not
             // yet explained, so single operations stay on the backend's own kernels.
-            ready: self.ops.len() >= 2,
+            ready: self.ops.len() >= 2 && !self.inputs.is_empty(),
         }
     }
 
@@ -467,7 +569,7 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
 #[cfg(test)]
 mod tests {
     use burn_backend::BoolStore;
-    use burn_ir::{BinaryOpIr, CastOpIr, MaskFillOpIr, ScalarOpIr, UnaryOpIr};
+    use burn_ir::{BinaryOpIr, CastOpIr, MaskFillOpIr, ScalarOpIr, ShapeOpIr, UnaryOpIr};
 
     use super::*;
 
@@ -577,6 +679,130 @@ mod tests {
         let mut f = ElementwiseFuser::default();
         f.fuse(&OperationIr::Drop(t(1, &[4], RW, DType::F32)));
         assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 0));
+    }
+
+    fn binary_op(op: fn(BinaryOpIr) -> NumericOperationIr, lhs: TensorIr, rhs: TensorIr, out: TensorIr) -> OperationIr {
+        OperationIr::NumericFloat(DType::F32, op(BinaryOpIr { lhs, rhs, out }))
+    }
+
+    fn reshape(input: TensorIr, out: TensorIr) -> OperationIr {
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr { input, out }))
+    }
+
+    #[test]
+    fn reshaped_parameters_join_the_run_as_views() {
+        // Burn's batch-norm affine: (x - mean) / std * gamma.reshape([1, C, 1, 1]) +
+        // beta.reshape([1, C, 1, 1]); gamma's view is read again later (by the backward pass).
+        let f32 = DType::F32;
+        let ops = vec![
+            binary_op(
+                NumericOperationIr::Sub,
+                t(1, &[2, 3, 4, 4], RO, f32),
+                t(2, &[0, 3, 0, 0], RO, f32),
+                t(3, &[2, 3, 4, 4], NEW, f32),
+            ),
+            binary_op(
+                NumericOperationIr::Div,
+                t(3, &[2, 3, 4, 4], RO, f32),
+                t(4, &[0, 3, 0, 0], RO, f32),
+                t(5, &[2, 3, 4, 4], NEW, f32),
+            ),
+            reshape(t(6, &[3], RO, f32), t(7, &[0, 3, 0, 0], NEW, f32)),
+            binary_op(
+                NumericOperationIr::Mul,
+                t(5, &[2, 3, 4, 4], RO, f32),
+                t(7, &[0, 3, 0, 0], RO, f32),
+                t(8, &[2, 3, 4, 4], NEW, f32),
+            ),
+            reshape(t(9, &[3], RO, f32), t(10, &[0, 3, 0, 0], NEW, f32)),
+            binary_op(
+                NumericOperationIr::Add,
+                t(8, &[2, 3, 4, 4], RW, f32),
+                t(10, &[0, 3, 0, 0], RW, f32),
+                t(11, &[2, 3, 4, 4], NEW, f32),
+            ),
+        ];
+        let f = fuse_all(&ops);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 6));
+        assert!(f.properties().ready);
+        let e = f.build();
+        e.program.validate().unwrap();
+        assert_eq!(e.program.ops.len(), 4);
+        let views: Vec<_> = e
+            .views
+            .iter()
+            .map(|v| (v.out, v.source, v.source_last_use, v.keep))
+            .collect();
+        assert_eq!(
+            views,
+            vec![
+                (TensorId::new(7), TensorId::new(6), false, true),
+                (TensorId::new(10), TensorId::new(9), false, false),
+            ]
+        );
+        let inputs: Vec<_> = e.inputs.iter().map(|i| i.id).collect();
+        assert_eq!(inputs, [1, 2, 4, 7, 10].map(TensorId::new));
+        // A reshape of a value made in the run closes it.
+        let mut f = fuse_all(&ops[..2]);
+        f.fuse(&reshape(t(5, &[2, 3, 4, 4], RO, f32), t(12, &[2, 3, 0, 16], NEW, f32)));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 2));
+    }
+
+    #[test]
+    fn mean_dim_backward_is_one_program() {
+        // burn-autodiff's mean_dim backward: ones(shape) * (1 / n) * grad.sum_dim(1), where
+        // grad's dim 1 has size 1 (the sum is the identity).
+        let f32 = DType::F32;
+        let ops = vec![
+            OperationIr::BaseFloat(BaseOperationIr::Ones(burn_ir::CreationOpIr {
+                out: t(1, &[2, 3], NEW, f32),
+            })),
+            OperationIr::NumericFloat(
+                f32,
+                NumericOperationIr::MulScalar(ScalarOpIr {
+                    lhs: t(1, &[2, 3], RW, f32),
+                    rhs: ScalarIr::UInt(0),
+                    out: t(2, &[2, 3], NEW, f32),
+                }),
+            ),
+            OperationIr::NumericFloat(
+                f32,
+                NumericOperationIr::SumDim(burn_ir::ReduceDimOpIr {
+                    input: t(3, &[2, 0], RW, f32),
+                    out: t(4, &[2, 0], NEW, f32),
+                    axis: 1,
+                    accumulator_len: 1,
+                }),
+            ),
+            binary_op(
+                NumericOperationIr::Mul,
+                t(2, &[2, 3], RW, f32),
+                t(4, &[2, 0], RW, f32),
+                t(5, &[2, 3], NEW, f32),
+            ),
+        ];
+        let f = fuse_all(&ops);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 4));
+        assert!(f.properties().ready);
+        let e = f.build();
+        e.program.validate().unwrap();
+        assert_eq!(e.program.ops[0], FusedOp::Round(Value::Scalar(0), DataType::F32));
+        assert_eq!(e.scalars[0].value, ScalarIr::Float(1.0));
+        assert_eq!(e.outputs, vec![(TensorId::new(5), f32)]);
+        // The summed gradient is a view of the gradient, read at its last use and not kept.
+        assert_eq!(
+            e.inputs.iter().map(|i| (i.id, i.last_use)).collect::<Vec<_>>(),
+            vec![(TensorId::new(4), true)]
+        );
+        assert_eq!(
+            e.views
+                .iter()
+                .map(|v| (v.source, v.source_last_use, v.keep))
+                .collect::<Vec<_>>(),
+            vec![(TensorId::new(3), true, false)]
+        );
+        // Fills alone read no tensor: never ready.
+        assert!(!fuse_all(&ops[..2]).properties().ready);
     }
 
     #[test]

@@ -25,6 +25,18 @@ pub(crate) struct FusedInput {
     pub last_use: bool,
 }
 
+/// A reshape (or a sum or mean over a dim of size 1) absorbed into a fused run: `out` is a
+/// view of `source`, a tensor made before the run or an earlier view (relative ids).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FusedView {
+    pub out: TensorId,
+    pub source: TensorId,
+    /// The view holds `source`'s last use: its handle is released when the run executes.
+    pub source_last_use: bool,
+    /// `out` is read after the run: its handle is registered when the run executes.
+    pub keep: bool,
+}
+
 /// A scalar operand: its (relative) value and the float dtype it is rounded to first, as the
 /// unfused op would round it.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +54,8 @@ pub struct ElementwiseOptimization {
     pub(crate) outputs: Vec<(TensorId, DType)>,
     /// Tensors made outside the run and dropped inside it.
     pub(crate) dropped: Vec<TensorId>,
+    /// Views the run absorbed (an input may be one).
+    pub(crate) views: Vec<FusedView>,
     pub(crate) scalars: Vec<FusedScalar>,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
@@ -234,28 +248,72 @@ pub(crate) fn warn_unbuildable(warned: &AtomicBool, kind: &str, e: &crate::Error
     false
 }
 
-/// The global tensors of a fused run's inputs and the tensors behind them.
+/// The tensors a fused run reads, found in the fusion context (nothing is changed there until
+/// [`release_consumed`]).
+pub(crate) struct RunInputs {
+    /// The global tensor of each input.
+    pub ir: Vec<TensorIr>,
+    /// The tensor behind each input.
+    pub tensors: Vec<CudnnTensor>,
+    /// The global id and tensor of each absorbed view.
+    views: Vec<(TensorId, CudnnTensor)>,
+}
+
+/// The inputs and views of a fused run: a view is its source's tensor reshaped (no copy when
+/// the source is packed).
 pub(crate) fn run_inputs(
     context: &Context<CudnnFusionHandle>,
     inputs: &[FusedInput],
+    views: &[FusedView],
     op: &str,
-) -> (Vec<TensorIr>, Vec<CudnnTensor>) {
+) -> Result<RunInputs> {
+    let mut made: Vec<(TensorId, TensorId, CudnnTensor)> = Vec::with_capacity(views.len());
+    for v in views {
+        let out = global_ir(context, &v.out, op);
+        let source = match made.iter().find(|(rel, _, _)| *rel == v.source) {
+            Some((_, _, t)) => t.clone(),
+            None => handle_tensor(context, &global_ir(context, &v.source, op).id, op),
+        };
+        made.push((v.out, out.id, crate::burn::structure::reshape(source, &out.shape)?));
+    }
     let ir: Vec<_> = inputs.iter().map(|i| global_ir(context, &i.id, op)).collect();
-    let tensors = ir.iter().map(|t| handle_tensor(context, &t.id, op)).collect();
-    (ir, tensors)
+    let tensors = ir
+        .iter()
+        .zip(inputs)
+        .map(|(t, slot)| match made.iter().find(|(rel, _, _)| *rel == slot.id) {
+            Some((_, _, view)) => view.clone(),
+            None => handle_tensor(context, &t.id, op),
+        })
+        .collect();
+    let views = made.into_iter().map(|(_, id, t)| (id, t)).collect();
+    Ok(RunInputs { ir, tensors, views })
 }
 
-/// Releases the handles a fused run consumes: its inputs at their last use (`inputs_ir` from
-/// [`run_inputs`]) and the tensors dropped inside it.
+/// Updates the fusion context for a fused run that executes: releases the handles it consumes
+/// (its inputs at their last use, the sources of views at theirs, the tensors dropped inside
+/// it) and registers the views read after it.
 pub(crate) fn release_consumed(
     context: &mut Context<CudnnFusionHandle>,
-    inputs_ir: &[TensorIr],
+    run: &RunInputs,
     inputs: &[FusedInput],
+    views: &[FusedView],
     dropped: &[TensorId],
     op: &str,
 ) {
-    for (ir, slot) in inputs_ir.iter().zip(inputs) {
-        if slot.last_use {
+    let is_view = |id: TensorId| views.iter().any(|v| v.out == id);
+    for (ir, slot) in run.ir.iter().zip(inputs) {
+        if slot.last_use && !is_view(slot.id) {
+            context.handles.remove_handle(ir.id);
+        }
+    }
+    for (v, (id, t)) in views.iter().zip(&run.views) {
+        if v.keep {
+            context.handles.register_float_tensor::<Cudnn>(id, t.clone());
+        }
+    }
+    for v in views {
+        if v.source_last_use && !is_view(v.source) {
+            let ir = global_ir(context, &v.source, op);
             context.handles.remove_handle(ir.id);
         }
     }
@@ -281,9 +339,13 @@ impl ElementwiseOptimization {
         if self.unbuildable {
             return Ok(false);
         }
-        let (inputs_ir, inputs) = run_inputs(context, &self.inputs, OP);
+        let run = run_inputs(context, &self.inputs, &self.views, OP)?;
+        let inputs = &run.tensors;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
-        let stream = inputs[0].stream().clone();
+        let Some(first) = inputs.first() else {
+            return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs")));
+        };
+        let stream = first.stream().clone();
         let dims = to_dims(&outputs_ir[0].shape);
         // Declared before the launch, which ends up borrowing them, so they outlive it.
         let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
@@ -303,7 +365,7 @@ impl ElementwiseOptimization {
             Ok(None) => return Ok(false),
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
-        release_consumed(context, &inputs_ir, &self.inputs, &self.dropped, OP);
+        release_consumed(context, &run, &self.inputs, &self.views, &self.dropped, OP);
         let device = inputs[0].device().clone();
         // An input at its last use that nothing else references, packed and of the outputs'
         // dims, lends its buffer to an output of its dtype (each thread reads its element
@@ -333,7 +395,7 @@ impl ElementwiseOptimization {
             .bind(&self.program, &out_refs, &scalars)
             .and_then(|()| launch.launch(&stream, &self.program, &function, variant))?;
         drop((launch, out_refs, in_refs));
-        drop(inputs);
+        drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }

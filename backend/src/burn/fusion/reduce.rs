@@ -28,7 +28,7 @@ use cudarc::driver::CudaFunction;
 use super::fuser::ElementwiseFuser;
 use super::optimization::{
     global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, warn_unbuildable, CudnnOptimization,
-    FusedInput, FusedScalar,
+    FusedInput, FusedScalar, FusedView,
 };
 use super::CudnnFusionHandle;
 use crate::burn::tensor::{to_dims, CudnnTensor};
@@ -62,6 +62,8 @@ pub struct ReduceOptimization {
     outputs: Vec<(TensorId, DType)>,
     /// Tensors made before the run and dropped inside it.
     dropped: Vec<TensorId>,
+    /// Views the prologue absorbed.
+    views: Vec<FusedView>,
     scalars: Vec<FusedScalar>,
     /// A tensor whose shape is the iteration shape (the value summed).
     full: TensorId,
@@ -116,17 +118,15 @@ impl Default for ReduceFuser {
     }
 }
 
-/// A float sum or mean over one dim: `(input, out, axis, mean)`.
+/// A float sum or mean over one dim: `(input, out, axis, mean)`. Not over a dim of size 1
+/// (relative dim id 0): that one is the identity, which the elementwise fuser takes.
 fn reduction(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, usize, bool)> {
-    match op {
-        OperationIr::NumericFloat(dtype, NumericOperationIr::SumDim(r)) if is_float(*dtype) => {
-            Some((&r.input, &r.out, r.axis, false))
-        }
-        OperationIr::NumericFloat(dtype, NumericOperationIr::MeanDim(r)) if is_float(*dtype) => {
-            Some((&r.input, &r.out, r.axis, true))
-        }
-        _ => None,
-    }
+    let (r, mean) = match op {
+        OperationIr::NumericFloat(dtype, NumericOperationIr::SumDim(r)) if is_float(*dtype) => (r, false),
+        OperationIr::NumericFloat(dtype, NumericOperationIr::MeanDim(r)) if is_float(*dtype) => (r, true),
+        _ => return None,
+    };
+    (r.input.shape.get(r.axis) != Some(&0)).then_some((&r.input, &r.out, r.axis, mean))
 }
 
 fn storage(dtype: DType) -> Option<DataType> {
@@ -149,7 +149,7 @@ impl ReduceFuser {
     }
 
     fn ready(&self) -> bool {
-        matches!(self.stage, Stage::Reduced { .. }) && self.counted >= 2
+        matches!(self.stage, Stage::Reduced { .. }) && self.counted >= 2 && self.elementwise.has_inputs()
     }
 
     /// Takes `source` (a value of the run or a tensor made before it) as the value summed;
@@ -297,6 +297,7 @@ impl ReduceFuser {
             inputs: e.inputs,
             outputs: e.outputs,
             dropped: e.dropped,
+            views: e.views,
             scalars: e.scalars,
             full: full.id,
             mean_dims: self.means,
@@ -386,7 +387,8 @@ impl ReduceOptimization {
         }
         let full = to_dims(&global_ir(context, &self.full, OP).shape);
         let out_ir = global_ir(context, &self.out, OP);
-        let (inputs_ir, inputs) = run_inputs(context, &self.inputs, OP);
+        let run = run_inputs(context, &self.inputs, &self.views, OP)?;
+        let inputs = &run.tensors;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
         let Some(first) = inputs.first() else {
             return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs")));
@@ -437,8 +439,8 @@ impl ReduceOptimization {
                 Err(e) => return Ok(self.unbuildable_after(e)),
             }
         }
-        release_consumed(context, &inputs_ir, &self.inputs, &self.dropped, OP);
-        drop(inputs);
+        release_consumed(context, &run, &self.inputs, &self.views, &self.dropped, OP);
+        drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
