@@ -15,11 +15,12 @@
 //! (`warm_cache`); `median_ms` is the child's wall time (one run).
 //!
 //! `burn_op_cost/*` cases time Burn tensor operations from the host: a chain of 4,000
-//! iterations of a product by a scalar followed by either a sum with a scalar (two
+//! (`BENCH_OP_COST_ITERS`) iterations of a product by a scalar followed by either a sum with a scalar (two
 //! elementwise operations) or a swap of dims (a view), on `Cudnn` (eager: each operation
 //! launches at once) and on `CudnnFusion` (lazy: burn-fusion records each operation, hands it
 //! to its server thread, and runs what our fusers join as one kernel); `us_per_call` is the
-//! wall time per iteration, a read back of the result included. PyTorch has no counterpart
+//! wall time per iteration, a read back of the result included; `burn_op_cost/kernel_launch`
+//! is the product alone, launched from the kernel layer. PyTorch has no counterpart
 //! here (its eager per-operation cost is in the training rows).
 //!
 //! `sm_carveout/*` cases time a ResNet-50 3x3 convolution (batch 256, fp16 NHWC) on the whole
@@ -1489,8 +1490,14 @@ fn new_shape_defs() -> Vec<CaseDef> {
 // ---------------------------------------------------------------------------------------------
 // Host cost per Burn operation, eager and under lazy fusion
 
-/// Iterations of the timed chain of the `burn_op_cost` cases.
-const OP_COST_ITERS: usize = 4000;
+/// Iterations of the timed loop of the `burn_op_cost` cases (`BENCH_OP_COST_ITERS` sets
+/// another count, e.g. for a longer host profile).
+fn op_cost_iters() -> usize {
+    std::env::var("BENCH_OP_COST_ITERS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(4000)
+}
 
 /// Wall time per iteration (µs) of `iters` iterations of `x = x.mul_scalar(c).OP`, OP being
 /// `add_scalar(d)` (`fusable`: two elementwise operations a fuser joins) or `swap_dims(0, 1)`
@@ -1521,6 +1528,32 @@ fn burn_chain_us<B: burn::tensor::backend::Backend>(device: &B::Device, fusable:
 
 fn burn_op_cost_defs() -> Vec<CaseDef> {
     let mut defs = Vec::new();
+    // The same product launched from the kernel layer (`kernels::elementwise::binary_scalar`
+    // on two 64 x 64 f32 buffers): what a launch costs below Burn and the backend's tensors.
+    defs.push(CaseDef::new(
+        Case::new("burn_op_cost/kernel_launch".into(), "host").with_shape(vec![("iters", int(op_cost_iters() as i64))]),
+        |ctx, case| {
+            use cudnn_backend::kernels::elementwise::{binary_scalar, BinaryOp};
+            let s = ctx.stream.clone();
+            let a = scratch(&s, 64 * 64 * 4)?;
+            let mut o = scratch(&s, 64 * 64 * 4)?;
+            let (dims, strides) = ([64i64, 64], [64i64, 1]);
+            let at = TensorRef::from_bytes(&a, &s, DataType::F32, &dims, &strides)?;
+            let ot = TensorMut::from_bytes(&mut o, &s, DataType::F32, &dims, &strides)?;
+            for _ in 0..64 {
+                binary_scalar(&s, BinaryOp::Mul, &at, 0.999, &ot)?;
+            }
+            s.synchronize()?;
+            let iters = op_cost_iters();
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                binary_scalar(&s, BinaryOp::Mul, &at, 0.999, &ot)?;
+            }
+            s.synchronize()?;
+            case.us_per_call = Some(start.elapsed().as_secs_f64() * 1e6 / iters as f64);
+            Ok(())
+        },
+    ));
     for (label, lazy, fusable) in [
         ("eager_two_launches", false, true),
         ("eager_launch_and_view", false, false),
@@ -1528,13 +1561,13 @@ fn burn_op_cost_defs() -> Vec<CaseDef> {
         ("lazy_launch_and_view", true, false),
     ] {
         defs.push(CaseDef::new(
-            Case::new(format!("burn_op_cost/{label}"), "host").with_shape(vec![("iters", int(OP_COST_ITERS as i64))]),
+            Case::new(format!("burn_op_cost/{label}"), "host").with_shape(vec![("iters", int(op_cost_iters() as i64))]),
             move |ctx, case| {
                 let device = cudnn_backend::burn::CudnnDevice::new(ctx.device.ordinal());
                 case.us_per_call = Some(if lazy {
-                    burn_chain_us::<cudnn_backend::burn::CudnnFusion>(&device, fusable, OP_COST_ITERS)
+                    burn_chain_us::<cudnn_backend::burn::CudnnFusion>(&device, fusable, op_cost_iters())
                 } else {
-                    burn_chain_us::<cudnn_backend::burn::Cudnn>(&device, fusable, OP_COST_ITERS)
+                    burn_chain_us::<cudnn_backend::burn::Cudnn>(&device, fusable, op_cost_iters())
                 });
                 Ok(())
             },

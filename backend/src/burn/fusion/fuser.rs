@@ -266,6 +266,8 @@ pub(crate) struct ElementwiseFuser {
     dropped: Vec<TensorId>,
     /// Absorbed views of tensors made outside the chain, in order.
     views: Vec<ViewSlot>,
+    /// Views whose last use is in the chain (or that were dropped): not registered.
+    consumed_views: HashSet<TensorId>,
     scalars: Vec<FusedScalar>,
     ops: Vec<FusedOp>,
 }
@@ -282,6 +284,7 @@ impl Default for ElementwiseFuser {
             consumed: HashSet::new(),
             dropped: Vec::new(),
             views: Vec::new(),
+            consumed_views: HashSet::new(),
             scalars: Vec::new(),
             ops: Vec::new(),
         }
@@ -310,7 +313,7 @@ impl ElementwiseFuser {
         }
         let source_last_use = source.status == TensorStatus::ReadWrite;
         if source_last_use && self.is_view(source.id) {
-            self.consumed.insert(source.id);
+            self.consumed_views.insert(source.id);
         }
         self.views.push(ViewSlot {
             out: out.id,
@@ -416,7 +419,7 @@ impl ElementwiseFuser {
             return Value::Reg(r);
         }
         if last_use && self.is_view(t.id) {
-            self.consumed.insert(t.id);
+            self.consumed_views.insert(t.id);
         }
         if let Some(k) = self.inputs.iter().position(|i| i.id == t.id) {
             self.inputs[k].last_use |= last_use;
@@ -459,7 +462,9 @@ impl ElementwiseFuser {
     /// A drop of tensor `t` inside the run: a value or view of the run is then not stored, a
     /// tensor made outside has its handle released when the run executes.
     pub(super) fn drop_tensor(&mut self, t: &TensorIr) {
-        if self.registers.contains_key(&t.id) || self.is_view(t.id) {
+        if self.is_view(t.id) {
+            self.consumed_views.insert(t.id);
+        } else if self.registers.contains_key(&t.id) {
             self.consumed.insert(t.id);
         } else {
             self.dropped.push(t.id);
@@ -504,7 +509,7 @@ impl ElementwiseFuser {
                     out: v.out,
                     source: v.source,
                     source_last_use: v.source_last_use,
-                    keep: !self.consumed.contains(&v.out),
+                    keep: !self.consumed_views.contains(&v.out),
                 })
                 .collect(),
             scalars: self.scalars.clone(),
@@ -726,6 +731,12 @@ mod tests {
         assert_eq!((f.status(), f.len()), (FuserStatus::Open, 6));
         assert!(f.properties().ready);
         let e = f.build();
+        // Views are not values of the program: the count of stored values the fuser checks
+        // against the program's limit is the count the program stores (the normalized values
+        // are read later, by the backward pass).
+        let stored: Vec<_> = e.outputs.iter().map(|o| o.0).collect();
+        assert_eq!(stored, [3, 5, 11].map(TensorId::new));
+        assert_eq!(f.outputs_pending(), e.outputs.len());
         e.program.validate().unwrap();
         assert_eq!(e.program.ops.len(), 4);
         let views: Vec<_> = e
