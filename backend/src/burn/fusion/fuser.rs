@@ -186,6 +186,13 @@ fn describe(op: &OperationIr) -> Option<Desc<'_>> {
             _ => return None,
         },
         OperationIr::BaseFloat(b) => match b {
+            // A reshape of a value of the run (one made before it is a view): the identity,
+            // taken when the run can be flat.
+            BaseOperationIr::Reshape(r) => Desc {
+                kind: Kind::Identity,
+                args: vec![Arg::Tensor(&r.input)],
+                out: &r.out,
+            },
             BaseOperationIr::Equal(b) => binary(b, Kind::Compare(C::Eq)),
             BaseOperationIr::EqualElem(s) => scalar(s, Kind::Compare(C::Eq)),
             BaseOperationIr::Cast(c) => Desc {
@@ -270,6 +277,18 @@ pub(crate) struct ElementwiseFuser {
     consumed_views: HashSet<TensorId>,
     scalars: Vec<FusedScalar>,
     ops: Vec<FusedOp>,
+    /// The run reads an input broadcast against its shape.
+    broadcast: bool,
+    /// The run holds values whose shapes differ only in dims of size 1 (such as `[C]` and
+    /// `[1, C, 1, 1]`): one element order for all, every input read as a packed view.
+    flat: bool,
+    /// Whether the run may become flat (the reduction fuser's prologue may not).
+    allow_flat: bool,
+}
+
+/// `shape` without its dims of size 1 (relative dim id 0).
+fn squeezed(shape: &[usize]) -> Vec<usize> {
+    shape.iter().copied().filter(|&d| d != 0).collect()
 }
 
 impl Default for ElementwiseFuser {
@@ -287,6 +306,9 @@ impl Default for ElementwiseFuser {
             consumed_views: HashSet::new(),
             scalars: Vec::new(),
             ops: Vec::new(),
+            broadcast: false,
+            flat: false,
+            allow_flat: true,
         }
     }
 }
@@ -299,6 +321,15 @@ impl ElementwiseFuser {
             f.fuse(op);
         }
         (f.absorbed.len() == ops.len() && !f.ops.is_empty() && !f.inputs.is_empty()).then(|| f.build())
+    }
+
+    /// A fuser whose runs never become flat (for a prologue that a reduction reads with
+    /// broadcast strides).
+    pub(super) fn without_flat_runs() -> Self {
+        Self {
+            allow_flat: false,
+            ..Self::default()
+        }
     }
 
     fn is_view(&self, id: TensorId) -> bool {
@@ -339,8 +370,26 @@ impl ElementwiseFuser {
             return false;
         }
         let out_shape: Vec<usize> = d.out.shape.iter().copied().collect();
-        if self.shape.as_ref().is_some_and(|s| *s != out_shape) {
-            return false;
+        // A value or input of another shape than the run's makes the run flat (its non-unit
+        // dims must agree); an input broadcast against it makes it a broadcast run; a run is
+        // never both.
+        let (mut flat, mut broadcast) = (self.flat, self.broadcast);
+        let may_flatten =
+            |a: &[usize], b: &[usize], broadcast: bool| self.allow_flat && !broadcast && squeezed(a) == squeezed(b);
+        if let Some(s) = self.shape.as_ref().filter(|s| **s != out_shape) {
+            if !may_flatten(s, &out_shape, broadcast) {
+                return false;
+            }
+            flat = true;
+        }
+        if let (Arg::Tensor(t), Kind::Identity) = (&d.args[0], &d.kind) {
+            // A reshape of a value of the run keeps its elements in order only in a flat run.
+            if self.registers.contains_key(&t.id) && t.shape != d.out.shape {
+                if !may_flatten(&t.shape, &out_shape, broadcast) {
+                    return false;
+                }
+                flat = true;
+            }
         }
         // Operand checks before any change.
         let mut new_inputs = 0;
@@ -351,12 +400,21 @@ impl ElementwiseFuser {
                     if self.registers.contains_key(&t.id) {
                         continue;
                     }
-                    if storage(t.dtype).is_none() || t.shape.len() != out_shape.len() {
+                    if storage(t.dtype).is_none() {
                         return false;
                     }
-                    // Relative dim id 0 is size 1: broadcast.
-                    if t.shape.iter().zip(&out_shape).any(|(&a, &b)| a != b && a != 0) {
-                        return false;
+                    let t_shape: &[usize] = &t.shape;
+                    if t_shape != out_shape.as_slice() {
+                        // Relative dim id 0 is size 1: broadcast.
+                        let broadcasts = t_shape.len() == out_shape.len()
+                            && t_shape.iter().zip(&out_shape).all(|(&a, &b)| a == b || a == 0);
+                        if broadcasts && !flat {
+                            broadcast = true;
+                        } else if may_flatten(t_shape, &out_shape, broadcast) {
+                            flat = true;
+                        } else {
+                            return false;
+                        }
                     }
                     if !self.inputs.iter().any(|i| i.id == t.id) {
                         new_inputs += 1;
@@ -373,6 +431,7 @@ impl ElementwiseFuser {
         if self.inputs.len() + new_inputs > MAX_INPUTS || self.scalars.len() + new_scalars > MAX_SCALARS {
             return false;
         }
+        (self.flat, self.broadcast) = (flat, broadcast);
         let mut values = Vec::with_capacity(d.args.len());
         for a in &d.args {
             values.push(match a {
@@ -513,6 +572,7 @@ impl ElementwiseFuser {
                 })
                 .collect(),
             scalars: self.scalars.clone(),
+            flat: self.flat,
             operations: self.absorbed.clone(),
             function: None,
             unbuildable: false,
@@ -814,6 +874,72 @@ mod tests {
         );
         // Fills alone read no tensor: never ready.
         assert!(!fuse_all(&ops[..2]).properties().ready);
+    }
+
+    fn mul_scalar(input: TensorIr, scalar: u64, out: TensorIr) -> OperationIr {
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::MulScalar(ScalarOpIr {
+                lhs: input,
+                rhs: ScalarIr::UInt(scalar),
+                out,
+            }),
+        )
+    }
+
+    #[test]
+    fn values_that_differ_only_in_unit_dims_make_one_flat_run() {
+        // Burn's running mean: running_mean * (1 - m) + (mean * m).reshape([C]), `mean` of
+        // shape [1, C, 1, 1].
+        let f32 = DType::F32;
+        let ops = vec![
+            mul_scalar(t(1, &[3], RW, f32), 0, t(2, &[3], NEW, f32)),
+            mul_scalar(t(3, &[0, 3, 0, 0], RO, f32), 1, t(4, &[0, 3, 0, 0], NEW, f32)),
+            reshape(t(4, &[0, 3, 0, 0], RW, f32), t(5, &[3], NEW, f32)),
+            binary_op(
+                NumericOperationIr::Add,
+                t(2, &[3], RW, f32),
+                t(5, &[3], RW, f32),
+                t(6, &[3], NEW, f32),
+            ),
+        ];
+        let f = fuse_all(&ops);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 4));
+        assert!(f.properties().ready);
+        let e = f.build();
+        e.program.validate().unwrap();
+        assert!(e.flat);
+        assert_eq!(e.program.ops[2], FusedOp::Round(Value::Reg(1), DataType::F32));
+        assert_eq!(e.outputs, vec![(TensorId::new(6), f32)]);
+        assert!(e.views.is_empty());
+
+        // A run that reads a broadcast input does not also take a reshape of its values, and
+        // the reduction fuser's prologue never becomes flat.
+        let broadcast = binary_op(
+            NumericOperationIr::Add,
+            t(1, &[2, 3], RO, f32),
+            t(2, &[0, 3], RO, f32),
+            t(3, &[2, 3], NEW, f32),
+        );
+        let squeeze = reshape(t(3, &[2, 3], RO, f32), t(4, &[0, 2, 3], NEW, f32));
+        let mut f = fuse_all(&[broadcast.clone()]);
+        f.fuse(&squeeze);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
+        let mut f = ElementwiseFuser::without_flat_runs();
+        for op in &ops {
+            f.fuse(op);
+        }
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
+        // Flat first, then a broadcast input: closed before it.
+        let mut f = fuse_all(&ops[1..3]);
+        assert!(f.flat);
+        f.fuse(&binary_op(
+            NumericOperationIr::Add,
+            t(5, &[3], RO, f32),
+            t(7, &[0], RO, f32),
+            t(8, &[3], NEW, f32),
+        ));
+        assert_eq!(f.status(), FuserStatus::Closed);
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct ElementwiseOptimization {
     /// Views the run absorbed (an input may be one).
     pub(crate) views: Vec<FusedView>,
     pub(crate) scalars: Vec<FusedScalar>,
+    /// Values of the run differ in rank (their non-unit dims agree): inputs are read as packed
+    /// views of the first output's shape, and each output is stored with its own.
+    pub(crate) flat: bool,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
     /// The program's kernel once built, with the launch variant it was built for (an
@@ -339,9 +342,16 @@ impl ElementwiseOptimization {
         if self.unbuildable {
             return Ok(false);
         }
-        let run = run_inputs(context, &self.inputs, &self.views, OP)?;
-        let inputs = &run.tensors;
+        let mut run = run_inputs(context, &self.inputs, &self.views, OP)?;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
+        if self.flat {
+            let shape = &outputs_ir[0].shape;
+            run.tensors = std::mem::take(&mut run.tensors)
+                .into_iter()
+                .map(|t| crate::burn::structure::reshape(t, shape))
+                .collect::<Result<_>>()?;
+        }
+        let inputs = &run.tensors;
         let Some(first) = inputs.first() else {
             return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs")));
         };
@@ -397,6 +407,11 @@ impl ElementwiseOptimization {
         drop((launch, out_refs, in_refs));
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
+            let t = if self.flat {
+                crate::burn::structure::reshape(t, &ir.shape)?
+            } else {
+                t
+            };
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
         Ok(true)

@@ -104,7 +104,7 @@ pub(crate) struct ReduceFuser {
 impl Default for ReduceFuser {
     fn default() -> Self {
         Self {
-            elementwise: ElementwiseFuser::default(),
+            elementwise: ElementwiseFuser::without_flat_runs(),
             stage: Stage::Prologue,
             target: None,
             reduced: 0,
