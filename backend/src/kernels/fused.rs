@@ -959,6 +959,28 @@ mod tests {
     }
 
     #[test]
+    fn a_program_that_reads_no_tensor_launches_over_its_outputs() {
+        // A fill, scaled (burn-autodiff's mean_dim backward before the gradient joins it).
+        let p = Program {
+            inputs: vec![],
+            scalars: 2,
+            ops: vec![
+                FusedOp::Round(Value::Scalar(0), DataType::F32),
+                FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
+            ],
+            outputs: vec![(1, DataType::F32)],
+        };
+        p.validate().unwrap();
+        let dims = [8i64, 16];
+        let mut launch = FusedLaunch::for_packed_outputs(&p, &[], &dims).unwrap();
+        launch
+            .bind(&p, &[TensorMut::fake_packed(&dims, DataType::F32, 0x3000)], &[1.0, 0.5])
+            .unwrap();
+        // Packed outputs alone decide the vector width.
+        assert!(launch.variant().vec > 1);
+    }
+
+    #[test]
     fn binding_outputs_narrows_the_vector_width_to_their_alignment() {
         let p = relu_add();
         let dims = [8i64, 16];

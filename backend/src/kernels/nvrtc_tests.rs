@@ -361,6 +361,32 @@ fn generated_fused_programs_compile() {
         ],
     };
     program.validate().unwrap();
+    // A program that reads no tensor (a fill, scaled: burn-autodiff's mean_dim backward
+    // before the gradient joins it).
+    let fill = Program {
+        inputs: vec![],
+        scalars: 2,
+        ops: vec![
+            FusedOp::Round(Value::Scalar(0), DataType::F32),
+            FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
+        ],
+        outputs: vec![(1, DataType::F32)],
+    };
+    fill.validate().unwrap();
+    for vec in [1, 4] {
+        let variant = super::fused::Variant {
+            rank: 1,
+            vec,
+            wide: false,
+        };
+        let source = KernelSource {
+            name: "fused-fill-test.cu",
+            code: Box::leak(format!("{}\n{}", super::ELEMENTWISE_MATH, fill.source(variant)).into_boxed_str()),
+            common: true,
+        };
+        let image = compile::compile(source, Some("fused_elementwise"), SM90).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!image.bytes.is_empty());
+    }
     let variants = [
         super::fused::Variant {
             rank: 1,

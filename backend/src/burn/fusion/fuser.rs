@@ -16,6 +16,7 @@ use burn_ir::{
 };
 
 use super::optimization::{CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView};
+use crate::burn::CudnnDevice;
 use crate::graph::DataType;
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::fused::{FusedOp, Program, Value, MAX_INPUTS, MAX_OPS, MAX_OUTPUTS, MAX_SCALARS};
@@ -284,6 +285,9 @@ pub(crate) struct ElementwiseFuser {
     flat: bool,
     /// Whether the run may become flat (the reduction fuser's prologue may not).
     allow_flat: bool,
+    /// The device the run executes on: a run that reads no tensor (fills and arithmetic on
+    /// them) launches there. Without it such a run is never ready.
+    device: Option<CudnnDevice>,
 }
 
 /// `shape` without its dims of size 1 (relative dim id 0).
@@ -309,18 +313,37 @@ impl Default for ElementwiseFuser {
             broadcast: false,
             flat: false,
             allow_flat: true,
+            device: None,
         }
     }
 }
 
 impl ElementwiseFuser {
-    /// The optimization these operations make (used to rebuild one from its state too).
-    pub(crate) fn from_operations(ops: &[OperationIr]) -> Option<ElementwiseOptimization> {
-        let mut f = Self::default();
+    /// The fuser of the runs that execute on `device`.
+    pub(crate) fn on(device: CudnnDevice) -> Self {
+        Self {
+            device: Some(device),
+            ..Self::default()
+        }
+    }
+
+    /// The optimization these operations make on `device` (used to rebuild one from its
+    /// state too).
+    pub(crate) fn from_operations(ops: &[OperationIr], device: Option<CudnnDevice>) -> Option<ElementwiseOptimization> {
+        let mut f = Self {
+            device,
+            ..Self::default()
+        };
         for op in ops {
             f.fuse(op);
         }
-        (f.absorbed.len() == ops.len() && !f.ops.is_empty() && !f.inputs.is_empty()).then(|| f.build())
+        (f.absorbed.len() == ops.len() && !f.ops.is_empty() && f.has_device()).then(|| f.build())
+    }
+
+    /// Whether the run knows where it executes: on the device of a tensor it reads, else on
+    /// the fuser's device.
+    fn has_device(&self) -> bool {
+        !self.inputs.is_empty() || self.device.is_some()
     }
 
     /// A fuser whose runs never become flat (for a prologue that a reduction reads with
@@ -573,6 +596,7 @@ impl ElementwiseFuser {
                 .collect(),
             scalars: self.scalars.clone(),
             flat: self.flat,
+            device: self.device,
             operations: self.absorbed.clone(),
             function: None,
             unbuildable: false,
@@ -618,7 +642,7 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
             // Runs of two or more: a run of one operation taken alone gave wrong results in
             // the conformance suite (`float_trunc` computed like the case before it), not
             // yet explained, so single operations stay on the backend's own kernels.
-            ready: self.ops.len() >= 2 && !self.inputs.is_empty(),
+            ready: self.ops.len() >= 2 && self.has_device(),
         }
     }
 
@@ -872,8 +896,16 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(TensorId::new(3), true, false)]
         );
-        // Fills alone read no tensor: never ready.
+        // Fills alone read no tensor: ready only where the fuser knows its device.
         assert!(!fuse_all(&ops[..2]).properties().ready);
+        let mut f = ElementwiseFuser::on(CudnnDevice::new(0));
+        for op in &ops[..2] {
+            f.fuse(op);
+        }
+        assert!(f.properties().ready);
+        let e = f.build();
+        e.program.validate().unwrap();
+        assert!(e.inputs.is_empty() && e.device == Some(CudnnDevice::new(0)));
     }
 
     fn mul_scalar(input: TensorIr, scalar: u64, out: TensorIr) -> OperationIr {
@@ -960,7 +992,7 @@ mod tests {
         let e = fuse_all(&ops).build();
         assert_eq!(e.program.ops[1], FusedOp::Round(Value::Reg(0), DataType::BF16));
         assert_eq!(e.program.outputs, vec![(1, DataType::BF16)]);
-        let again = ElementwiseFuser::from_operations(&e.operations).unwrap();
+        let again = ElementwiseFuser::from_operations(&e.operations, None).unwrap();
         assert_eq!(again.program, e.program);
     }
 }

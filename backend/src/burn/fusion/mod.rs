@@ -110,7 +110,7 @@ impl FusionRuntime for CudnnFusionRuntime {
         flusher::ensure_started(&device);
         if fusers_enabled() {
             vec![
-                Box::new(fuser::ElementwiseFuser::default()),
+                Box::new(fuser::ElementwiseFuser::on(device)),
                 Box::new(linear::LinearGradFuser::default()),
                 Box::new(leading_sum::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),

@@ -60,6 +60,8 @@ pub struct ElementwiseOptimization {
     /// Values of the run differ in rank (their non-unit dims agree): inputs are read as packed
     /// views of the first output's shape, and each output is stored with its own.
     pub(crate) flat: bool,
+    /// Where a run that reads no tensor launches.
+    pub(crate) device: Option<CudnnDevice>,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
     /// The program's kernel once built, with the launch variant it was built for (an
@@ -163,12 +165,14 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
         }
     }
 
-    fn from_state(_device: &CudnnDevice, state: CudnnOptimizationState) -> Self {
+    fn from_state(device: &CudnnDevice, state: CudnnOptimizationState) -> Self {
         match state {
-            CudnnOptimizationState::Elementwise(ops) => match super::fuser::ElementwiseFuser::from_operations(&ops) {
-                Some(e) => CudnnOptimization::Elementwise(e),
-                None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
-            },
+            CudnnOptimizationState::Elementwise(ops) => {
+                match super::fuser::ElementwiseFuser::from_operations(&ops, Some(*device)) {
+                    Some(e) => CudnnOptimization::Elementwise(e),
+                    None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
+                }
+            }
             CudnnOptimizationState::LinearGrad(ops) => match super::linear::LinearGradFuser::matched(&ops) {
                 Some(l) => CudnnOptimization::LinearGrad(l),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
@@ -352,10 +356,14 @@ impl ElementwiseOptimization {
                 .collect::<Result<_>>()?;
         }
         let inputs = &run.tensors;
-        let Some(first) = inputs.first() else {
-            return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs")));
+        let device = match (inputs.first(), self.device) {
+            (Some(first), _) => first.device().clone(),
+            (None, Some(device)) => device.open()?,
+            (None, None) => {
+                return Ok(self.unbuildable_after(crate::Error::invalid_arg(OP, "inputs", "no inputs and no device")))
+            }
         };
-        let stream = first.stream().clone();
+        let stream = device.stream().clone();
         let dims = to_dims(&outputs_ir[0].shape);
         // Declared before the launch, which ends up borrowing them, so they outlive it.
         let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
@@ -376,7 +384,6 @@ impl ElementwiseOptimization {
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
         release_consumed(context, &run, &self.inputs, &self.views, &self.dropped, OP);
-        let device = inputs[0].device().clone();
         // An input at its last use that nothing else references, packed and of the outputs'
         // dims, lends its buffer to an output of its dtype (each thread reads its element
         // before writing it).
