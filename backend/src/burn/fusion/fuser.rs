@@ -629,7 +629,12 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
     }
 
     fn reset(&mut self) {
-        *self = Self::default();
+        // burn-fusion resets a fuser before each new block: where it runs stays.
+        *self = Self {
+            device: self.device,
+            allow_flat: self.allow_flat,
+            ..Self::default()
+        };
     }
 
     fn status(&self) -> FuserStatus {
@@ -906,6 +911,12 @@ mod tests {
         let e = f.build();
         e.program.validate().unwrap();
         assert!(e.inputs.is_empty() && e.device == Some(CudnnDevice::new(0)));
+        // burn-fusion resets its fusers for each block: the device stays.
+        f.reset();
+        for op in &ops[..2] {
+            f.fuse(op);
+        }
+        assert!(f.properties().ready);
     }
 
     fn mul_scalar(input: TensorIr, scalar: u64, out: TensorIr) -> OperationIr {
