@@ -1,5 +1,9 @@
 //! The elementwise fuser: collects a run of float/bool elementwise operations of one output
 //! shape (inputs may broadcast) into a [`kernels::fused::Program`](crate::kernels::fused::Program).
+//! Fills (`ones`, `zeros`, `full`) are constants of the run; a reshape of a tensor made before
+//! the run, or a sum or mean of one over a dim of size 1, is read as a view of it; values whose
+//! shapes differ only in dims of size 1 (`[C]` and `[1, C, 1, 1]`) make a *flat* run, in one
+//! element order (a run is flat or broadcast, never both).
 //!
 //! It sees burn-fusion's *relative* operations: tensor ids and dims are numbered within the
 //! stream (dim id 0 is size 1) and scalars are indices into the execution context, so one
@@ -35,7 +39,8 @@ enum Kind {
     Compare(CompareOp),
     /// `args[0] ? args[1] : args[2]`.
     Select,
-    /// The value itself: a fill's scalar, or a sum or mean over a dim of size 1.
+    /// The value itself: a fill's scalar, a sum or mean over a dim of size 1, or a reshape
+    /// of a value of a flat run.
     Identity,
     Clamp,
     Round(DataType),
@@ -520,8 +525,8 @@ impl ElementwiseFuser {
         self.registers.contains_key(&id) || self.inputs.iter().any(|i| i.id == id)
     }
 
-    /// Whether the program reads at least one tensor (a run of fills alone has no device to
-    /// run on).
+    /// Whether the program reads at least one tensor (the reduction fuser's runs launch on
+    /// the device of a tensor they read).
     pub(super) fn has_inputs(&self) -> bool {
         !self.inputs.is_empty()
     }
@@ -965,7 +970,7 @@ mod tests {
             t(3, &[2, 3], NEW, f32),
         );
         let squeeze = reshape(t(3, &[2, 3], RO, f32), t(4, &[0, 2, 3], NEW, f32));
-        let mut f = fuse_all(&[broadcast.clone()]);
+        let mut f = fuse_all(std::slice::from_ref(&broadcast));
         f.fuse(&squeeze);
         assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
         let mut f = ElementwiseFuser::without_flat_runs();
