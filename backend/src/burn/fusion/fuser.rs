@@ -286,7 +286,7 @@ pub(crate) struct ElementwiseFuser {
     /// The run reads an input broadcast against its shape.
     broadcast: bool,
     /// The run holds values whose shapes differ only in dims of size 1 (such as `[C]` and
-    /// `[1, C, 1, 1]`): one element order for all, every input read as a packed view.
+    /// `[1, C, 1, 1]`): one element order for all, every input read as a view of one shape.
     flat: bool,
     /// Whether the run may become flat (the reduction fuser's prologue may not).
     allow_flat: bool,

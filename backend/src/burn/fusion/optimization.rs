@@ -57,8 +57,9 @@ pub struct ElementwiseOptimization {
     /// Views the run absorbed (an input may be one).
     pub(crate) views: Vec<FusedView>,
     pub(crate) scalars: Vec<FusedScalar>,
-    /// Values of the run differ in rank (their non-unit dims agree): inputs are read as packed
-    /// views of the first output's shape, and each output is stored with its own.
+    /// Values of the run differ in rank (their non-unit dims agree): inputs are read as views
+    /// of the first output's shape (copied where no view exists), and each output is stored
+    /// with its own.
     pub(crate) flat: bool,
     /// Where a run that reads no tensor launches.
     pub(crate) device: Option<CudnnDevice>,
