@@ -9,13 +9,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 logs="${1:?log dir}"; model="${2:-transformer}"; dtype="${3:-bf16}"; batch="${4:-32}"
 mkdir -p "$logs"
 if [[ $model == cnn ]]; then
-  ours=("$here/train_burn" --train $((batch * 4)) --test "$batch"); tmodel=cnn
+  ours=("$here/train_burn" --train $((batch * 8)) --test "$batch"); tmodel=cnn
 else
-  ours=("$here/train_transformer" --train $((batch * 4)) --test "$batch"); tmodel=transformer
+  ours=("$here/train_transformer" --train $((batch * 8)) --test "$batch"); tmodel=transformer
 fi
 read -r -a extra <<<"${PROFILE_ARGS:-}"
 ours+=("${extra[@]}")
-# Steps 1-2 warm up (compiles, plans); the launches of steps 3-4 are profiled.
+# Steps 1-2 warm up (compiles, plans); about two steps' worth of kernels after them are profiled
+# (eight steps run, so the window ends before the program does; the summary says how many
+# kernels it saw against the count asked, as Nsight counts kernels, not our launches).
 per_step=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out 2>&1 \
     | sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p')
 skip=$((per_step * 2 + 50)); count=$((per_step * 2))
@@ -46,7 +48,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
     step(); torch.cuda.synchronize()
 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90))
 PY
-python3 - "$logs/ncu.csv" <<'PY'
+python3 - "$logs/ncu.csv" "$count" <<'PY'
 import csv, sys, collections
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
 head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
@@ -61,6 +63,9 @@ for r in rows[head + 1:]:
     name = r[ki][:90]; tot[name] += us / 2; n[name] += 1
 all_ = sum(tot.values())
 print(f"ours: {all_:.0f} us of kernel time per step, {sum(n.values()) // 2} kernels per step")
+seen, asked = sum(n.values()), int(sys.argv[2])
+if seen < asked:
+    print(f"warning: {seen} kernels profiled of {asked} asked: the window ended with the program, per-step figures are low")
 for k, v in sorted(tot.items(), key=lambda t: -t[1])[:40]:
     print(f"{v:9.1f} us {n[k] // 2:4d}x  {k}")
 PY
