@@ -892,6 +892,21 @@ impl<'a> FusedLaunch<'a> {
     }
 }
 
+/// A program that reads no tensor: a fill, scaled (burn-autodiff's `mean_dim` backward before
+/// the gradient joins it). For the CPU and NVRTC tests.
+#[cfg(test)]
+pub(crate) fn scaled_fill_program() -> Program {
+    Program {
+        inputs: vec![],
+        scalars: 2,
+        ops: vec![
+            FusedOp::Round(Value::Scalar(0), DataType::F32),
+            FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
+        ],
+        outputs: vec![(1, DataType::F32)],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -960,16 +975,7 @@ mod tests {
 
     #[test]
     fn a_program_that_reads_no_tensor_launches_over_its_outputs() {
-        // A fill, scaled (burn-autodiff's mean_dim backward before the gradient joins it).
-        let p = Program {
-            inputs: vec![],
-            scalars: 2,
-            ops: vec![
-                FusedOp::Round(Value::Scalar(0), DataType::F32),
-                FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
-            ],
-            outputs: vec![(1, DataType::F32)],
-        };
+        let p = scaled_fill_program();
         p.validate().unwrap();
         let dims = [8i64, 16];
         let mut launch = FusedLaunch::for_packed_outputs(&p, &[], &dims).unwrap();

@@ -361,17 +361,8 @@ fn generated_fused_programs_compile() {
         ],
     };
     program.validate().unwrap();
-    // A program that reads no tensor (a fill, scaled: burn-autodiff's mean_dim backward
-    // before the gradient joins it).
-    let fill = Program {
-        inputs: vec![],
-        scalars: 2,
-        ops: vec![
-            FusedOp::Round(Value::Scalar(0), DataType::F32),
-            FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
-        ],
-        outputs: vec![(1, DataType::F32)],
-    };
+    // A program that reads no tensor.
+    let fill = super::fused::scaled_fill_program();
     fill.validate().unwrap();
     for vec in [1, 4] {
         let variant = super::fused::Variant {

@@ -19,7 +19,7 @@ use burn_ir::{
     TensorStatus,
 };
 
-use super::optimization::{CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView};
+use super::optimization::{last_use, CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView};
 use crate::burn::CudnnDevice;
 use crate::graph::DataType;
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
@@ -108,7 +108,7 @@ fn constant(out: &TensorIr, value: f64) -> Desc<'_> {
 }
 
 /// Whether dim `axis` of `t` has size 1 (relative dim id 0).
-fn size_one(t: &TensorIr, axis: usize) -> bool {
+pub(super) fn size_one(t: &TensorIr, axis: usize) -> bool {
     t.shape.get(axis) == Some(&0)
 }
 
@@ -370,7 +370,7 @@ impl ElementwiseFuser {
         if self.registers.contains_key(&source.id) || storage(source.dtype).is_none() || out.dtype != source.dtype {
             return false;
         }
-        let source_last_use = source.status == TensorStatus::ReadWrite;
+        let source_last_use = last_use(source);
         if source_last_use && self.is_view(source.id) {
             self.consumed_views.insert(source.id);
         }

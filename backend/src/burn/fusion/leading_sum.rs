@@ -22,7 +22,7 @@ use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::optimization::{global_ir, handle_tensor, is_float, last_use, status_of, CudnnOptimization};
 use super::CudnnFusionHandle;
 use crate::burn::math::{self, ReduceOp};
 use crate::burn::tensor::to_dims;
@@ -165,11 +165,7 @@ impl OperationFuser<CudnnOptimization> for LeadingSumFuser {
     }
 
     fn status(&self) -> FuserStatus {
-        if self.closed {
-            FuserStatus::Closed
-        } else {
-            FuserStatus::Open
-        }
+        status_of(self.closed)
     }
 
     fn properties(&self) -> FuserProperties {

@@ -203,6 +203,15 @@ pub(crate) fn last_use(t: &TensorIr) -> bool {
     t.status == TensorStatus::ReadWrite
 }
 
+/// The status of a pattern fuser that stops at its first mismatch (`closed`).
+pub(crate) fn status_of(closed: bool) -> burn_fusion::FuserStatus {
+    if closed {
+        burn_fusion::FuserStatus::Closed
+    } else {
+        burn_fusion::FuserStatus::Open
+    }
+}
+
 /// Whether `dtype` is a float dtype the pattern fusers take (f32, f16, bf16).
 pub(crate) fn is_float(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)

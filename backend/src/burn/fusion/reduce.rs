@@ -25,10 +25,10 @@ use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 use cudarc::driver::CudaFunction;
 
-use super::fuser::ElementwiseFuser;
+use super::fuser::{size_one, ElementwiseFuser};
 use super::optimization::{
-    global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, warn_unbuildable, CudnnOptimization,
-    FusedInput, FusedScalar, FusedView,
+    global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, status_of, warn_unbuildable,
+    CudnnOptimization, FusedInput, FusedScalar, FusedView,
 };
 use super::CudnnFusionHandle;
 use crate::burn::tensor::{to_dims, CudnnTensor};
@@ -126,7 +126,7 @@ fn reduction(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, usize, bool)> {
         OperationIr::NumericFloat(dtype, NumericOperationIr::MeanDim(r)) if is_float(*dtype) => (r, true),
         _ => return None,
     };
-    (r.input.shape.get(r.axis) != Some(&0)).then_some((&r.input, &r.out, r.axis, mean))
+    (!size_one(&r.input, r.axis)).then_some((&r.input, &r.out, r.axis, mean))
 }
 
 fn storage(dtype: DType) -> Option<DataType> {
@@ -337,11 +337,7 @@ impl OperationFuser<CudnnOptimization> for ReduceFuser {
     }
 
     fn status(&self) -> FuserStatus {
-        if self.closed {
-            FuserStatus::Closed
-        } else {
-            FuserStatus::Open
-        }
+        status_of(self.closed)
     }
 
     fn properties(&self) -> FuserProperties {

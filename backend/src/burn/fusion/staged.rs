@@ -5,7 +5,7 @@
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
 
-use super::optimization::CudnnOptimization;
+use super::optimization::{status_of, CudnnOptimization};
 
 /// Where a fixed-sequence match stands.
 pub(crate) trait Stage: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
@@ -78,11 +78,7 @@ impl<S: Stage> OperationFuser<CudnnOptimization> for StagedFuser<S> {
     }
 
     fn status(&self) -> FuserStatus {
-        if self.closed {
-            FuserStatus::Closed
-        } else {
-            FuserStatus::Open
-        }
+        status_of(self.closed)
     }
 
     fn properties(&self) -> FuserProperties {
