@@ -93,6 +93,48 @@ pub(crate) fn broadcast_dims(op: &str, a: &[i64], b: &[i64]) -> Result<Vec<i64>>
         .collect()
 }
 
+/// `dims` with 1 on every dim (of size > 1) along which each of `operands` is constant: of
+/// size 1 there or broadcast (stride 0), dims aligned to the right as in broadcasting. An
+/// elementwise result then has one element per such dim, computed once and returned as a
+/// broadcast view: no full-size write, and later reads of it stay broadcast reads. `None`
+/// when no dim is constant, or when there is nothing to read (a fill).
+pub(crate) fn constant_dims(dims: &[i64], operands: &[&CudnnTensor]) -> Option<Vec<i64>> {
+    let layouts: Vec<&ViewLayout> = operands.iter().map(|t| &t.layout).collect();
+    constant_dims_of(dims, &layouts)
+}
+
+/// [`constant_dims`] of operands with these layouts.
+fn constant_dims_of(dims: &[i64], operands: &[&ViewLayout]) -> Option<Vec<i64>> {
+    if operands.is_empty() {
+        return None;
+    }
+    let rank = dims.len();
+    let constant = |i: usize| {
+        operands.iter().all(|l| {
+            let pad = rank - l.dims.len().min(rank);
+            i < pad || {
+                let j = i - pad;
+                l.dims[j] == 1 || l.strides[j] == 0
+            }
+        })
+    };
+    let small: Vec<i64> = (0..rank).map(|i| if dims[i] > 1 && constant(i) { 1 } else { dims[i] }).collect();
+    (small != dims).then_some(small)
+}
+
+/// `t` read over `small` (from [`constant_dims`]): each of its broadcast dims that `small`
+/// makes 1 keeps its one element. A view.
+pub(crate) fn narrowed(t: &CudnnTensor, small: &[i64]) -> CudnnTensor {
+    let pad = small.len() - t.rank().min(small.len());
+    let mut layout = t.layout.clone();
+    for (j, d) in layout.dims.iter_mut().enumerate() {
+        if small[pad + j] == 1 {
+            *d = 1;
+        }
+    }
+    t.with_layout(layout)
+}
+
 /// An error unless both tensors live on the same GPU.
 pub(crate) fn check_same_device(op: &str, a: &CudnnTensor, b: &CudnnTensor) -> Result<()> {
     let (x, y) = (a.device().ordinal(), b.device().ordinal());
@@ -119,6 +161,10 @@ pub(crate) fn check_same_dtype(op: &str, a: &CudnnTensor, b: &CudnnTensor) -> Re
 /// Elementwise `op(x)` into a new packed tensor of `x`'s dtype (or into `x` itself when
 /// it is the only view of its buffer).
 pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> Result<CudnnTensor> {
+    if let Some(small) = constant_dims(x.dims(), &[&x]) {
+        let dims = x.dims().to_vec();
+        return expand(unary(narrowed(&x, &small), op, name)?, &dims, name);
+    }
     let out = if x.is_exclusive() {
         x.clone()
     } else {
@@ -133,6 +179,10 @@ pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -
     check_same_device(name, &a, &b)?;
     check_same_dtype(name, &a, &b)?;
     let dims = broadcast_dims(name, a.dims(), b.dims())?;
+    if let Some(small) = constant_dims(&dims, &[&a, &b]) {
+        let out = binary(narrowed(&a, &small), narrowed(&b, &small), op, name)?;
+        return expand(out, &dims, name);
+    }
     let out = if a.is_exclusive() && a.dims() == dims.as_slice() {
         a.clone()
     } else if b.is_exclusive() && b.dims() == dims.as_slice() && b.dtype == a.dtype {
@@ -147,6 +197,10 @@ pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -
 /// `op(a, s)` for a scalar `s` passed to the kernel by value (no one-element tensor, no
 /// fill launch); into `a` itself when it is the only view of its buffer.
 pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) -> Result<CudnnTensor> {
+    if let Some(small) = constant_dims(a.dims(), &[&a]) {
+        let dims = a.dims().to_vec();
+        return expand(binary_scalar(narrowed(&a, &small), s, op, name)?, &dims, name);
+    }
     let out = if a.is_exclusive() {
         a.clone()
     } else {
@@ -179,6 +233,10 @@ pub(crate) fn compare(
     check_same_device(name, &a, &b)?;
     check_same_dtype(name, &a, &b)?;
     let dims = broadcast_dims(name, a.dims(), b.dims())?;
+    if let Some(small) = constant_dims(&dims, &[&a, &b]) {
+        let small_out = compare(narrowed(&a, &small), narrowed(&b, &small), op, out, name)?;
+        return expand(small_out, &dims, name);
+    }
     let out = a.empty_on(&dims, bool_dtype(name, out)?, name)?;
     ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tmut())?;
     Ok(out)
@@ -186,6 +244,10 @@ pub(crate) fn compare(
 
 /// Comparison against a scalar passed to the kernel by value.
 pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDType, name: &str) -> Result<CudnnTensor> {
+    if let Some(small) = constant_dims(a.dims(), &[&a]) {
+        let dims = a.dims().to_vec();
+        return expand(compare_scalar(narrowed(&a, &small), s, op, out, name)?, &dims, name);
+    }
     let out = a.empty_like(bool_dtype(name, out)?, name)?;
     ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tmut())?;
     Ok(out)
@@ -197,6 +259,10 @@ pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &s
     check_same_device(name, &a, &b)?;
     check_same_dtype(name, &a, &b)?;
     let dims = broadcast_dims(name, &broadcast_dims(name, cond.dims(), a.dims())?, b.dims())?;
+    if let Some(small) = constant_dims(&dims, &[&cond, &a, &b]) {
+        let out = where_(narrowed(&cond, &small), narrowed(&a, &small), narrowed(&b, &small), name)?;
+        return expand(out, &dims, name);
+    }
     let out = a.empty_on(&dims, a.dtype, name)?;
     ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut())?;
     Ok(out)
@@ -327,5 +393,37 @@ impl CudnnTensor {
         let start = t.layout.offset as usize * elem;
         let len = t.numel() as usize * elem;
         t.storage.read(start, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_dims_of;
+    use crate::view::ViewLayout;
+
+    fn layout(dims: &[i64], strides: &[i64]) -> ViewLayout {
+        ViewLayout {
+            dims: dims.to_vec(),
+            strides: strides.to_vec(),
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn dims_no_operand_varies_along_are_found_broadcast_or_expanded() {
+        // ones([16, 1152]) expanded from one element, times g: [16, 1] (burn-autodiff's
+        // mean_dim backward): nothing varies along dim 1.
+        let ones = layout(&[16, 1152], &[0, 0]);
+        let g = layout(&[16, 1], &[1, 1]);
+        assert_eq!(constant_dims_of(&[16, 1152], &[&ones, &g]), Some(vec![16, 1]));
+        // A lower-rank operand aligns to the right: [C] against [N, C] leaves dim 0 constant
+        // only if the other operand is constant there too.
+        let row = layout(&[4], &[1]);
+        let full = layout(&[3, 4], &[4, 1]);
+        assert_eq!(constant_dims_of(&[3, 4], &[&row]), Some(vec![1, 4]));
+        assert_eq!(constant_dims_of(&[3, 4], &[&row, &full]), None);
+        // Nothing to read (a fill) or nothing constant: no change.
+        assert_eq!(constant_dims_of(&[3, 4], &[]), None);
+        assert_eq!(constant_dims_of(&[3, 1], &[&layout(&[3, 1], &[1, 1])]), None);
     }
 }

@@ -122,15 +122,7 @@ impl ReduceProgram {
         s.push_str("    if (o < a.kept) {\n");
         // The kept element's offsets, then per reduced element the rest of each offset.
         emit_walk(&mut s, p.inputs.len(), false);
-        s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n");
-        s.push_str("        for (i64 r = chunk * a.chunk + ty; r < rend; r += blockDim.y) {\n");
-        emit_walk(&mut s, p.inputs.len(), true);
-        p.emit_input_values(&mut s, "            ", |k| format!("p{k}[o{k}]"));
-        p.emit_operations(&mut s, "            ");
-        for (j, &(r, d)) in p.outputs.iter().enumerate() {
-            let _ = writeln!(s, "            q{j}[oo] = {};", store_expr(&format!("r{r}"), d));
-        }
-        let _ = writeln!(s, "            acc += {};\n        }}\n    }}", self.target.expr());
+        emit_reduced_loop(&mut s, p, self.target);
         // The rows of each lane fold pairwise in a fixed order.
         s.push_str("    tree[ty * blockDim.x + tx] = acc;\n    __syncthreads();\n");
         s.push_str("    for (unsigned h = blockDim.y / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * blockDim.x + tx] += tree[(ty + h) * blockDim.x + tx];\n        __syncthreads();\n    }\n");
@@ -144,18 +136,22 @@ impl ReduceProgram {
     }
 }
 
+/// Reduced elements each thread loads before it computes on them (loads in flight).
+const UNROLL: usize = 4;
+
 /// Emits the offsets of one element of `inputs` inputs: for its kept coordinates (`reduced`
 /// false: `bK` and `bo`, from the kept index `o`), or added to those for its reduced
-/// coordinates (`oK` and `oo`, from the reduced index `r`); the innermost dim comes last.
+/// coordinates (`uK` and `uo`, from the reduced index `r`, keeping the coordinates in
+/// `cnt`); the innermost dim comes last.
 fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
     let (indent, index, start, off, full_off, skip) = if reduced {
-        ("            ", "jj", "(FIDX)r", "o", "oo", "!RED(d)")
+        ("        ", "jj", "(FIDX)r", "u", "uo", "!RED(d)")
     } else {
         ("        ", "j", "(FIDX)o", "b", "bo", "RED(d)")
     };
     let init = |k: Option<usize>| match (reduced, k) {
-        (true, Some(k)) => format!("o{k} = b{k}"),
-        (true, None) => "oo = bo".to_string(),
+        (true, Some(k)) => format!("u{k} = b{k}"),
+        (true, None) => "uo = bo".to_string(),
         (false, Some(k)) => format!("b{k} = 0"),
         (false, None) => "bo = 0".to_string(),
     };
@@ -164,18 +160,79 @@ fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
         .chain(std::iter::once(init(None)))
         .collect();
     let _ = writeln!(s, "{indent}i64 {};\n{indent}FIDX {index} = {start};", decls.join(", "));
-    let _ = writeln!(
-        s,
-        "#pragma unroll\n{indent}for (int d = FR - 1; d >= 0; --d) {{\n{indent}    if ({skip}) continue;"
-    );
+    if reduced {
+        let _ = writeln!(s, "{indent}FIDX cnt[FR];");
+    }
+    let _ = writeln!(s, "#pragma unroll\n{indent}for (int d = FR - 1; d >= 0; --d) {{");
+    if reduced {
+        let _ = writeln!(s, "{indent}    cnt[d] = 0;");
+    }
+    let _ = writeln!(s, "{indent}    if ({skip}) continue;");
     let _ = writeln!(
         s,
         "{indent}    const FIDX n = (FIDX)a.full.shape[d];\n{indent}    const FIDX c = {index} % n;\n{indent}    {index} /= n;"
     );
+    if reduced {
+        let _ = writeln!(s, "{indent}    cnt[d] = c;");
+    }
     for k in 0..inputs {
         let _ = writeln!(s, "{indent}    {off}{k} += (i64)c * a.in_layout[{k}].strides[d];");
     }
     let _ = writeln!(s, "{indent}    {full_off} += (i64)c * a.full.strides[d];\n{indent}}}");
+}
+
+/// Emits the loop over the reduced elements of one chunk, for the thread's row `ty`: the
+/// first element's coordinates are divided out once, then each step of `blockDim.y` elements
+/// advances them like an odometer (carries by subtraction, a division only for a carry of
+/// four or more turns of a dim), and the thread loads [`UNROLL`] elements before it computes
+/// on them, so that several loads are in flight.
+fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
+    let inputs = p.inputs.len();
+    s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n        i64 r = chunk * a.chunk + ty;\n");
+    s.push_str("        const FIDX step = (FIDX)blockDim.y;\n");
+    emit_walk(s, inputs, true);
+    let _ = writeln!(s, "        while (r < rend) {{\n            bool ok[{UNROLL}];\n            i64 eo[{UNROLL}];");
+    for k in 0..inputs {
+        let _ = writeln!(s, "            i64 e{k}[{UNROLL}];");
+    }
+    let _ = writeln!(s, "#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) {{");
+    s.push_str("                ok[v] = r < rend;\n                eo[v] = uo;\n");
+    for k in 0..inputs {
+        let _ = writeln!(s, "                e{k}[v] = u{k};");
+    }
+    s.push_str(
+        "                r += step;\n                FIDX carry = step;\n#pragma unroll\n                for (int d = FR - 1; d >= 0; --d) {\n\
+         \x20                   if (!RED(d) || carry == 0) continue;\n\
+         \x20                   const FIDX n = (FIDX)a.full.shape[d];\n\
+         \x20                   if (n == 1) continue;\n\
+         \x20                   FIDX c = cnt[d] + carry;\n\
+         \x20                   carry = 0;\n\
+         \x20                   if (c / 4 >= n) { carry = c / n; c -= carry * n; }\n\
+         \x20                   while (c >= n) { c -= n; ++carry; }\n\
+         \x20                   const i64 dc = (i64)c - (i64)cnt[d];\n\
+         \x20                   cnt[d] = c;\n",
+    );
+    for k in 0..inputs {
+        let _ = writeln!(s, "                    u{k} += dc * a.in_layout[{k}].strides[d];");
+    }
+    s.push_str("                    uo += dc * a.full.strides[d];\n                }\n            }\n");
+    for (k, d) in p.inputs.iter().enumerate() {
+        let t = storage_type(*d);
+        let _ = writeln!(
+            s,
+            "            {t} l{k}[{UNROLL}];\n#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) l{k}[v] = ok[v] ? p{k}[e{k}[v]] : ({t})0;"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) {{\n                if (!ok[v]) continue;"
+    );
+    p.emit_input_values(s, "                ", |k| format!("l{k}[v]"));
+    p.emit_operations(s, "                ");
+    for (j, &(r, d)) in p.outputs.iter().enumerate() {
+        let _ = writeln!(s, "                q{j}[eo[v]] = {};", store_expr(&format!("r{r}"), d));
+    }
+    let _ = writeln!(s, "                acc += {};\n            }}\n        }}\n    }}", target.expr());
 }
 
 /// The kernel source of `rp` (generated once, then looked up).
@@ -205,8 +262,72 @@ pub fn needs_wide(dims: &[i64]) -> bool {
     dims.iter().product::<i64>() >= 1 << 31
 }
 
-/// Blocks worth of work to aim for: about four per SM of a large GPU.
-const TARGET_BLOCKS: i64 = 512;
+/// The same reduction over fewer dims: dims of size 1 dropped, and neighbouring dims merged
+/// when both are reduced (or both kept) and every operand walks them as one (the outer
+/// stride is the inner stride times the inner size). An `NCHW` tensor summed over `N`, `H`
+/// and `W` becomes `[N, C, H*W]`: fewer coordinates per element and a longer innermost run.
+/// Returns the program for the merged rank and reduced dims, the merged shape and each
+/// input's view of it (the unchanged reduction when nothing merges).
+pub fn coalesce<'a>(
+    rp: &ReduceProgram,
+    full: &[i64],
+    inputs: &[TensorRef<'a>],
+) -> Result<(ReduceProgram, Vec<i64>, Vec<TensorRef<'a>>)> {
+    let mut strides = rp.program.input_strides(OP, inputs, full)?;
+    strides.push(row_major_strides(full));
+    let mut dims: Vec<i64> = Vec::with_capacity(full.len());
+    let mut reduced: Vec<bool> = Vec::with_capacity(full.len());
+    let mut merged: Vec<Vec<i64>> = vec![Vec::with_capacity(full.len()); strides.len()];
+    for (d, &n) in full.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let red = rp.reduced >> d & 1 == 1;
+        let joins = reduced.last() == Some(&red)
+            && strides
+                .iter()
+                .zip(&merged)
+                .all(|(s, m)| m.last() == Some(&(s[d] * n)));
+        if joins {
+            if let Some(last) = dims.last_mut() {
+                *last *= n;
+            }
+            for (s, m) in strides.iter().zip(&mut merged) {
+                if let Some(last) = m.last_mut() {
+                    *last = s[d];
+                }
+            }
+        } else {
+            dims.push(n);
+            reduced.push(red);
+            for (s, m) in strides.iter().zip(&mut merged) {
+                m.push(s[d]);
+            }
+        }
+    }
+    if !reduced.contains(&true) || dims.len() == full.len() {
+        return Ok((rp.clone(), full.to_vec(), inputs.to_vec()));
+    }
+    let mask = reduced
+        .iter()
+        .enumerate()
+        .fold(0u8, |m, (d, &r)| m | (u8::from(r) << d));
+    let views = inputs
+        .iter()
+        .zip(&merged)
+        .map(|(t, s)| t.reshaped(&dims, s))
+        .collect::<Result<Vec<_>>>()?;
+    let merged_rp = ReduceProgram {
+        rank: dims.len() as u8,
+        reduced: mask,
+        ..rp.clone()
+    };
+    Ok((merged_rp, dims, views))
+}
+
+/// Blocks worth of work to aim for: about eight per SM of a large GPU (a reduction is bound
+/// by the loads in flight).
+const TARGET_BLOCKS: i64 = 1024;
 
 /// The tensors of one launch: `inputs` broadcast to the iteration shape, `outputs` (the
 /// program's stored registers) packed with the iteration shape's dims, `result` packed with
@@ -430,7 +551,8 @@ mod tests {
         assert_eq!(src.matches("KERNEL void").count(), 1);
         assert!(src.contains("#define FMASK 13u"));
         assert!(src.contains("acc += r1;"));
-        assert!(src.contains("q0[oo] = r0;"));
+        assert!(src.contains("q0[eo[v]] = r0;"));
+        assert!(!src.contains(" % n;\n                "), "no division per element in the loop");
         assert!(src.contains("f32_to_bf16(acc * a.scale)"));
     }
 
@@ -457,10 +579,10 @@ mod tests {
     fn the_split_reads_along_the_inner_dim_and_fills_the_gpu() {
         let rp = squared_deviation();
         // [128, 64, 32, 32], reducing n, h, w: the inner dim is reduced (one lane, 256 rows),
-        // 64 kept channels, chunks to fill about 512 blocks.
+        // 64 kept channels, chunks to fill about 1024 blocks.
         let (kept, red, chunks, block) = ReduceLaunch::split(&rp, &[128, 64, 32, 32]);
         assert_eq!((kept, red, block), (64, 128 * 32 * 32, (1, 256)));
-        assert_eq!(chunks, 8);
+        assert_eq!(chunks, 16);
         // Reducing dim 0 of [128, 4, 512]: the inner dim is kept (32 lanes of 8 rows).
         let rp0 = ReduceProgram {
             reduced: 0b001,
@@ -470,6 +592,30 @@ mod tests {
         let (kept, red, chunks, block) = ReduceLaunch::split(&rp0, &[128, 4, 512]);
         assert_eq!((kept, red, block, chunks), (2048, 128, (32, 8), 1));
         assert_eq!(ReduceLaunch::scratch_len(&rp0, &[128, 4, 512]), 0);
-        assert_eq!(ReduceLaunch::scratch_len(&rp, &[128, 64, 32, 32]), 64 * 8);
+        assert_eq!(ReduceLaunch::scratch_len(&rp, &[128, 64, 32, 32]), 64 * 16);
+    }
+
+    #[test]
+    fn coalescing_merges_reduced_and_kept_neighbours_and_drops_unit_dims() {
+        let rp = squared_deviation();
+        let x = TensorRef::fake_packed(&[8, 16, 12, 12], DataType::F32, 1 << 20);
+        // The mean, [1, 16, 1, 1], broadcast over n, h and w.
+        let mean = TensorRef::fake_packed(&[1, 16, 1, 1], DataType::F32, 1 << 24);
+        let (merged, dims, views) = coalesce(&rp, &[8, 16, 12, 12], &[x.clone(), mean.clone()]).unwrap();
+        assert_eq!(dims, vec![8, 16, 144]);
+        assert_eq!((merged.rank, merged.reduced), (3, 0b101));
+        assert_eq!(views[0].strides(), &[16 * 144, 144, 1]);
+        assert_eq!(views[1].strides(), &[0, 1, 0]);
+        merged.validate().unwrap();
+
+        // A transposed input (h and w swapped) cannot merge h with w; n alone stays.
+        let xt = x.transposed(2, 3);
+        let (merged, dims, _) = coalesce(&rp, &[8, 16, 12, 12], &[xt, mean.clone()]).unwrap();
+        assert_eq!((merged.rank, dims), (4, vec![8, 16, 12, 12]));
+
+        // Size-1 dims go: [1, 16, 1, 1] summed over dims 0, 2, 3 keeps dims 1 ... and has no
+        // reduced dim left, so nothing changes.
+        let (merged, dims, _) = coalesce(&rp, &[1, 16, 1, 1], &[mean.clone(), mean]).unwrap();
+        assert_eq!((merged.rank, dims), (4, vec![1, 16, 1, 1]));
     }
 }

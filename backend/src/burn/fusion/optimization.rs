@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
-use crate::burn::{Cudnn, CudnnDevice};
+use crate::burn::{exec, Cudnn, CudnnDevice};
 use crate::error::Result;
 use crate::kernels::fused::{self, FusedLaunch, Program, Variant};
 use crate::view::ViewLayout;
@@ -365,6 +365,18 @@ impl ElementwiseOptimization {
                 .map(|t| crate::burn::structure::reshape(t, shape))
                 .collect::<Result<_>>()?;
         }
+        let full = to_dims(&outputs_ir[0].shape);
+        // Dims along which no input varies (all of them for a run that reads no tensor, such
+        // as `ones(..) * s`): the run computes one element per such dim and its outputs are
+        // broadcast views of full size (a flat run keeps its one element order instead).
+        let small = match (self.flat, run.tensors.is_empty()) {
+            (true, _) => None,
+            (false, true) => Some(vec![1; full.len()]).filter(|s| *s != full),
+            (false, false) => exec::constant_dims(&full, &run.tensors.iter().collect::<Vec<_>>()),
+        };
+        if let Some(small) = &small {
+            run.tensors = run.tensors.iter().map(|t| exec::narrowed(t, small)).collect();
+        }
         let inputs = &run.tensors;
         let device = match (inputs.first(), self.device) {
             (Some(first), _) => first.device().clone(),
@@ -374,7 +386,7 @@ impl ElementwiseOptimization {
             }
         };
         let stream = device.stream().clone();
-        let dims = to_dims(&outputs_ir[0].shape);
+        let dims = small.clone().unwrap_or_else(|| full.clone());
         // Declared before the launch, which ends up borrowing them, so they outlive it.
         let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
@@ -426,6 +438,8 @@ impl ElementwiseOptimization {
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             let t = if self.flat {
                 crate::burn::structure::reshape(t, &ir.shape)?
+            } else if small.is_some() {
+                exec::expand(t, &full, OP)?
             } else {
                 t
             };

@@ -35,6 +35,7 @@ use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::error::Result;
 use crate::graph::DataType;
+use crate::types::row_major_strides;
 use crate::kernels::fused::Value;
 use crate::kernels::fused_reduce::{self, needs_wide, ReduceLaunch, ReduceOperands, ReduceProgram};
 
@@ -75,7 +76,7 @@ pub struct ReduceOptimization {
     pub(crate) operations: Vec<OperationIr>,
     /// The kernel once built, with the `wide` it was built for (an optimization lives on
     /// one device).
-    function: Option<(bool, CudaFunction)>,
+    function: Option<((u8, u8, bool), CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one.
     unbuildable: bool,
 }
@@ -391,12 +392,19 @@ impl ReduceOptimization {
         };
         let (stream, device) = (first.stream().clone(), first.device().clone());
         self.reduction.wide = needs_wide(&full);
-        // The kernel built for this width last time, else the builder's (a map lookup under
-        // a lock, hashing the whole program).
+        let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+        // The kernel runs over the merged dims (see `fused_reduce::coalesce`).
+        let (merged, dims, in_views) = match fused_reduce::coalesce(&self.reduction, &full, &in_refs) {
+            Ok(m) => m,
+            Err(e) => return Ok(self.unbuildable_after(e)),
+        };
+        let variant = (merged.rank, merged.reduced, merged.wide);
+        // The kernel built for these merged dims last time, else the builder's (a map lookup
+        // under a lock, hashing the whole program).
         let function = match &self.function {
-            Some((wide, f)) if *wide == self.reduction.wide => f.clone(),
-            _ => match fused_reduce::ready_or_queue(&stream, &self.reduction) {
-                Ok(Some(f)) => self.function.insert((self.reduction.wide, f)).1.clone(),
+            Some((v, f)) if *v == variant => f.clone(),
+            _ => match fused_reduce::ready_or_queue(&stream, &merged) {
+                Ok(Some(f)) => self.function.insert((variant, f)).1.clone(),
                 Ok(None) => return Ok(false),
                 Err(e) => return Ok(self.unbuildable_after(e)),
             },
@@ -412,29 +420,33 @@ impl ReduceOptimization {
             .iter()
             .map(|&(_, dtype)| CudnnTensor::empty(&device, &full, dtype, OP))
             .collect::<Result<Vec<_>>>()?;
-        let scratch_len = ReduceLaunch::scratch_len(&self.reduction, &full);
+        let scratch_len = ReduceLaunch::scratch_len(&merged, &dims);
         let scratch = match scratch_len {
             0 => None,
             n => Some(CudnnTensor::empty(&device, &[n as i64], DType::F32, OP)?),
         };
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         {
-            let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
-            let out_refs: Vec<_> = outputs.iter().map(|t| t.tmut()).collect();
+            let packed = row_major_strides(&dims);
+            let out_refs: Vec<_> = match outputs.iter().map(|t| t.tmut().reshaped_mut(&dims, &packed)).collect() {
+                Ok(r) => r,
+                Err(e) => return Ok(self.unbuildable_after(e)),
+            };
             let result_ref = result.tmut();
             let scratch_ref = scratch.as_ref().map(|t| t.tmut());
             let operands = ReduceOperands {
-                inputs: &in_refs,
+                inputs: &in_views,
                 outputs: &out_refs,
                 result: &result_ref,
                 scratch: scratch_ref.as_ref(),
             };
-            let launch = ReduceLaunch::new(&self.reduction, &full, &operands, &scalars, scale);
+            let launch = ReduceLaunch::new(&merged, &dims, &operands, &scalars, scale);
             match launch {
                 Ok(l) => l.launch(&stream, &function)?,
                 Err(e) => return Ok(self.unbuildable_after(e)),
             }
         }
+        drop((in_views, in_refs));
         release_consumed(context, &run, &self.inputs, &self.views, &self.dropped, OP);
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
