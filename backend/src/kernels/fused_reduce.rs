@@ -25,7 +25,7 @@ use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
 use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr};
 use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
-use crate::kernels::layout::kernel_layout;
+use crate::kernels::layout::{coalesce as coalesce_dims, kernel_layout};
 use crate::kernels::KernelSource;
 use crate::types::{row_major_strides, TensorMut, TensorRef};
 
@@ -275,36 +275,19 @@ pub fn coalesce<'a>(
 ) -> Result<(ReduceProgram, Vec<i64>, Vec<TensorRef<'a>>)> {
     let mut strides = rp.program.input_strides(OP, inputs, full)?;
     strides.push(row_major_strides(full));
-    let mut dims: Vec<i64> = Vec::with_capacity(full.len());
-    let mut reduced: Vec<bool> = Vec::with_capacity(full.len());
-    let mut merged: Vec<Vec<i64>> = vec![Vec::with_capacity(full.len()); strides.len()];
-    for (d, &n) in full.iter().enumerate() {
-        if n == 1 {
-            continue;
-        }
-        let red = rp.reduced >> d & 1 == 1;
-        let joins = reduced.last() == Some(&red)
-            && strides
-                .iter()
-                .zip(&merged)
-                .all(|(s, m)| m.last() == Some(&(s[d] * n)));
-        if joins {
-            if let Some(last) = dims.last_mut() {
-                *last *= n;
-            }
-            for (s, m) in strides.iter().zip(&mut merged) {
-                if let Some(last) = m.last_mut() {
-                    *last = s[d];
-                }
-            }
-        } else {
-            dims.push(n);
-            reduced.push(red);
-            for (s, m) in strides.iter().zip(&mut merged) {
-                m.push(s[d]);
-            }
-        }
-    }
+    // A stride list that chains across kept dims and across reduced dims but never from one
+    // to the other (0 on reduced dims): merging then keeps the two apart.
+    let packed = row_major_strides(full);
+    strides.push(
+        (0..full.len())
+            .map(|d| if rp.reduced >> d & 1 == 1 { 0 } else { packed[d] })
+            .collect(),
+    );
+    let (dims, merged) = coalesce_dims(full, &strides);
+    let Some(class) = merged.last() else {
+        return Ok((rp.clone(), full.to_vec(), inputs.to_vec()));
+    };
+    let reduced: Vec<bool> = class.iter().map(|&s| s == 0).collect();
     if !reduced.contains(&true) || dims.len() == full.len() {
         return Ok((rp.clone(), full.to_vec(), inputs.to_vec()));
     }
