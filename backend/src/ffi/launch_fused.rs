@@ -14,19 +14,21 @@ pub const MAX_SCALARS: usize = 32;
 
 /// The by-value argument of `fused_elementwise` (`struct FusedArgs` of the generated source):
 /// input then output addresses, input layouts broadcast to the output's, the output layout,
-/// the scalars and the element count.
+/// the layout of the outputs of the small shape (broadcast to the output's), the scalars and
+/// the element count.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FusedArgs {
     pub ptr: [u64; MAX_INPUTS + MAX_OUTPUTS],
     pub in_layout: [KernelLayout; MAX_INPUTS],
     pub out_layout: KernelLayout,
+    pub small_layout: KernelLayout,
     pub s: [f32; MAX_SCALARS],
     pub n: i64,
 }
 
 // SAFETY: `#[repr(C)]` with the field order and types of the generated `struct FusedArgs`
-// (u64[24], Layout[16], Layout, float[32], long long: the same alignment and padding in both
+// (u64[24], Layout[16], Layout, Layout, float[32], long long: the same alignment and padding in both
 // compilers); any bit pattern is a valid value.
 unsafe impl cudarc::driver::DeviceRepr for FusedArgs {}
 

@@ -124,6 +124,18 @@ pub struct Program {
     pub ops: Vec<FusedOp>,
     /// The stored registers with their storage dtype, in output order.
     pub outputs: Vec<(u16, DataType)>,
+    /// Bit `j` set: output `j` holds a value of the launch's *small* shape (one that
+    /// broadcasts to the launch shape, such as a `[1, C, 1, 1]` statistic beside `[N, C, H, W]`
+    /// values): it is stored once per element of that shape, by the threads whose
+    /// coordinates on its broadcast dims are 0.
+    pub small_outputs: u16,
+}
+
+impl Program {
+    /// Whether output `j` is stored at the small layout (see [`Program::small_outputs`]).
+    pub(crate) fn is_small(&self, j: usize) -> bool {
+        self.small_outputs >> j & 1 == 1
+    }
 }
 
 fn storable(dtype: DataType) -> bool {
@@ -192,6 +204,13 @@ impl Program {
                     return err(format!("op {i}: {b:?} is not a float op"));
                 }
             }
+        }
+        if u32::from(self.small_outputs) >> self.outputs.len() != 0 {
+            return err(format!(
+                "small outputs {:#b} of {} outputs",
+                self.small_outputs,
+                self.outputs.len()
+            ));
         }
         for &(r, d) in &self.outputs {
             let Some(op) = self.ops.get(r as usize) else {
@@ -324,7 +343,7 @@ impl Program {
         let mut s = String::with_capacity(2048 + 128 * self.ops.len());
         let _ = writeln!(
             s,
-            "\nstruct FusedArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout out_layout; float s[{MAX_SCALARS}]; i64 n; }};",
+            "\nstruct FusedArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout out_layout; Layout small_layout; float s[{MAX_SCALARS}]; i64 n; }};",
             MAX_INPUTS + MAX_OUTPUTS
         );
         s.push_str(VECTOR_ACCESS);
@@ -345,18 +364,28 @@ impl Program {
         s.push_str(
             "    for (FIDX g = (FIDX)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (FIDX)gridDim.x * blockDim.x) {\n",
         );
+        let small = self.small_outputs != 0;
         let offsets: Vec<String> = (0..self.inputs.len())
             .map(|k| format!("o{k} = 0"))
             .chain(std::iter::once("oo = 0".to_string()))
+            .chain(small.then(|| "os = 0".to_string()))
             .collect();
         let _ = writeln!(s, "        i64 {};\n        FIDX j = g;", offsets.join(", "));
+        if small {
+            s.push_str("        bool ks = true;\n");
+        }
         s.push_str("#pragma unroll\n        for (int d = FR - 1; d >= 0; --d) {\n");
         s.push_str("            const FIDX c = d == 0 ? j : j % sh[d];\n            j = d == 0 ? j : j / sh[d];\n");
         s.push_str("            const i64 cc = d == FR - 1 ? (i64)c * FV : (i64)c;\n");
         for k in 0..self.inputs.len() {
             let _ = writeln!(s, "            o{k} += cc * a.in_layout[{k}].strides[d];");
         }
-        s.push_str("            oo += cc * a.out_layout.strides[d];\n        }\n");
+        s.push_str("            oo += cc * a.out_layout.strides[d];\n");
+        if small {
+            // The small outputs: stored where every coordinate they broadcast along is 0.
+            s.push_str("            os += cc * a.small_layout.strides[d];\n            if (a.small_layout.strides[d] == 0 && cc != 0) ks = false;\n");
+        }
+        s.push_str("        }\n");
         for (k, d) in self.inputs.iter().enumerate() {
             let t = storage_type(*d);
             let _ = writeln!(
@@ -375,11 +404,22 @@ impl Program {
         }
         s.push_str("        }\n");
         for (j, &(_, d)) in self.outputs.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "        fused_store<{}, FV>(q{j}, oo, a.out_layout.strides[FR - 1], w{j});",
-                storage_type(d)
-            );
+            if self.is_small(j) {
+                // Broadcast along the inner dim: only the group at coordinate 0 stores, its
+                // first element.
+                let _ = writeln!(
+                    s,
+                    "        if (ks) {{ if (a.small_layout.strides[FR - 1] == 0) q{j}[os] = w{j}[0]; \
+                     else fused_store<{t}, FV>(q{j}, os, a.small_layout.strides[FR - 1], w{j}); }}",
+                    t = storage_type(d)
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "        fused_store<{}, FV>(q{j}, oo, a.out_layout.strides[FR - 1], w{j});",
+                    storage_type(d)
+                );
+            }
         }
         s.push_str("    }\n}\n");
         s
@@ -673,8 +713,10 @@ const OUTPUT_ALIGNMENT: u64 = 256;
 pub struct FusedLaunch<'a> {
     args: FusedArgs,
     variant: Variant,
-    /// The outputs' dims (every output shares them).
+    /// The dims the launch covers (its full-shape outputs').
     out_dims: Vec<i64>,
+    /// The dims of the program's small outputs, when it has any.
+    small_dims: Option<Vec<i64>>,
     /// Whether real outputs are bound ([`FusedLaunch::for_packed_outputs`] has none yet).
     bound: bool,
     /// How many of `views` are inputs (the outputs follow).
@@ -711,43 +753,66 @@ impl<'a> FusedLaunch<'a> {
         outputs: &[TensorMut<'a>],
         scalars: &[f32],
     ) -> Result<Self> {
+        const OP: &str = "fused elementwise";
+        if program.small_outputs != 0 {
+            return Err(Error::invalid_arg(OP, "program", "small outputs need a launch with their shape"));
+        }
         let descs: Vec<OutputDesc> = outputs.iter().map(|o| OutputDesc::of(o)).collect();
-        let mut launch = Self::pack(program, inputs, &descs, scalars)?;
+        let Some(out0) = descs.first() else {
+            return Err(Error::invalid_arg(OP, "out", "no outputs"));
+        };
+        let mut launch = Self::pack(program, inputs, &descs, scalars, (out0.dims, out0.strides, out0.ptr), None)?;
         launch.views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
         launch.bound = true;
         Ok(launch)
     }
 
-    fn pack(program: &Program, inputs: &[TensorRef<'a>], outputs: &[OutputDesc], scalars: &[f32]) -> Result<Self> {
+    /// Packs a launch over `launch` (dims, strides and address of its full-shape outputs);
+    /// the program's small outputs are packed with `small_dims`, which broadcast to those dims.
+    fn pack(
+        program: &Program,
+        inputs: &[TensorRef<'a>],
+        outputs: &[OutputDesc],
+        scalars: &[f32],
+        launch: (&[i64], &[i64], u64),
+        small_dims: Option<&[i64]>,
+    ) -> Result<Self> {
         const OP: &str = "fused elementwise";
         program.check_operand_counts(OP, inputs.len(), outputs.len(), scalars.len())?;
-        let Some(out0) = outputs.first() else {
-            return Err(Error::invalid_arg(OP, "out", "no outputs"));
+        let (out_dims, out_strides, out_ptr) = launch;
+        let n = check_layout(OP, "out", out_dims, out_strides, out_ptr)?;
+        if may_overlap(out_dims, out_strides) {
+            let msg = format!("dims {out_dims:?} with strides {out_strides:?} overlap (a 0 or too small stride)");
+            return Err(Error::invalid_arg(OP, "out", msg));
+        }
+        let small_strides = match small_dims {
+            Some(dims) => broadcast_strides(OP, dims, &row_major_strides(dims), out_dims)?,
+            None if program.small_outputs != 0 => {
+                return Err(Error::invalid_arg(OP, "program", "small outputs without their shape"));
+            }
+            None => vec![0; out_dims.len()],
         };
-        let n = check_layout(OP, "out", out0.dims, out0.strides, out0.ptr)?;
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             check_layout(OP, "out", o.dims, o.strides, o.ptr)?;
-            if may_overlap(o.dims, o.strides) {
-                let msg = format!(
-                    "dims {:?} with strides {:?} overlap (a 0 or too small stride)",
-                    o.dims, o.strides
-                );
-                return Err(Error::invalid_arg(OP, "out", msg));
-            }
-            if o.dims != out0.dims || o.strides != out0.strides || o.dtype != d {
+            let (want_dims, want_strides) = match small_dims {
+                Some(dims) if program.is_small(j) => (dims, row_major_strides(dims)),
+                _ => (out_dims, out_strides.to_vec()),
+            };
+            if o.dims != want_dims || o.strides != want_strides.as_slice() || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
                     "out",
                     format!(
-                        "output {j} is {:?} {:?} {:?}; want {:?} {:?} {d:?}",
-                        o.dims, o.strides, o.dtype, out0.dims, out0.strides
+                        "output {j} is {:?} {:?} {:?}; want {want_dims:?} {want_strides:?} {d:?}",
+                        o.dims, o.strides, o.dtype
                     ),
                 ));
             }
         }
-        let mut strides = program.input_strides(OP, inputs, out0.dims)?;
-        strides.push(out0.strides.to_vec());
-        let (mut shape, mut strides) = coalesce(out0.dims, &strides);
+        let mut strides = program.input_strides(OP, inputs, out_dims)?;
+        strides.push(out_strides.to_vec());
+        strides.push(small_strides);
+        let (mut shape, mut strides) = coalesce(out_dims, &strides);
         if shape.is_empty() {
             // One element (or none): rank 1 of length 1.
             shape.push(1);
@@ -756,11 +821,16 @@ impl<'a> FusedLaunch<'a> {
             }
         }
         let out_strides = &strides[inputs.len()];
+        let small_strides = &strides[inputs.len() + 1];
         let mut all_strides: Vec<Vec<i64>> = strides[..inputs.len()].to_vec();
         let mut addrs: Vec<u64> = inputs.iter().map(|t| t.ptr).collect();
         let mut sizes: Vec<usize> = inputs.iter().map(|t| t.dtype.size()).collect();
-        for o in outputs {
-            all_strides.push(out_strides.clone());
+        for (j, o) in outputs.iter().enumerate() {
+            all_strides.push(if program.is_small(j) {
+                small_strides.clone()
+            } else {
+                out_strides.clone()
+            });
             addrs.push(o.ptr);
             sizes.push(o.dtype.size());
         }
@@ -769,6 +839,7 @@ impl<'a> FusedLaunch<'a> {
             ptr: [0; MAX_INPUTS + MAX_OUTPUTS],
             in_layout: [KernelLayout::default(); MAX_INPUTS],
             out_layout: kernel_layout(OP, &shape, out_strides)?,
+            small_layout: kernel_layout(OP, &shape, small_strides)?,
             s: [0.0; MAX_SCALARS],
             n,
         };
@@ -783,7 +854,8 @@ impl<'a> FusedLaunch<'a> {
         Ok(Self {
             args,
             variant,
-            out_dims: out0.dims.to_vec(),
+            out_dims: out_dims.to_vec(),
+            small_dims: small_dims.map(<[i64]>::to_vec),
             bound: false,
             inputs: inputs.len(),
             views: inputs.to_vec(),
@@ -791,21 +863,38 @@ impl<'a> FusedLaunch<'a> {
     }
 
     /// A launch of `program` over `inputs` into packed outputs of `out_dims` that do not exist
-    /// yet: its variant is known (for [`ready_or_queue`]) before the outputs are allocated;
-    /// [`FusedLaunch::bind`] supplies them and the scalars, and only then can it launch.
-    pub fn for_packed_outputs(program: &Program, inputs: &[TensorRef<'a>], out_dims: &[i64]) -> Result<Self> {
+    /// yet (its small outputs, if any, packed with `small_dims`): its variant is known (for
+    /// [`ready_or_queue`]) before the outputs are allocated; [`FusedLaunch::bind`] supplies
+    /// them and the scalars, and only then can it launch.
+    pub fn for_packed_outputs(
+        program: &Program,
+        inputs: &[TensorRef<'a>],
+        out_dims: &[i64],
+        small_dims: Option<&[i64]>,
+    ) -> Result<Self> {
         let strides = row_major_strides(out_dims);
+        let small_strides = small_dims.map(row_major_strides);
         let outputs: Vec<OutputDesc> = program
             .outputs
             .iter()
-            .map(|&(_, dtype)| OutputDesc {
-                dims: out_dims,
-                strides: &strides,
-                dtype,
-                ptr: OUTPUT_ALIGNMENT,
+            .enumerate()
+            .map(|(j, &(_, dtype))| match (small_dims, &small_strides) {
+                (Some(dims), Some(st)) if program.is_small(j) => OutputDesc {
+                    dims,
+                    strides: st,
+                    dtype,
+                    ptr: OUTPUT_ALIGNMENT,
+                },
+                _ => OutputDesc {
+                    dims: out_dims,
+                    strides: &strides,
+                    dtype,
+                    ptr: OUTPUT_ALIGNMENT,
+                },
             })
             .collect();
-        Self::pack(program, inputs, &outputs, &vec![0.0; program.scalars])
+        let launch = (out_dims, strides.as_slice(), OUTPUT_ALIGNMENT);
+        Self::pack(program, inputs, &outputs, &vec![0.0; program.scalars], launch, small_dims)
     }
 
     /// Binds the real outputs (packed, of the dims and dtypes the launch was made for) and the
@@ -826,16 +915,19 @@ impl<'a> FusedLaunch<'a> {
                 ),
             ));
         }
-        let packed = row_major_strides(&self.out_dims);
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             check_tensor(OP, "out", o)?;
-            if o.dims != self.out_dims || o.strides != packed || o.dtype != d {
+            let want = match &self.small_dims {
+                Some(small) if program.is_small(j) => small,
+                _ => &self.out_dims,
+            };
+            if o.dims != want.as_slice() || o.strides != row_major_strides(want) || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
                     "out",
                     format!(
-                        "output {j} is {:?} {:?} {:?}; want packed {:?} {d:?}",
-                        o.dims, o.strides, o.dtype, self.out_dims
+                        "output {j} is {:?} {:?} {:?}; want packed {want:?} {d:?}",
+                        o.dims, o.strides, o.dtype
                     ),
                 ));
             }
@@ -904,6 +996,7 @@ pub(crate) fn scaled_fill_program() -> Program {
             FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
         ],
         outputs: vec![(1, DataType::F32)],
+        small_outputs: 0,
     }
 }
 
@@ -922,6 +1015,7 @@ mod tests {
                 FusedOp::Select(Value::Reg(1), Value::Scalar(0), Value::Reg(0)),
             ],
             outputs: vec![(2, DataType::F16), (1, DataType::Bool)],
+            small_outputs: 0,
         }
     }
 
@@ -978,12 +1072,52 @@ mod tests {
         let p = scaled_fill_program();
         p.validate().unwrap();
         let dims = [8i64, 16];
-        let mut launch = FusedLaunch::for_packed_outputs(&p, &[], &dims).unwrap();
+        let mut launch = FusedLaunch::for_packed_outputs(&p, &[], &dims, None).unwrap();
         launch
             .bind(&p, &[TensorMut::fake_packed(&dims, DataType::F32, 0x3000)], &[1.0, 0.5])
             .unwrap();
         // Packed outputs alone decide the vector width.
         assert!(launch.variant().vec > 1);
+    }
+
+    #[test]
+    fn small_outputs_are_stored_once_per_element_of_their_shape() {
+        // relu_add over [2, 3, 4, 4] with its f16 result stored at [1, 3, 1, 1] (small).
+        let p = Program {
+            small_outputs: 0b01,
+            ..relu_add()
+        };
+        p.validate().unwrap();
+        let src = p.source(Variant {
+            rank: 3,
+            vec: 4,
+            wide: false,
+        });
+        assert!(src.contains("if (a.small_layout.strides[d] == 0 && cc != 0) ks = false;"));
+        assert!(src.contains("if (ks) { if (a.small_layout.strides[FR - 1] == 0) q0[os] = w0[0];"));
+        let (dims, small) = ([2i64, 3, 4, 4], [1i64, 3, 1, 1]);
+        let inputs = [
+            TensorRef::fake_packed(&dims, DataType::F16, 0x1000),
+            TensorRef::fake_packed(&[4], DataType::F32, 0x2000),
+        ];
+        let mut launch = FusedLaunch::for_packed_outputs(&p, &inputs, &dims, Some(&small)).unwrap();
+        // The small output's broadcast inner dim does not narrow the vector width.
+        assert_eq!((launch.variant().rank, launch.variant().vec), (4, 4));
+        assert_eq!(&launch.args.small_layout.strides[..4], &[0, 1, 0, 0]);
+        let outs = [
+            TensorMut::fake_packed(&small, DataType::F16, 0x3000),
+            TensorMut::fake_packed(&dims, DataType::Bool, 0x4000),
+        ];
+        launch.bind(&p, &outs, &[0.5]).unwrap();
+        // The small output at full size, or a program with small outputs but no small shape,
+        // is refused.
+        let full = [
+            TensorMut::fake_packed(&dims, DataType::F16, 0x3000),
+            TensorMut::fake_packed(&dims, DataType::Bool, 0x4000),
+        ];
+        assert!(launch.bind(&p, &full, &[0.5]).is_err());
+        assert!(FusedLaunch::for_packed_outputs(&p, &inputs, &dims, None).is_err());
+        assert!(FusedLaunch::new(&p, &inputs, &full, &[0.5]).is_err());
     }
 
     #[test]
@@ -994,7 +1128,7 @@ mod tests {
             TensorRef::fake_packed(&dims, DataType::F16, 0x1000),
             TensorRef::fake_packed(&[16], DataType::F32, 0x2000),
         ];
-        let mut launch = FusedLaunch::for_packed_outputs(&p, &inputs, &dims).unwrap();
+        let mut launch = FusedLaunch::for_packed_outputs(&p, &inputs, &dims, None).unwrap();
         assert_eq!(launch.variant().vec, 8);
         let out = |ptr_f16: u64| {
             [

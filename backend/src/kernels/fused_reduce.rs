@@ -517,6 +517,7 @@ mod tests {
                     FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Reg(0)),
                 ],
                 outputs: vec![(0, DataType::F32)],
+                small_outputs: 0,
             },
             target: Value::Reg(1),
             rank: 4,

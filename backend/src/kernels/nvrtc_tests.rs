@@ -359,6 +359,7 @@ fn generated_fused_programs_compile() {
             (8, DataType::F16),
             (3, DataType::F32),
         ],
+        small_outputs: 0b0100,
     };
     program.validate().unwrap();
     // A program that reads no tensor.
@@ -432,6 +433,7 @@ fn generated_fused_reductions_compile() {
                     FusedOp::Binary(BinaryOp::Mul, Value::Reg(1), Value::Scalar(0)),
                 ],
                 outputs: vec![(0, DataType::BF16)],
+                small_outputs: 0,
             },
             target: Value::Reg(2),
             rank: 4,

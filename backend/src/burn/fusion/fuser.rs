@@ -288,8 +288,21 @@ pub(crate) struct ElementwiseFuser {
     /// The run holds values whose shapes differ only in dims of size 1 (such as `[C]` and
     /// `[1, C, 1, 1]`): one element order for all, every input read as a view of one shape.
     flat: bool,
-    /// Whether the run may become flat (the reduction fuser's prologue may not).
+    /// Whether the run may become flat or mixed (the reduction fuser's prologue may not).
     allow_flat: bool,
+    /// A *mixed* run: values of the run's shape beside values of this smaller shape that
+    /// broadcasts to it (Burn's batch-norm statistics `[1, C, 1, 1]`, and the `[C]` running
+    /// statistics read as them, beside the `[N, C, H, W]` normalization): the small values
+    /// are computed by every thread and stored once per element (see
+    /// [`crate::kernels::fused::Program::small_outputs`]).
+    small: Option<Vec<usize>>,
+    /// The values of the small shape (or of a lower rank with its non-unit dims).
+    small_values: HashSet<TensorId>,
+    /// Relative dims of the values made in the run and of its inputs.
+    shapes: HashMap<TensorId, Vec<usize>>,
+    /// A tensor of the run's shape and one of the small shape (rank of the run's), whose
+    /// dims the execution reads.
+    mixed_refs: Option<(TensorId, TensorId)>,
     /// The device the run executes on: a run that reads no tensor (fills and arithmetic on
     /// them) launches there. Without it such a run is never ready.
     device: Option<CudnnDevice>,
@@ -298,6 +311,25 @@ pub(crate) struct ElementwiseFuser {
 /// `shape` without its dims of size 1 (relative dim id 0).
 fn squeezed(shape: &[usize]) -> Vec<usize> {
     shape.iter().copied().filter(|&d| d != 0).collect()
+}
+
+/// Whether `a` broadcasts to `b`: the same rank, each dim equal or of size 1.
+fn broadcasts_to(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| x == y || x == 0)
+}
+
+/// How an operation joins a mixed run (see [`ElementwiseFuser::mixed_join`]).
+struct MixedJoin {
+    /// The run's shape after the operation.
+    run: Vec<usize>,
+    /// The small shape after it.
+    small: Vec<usize>,
+    /// The operation's value has the small shape.
+    out_small: bool,
+    /// Every value made so far becomes small (the run grows to the operation's shape).
+    promote: bool,
+    /// The tensors whose dims the execution reads: one of the run's shape, one of the small.
+    refs: (TensorId, TensorId),
 }
 
 impl Default for ElementwiseFuser {
@@ -318,6 +350,10 @@ impl Default for ElementwiseFuser {
             broadcast: false,
             flat: false,
             allow_flat: true,
+            small: None,
+            small_values: HashSet::new(),
+            shapes: HashMap::new(),
+            mixed_refs: None,
             device: None,
         }
     }
@@ -398,28 +434,129 @@ impl ElementwiseFuser {
             return false;
         }
         let out_shape: Vec<usize> = d.out.shape.iter().copied().collect();
-        // A value or input of another shape than the run's makes the run flat (its non-unit
-        // dims must agree); an input broadcast against it makes it a broadcast run; a run is
-        // never both.
+        let fit = if self.small.is_some() {
+            None
+        } else {
+            self.fits(&d, &out_shape)
+        };
+        match fit {
+            Some(flat_broadcast) => self.push(&d, out_shape, None, flat_broadcast),
+            None => match self.mixed_join(&d, &out_shape) {
+                Some(m) => self.push(&d, out_shape, Some(m), (false, true)),
+                None => false,
+            },
+        }
+    }
+
+    /// The run's `(flat, broadcast)` with `d` (of shape `out_shape`) in a plain or flat run,
+    /// or `None` when its shapes do not fit one. A value or input of another shape than the
+    /// run's makes the run flat (its non-unit dims must agree); an input broadcast against it
+    /// makes it a broadcast run; a run is never both.
+    fn fits(&self, d: &Desc, out_shape: &[usize]) -> Option<(bool, bool)> {
         let (mut flat, mut broadcast) = (self.flat, self.broadcast);
         let may_flatten =
             |a: &[usize], b: &[usize], broadcast: bool| self.allow_flat && !broadcast && squeezed(a) == squeezed(b);
-        if let Some(s) = self.shape.as_ref().filter(|s| **s != out_shape) {
-            if !may_flatten(s, &out_shape, broadcast) {
-                return false;
+        if let Some(s) = self.shape.as_ref().filter(|s| s.as_slice() != out_shape) {
+            if !may_flatten(s, out_shape, broadcast) {
+                return None;
             }
             flat = true;
         }
         if let (Arg::Tensor(t), Kind::Identity) = (&d.args[0], &d.kind) {
             // A reshape of a value of the run keeps its elements in order only in a flat run.
             if self.registers.contains_key(&t.id) && t.shape != d.out.shape {
-                if !may_flatten(&t.shape, &out_shape, broadcast) {
-                    return false;
+                if !may_flatten(&t.shape, out_shape, broadcast) {
+                    return None;
                 }
                 flat = true;
             }
         }
-        // Operand checks before any change.
+        for a in &d.args {
+            if let Arg::Tensor(t) = a {
+                if self.registers.contains_key(&t.id) || t.shape.as_slice() == out_shape {
+                    continue;
+                }
+                // Relative dim id 0 is size 1: broadcast.
+                if broadcasts_to(&t.shape, out_shape) && !flat {
+                    broadcast = true;
+                } else if may_flatten(&t.shape, out_shape, broadcast) {
+                    flat = true;
+                } else {
+                    return None;
+                }
+            }
+        }
+        Some((flat, broadcast))
+    }
+
+    /// How `d` (of shape `out`) joins the run as a mixed run, if it can: the run already
+    /// mixed, a value of a smaller shape beside a plain run's (or a larger one, making the
+    /// run's values small), or a value larger than a flat run's whose one shape of its rank
+    /// becomes the small shape. An operation on the small values reads nothing of the run's
+    /// shape.
+    fn mixed_join(&self, d: &Desc, out: &[usize]) -> Option<MixedJoin> {
+        if !self.allow_flat {
+            return None;
+        }
+        let run = self.shape.as_ref()?;
+        let first = *self.made.first()?;
+        let (run, small, out_small, promote, refs) = match (&self.small, self.flat) {
+            (Some(small), _) => {
+                let out_small =
+                    out == small.as_slice() || (out.len() < run.len() && squeezed(out) == squeezed(small));
+                if !out_small && out != run.as_slice() {
+                    return None;
+                }
+                (run.clone(), small.clone(), out_small, false, self.mixed_refs?)
+            }
+            (None, false) if out != run.as_slice() && broadcasts_to(out, run) => {
+                (run.clone(), out.to_vec(), true, false, (first, d.out.id))
+            }
+            (None, false) if out != run.as_slice() && broadcasts_to(run, out) => {
+                (out.to_vec(), run.clone(), false, true, (d.out.id, first))
+            }
+            (None, true) => {
+                // The flat run's one shape of the new value's rank, that broadcasts to it.
+                let mut of_rank = self.shapes.iter().filter(|(_, s)| s.len() == out.len());
+                let (&id, small) = of_rank.next()?;
+                if of_rank.any(|(_, s)| s != small) || small.as_slice() == out || !broadcasts_to(small, out) {
+                    return None;
+                }
+                (out.to_vec(), small.clone(), false, true, (d.out.id, id))
+            }
+            _ => return None,
+        };
+        let small_operand = |t: &TensorIr| {
+            if self.registers.contains_key(&t.id) {
+                promote || self.small_values.contains(&t.id)
+            } else {
+                broadcasts_to(&t.shape, &small) || (t.shape.len() < run.len() && squeezed(&t.shape) == squeezed(&small))
+            }
+        };
+        for a in &d.args {
+            let Arg::Tensor(t) = a else { continue };
+            let fits = if out_small {
+                small_operand(t)
+            } else {
+                self.registers.contains_key(&t.id) || broadcasts_to(&t.shape, &run) || small_operand(t)
+            };
+            if !fits {
+                return None;
+            }
+        }
+        Some(MixedJoin {
+            run,
+            small,
+            out_small,
+            promote,
+            refs,
+        })
+    }
+
+    /// Adds `d` (of shape `out_shape`) once its shapes fit: `mixed` for a
+    /// mixed run, else the run's new `(flat, broadcast)`. False (and no change) when the
+    /// program's input or scalar room runs out.
+    fn push(&mut self, d: &Desc, out_shape: Vec<usize>, mixed: Option<MixedJoin>, (flat, broadcast): (bool, bool)) -> bool {
         let mut new_inputs = 0;
         let mut new_scalars = 0;
         for a in &d.args {
@@ -430,19 +567,6 @@ impl ElementwiseFuser {
                     }
                     if storage(t.dtype).is_none() {
                         return false;
-                    }
-                    let t_shape: &[usize] = &t.shape;
-                    if t_shape != out_shape.as_slice() {
-                        // Relative dim id 0 is size 1: broadcast.
-                        let broadcasts = t_shape.len() == out_shape.len()
-                            && t_shape.iter().zip(&out_shape).all(|(&a, &b)| a == b || a == 0);
-                        if broadcasts && !flat {
-                            broadcast = true;
-                        } else if may_flatten(t_shape, &out_shape, broadcast) {
-                            flat = true;
-                        } else {
-                            return false;
-                        }
                     }
                     if !self.inputs.iter().any(|i| i.id == t.id) {
                         new_inputs += 1;
@@ -459,7 +583,21 @@ impl ElementwiseFuser {
         if self.inputs.len() + new_inputs > MAX_INPUTS || self.scalars.len() + new_scalars > MAX_SCALARS {
             return false;
         }
-        (self.flat, self.broadcast) = (flat, broadcast);
+        match mixed {
+            Some(m) => {
+                if m.promote {
+                    self.small_values.extend(self.made.iter().copied());
+                }
+                if m.out_small {
+                    self.small_values.insert(d.out.id);
+                }
+                self.shape = Some(m.run);
+                self.small = Some(m.small);
+                self.mixed_refs = Some(m.refs);
+                (self.flat, self.broadcast) = (false, true);
+            }
+            None => (self.flat, self.broadcast) = (flat, broadcast),
+        }
         let mut values = Vec::with_capacity(d.args.len());
         for a in &d.args {
             values.push(match a {
@@ -492,6 +630,7 @@ impl ElementwiseFuser {
         self.registers
             .insert(d.out.id, ((self.ops.len() - 1) as u16, d.out.dtype));
         self.made.push(d.out.id);
+        self.shapes.insert(d.out.id, out_shape.clone());
         self.shape.get_or_insert(out_shape);
         true
     }
@@ -517,6 +656,7 @@ impl ElementwiseFuser {
             storage: storage(t.dtype).unwrap_or(DataType::F32),
             last_use,
         });
+        self.shapes.insert(t.id, t.shape.iter().copied().collect());
         Value::Input((self.inputs.len() - 1) as u8)
     }
 
@@ -576,6 +716,11 @@ impl ElementwiseFuser {
                 .iter()
                 .map(|&(_, r, dtype)| (r, storage(dtype).unwrap_or(DataType::F32)))
                 .collect(),
+            small_outputs: outputs
+                .iter()
+                .enumerate()
+                .filter(|(_, (id, _, _))| self.small.is_some() && self.small_values.contains(id))
+                .fold(0u16, |m, (j, _)| m | 1 << j),
         };
         ElementwiseOptimization {
             program,
@@ -601,6 +746,7 @@ impl ElementwiseFuser {
                 .collect(),
             scalars: self.scalars.clone(),
             flat: self.flat,
+            mixed: self.small.as_ref().and(self.mixed_refs),
             device: self.device,
             operations: self.absorbed.clone(),
             function: None,
@@ -988,6 +1134,68 @@ mod tests {
             t(8, &[3], NEW, f32),
         ));
         assert_eq!(f.status(), FuserStatus::Closed);
+    }
+
+    #[test]
+    fn statistics_join_the_normalization_as_small_values_of_a_mixed_run() {
+        // Burn's batch norm after its two reductions: the running mean ([C], flat with the
+        // [1, C, 1, 1] mean), then the [N, C, H, W] normalization reading the mean, then the
+        // std (sqrt(var + eps), [1, C, 1, 1]) and the division by it.
+        let f32 = DType::F32;
+        let (c, full) = (&[0usize, 3, 0, 0][..], &[1usize, 3, 2, 2][..]);
+        let mut ops = vec![
+            mul_scalar(t(1, &[3], RW, f32), 0, t(2, &[3], NEW, f32)),
+            mul_scalar(t(3, c, RO, f32), 1, t(4, c, NEW, f32)),
+            reshape(t(4, c, RW, f32), t(5, &[3], NEW, f32)),
+            binary_op(NumericOperationIr::Add, t(2, &[3], RW, f32), t(5, &[3], RW, f32), t(6, &[3], NEW, f32)),
+            binary_op(NumericOperationIr::Sub, t(7, full, RO, f32), t(3, c, RW, f32), t(8, full, NEW, f32)),
+            mul_scalar(t(9, c, RO, f32), 2, t(10, c, NEW, f32)),
+            OperationIr::Float(
+                DType::F32,
+                FloatOperationIr::Sqrt(UnaryOpIr {
+                    input: t(10, c, RW, f32),
+                    out: t(11, c, NEW, f32),
+                }),
+            ),
+            binary_op(NumericOperationIr::Div, t(8, full, RW, f32), t(11, c, RO, f32), t(12, full, NEW, f32)),
+        ];
+        let f = fuse_all(&ops);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 8));
+        let e = f.build();
+        e.program.validate().unwrap();
+        assert!(!e.flat && e.mixed.is_some());
+        // Stored: the running mean [C] and the std [1, C, 1, 1] (small), the output (full).
+        let stored: Vec<TensorId> = e.outputs.iter().map(|(id, _)| *id).collect();
+        assert_eq!(stored, [6, 11, 12].map(TensorId::new));
+        assert_eq!(e.program.small_outputs, 0b011);
+
+        // A small value computed from a full one would be a reduction: the run closes there.
+        let mut f = fuse_all(&ops);
+        f.fuse(&mul_scalar(t(12, full, RO, f32), 3, t(13, c, NEW, f32)));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 8));
+
+        // Small first, then full (burn-autodiff's backward: 1 / std, then the gradient times
+        // it): the earlier values become the small ones.
+        ops = vec![
+            OperationIr::Float(
+                DType::F32,
+                FloatOperationIr::Recip(UnaryOpIr {
+                    input: t(1, c, RO, f32),
+                    out: t(2, c, NEW, f32),
+                }),
+            ),
+            binary_op(NumericOperationIr::Mul, t(3, full, RO, f32), t(2, c, RW, f32), t(4, full, NEW, f32)),
+        ];
+        let e = fuse_all(&ops).build();
+        e.program.validate().unwrap();
+        assert_eq!(e.mixed, Some((TensorId::new(4), TensorId::new(2))));
+        assert_eq!(e.program.small_outputs, 0);
+        // The reduction fuser's prologue stays a plain run.
+        let mut f = ElementwiseFuser::without_flat_runs();
+        for op in &ops {
+            f.fuse(op);
+        }
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct ElementwiseOptimization {
     /// of the first output's shape (copied where no view exists), and each output is stored
     /// with its own.
     pub(crate) flat: bool,
+    /// A mixed run (relative ids of a tensor of the run's shape and one of its small shape):
+    /// inputs of a lower rank are read as views of the small shape, and the small outputs
+    /// are stored with it (then viewed with their own dims).
+    pub(crate) mixed: Option<(TensorId, TensorId)>,
     /// Where a run that reads no tensor launches.
     pub(crate) device: Option<CudnnDevice>,
     /// The operations, for the serialized state and the unfused fallback.
@@ -365,11 +369,31 @@ impl ElementwiseOptimization {
                 .map(|t| crate::burn::structure::reshape(t, shape))
                 .collect::<Result<_>>()?;
         }
-        let full = to_dims(&outputs_ir[0].shape);
+        // A mixed run covers the dims of its run-shaped reference; its small outputs have
+        // those of the small one.
+        let (full, mixed_small) = match self.mixed {
+            Some((full_ref, small_ref)) => (
+                to_dims(&global_ir(context, &full_ref, OP).shape),
+                Some(to_dims(&global_ir(context, &small_ref, OP).shape)),
+            ),
+            None => (to_dims(&outputs_ir[0].shape), None),
+        };
+        if let Some(small) = &mixed_small {
+            run.tensors = std::mem::take(&mut run.tensors)
+                .into_iter()
+                .map(|t| {
+                    if t.rank() == small.len() {
+                        Ok(t)
+                    } else {
+                        t.reshape(small)
+                    }
+                })
+                .collect::<Result<_>>()?;
+        }
         // Dims along which no input varies (all of them for a run that reads no tensor, such
         // as `ones(..) * s`): the run computes one element per such dim and its outputs are
-        // broadcast views of full size (a flat run keeps its one element order instead).
-        let small = match (self.flat, run.tensors.is_empty()) {
+        // broadcast views of full size (flat and mixed runs keep their shapes instead).
+        let small = match (self.flat || self.mixed.is_some(), run.tensors.is_empty()) {
             (true, _) => None,
             (false, true) => Some(vec![1; full.len()]).filter(|s| *s != full),
             (false, false) => exec::constant_dims(&full, &run.tensors.iter().collect::<Vec<_>>()),
@@ -390,7 +414,7 @@ impl ElementwiseOptimization {
         // Declared before the launch, which ends up borrowing them, so they outlive it.
         let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
-        let mut launch = match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims) {
+        let mut launch = match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims, mixed_small.as_deref()) {
             Ok(l) => l,
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
@@ -410,7 +434,11 @@ impl ElementwiseOptimization {
         // dims, lends its buffer to an output of its dtype (each thread reads its element
         // before writing it).
         let mut lent = vec![false; inputs.len()];
-        for &(_, dtype) in &self.outputs {
+        for (j, &(_, dtype)) in self.outputs.iter().enumerate() {
+            if let (Some(small), true) = (&mixed_small, self.program.is_small(j)) {
+                outputs.push(CudnnTensor::empty(&device, small, dtype, OP)?);
+                continue;
+            }
             let lender = inputs.iter().zip(&self.inputs).enumerate().position(|(k, (t, slot))| {
                 !lent[k]
                     && slot.last_use
@@ -436,7 +464,7 @@ impl ElementwiseOptimization {
         drop((launch, out_refs, in_refs));
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
-            let t = if self.flat {
+            let t = if self.flat || (self.mixed.is_some() && t.dims() != to_dims(&ir.shape).as_slice()) {
                 crate::burn::structure::reshape(t, &ir.shape)?
             } else if small.is_some() {
                 exec::expand(t, &full, OP)?

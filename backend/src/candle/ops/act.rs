@@ -169,6 +169,7 @@ fn backward_program(act: Activation, dtype: DataType, from_output: bool) -> (Pro
         scalars: scalars.len(),
         ops,
         outputs: vec![(out, dtype)],
+        small_outputs: 0,
     };
     (program, scalars)
 }
