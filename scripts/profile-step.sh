@@ -59,7 +59,8 @@ tot = collections.defaultdict(float); n = collections.Counter()
 for r in rows[head + 1:]:
     if len(r) <= vi: continue
     v = float(r[vi].replace(",", "")); unit = r[ui]
-    us = v / 1000 if unit == "nsecond" else v if unit == "usecond" else v * 1000
+    # Nsight Compute writes the unit as "nsecond" or "ns" depending on its version.
+    us = v * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[unit]
     name = r[ki][:90]; tot[name] += us / 2; n[name] += 1
 all_ = sum(tot.values())
 print(f"ours: {all_:.0f} us of kernel time per step, {sum(n.values()) // 2} kernels per step")
