@@ -19,9 +19,7 @@ use burn_ir::{
     TensorStatus,
 };
 
-use super::optimization::{
-    last_use, CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView, ViewKind,
-};
+use super::optimization::{last_use, CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView};
 use crate::burn::CudnnDevice;
 use crate::graph::DataType;
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
@@ -114,19 +112,15 @@ pub(super) fn size_one(t: &TensorIr, axis: usize) -> bool {
     t.shape.get(axis) == Some(&0)
 }
 
-/// `(input, output, how)` of an operation whose output is a view of its input: a float
-/// reshape, a sum or mean over a dim of size 1 (the same elements in the same order), or a
-/// swap of two dims.
-fn view_of(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, ViewKind)> {
+/// `(input, output)` of an operation whose output holds its input's elements in the same
+/// order: a float reshape, or a float sum or mean over a dim of size 1.
+fn same_elements(op: &OperationIr) -> Option<(&TensorIr, &TensorIr)> {
     match op {
-        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => Some((&r.input, &r.out, ViewKind::Reshape)),
-        OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) => {
-            Some((&s.input, &s.out, ViewKind::SwapDims(s.dim1, s.dim2)))
-        }
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => Some((&r.input, &r.out)),
         OperationIr::NumericFloat(_, NumericOperationIr::SumDim(r) | NumericOperationIr::MeanDim(r))
             if size_one(&r.input, r.axis) =>
         {
-            Some((&r.input, &r.out, ViewKind::Reshape))
+            Some((&r.input, &r.out))
         }
         _ => None,
     }
@@ -263,7 +257,6 @@ struct InputSlot {
 struct ViewSlot {
     out: TensorId,
     source: TensorId,
-    kind: ViewKind,
     source_last_use: bool,
 }
 
@@ -409,7 +402,7 @@ impl ElementwiseFuser {
 
     /// Takes `out` as a view of `source` when `source` is made before the run (a view of a
     /// value of the run would need the value stored first).
-    fn try_view(&mut self, source: &TensorIr, out: &TensorIr, kind: ViewKind) -> bool {
+    fn try_view(&mut self, source: &TensorIr, out: &TensorIr) -> bool {
         if self.registers.contains_key(&source.id) || storage(source.dtype).is_none() || out.dtype != source.dtype {
             return false;
         }
@@ -420,7 +413,6 @@ impl ElementwiseFuser {
         self.views.push(ViewSlot {
             out: out.id,
             source: source.id,
-            kind,
             source_last_use,
         });
         true
@@ -432,9 +424,9 @@ impl ElementwiseFuser {
 
     /// Adds `op` if it fits; false (and no change) otherwise.
     pub(super) fn try_add(&mut self, op: &OperationIr) -> bool {
-        if let Some((source, out, kind)) = view_of(op) {
+        if let Some((source, out)) = same_elements(op) {
             if !self.registers.contains_key(&source.id) {
-                return self.try_view(source, out, kind);
+                return self.try_view(source, out);
             }
         }
         let Some(d) = describe(op) else { return false };
@@ -748,7 +740,6 @@ impl ElementwiseFuser {
                 .map(|v| FusedView {
                     out: v.out,
                     source: v.source,
-                    kind: v.kind,
                     source_last_use: v.source_last_use,
                     keep: !self.consumed_views.contains(&v.out),
                 })
@@ -823,7 +814,7 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
 #[cfg(test)]
 mod tests {
     use burn_backend::BoolStore;
-    use burn_ir::{BinaryOpIr, CastOpIr, MaskFillOpIr, ScalarOpIr, ShapeOpIr, SwapDimsOpIr, UnaryOpIr};
+    use burn_ir::{BinaryOpIr, CastOpIr, MaskFillOpIr, ScalarOpIr, ShapeOpIr, UnaryOpIr};
 
     use super::*;
 
@@ -1143,53 +1134,6 @@ mod tests {
             t(8, &[3], NEW, f32),
         ));
         assert_eq!(f.status(), FuserStatus::Closed);
-    }
-
-    #[test]
-    fn a_swap_of_two_dims_of_a_tensor_made_before_the_run_is_a_view() {
-        // burn-autodiff's `mean_dim` backward of Burn's batch norm: the [C, N, H, W] gradient
-        // swapped back to [N, C, H, W], times the centred input.
-        let f32 = DType::F32;
-        let swap = OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
-            input: t(1, &[3, 2, 4, 4], RW, f32),
-            out: t(2, &[2, 3, 4, 4], NEW, f32),
-            dim1: 0,
-            dim2: 1,
-        }));
-        let ops = vec![
-            swap,
-            binary_op(
-                NumericOperationIr::Mul,
-                t(2, &[2, 3, 4, 4], RO, f32),
-                t(3, &[2, 3, 4, 4], RO, f32),
-                t(4, &[2, 3, 4, 4], NEW, f32),
-            ),
-            binary_op(
-                NumericOperationIr::Add,
-                t(4, &[2, 3, 4, 4], RW, f32),
-                t(2, &[2, 3, 4, 4], RW, f32),
-                t(5, &[2, 3, 4, 4], NEW, f32),
-            ),
-        ];
-        let f = fuse_all(&ops);
-        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 3));
-        let e = f.build();
-        e.program.validate().unwrap();
-        assert_eq!(e.program.ops.len(), 2);
-        let views: Vec<_> = e.views.iter().map(|v| (v.out, v.source, v.kind, v.keep)).collect();
-        assert_eq!(
-            views,
-            vec![(TensorId::new(2), TensorId::new(1), ViewKind::SwapDims(0, 1), false)]
-        );
-        // A swap of a value made in the run is not a view: the run closes there.
-        let mut f = fuse_all(&ops[1..2]);
-        f.fuse(&OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
-            input: t(4, &[2, 3, 4, 4], RO, f32),
-            out: t(6, &[3, 2, 4, 4], NEW, f32),
-            dim1: 0,
-            dim2: 1,
-        })));
-        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
     }
 
     #[test]

@@ -25,25 +25,12 @@ pub(crate) struct FusedInput {
     pub last_use: bool,
 }
 
-/// How a view absorbed into a fused run is made from its source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ViewKind {
-    /// The source's elements in order under the view's dims (a reshape, or a sum or mean
-    /// over a dim of size 1): a copy where the source's strides allow no view.
-    Reshape,
-    /// The source with these two dims swapped.
-    SwapDims(usize, usize),
-}
-
-/// A reshape, a swap of two dims (or a sum or mean over a dim of size 1) absorbed into a
-/// fused run: `out` is a view of `source`, a tensor made before the run or an earlier view
-/// (relative ids).
+/// A reshape (or a sum or mean over a dim of size 1) absorbed into a fused run: `out` is a
+/// view of `source`, a tensor made before the run or an earlier view (relative ids).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FusedView {
     pub out: TensorId,
     pub source: TensorId,
-    /// How the view is made.
-    pub kind: ViewKind,
     /// The view holds `source`'s last use: its handle is released when the run executes.
     pub source_last_use: bool,
     /// `out` is read after the run: its handle is registered when the run executes.
@@ -308,11 +295,7 @@ pub(crate) fn run_inputs(
             Some((_, _, t)) => t.clone(),
             None => handle_tensor(context, &global_ir(context, &v.source, op).id, op),
         };
-        let view = match v.kind {
-            ViewKind::Reshape => crate::burn::structure::reshape(source, &out.shape)?,
-            ViewKind::SwapDims(a, b) => crate::burn::structure::swap_dims(source, a, b, op)?,
-        };
-        made.push((v.out, out.id, view));
+        made.push((v.out, out.id, crate::burn::structure::reshape(source, &out.shape)?));
     }
     let ir: Vec<_> = inputs.iter().map(|i| global_ir(context, &i.id, op)).collect();
     let tensors = ir
