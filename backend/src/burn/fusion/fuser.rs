@@ -3,7 +3,9 @@
 //! Fills (`ones`, `zeros`, `full`) are constants of the run; a reshape of a tensor made before
 //! the run, or a sum or mean of one over a dim of size 1, is read as a view of it; values whose
 //! shapes differ only in dims of size 1 (`[C]` and `[1, C, 1, 1]`) make a *flat* run, in one
-//! element order (a run is flat or broadcast, never both).
+//! element order; values of one smaller shape that broadcasts to the run's (batch-norm
+//! statistics beside the normalization) make a *mixed* run, the small values computed by
+//! every thread and stored once each.
 //!
 //! It sees burn-fusion's *relative* operations: tensor ids and dims are numbered within the
 //! stream (dim id 0 is size 1) and scalars are indices into the execution context, so one

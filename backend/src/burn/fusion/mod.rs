@@ -14,8 +14,10 @@
 //!   shape (activations as Burn composes them, residual adds, scaling, masks, casts, the
 //!   per-parameter arithmetic of Burn's optimizers, the elementwise parts of backward passes)
 //!   becomes one generated kernel ([`crate::kernels::fused`]), compiled once per distinct
-//!   chain and kept in the persistent kernel cache. Inputs may broadcast; a tensor whose last
-//!   use is in the run lends its buffer to an output. The kernel is specialized to the rank
+//!   chain and kept in the persistent kernel cache. Inputs may broadcast, values of one
+//!   smaller shape may sit beside the run's (stored once each), and dims along which no input
+//!   varies are computed once (the outputs are broadcast views); a tensor whose last use is in
+//!   the run lends its buffer to an output. The kernel is specialized to the rank
 //!   of the merged shape and moves up to 8 elements per thread step with vector accesses. A
 //!   kernel that fails to build falls back to the operations one by one, with a one-time
 //!   warning.
