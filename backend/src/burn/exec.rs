@@ -118,7 +118,9 @@ fn constant_dims_of(dims: &[i64], operands: &[&ViewLayout]) -> Option<Vec<i64>> 
             }
         })
     };
-    let small: Vec<i64> = (0..rank).map(|i| if dims[i] > 1 && constant(i) { 1 } else { dims[i] }).collect();
+    let small: Vec<i64> = (0..rank)
+        .map(|i| if dims[i] > 1 && constant(i) { 1 } else { dims[i] })
+        .collect();
     (small != dims).then_some(small)
 }
 
@@ -260,7 +262,12 @@ pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &s
     check_same_dtype(name, &a, &b)?;
     let dims = broadcast_dims(name, &broadcast_dims(name, cond.dims(), a.dims())?, b.dims())?;
     if let Some(small) = constant_dims(&dims, &[&cond, &a, &b]) {
-        let out = where_(narrowed(&cond, &small), narrowed(&a, &small), narrowed(&b, &small), name)?;
+        let out = where_(
+            narrowed(&cond, &small),
+            narrowed(&a, &small),
+            narrowed(&b, &small),
+            name,
+        )?;
         return expand(out, &dims, name);
     }
     let out = a.empty_on(&dims, a.dtype, name)?;

@@ -755,13 +755,24 @@ impl<'a> FusedLaunch<'a> {
     ) -> Result<Self> {
         const OP: &str = "fused elementwise";
         if program.small_outputs != 0 {
-            return Err(Error::invalid_arg(OP, "program", "small outputs need a launch with their shape"));
+            return Err(Error::invalid_arg(
+                OP,
+                "program",
+                "small outputs need a launch with their shape",
+            ));
         }
         let descs: Vec<OutputDesc> = outputs.iter().map(|o| OutputDesc::of(o)).collect();
         let Some(out0) = descs.first() else {
             return Err(Error::invalid_arg(OP, "out", "no outputs"));
         };
-        let mut launch = Self::pack(program, inputs, &descs, scalars, (out0.dims, out0.strides, out0.ptr), None)?;
+        let mut launch = Self::pack(
+            program,
+            inputs,
+            &descs,
+            scalars,
+            (out0.dims, out0.strides, out0.ptr),
+            None,
+        )?;
         launch.views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
         launch.bound = true;
         Ok(launch)
@@ -894,7 +905,14 @@ impl<'a> FusedLaunch<'a> {
             })
             .collect();
         let launch = (out_dims, strides.as_slice(), OUTPUT_ALIGNMENT);
-        Self::pack(program, inputs, &outputs, &vec![0.0; program.scalars], launch, small_dims)
+        Self::pack(
+            program,
+            inputs,
+            &outputs,
+            &vec![0.0; program.scalars],
+            launch,
+            small_dims,
+        )
     }
 
     /// Binds the real outputs (packed, of the dims and dtypes the launch was made for) and the

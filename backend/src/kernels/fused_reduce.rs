@@ -191,7 +191,10 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
     s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n        i64 r = chunk * a.chunk + ty;\n");
     s.push_str("        const FIDX step = (FIDX)blockDim.y;\n");
     emit_walk(s, inputs, true);
-    let _ = writeln!(s, "        while (r < rend) {{\n            bool ok[{UNROLL}];\n            i64 eo[{UNROLL}];");
+    let _ = writeln!(
+        s,
+        "        while (r < rend) {{\n            bool ok[{UNROLL}];\n            i64 eo[{UNROLL}];"
+    );
     for k in 0..inputs {
         let _ = writeln!(s, "            i64 e{k}[{UNROLL}];");
     }
@@ -232,7 +235,11 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
     for (j, &(r, d)) in p.outputs.iter().enumerate() {
         let _ = writeln!(s, "                q{j}[eo[v]] = {};", store_expr(&format!("r{r}"), d));
     }
-    let _ = writeln!(s, "                acc += {};\n            }}\n        }}\n    }}", target.expr());
+    let _ = writeln!(
+        s,
+        "                acc += {};\n            }}\n        }}\n    }}",
+        target.expr()
+    );
 }
 
 /// The kernel source of `rp` (generated once, then looked up).
@@ -536,7 +543,10 @@ mod tests {
         assert!(src.contains("#define FMASK 13u"));
         assert!(src.contains("acc += r1;"));
         assert!(src.contains("q0[eo[v]] = r0;"));
-        assert!(!src.contains(" % n;\n                "), "no division per element in the loop");
+        assert!(
+            !src.contains(" % n;\n                "),
+            "no division per element in the loop"
+        );
         assert!(src.contains("f32_to_bf16(acc * a.scale)"));
     }
 

@@ -504,8 +504,7 @@ impl ElementwiseFuser {
         let first = *self.made.first()?;
         let (run, small, out_small, promote, refs) = match (&self.small, self.flat) {
             (Some(small), _) => {
-                let out_small =
-                    out == small.as_slice() || (out.len() < run.len() && squeezed(out) == squeezed(small));
+                let out_small = out == small.as_slice() || (out.len() < run.len() && squeezed(out) == squeezed(small));
                 if !out_small && out != run.as_slice() {
                     return None;
                 }
@@ -558,7 +557,13 @@ impl ElementwiseFuser {
     /// Adds `d` (of shape `out_shape`) once its shapes fit: `mixed` for a
     /// mixed run, else the run's new `(flat, broadcast)`. False (and no change) when the
     /// program's input or scalar room runs out.
-    fn push(&mut self, d: &Desc, out_shape: Vec<usize>, mixed: Option<MixedJoin>, (flat, broadcast): (bool, bool)) -> bool {
+    fn push(
+        &mut self,
+        d: &Desc,
+        out_shape: Vec<usize>,
+        mixed: Option<MixedJoin>,
+        (flat, broadcast): (bool, bool),
+    ) -> bool {
         let mut new_inputs = 0;
         let mut new_scalars = 0;
         for a in &d.args {
@@ -1149,8 +1154,18 @@ mod tests {
             mul_scalar(t(1, &[3], RW, f32), 0, t(2, &[3], NEW, f32)),
             mul_scalar(t(3, c, RO, f32), 1, t(4, c, NEW, f32)),
             reshape(t(4, c, RW, f32), t(5, &[3], NEW, f32)),
-            binary_op(NumericOperationIr::Add, t(2, &[3], RW, f32), t(5, &[3], RW, f32), t(6, &[3], NEW, f32)),
-            binary_op(NumericOperationIr::Sub, t(7, full, RO, f32), t(3, c, RW, f32), t(8, full, NEW, f32)),
+            binary_op(
+                NumericOperationIr::Add,
+                t(2, &[3], RW, f32),
+                t(5, &[3], RW, f32),
+                t(6, &[3], NEW, f32),
+            ),
+            binary_op(
+                NumericOperationIr::Sub,
+                t(7, full, RO, f32),
+                t(3, c, RW, f32),
+                t(8, full, NEW, f32),
+            ),
             mul_scalar(t(9, c, RO, f32), 2, t(10, c, NEW, f32)),
             OperationIr::Float(
                 DType::F32,
@@ -1159,7 +1174,12 @@ mod tests {
                     out: t(11, c, NEW, f32),
                 }),
             ),
-            binary_op(NumericOperationIr::Div, t(8, full, RW, f32), t(11, c, RO, f32), t(12, full, NEW, f32)),
+            binary_op(
+                NumericOperationIr::Div,
+                t(8, full, RW, f32),
+                t(11, c, RO, f32),
+                t(12, full, NEW, f32),
+            ),
         ];
         let f = fuse_all(&ops);
         assert_eq!((f.status(), f.len()), (FuserStatus::Open, 8));
@@ -1186,7 +1206,12 @@ mod tests {
                     out: t(2, c, NEW, f32),
                 }),
             ),
-            binary_op(NumericOperationIr::Mul, t(3, full, RO, f32), t(2, c, RW, f32), t(4, full, NEW, f32)),
+            binary_op(
+                NumericOperationIr::Mul,
+                t(3, full, RO, f32),
+                t(2, c, RW, f32),
+                t(4, full, NEW, f32),
+            ),
         ];
         let e = fuse_all(&ops).build();
         e.program.validate().unwrap();

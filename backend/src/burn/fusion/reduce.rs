@@ -35,9 +35,9 @@ use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::error::Result;
 use crate::graph::DataType;
-use crate::types::row_major_strides;
 use crate::kernels::fused::Value;
 use crate::kernels::fused_reduce::{self, needs_wide, ReduceLaunch, ReduceOperands, ReduceProgram};
+use crate::types::row_major_strides;
 
 /// Where the fuser is in its pattern.
 #[derive(Clone, Debug, PartialEq)]
