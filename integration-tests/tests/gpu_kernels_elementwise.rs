@@ -1122,6 +1122,7 @@ fn fused_programs_match_the_host_in_every_launch_variant() {
             FusedOp::Select(Value::Reg(3), Value::Reg(1), Value::Scalar(1)),
         ],
         outputs: vec![(4, dtype), (3, Bool)],
+        ..Program::default()
     };
     // (what it covers, out dims, x dims + strides, b dims, m dims, dtype, x shifted by one)
     type Case = (
