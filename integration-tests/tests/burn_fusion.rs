@@ -13,7 +13,8 @@
 //!   `quantize_dynamic` (scales in f32), with its quantized values;
 //! - Burn's own `BatchNorm` in training (statistics through the channel view, broadcast
 //!   gradients summed dim by dim) runs its reductions as fused reductions: output and
-//!   gradients match float64 as closely as the unfused backend's, in fewer launches.
+//!   gradients match float64 as closely as the unfused backend's, in fewer launches;
+//! - Burn's softmax runs its row max, with the scaling before it, as a fused max reduction.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -526,6 +527,46 @@ fn burns_batch_norm_under_fusion_runs_fused_reductions_and_matches_float64() {
     // `[C]` statistics flat runs, `mean_dim`'s backward one run).
     assert!(
         fused_launches * 2 <= plain_launches,
+        "fused {fused_launches} vs unfused {plain_launches} launches"
+    );
+}
+
+/// Dims of the softmax input (batch, heads, queries, keys).
+const SOFTMAX_DIMS: [usize; 4] = [2, 4, 16, 32];
+
+/// Burn's softmax over scaled scores, `softmax(x / 3, 3)`, on backend `B`, with its launches.
+fn scaled_softmax<B: Backend>(x: &[f64]) -> (TensorData, u64) {
+    let device = B::Device::default();
+    let t = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), SOFTMAX_DIMS), (&device, DType::F32));
+    B::sync(&device).unwrap();
+    let before = launch_counts();
+    let y = activation::softmax(t / 3.0, 3);
+    let data = y.into_data();
+    (data, launch_counts().since(&before).total())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Burn's softmax under `CudnnFusion`: the scaling and the row max run as one fused max
+/// reduction (the scaled scores stored for the rest), the shift, exponential and row sum as
+/// one fused sum: the result matches float64 within twice the unfused backend's distance (or
+/// 1e-6), in fewer launches.
+fn burns_softmax_under_fusion_runs_its_max_as_a_fused_reduction() {
+    let _serial = counting_launches();
+    let mut rng = Rng::new(0x50f7);
+    let n: usize = SOFTMAX_DIMS.iter().product();
+    let x = rounded(&uniform(&mut rng, n, -6.0, 6.0), DType::F32);
+    let (want, _) = scaled_softmax::<F64>(&x);
+    let (plain, plain_launches) = scaled_softmax::<Cudnn>(&x);
+    // The first fused run queues the kernels' builds and runs unfused meanwhile.
+    let _ = scaled_softmax::<CudnnFusion>(&x);
+    cudnn_backend::ops::wait_for_builds();
+    let (fused, fused_launches) = scaled_softmax::<CudnnFusion>(&x);
+    let (ef, ep) = (rel_l2(&fused, &want), rel_l2(&plain, &want));
+    println!("softmax: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}; launches {plain_launches} unfused, {fused_launches} fused");
+    assert!(ef <= (2.0 * ep).max(1e-6), "fused {ef:.2e} vs unfused {ep:.2e}");
+    assert!(
+        fused_launches < plain_launches,
         "fused {fused_launches} vs unfused {plain_launches} launches"
     );
 }

@@ -45,6 +45,8 @@ pub struct ReduceProgram {
     pub rank: u8,
     /// Bit `d` set: dim `d` of the iteration shape is reduced.
     pub reduced: u8,
+    /// The reduction is a max (a NaN anywhere wins, as in the unfused max), not a sum.
+    pub max: bool,
     /// Storage dtype of the result (`F32`, `F16` or `BF16`).
     pub out: DataType,
     /// The iteration shape has `2^31` elements or more: 64-bit coordinates.
@@ -102,6 +104,15 @@ impl ReduceProgram {
             "#define FR {}\n#define FMASK {}u\n#define RED(d) ((FMASK >> (d)) & 1u)\ntypedef {idx} FIDX;",
             self.rank, self.reduced
         );
+        // How two partial results combine, and the start value.
+        if self.max {
+            s.push_str(
+                "__device__ __forceinline__ float red_max(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }\n\
+                 #define RED_INIT __int_as_float(0xff800000)\n#define COMBINE(a, b) red_max(a, b)\n",
+            );
+        } else {
+            s.push_str("#define RED_INIT 0.0f\n#define COMBINE(a, b) ((a) + (b))\n");
+        }
         s.push_str("KERNEL void fused_reduce(const ReduceArgs a) {\n");
         s.push_str(&format!(
             "    {rt}* res = ({rt}*)a.ptr[{res}];\n    float* part = (float*)a.ptr[{}];\n",
@@ -109,7 +120,7 @@ impl ReduceProgram {
         ));
         // Phase 1: one thread per kept element sums its chunks' partials in order.
         s.push_str(
-            "    if (a.phase == 1) {\n        const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n        if (o >= a.kept) return;\n        float acc = 0.0f;\n        for (i64 k = 0; k < a.chunks; ++k) acc += part[k * a.kept + o];\n",
+            "    if (a.phase == 1) {\n        const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n        if (o >= a.kept) return;\n        float acc = RED_INIT;\n        for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, part[k * a.kept + o]);\n",
         );
         let _ = writeln!(
             s,
@@ -117,7 +128,7 @@ impl ReduceProgram {
             store_expr("acc * a.scale", self.out)
         );
         s.push_str("    __shared__ float tree[256];\n    const unsigned tx = threadIdx.x, ty = threadIdx.y;\n");
-        s.push_str("    const i64 o = (i64)blockIdx.x * blockDim.x + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = 0.0f;\n");
+        s.push_str("    const i64 o = (i64)blockIdx.x * blockDim.x + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = RED_INIT;\n");
         p.emit_pointers(&mut s, "");
         s.push_str("    if (o < a.kept) {\n");
         // The kept element's offsets, then per reduced element the rest of each offset.
@@ -125,7 +136,7 @@ impl ReduceProgram {
         emit_reduced_loop(&mut s, p, self.target);
         // The rows of each lane fold pairwise in a fixed order.
         s.push_str("    tree[ty * blockDim.x + tx] = acc;\n    __syncthreads();\n");
-        s.push_str("    for (unsigned h = blockDim.y / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * blockDim.x + tx] += tree[(ty + h) * blockDim.x + tx];\n        __syncthreads();\n    }\n");
+        s.push_str("    for (unsigned h = blockDim.y / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * blockDim.x + tx] = COMBINE(tree[ty * blockDim.x + tx], tree[(ty + h) * blockDim.x + tx]);\n        __syncthreads();\n    }\n");
         s.push_str("    if (ty == 0 && o < a.kept) {\n        const float v = tree[tx];\n");
         let _ = writeln!(
             s,
@@ -237,7 +248,7 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
     }
     let _ = writeln!(
         s,
-        "                acc += {};\n            }}\n        }}\n    }}",
+        "                acc = COMBINE(acc, {});\n            }}\n        }}\n    }}",
         target.expr()
     );
 }
@@ -529,6 +540,7 @@ mod tests {
             target: Value::Reg(1),
             rank: 4,
             reduced: 0b1101,
+            max: false,
             out: DataType::BF16,
             wide: false,
         }
@@ -541,7 +553,14 @@ mod tests {
         let src = rp.source();
         assert_eq!(src.matches("KERNEL void").count(), 1);
         assert!(src.contains("#define FMASK 13u"));
-        assert!(src.contains("acc += r1;"));
+        assert!(src.contains("acc = COMBINE(acc, r1);"));
+        assert!(src.contains("#define COMBINE(a, b) ((a) + (b))"));
+        let max = ReduceProgram {
+            max: true,
+            ..rp.clone()
+        }
+        .source();
+        assert!(max.contains("#define COMBINE(a, b) red_max(a, b)") && max.contains("float acc = RED_INIT;"));
         assert!(src.contains("q0[eo[v]] = r0;"));
         assert!(
             !src.contains(" % n;\n                "),
@@ -580,6 +599,7 @@ mod tests {
         // Reducing dim 0 of [128, 4, 512]: the inner dim is kept (32 lanes of 8 rows).
         let rp0 = ReduceProgram {
             reduced: 0b001,
+            max: false,
             rank: 3,
             ..squared_deviation()
         };

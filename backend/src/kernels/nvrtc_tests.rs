@@ -420,7 +420,7 @@ fn generated_fused_reductions_compile() {
     use super::fused_reduce::ReduceProgram;
     use crate::graph::DataType;
     check_nvrtc().expect("libnvrtc");
-    // sum over n, h, w of (x - mean) * g in bf16, with x - mean stored; and a plain sum of
+    // sum over n, h, w of (x - mean) * g in bf16, with x - mean stored; and a plain max of
     // an f16 input over dim 0 (no operations, 64-bit coordinates).
     let programs = [
         ReduceProgram {
@@ -438,6 +438,7 @@ fn generated_fused_reductions_compile() {
             target: Value::Reg(2),
             rank: 4,
             reduced: 0b1101,
+            max: false,
             out: DataType::BF16,
             wide: false,
         },
@@ -449,6 +450,7 @@ fn generated_fused_reductions_compile() {
             target: Value::Input(0),
             rank: 2,
             reduced: 0b01,
+            max: true,
             out: DataType::F16,
             wide: true,
         },

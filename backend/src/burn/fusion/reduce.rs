@@ -99,6 +99,8 @@ pub(crate) struct ReduceFuser {
     counted: usize,
     /// The run reduces through the channel view.
     viewed: bool,
+    /// The reductions are maxes (else sums and means).
+    max: bool,
     closed: bool,
 }
 
@@ -114,20 +116,31 @@ impl Default for ReduceFuser {
             ops: Vec::new(),
             counted: 0,
             viewed: false,
+            max: false,
             closed: false,
         }
     }
 }
 
-/// A float sum or mean over one dim: `(input, out, axis, mean)`. Not over a dim of size 1
-/// (relative dim id 0): that one is the identity, which the elementwise fuser takes.
-fn reduction(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, usize, bool)> {
-    let (r, mean) = match op {
-        OperationIr::NumericFloat(dtype, NumericOperationIr::SumDim(r)) if is_float(*dtype) => (r, false),
-        OperationIr::NumericFloat(dtype, NumericOperationIr::MeanDim(r)) if is_float(*dtype) => (r, true),
+/// How a reduction combines the elements of a dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Combine {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// A float sum, mean or max over one dim: `(input, out, axis, how)`. Not over a dim of size 1
+/// (relative dim id 0): that one is the identity (which the elementwise fuser takes for sums
+/// and means).
+fn reduction(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, usize, Combine)> {
+    let (r, how) = match op {
+        OperationIr::NumericFloat(dtype, NumericOperationIr::SumDim(r)) if is_float(*dtype) => (r, Combine::Sum),
+        OperationIr::NumericFloat(dtype, NumericOperationIr::MeanDim(r)) if is_float(*dtype) => (r, Combine::Mean),
+        OperationIr::NumericFloat(dtype, NumericOperationIr::MaxDim(r)) if is_float(*dtype) => (r, Combine::Max),
         _ => return None,
     };
-    (!size_one(&r.input, r.axis)).then_some((&r.input, &r.out, r.axis, mean))
+    (!size_one(&r.input, r.axis)).then_some((&r.input, &r.out, r.axis, how))
 }
 
 fn storage(dtype: DType) -> Option<DataType> {
@@ -190,12 +203,13 @@ impl ReduceFuser {
         }
         match self.stage.clone() {
             Stage::Prologue => {
-                if let Some((input, out, axis, mean)) = reduction(op) {
+                if let Some((input, out, axis, how)) = reduction(op) {
                     if out.dtype != input.dtype || !self.set_target(input) {
                         return false;
                     }
                     self.reduced = 1 << axis;
-                    self.means = if mean { 1 << axis } else { 0 };
+                    self.means = if how == Combine::Mean { 1 << axis } else { 0 };
+                    self.max = how == Combine::Max;
                     self.result = Some(out.clone());
                     self.stage = Stage::Reduced { chained: true };
                     return true;
@@ -229,7 +243,10 @@ impl ReduceFuser {
                 _ => false,
             },
             Stage::Viewed { source, viewed } => match reduction(op) {
-                Some((input, out, 1, mean)) if input.id == viewed.id && last_use(input) && out.dtype == input.dtype => {
+                Some((input, out, 1, how))
+                    if how != Combine::Max && input.id == viewed.id && last_use(input) && out.dtype == input.dtype =>
+                {
+                    let mean = how == Combine::Mean;
                     if !self.set_target(&source) {
                         return false;
                     }
@@ -247,8 +264,10 @@ impl ReduceFuser {
                 let Some(result) = self.result.clone() else {
                     return false;
                 };
-                if let Some((input, out, axis, mean)) = reduction(op) {
+                if let Some((input, out, axis, how)) = reduction(op) {
+                    // A max chains with maxes, a sum or mean with sums and means.
                     let fits = chained
+                        && (how == Combine::Max) == self.max
                         && input.id == result.id
                         && last_use(input)
                         && out.dtype == input.dtype
@@ -256,7 +275,7 @@ impl ReduceFuser {
                         && self.reduced >> axis & 1 == 0;
                     if fits {
                         self.reduced |= 1 << axis;
-                        if mean {
+                        if how == Combine::Mean {
                             self.means |= 1 << axis;
                         }
                         self.result = Some(out.clone());
@@ -292,6 +311,7 @@ impl ReduceFuser {
                 target: *target,
                 rank: full.shape.len() as u8,
                 reduced: self.reduced,
+                max: self.max,
                 out: out_storage,
                 wide: false,
             },
@@ -459,7 +479,7 @@ impl ReduceOptimization {
 
 #[cfg(test)]
 mod tests {
-    use burn_ir::{BinaryOpIr, ReduceDimOpIr, ShapeOpIr, SwapDimsOpIr, TensorStatus};
+    use burn_ir::{BinaryOpIr, ReduceDimOpIr, ScalarOpIr, ShapeOpIr, SwapDimsOpIr, TensorStatus};
 
     use super::*;
     use crate::burn::fusion::test_ir::t;
@@ -500,6 +520,21 @@ mod tests {
                 lhs: t(a, dims, a_status, F),
                 rhs: t(b, dims, ReadOnly, F),
                 out: t(out, dims, NotInit, F),
+            }),
+        )
+    }
+
+    /// A sum of `input` (as given) over `axis` into tensor `out`.
+    fn sum_of(input: TensorIr, axis: usize, out: u64) -> OperationIr {
+        let mut o: Vec<usize> = input.shape.iter().copied().collect();
+        o[axis] = 0;
+        OperationIr::NumericFloat(
+            F,
+            NumericOperationIr::SumDim(ReduceDimOpIr {
+                out: t(out, &o, NotInit, F),
+                input,
+                axis,
+                accumulator_len: 1,
             }),
         )
     }
@@ -576,6 +611,49 @@ mod tests {
         assert!(o.reduction.program.ops.is_empty());
         assert!(!o.inputs[0].last_use);
         assert_eq!((o.full, o.out), (TensorId::new(1), TensorId::new(5)));
+    }
+
+    #[test]
+    fn softmax_scores_and_their_max_become_one_max_reduction() {
+        // Burn's softmax over attention scores: (scores / s).max_dim(3), the scaled scores
+        // read again afterwards.
+        let scaled = t(2, &[1, 2, 3, 3], NotInit, F);
+        let mut max_out = t(3, &[1, 2, 3, 0], NotInit, F);
+        let ops = vec![
+            OperationIr::NumericFloat(
+                F,
+                NumericOperationIr::DivScalar(ScalarOpIr {
+                    lhs: t(1, &[1, 2, 3, 3], ReadWrite, F),
+                    rhs: burn_ir::ScalarIr::UInt(0),
+                    out: scaled.clone(),
+                }),
+            ),
+            OperationIr::NumericFloat(
+                F,
+                NumericOperationIr::MaxDim(ReduceDimOpIr {
+                    input: TensorIr {
+                        status: ReadOnly,
+                        ..scaled
+                    },
+                    out: max_out.clone(),
+                    axis: 3,
+                    accumulator_len: 1,
+                }),
+            ),
+        ];
+        let f = fused(&ops);
+        assert!(f.ready());
+        let r = f.build();
+        r.reduction.validate().unwrap();
+        assert!(r.reduction.max);
+        assert_eq!((r.reduction.reduced, r.mean_dims), (0b1000, 0));
+        // The scaled scores are stored for their later readers.
+        assert_eq!(r.outputs.len(), 1);
+        // A sum does not chain onto a max.
+        max_out.status = ReadWrite;
+        let mut f = fused(&ops);
+        f.fuse(&sum_of(max_out, 2, 4));
+        assert_eq!(f.ops.len(), 2);
     }
 
     #[test]
