@@ -131,18 +131,25 @@ pub struct Program {
     pub small_outputs: u16,
 }
 
-impl Program {
-    /// Whether output `j` is stored at the small layout (see [`Program::small_outputs`]).
-    pub(crate) fn is_small(&self, j: usize) -> bool {
-        self.small_outputs >> j & 1 == 1
-    }
-}
-
 fn storable(dtype: DataType) -> bool {
     matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::Bool)
 }
 
 impl Program {
+    /// Whether output `j` is stored at the small layout (see [`Program::small_outputs`]).
+    pub(crate) fn is_small(&self, j: usize) -> bool {
+        self.small_outputs >> j & 1 == 1
+    }
+
+    /// The packed dims of output `j` in a launch over `out_dims` whose small outputs have
+    /// `small_dims`.
+    fn output_dims<'d>(&self, j: usize, out_dims: &'d [i64], small_dims: Option<&'d [i64]>) -> &'d [i64] {
+        match small_dims {
+            Some(small) if self.is_small(j) => small,
+            _ => out_dims,
+        }
+    }
+
     /// Checks the program: limits, operand references and types, storage dtypes.
     pub fn validate(&self) -> Result<()> {
         if self.outputs.is_empty() {
@@ -805,9 +812,11 @@ impl<'a> FusedLaunch<'a> {
         };
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             check_layout(OP, "out", o.dims, o.strides, o.ptr)?;
-            let (want_dims, want_strides) = match small_dims {
-                Some(dims) if program.is_small(j) => (dims, row_major_strides(dims)),
-                _ => (out_dims, out_strides.to_vec()),
+            let want_dims = program.output_dims(j, out_dims, small_dims);
+            let want_strides = if want_dims == out_dims {
+                out_strides.to_vec()
+            } else {
+                row_major_strides(want_dims)
             };
             if o.dims != want_dims || o.strides != want_strides.as_slice() || o.dtype != d {
                 return Err(Error::invalid_arg(
@@ -884,24 +893,19 @@ impl<'a> FusedLaunch<'a> {
         small_dims: Option<&[i64]>,
     ) -> Result<Self> {
         let strides = row_major_strides(out_dims);
-        let small_strides = small_dims.map(row_major_strides);
+        let small_strides = small_dims.map(row_major_strides).unwrap_or_default();
         let outputs: Vec<OutputDesc> = program
             .outputs
             .iter()
             .enumerate()
-            .map(|(j, &(_, dtype))| match (small_dims, &small_strides) {
-                (Some(dims), Some(st)) if program.is_small(j) => OutputDesc {
+            .map(|(j, &(_, dtype))| {
+                let dims = program.output_dims(j, out_dims, small_dims);
+                OutputDesc {
                     dims,
-                    strides: st,
+                    strides: if dims == out_dims { &strides } else { &small_strides },
                     dtype,
                     ptr: OUTPUT_ALIGNMENT,
-                },
-                _ => OutputDesc {
-                    dims: out_dims,
-                    strides: &strides,
-                    dtype,
-                    ptr: OUTPUT_ALIGNMENT,
-                },
+                }
             })
             .collect();
         let launch = (out_dims, strides.as_slice(), OUTPUT_ALIGNMENT);
@@ -935,11 +939,8 @@ impl<'a> FusedLaunch<'a> {
         }
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             check_tensor(OP, "out", o)?;
-            let want = match &self.small_dims {
-                Some(small) if program.is_small(j) => small,
-                _ => &self.out_dims,
-            };
-            if o.dims != want.as_slice() || o.strides != row_major_strides(want) || o.dtype != d {
+            let want = program.output_dims(j, &self.out_dims, self.small_dims.as_deref());
+            if o.dims != want || o.strides != row_major_strides(want) || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
                     "out",

@@ -297,14 +297,11 @@ pub(crate) struct ElementwiseFuser {
     /// statistics read as them, beside the `[N, C, H, W]` normalization): the small values
     /// are computed by every thread and stored once per element (see
     /// [`crate::kernels::fused::Program::small_outputs`]).
-    small: Option<Vec<usize>>,
+    mixed: Option<Mixed>,
     /// The values of the small shape (or of a lower rank with its non-unit dims).
     small_values: HashSet<TensorId>,
     /// Relative dims of the values made in the run and of its inputs.
     shapes: HashMap<TensorId, Vec<usize>>,
-    /// A tensor of the run's shape and one of the small shape (rank of the run's), whose
-    /// dims the execution reads.
-    mixed_refs: Option<(TensorId, TensorId)>,
     /// The device the run executes on: a run that reads no tensor (fills and arithmetic on
     /// them) launches there. Without it such a run is never ready.
     device: Option<CudnnDevice>,
@@ -320,18 +317,24 @@ fn broadcasts_to(a: &[usize], b: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| x == y || x == 0)
 }
 
+/// The small shape of a mixed run, and the tensors whose dims its execution reads: one of
+/// the run's shape and one of the small shape (of the run's rank).
+#[derive(Clone, Debug)]
+struct Mixed {
+    small: Vec<usize>,
+    refs: (TensorId, TensorId),
+}
+
 /// How an operation joins a mixed run (see [`ElementwiseFuser::mixed_join`]).
 struct MixedJoin {
     /// The run's shape after the operation.
     run: Vec<usize>,
-    /// The small shape after it.
-    small: Vec<usize>,
+    /// The mixed run after it.
+    mixed: Mixed,
     /// The operation's value has the small shape.
     out_small: bool,
     /// Every value made so far becomes small (the run grows to the operation's shape).
     promote: bool,
-    /// The tensors whose dims the execution reads: one of the run's shape, one of the small.
-    refs: (TensorId, TensorId),
 }
 
 impl Default for ElementwiseFuser {
@@ -352,10 +355,9 @@ impl Default for ElementwiseFuser {
             broadcast: false,
             flat: false,
             allow_flat: true,
-            small: None,
+            mixed: None,
             small_values: HashSet::new(),
             shapes: HashMap::new(),
-            mixed_refs: None,
             device: None,
         }
     }
@@ -436,7 +438,7 @@ impl ElementwiseFuser {
             return false;
         }
         let out_shape: Vec<usize> = d.out.shape.iter().copied().collect();
-        let fit = if self.small.is_some() {
+        let fit = if self.mixed.is_some() {
             None
         } else {
             self.fits(&d, &out_shape)
@@ -502,13 +504,13 @@ impl ElementwiseFuser {
         }
         let run = self.shape.as_ref()?;
         let first = *self.made.first()?;
-        let (run, small, out_small, promote, refs) = match (&self.small, self.flat) {
-            (Some(small), _) => {
+        let (run, small, out_small, promote, refs) = match (&self.mixed, self.flat) {
+            (Some(Mixed { small, refs }), _) => {
                 let out_small = out == small.as_slice() || (out.len() < run.len() && squeezed(out) == squeezed(small));
                 if !out_small && out != run.as_slice() {
                     return None;
                 }
-                (run.clone(), small.clone(), out_small, false, self.mixed_refs?)
+                (run.clone(), small.clone(), out_small, false, *refs)
             }
             (None, false) if out != run.as_slice() && broadcasts_to(out, run) => {
                 (run.clone(), out.to_vec(), true, false, (first, d.out.id))
@@ -547,10 +549,9 @@ impl ElementwiseFuser {
         }
         Some(MixedJoin {
             run,
-            small,
+            mixed: Mixed { small, refs },
             out_small,
             promote,
-            refs,
         })
     }
 
@@ -599,8 +600,7 @@ impl ElementwiseFuser {
                     self.small_values.insert(d.out.id);
                 }
                 self.shape = Some(m.run);
-                self.small = Some(m.small);
-                self.mixed_refs = Some(m.refs);
+                self.mixed = Some(m.mixed);
                 (self.flat, self.broadcast) = (false, true);
             }
             None => (self.flat, self.broadcast) = (flat, broadcast),
@@ -726,7 +726,7 @@ impl ElementwiseFuser {
             small_outputs: outputs
                 .iter()
                 .enumerate()
-                .filter(|(_, (id, _, _))| self.small.is_some() && self.small_values.contains(id))
+                .filter(|(_, (id, _, _))| self.mixed.is_some() && self.small_values.contains(id))
                 .fold(0u16, |m, (j, _)| m | 1 << j),
         };
         ElementwiseOptimization {
@@ -753,7 +753,7 @@ impl ElementwiseFuser {
                 .collect(),
             scalars: self.scalars.clone(),
             flat: self.flat,
-            mixed: self.small.as_ref().and(self.mixed_refs),
+            mixed: self.mixed.as_ref().map(|m| m.refs),
             device: self.device,
             operations: self.absorbed.clone(),
             function: None,

@@ -362,13 +362,6 @@ impl ElementwiseOptimization {
         }
         let mut run = run_inputs(context, &self.inputs, &self.views, OP)?;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
-        if self.flat {
-            let shape = &outputs_ir[0].shape;
-            run.tensors = std::mem::take(&mut run.tensors)
-                .into_iter()
-                .map(|t| crate::burn::structure::reshape(t, shape))
-                .collect::<Result<_>>()?;
-        }
         // A mixed run covers the dims of its run-shaped reference; its small outputs have
         // those of the small one.
         let (full, mixed_small) = match self.mixed {
@@ -378,16 +371,17 @@ impl ElementwiseOptimization {
             ),
             None => (to_dims(&outputs_ir[0].shape), None),
         };
-        if let Some(small) = &mixed_small {
+        // Inputs read in another shape than their own: every input of a flat run as the
+        // first output's, the lower-rank inputs of a mixed run as the small shape.
+        let read_as = |t: CudnnTensor| match &mixed_small {
+            _ if self.flat => t.reshape(&full),
+            Some(small) if t.rank() != small.len() => t.reshape(small),
+            _ => Ok(t),
+        };
+        if self.flat || mixed_small.is_some() {
             run.tensors = std::mem::take(&mut run.tensors)
                 .into_iter()
-                .map(|t| {
-                    if t.rank() == small.len() {
-                        Ok(t)
-                    } else {
-                        t.reshape(small)
-                    }
-                })
+                .map(read_as)
                 .collect::<Result<_>>()?;
         }
         // Dims along which no input varies (all of them for a run that reads no tensor, such
