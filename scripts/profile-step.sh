@@ -21,7 +21,7 @@ ours+=("${extra[@]}")
 per_step=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out 2>&1 \
     | sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p')
 skip=$((per_step * 2 + 50)); count=$((per_step * 2))
-ncu --metrics gpu__time_duration.sum --csv --launch-skip "$skip" --launch-count "$count" \
+ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$skip" --launch-count "$count" \
     "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out > "$logs/ncu.csv" 2> "$logs/ncu.err"
 PYTHONUNBUFFERED=1 python3 - "$here/train_torch.py" "$tmodel" "$dtype" "$batch" > "$logs/torch-profile.txt" 2>&1 <<'PY'
 import sys, runpy, torch

@@ -68,6 +68,26 @@ pub(crate) fn full(device: &CudnnDevice, shape: &Shape, dtype: DType, value: Sca
     Ok(out)
 }
 
+/// A float tensor of `shape` whose every element is `value`, as one stored element expanded
+/// to the shape (stride 0 along every dim): `zeros`, `ones` and `full` write one element, not
+/// the whole tensor (burn-autodiff's `sum_dim` backward, say, multiplies a full-size `ones`
+/// by the gradient). Readers take it as any strided view; nothing writes into it in place
+/// (in-place paths take only packed tensors they hold alone).
+pub(crate) fn constant(
+    device: &CudnnDevice,
+    shape: &Shape,
+    dtype: DType,
+    value: Scalar,
+    op: &str,
+) -> Result<CudnnTensor> {
+    let dims = to_dims(shape);
+    if dims.iter().product::<i64>() <= 1 {
+        return full(device, shape, dtype, value, op);
+    }
+    let one = full(device, &Shape::from(vec![1usize; dims.len()]), dtype, value, op)?;
+    exec::expand(one, &dims, op)
+}
+
 /// A one-element tensor of `like`'s dtype and rank holding `value` (broadcasts against `like`).
 fn scalar_like(like: &CudnnTensor, value: Scalar, op: &str) -> Result<CudnnTensor> {
     let out = like.empty_on(&vec![1; like.rank()], like.dtype, op)?;

@@ -66,7 +66,8 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
 /// input addresses, the stored outputs', then the result's and the partial sums'; input
 /// layouts broadcast to the iteration shape (`full`, whose strides are the stored outputs',
 /// packed); the scalars; kept and reduced element counts; reduced elements per chunk and
-/// the chunk count; the scale applied to each sum; the phase (0: partial sums, 1: combine).
+/// the chunk count; the scale applied to each sum; the phase (0: partial sums, 1: combine);
+/// `warp_rows` (1: each warp reduces one kept element, its lanes along the reduced ones).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReduceArgs {
@@ -80,10 +81,11 @@ pub(crate) struct ReduceArgs {
     pub chunks: i64,
     pub scale: f32,
     pub phase: i32,
+    pub warp_rows: i32,
 }
 
 // SAFETY: `#[repr(C)]` with the field order and types of the generated `struct ReduceArgs`
-// (u64[26], Layout[16], Layout, float[32], four long longs, float, int: the same alignment
+// (u64[26], Layout[16], Layout, float[32], four long longs, float, two ints: the same alignment
 // and padding in both compilers); any bit pattern is a valid value.
 unsafe impl cudarc::driver::DeviceRepr for ReduceArgs {}
 
@@ -92,7 +94,8 @@ pub(crate) const REDUCE_THREADS: u32 = 256;
 
 /// Launches a generated `fused_reduce(const ReduceArgs)`: phase 0 on a `grid` of
 /// `(kept blocks, chunks)` with `block` = (lanes over kept elements, rows over reduced ones,
-/// a power of two) threads, then, when `args.chunks > 1`, phase 1 combining the partial sums.
+/// a power of two) threads, or with `args.warp_rows` (32 lanes over reduced elements, one
+/// warp per kept element), then, when `args.chunks > 1`, phase 1 combining the partial sums.
 pub(crate) fn fused_reduce(
     stream: &CudaStream,
     f: &CudaFunction,

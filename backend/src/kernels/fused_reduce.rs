@@ -90,7 +90,7 @@ impl ReduceProgram {
         let _ = writeln!(
             s,
             "\nstruct ReduceArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout full; float s[{MAX_SCALARS}]; \
-             i64 kept; i64 red; i64 chunk; i64 chunks; float scale; int phase; }};",
+             i64 kept; i64 red; i64 chunk; i64 chunks; float scale; int phase; int warp_rows; }};",
             res + 2
         );
         let idx = if self.wide {
@@ -127,17 +127,28 @@ impl ReduceProgram {
             "        res[o] = {};\n        return;\n    }}",
             store_expr("acc * a.scale", self.out)
         );
-        s.push_str("    __shared__ float tree[256];\n    const unsigned tx = threadIdx.x, ty = threadIdx.y;\n");
-        s.push_str("    const i64 o = (i64)blockIdx.x * blockDim.x + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = RED_INIT;\n");
+        // `tx`: the thread's kept lane, `ty`: its reduced row; a warp-rows launch swaps them,
+        // so that a warp's lanes read consecutive reduced elements of one kept element.
+        s.push_str(
+            "    __shared__ float tree[256];\n    const bool wr = a.warp_rows != 0;\n\
+             \x20   const unsigned tx = wr ? threadIdx.y : threadIdx.x, ty = wr ? threadIdx.x : threadIdx.y;\n\
+             \x20   const unsigned lanes = wr ? blockDim.y : blockDim.x, rows = wr ? blockDim.x : blockDim.y;\n",
+        );
+        s.push_str("    const i64 o = (i64)blockIdx.x * lanes + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = RED_INIT;\n");
         p.emit_pointers(&mut s, "");
         s.push_str("    if (o < a.kept) {\n");
         // The kept element's offsets, then per reduced element the rest of each offset.
         emit_walk(&mut s, p.inputs.len(), false);
         emit_reduced_loop(&mut s, p, self.target);
-        // The rows of each lane fold pairwise in a fixed order.
-        s.push_str("    tree[ty * blockDim.x + tx] = acc;\n    __syncthreads();\n");
-        s.push_str("    for (unsigned h = blockDim.y / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * blockDim.x + tx] = COMBINE(tree[ty * blockDim.x + tx], tree[(ty + h) * blockDim.x + tx]);\n        __syncthreads();\n    }\n");
-        s.push_str("    if (ty == 0 && o < a.kept) {\n        const float v = tree[tx];\n");
+        // The rows of each lane fold pairwise in a fixed order: by shuffles within the warp
+        // of a warp-rows launch (the branch is uniform over the block), else through shared
+        // memory.
+        s.push_str(
+            "    float v;\n    if (wr) {\n#pragma unroll\n        for (int h = 16; h > 0; h >>= 1) acc = COMBINE(acc, __shfl_down_sync(0xffffffffu, acc, h));\n        v = acc;\n    } else {\n",
+        );
+        s.push_str("    tree[ty * lanes + tx] = acc;\n    __syncthreads();\n");
+        s.push_str("    for (unsigned h = rows / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * lanes + tx] = COMBINE(tree[ty * lanes + tx], tree[(ty + h) * lanes + tx]);\n        __syncthreads();\n    }\n");
+        s.push_str("    v = tree[tx];\n    }\n    if (ty == 0 && o < a.kept) {\n");
         let _ = writeln!(
             s,
             "        if (a.chunks == 1) res[o] = {};\n        else part[chunk * a.kept + o] = v;\n    }}\n}}",
@@ -200,7 +211,7 @@ fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
 fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
     let inputs = p.inputs.len();
     s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n        i64 r = chunk * a.chunk + ty;\n");
-    s.push_str("        const FIDX step = (FIDX)blockDim.y;\n");
+    s.push_str("        const FIDX step = (FIDX)rows;\n");
     emit_walk(s, inputs, true);
     let _ = writeln!(
         s,
@@ -346,29 +357,31 @@ pub struct ReduceOperands<'a, 'b> {
     pub scratch: Option<&'b TensorMut<'a>>,
 }
 
-/// A checked, packed launch of a [`ReduceProgram`] over one iteration shape.
-pub struct ReduceLaunch<'a> {
-    args: ReduceArgs,
-    grid: (u32, u32),
+/// Reduced elements per kept element up to which a reduction along the innermost dim gives
+/// each kept element one warp (a softmax or layer-norm row): beyond it, a whole block and
+/// chunks across the grid.
+const WARP_ROWS_MAX_REDUCED: i64 = 4096;
+
+/// Kept elements from which warp rows fill the GPU (eight per block: 128 blocks or more).
+const WARP_ROWS_MIN_KEPT: i64 = 1024;
+
+/// How a reduction over one iteration shape is spread over the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Split {
+    /// Kept and reduced element counts.
+    kept: i64,
+    red: i64,
+    /// Chunks of the reduced elements across the grid's second dim.
+    chunks: i64,
+    /// Threads per block, `(x, y)`.
     block: (u32, u32),
-    /// Held so the views outlive the launch.
-    _views: Vec<TensorRef<'a>>,
+    /// One warp per kept element (`x`: 32 lanes over reduced elements, `y`: kept elements).
+    warp_rows: bool,
 }
 
-impl<'a> ReduceLaunch<'a> {
-    /// How many f32 partial sums a launch over `full` needs (0: none, the sums go straight
-    /// to the result).
-    pub fn scratch_len(rp: &ReduceProgram, full: &[i64]) -> usize {
-        let (kept, _, chunks, _) = Self::split(rp, full);
-        if chunks > 1 {
-            (kept * chunks) as usize
-        } else {
-            0
-        }
-    }
-
-    /// Kept and reduced element counts, chunks and block shape for `full`.
-    fn split(rp: &ReduceProgram, full: &[i64]) -> (i64, i64, i64, (u32, u32)) {
+impl Split {
+    /// The split of `rp` over `full`.
+    fn of(rp: &ReduceProgram, full: &[i64]) -> Self {
         let (mut kept, mut red) = (1i64, 1i64);
         for (d, &n) in full.iter().enumerate() {
             if rp.reduced >> d & 1 == 1 {
@@ -384,6 +397,15 @@ impl<'a> ReduceLaunch<'a> {
             .rev()
             .find(|&(_, &n)| n > 1)
             .is_some_and(|(d, _)| rp.reduced >> d & 1 == 1);
+        if inner_reduced && red <= WARP_ROWS_MAX_REDUCED && kept >= WARP_ROWS_MIN_KEPT {
+            return Self {
+                kept,
+                red,
+                chunks: 1,
+                block: (32, REDUCE_THREADS / 32),
+                warp_rows: true,
+            };
+        }
         let block = if inner_reduced || kept == 1 {
             (1, REDUCE_THREADS)
         } else {
@@ -395,7 +417,40 @@ impl<'a> ReduceLaunch<'a> {
         // Enough chunks to fill the GPU, each still at least 16 rows' worth.
         let most = (red / (rows * 16)).clamp(1, 1024);
         let chunks = (TARGET_BLOCKS / kept_blocks).clamp(1, most);
-        (kept, red, chunks, block)
+        Self {
+            kept,
+            red,
+            chunks,
+            block,
+            warp_rows: false,
+        }
+    }
+
+    /// Kept elements per block.
+    fn kept_per_block(&self) -> i64 {
+        i64::from(if self.warp_rows { self.block.1 } else { self.block.0 })
+    }
+}
+
+/// A checked, packed launch of a [`ReduceProgram`] over one iteration shape.
+pub struct ReduceLaunch<'a> {
+    args: ReduceArgs,
+    grid: (u32, u32),
+    block: (u32, u32),
+    /// Held so the views outlive the launch.
+    _views: Vec<TensorRef<'a>>,
+}
+
+impl<'a> ReduceLaunch<'a> {
+    /// How many f32 partial sums a launch over `full` needs (0: none, the sums go straight
+    /// to the result).
+    pub fn scratch_len(rp: &ReduceProgram, full: &[i64]) -> usize {
+        let s = Split::of(rp, full);
+        if s.chunks > 1 {
+            (s.kept * s.chunks) as usize
+        } else {
+            0
+        }
     }
 
     /// Checks and packs a launch of `rp` over iteration shape `full` (see
@@ -435,6 +490,7 @@ impl<'a> ReduceLaunch<'a> {
             chunks: 0,
             scale,
             phase: 0,
+            warp_rows: 0,
         };
         for (k, (t, strides)) in inputs.iter().zip(p.input_strides(OP, inputs, full)?).enumerate() {
             args.ptr[k] = t.ptr;
@@ -454,7 +510,8 @@ impl<'a> ReduceLaunch<'a> {
             }
             args.ptr[MAX_INPUTS + j] = o.ptr;
         }
-        let (kept, red, chunks, block) = Self::split(rp, full);
+        let split = Split::of(rp, full);
+        let Split { kept, red, chunks, .. } = split;
         check_tensor(OP, "result", result)?;
         let result_packed = row_major_strides(&result.dims);
         if result.dims.iter().product::<i64>() != kept
@@ -493,7 +550,9 @@ impl<'a> ReduceLaunch<'a> {
         args.red = red;
         args.chunks = chunks;
         args.chunk = (red + chunks - 1) / chunks;
-        let grid_x = u32::try_from((kept + i64::from(block.0) - 1) / i64::from(block.0))
+        args.warp_rows = i32::from(split.warp_rows);
+        let per_block = split.kept_per_block();
+        let grid_x = u32::try_from((kept + per_block - 1) / per_block)
             .map_err(|_| Error::invalid_arg(OP, "shape", format!("{kept} kept elements")))?;
         let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
         views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
@@ -504,7 +563,7 @@ impl<'a> ReduceLaunch<'a> {
         Ok(Self {
             args,
             grid: (grid_x, chunks as u32),
-            block,
+            block: split.block,
             _views: views,
         })
     }
@@ -566,7 +625,8 @@ mod tests {
             !src.contains(" % n;\n                "),
             "no division per element in the loop"
         );
-        assert!(src.contains("f32_to_bf16(acc * a.scale)"));
+        assert!(src.contains("f32_to_bf16(v * a.scale)") && src.contains("f32_to_bf16(acc * a.scale)"));
+        assert!(src.contains("__shfl_down_sync") && src.contains("int warp_rows;"));
     }
 
     #[test]
@@ -593,9 +653,12 @@ mod tests {
         let rp = squared_deviation();
         // [128, 64, 32, 32], reducing n, h, w: the inner dim is reduced (one lane, 256 rows),
         // 64 kept channels, chunks to fill about 1024 blocks.
-        let (kept, red, chunks, block) = ReduceLaunch::split(&rp, &[128, 64, 32, 32]);
-        assert_eq!((kept, red, block), (64, 128 * 32 * 32, (1, 256)));
-        assert_eq!(chunks, 16);
+        let s = Split::of(&rp, &[128, 64, 32, 32]);
+        assert_eq!(
+            (s.kept, s.red, s.block, s.warp_rows),
+            (64, 128 * 32 * 32, (1, 256), false)
+        );
+        assert_eq!(s.chunks, 16);
         // Reducing dim 0 of [128, 4, 512]: the inner dim is kept (32 lanes of 8 rows).
         let rp0 = ReduceProgram {
             reduced: 0b001,
@@ -603,9 +666,28 @@ mod tests {
             rank: 3,
             ..squared_deviation()
         };
-        let (kept, red, chunks, block) = ReduceLaunch::split(&rp0, &[128, 4, 512]);
-        assert_eq!((kept, red, block, chunks), (2048, 128, (32, 8), 1));
+        let s = Split::of(&rp0, &[128, 4, 512]);
+        assert_eq!(
+            (s.kept, s.red, s.block, s.chunks, s.warp_rows),
+            (2048, 128, (32, 8), 1, false)
+        );
         assert_eq!(ReduceLaunch::scratch_len(&rp0, &[128, 4, 512]), 0);
+        // Softmax rows, [32, 8, 256, 256] over the last dim: a warp per row, eight rows per
+        // block, no chunks.
+        let rows = ReduceProgram {
+            reduced: 0b1000,
+            ..squared_deviation()
+        };
+        let s = Split::of(&rows, &[32, 8, 256, 256]);
+        assert_eq!(
+            (s.kept, s.red, s.block, s.chunks, s.warp_rows),
+            (65536, 256, (32, 8), 1, true)
+        );
+        assert_eq!(s.kept_per_block(), 8);
+        assert_eq!(ReduceLaunch::scratch_len(&rows, &[32, 8, 256, 256]), 0);
+        // Long rows, or too few of them to fill the GPU: a block per kept element.
+        assert!(!Split::of(&rows, &[32, 8, 256, 8192]).warp_rows);
+        assert!(!Split::of(&rows, &[1, 1, 64, 256]).warp_rows);
         assert_eq!(ReduceLaunch::scratch_len(&rp, &[128, 64, 32, 32]), 64 * 16);
     }
 

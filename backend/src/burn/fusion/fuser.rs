@@ -290,7 +290,9 @@ pub(crate) struct ElementwiseFuser {
     /// The run holds values whose shapes differ only in dims of size 1 (such as `[C]` and
     /// `[1, C, 1, 1]`): one element order for all, every input read as a view of one shape.
     flat: bool,
-    /// Whether the run may become flat or mixed (the reduction fuser's prologue may not).
+    /// Whether the run may become flat, and its mixed runs read lower-rank inputs as the
+    /// small shape (the reduction fuser's prologue may not: its kernel reads every input
+    /// broadcast against the iteration shape).
     allow_flat: bool,
     /// A *mixed* run: values of the run's shape beside values of this smaller shape that
     /// broadcasts to it (Burn's batch-norm statistics `[1, C, 1, 1]`, and the `[C]` running
@@ -391,8 +393,8 @@ impl ElementwiseFuser {
         !self.inputs.is_empty() || self.device.is_some()
     }
 
-    /// A fuser whose runs never become flat (for a prologue that a reduction reads with
-    /// broadcast strides).
+    /// A fuser whose runs never become flat and whose mixed runs take only operands of the
+    /// run's rank (for a prologue that a reduction reads with broadcast strides).
     pub(super) fn without_flat_runs() -> Self {
         Self {
             allow_flat: false,
@@ -499,9 +501,6 @@ impl ElementwiseFuser {
     /// becomes the small shape. An operation on the small values reads nothing of the run's
     /// shape.
     fn mixed_join(&self, d: &Desc, out: &[usize]) -> Option<MixedJoin> {
-        if !self.allow_flat {
-            return None;
-        }
         let run = self.shape.as_ref()?;
         let first = *self.made.first()?;
         let (run, small, out_small, promote, refs) = match (&self.mixed, self.flat) {
@@ -533,7 +532,8 @@ impl ElementwiseFuser {
             if self.registers.contains_key(&t.id) {
                 promote || self.small_values.contains(&t.id)
             } else {
-                broadcasts_to(&t.shape, &small) || (t.shape.len() < run.len() && squeezed(&t.shape) == squeezed(&small))
+                broadcasts_to(&t.shape, &small)
+                    || (self.allow_flat && t.shape.len() < run.len() && squeezed(&t.shape) == squeezed(&small))
             }
         };
         for a in &d.args {
@@ -686,6 +686,15 @@ impl ElementwiseFuser {
     /// How many operations the program has.
     pub(super) fn operation_count(&self) -> usize {
         self.ops.len()
+    }
+
+    /// Whether a value of the mixed run's small shape would be stored (read after the run).
+    pub(super) fn stores_small_values(&self) -> bool {
+        self.mixed.is_some()
+            && self
+                .made
+                .iter()
+                .any(|id| !self.consumed.contains(id) && self.small_values.contains(id))
     }
 
     /// Relative dims of the run's values (`None` before the first operation).
@@ -1217,12 +1226,27 @@ mod tests {
         e.program.validate().unwrap();
         assert_eq!(e.mixed, Some((TensorId::new(4), TensorId::new(2))));
         assert_eq!(e.program.small_outputs, 0);
-        // The reduction fuser's prologue stays a plain run.
+        // The reduction fuser's prologue takes it too (its operands have the run's rank), and
+        // stores no small value (`1 / std` dies in the run).
         let mut f = ElementwiseFuser::without_flat_runs();
         for op in &ops {
             f.fuse(op);
         }
-        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 2));
+        assert!(!f.stores_small_values());
+        // A `[C]` input read as the small shape is not: the prologue's inputs are read
+        // broadcast against the iteration shape.
+        let lower_rank = binary_op(
+            NumericOperationIr::Mul,
+            t(8, c, RO, f32),
+            t(5, &[3], RO, f32),
+            t(9, c, NEW, f32),
+        );
+        assert_eq!(fuse_all(&[ops[1].clone(), lower_rank.clone()]).len(), 2);
+        let mut f = ElementwiseFuser::without_flat_runs();
+        f.fuse(&ops[1]);
+        f.fuse(&lower_rank);
+        assert_eq!(f.len(), 1);
     }
 
     #[test]

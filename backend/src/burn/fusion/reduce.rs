@@ -162,8 +162,14 @@ impl ReduceFuser {
         (f.ready() && f.ops.len() == ops.len()).then(|| f.build())
     }
 
+    /// The run is complete: a reduction taken, two operations or more, an input read, and no
+    /// value of a mixed prologue's small shape stored (the kernel stores full-size values
+    /// only; small values read only inside the run are computed by every thread).
     fn ready(&self) -> bool {
-        matches!(self.stage, Stage::Reduced { .. }) && self.counted >= 2 && self.elementwise.has_inputs()
+        matches!(self.stage, Stage::Reduced { .. })
+            && self.counted >= 2
+            && self.elementwise.has_inputs()
+            && !self.elementwise.stores_small_values()
     }
 
     /// Takes `source` (a value of the run or a tensor made before it) as the value summed;
@@ -654,6 +660,54 @@ mod tests {
         let mut f = fused(&ops);
         f.fuse(&sum_of(max_out, 2, 4));
         assert_eq!(f.ops.len(), 2);
+    }
+
+    /// `lhs op rhs` of the given tensors (shapes may differ by broadcasting).
+    fn binary(op: fn(BinaryOpIr) -> NumericOperationIr, lhs: TensorIr, rhs: TensorIr, out: TensorIr) -> OperationIr {
+        OperationIr::NumericFloat(F, op(BinaryOpIr { lhs, rhs, out }))
+    }
+
+    #[test]
+    fn a_prologue_computing_row_values_is_taken_unless_it_stores_them() {
+        // Burn's layer-norm gradient: `(g * y) / (s * s)` summed over the last dim, with `s`
+        // of the row shape `[.., 1]` (relative dims [1, 2, 3] and [1, 2, 0]).
+        let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
+        let ops = |square_read_later: bool| {
+            let square_status = if square_read_later { ReadOnly } else { ReadWrite };
+            vec![
+                binary(
+                    NumericOperationIr::Mul,
+                    t(10, full, ReadOnly, F),
+                    t(11, full, ReadOnly, F),
+                    t(12, full, NotInit, F),
+                ),
+                binary(
+                    NumericOperationIr::Mul,
+                    t(13, row, ReadOnly, F),
+                    t(13, row, ReadOnly, F),
+                    t(14, row, NotInit, F),
+                ),
+                binary(
+                    NumericOperationIr::Div,
+                    t(12, full, ReadWrite, F),
+                    t(14, row, square_status, F),
+                    t(15, full, NotInit, F),
+                ),
+                sum(15, full, ReadWrite, 2, 16),
+            ]
+        };
+        let f = fused(&ops(false));
+        assert!(f.ready(), "the row value dies in the run");
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        assert_eq!(o.reduction.program.small_outputs, 0);
+        assert!(o.outputs.is_empty());
+        assert_eq!(
+            (o.full, o.out, o.reduction.reduced),
+            (TensorId::new(15), TensorId::new(16), 0b100)
+        );
+        // The square is read after the run: the kernel would have to store a row value.
+        assert!(!fused(&ops(true)).ready());
     }
 
     #[test]

@@ -50,21 +50,21 @@ impl FloatTensorOps<Cudnn> for Cudnn {
     fn float_zeros(shape: Shape, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
         expect(
             "float_zeros",
-            st::full(device, &shape, dtype.into(), Scalar::Float(0.0), "float_zeros"),
+            st::constant(device, &shape, dtype.into(), Scalar::Float(0.0), "float_zeros"),
         )
     }
 
     fn float_ones(shape: Shape, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
         expect(
             "float_ones",
-            st::full(device, &shape, dtype.into(), Scalar::Float(1.0), "float_ones"),
+            st::constant(device, &shape, dtype.into(), Scalar::Float(1.0), "float_ones"),
         )
     }
 
     fn float_full(shape: Shape, fill_value: Scalar, device: &CudnnDevice, dtype: FloatDType) -> FloatTensor<Cudnn> {
         expect(
             "float_full",
-            st::full(device, &shape, dtype.into(), fill_value, "float_full"),
+            st::constant(device, &shape, dtype.into(), fill_value, "float_full"),
         )
     }
 
