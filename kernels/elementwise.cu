@@ -94,6 +94,16 @@ FILL_COPY(2, u16)
 FILL_COPY(4, u32)
 FILL_COPY(8, u64)
 
+// A copy of 16-byte groups (four f32s, eight bf16s): the launch views both operands in
+// groups when their innermost runs allow it.
+KERNEL void copy_b16(const uint4* src, uint4* dst, Layout ls, Layout ld, i64 n) {
+    FOR_EACH(i, n) {
+        i64 so, dof;
+        off2(ls, ld, i, so, dof);
+        dst[dof] = src[so];
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // cast: one kernel, runtime switch on the dtype codes
 

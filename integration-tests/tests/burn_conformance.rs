@@ -3181,7 +3181,10 @@ fn burn_conformance_random() {
 // =============================================================================================
 
 fn group_matmul(g: &mut Group) {
-    let shapes: [(&[usize], &[usize]); 9] = [
+    // The last two are large enough for cuDNN (smaller products run in the exact GEMM kernel)
+    // with a right operand shared by every batch: the batch folds into the rows of one GEMM
+    // (a copy first where the view's batches do not fold).
+    let shapes: [(&[usize], &[usize]); 11] = [
         (&[4, 5], &[5, 3]),
         (&[2, 4, 5], &[2, 5, 3]),
         (&[1, 4, 5], &[3, 5, 6]),
@@ -3191,6 +3194,8 @@ fn group_matmul(g: &mut Group) {
         (&[7, 1], &[1, 6]),
         (&[33, 65], &[65, 17]),
         (&[64, 128], &[128, 96]),
+        (&[8, 128, 96], &[1, 96, 80]),
+        (&[2, 3, 128, 96], &[1, 1, 96, 80]),
     ];
     // every generic view plus channels-last (for rank 3-4 operands: the last dim moved to
     // position 1, i.e. a batched transposed operand; rank 2 falls back to the transposed view)

@@ -14,7 +14,10 @@
 //! - Burn's own `BatchNorm` in training (statistics through the channel view, broadcast
 //!   gradients summed dim by dim) runs its reductions as fused reductions: output and
 //!   gradients match float64 as closely as the unfused backend's, in fewer launches;
-//! - Burn's softmax runs its row max, with the scaling before it, as a fused max reduction.
+//! - Burn's softmax runs its row max, with the scaling before it, as a fused max reduction;
+//! - Burn's own `LayerNorm` and softmax in training over many short rows (a warp per row in
+//!   the fused reductions, row values computed inside their prologues) match float64 as
+//!   closely as the unfused backend.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -22,7 +25,7 @@
 use burn::backend::Autodiff;
 use burn::module::{Module, Param};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{activation, DType, Int, Tensor, TensorData};
@@ -565,6 +568,71 @@ fn burns_softmax_under_fusion_runs_its_max_as_a_fused_reduction() {
     let (ef, ep) = (rel_l2(&fused, &want), rel_l2(&plain, &want));
     println!("softmax: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}; launches {plain_launches} unfused, {fused_launches} fused");
     assert!(ef <= (2.0 * ep).max(1e-6), "fused {ef:.2e} vs unfused {ep:.2e}");
+    assert!(
+        fused_launches < plain_launches,
+        "fused {fused_launches} vs unfused {plain_launches} launches"
+    );
+}
+
+/// Dims of the layer-norm input: 1200 rows of 100 features (rows of a length that is not a
+/// multiple of 32, enough of them for a warp per row).
+const LN_DIMS: [usize; 3] = [4, 300, 100];
+
+/// Burn's own `LayerNorm` then a softmax over the features, in training on backend `B`:
+/// `sum(softmax(layer_norm(x) * 2, 2) * w)`; the output, the gradients of the input, scale
+/// and bias, and the launches of the step.
+fn layer_norm_softmax<B: AutodiffBackend>(x: &[f64], w: &[f64], params: &[f64]) -> (Vec<TensorData>, u64) {
+    let device: B::Device = Default::default();
+    let d = LN_DIMS[2];
+    let mut ln: LayerNorm<B> = LayerNormConfig::new(d).init(&device);
+    let vector = |v: &[f64]| TensorData::new(v.to_vec(), [d]).convert_dtype(DType::F32);
+    ln.gamma = Param::from_data(vector(&params[..d]), &device);
+    ln.beta = Some(Param::from_data(vector(&params[d..]), &device));
+    let data = |v: &[f64]| TensorData::new(v.to_vec(), LN_DIMS).convert_dtype(DType::F32);
+    let x = Tensor::<B, 3>::from_data(data(x), &device).require_grad();
+    let w = Tensor::<B, 3>::from_data(data(w), &device);
+    B::sync(&device).unwrap();
+    let before = launch_counts();
+    let y = activation::softmax(ln.forward(x.clone()) * 2.0, 2);
+    let grads = (y.clone() * w).sum().backward();
+    let out = vec![
+        y.into_data(),
+        x.grad(&grads).unwrap().into_data(),
+        ln.gamma.grad(&grads).unwrap().into_data(),
+        ln.beta.as_ref().unwrap().grad(&grads).unwrap().into_data(),
+    ];
+    B::sync(&device).unwrap();
+    (out, launch_counts().since(&before).total())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Burn's own layer norm and softmax in training under `Autodiff<CudnnFusion>`, over 1200
+/// rows of 100: the row statistics and sums run as fused reductions with one warp per row
+/// (`fused_reduce`'s warp rows, CPU-tested split), the gradient's row values computed inside
+/// the reductions' prologues. Output and gradients match float64 within twice the unfused
+/// backend's distance (or 1e-5), in fewer launches.
+fn burns_layer_norm_and_softmax_over_short_rows_match_float64_under_fusion() {
+    let _serial = counting_launches();
+    let mut rng = Rng::new(0x1a7e);
+    let n: usize = LN_DIMS.iter().product();
+    let (x, w) = (uniform(&mut rng, n, -2.0, 3.0), uniform(&mut rng, n, -1.0, 1.0));
+    let params = uniform(&mut rng, 2 * LN_DIMS[2], 0.5, 1.5);
+    let (want, _) = layer_norm_softmax::<Autodiff<F64>>(&x, &w, &params);
+    let (plain, plain_launches) = layer_norm_softmax::<Autodiff<Cudnn>>(&x, &w, &params);
+    // The first fused run queues the kernels' builds and runs unfused meanwhile.
+    let _ = layer_norm_softmax::<Autodiff<CudnnFusion>>(&x, &w, &params);
+    cudnn_backend::ops::wait_for_builds();
+    let (fused, fused_launches) = layer_norm_softmax::<Autodiff<CudnnFusion>>(&x, &w, &params);
+    for (i, name) in ["output", "input gradient", "scale gradient", "bias gradient"]
+        .iter()
+        .enumerate()
+    {
+        let (ef, ep) = (rel_l2(&fused[i], &want[i]), rel_l2(&plain[i], &want[i]));
+        println!("layer norm + softmax {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}");
+        assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+    }
+    println!("layer norm + softmax step: {plain_launches} launches unfused, {fused_launches} fused");
     assert!(
         fused_launches < plain_launches,
         "fused {fused_launches} vs unfused {plain_launches} launches"
