@@ -335,7 +335,15 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
             profile.finish()?;
         }
         rate = (steps * args.batch) as f64 / t0.elapsed().as_secs_f64();
-        launches_per_step = cudnn_backend::runtime::launch_counts().since(&before).total() as f64 / steps as f64;
+        let launches = cudnn_backend::runtime::launch_counts().since(&before);
+        launches_per_step = launches.total() as f64 / steps as f64;
+        if epoch == args.epochs && args.backend.counts_launches() {
+            eprintln!(
+                "launches per step: {:.0} kernels, {:.0} cuDNN executions",
+                launches.kernels as f64 / steps as f64,
+                launches.cudnn_executions as f64 / steps as f64
+            );
+        }
         let accuracy = evaluate(&model.valid(), &test_set, args, device);
         bar.finish_with_message(format!(
             "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {rate:.0} sequences/s",
