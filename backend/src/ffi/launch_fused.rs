@@ -95,13 +95,15 @@ pub(crate) const REDUCE_THREADS: u32 = 256;
 /// Launches a generated `fused_reduce(const ReduceArgs)`: phase 0 on a `grid` of
 /// `(kept blocks, chunks)` with `block` = (lanes over kept elements, rows over reduced ones,
 /// a power of two) threads, or with `args.warp_rows` (32 lanes over reduced elements, one
-/// warp per kept element), then, when `args.chunks > 1`, phase 1 combining the partial sums.
+/// warp per kept element), then, when `args.chunks > 1`, phase 1 combining the partial sums
+/// and, for a program with an `epilogue`, phase 2 (its second pass) on phase 0's grid.
 pub(crate) fn fused_reduce(
     stream: &CudaStream,
     f: &CudaFunction,
     args: &ReduceArgs,
     grid: (u32, u32),
     block: (u32, u32),
+    epilogue: bool,
 ) -> Result<()> {
     if args.kept == 0 {
         return Ok(());
@@ -136,6 +138,20 @@ pub(crate) fn fused_reduce(
         // SAFETY: as above; phase 1 reads `chunks * kept` partial sums and writes `kept`
         // results, one per thread index below `kept`.
         unsafe { b.launch_counted(cfg) }?;
+        if epilogue {
+            let mut third = *args;
+            third.phase = 2;
+            let cfg = LaunchConfig {
+                grid_dim: (grid.0, grid.1, 1),
+                block_dim: (block.0, block.1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = stream.launch_builder(f);
+            b.arg(&third);
+            // SAFETY: as for phase 0 (same grid, block and operands); phase 2 reads the
+            // results phase 1 wrote and stores the outputs.
+            unsafe { b.launch_counted(cfg) }?;
+        }
     }
     Ok(())
 }

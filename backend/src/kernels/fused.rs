@@ -102,7 +102,8 @@ impl FusedOp {
         )
     }
 
-    fn operands(&self) -> Vec<Value> {
+    /// The values the operation reads.
+    pub(crate) fn operands(&self) -> Vec<Value> {
         match *self {
             FusedOp::Unary(_, a) | FusedOp::Round(a, _) | FusedOp::FromBool(a) | FusedOp::Not(a) => vec![a],
             FusedOp::Binary(_, a, b) | FusedOp::Compare(_, a, b) | FusedOp::And(a, b) | FusedOp::Or(a, b) => {
@@ -233,8 +234,13 @@ impl Program {
     /// Writes the operations as `const float rI = ...;` lines (bools for the bool results),
     /// reading input `k` as `xK` and scalar `k` as `a.s[K]`, each line prefixed by `indent`.
     pub(crate) fn emit_operations(&self, s: &mut String, indent: &str) {
+        self.emit_operations_upto(s, indent, self.ops.len());
+    }
+
+    /// [`Program::emit_operations`] for the first `n` operations only.
+    pub(crate) fn emit_operations_upto(&self, s: &mut String, indent: &str, n: usize) {
         let v = Value::expr;
-        for (i, op) in self.ops.iter().enumerate() {
+        for (i, op) in self.ops.iter().enumerate().take(n) {
             let ty = if op.gives_bool() { "bool" } else { "float" };
             let expr = match *op {
                 FusedOp::Unary(code, x) => format!("unary_math_f32({code}, {}, 0.0f, 0.0f)", v(x)),

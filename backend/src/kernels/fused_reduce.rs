@@ -51,6 +51,25 @@ pub struct ReduceProgram {
     pub out: DataType,
     /// The iteration shape has `2^31` elements or more: 64-bit coordinates.
     pub wide: bool,
+    /// Operations after the reduction that read its result, broadcast along the reduced
+    /// dims (a softmax's division by its row sum, a layer norm's normalization by its
+    /// variance): computed in a second pass over each kept element's reduced ones.
+    pub epilogue: Option<Epilogue>,
+}
+
+/// The operations of a [`ReduceProgram`] that follow its reduction. The kernel sums over
+/// the program's first `prologue_ops` operations (storing nothing), writes the result, then
+/// walks the same elements again: it reads the result as input `result_input` (broadcast
+/// along the reduced dims, of the result's dtype, so it rounds as a stored result would),
+/// computes every operation and stores the program's outputs. When the reduced elements of
+/// a kept element span several chunks, that second pass is a third launch, after the
+/// partial sums are combined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Epilogue {
+    /// Operations before the reduction (the prologue); the rest read its result.
+    pub prologue_ops: u16,
+    /// The input that is the reduction's result, when an operation reads it.
+    pub result_input: Option<u8>,
 }
 
 impl ReduceProgram {
@@ -78,6 +97,25 @@ impl ReduceProgram {
         }
         if !matches!(self.out, DataType::F32 | DataType::F16 | DataType::BF16) {
             return err(format!("result dtype {:?} (supported: F32, F16, BF16)", self.out));
+        }
+        if let Some(e) = self.epilogue {
+            let p = usize::from(e.prologue_ops);
+            if p > self.program.ops.len() || matches!(self.target, Value::Reg(r) if usize::from(r) >= p) {
+                return err(format!(
+                    "a prologue of {p} of {} ops for target {:?}",
+                    self.program.ops.len(),
+                    self.target
+                ));
+            }
+            if let Some(k) = e.result_input {
+                if self.program.inputs.get(usize::from(k)) != Some(&self.out) || self.target == Value::Input(k) {
+                    return err(format!("result input {k} (the result is {:?})", self.out));
+                }
+                let reads_result = |op: &crate::kernels::fused::FusedOp| op.operands().contains(&Value::Input(k));
+                if self.program.ops[..p].iter().any(reads_result) {
+                    return err(format!("a prologue operation reads the result (input {k})"));
+                }
+            }
         }
         Ok(())
     }
@@ -136,10 +174,21 @@ impl ReduceProgram {
         );
         s.push_str("    const i64 o = (i64)blockIdx.x * lanes + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = RED_INIT;\n");
         p.emit_pointers(&mut s, "");
+        let first_pass = match self.epilogue {
+            Some(e) => {
+                // Phase 2 is the second pass alone (after the chunks' partials combine).
+                s.push_str("    if (a.phase != 2) {\n");
+                Pass::Reduce {
+                    ops: usize::from(e.prologue_ops),
+                    skip: e.result_input,
+                }
+            }
+            None => Pass::ReduceAndStore,
+        };
         s.push_str("    if (o < a.kept) {\n");
         // The kept element's offsets, then per reduced element the rest of each offset.
         emit_walk(&mut s, p.inputs.len(), false);
-        emit_reduced_loop(&mut s, p, self.target);
+        emit_reduced_loop(&mut s, p, self.target, first_pass);
         // The rows of each lane fold pairwise in a fixed order: by shuffles within the warp
         // of a warp-rows launch (the branch is uniform over the block), else through shared
         // memory.
@@ -151,11 +200,33 @@ impl ReduceProgram {
         s.push_str("    v = tree[tx];\n    }\n    if (ty == 0 && o < a.kept) {\n");
         let _ = writeln!(
             s,
-            "        if (a.chunks == 1) res[o] = {};\n        else part[chunk * a.kept + o] = v;\n    }}\n}}",
+            "        if (a.chunks == 1) res[o] = {};\n        else part[chunk * a.kept + o] = v;\n    }}",
             store_expr("v * a.scale", self.out)
         );
+        if self.epilogue.is_some() {
+            // The result is complete once the row's writer is past the barrier (a warp's lane 0,
+            // or row 0 of the block); with chunks it is complete only after phase 1.
+            s.push_str("    }\n    if (a.chunks > 1 && a.phase == 0) return;\n    if (wr) __syncwarp(); else __syncthreads();\n");
+            s.push_str("    if (o < a.kept) {\n");
+            emit_walk(&mut s, p.inputs.len(), false);
+            emit_reduced_loop(&mut s, p, self.target, Pass::Store);
+        }
+        s.push_str("}\n");
         s
     }
+}
+
+/// What one walk over a kept element's reduced elements does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    /// Computes every operation, stores the outputs and accumulates the target (a program
+    /// without epilogue).
+    ReduceAndStore,
+    /// Computes the first `ops` operations and accumulates the target, storing nothing;
+    /// input `skip` (the result, not yet written) is not read.
+    Reduce { ops: usize, skip: Option<u8> },
+    /// Computes every operation and stores the outputs (an epilogue's second pass).
+    Store,
 }
 
 /// Reduced elements each thread loads before it computes on them (loads in flight).
@@ -208,7 +279,7 @@ fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
 /// advances them like an odometer (carries by subtraction, a division only for a carry of
 /// four or more turns of a dim), and the thread loads [`UNROLL`] elements before it computes
 /// on them, so that several loads are in flight.
-fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
+fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass) {
     let inputs = p.inputs.len();
     s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n        i64 r = chunk * a.chunk + ty;\n");
     s.push_str("        const FIDX step = (FIDX)rows;\n");
@@ -241,8 +312,16 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
         let _ = writeln!(s, "                    u{k} += dc * a.in_layout[{k}].strides[d];");
     }
     s.push_str("                    uo += dc * a.full.strides[d];\n                }\n            }\n");
+    let skip = match pass {
+        Pass::Reduce { skip, .. } => skip.map(usize::from),
+        _ => None,
+    };
     for (k, d) in p.inputs.iter().enumerate() {
         let t = storage_type(*d);
+        if Some(k) == skip {
+            let _ = writeln!(s, "            {t} l{k}[{UNROLL}] = {{}};");
+            continue;
+        }
         let _ = writeln!(
             s,
             "            {t} l{k}[{UNROLL}];\n#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) l{k}[v] = ok[v] ? p{k}[e{k}[v]] : ({t})0;"
@@ -253,15 +332,19 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value) {
         "#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) {{\n                if (!ok[v]) continue;"
     );
     p.emit_input_values(s, "                ", |k| format!("l{k}[v]"));
-    p.emit_operations(s, "                ");
-    for (j, &(r, d)) in p.outputs.iter().enumerate() {
-        let _ = writeln!(s, "                q{j}[eo[v]] = {};", store_expr(&format!("r{r}"), d));
+    match pass {
+        Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                ", ops),
+        _ => p.emit_operations(s, "                "),
     }
-    let _ = writeln!(
-        s,
-        "                acc = COMBINE(acc, {});\n            }}\n        }}\n    }}",
-        target.expr()
-    );
+    if !matches!(pass, Pass::Reduce { .. }) {
+        for (j, &(r, d)) in p.outputs.iter().enumerate() {
+            let _ = writeln!(s, "                q{j}[eo[v]] = {};", store_expr(&format!("r{r}"), d));
+        }
+    }
+    if pass != Pass::Store {
+        let _ = writeln!(s, "                acc = COMBINE(acc, {});", target.expr());
+    }
+    s.push_str("            }\n        }\n    }\n");
 }
 
 /// The kernel source of `rp` (generated once, then looked up).
@@ -437,6 +520,8 @@ pub struct ReduceLaunch<'a> {
     args: ReduceArgs,
     grid: (u32, u32),
     block: (u32, u32),
+    /// The program has an epilogue (a third launch after chunked sums).
+    epilogue: bool,
     /// Held so the views outlive the launch.
     _views: Vec<TensorRef<'a>>,
 }
@@ -529,6 +614,17 @@ impl<'a> ReduceLaunch<'a> {
             ));
         }
         args.ptr[MAX_INPUTS + MAX_OUTPUTS] = result.ptr;
+        // An epilogue reads the result through its input: the same elements.
+        if let Some(k) = rp.epilogue.and_then(|e| e.result_input) {
+            let r = &inputs[usize::from(k)];
+            if r.ptr != result.ptr || r.dtype != result.dtype {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "inputs",
+                    format!("input {k} must be the result (the epilogue reads it)"),
+                ));
+            }
+        }
         if chunks > 1 {
             let need = kept * chunks;
             let Some(sc) = scratch.filter(|sc| {
@@ -564,6 +660,7 @@ impl<'a> ReduceLaunch<'a> {
             args,
             grid: (grid_x, chunks as u32),
             block: split.block,
+            epilogue: rp.epilogue.is_some(),
             _views: views,
         })
     }
@@ -573,7 +670,7 @@ impl<'a> ReduceLaunch<'a> {
         for v in &self._views {
             v.check_stream(stream, OP, "operands")?;
         }
-        launch::fused_reduce(stream, f, &self.args, self.grid, self.block)
+        launch::fused_reduce(stream, f, &self.args, self.grid, self.block, self.epilogue)
     }
 }
 
@@ -602,6 +699,7 @@ mod tests {
             max: false,
             out: DataType::BF16,
             wide: false,
+            epilogue: None,
         }
     }
 

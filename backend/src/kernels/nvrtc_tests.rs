@@ -415,7 +415,7 @@ fn generated_fused_programs_compile() {
 #[test]
 #[ignore = "needs libnvrtc on the loader path"]
 fn generated_fused_reductions_compile() {
-    use super::elementwise::BinaryOp;
+    use super::elementwise::{BinaryOp, UnaryOp};
     use super::fused::{FusedOp, Program, Value};
     use super::fused_reduce::ReduceProgram;
     use crate::graph::DataType;
@@ -441,6 +441,7 @@ fn generated_fused_reductions_compile() {
             max: false,
             out: DataType::BF16,
             wide: false,
+            epilogue: None,
         },
         ReduceProgram {
             program: Program {
@@ -453,6 +454,32 @@ fn generated_fused_reductions_compile() {
             max: true,
             out: DataType::F16,
             wide: true,
+            epilogue: None,
+        },
+        // A softmax's second half in bf16: exp(x - max) summed over the last dim, then the
+        // exponential divided by the sum (input 2, the result) and stored.
+        ReduceProgram {
+            program: Program {
+                inputs: vec![DataType::BF16, DataType::BF16, DataType::BF16],
+                scalars: 0,
+                ops: vec![
+                    FusedOp::Binary(BinaryOp::Sub, Value::Input(0), Value::Input(1)),
+                    FusedOp::unary(UnaryOp::Exp, Value::Reg(0)).unwrap(),
+                    FusedOp::Binary(BinaryOp::Div, Value::Reg(1), Value::Input(2)),
+                ],
+                outputs: vec![(1, DataType::BF16), (2, DataType::BF16)],
+                small_outputs: 0,
+            },
+            target: Value::Reg(1),
+            rank: 2,
+            reduced: 0b10,
+            max: false,
+            out: DataType::BF16,
+            wide: false,
+            epilogue: Some(super::fused_reduce::Epilogue {
+                prologue_ops: 2,
+                result_input: Some(2),
+            }),
         },
     ];
     for rp in programs {

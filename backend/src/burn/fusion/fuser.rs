@@ -688,6 +688,24 @@ impl ElementwiseFuser {
         self.ops.len()
     }
 
+    /// Whether `op` may follow a reduction over `full` in the run: an elementwise operation
+    /// whose operands and value broadcast to `full`, and not a view of a tensor made before
+    /// the run (the reduction's result, which such an operation may read, exists only once
+    /// the run has executed).
+    pub(super) fn fits_epilogue(&self, op: &OperationIr, full: &[usize]) -> bool {
+        if let Some((source, _)) = same_elements(op) {
+            if !self.registers.contains_key(&source.id) {
+                return false;
+            }
+        }
+        let Some(d) = describe(op) else { return false };
+        broadcasts_to(&d.out.shape, full)
+            && d.args.iter().all(|a| match a {
+                Arg::Tensor(t) => broadcasts_to(&t.shape, full),
+                Arg::Scalar(..) => true,
+            })
+    }
+
     /// Whether a value of the mixed run's small shape would be stored (read after the run).
     pub(super) fn stores_small_values(&self) -> bool {
         self.mixed.is_some()

@@ -36,7 +36,7 @@ use crate::burn::Cudnn;
 use crate::error::Result;
 use crate::graph::DataType;
 use crate::kernels::fused::Value;
-use crate::kernels::fused_reduce::{self, needs_wide, ReduceLaunch, ReduceOperands, ReduceProgram};
+use crate::kernels::fused_reduce::{self, needs_wide, Epilogue, ReduceLaunch, ReduceOperands, ReduceProgram};
 use crate::types::row_major_strides;
 
 /// Where the fuser is in its pattern.
@@ -101,6 +101,9 @@ pub(crate) struct ReduceFuser {
     viewed: bool,
     /// The reductions are maxes (else sums and means).
     max: bool,
+    /// Operations of the elementwise run before its epilogue (the operations after the
+    /// reduction, which may read its result), once one is taken.
+    epilogue_from: Option<usize>,
     closed: bool,
 }
 
@@ -117,6 +120,7 @@ impl Default for ReduceFuser {
             counted: 0,
             viewed: false,
             max: false,
+            epilogue_from: None,
             closed: false,
         }
     }
@@ -273,6 +277,7 @@ impl ReduceFuser {
                 if let Some((input, out, axis, how)) = reduction(op) {
                     // A max chains with maxes, a sum or mean with sums and means.
                     let fits = chained
+                        && self.epilogue_from.is_none()
                         && (how == Combine::Max) == self.max
                         && input.id == result.id
                         && last_use(input)
@@ -290,7 +295,10 @@ impl ReduceFuser {
                 }
                 match op {
                     OperationIr::BaseFloat(BaseOperationIr::Reshape(r))
-                        if r.input.id == result.id && last_use(&r.input) && r.out.dtype == r.input.dtype =>
+                        if self.epilogue_from.is_none()
+                            && r.input.id == result.id
+                            && last_use(&r.input)
+                            && r.out.dtype == r.input.dtype =>
                     {
                         self.result = Some(r.out.clone());
                         // Nothing but drops follows the reshape.
@@ -298,10 +306,30 @@ impl ReduceFuser {
                         self.closed = true;
                         true
                     }
-                    _ => false,
+                    _ => self.take_epilogue(op),
                 }
             }
         }
+    }
+
+    /// Takes `op` into the epilogue: an elementwise operation over the iteration shape (or
+    /// over its kept elements) after the reduction, which may read its result. Not after the
+    /// channel view (whose result is not of the iteration shape's rank).
+    fn take_epilogue(&mut self, op: &OperationIr) -> bool {
+        let Some((full, _)) = &self.target else {
+            return false;
+        };
+        let full: Vec<usize> = full.shape.iter().copied().collect();
+        if self.viewed || !self.elementwise.fits_epilogue(op, &full) {
+            return false;
+        }
+        let from = self.epilogue_from.unwrap_or_else(|| self.elementwise.operation_count());
+        if !self.elementwise.try_add(op) {
+            return false;
+        }
+        self.epilogue_from = Some(from);
+        self.stage = Stage::Reduced { chained: false };
+        true
     }
 
     /// The optimization of the run so far (only once it is [ready](Self::ready)).
@@ -311,6 +339,10 @@ impl ReduceFuser {
         };
         let e = self.elementwise.build();
         let out_storage = storage(out.dtype).unwrap_or(DataType::F32);
+        let epilogue = self.epilogue_from.map(|p| Epilogue {
+            prologue_ops: p as u16,
+            result_input: e.inputs.iter().position(|i| i.id == out.id).map(|k| k as u8),
+        });
         ReduceOptimization {
             reduction: ReduceProgram {
                 program: e.program,
@@ -320,6 +352,7 @@ impl ReduceFuser {
                 max: self.max,
                 out: out_storage,
                 wide: false,
+                epilogue,
             },
             inputs: e.inputs,
             outputs: e.outputs,
@@ -410,7 +443,17 @@ impl ReduceOptimization {
         }
         let full = to_dims(&global_ir(context, &self.full, OP).shape);
         let out_ir = global_ir(context, &self.out, OP);
-        let run = run_inputs(context, &self.inputs, &self.views, OP)?;
+        // An epilogue reads the result as one of the program's inputs: the others are made
+        // before the run.
+        let result_slot = self.reduction.epilogue.and_then(|e| e.result_input).map(usize::from);
+        let made_before: Vec<FusedInput> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| Some(k) != result_slot)
+            .map(|(_, i)| i.clone())
+            .collect();
+        let run = run_inputs(context, &made_before, &self.views, OP)?;
         let inputs = &run.tensors;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
         let Some(first) = inputs.first() else {
@@ -418,7 +461,11 @@ impl ReduceOptimization {
         };
         let (stream, device) = (first.stream().clone(), first.device().clone());
         self.reduction.wide = needs_wide(&full);
-        let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+        let result = CudnnTensor::empty(&device, &to_dims(&out_ir.shape), out_ir.dtype, OP)?;
+        let mut in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+        if let Some(k) = result_slot {
+            in_refs.insert(k, result.tref());
+        }
         // The kernel runs over the merged dims (see `fused_reduce::coalesce`).
         let (merged, dims, in_views) = match fused_reduce::coalesce(&self.reduction, &full, &in_refs) {
             Ok(m) => m,
@@ -440,7 +487,6 @@ impl ReduceOptimization {
             .enumerate()
             .filter(|&(d, _)| self.mean_dims >> d & 1 == 1)
             .fold(1.0f64, |acc, (_, &n)| acc / n as f64) as f32;
-        let result = CudnnTensor::empty(&device, &to_dims(&out_ir.shape), out_ir.dtype, OP)?;
         let outputs = self
             .outputs
             .iter()
@@ -473,12 +519,16 @@ impl ReduceOptimization {
             }
         }
         drop((in_views, in_refs));
-        release_consumed(context, &run, &self.inputs, &self.views, &self.dropped, OP);
+        release_consumed(context, &run, &made_before, &self.views, &self.dropped, OP);
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
-        context.handles.register_float_tensor::<Cudnn>(&out_ir.id, result);
+        // A result whose last reader is the epilogue, or dropped in the run, is not registered.
+        let consumed = result_slot.is_some_and(|k| self.inputs[k].last_use) || self.dropped.contains(&self.out);
+        if !consumed {
+            context.handles.register_float_tensor::<Cudnn>(&out_ir.id, result);
+        }
         Ok(true)
     }
 }
@@ -708,6 +758,67 @@ mod tests {
         );
         // The square is read after the run: the kernel would have to store a row value.
         assert!(!fused(&ops(true)).ready());
+    }
+
+    #[test]
+    fn a_softmax_division_by_its_row_sum_is_the_reductions_epilogue() {
+        // exp(x - max) summed over the last dim, then the exponential divided by the sum
+        // (relative dims [1, 2, 3], rows [1, 2, 0]).
+        let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
+        let exp = OperationIr::Float(
+            F,
+            burn_ir::FloatOperationIr::Exp(burn_ir::UnaryOpIr {
+                input: t(12, full, ReadWrite, F),
+                out: t(13, full, NotInit, F),
+            }),
+        );
+        let ops = vec![
+            binary(
+                NumericOperationIr::Sub,
+                t(10, full, ReadOnly, F),
+                t(11, row, ReadWrite, F),
+                t(12, full, NotInit, F),
+            ),
+            exp,
+            sum_of(t(13, full, ReadOnly, F), 2, 14),
+            binary(
+                NumericOperationIr::Div,
+                t(13, full, ReadWrite, F),
+                t(14, row, ReadWrite, F),
+                t(15, full, NotInit, F),
+            ),
+        ];
+        let f = fused(&ops);
+        assert!(f.ready() && f.len() == 4);
+        assert_eq!(f.properties().score, 5);
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        let e = o.reduction.epilogue.expect("an epilogue");
+        assert_eq!(e.prologue_ops, 2);
+        // Input 2 is the result; only the quotient is stored (the exponential dies in the run).
+        assert_eq!(e.result_input, Some(2));
+        assert_eq!(o.inputs[2].id, TensorId::new(14));
+        assert!(o.inputs[2].last_use);
+        assert_eq!(
+            o.outputs.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            vec![TensorId::new(15)]
+        );
+        let src = o.reduction.source();
+        assert!(src.contains("if (a.phase != 2)") && src.contains("__syncwarp()"));
+        let again = ReduceFuser::from_operations(&o.operations).unwrap();
+        assert_eq!(again.reduction, o.reduction);
+
+        // No reduction after the epilogue, and no view of the result (it is not a tensor
+        // before the run ends).
+        let mut f = fused(&ops);
+        f.fuse(&sum_of(t(15, full, ReadOnly, F), 1, 16));
+        assert_eq!(f.len(), 4);
+        let mut f = fused(&ops[..3]);
+        f.fuse(&OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+            input: t(14, row, ReadOnly, F),
+            out: t(17, &[1, 2], NotInit, F),
+        })));
+        assert_eq!(f.len(), 3, "a view of the result read later is refused");
     }
 
     #[test]
