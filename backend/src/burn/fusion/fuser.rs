@@ -128,6 +128,11 @@ fn same_elements(op: &OperationIr) -> Option<(&TensorIr, &TensorIr)> {
     }
 }
 
+/// Relative dims of the value `op` makes, when it is an elementwise operation the fuser takes.
+pub(super) fn output_shape(op: &OperationIr) -> Option<Vec<usize>> {
+    describe(op).map(|d| d.out.shape.iter().copied().collect())
+}
+
 /// The fusable description of `op`, or `None`.
 fn describe(op: &OperationIr) -> Option<Desc<'_>> {
     use BinaryOp as B;

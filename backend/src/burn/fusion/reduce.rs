@@ -25,7 +25,7 @@ use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 use cudarc::driver::CudaFunction;
 
-use super::fuser::{size_one, ElementwiseFuser};
+use super::fuser::{output_shape, size_one, ElementwiseFuser};
 use super::optimization::{
     global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, status_of, warn_unbuildable,
     CudnnOptimization, FusedInput, FusedScalar, FusedView,
@@ -104,6 +104,10 @@ pub(crate) struct ReduceFuser {
     /// Operations of the elementwise run before its epilogue (the operations after the
     /// reduction, which may read its result), once one is taken.
     epilogue_from: Option<usize>,
+    /// The run as it was before its latest epilogue operation, when that state was complete:
+    /// what the fuser offers while the run is not (an epilogue value of the kept elements'
+    /// shape that a later operation may still consume, say).
+    last_ready: Option<Box<ReduceFuser>>,
     closed: bool,
 }
 
@@ -121,6 +125,7 @@ impl Default for ReduceFuser {
             viewed: false,
             max: false,
             epilogue_from: None,
+            last_ready: None,
             closed: false,
         }
     }
@@ -163,7 +168,17 @@ impl ReduceFuser {
         for op in ops {
             f.fuse(op);
         }
-        (f.ready() && f.ops.len() == ops.len()).then(|| f.build())
+        let best = f.best();
+        (best.ready() && best.ops.len() == ops.len()).then(|| best.build())
+    }
+
+    /// The run to offer: this one when complete, else the last complete state of its
+    /// epilogue (a prefix of its operations), else this one.
+    fn best(&self) -> &ReduceFuser {
+        match &self.last_ready {
+            Some(r) if !self.ready() => r,
+            _ => self,
+        }
     }
 
     /// The run is complete: a reduction taken, two operations or more, an input read, and no
@@ -323,9 +338,27 @@ impl ReduceFuser {
         if self.viewed || !self.elementwise.fits_epilogue(op, &full) {
             return false;
         }
+        // The kernel iterates over the summed value's shape: the run must have it before a
+        // value of the kept elements' shape joins (as a small value of a mixed run).
+        let run_is_full = match self.elementwise.run_shape() {
+            Some(run) => run == full.as_slice(),
+            None => output_shape(op).is_some_and(|out| out == full),
+        };
+        if !run_is_full {
+            return false;
+        }
+        let snapshot = self.ready().then(|| {
+            Box::new(ReduceFuser {
+                last_ready: None,
+                ..self.clone()
+            })
+        });
         let from = self.epilogue_from.unwrap_or_else(|| self.elementwise.operation_count());
         if !self.elementwise.try_add(op) {
             return false;
+        }
+        if snapshot.is_some() {
+            self.last_ready = snapshot;
         }
         self.epilogue_from = Some(from);
         self.stage = Stage::Reduced { chained: false };
@@ -389,7 +422,7 @@ impl OperationFuser<CudnnOptimization> for ReduceFuser {
     }
 
     fn finish(&mut self) -> CudnnOptimization {
-        CudnnOptimization::Reduce(self.build())
+        CudnnOptimization::Reduce(self.best().build())
     }
 
     fn reset(&mut self) {
@@ -401,6 +434,10 @@ impl OperationFuser<CudnnOptimization> for ReduceFuser {
     }
 
     fn properties(&self) -> FuserProperties {
+        let best = self.best();
+        if !std::ptr::eq(best, self) {
+            return best.properties();
+        }
         let ready = self.ready();
         // With a prologue or the channel view: one more than the elementwise fuser's score
         // for the same prologue (the reduction is absorbed too). A bare chain of sums: one
@@ -418,7 +455,7 @@ impl OperationFuser<CudnnOptimization> for ReduceFuser {
     }
 
     fn len(&self) -> usize {
-        self.ops.len()
+        self.best().ops.len()
     }
 
     fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
@@ -819,6 +856,52 @@ mod tests {
             out: t(17, &[1, 2], NotInit, F),
         })));
         assert_eq!(f.len(), 3, "a view of the result read later is refused");
+    }
+
+    #[test]
+    fn an_epilogue_never_stores_a_value_of_the_kept_elements_shape() {
+        let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
+        let scaled_result = |status| {
+            OperationIr::NumericFloat(
+                F,
+                NumericOperationIr::MulScalar(ScalarOpIr {
+                    lhs: t(14, row, status, F),
+                    rhs: burn_ir::ScalarIr::Float(0.5),
+                    out: t(15, row, NotInit, F),
+                }),
+            )
+        };
+        // A bare sum, then arithmetic on its result alone: not an epilogue (the kernel would
+        // iterate over the result's shape), so the sum stays a lone sum.
+        let mut f = fused(&[sum(10, full, ReadOnly, 2, 14)]);
+        f.fuse(&scaled_result(ReadWrite));
+        assert_eq!(f.len(), 1);
+        assert!(!f.properties().ready);
+
+        // A product summed, then the scaled result read after the run: the epilogue would
+        // store a value of the kept elements' shape, so the fuser offers the run before it.
+        let ops = vec![
+            mul(10, ReadOnly, 11, full, 12),
+            sum(12, full, ReadWrite, 2, 14),
+            binary(
+                NumericOperationIr::Sub,
+                t(10, full, ReadOnly, F),
+                t(14, row, ReadOnly, F),
+                t(16, full, NotInit, F),
+            ),
+            scaled_result(ReadWrite),
+        ];
+        let f = fused(&ops);
+        assert_eq!(f.ops.len(), 4);
+        assert!(f.properties().ready);
+        assert_eq!((f.len(), f.properties().score), (3, 4));
+        let o = f.best().build();
+        assert_eq!(o.operations.len(), 3);
+        assert_eq!(o.reduction.epilogue.map(|e| e.prologue_ops), Some(1));
+        assert_eq!(
+            ReduceFuser::from_operations(&o.operations).unwrap().reduction,
+            o.reduction
+        );
     }
 
     #[test]
