@@ -81,6 +81,19 @@ pub struct ReduceOptimization {
     unbuildable: bool,
 }
 
+/// Whether the `reduced` dims of a rank-`rank` iteration shape are its trailing dims (a
+/// softmax's or layer norm's rows): each kept element's reduced elements are then one
+/// contiguous run, which an epilogue's second pass reads again from cache. A reduction over
+/// other dims (batch-norm statistics over `N`, `H`, `W`) takes no epilogue: its second pass
+/// would be a third launch re-reading the whole tensor, and its readers fuse as well
+/// elsewhere.
+fn reduces_rows(reduced: u8, rank: usize) -> bool {
+    let all = ((1u16 << rank) - 1) as u8;
+    let kept = !reduced & all;
+    // Kept dims, if any, are all leading: `kept + 1` is a power of two.
+    reduced != 0 && (kept & kept.wrapping_add(1)) == 0
+}
+
 /// Matches an elementwise run ending in reductions (see the module).
 #[derive(Clone, Debug)]
 pub(crate) struct ReduceFuser {
@@ -335,7 +348,7 @@ impl ReduceFuser {
             return false;
         };
         let full: Vec<usize> = full.shape.iter().copied().collect();
-        if self.viewed || !self.elementwise.fits_epilogue(op, &full) {
+        if self.viewed || !reduces_rows(self.reduced, full.len()) || !self.elementwise.fits_epilogue(op, &full) {
             return false;
         }
         // The kernel iterates over the summed value's shape: the run must have it before a
@@ -902,6 +915,25 @@ mod tests {
             ReduceFuser::from_operations(&o.operations).unwrap().reduction,
             o.reduction
         );
+    }
+
+    #[test]
+    fn only_reductions_over_trailing_dims_take_an_epilogue() {
+        assert!(reduces_rows(0b1000, 4) && reduces_rows(0b1100, 4) && reduces_rows(0b1111, 4));
+        assert!(!reduces_rows(0b1101, 4) && !reduces_rows(0b0100, 4) && !reduces_rows(0, 4));
+        assert!(reduces_rows(0b1, 1));
+        // A batch-norm gradient: a product summed over dims 0, 2 and 3, then an operation
+        // reading the sum: not an epilogue.
+        let mut ops = scale_gradient();
+        ops.push(binary(
+            NumericOperationIr::Mul,
+            t(10, &[1, 2, 3, 4], ReadOnly, F),
+            t(15, &[0, 2, 0, 0], ReadOnly, F),
+            t(16, &[1, 2, 3, 4], NotInit, F),
+        ));
+        let f = fused(&ops);
+        assert_eq!(f.len(), 4);
+        assert!(f.build().reduction.epilogue.is_none());
     }
 
     #[test]
