@@ -121,6 +121,10 @@ pub(crate) struct ReduceFuser {
     /// what the fuser offers while the run is not (an epilogue value of the kept elements'
     /// shape that a later operation may still consume, say).
     last_ready: Option<Box<ReduceFuser>>,
+    /// The run as it was before its epilogue: a reduction after the epilogue returns to it,
+    /// so the epilogue's operations become the next reduction's prologue (a layer norm's
+    /// `(x - mean)^2` before the variance's mean).
+    pre_epilogue: Option<Box<ReduceFuser>>,
     closed: bool,
 }
 
@@ -139,6 +143,7 @@ impl Default for ReduceFuser {
             max: false,
             epilogue_from: None,
             last_ready: None,
+            pre_epilogue: None,
             closed: false,
         }
     }
@@ -303,6 +308,11 @@ impl ReduceFuser {
                     return false;
                 };
                 if let Some((input, out, axis, how)) = reduction(op) {
+                    if let Some(before) = self.pre_epilogue.take() {
+                        // The epilogue feeds another reduction: give its operations back.
+                        *self = *before;
+                        return false;
+                    }
                     // A max chains with maxes, a sum or mean with sums and means.
                     let fits = chained
                         && self.epilogue_from.is_none()
@@ -360,18 +370,24 @@ impl ReduceFuser {
         if !run_is_full {
             return false;
         }
-        let snapshot = self.ready().then(|| {
+        let plain = || {
             Box::new(ReduceFuser {
                 last_ready: None,
+                pre_epilogue: None,
                 ..self.clone()
             })
-        });
+        };
+        let snapshot = self.ready().then(plain);
+        let before = self.epilogue_from.is_none().then(plain);
         let from = self.epilogue_from.unwrap_or_else(|| self.elementwise.operation_count());
         if !self.elementwise.try_add(op) {
             return false;
         }
         if snapshot.is_some() {
             self.last_ready = snapshot;
+        }
+        if before.is_some() {
+            self.pre_epilogue = before;
         }
         self.epilogue_from = Some(from);
         self.stage = Stage::Reduced { chained: false };
@@ -858,11 +874,13 @@ mod tests {
         let again = ReduceFuser::from_operations(&o.operations).unwrap();
         assert_eq!(again.reduction, o.reduction);
 
-        // No reduction after the epilogue, and no view of the result (it is not a tensor
-        // before the run ends).
+        // A reduction after the epilogue takes its operations back (they become that
+        // reduction's prologue); no view of the result is taken (it is not a tensor before the
+        // run ends).
         let mut f = fused(&ops);
         f.fuse(&sum_of(t(15, full, ReadOnly, F), 1, 16));
-        assert_eq!(f.len(), 4);
+        assert_eq!(f.len(), 3);
+        assert!(f.ready() && f.build().reduction.epilogue.is_none());
         let mut f = fused(&ops[..3]);
         f.fuse(&OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
             input: t(14, row, ReadOnly, F),
@@ -915,6 +933,35 @@ mod tests {
             ReduceFuser::from_operations(&o.operations).unwrap().reduction,
             o.reduction
         );
+    }
+
+    #[test]
+    fn a_reduction_after_an_epilogue_takes_its_operations_back() {
+        // Burn's layer norm: the mean of x over the rows, then (x - mean)^2 and its mean (the
+        // variance): the squared deviation is the variance's prologue, not the mean's
+        // epilogue.
+        let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
+        let ops = vec![
+            mean(10, full, ReadOnly, 2, 11),
+            binary(
+                NumericOperationIr::Sub,
+                t(10, full, ReadOnly, F),
+                t(11, row, ReadOnly, F),
+                t(12, full, NotInit, F),
+            ),
+            mul(12, ReadWrite, 12, full, 13),
+            mean(13, full, ReadWrite, 2, 14),
+        ];
+        let f = fused(&ops[..3]);
+        assert!(f.ready() && f.len() == 3, "the mean with its epilogue");
+        let f = fused(&ops);
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert_eq!(f.len(), 1);
+        assert!(!f.properties().ready, "a lone mean stays on the backend's reduction");
+        // The next block: the squared deviation and its mean, one fused reduction.
+        let f = fused(&ops[1..]);
+        assert!(f.ready() && f.len() == 3);
+        assert!(f.build().reduction.epilogue.is_none());
     }
 
     #[test]
