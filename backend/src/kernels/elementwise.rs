@@ -559,7 +559,7 @@ pub(crate) fn widened_copy(p: CopyPlan, src: u64, dst: u64, elem: usize) -> Copy
                 && l.offset % r == 0
                 && l.strides[..rank - 1].iter().all(|s| s % r == 0)
         };
-        let aligned = src % bytes as u64 == 0 && dst % bytes as u64 == 0;
+        let aligned = src.is_multiple_of(bytes as u64) && dst.is_multiple_of(bytes as u64);
         if !(aligned && p.layouts.iter().all(fits)) {
             continue;
         }
