@@ -81,6 +81,8 @@ pub(crate) fn constant(
     op: &str,
 ) -> Result<CudnnTensor> {
     let dims = to_dims(shape);
+    // The sizes a packed tensor of this shape could not have are rejected as for one.
+    super::tensor::checked_bytes(op, &dims, dtype)?;
     if dims.iter().product::<i64>() <= 1 {
         return full(device, shape, dtype, value, op);
     }
