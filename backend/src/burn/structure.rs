@@ -72,7 +72,8 @@ pub(crate) fn full(device: &CudnnDevice, shape: &Shape, dtype: DType, value: Sca
 /// to the shape (stride 0 along every dim): `zeros`, `ones` and `full` write one element, not
 /// the whole tensor (burn-autodiff's `sum_dim` backward, say, multiplies a full-size `ones`
 /// by the gradient). Readers take it as any strided view; nothing writes into it in place
-/// (in-place paths take only packed tensors they hold alone).
+/// (in-place paths take only packed tensors they hold alone). A shape larger than the
+/// device's memory is an out-of-memory error, as for a packed tensor.
 pub(crate) fn constant(
     device: &CudnnDevice,
     shape: &Shape,
@@ -81,10 +82,19 @@ pub(crate) fn constant(
     op: &str,
 ) -> Result<CudnnTensor> {
     let dims = to_dims(shape);
-    // The sizes a packed tensor of this shape could not have are rejected as for one.
-    super::tensor::checked_bytes(op, &dims, dtype)?;
+    // A shape no packed tensor could have on this device is rejected as for one (as PyTorch
+    // fails to allocate it), though only one element is stored.
+    let bytes = super::tensor::checked_bytes(op, &dims, dtype)?;
     if dims.iter().product::<i64>() <= 1 {
         return full(device, shape, dtype, value, op);
+    }
+    let total = device.open()?.info().total_memory;
+    if bytes > total {
+        return Err(Error::OutOfMemory {
+            op: "a constant tensor",
+            bytes,
+            message: format!("the device holds {total} bytes"),
+        });
     }
     let one = full(device, &Shape::from(vec![1usize; dims.len()]), dtype, value, op)?;
     exec::expand(one, &dims, op)
