@@ -778,13 +778,14 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result
         return exact_matmul(&a, &b, name);
     }
     let (a, b) = (squash_expanded_batch(a), squash_expanded_batch(b));
-    if let Some(out) = fold_batch_into_rows(&a, &b, name)? {
-        return if out.dims() == full {
-            Ok(out)
-        } else {
-            exec::expand(out, &full, name)
-        };
-    }
+    // A right operand shared by every batch: one GEMM over the batch folded into the rows.
+    let (a, b, folded) = match folded_dims(&a, &b) {
+        Some((rows, dims)) => {
+            let (k, n) = (b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]);
+            (a.reshape(&[rows, k])?, b.reshape(&[k, n])?, Some(dims))
+        }
+        None => (a, b, None),
+    };
     let (a, b) = (a.matmul_ready()?, b.matmul_ready()?);
     let dims = matmul_dims(name, &a, &b)?;
     let out = a.empty_on(&dims, a.dtype, name)?;
@@ -800,41 +801,35 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result
         }
         Err(e) => return Err(e),
     };
-    if dims == full {
+    let out = match folded {
+        Some(dims) => out.reshape(&dims)?,
+        None => out,
+    };
+    if out.dims() == full {
         Ok(out)
     } else {
         exec::expand(out, &full, name)
     }
 }
 
-/// `a[.., M, K] · b[1.., K, N]` with `b` shared by every batch of `a`, as one GEMM of `a`'s
-/// batch dims folded into its rows (`[B·M, K] · [K, N]`, as `torch.matmul` folds): the
-/// result is a view of that product. `a` is copied once when its batches do not fold into
-/// rows (a transposed gradient, say), where a batched product would otherwise run one
-/// engine launch per batch. `None` when `b` is batched or `a` has no batch to fold.
-fn fold_batch_into_rows(a: &CudnnTensor, b: &CudnnTensor, name: &str) -> Result<Option<CudnnTensor>> {
+/// For `a[.., M, K] · b[1.., K, N]` with `b` shared by every batch of `a`: the rows of `a`
+/// with its batch dims folded in, and the result's dims (`[.., M, N]`). The product then
+/// runs as one GEMM `[B·M, K] · [K, N]`, as `torch.matmul` folds it; `a` is copied once when
+/// its batches do not fold into rows (a transposed gradient, say), where cuDNN would run one
+/// GEMM per batch element. `None` when `b` is batched or `a` has no batch to fold.
+fn folded_dims(a: &CudnnTensor, b: &CudnnTensor) -> Option<(i64, Vec<i64>)> {
     let r = a.rank();
     if r < 3 || b.rank() != r || b.dims()[..r - 2].iter().any(|&d| d != 1) {
-        return Ok(None);
+        return None;
     }
-    let (ad, bd) = (a.dims().to_vec(), b.dims().to_vec());
+    let (ad, bd) = (a.dims(), b.dims());
     let rows: i64 = ad[..r - 1].iter().product();
     if rows == ad[r - 2] || ad[r - 1] != bd[r - 2] {
-        return Ok(None);
-    }
-    let a2 = a.clone().reshape(&[rows, ad[r - 1]])?.matmul_ready()?;
-    let b2 = b.clone().reshape(&[bd[r - 2], bd[r - 1]])?.matmul_ready()?;
-    let out = a2.empty_on(&[rows, bd[r - 1]], a2.dtype, name)?;
-    let (ar, br) = (positive_unit_strides(a2.tref()), positive_unit_strides(b2.tref()));
-    match crate::ops::matmul(a2.stream(), &ar, &br, &out.tmut()) {
-        Ok(()) => {}
-        // As in `float_matmul`: degenerate products cuDNN has no engine for.
-        Err(e) if e.is_not_supported() => return Ok(None),
-        Err(e) => return Err(e),
+        return None;
     }
     let mut dims = ad[..r - 1].to_vec();
     dims.push(bd[r - 1]);
-    out.reshape(&dims).map(Some)
+    Some((rows, dims))
 }
 
 /// Multiply-adds up to which a float product skips cuDNN (see [`is_small_product`]).

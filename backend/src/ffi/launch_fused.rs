@@ -108,49 +108,34 @@ pub(crate) fn fused_reduce(
     if args.kept == 0 {
         return Ok(());
     }
-    let mut first = *args;
-    first.phase = 0;
-    let cfg = LaunchConfig {
-        grid_dim: (grid.0, grid.1, 1),
-        block_dim: (block.0, block.1, 1),
-        shared_mem_bytes: 0,
-    };
-    let mut b = stream.launch_builder(f);
-    b.arg(&first);
-    // SAFETY: the one argument matches the kernel's signature; the caller
-    // (`kernels::fused_reduce::ReduceLaunch::new`) validated that every input view, broadcast
-    // by its layout, and every stored output is in bounds for each index of the iteration
-    // shape, that the result holds `kept` elements and the partial buffer `chunks * kept`
-    // f32s, that `block.0 * block.1 <= REDUCE_THREADS` with `block.1` a power of two, and
-    // that the grid covers `kept` and `chunks`.
-    unsafe { b.launch_counted(cfg) }?;
-    if args.chunks > 1 {
-        let mut second = *args;
-        second.phase = 1;
-        let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
+    // One launch of phase `phase` on `grid` blocks of `block` threads.
+    let launch = |phase: i32, grid: (u32, u32), block: (u32, u32)| -> Result<()> {
+        let phase_args = ReduceArgs { phase, ..*args };
         let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (REDUCE_THREADS, 1, 1),
+            grid_dim: (grid.0, grid.1, 1),
+            block_dim: (block.0, block.1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = stream.launch_builder(f);
-        b.arg(&second);
-        // SAFETY: as above; phase 1 reads `chunks * kept` partial sums and writes `kept`
-        // results, one per thread index below `kept`.
+        b.arg(&phase_args);
+        // SAFETY: the one argument matches the kernel's signature; the caller
+        // (`kernels::fused_reduce::ReduceLaunch::new`) validated that every input view,
+        // broadcast by its layout, and every stored output is in bounds for each index of the
+        // iteration shape, that the result holds `kept` elements and the partial buffer
+        // `chunks * kept` f32s, that `block.0 * block.1 <= REDUCE_THREADS` with `block.1` a
+        // power of two, and that the grid covers `kept` and `chunks`. Phases 0 and 2 run on
+        // that grid; phase 1 reads the `chunks * kept` partial sums and writes `kept` results,
+        // one per thread index below `kept`, on the grid given below.
         unsafe { b.launch_counted(cfg) }?;
+        Ok(())
+    };
+    launch(0, grid, block)?;
+    if args.chunks > 1 {
+        let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
+        launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
         if epilogue {
-            let mut third = *args;
-            third.phase = 2;
-            let cfg = LaunchConfig {
-                grid_dim: (grid.0, grid.1, 1),
-                block_dim: (block.0, block.1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = stream.launch_builder(f);
-            b.arg(&third);
-            // SAFETY: as for phase 0 (same grid, block and operands); phase 2 reads the
-            // results phase 1 wrote and stores the outputs.
-            unsafe { b.launch_counted(cfg) }?;
+            // The second pass of the epilogue, once the results are combined.
+            launch(2, grid, block)?;
         }
     }
     Ok(())

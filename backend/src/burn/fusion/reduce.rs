@@ -512,13 +512,16 @@ impl ReduceOptimization {
         // An epilogue reads the result as one of the program's inputs: the others are made
         // before the run.
         let result_slot = self.reduction.epilogue.and_then(|e| e.result_input).map(usize::from);
-        let made_before: Vec<FusedInput> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .filter(|&(k, _)| Some(k) != result_slot)
-            .map(|(_, i)| i.clone())
-            .collect();
+        let made_before: std::borrow::Cow<[FusedInput]> = match result_slot {
+            Some(slot) => self
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != slot)
+                .map(|(_, i)| i.clone())
+                .collect(),
+            None => self.inputs.as_slice().into(),
+        };
         let run = run_inputs(context, &made_before, &self.views, OP)?;
         let inputs = &run.tensors;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
