@@ -462,6 +462,91 @@ pub mod host_profile {
         #[cfg(feature = "host-profile")]
         guard: pprof::ProfilerGuard<'static>,
         path: std::path::PathBuf,
+        started: std::time::Instant,
+        threads_at_start: Vec<ThreadTimes>,
+    }
+
+    /// One thread's accumulated times, read from `/proc/self/task` (Linux).
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ThreadTimes {
+        /// Thread id.
+        pub tid: u32,
+        /// Thread name.
+        pub name: String,
+        /// Seconds on a CPU (scheduler statistics where the kernel keeps them, else clock ticks).
+        pub cpu_s: f64,
+        /// Times the thread left the CPU to wait (a lock, a sleep, a blocking call).
+        pub voluntary_switches: u64,
+    }
+
+    /// The times of every thread of this process (empty where `/proc` is not readable).
+    pub fn thread_times() -> Vec<ThreadTimes> {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        let mut out: Vec<ThreadTimes> = tasks
+            .flatten()
+            .filter_map(|task| {
+                let tid = task.file_name().to_str()?.parse().ok()?;
+                let dir = task.path();
+                let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+                let stat = read("stat")?;
+                let name = std::fs::read_to_string(dir.join("comm")).ok()?.trim().to_owned();
+                let cpu_s = read("schedstat")
+                    .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+                    .map(|ns| ns * 1e-9)
+                    .or_else(|| cpu_ticks_of_stat(&stat).map(|t| t as f64 / 100.0))?;
+                let voluntary_switches = read("status")
+                    .and_then(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                            .and_then(|v| v.trim().parse().ok())
+                    })
+                    .unwrap_or(0);
+                Some(ThreadTimes {
+                    tid,
+                    name,
+                    cpu_s,
+                    voluntary_switches,
+                })
+            })
+            .collect();
+        out.sort_by_key(|t| t.tid);
+        out
+    }
+
+    /// `utime + stime` (clock ticks) of a `/proc/.../stat` line; the name field may hold spaces.
+    pub fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: state is field 3 of the line, utime 14 and stime 15.
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        Some(utime + stime)
+    }
+
+    /// A table of each thread's CPU time over `wall_s` between two [`thread_times`] snapshots.
+    pub fn thread_table(before: &[ThreadTimes], after: &[ThreadTimes], wall_s: f64) -> String {
+        let mut out = format!("\n## thread CPU time over {wall_s:.3} s of wall time\n");
+        for t in after {
+            let (cpu0, sw0) = before
+                .iter()
+                .find(|b| b.tid == t.tid)
+                .map_or((0.0, 0), |b| (b.cpu_s, b.voluntary_switches));
+            let cpu = t.cpu_s - cpu0;
+            if cpu <= 0.0 {
+                continue;
+            }
+            out.push_str(&format!(
+                "{:6.1}% {:9.3} s {:9} waits  {} ({})\n",
+                100.0 * cpu / wall_s.max(1e-9),
+                cpu,
+                t.voluntary_switches.saturating_sub(sw0),
+                t.name,
+                t.tid
+            ));
+        }
+        out
     }
 
     /// Samples per second of CPU time.
@@ -486,6 +571,8 @@ pub mod host_profile {
             Ok(Self {
                 guard,
                 path: path.to_owned(),
+                started: std::time::Instant::now(),
+                threads_at_start: thread_times(),
             })
         }
 
@@ -498,7 +585,9 @@ pub mod host_profile {
 
         /// Stops sampling and writes the tables to the file given to [`Session::start`].
         pub fn finish(self) -> Result<(), String> {
-            let text = self.tables()?;
+            let wall_s = self.started.elapsed().as_secs_f64();
+            let threads = thread_table(&self.threads_at_start, &thread_times(), wall_s);
+            let text = self.tables()? + &threads;
             std::fs::write(&self.path, text).map_err(|e| format!("{}: {e}", self.path.display()))
         }
 
@@ -627,6 +716,25 @@ pub mod host_profile {
                 "cudnn_backend"
             );
             assert_eq!(crate_of("Unknown"), "Unknown");
+        }
+
+        #[test]
+        fn stat_lines_give_cpu_ticks_and_threads_their_share() {
+            let line = "42 (DS U-1 (x)) S 1 2 3 4 5 6 7 8 9 10 250 30 0 0 20 0 1 0";
+            assert_eq!(cpu_ticks_of_stat(line), Some(280));
+            assert_eq!(cpu_ticks_of_stat("garbage"), None);
+            let t = |tid, cpu_s, voluntary_switches| ThreadTimes {
+                tid,
+                name: format!("t{tid}"),
+                cpu_s,
+                voluntary_switches,
+            };
+            let text = thread_table(&[t(1, 1.0, 10)], &[t(1, 1.5, 14), t(2, 0.25, 3), t(3, 0.0, 0)], 1.0);
+            assert!(text.contains("  50.0%     0.500 s         4 waits  t1 (1)"), "{text}");
+            assert!(text.contains("  25.0%     0.250 s         3 waits  t2 (2)"), "{text}");
+            assert!(!text.contains("t3"), "{text}");
+            // This process has at least its own thread.
+            assert!(!thread_times().is_empty());
         }
 
         #[test]
