@@ -63,15 +63,17 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
 }
 
 /// The by-value argument of `fused_reduce` (`struct ReduceArgs` of the generated source):
-/// input addresses, the stored outputs', then the result's and the partial sums'; input
+/// input addresses, the stored outputs', then the result's, the partial sums' and the
+/// arrival counters' (0: none); input
 /// layouts broadcast to the iteration shape (`full`, whose strides are the stored outputs',
 /// packed); the scalars; kept and reduced element counts; reduced elements per chunk and
-/// the chunk count; the scale applied to each sum; the phase (0: partial sums, 1: combine);
+/// the chunk count; the scale applied to each sum; the phase (0: partial sums, combined in the
+/// same launch when there are arrival counters; 1: combine; 2: an epilogue's second pass);
 /// `warp_rows` (1: each warp reduces one kept element, its lanes along the reduced ones).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReduceArgs {
-    pub ptr: [u64; MAX_INPUTS + MAX_OUTPUTS + 2],
+    pub ptr: [u64; MAX_INPUTS + MAX_OUTPUTS + 3],
     pub in_layout: [KernelLayout; MAX_INPUTS],
     pub full: KernelLayout,
     pub s: [f32; MAX_SCALARS],
@@ -85,7 +87,7 @@ pub(crate) struct ReduceArgs {
 }
 
 // SAFETY: `#[repr(C)]` with the field order and types of the generated `struct ReduceArgs`
-// (u64[26], Layout[16], Layout, float[32], four long longs, float, two ints: the same alignment
+// (u64[27], Layout[16], Layout, float[32], four long longs, float, two ints: the same alignment
 // and padding in both compilers); any bit pattern is a valid value.
 unsafe impl cudarc::driver::DeviceRepr for ReduceArgs {}
 
@@ -96,7 +98,8 @@ pub(crate) const REDUCE_THREADS: u32 = 256;
 /// `(kept blocks, chunks)` with `block` = (lanes over kept elements, rows over reduced ones,
 /// a power of two) threads, or with `args.warp_rows` (32 lanes over reduced elements, one
 /// warp per kept element), then, when `args.chunks > 1`, phase 1 combining the partial sums
-/// and, for a program with an `epilogue`, phase 2 (its second pass) on phase 0's grid.
+/// (unless the launch has arrival counters: phase 0 then combines them itself) and, for a
+/// program with an `epilogue`, phase 2 (its second pass) on phase 0's grid.
 pub(crate) fn fused_reduce(
     stream: &CudaStream,
     f: &CudaFunction,
@@ -122,17 +125,21 @@ pub(crate) fn fused_reduce(
         // (`kernels::fused_reduce::ReduceLaunch::new`) validated that every input view,
         // broadcast by its layout, and every stored output is in bounds for each index of the
         // iteration shape, that the result holds `kept` elements and the partial buffer
-        // `chunks * kept` f32s, that `block.0 * block.1 <= REDUCE_THREADS` with `block.1` a
-        // power of two, and that the grid covers `kept` and `chunks`. Phases 0 and 2 run on
-        // that grid; phase 1 reads the `chunks * kept` partial sums and writes `kept` results,
-        // one per thread index below `kept`, on the grid given below.
+        // `chunks * kept` f32s, that the arrival counters (when given) are `grid.0` zeroed
+        // u32s that no other launch uses meanwhile (each launch leaves them zeroed), that
+        // `block.0 * block.1 <= REDUCE_THREADS` with `block.1` a power of two, and that the
+        // grid covers `kept` and `chunks`. Phases 0 and 2 run on that grid; phase 1 reads the
+        // `chunks * kept` partial sums and writes `kept` results, one per thread index below
+        // `kept`, on the grid given below.
         unsafe { b.launch_counted(cfg) }?;
         Ok(())
     };
     launch(0, grid, block)?;
     if args.chunks > 1 {
-        let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
-        launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
+        if args.ptr[MAX_INPUTS + MAX_OUTPUTS + 2] == 0 {
+            let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
+            launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
+        }
         if epilogue {
             // The second pass of the epilogue, once the results are combined.
             launch(2, grid, block)?;

@@ -59,11 +59,25 @@ macro_rules! sym {
     }};
 }
 
-/// Compiles in flight, and whether the process has begun to exit (then no compile starts).
-static COMPILES: Mutex<(usize, bool)> = Mutex::new((0, false));
+/// The compiles in flight (their labels), and whether the process has begun to exit (then no
+/// compile starts).
+struct InFlight {
+    labels: Vec<&'static str>,
+    exiting: bool,
+}
+
+static COMPILES: Mutex<InFlight> = Mutex::new(InFlight {
+    labels: Vec::new(),
+    exiting: false,
+});
 static COMPILE_DONE: Condvar = Condvar::new();
-/// The longest the exit hook waits for compiles in flight.
+/// The longest the process waits at exit for compiles in flight, over all the registrations
+/// of the exit hook together.
 const EXIT_WAIT: Duration = Duration::from_secs(30);
+/// A wait at exit longer than this names what it waits for on stderr.
+const EXIT_WAIT_NAMED_AFTER: Duration = Duration::from_secs(2);
+/// When the first run of the exit hook began waiting.
+static EXIT_STARTED: OnceLock<Instant> = OnceLock::new();
 
 extern "C" {
     /// C's `atexit` (libc).
@@ -81,14 +95,32 @@ extern "C" {
 extern "C" fn wait_for_compiles_at_exit() {
     // Nothing may unwind out of a C callback.
     let _ = std::panic::catch_unwind(|| {
-        let deadline = Instant::now() + EXIT_WAIT;
+        // One deadline for every registration: a build that never ends delays the exit by
+        // EXIT_WAIT once, not once per registered hook.
+        let started = *EXIT_STARTED.get_or_init(Instant::now);
         let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
-        state.1 = true;
-        while state.0 > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+        state.exiting = true;
+        let mut named = false;
+        while !state.labels.is_empty() {
+            let waited = started.elapsed();
+            if waited >= EXIT_WAIT {
+                eprintln!(
+                    "cudnn-backend: exiting after {}s with builds still in flight: {}",
+                    EXIT_WAIT.as_secs(),
+                    state.labels.join(", ")
+                );
                 break;
             }
+            if waited >= EXIT_WAIT_NAMED_AFTER && !named {
+                named = true;
+                eprintln!(
+                    "cudnn-backend: the process waits (up to {}s) at exit for builds in flight: {}",
+                    EXIT_WAIT.as_secs(),
+                    state.labels.join(", ")
+                );
+            }
+            let step = if named { EXIT_WAIT } else { EXIT_WAIT_NAMED_AFTER };
+            let left = step.saturating_sub(waited).max(Duration::from_millis(1));
             state = COMPILE_DONE
                 .wait_timeout(state, left)
                 .unwrap_or_else(|e| e.into_inner())
@@ -100,20 +132,22 @@ extern "C" fn wait_for_compiles_at_exit() {
 /// One compile in flight (counted for the exit hook) while it lives: an NVRTC compile, a
 /// background kernel load (compile and module load), or a cuDNN plan build on a background
 /// thread (cuDNN's runtime compilation runs NVRTC too).
-pub(crate) struct CompileSlot;
+pub(crate) struct CompileSlot {
+    label: &'static str,
+}
 
 impl CompileSlot {
     /// Counts a compile in flight; an error once the process has begun to exit.
     pub(crate) fn enter(label: &'static str) -> Result<Self> {
         let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
-        if state.1 {
+        if state.exiting {
             return Err(Error::Cuda {
                 op: "compiling a kernel",
                 message: format!("{label}: the process is exiting"),
             });
         }
-        state.0 += 1;
-        Ok(Self)
+        state.labels.push(label);
+        Ok(Self { label })
     }
 }
 
@@ -147,7 +181,9 @@ impl Drop for CompileSlot {
     fn drop(&mut self) {
         register_exit_hook();
         let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
-        state.0 -= 1;
+        if let Some(i) = state.labels.iter().position(|&l| l == self.label) {
+            state.labels.swap_remove(i);
+        }
         COMPILE_DONE.notify_all();
     }
 }

@@ -129,7 +129,7 @@ impl ReduceProgram {
             s,
             "\nstruct ReduceArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout full; float s[{MAX_SCALARS}]; \
              i64 kept; i64 red; i64 chunk; i64 chunks; float scale; int phase; int warp_rows; }};",
-            res + 2
+            res + 3
         );
         let idx = if self.wide {
             "unsigned long long"
@@ -153,8 +153,9 @@ impl ReduceProgram {
         }
         s.push_str("KERNEL void fused_reduce(const ReduceArgs a) {\n");
         s.push_str(&format!(
-            "    {rt}* res = ({rt}*)a.ptr[{res}];\n    float* part = (float*)a.ptr[{}];\n",
-            res + 1
+            "    {rt}* res = ({rt}*)a.ptr[{res}];\n    float* part = (float*)a.ptr[{}];\n    unsigned* arrivals = (unsigned*)a.ptr[{}];\n",
+            res + 1,
+            res + 2
         ));
         // Phase 1: one thread per kept element sums its chunks' partials in order.
         s.push_str(
@@ -202,6 +203,19 @@ impl ReduceProgram {
             s,
             "        if (a.chunks == 1) res[o] = {};\n        else part[chunk * a.kept + o] = v;\n    }}",
             store_expr("v * a.scale", self.out)
+        );
+        // With arrival counters, the last chunk block of each column of blocks to finish
+        // combines that column's partial sums in chunk order (the combine of phase 1, in the
+        // same launch) and resets its counter for the next launch.
+        s.push_str(
+            "    if (a.chunks > 1 && a.phase == 0 && arrivals != 0) {\n        __shared__ bool last_arrival;\n        __threadfence();\n        __syncthreads();\n\
+             \x20       if (threadIdx.x == 0 && threadIdx.y == 0) {\n            last_arrival = atomicAdd(&arrivals[blockIdx.x], 1u) == (unsigned)(a.chunks - 1);\n            if (last_arrival) arrivals[blockIdx.x] = 0u;\n        }\n        __syncthreads();\n\
+             \x20       if (last_arrival && ty == 0 && o < a.kept) {\n            __threadfence();\n            float acc = RED_INIT;\n            for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, __ldcg(&part[k * a.kept + o]));\n",
+        );
+        let _ = writeln!(
+            s,
+            "            res[o] = {};\n        }}\n    }}",
+            store_expr("acc * a.scale", self.out)
         );
         if self.epilogue.is_some() {
             // The result is complete once the row's writer is past the barrier (a warp's lane 0,
@@ -427,7 +441,9 @@ const TARGET_BLOCKS: i64 = 1024;
 /// The tensors of one launch: `inputs` broadcast to the iteration shape, `outputs` (the
 /// program's stored registers) packed with the iteration shape's dims, `result` packed with
 /// one element per kept element, `scratch` at least [`ReduceLaunch::scratch_len`] f32s when
-/// that is not 0.
+/// that is not 0, and `arrivals`, when given, at least [`ReduceLaunch::arrivals_len`] zeroed
+/// packed u32 (i32) counters that the launch leaves zeroed (then the partial sums combine in
+/// the same launch instead of a second one).
 #[derive(Clone, Copy)]
 pub struct ReduceOperands<'a, 'b> {
     /// The program's inputs.
@@ -438,6 +454,8 @@ pub struct ReduceOperands<'a, 'b> {
     pub result: &'b TensorMut<'a>,
     /// Room for the partial sums.
     pub scratch: Option<&'b TensorMut<'a>>,
+    /// Zeroed arrival counters, one per column of blocks (see the type).
+    pub arrivals: Option<&'b TensorMut<'a>>,
 }
 
 /// Reduced elements per kept element up to which a reduction along the innermost dim gives
@@ -538,6 +556,17 @@ impl<'a> ReduceLaunch<'a> {
         }
     }
 
+    /// How many arrival counters a launch over `full` can use (0: it has one chunk, and
+    /// needs none).
+    pub fn arrivals_len(rp: &ReduceProgram, full: &[i64]) -> usize {
+        let s = Split::of(rp, full);
+        if s.chunks > 1 {
+            ((s.kept + s.kept_per_block() - 1) / s.kept_per_block()) as usize
+        } else {
+            0
+        }
+    }
+
     /// Checks and packs a launch of `rp` over iteration shape `full` (see
     /// [`ReduceOperands`]); `scale` multiplies each sum.
     pub fn new(
@@ -552,6 +581,7 @@ impl<'a> ReduceLaunch<'a> {
             outputs,
             result,
             scratch,
+            arrivals,
         } = *operands;
         rp.validate()?;
         let p = &rp.program;
@@ -565,7 +595,7 @@ impl<'a> ReduceLaunch<'a> {
         p.check_operand_counts(OP, inputs.len(), outputs.len(), scalars.len())?;
         let packed = row_major_strides(full);
         let mut args = ReduceArgs {
-            ptr: [0; MAX_INPUTS + MAX_OUTPUTS + 2],
+            ptr: [0; MAX_INPUTS + MAX_OUTPUTS + 3],
             in_layout: [KernelLayout::default(); MAX_INPUTS],
             full: kernel_layout(OP, full, &packed)?,
             s: [0.0; MAX_SCALARS],
@@ -640,6 +670,21 @@ impl<'a> ReduceLaunch<'a> {
             };
             check_tensor(OP, "scratch", sc)?;
             args.ptr[MAX_INPUTS + MAX_OUTPUTS + 1] = sc.ptr;
+            if let Some(counters) = arrivals {
+                let need = (kept + split.kept_per_block() - 1) / split.kept_per_block();
+                if counters.dtype != DataType::I32
+                    || counters.dims.iter().product::<i64>() < need
+                    || counters.strides != row_major_strides(&counters.dims)
+                {
+                    return Err(Error::invalid_arg(
+                        OP,
+                        "arrivals",
+                        format!("{need} packed i32 counters are needed"),
+                    ));
+                }
+                check_tensor(OP, "arrivals", counters)?;
+                args.ptr[MAX_INPUTS + MAX_OUTPUTS + 2] = counters.ptr;
+            }
         }
         args.s[..scalars.len()].copy_from_slice(scalars);
         args.kept = kept;
@@ -653,9 +698,7 @@ impl<'a> ReduceLaunch<'a> {
         let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
         views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
         views.push(TensorRef::clone(result));
-        if let Some(sc) = scratch {
-            views.push(TensorRef::clone(sc));
-        }
+        views.extend(scratch.into_iter().chain(arrivals).map(|t| TensorRef::clone(t)));
         Ok(Self {
             args,
             grid: (grid_x, chunks as u32),
@@ -725,6 +768,10 @@ mod tests {
         );
         assert!(src.contains("f32_to_bf16(v * a.scale)") && src.contains("f32_to_bf16(acc * a.scale)"));
         assert!(src.contains("__shfl_down_sync") && src.contains("int warp_rows;"));
+        // Chunked sums combine in the launch's last block per column, in chunk order.
+        assert!(src.contains("atomicAdd(&arrivals[blockIdx.x], 1u) == (unsigned)(a.chunks - 1)"));
+        assert!(src.contains("if (last_arrival) arrivals[blockIdx.x] = 0u;"));
+        assert!(src.contains("for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, __ldcg(&part[k * a.kept + o]));"));
     }
 
     #[test]
@@ -787,6 +834,10 @@ mod tests {
         assert!(!Split::of(&rows, &[32, 8, 256, 8192]).warp_rows);
         assert!(!Split::of(&rows, &[1, 1, 64, 256]).warp_rows);
         assert_eq!(ReduceLaunch::scratch_len(&rp, &[128, 64, 32, 32]), 64 * 16);
+        // One arrival counter per column of blocks (64 kept channels, a block's lanes on one
+        // each, as the innermost dim is reduced); none without chunks.
+        assert_eq!(ReduceLaunch::arrivals_len(&rp, &[128, 64, 32, 32]), 64);
+        assert_eq!(ReduceLaunch::arrivals_len(&rows, &[32, 8, 256, 256]), 0);
     }
 
     #[test]

@@ -1,18 +1,20 @@
 //! Keeps burn-fusion's operation queue moving while a model runs.
 //!
 //! burn-fusion hands each recorded operation to a per-device server thread through a channel
-//! of 32-task batches: the server takes a batch only when it is full, and after a short spin
-//! it sleeps 150 µs at a time between checks. A training step's host thread records an
-//! operation every few microseconds, so the server falls asleep between batches and the
-//! recording thread then waits on the full channel: in the profile of the stock CNN step on
-//! the lazy queue, the recording thread spent most of the step spinning in the channel's
-//! submit while the server thread was mostly off the CPU.
+//! of 32-task batches: the server takes a batch only when it is full (or flushed). A model
+//! that records a few operations and then does host work leaves them waiting in a partial
+//! batch, and the GPU idles meanwhile.
 //!
-//! The flusher is a background thread per device that calls the public
-//! `GlobalFusionClient::flush_queue` every few tens of microseconds while work flows (it pads
-//! the current batch with no-ops, so the server takes what has been recorded so far and
-//! stays awake), and every millisecond otherwise. `CUDNN_BACKEND_FUSION_FLUSH_US` sets the
-//! active period in microseconds (`0` turns the flusher off).
+//! The flusher is a background thread per device that watches the launch counter and calls
+//! the public `GlobalFusionClient::flush_queue` once when launches stop for a moment after
+//! running (the server has drained what it had, so a partial batch may be waiting), and every
+//! millisecond once nothing has been launched for a while. A flush pads the current batch
+//! with no-ops, and the recording thread then waits until the server takes it: flushing on a
+//! fixed period while kernels run (the first version of the flusher, every 20 µs) made the
+//! recording thread wait at every flush and cost the stock CNN step a third of its speed, and
+//! the server thread it was meant to wake turned out never to sleep during a step (its CPU
+//! time is the step's wall time). `CUDNN_BACKEND_FUSION_FLUSH_US` sets the quiet time in
+//! microseconds (`0` turns the flusher off).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -23,21 +25,21 @@ use super::CudnnFusionRuntime;
 use crate::burn::CudnnDevice;
 use crate::runtime::{self, MAX_DEVICES};
 
-/// Period between flushes while kernels are being launched, unless the env var sets another.
-const DEFAULT_ACTIVE_PERIOD_US: u64 = 20;
+/// Time without a launch, after launches, before a flush (unless the env var sets another).
+const DEFAULT_QUIET_US: u64 = 200;
 /// Period between flushes once nothing has been launched for [`IDLE_AFTER`].
 const IDLE_PERIOD: Duration = Duration::from_millis(1);
 /// Launch inactivity after which the flusher slows to [`IDLE_PERIOD`].
 const IDLE_AFTER: Duration = Duration::from_millis(20);
 
-/// The active flush period, or `None` when `CUDNN_BACKEND_FUSION_FLUSH_US=0`.
-fn active_period() -> Option<Duration> {
+/// The quiet time before a flush, or `None` when `CUDNN_BACKEND_FUSION_FLUSH_US=0`.
+fn quiet_time() -> Option<Duration> {
     static PERIOD: OnceLock<Option<Duration>> = OnceLock::new();
     *PERIOD.get_or_init(|| {
         let us = std::env::var("CUDNN_BACKEND_FUSION_FLUSH_US")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_ACTIVE_PERIOD_US);
+            .unwrap_or(DEFAULT_QUIET_US);
         (us > 0).then(|| Duration::from_micros(us))
     })
 }
@@ -47,7 +49,7 @@ fn active_period() -> Option<Duration> {
 /// new thread: creating it here could wait on the server's own initialisation.
 pub(super) fn ensure_started(device: &CudnnDevice) {
     static STARTED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
-    let Some(period) = active_period() else { return };
+    let Some(quiet) = quiet_time() else { return };
     let Some(slot) = STARTED.get(device.index as usize) else {
         return;
     };
@@ -55,28 +57,89 @@ pub(super) fn ensure_started(device: &CudnnDevice) {
         let device = *device;
         let spawned = std::thread::Builder::new()
             .name("cudnn-fusion-flush".into())
-            .spawn(move || run(device, period));
+            .spawn(move || run(device, quiet));
         if let Err(e) = spawned {
             tracing::warn!("lazy fusion: no queue flusher thread ({e}); recorded operations wait for full batches");
         }
     });
 }
 
-fn run(device: CudnnDevice, period: Duration) {
+fn run(device: CudnnDevice, quiet: Duration) {
     let client = GlobalFusionClient::<CudnnFusionRuntime>::load(&device);
-    let mut last_launches = runtime::launch_counts().total();
-    let mut last_activity = Instant::now();
+    let mut watch = StallWatch::new(runtime::launch_counts().total(), Instant::now());
     loop {
-        let launches = runtime::launch_counts().total();
-        if launches != last_launches {
-            last_launches = launches;
-            last_activity = Instant::now();
+        std::thread::sleep(quiet);
+        if watch.observe(runtime::launch_counts().total(), Instant::now()) {
+            client.flush_queue();
         }
-        client.flush_queue();
-        std::thread::sleep(if last_activity.elapsed() < IDLE_AFTER {
-            period
-        } else {
-            IDLE_PERIOD
-        });
+    }
+}
+
+/// When to flush, from the launch counter seen at each wake-up: once when launches stopped
+/// since the last wake-up (the first quiet period after activity), then every
+/// [`IDLE_PERIOD`] once nothing has been launched for [`IDLE_AFTER`]; never while launches
+/// keep coming.
+struct StallWatch {
+    launches: u64,
+    last_launch: Instant,
+    flushed_since_launch: bool,
+    last_flush: Instant,
+}
+
+impl StallWatch {
+    fn new(launches: u64, now: Instant) -> Self {
+        Self {
+            launches,
+            last_launch: now,
+            flushed_since_launch: false,
+            last_flush: now,
+        }
+    }
+
+    /// Records the counter at `now`; true when the flusher should flush.
+    fn observe(&mut self, launches: u64, now: Instant) -> bool {
+        if launches != self.launches {
+            self.launches = launches;
+            self.last_launch = now;
+            self.flushed_since_launch = false;
+            return false;
+        }
+        let flush = !self.flushed_since_launch
+            || (now.duration_since(self.last_launch) >= IDLE_AFTER
+                && now.duration_since(self.last_flush) >= IDLE_PERIOD);
+        if flush {
+            self.flushed_since_launch = true;
+            self.last_flush = now;
+        }
+        flush
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flushes_once_per_stall_and_slowly_when_idle() {
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        let mut w = StallWatch::new(0, t0);
+        // Quiet from the start: one flush, then none until idle.
+        assert!(w.observe(0, at(200)));
+        assert!(!w.observe(0, at(400)));
+        // Launches flowing: no flush.
+        assert!(!w.observe(5, at(600)));
+        assert!(!w.observe(9, at(800)));
+        // They stop: one flush, then quiet periods do not flush again.
+        assert!(w.observe(9, at(1_000)));
+        assert!(!w.observe(9, at(1_200)));
+        assert!(!w.observe(9, at(10_000)));
+        // Idle for longer than IDLE_AFTER: a flush every IDLE_PERIOD.
+        assert!(w.observe(9, at(21_000)));
+        assert!(!w.observe(9, at(21_500)));
+        assert!(w.observe(9, at(22_000)));
+        // Launches resume: no flush until they stop again.
+        assert!(!w.observe(10, at(22_200)));
+        assert!(w.observe(10, at(22_400)));
     }
 }

@@ -52,6 +52,9 @@ enum Stage {
     Reduced { chained: bool },
 }
 
+/// Arrival counters made at least this many at a time (one per column of blocks).
+const MIN_ARRIVALS: i64 = 1024;
+
 /// The matched run, in relative ids.
 #[derive(Clone, Debug)]
 pub struct ReduceOptimization {
@@ -79,6 +82,9 @@ pub struct ReduceOptimization {
     function: Option<((u8, u8, bool), CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one.
     unbuildable: bool,
+    /// Zeroed arrival counters of the chunked launches (each launch leaves them zeroed), so
+    /// chunked sums combine in the same launch; made at the first chunked execution.
+    arrivals: Option<CudnnTensor>,
 }
 
 /// Whether the `reduced` dims of a rank-`rank` iteration shape are its trailing dims (a
@@ -427,6 +433,7 @@ impl ReduceFuser {
             operations: self.ops.clone(),
             function: None,
             unbuildable: false,
+            arrivals: None,
         }
     }
 }
@@ -566,6 +573,13 @@ impl ReduceOptimization {
             0 => None,
             n => Some(CudnnTensor::empty(&device, &[n as i64], DType::F32, OP)?),
         };
+        let arrivals_len = ReduceLaunch::arrivals_len(&merged, &dims) as i64;
+        if arrivals_len > 0 && self.arrivals.as_ref().is_none_or(|t| t.dims()[0] < arrivals_len) {
+            let counters = CudnnTensor::empty(&device, &[arrivals_len.max(MIN_ARRIVALS)], DType::I32, OP)?;
+            crate::kernels::elementwise::fill(&stream, &counters.tmut(), 0.0)?;
+            self.arrivals = Some(counters);
+        }
+        let arrivals = self.arrivals.clone().filter(|_| arrivals_len > 0);
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         {
             let packed = row_major_strides(&dims);
@@ -575,11 +589,13 @@ impl ReduceOptimization {
             };
             let result_ref = result.tmut();
             let scratch_ref = scratch.as_ref().map(|t| t.tmut());
+            let arrivals_ref = arrivals.as_ref().map(|t| t.tmut());
             let operands = ReduceOperands {
                 inputs: &in_views,
                 outputs: &out_refs,
                 result: &result_ref,
                 scratch: scratch_ref.as_ref(),
+                arrivals: arrivals_ref.as_ref(),
             };
             let launch = ReduceLaunch::new(&merged, &dims, &operands, &scalars, scale);
             match launch {
