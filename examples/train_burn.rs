@@ -753,6 +753,9 @@ where
         }
         let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
         launches_per_step = launches.total() as f64 / steps as f64;
+        if epoch == args.epochs && args.backend.counts_launches() && rank == 0 {
+            eprintln!("{}", examples::startup::launches_per_step(&launches, steps));
+        }
         let seconds = started.elapsed().as_secs_f64();
         last_rate = (steps * args.batch * world) as f64 / seconds;
         let accuracy = evaluate(&model.valid(), &test, args.batch, device);

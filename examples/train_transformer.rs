@@ -338,11 +338,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         let launches = cudnn_backend::runtime::launch_counts().since(&before);
         launches_per_step = launches.total() as f64 / steps as f64;
         if epoch == args.epochs && args.backend.counts_launches() {
-            eprintln!(
-                "launches per step: {:.0} kernels, {:.0} cuDNN executions",
-                launches.kernels as f64 / steps as f64,
-                launches.cudnn_executions as f64 / steps as f64
-            );
+            eprintln!("{}", examples::startup::launches_per_step(&launches, steps));
         }
         let accuracy = evaluate(&model.valid(), &test_set, args, device);
         bar.finish_with_message(format!(

@@ -237,6 +237,18 @@ pub mod startup {
         ) + &build_timeline()
     }
 
+    /// `launches per step: …`: this crate's kernels and cuDNN executions per step of
+    /// `launches` (counted over `steps` steps), and the fused runs that ran unfused.
+    pub fn launches_per_step(launches: &cudnn_backend::runtime::LaunchCounts, steps: usize) -> String {
+        let per = |n: u64| n as f64 / steps.max(1) as f64;
+        format!(
+            "launches per step: {:.0} kernels, {:.0} cuDNN executions; fused runs run unfused: {:.1}",
+            per(launches.kernels),
+            per(launches.cudnn_executions),
+            per(launches.fused_fallbacks)
+        )
+    }
+
     /// `first step: … s after start` alone: for a backend other than ours (`--backend
     /// burn-cuda`), whose compiles and autotuning this crate's counters do not see.
     pub fn first_step(started: Instant) -> String {

@@ -17,15 +17,21 @@
 //! - Burn's softmax runs its row max, with the scaling before it, as a fused max reduction;
 //! - Burn's own `LayerNorm` and softmax in training over many short rows (a warp per row in
 //!   the fused reductions, row values computed inside their prologues) match float64 as
-//!   closely as the unfused backend.
+//!   closely as the unfused backend;
+//! - convolutions each followed by Burn's `BatchNorm` (the statistics after the second
+//!   convolution are recorded while the first batch norm's block is still explored, so
+//!   burn-fusion puts them in the convolution's block, which runs as the convolution and then
+//!   a fused run) match float64 as closely as the unfused backend, with no fused run falling
+//!   back to single operations.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
 
 use burn::backend::Autodiff;
 use burn::module::{Module, Param};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, PaddingConfig2d};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{activation, DType, Int, Tensor, TensorData};
@@ -636,5 +642,111 @@ fn burns_layer_norm_and_softmax_over_short_rows_match_float64_under_fusion() {
     assert!(
         fused_launches < plain_launches,
         "fused {fused_launches} vs unfused {plain_launches} launches"
+    );
+}
+
+/// Input dims of the convolution stack (batch, channels, height, width).
+const CONV_DIMS: [usize; 4] = [8, 3, 12, 12];
+
+/// conv(3 → 8) → batch norm → relu → conv(8 → 8) → batch norm, and `sum(y * w)`'s gradients,
+/// on backend `B`: output, input gradient, both kernels' gradients; the launches and fused
+/// runs that fell back to single operations of the last of `steps` repeats.
+fn conv_batch_norms<B: AutodiffBackend>(
+    x: &[f64],
+    w: &[f64],
+    kernels: &[f64],
+    steps: usize,
+) -> (Vec<TensorData>, cudnn_backend::runtime::LaunchCounts) {
+    let device: B::Device = Default::default();
+    let conv = |cin: usize, k: &[f64]| {
+        let mut c: Conv2d<B> = Conv2dConfig::new([cin, 8], [3, 3])
+            .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+            .with_bias(false)
+            .init(&device);
+        c.weight = Param::from_data(
+            TensorData::new(k.to_vec(), [8, cin, 3, 3]).convert_dtype(DType::F32),
+            &device,
+        );
+        c
+    };
+    let (c1, c2) = (conv(3, &kernels[..8 * 27]), conv(8, &kernels[8 * 27..]));
+    let (bn1, bn2): (BatchNorm<B>, BatchNorm<B>) = (
+        BatchNormConfig::new(8).init(&device),
+        BatchNormConfig::new(8).init(&device),
+    );
+    let x = Tensor::<B, 4>::from_data(
+        TensorData::new(x.to_vec(), CONV_DIMS).convert_dtype(DType::F32),
+        &device,
+    )
+    .require_grad();
+    let w = Tensor::<B, 4>::from_data(
+        TensorData::new(w.to_vec(), [8, 8, 12, 12]).convert_dtype(DType::F32),
+        &device,
+    );
+    let mut out = Vec::new();
+    let mut counts = launch_counts().since(&launch_counts());
+    for _ in 0..steps {
+        cudnn_backend::ops::wait_for_builds();
+        B::sync(&device).unwrap();
+        let before = launch_counts();
+        let h = activation::relu(bn1.forward(c1.forward(x.clone())));
+        let y = bn2.forward(c2.forward(h));
+        let grads = (y.clone() * w.clone()).sum().backward();
+        out = vec![
+            y.into_data(),
+            x.grad(&grads).unwrap().into_data(),
+            c1.weight.grad(&grads).unwrap().into_data(),
+            c2.weight.grad(&grads).unwrap().into_data(),
+        ];
+        B::sync(&device).unwrap();
+        counts = launch_counts().since(&before);
+    }
+    (out, counts)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Convolutions followed by Burn's own batch norm under `Autodiff<CudnnFusion>` (a block led by
+/// a convolution runs as it and a fused run after it): output and gradients match float64
+/// within twice the unfused backend's distance (or 1e-5); in the last of three repeats every
+/// fused run runs fused, in fewer launches than unfused.
+fn convolution_led_batch_norms_under_fusion_match_float64() {
+    let _serial = counting_launches();
+    let mut rng = Rng::new(0xc0b2);
+    let n: usize = CONV_DIMS.iter().product();
+    let x = uniform(&mut rng, n, -1.0, 1.0);
+    let w = uniform(&mut rng, 8 * 8 * 12 * 12, -1.0, 1.0);
+    let kernels = uniform(&mut rng, 8 * 27 + 8 * 72, -0.3, 0.3);
+    let (want, _) = conv_batch_norms::<Autodiff<F64>>(&x, &w, &kernels, 1);
+    let (plain, plain_counts) = conv_batch_norms::<Autodiff<Cudnn>>(&x, &w, &kernels, 1);
+    let (fused, fused_counts) = conv_batch_norms::<Autodiff<CudnnFusion>>(&x, &w, &kernels, 3);
+    for (i, name) in [
+        "output",
+        "input gradient",
+        "first kernel gradient",
+        "second kernel gradient",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (ef, ep) = (rel_l2(&fused[i], &want[i]), rel_l2(&plain[i], &want[i]));
+        println!("conv + batch norm {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}");
+        assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+    }
+    println!(
+        "conv + batch norm step: {} launches unfused, {} fused ({} fused runs unfused)",
+        plain_counts.total(),
+        fused_counts.total(),
+        fused_counts.fused_fallbacks
+    );
+    assert_eq!(
+        fused_counts.fused_fallbacks, 0,
+        "fused runs fell back to single operations"
+    );
+    assert!(
+        fused_counts.total() * 2 <= plain_counts.total(),
+        "fused {} vs unfused {} launches",
+        fused_counts.total(),
+        plain_counts.total()
     );
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static KERNELS: AtomicU64 = AtomicU64::new(0);
 static CUDNN: AtomicU64 = AtomicU64::new(0);
+static FUSED_FALLBACKS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's share of [`KERNELS`] and [`CUDNN`].
@@ -14,6 +15,7 @@ thread_local! {
         Cell::new(LaunchCounts {
             kernels: 0,
             cudnn_executions: 0,
+            fused_fallbacks: 0,
         })
     };
 }
@@ -25,6 +27,9 @@ pub struct LaunchCounts {
     pub kernels: u64,
     /// cuDNN plan executions (graph replays included).
     pub cudnn_executions: u64,
+    /// Fused runs of lazy fusion that ran their operations one by one instead (their kernel
+    /// still building in the background, or unbuildable); not in [`LaunchCounts::total`].
+    pub fused_fallbacks: u64,
 }
 
 impl LaunchCounts {
@@ -38,6 +43,7 @@ impl LaunchCounts {
         LaunchCounts {
             kernels: self.kernels - earlier.kernels,
             cudnn_executions: self.cudnn_executions - earlier.cudnn_executions,
+            fused_fallbacks: self.fused_fallbacks - earlier.fused_fallbacks,
         }
     }
 }
@@ -47,6 +53,7 @@ pub fn launch_counts() -> LaunchCounts {
     LaunchCounts {
         kernels: KERNELS.load(Ordering::Relaxed),
         cudnn_executions: CUDNN.load(Ordering::Relaxed),
+        fused_fallbacks: FUSED_FALLBACKS.load(Ordering::Relaxed),
     }
 }
 
@@ -70,6 +77,15 @@ pub(crate) fn count_cudnn_execution() {
     THREAD.with(|c| {
         let mut n = c.get();
         n.cudnn_executions += 1;
+        c.set(n);
+    });
+}
+
+pub(crate) fn count_fused_fallback() {
+    FUSED_FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    THREAD.with(|c| {
+        let mut n = c.get();
+        n.fused_fallbacks += 1;
         c.set(n);
     });
 }

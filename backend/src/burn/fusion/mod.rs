@@ -46,6 +46,7 @@
 pub(crate) mod custom;
 mod flusher;
 mod fuser;
+mod lead;
 mod leading_sum;
 mod linear;
 mod optimization;
@@ -117,6 +118,8 @@ impl FusionRuntime for CudnnFusionRuntime {
                 Box::new(leading_sum::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),
                 Box::new(reduce::ReduceFuser::default()),
+                Box::new(lead::LeadFuser::new(fuser::ElementwiseFuser::on(device))),
+                Box::new(lead::LeadFuser::new(reduce::ReduceFuser::default())),
             ]
         } else {
             Vec::new()

@@ -90,6 +90,9 @@ pub enum CudnnOptimization {
     QuantizeDynamic(super::quantize::QuantizeDynamicOptimization),
     /// An elementwise run ending in sums or means over some dims, as one generated kernel.
     Reduce(super::reduce::ReduceOptimization),
+    /// An operation no fuser starts with (a convolution, a matmul) run as it is, then a fused
+    /// run of the operations after it.
+    Lead(super::lead::LeadOptimization),
 }
 
 /// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
@@ -106,6 +109,8 @@ pub enum CudnnOptimizationState {
     QuantizeDynamic(Vec<OperationIr>),
     /// The operations of an elementwise run ending in reductions.
     Reduce(Vec<OperationIr>),
+    /// The leading operation and the state of the fused run after it.
+    Lead(Box<OperationIr>, Box<CudnnOptimizationState>),
 }
 
 impl NumOperations for CudnnOptimization {
@@ -116,6 +121,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
             CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
             CudnnOptimization::Reduce(r) => r.operations.len(),
+            CudnnOptimization::Lead(l) => 1 + l.inner.len(),
         }
     }
 
@@ -126,38 +132,54 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
             CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
             CudnnOptimization::Reduce(_) => "cudnn fused reduction",
+            CudnnOptimization::Lead(l) => l.inner.name(),
+        }
+    }
+}
+
+impl CudnnOptimization {
+    /// Runs the optimization whose operations start at index `first` of `execution`'s
+    /// (`first` > 0 for the fused run after a leading operation).
+    fn run(
+        &mut self,
+        context: &mut Context<CudnnFusionHandle>,
+        execution: &OrderedExecution<CudnnFusionRuntime>,
+        first: usize,
+    ) {
+        // The trait boundary: an engine error panics here, naming the fused run.
+        let fused = match self {
+            CudnnOptimization::Elementwise(e) => expect("fused elementwise", e.execute(context)),
+            CudnnOptimization::LinearGrad(l) => {
+                expect("fused linear weight gradient", l.execute(context));
+                true
+            }
+            CudnnOptimization::LeadingSum(s) => {
+                expect("fused leading-dims sum", s.execute(context));
+                true
+            }
+            CudnnOptimization::QuantizeDynamic(q) => expect("fused quantize_dynamic", q.execute(context)),
+            CudnnOptimization::Reduce(r) => expect("fused reduction", r.execute(context)),
+            CudnnOptimization::Lead(l) => {
+                execution
+                    .operation_within_optimization(first)
+                    .execute(&mut context.handles);
+                l.inner.run(context, execution, first + 1);
+                true
+            }
+        };
+        if !fused {
+            // Kernel still building, or unbuildable: the operations one by one.
+            crate::ffi::counters::count_fused_fallback();
+            for i in first..first + self.len() {
+                execution.operation_within_optimization(i).execute(&mut context.handles);
+            }
         }
     }
 }
 
 impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     fn execute(&mut self, context: &mut Context<CudnnFusionHandle>, execution: &OrderedExecution<CudnnFusionRuntime>) {
-        // The trait boundary: an engine error panics here, naming the fused run.
-        match self {
-            CudnnOptimization::Elementwise(e) => {
-                if !expect("fused elementwise", e.execute(context)) {
-                    for i in 0..e.operations.len() {
-                        execution.operation_within_optimization(i).execute(&mut context.handles);
-                    }
-                }
-            }
-            CudnnOptimization::LinearGrad(l) => expect("fused linear weight gradient", l.execute(context)),
-            CudnnOptimization::LeadingSum(s) => expect("fused leading-dims sum", s.execute(context)),
-            CudnnOptimization::QuantizeDynamic(q) => {
-                if !expect("fused quantize_dynamic", q.execute(context)) {
-                    for i in 0..q.operations.len() {
-                        execution.operation_within_optimization(i).execute(&mut context.handles);
-                    }
-                }
-            }
-            CudnnOptimization::Reduce(r) => {
-                if !expect("fused reduction", r.execute(context)) {
-                    for i in 0..r.operations.len() {
-                        execution.operation_within_optimization(i).execute(&mut context.handles);
-                    }
-                }
-            }
-        }
+        self.run(context, execution, 0);
     }
 
     fn to_state(&self) -> CudnnOptimizationState {
@@ -167,6 +189,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
             CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
             CudnnOptimization::Reduce(r) => CudnnOptimizationState::Reduce(r.operations.clone()),
+            CudnnOptimization::Lead(l) => CudnnOptimizationState::Lead(l.lead.clone(), Box::new(l.inner.to_state())),
         }
     }
 
@@ -198,6 +221,10 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 Some(r) => CudnnOptimization::Reduce(r),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a fused reduction"),
             },
+            CudnnOptimizationState::Lead(lead, inner) => CudnnOptimization::Lead(super::lead::LeadOptimization {
+                lead,
+                inner: Box::new(Self::from_state(device, *inner)),
+            }),
         }
     }
 }
