@@ -2,7 +2,7 @@
 //!
 //! burn-fusion groups the operations it explores into blocks of operations that share
 //! tensors, and a block runs as the best optimization its fusers offer from its first
-//! operation, or else operation by operation, all of it. A convolution or a matmul recorded
+//! operation, or else operation by operation, all of it. A convolution recorded
 //! while another block is still being explored opens a block of its own, and the operations
 //! that read its output join that block: with no fuser able to start with the convolution,
 //! burn-fusion then runs the whole block unfused. In the stock CNN, the batch-norm statistics
@@ -42,9 +42,12 @@ impl<F> LeadFuser<F> {
     }
 }
 
-/// Whether `op` may lead a fused run: anything that computes (a `Drop` leads nothing).
+/// Whether `op` may lead a fused run: a module operation (a convolution, a pooling, their
+/// backward passes). Matmuls and tensor operations stay out: the pattern fusers start with
+/// them (Burn's composed linear gradients and dynamic quantization, which must match the
+/// unfused backend bit for bit), and a led elementwise run would take their operations.
 fn may_lead(op: &OperationIr) -> bool {
-    !matches!(op, OperationIr::Drop(_))
+    matches!(op, OperationIr::Module(_))
 }
 
 /// A leading operation run as it is, then a fused run of the operations after it.
@@ -125,13 +128,26 @@ where
 mod tests {
     use burn_backend::DType;
     use burn_fusion::NumOperations;
-    use burn_ir::{FloatOperationIr, MatmulOpIr, NumericOperationIr, ScalarIr, ScalarOpIr, TensorStatus, UnaryOpIr};
+    use burn_ir::{
+        AdaptiveAvgPool2dOpIr, FloatOperationIr, MatmulOpIr, ModuleOperationIr, NumericOperationIr, ScalarIr,
+        ScalarOpIr, TensorStatus, UnaryOpIr,
+    };
 
     use super::super::fuser::ElementwiseFuser;
     use super::super::test_ir::t;
     use super::*;
 
     const F: DType = DType::F32;
+
+    /// An adaptive average pooling of `input` (`[8, 4, 6, 6]`), its output taken as the
+    /// `[8, 4]` the run reads (a module operation: it may lead).
+    fn pool(input: u64, out: u64) -> OperationIr {
+        OperationIr::Module(ModuleOperationIr::AdaptiveAvgPool2d(AdaptiveAvgPool2dOpIr {
+            x: t(input, &[8, 4, 6, 6], TensorStatus::ReadOnly, F),
+            output_size: [1, 1],
+            out: t(out, &[8, 4], TensorStatus::NotInit, F),
+        }))
+    }
 
     fn matmul(lhs: u64, rhs: u64, out: u64) -> OperationIr {
         OperationIr::Float(
@@ -168,7 +184,7 @@ mod tests {
     #[test]
     fn a_refused_first_operation_leads_the_inner_run() {
         let mut f = LeadFuser::new(ElementwiseFuser::default());
-        f.fuse(&matmul(0, 1, 2));
+        f.fuse(&pool(0, 2));
         assert_eq!(f.status(), FuserStatus::Open);
         assert!(!f.properties().ready, "the lead alone is no run");
         f.fuse(&add_scalar(2, 3));
@@ -177,7 +193,10 @@ mod tests {
         assert_eq!(f.properties().score, ElementwiseFuser::default().properties().score + 2);
         match f.finish() {
             CudnnOptimization::Lead(l) => {
-                assert!(matches!(*l.lead, OperationIr::Float(_, FloatOperationIr::Matmul(_))));
+                assert!(matches!(
+                    *l.lead,
+                    OperationIr::Module(ModuleOperationIr::AdaptiveAvgPool2d(_))
+                ));
                 assert!(matches!(*l.inner, CudnnOptimization::Elementwise(_)));
                 assert_eq!(CudnnOptimization::Lead(l).len(), 3);
             }
@@ -188,7 +207,7 @@ mod tests {
     }
 
     #[test]
-    fn a_first_operation_the_inner_fuser_takes_or_a_drop_closes_it() {
+    fn a_first_operation_the_inner_fuser_takes_a_matmul_or_a_drop_closes_it() {
         let mut f = LeadFuser::new(ElementwiseFuser::default());
         f.fuse(&add_scalar(2, 3));
         assert_eq!(f.status(), FuserStatus::Closed);
@@ -197,5 +216,13 @@ mod tests {
         let mut f = LeadFuser::new(ElementwiseFuser::default());
         f.fuse(&OperationIr::Drop(t(5, &[8, 4], TensorStatus::ReadWrite, F)));
         assert_eq!(f.status(), FuserStatus::Closed);
+        // A matmul leads nothing: the pattern fusers (linear gradients) start with it.
+        let mut f = LeadFuser::new(ElementwiseFuser::default());
+        f.fuse(&matmul(0, 1, 2));
+        f.fuse(&add_scalar(2, 3));
+        assert_eq!(
+            (f.status(), f.len(), f.properties().ready),
+            (FuserStatus::Closed, 0, false)
+        );
     }
 }

@@ -90,7 +90,7 @@ pub enum CudnnOptimization {
     QuantizeDynamic(super::quantize::QuantizeDynamicOptimization),
     /// An elementwise run ending in sums or means over some dims, as one generated kernel.
     Reduce(super::reduce::ReduceOptimization),
-    /// An operation no fuser starts with (a convolution, a matmul) run as it is, then a fused
+    /// An operation no fuser starts with (a convolution, a pooling) run as it is, then a fused
     /// run of the operations after it.
     Lead(super::lead::LeadOptimization),
 }
