@@ -3,6 +3,7 @@
 //! newer than any bindings are reported rather than misread.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -100,19 +101,23 @@ extern "C" fn wait_for_compiles_at_exit() {
         let started = *EXIT_STARTED.get_or_init(Instant::now);
         let mut state = COMPILES.lock().unwrap_or_else(|e| e.into_inner());
         state.exiting = true;
-        let mut named = false;
+        // Each message once, whichever registration of the hook reaches it.
+        static NAMED: AtomicBool = AtomicBool::new(false);
+        static GAVE_UP: AtomicBool = AtomicBool::new(false);
         while !state.labels.is_empty() {
             let waited = started.elapsed();
             if waited >= EXIT_WAIT {
-                eprintln!(
-                    "cudnn-backend: exiting after {}s with builds still in flight: {}",
-                    EXIT_WAIT.as_secs(),
-                    state.labels.join(", ")
-                );
+                if !GAVE_UP.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "cudnn-backend: exiting after {}s with builds still in flight: {}",
+                        EXIT_WAIT.as_secs(),
+                        state.labels.join(", ")
+                    );
+                }
                 break;
             }
-            if waited >= EXIT_WAIT_NAMED_AFTER && !named {
-                named = true;
+            let named = waited >= EXIT_WAIT_NAMED_AFTER;
+            if named && !NAMED.swap(true, Ordering::Relaxed) {
                 eprintln!(
                     "cudnn-backend: the process waits (up to {}s) at exit for builds in flight: {}",
                     EXIT_WAIT.as_secs(),
