@@ -707,6 +707,7 @@ where
         }
         let started = Instant::now();
         let launches_before = cudnn_backend::runtime::launch_counts();
+        let threads_before = examples::host_profile::thread_times();
         // `--host-profile`: the last epoch's steps are sampled.
         let profile = match &args.host_profile {
             Some(path) if epoch == args.epochs => Some(examples::host_profile::Session::start(path)?),
@@ -755,6 +756,7 @@ where
         launches_per_step = launches.total() as f64 / steps as f64;
         if epoch == args.epochs && args.backend.counts_launches() && rank == 0 {
             eprintln!("{}", examples::startup::launches_per_step(&launches, steps));
+            eprintln!("{}", examples::startup::server_cpu_per_step(&threads_before, steps));
         }
         let seconds = started.elapsed().as_secs_f64();
         last_rate = (steps * args.batch * world) as f64 / seconds;

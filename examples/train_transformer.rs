@@ -300,6 +300,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         let bar = examples::curves::epoch_bar(steps, epoch, args.epochs)?;
         let t0 = Instant::now();
         let before = cudnn_backend::runtime::launch_counts();
+        let threads_before = examples::host_profile::thread_times();
         // `--host-profile`: the last epoch's steps are sampled.
         let profile = match &args.host_profile {
             Some(path) if epoch == args.epochs => Some(examples::host_profile::Session::start(path)?),
@@ -339,6 +340,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         launches_per_step = launches.total() as f64 / steps as f64;
         if epoch == args.epochs && args.backend.counts_launches() {
             eprintln!("{}", examples::startup::launches_per_step(&launches, steps));
+            eprintln!("{}", examples::startup::server_cpu_per_step(&threads_before, steps));
         }
         let accuracy = evaluate(&model.valid(), &test_set, args, device);
         bar.finish_with_message(format!(

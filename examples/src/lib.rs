@@ -242,10 +242,24 @@ pub mod startup {
     pub fn launches_per_step(launches: &cudnn_backend::runtime::LaunchCounts, steps: usize) -> String {
         let per = |n: u64| n as f64 / steps.max(1) as f64;
         format!(
-            "launches per step: {:.0} kernels, {:.0} cuDNN executions; fused runs run unfused: {:.1}",
+            "launches per step: {:.0} kernels, {:.0} cuDNN executions; fused runs run unfused: {:.1}; \
+             host ms per step in fused runs {:.2}, in cuDNN executions {:.2}",
             per(launches.kernels),
             per(launches.cudnn_executions),
-            per(launches.fused_fallbacks)
+            per(launches.fused_fallbacks),
+            per(launches.fused_ns) * 1e-6,
+            per(launches.cudnn_ns) * 1e-6
+        )
+    }
+
+    /// `fusion server thread: … ms CPU per step`: the CPU time of burn-fusion's device server
+    /// threads since `before` (a [`crate::host_profile::thread_times`] snapshot), per step.
+    pub fn server_cpu_per_step(before: &[crate::host_profile::ThreadTimes], steps: usize) -> String {
+        let now = crate::host_profile::thread_times();
+        let cpu = crate::host_profile::cpu_s_of(before, &now, "DS");
+        format!(
+            "fusion server thread: {:.2} ms CPU per step",
+            cpu * 1e3 / steps.max(1) as f64
         )
     }
 
@@ -537,6 +551,16 @@ pub mod host_profile {
         Some(utime + stime)
     }
 
+    /// CPU seconds of the threads named `prefix…` between two [`thread_times`] snapshots
+    /// (burn-fusion's device server threads are `DS…`).
+    pub fn cpu_s_of(before: &[ThreadTimes], after: &[ThreadTimes], prefix: &str) -> f64 {
+        after
+            .iter()
+            .filter(|t| t.name.starts_with(prefix))
+            .map(|t| t.cpu_s - before.iter().find(|b| b.tid == t.tid).map_or(0.0, |b| b.cpu_s))
+            .sum()
+    }
+
     /// A table of each thread's CPU time over `wall_s` between two [`thread_times`] snapshots.
     pub fn thread_table(before: &[ThreadTimes], after: &[ThreadTimes], wall_s: f64) -> String {
         let mut out = format!("\n## thread CPU time over {wall_s:.3} s of wall time\n");
@@ -742,6 +766,14 @@ pub mod host_profile {
                 voluntary_switches,
             };
             let text = thread_table(&[t(1, 1.0, 10)], &[t(1, 1.5, 14), t(2, 0.25, 3), t(3, 0.0, 0)], 1.0);
+            let server = |tid, cpu_s| ThreadTimes {
+                name: "DSU-3085-0".into(),
+                ..t(tid, cpu_s, 0)
+            };
+            assert_eq!(
+                cpu_s_of(&[server(7, 1.0)], &[server(7, 1.75), t(1, 9.0, 0)], "DS"),
+                0.75
+            );
             assert!(text.contains("  50.0%     0.500 s         4 waits  t1 (1)"), "{text}");
             assert!(text.contains("  25.0%     0.250 s         3 waits  t2 (2)"), "{text}");
             assert!(!text.contains("t3"), "{text}");

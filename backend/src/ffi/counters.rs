@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static KERNELS: AtomicU64 = AtomicU64::new(0);
 static CUDNN: AtomicU64 = AtomicU64::new(0);
 static FUSED_FALLBACKS: AtomicU64 = AtomicU64::new(0);
+static FUSED_NS: AtomicU64 = AtomicU64::new(0);
+static CUDNN_NS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's share of [`KERNELS`] and [`CUDNN`].
@@ -16,6 +18,8 @@ thread_local! {
             kernels: 0,
             cudnn_executions: 0,
             fused_fallbacks: 0,
+            fused_ns: 0,
+            cudnn_ns: 0,
         })
     };
 }
@@ -30,6 +34,11 @@ pub struct LaunchCounts {
     /// Fused runs of lazy fusion that ran their operations one by one instead (their kernel
     /// still building in the background, or unbuildable); not in [`LaunchCounts::total`].
     pub fused_fallbacks: u64,
+    /// Host (wall) nanoseconds spent executing lazy fusion's fused runs (their launches and
+    /// leading operations included): where burn-fusion's server thread runs our code.
+    pub fused_ns: u64,
+    /// Host (wall) nanoseconds spent enqueueing cuDNN plan executions.
+    pub cudnn_ns: u64,
 }
 
 impl LaunchCounts {
@@ -44,6 +53,8 @@ impl LaunchCounts {
             kernels: self.kernels - earlier.kernels,
             cudnn_executions: self.cudnn_executions - earlier.cudnn_executions,
             fused_fallbacks: self.fused_fallbacks - earlier.fused_fallbacks,
+            fused_ns: self.fused_ns - earlier.fused_ns,
+            cudnn_ns: self.cudnn_ns - earlier.cudnn_ns,
         }
     }
 }
@@ -54,6 +65,8 @@ pub fn launch_counts() -> LaunchCounts {
         kernels: KERNELS.load(Ordering::Relaxed),
         cudnn_executions: CUDNN.load(Ordering::Relaxed),
         fused_fallbacks: FUSED_FALLBACKS.load(Ordering::Relaxed),
+        fused_ns: FUSED_NS.load(Ordering::Relaxed),
+        cudnn_ns: CUDNN_NS.load(Ordering::Relaxed),
     }
 }
 
@@ -86,6 +99,26 @@ pub(crate) fn count_fused_fallback() {
     THREAD.with(|c| {
         let mut n = c.get();
         n.fused_fallbacks += 1;
+        c.set(n);
+    });
+}
+
+/// Adds `ns` of host time spent executing a fused run.
+pub(crate) fn add_fused_ns(ns: u64) {
+    FUSED_NS.fetch_add(ns, Ordering::Relaxed);
+    THREAD.with(|c| {
+        let mut n = c.get();
+        n.fused_ns += ns;
+        c.set(n);
+    });
+}
+
+/// Adds `ns` of host time spent enqueueing a cuDNN plan execution.
+pub(crate) fn add_cudnn_ns(ns: u64) {
+    CUDNN_NS.fetch_add(ns, Ordering::Relaxed);
+    THREAD.with(|c| {
+        let mut n = c.get();
+        n.cudnn_ns += ns;
         c.set(n);
     });
 }
