@@ -243,12 +243,15 @@ pub mod startup {
         let per = |n: u64| n as f64 / steps.max(1) as f64;
         format!(
             "launches per step: {:.0} kernels, {:.0} cuDNN executions; fused runs run unfused: {:.1}; \
-             host ms per step in fused runs {:.2}, in cuDNN executions {:.2}",
+             host ms per step in fused runs {:.2}, in cuDNN executions {:.2}, in kernel launches {:.2}, \
+             in allocations and frees {:.2}",
             per(launches.kernels),
             per(launches.cudnn_executions),
             per(launches.fused_fallbacks),
             per(launches.fused_ns) * 1e-6,
-            per(launches.cudnn_ns) * 1e-6
+            per(launches.cudnn_ns) * 1e-6,
+            per(launches.launch_ns) * 1e-6,
+            per(launches.memory_ns) * 1e-6
         )
     }
 

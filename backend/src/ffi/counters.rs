@@ -10,6 +10,8 @@ static CUDNN: AtomicU64 = AtomicU64::new(0);
 static FUSED_FALLBACKS: AtomicU64 = AtomicU64::new(0);
 static FUSED_NS: AtomicU64 = AtomicU64::new(0);
 static CUDNN_NS: AtomicU64 = AtomicU64::new(0);
+static LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
+static MEMORY_NS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's share of [`KERNELS`] and [`CUDNN`].
@@ -20,6 +22,8 @@ thread_local! {
             fused_fallbacks: 0,
             fused_ns: 0,
             cudnn_ns: 0,
+            launch_ns: 0,
+            memory_ns: 0,
         })
     };
 }
@@ -39,6 +43,10 @@ pub struct LaunchCounts {
     pub fused_ns: u64,
     /// Host (wall) nanoseconds spent enqueueing cuDNN plan executions.
     pub cudnn_ns: u64,
+    /// Host (wall) nanoseconds spent in the driver's launches of the crate's kernels.
+    pub launch_ns: u64,
+    /// Host (wall) nanoseconds spent allocating and freeing device buffers.
+    pub memory_ns: u64,
 }
 
 impl LaunchCounts {
@@ -55,6 +63,8 @@ impl LaunchCounts {
             fused_fallbacks: self.fused_fallbacks - earlier.fused_fallbacks,
             fused_ns: self.fused_ns - earlier.fused_ns,
             cudnn_ns: self.cudnn_ns - earlier.cudnn_ns,
+            launch_ns: self.launch_ns - earlier.launch_ns,
+            memory_ns: self.memory_ns - earlier.memory_ns,
         }
     }
 }
@@ -67,6 +77,8 @@ pub fn launch_counts() -> LaunchCounts {
         fused_fallbacks: FUSED_FALLBACKS.load(Ordering::Relaxed),
         fused_ns: FUSED_NS.load(Ordering::Relaxed),
         cudnn_ns: CUDNN_NS.load(Ordering::Relaxed),
+        launch_ns: LAUNCH_NS.load(Ordering::Relaxed),
+        memory_ns: MEMORY_NS.load(Ordering::Relaxed),
     }
 }
 
@@ -103,22 +115,37 @@ pub(crate) fn count_fused_fallback() {
     });
 }
 
-/// Adds `ns` of host time spent executing a fused run.
-pub(crate) fn add_fused_ns(ns: u64) {
-    FUSED_NS.fetch_add(ns, Ordering::Relaxed);
-    THREAD.with(|c| {
-        let mut n = c.get();
-        n.fused_ns += ns;
-        c.set(n);
-    });
+/// What a span of host time is added to.
+#[derive(Clone, Copy)]
+pub(crate) enum HostTime {
+    /// Executing a fused run.
+    Fused,
+    /// Enqueueing a cuDNN plan execution.
+    Cudnn,
+    /// The driver's launch of one of the crate's kernels.
+    Launch,
+    /// Allocating or freeing a device buffer.
+    Memory,
 }
 
-/// Adds `ns` of host time spent enqueueing a cuDNN plan execution.
-pub(crate) fn add_cudnn_ns(ns: u64) {
-    CUDNN_NS.fetch_add(ns, Ordering::Relaxed);
+/// Adds the host time since `started` to `what`'s count.
+pub(crate) fn add_host_time(what: HostTime, started: std::time::Instant) {
+    let ns = started.elapsed().as_nanos() as u64;
+    let total = match what {
+        HostTime::Fused => &FUSED_NS,
+        HostTime::Cudnn => &CUDNN_NS,
+        HostTime::Launch => &LAUNCH_NS,
+        HostTime::Memory => &MEMORY_NS,
+    };
+    total.fetch_add(ns, Ordering::Relaxed);
     THREAD.with(|c| {
         let mut n = c.get();
-        n.cudnn_ns += ns;
+        match what {
+            HostTime::Fused => n.fused_ns += ns,
+            HostTime::Cudnn => n.cudnn_ns += ns,
+            HostTime::Launch => n.launch_ns += ns,
+            HostTime::Memory => n.memory_ns += ns,
+        }
         c.set(n);
     });
 }

@@ -17,8 +17,11 @@ pub(crate) trait CountedLaunch {
 impl CountedLaunch for cudarc::driver::LaunchArgs<'_> {
     unsafe fn launch_counted(&mut self, cfg: LaunchConfig) -> std::result::Result<(), cudarc::driver::DriverError> {
         super::counters::count_kernel();
+        let started = std::time::Instant::now();
         // SAFETY: forwarded: the caller upholds `launch`'s contract (see the trait method).
-        unsafe { self.launch(cfg) }.map(|_| ())
+        let launched = unsafe { self.launch(cfg) }.map(|_| ());
+        super::counters::add_host_time(super::counters::HostTime::Launch, started);
+        launched
     }
 }
 

@@ -411,7 +411,7 @@ pub(crate) fn execute(
     crate::runtime::count_cudnn_execution();
     let started = std::time::Instant::now();
     let done = enqueue(handle, plan, uids, ptrs, workspace, stream, capture_on);
-    crate::ffi::counters::add_cudnn_ns(started.elapsed().as_nanos() as u64);
+    crate::ffi::counters::add_host_time(crate::ffi::counters::HostTime::Cudnn, started);
     done
 }
 

@@ -181,7 +181,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     fn execute(&mut self, context: &mut Context<CudnnFusionHandle>, execution: &OrderedExecution<CudnnFusionRuntime>) {
         let started = std::time::Instant::now();
         self.run(context, execution, 0);
-        crate::ffi::counters::add_fused_ns(started.elapsed().as_nanos() as u64);
+        crate::ffi::counters::add_host_time(crate::ffi::counters::HostTime::Fused, started);
     }
 
     fn to_state(&self) -> CudnnOptimizationState {
