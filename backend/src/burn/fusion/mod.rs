@@ -36,10 +36,15 @@
 //!   ([`crate::kernels::fused_reduce`]): the value summed and the channel view's copy are
 //!   never stored.
 //!
+//! - **lead** (`lead.rs`): a block that burn-fusion opens with a module operation no fuser
+//!   starts with (a convolution, a pooling) runs as that operation and then the elementwise or
+//!   reduction fuser's run of the operations after it, where burn-fusion would run the whole
+//!   block operation by operation.
+//!
 //! Our fused training ops and optimizer step are recorded as custom operations (`custom.rs`):
 //! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
 //!
-//! A background thread per device keeps burn-fusion's operation channel flowing
+//! A background thread per device flushes burn-fusion's operation channel when launches stall
 //! (`flusher.rs`; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
