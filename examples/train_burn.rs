@@ -755,8 +755,10 @@ where
         let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
         launches_per_step = launches.total() as f64 / steps as f64;
         if epoch == args.epochs && args.backend.counts_launches() && rank == 0 {
-            eprintln!("{}", examples::startup::launches_per_step(&launches, steps));
-            eprintln!("{}", examples::startup::server_cpu_per_step(&threads_before, steps));
+            eprintln!(
+                "{}",
+                examples::startup::epoch_host_report(&launches, &threads_before, steps)
+            );
         }
         let seconds = started.elapsed().as_secs_f64();
         last_rate = (steps * args.batch * world) as f64 / seconds;

@@ -339,8 +339,10 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         let launches = cudnn_backend::runtime::launch_counts().since(&before);
         launches_per_step = launches.total() as f64 / steps as f64;
         if epoch == args.epochs && args.backend.counts_launches() {
-            eprintln!("{}", examples::startup::launches_per_step(&launches, steps));
-            eprintln!("{}", examples::startup::server_cpu_per_step(&threads_before, steps));
+            eprintln!(
+                "{}",
+                examples::startup::epoch_host_report(&launches, &threads_before, steps)
+            );
         }
         let accuracy = evaluate(&model.valid(), &test_set, args, device);
         bar.finish_with_message(format!(

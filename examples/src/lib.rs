@@ -255,13 +255,18 @@ pub mod startup {
         )
     }
 
-    /// `fusion server thread: … ms CPU per step`: the CPU time of burn-fusion's device server
-    /// threads since `before` (a [`crate::host_profile::thread_times`] snapshot), per step.
-    pub fn server_cpu_per_step(before: &[crate::host_profile::ThreadTimes], steps: usize) -> String {
-        let now = crate::host_profile::thread_times();
-        let cpu = crate::host_profile::cpu_s_of(before, &now, "DS");
+    /// [`launches_per_step`], then `fusion server thread: … ms CPU per step`: the CPU time of
+    /// burn-fusion's device server threads since `before` (a
+    /// [`crate::host_profile::thread_times`] snapshot taken with the launch counts), per step.
+    pub fn epoch_host_report(
+        launches: &cudnn_backend::runtime::LaunchCounts,
+        before: &[crate::host_profile::ThreadTimes],
+        steps: usize,
+    ) -> String {
+        let cpu = crate::host_profile::cpu_s_of(before, &crate::host_profile::thread_times(), "DS");
         format!(
-            "fusion server thread: {:.2} ms CPU per step",
+            "{}\nfusion server thread: {:.2} ms CPU per step",
+            launches_per_step(launches, steps),
             cpu * 1e3 / steps.max(1) as f64
         )
     }
@@ -560,19 +565,25 @@ pub mod host_profile {
         after
             .iter()
             .filter(|t| t.name.starts_with(prefix))
-            .map(|t| t.cpu_s - before.iter().find(|b| b.tid == t.tid).map_or(0.0, |b| b.cpu_s))
+            .map(|t| since(before, t).0)
             .sum()
+    }
+
+    /// `t`'s CPU seconds and voluntary waits since its entry in `before` (all of them when it
+    /// started later).
+    fn since(before: &[ThreadTimes], t: &ThreadTimes) -> (f64, u64) {
+        let (cpu0, waits0) = before
+            .iter()
+            .find(|b| b.tid == t.tid)
+            .map_or((0.0, 0), |b| (b.cpu_s, b.voluntary_switches));
+        (t.cpu_s - cpu0, t.voluntary_switches.saturating_sub(waits0))
     }
 
     /// A table of each thread's CPU time over `wall_s` between two [`thread_times`] snapshots.
     pub fn thread_table(before: &[ThreadTimes], after: &[ThreadTimes], wall_s: f64) -> String {
         let mut out = format!("\n## thread CPU time over {wall_s:.3} s of wall time\n");
         for t in after {
-            let (cpu0, sw0) = before
-                .iter()
-                .find(|b| b.tid == t.tid)
-                .map_or((0.0, 0), |b| (b.cpu_s, b.voluntary_switches));
-            let cpu = t.cpu_s - cpu0;
+            let (cpu, waits) = since(before, t);
             if cpu <= 0.0 {
                 continue;
             }
@@ -580,7 +591,7 @@ pub mod host_profile {
                 "{:6.1}% {:9.3} s {:9} waits  {} ({})\n",
                 100.0 * cpu / wall_s.max(1e-9),
                 cpu,
-                t.voluntary_switches.saturating_sub(sw0),
+                waits,
                 t.name,
                 t.tid
             ));

@@ -4,28 +4,66 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
-static KERNELS: AtomicU64 = AtomicU64::new(0);
-static CUDNN: AtomicU64 = AtomicU64::new(0);
-static FUSED_FALLBACKS: AtomicU64 = AtomicU64::new(0);
-static FUSED_NS: AtomicU64 = AtomicU64::new(0);
-static CUDNN_NS: AtomicU64 = AtomicU64::new(0);
-static LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
-static MEMORY_NS: AtomicU64 = AtomicU64::new(0);
+/// One counted quantity: an index into [`TOTALS`] and each thread's share.
+#[derive(Clone, Copy)]
+pub(crate) enum Count {
+    /// Kernel launches.
+    Kernels,
+    /// cuDNN plan executions.
+    CudnnExecutions,
+    /// Fused runs that ran their operations one by one.
+    FusedFallbacks,
+    /// Host nanoseconds executing fused runs.
+    FusedNs,
+    /// Host nanoseconds enqueueing cuDNN executions.
+    CudnnNs,
+    /// Host nanoseconds in the driver's kernel launches.
+    LaunchNs,
+    /// Host nanoseconds allocating and freeing device buffers.
+    MemoryNs,
+}
+
+const COUNTS: usize = 7;
+
+static TOTALS: [AtomicU64; COUNTS] = [const { AtomicU64::new(0) }; COUNTS];
 
 thread_local! {
-    /// This thread's share of [`KERNELS`] and [`CUDNN`].
-    static THREAD: Cell<LaunchCounts> = const {
-        Cell::new(LaunchCounts {
-            kernels: 0,
-            cudnn_executions: 0,
-            fused_fallbacks: 0,
-            fused_ns: 0,
-            cudnn_ns: 0,
-            launch_ns: 0,
-            memory_ns: 0,
-        })
-    };
+    /// This thread's share of [`TOTALS`].
+    static THREAD: Cell<[u64; COUNTS]> = const { Cell::new([0; COUNTS]) };
+}
+
+/// Adds `n` to `what`, in the process's totals and the calling thread's share.
+pub(crate) fn add(what: Count, n: u64) {
+    TOTALS[what as usize].fetch_add(n, Ordering::Relaxed);
+    THREAD.with(|c| {
+        let mut v = c.get();
+        v[what as usize] += n;
+        c.set(v);
+    });
+}
+
+/// Measures host time from its creation until it is dropped, then adds it to a `…Ns` count.
+pub(crate) struct HostTimer {
+    what: Count,
+    started: Instant,
+}
+
+impl HostTimer {
+    /// Starts timing for `what` (one of the `…Ns` counts).
+    pub(crate) fn start(what: Count) -> Self {
+        Self {
+            what,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for HostTimer {
+    fn drop(&mut self) {
+        add(self.what, self.started.elapsed().as_nanos() as u64);
+    }
 }
 
 /// Work enqueued by this process so far.
@@ -69,83 +107,27 @@ impl LaunchCounts {
     }
 }
 
+impl LaunchCounts {
+    fn from_values(v: [u64; COUNTS]) -> Self {
+        Self {
+            kernels: v[Count::Kernels as usize],
+            cudnn_executions: v[Count::CudnnExecutions as usize],
+            fused_fallbacks: v[Count::FusedFallbacks as usize],
+            fused_ns: v[Count::FusedNs as usize],
+            cudnn_ns: v[Count::CudnnNs as usize],
+            launch_ns: v[Count::LaunchNs as usize],
+            memory_ns: v[Count::MemoryNs as usize],
+        }
+    }
+}
+
 /// The counts so far (all threads and devices).
 pub fn launch_counts() -> LaunchCounts {
-    LaunchCounts {
-        kernels: KERNELS.load(Ordering::Relaxed),
-        cudnn_executions: CUDNN.load(Ordering::Relaxed),
-        fused_fallbacks: FUSED_FALLBACKS.load(Ordering::Relaxed),
-        fused_ns: FUSED_NS.load(Ordering::Relaxed),
-        cudnn_ns: CUDNN_NS.load(Ordering::Relaxed),
-        launch_ns: LAUNCH_NS.load(Ordering::Relaxed),
-        memory_ns: MEMORY_NS.load(Ordering::Relaxed),
-    }
+    LaunchCounts::from_values(std::array::from_fn(|i| TOTALS[i].load(Ordering::Relaxed)))
 }
 
 /// The work enqueued by the calling thread so far: unlike [`launch_counts`], launches made
 /// meanwhile on other threads (another test, a background build) are not in it.
 pub fn thread_launch_counts() -> LaunchCounts {
-    THREAD.with(Cell::get)
-}
-
-pub(crate) fn count_kernel() {
-    KERNELS.fetch_add(1, Ordering::Relaxed);
-    THREAD.with(|c| {
-        let mut n = c.get();
-        n.kernels += 1;
-        c.set(n);
-    });
-}
-
-pub(crate) fn count_cudnn_execution() {
-    CUDNN.fetch_add(1, Ordering::Relaxed);
-    THREAD.with(|c| {
-        let mut n = c.get();
-        n.cudnn_executions += 1;
-        c.set(n);
-    });
-}
-
-pub(crate) fn count_fused_fallback() {
-    FUSED_FALLBACKS.fetch_add(1, Ordering::Relaxed);
-    THREAD.with(|c| {
-        let mut n = c.get();
-        n.fused_fallbacks += 1;
-        c.set(n);
-    });
-}
-
-/// What a span of host time is added to.
-#[derive(Clone, Copy)]
-pub(crate) enum HostTime {
-    /// Executing a fused run.
-    Fused,
-    /// Enqueueing a cuDNN plan execution.
-    Cudnn,
-    /// The driver's launch of one of the crate's kernels.
-    Launch,
-    /// Allocating or freeing a device buffer.
-    Memory,
-}
-
-/// Adds the host time since `started` to `what`'s count.
-pub(crate) fn add_host_time(what: HostTime, started: std::time::Instant) {
-    let ns = started.elapsed().as_nanos() as u64;
-    let total = match what {
-        HostTime::Fused => &FUSED_NS,
-        HostTime::Cudnn => &CUDNN_NS,
-        HostTime::Launch => &LAUNCH_NS,
-        HostTime::Memory => &MEMORY_NS,
-    };
-    total.fetch_add(ns, Ordering::Relaxed);
-    THREAD.with(|c| {
-        let mut n = c.get();
-        match what {
-            HostTime::Fused => n.fused_ns += ns,
-            HostTime::Cudnn => n.cudnn_ns += ns,
-            HostTime::Launch => n.launch_ns += ns,
-            HostTime::Memory => n.memory_ns += ns,
-        }
-        c.set(n);
-    });
+    LaunchCounts::from_values(THREAD.with(Cell::get))
 }

@@ -16,12 +16,10 @@ pub(crate) trait CountedLaunch {
 
 impl CountedLaunch for cudarc::driver::LaunchArgs<'_> {
     unsafe fn launch_counted(&mut self, cfg: LaunchConfig) -> std::result::Result<(), cudarc::driver::DriverError> {
-        super::counters::count_kernel();
-        let started = std::time::Instant::now();
+        super::counters::add(super::counters::Count::Kernels, 1);
+        let _timer = super::counters::HostTimer::start(super::counters::Count::LaunchNs);
         // SAFETY: forwarded: the caller upholds `launch`'s contract (see the trait method).
-        let launched = unsafe { self.launch(cfg) }.map(|_| ());
-        super::counters::add_host_time(super::counters::HostTime::Launch, started);
-        launched
+        unsafe { self.launch(cfg) }.map(|_| ())
     }
 }
 
@@ -72,7 +70,7 @@ pub(crate) fn bias_act(stream: &CudaStream, f: &CudaFunction, a: &BiasActArgs) -
 
 /// Zero-fills `bytes` bytes at device address `ptr`, ordered on `stream`.
 pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result<()> {
-    super::counters::count_kernel();
+    super::counters::add(super::counters::Count::Kernels, 1);
     stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `ptr..ptr+bytes` is device memory it owns on this
     // stream's context; the memset is enqueued on `stream`.

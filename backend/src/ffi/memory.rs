@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaStream};
 
+use super::counters::{Count, HostTimer};
 use crate::error::{Error, Result};
 use crate::types::{check_part, DataType, TensorMut, TensorRef};
 
@@ -23,14 +24,7 @@ pub(crate) struct DeviceBuffer {
 impl DeviceBuffer {
     /// `bytes` (> 0) of uninitialised memory, ordered on `stream`. `op` names the caller.
     pub(crate) fn alloc(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<Self> {
-        let started = std::time::Instant::now();
-        let buffer = Self::alloc_uncounted(stream, bytes, op);
-        super::counters::add_host_time(super::counters::HostTime::Memory, started);
-        buffer
-    }
-
-    /// [`DeviceBuffer::alloc`] without its counting.
-    fn alloc_uncounted(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<Self> {
+        let _timer = HostTimer::start(Count::MemoryNs);
         let ctx = stream.context();
         ctx.bind_to_thread()?;
         let oom = |e: cudarc::driver::DriverError| Error::OutOfMemory {
@@ -139,15 +133,7 @@ pub(crate) fn empty_view(dims: &[i64], strides: &[i64], dtype: DataType) -> Resu
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let started = std::time::Instant::now();
-        self.free();
-        super::counters::add_host_time(super::counters::HostTime::Memory, started);
-    }
-}
-
-impl DeviceBuffer {
-    /// Returns the memory to the driver (ordered on the stream where it can be).
-    fn free(&mut self) {
+        let _timer = HostTimer::start(Count::MemoryNs);
         let ctx = self.stream.context();
         if ctx.bind_to_thread().is_err() {
             return;

@@ -656,34 +656,11 @@ impl<'a> ReduceLaunch<'a> {
             }
         }
         if chunks > 1 {
-            let need = kept * chunks;
-            let Some(sc) = scratch.filter(|sc| {
-                sc.dtype == DataType::F32
-                    && sc.dims.iter().product::<i64>() >= need
-                    && sc.strides == row_major_strides(&sc.dims)
-            }) else {
-                return Err(Error::invalid_arg(
-                    OP,
-                    "scratch",
-                    format!("{need} packed f32 partial sums are needed"),
-                ));
-            };
-            check_tensor(OP, "scratch", sc)?;
-            args.ptr[MAX_INPUTS + MAX_OUTPUTS + 1] = sc.ptr;
+            let sc = scratch.ok_or_else(|| buffer_error("scratch", kept * chunks, DataType::F32))?;
+            args.ptr[MAX_INPUTS + MAX_OUTPUTS + 1] = packed_buffer("scratch", sc, kept * chunks, DataType::F32)?;
             if let Some(counters) = arrivals {
                 let need = (kept + split.kept_per_block() - 1) / split.kept_per_block();
-                if counters.dtype != DataType::I32
-                    || counters.dims.iter().product::<i64>() < need
-                    || counters.strides != row_major_strides(&counters.dims)
-                {
-                    return Err(Error::invalid_arg(
-                        OP,
-                        "arrivals",
-                        format!("{need} packed i32 counters are needed"),
-                    ));
-                }
-                check_tensor(OP, "arrivals", counters)?;
-                args.ptr[MAX_INPUTS + MAX_OUTPUTS + 2] = counters.ptr;
+                args.ptr[MAX_INPUTS + MAX_OUTPUTS + 2] = packed_buffer("arrivals", counters, need, DataType::I32)?;
             }
         }
         args.s[..scalars.len()].copy_from_slice(scalars);
@@ -715,6 +692,20 @@ impl<'a> ReduceLaunch<'a> {
         }
         launch::fused_reduce(stream, f, &self.args, self.grid, self.block, self.epilogue)
     }
+}
+
+/// The error for a buffer operand `name` that is not `need` packed `dtype` elements.
+fn buffer_error(name: &'static str, need: i64, dtype: DataType) -> Error {
+    Error::invalid_arg(OP, name, format!("{need} packed {dtype:?} elements are needed"))
+}
+
+/// The address of `t`, a buffer operand `name` of at least `need` packed `dtype` elements.
+fn packed_buffer(name: &'static str, t: &TensorMut, need: i64, dtype: DataType) -> Result<u64> {
+    if t.dtype != dtype || t.dims.iter().product::<i64>() < need || t.strides != row_major_strides(&t.dims) {
+        return Err(buffer_error(name, need, dtype));
+    }
+    check_tensor(OP, name, t)?;
+    Ok(t.ptr)
 }
 
 #[cfg(test)]

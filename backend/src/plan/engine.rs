@@ -408,23 +408,9 @@ pub(crate) fn execute(
     stream: &CudaStream,
     capture_on: Option<&Arc<CudaStream>>,
 ) -> Result<()> {
-    crate::runtime::count_cudnn_execution();
-    let started = std::time::Instant::now();
-    let done = enqueue(handle, plan, uids, ptrs, workspace, stream, capture_on);
-    crate::ffi::counters::add_host_time(crate::ffi::counters::HostTime::Cudnn, started);
-    done
-}
-
-/// [`execute`] without its counting.
-fn enqueue(
-    handle: &CudnnHandle,
-    plan: &mut BuiltPlan,
-    uids: &[i64],
-    ptrs: &[*mut c_void],
-    workspace: u64,
-    stream: &CudaStream,
-    capture_on: Option<&Arc<CudaStream>>,
-) -> Result<()> {
+    use crate::ffi::counters::{add, Count, HostTimer};
+    add(Count::CudnnExecutions, 1);
+    let _timer = HostTimer::start(Count::CudnnNs);
     let same = |p: &CachedPack| {
         p.workspace == workspace && p.ptrs.len() == ptrs.len() && p.ptrs.iter().zip(ptrs).all(|(&a, &b)| a == b as u64)
     };

@@ -9,7 +9,6 @@ pub mod fault;
 mod probe;
 mod workspace;
 
-pub(crate) use crate::ffi::counters::count_cudnn_execution;
 pub use crate::ffi::counters::{launch_counts, thread_launch_counts, LaunchCounts};
 pub(crate) use build_trace::record as record_build;
 pub use build_trace::{build_events, dropped_build_events, thread_ms, BuildEvent, BuildKind, MAX_EVENTS};

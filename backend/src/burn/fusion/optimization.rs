@@ -169,7 +169,7 @@ impl CudnnOptimization {
         };
         if !fused {
             // Kernel still building, or unbuildable: the operations one by one.
-            crate::ffi::counters::count_fused_fallback();
+            crate::ffi::counters::add(crate::ffi::counters::Count::FusedFallbacks, 1);
             for i in first..first + self.len() {
                 execution.operation_within_optimization(i).execute(&mut context.handles);
             }
@@ -179,9 +179,8 @@ impl CudnnOptimization {
 
 impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     fn execute(&mut self, context: &mut Context<CudnnFusionHandle>, execution: &OrderedExecution<CudnnFusionRuntime>) {
-        let started = std::time::Instant::now();
+        let _timer = crate::ffi::counters::HostTimer::start(crate::ffi::counters::Count::FusedNs);
         self.run(context, execution, 0);
-        crate::ffi::counters::add_host_time(crate::ffi::counters::HostTime::Fused, started);
     }
 
     fn to_state(&self) -> CudnnOptimizationState {
