@@ -495,6 +495,8 @@ pub mod host_profile {
     pub struct Session {
         #[cfg(feature = "host-profile")]
         guard: pprof::ProfilerGuard<'static>,
+        #[cfg(feature = "host-profile")]
+        timers: thread_timers::ThreadTimers,
         path: std::path::PathBuf,
         started: std::time::Instant,
         threads_at_start: Vec<ThreadTimes>,
@@ -613,13 +615,18 @@ pub mod host_profile {
             let blocklist =
                 std::env::var("HOST_PROFILE_BLOCKLIST").unwrap_or_else(|_| "libc,libgcc,pthread,vdso".into());
             let blocklist: Vec<&str> = blocklist.split(',').filter(|s| !s.is_empty()).collect();
+            // pprof's own process-wide timer sends nearly all its signals to the main thread;
+            // it runs at 1 Hz here and one CPU-time timer per thread takes the samples.
             let guard = pprof::ProfilerGuardBuilder::default()
-                .frequency(FREQUENCY)
+                .frequency(1)
                 .blocklist(&blocklist)
                 .build()
                 .map_err(|e| format!("--host-profile: {e}"))?;
+            let tids: Vec<i32> = thread_times().iter().map(|t| t.tid as i32).collect();
+            let timers = thread_timers::ThreadTimers::start(&tids, FREQUENCY)?;
             Ok(Self {
                 guard,
+                timers,
                 path: path.to_owned(),
                 started: std::time::Instant::now(),
                 threads_at_start: thread_times(),
@@ -634,7 +641,10 @@ pub mod host_profile {
         }
 
         /// Stops sampling and writes the tables to the file given to [`Session::start`].
-        pub fn finish(self) -> Result<(), String> {
+        #[cfg_attr(not(feature = "host-profile"), allow(unused_mut))]
+        pub fn finish(mut self) -> Result<(), String> {
+            #[cfg(feature = "host-profile")]
+            self.timers.stop();
             let wall_s = self.started.elapsed().as_secs_f64();
             let threads = thread_table(&self.threads_at_start, &thread_times(), wall_s);
             let text = self.tables()? + &threads;
@@ -653,11 +663,77 @@ pub mod host_profile {
                 .report()
                 .build()
                 .map_err(|e| format!("--host-profile: {e}"))?;
-            let stacks = report.data.iter().map(|(frames, &count)| {
-                let names = frames.frames.iter().flatten().map(|s| short_name(&s.name())).collect();
-                (frames.thread_name.clone(), names, count.max(0) as u64)
-            });
-            Ok(summarize(stacks))
+            let stacks: Vec<(String, Vec<String>, u64)> = report
+                .data
+                .iter()
+                .map(|(frames, &count)| {
+                    let names = frames.frames.iter().flatten().map(|s| short_name(&s.name())).collect();
+                    (frames.thread_name.clone(), names, count.max(0) as u64)
+                })
+                .collect();
+            // The stacks themselves, root first, for flame graphs and call-tree questions.
+            let folded = self.path.with_extension("folded");
+            std::fs::write(&folded, folded_stacks(&stacks)).map_err(|e| format!("{}: {e}", folded.display()))?;
+            Ok(summarize(stacks.into_iter()))
+        }
+    }
+
+    /// One CPU-time timer per thread, each sending `SIGPROF` (pprof's sampling signal) to its own
+    /// thread, so every thread is sampled in proportion to its CPU time (Linux).
+    #[cfg(feature = "host-profile")]
+    mod thread_timers {
+        /// The timers of [`ThreadTimers::start`]; [`ThreadTimers::stop`] deletes them.
+        pub struct ThreadTimers(Vec<libc::timer_t>);
+
+        /// The clock id of thread `tid`'s CPU time (the kernel's per-thread scheduler clock).
+        fn thread_cpu_clock(tid: i32) -> libc::clockid_t {
+            ((!tid) << 3) | 6
+        }
+
+        impl ThreadTimers {
+            /// Starts a timer firing `frequency` times per second of each thread's CPU time.
+            pub fn start(tids: &[i32], frequency: i32) -> Result<Self, String> {
+                let period_ns = 1_000_000_000 / i64::from(frequency.max(1));
+                let period = libc::timespec {
+                    tv_sec: period_ns / 1_000_000_000,
+                    tv_nsec: period_ns % 1_000_000_000,
+                };
+                let spec = libc::itimerspec {
+                    it_interval: period,
+                    it_value: period,
+                };
+                let mut timers = Self(Vec::new());
+                for &tid in tids {
+                    // SAFETY: an all-zero `sigevent` is a valid value of this plain C struct.
+                    let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
+                    event.sigev_notify = libc::SIGEV_THREAD_ID;
+                    event.sigev_signo = libc::SIGPROF;
+                    event.sigev_notify_thread_id = tid;
+                    let mut timer: libc::timer_t = std::ptr::null_mut();
+                    // SAFETY: `event` and `timer` are live locals for the call; the clock names a
+                    // thread of this process (one that has exited makes the call fail, skipped).
+                    if unsafe { libc::timer_create(thread_cpu_clock(tid), &mut event, &mut timer) } != 0 {
+                        continue;
+                    }
+                    timers.0.push(timer);
+                    // SAFETY: `timer` was just created; `spec` outlives the call.
+                    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
+                        return Err(format!(
+                            "--host-profile: timer_settime: {}",
+                            std::io::Error::last_os_error()
+                        ));
+                    }
+                }
+                Ok(timers)
+            }
+
+            /// Deletes the timers (before the report is built, so no signal arrives during it).
+            pub fn stop(&mut self) {
+                for timer in self.0.drain(..) {
+                    // SAFETY: each timer was created by `start` and is deleted once.
+                    unsafe { libc::timer_delete(timer) };
+                }
+            }
         }
     }
 
@@ -697,6 +773,21 @@ pub mod host_profile {
         "__rust_alloc",
         "malloc",
     ];
+
+    /// `(thread, leaf-first frame names, samples)` as folded stacks: one line per stack,
+    /// `thread;root;…;leaf samples` (the input of flame-graph tools).
+    pub fn folded_stacks(stacks: &[(String, Vec<String>, u64)]) -> String {
+        let mut out = String::new();
+        for (thread, names, count) in stacks {
+            out.push_str(thread);
+            for name in names.iter().rev() {
+                out.push(';');
+                out.push_str(&name.replace(';', ":"));
+            }
+            out.push_str(&format!(" {count}\n"));
+        }
+        out
+    }
 
     /// Text tables from `(thread, leaf-first frame names, samples)`: samples per thread, per
     /// responsible crate (the first frame outside the standard library), and the functions with
@@ -805,6 +896,10 @@ pub mod host_profile {
                 ),
                 ("main".to_owned(), vec!["cudarc::driver::launch".into()], 1),
             ];
+            assert_eq!(
+                folded_stacks(&stacks),
+                "main;burn_autodiff::graph::x;alloc::alloc::alloc 3\nmain;cudarc::driver::launch 1\n"
+            );
             let text = summarize(stacks.into_iter());
             assert!(text.contains("host profile: 4 samples"));
             assert!(text.contains(" 75.00%       3 burn_autodiff\n"), "{text}");

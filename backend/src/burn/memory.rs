@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use super::buffer_cache;
 use crate::error::{Error, Result};
 use crate::ffi::memory::{empty_view, retain_pool_memory, trim_pool, DeviceBuffer};
 use crate::runtime::{self, MAX_DEVICES};
@@ -25,9 +26,10 @@ pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
     Ok(())
 }
 
-/// Releases the unused memory the device's pool keeps, after freeing the workspaces of
-/// streams that are gone.
+/// Releases the unused memory the device's pool keeps, after freeing the cached tensor
+/// buffers and the workspaces of streams that are gone.
 pub(crate) fn release_cached_memory(dev: &Arc<runtime::Device>) -> Result<()> {
+    buffer_cache::release(dev.ordinal());
     runtime::release_unused_workspaces(dev.ordinal());
     // The dead streams' frees complete in their own order: wait for the whole device.
     dev.context().synchronize()?;
@@ -48,6 +50,14 @@ impl std::fmt::Debug for Storage {
     }
 }
 
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            buffer_cache::give_back(&self.device, buf);
+        }
+    }
+}
+
 impl Storage {
     /// `bytes` of uninitialised memory (no allocation for 0 bytes).
     pub(crate) fn alloc(device: &Arc<runtime::Device>, bytes: usize, op: &'static str) -> Result<Arc<Storage>> {
@@ -58,9 +68,18 @@ impl Storage {
                 device: device.clone(),
             }));
         }
-        // Whole 16-byte units: kernels may touch the aligned word around a narrow element
-        // (byte atomics) and vectorized paths read 16 bytes at a time.
-        let buf = DeviceBuffer::alloc(device.stream(), bytes.next_multiple_of(16), op)?;
+        let class = buffer_cache::size_class(bytes);
+        let buf = match buffer_cache::take(device, class) {
+            Some(buf) => buf,
+            None => DeviceBuffer::alloc(device.stream(), class, op).or_else(|e| match e {
+                // The cached buffers of other sizes may be what the pool lacks.
+                Error::OutOfMemory { .. } => {
+                    buffer_cache::release(device.ordinal());
+                    DeviceBuffer::alloc(device.stream(), class, op)
+                }
+                e => Err(e),
+            })?,
+        };
         Ok(Arc::new(Storage {
             buf: Some(buf),
             bytes,
@@ -70,15 +89,11 @@ impl Storage {
 
     /// A copy of host bytes.
     pub(crate) fn from_host(device: &Arc<runtime::Device>, data: &[u8], op: &'static str) -> Result<Arc<Storage>> {
-        if data.is_empty() {
-            return Self::alloc(device, 0, op);
+        let storage = Self::alloc(device, data.len(), op)?;
+        if let Some(buf) = &storage.buf {
+            buf.write(data)?;
         }
-        let buf = DeviceBuffer::upload(device.stream(), data, op)?;
-        Ok(Arc::new(Storage {
-            buf: Some(buf),
-            bytes: data.len(),
-            device: device.clone(),
-        }))
+        Ok(storage)
     }
 
     /// Copies `len` bytes starting `start` bytes into the buffer to the host (waits for

@@ -12,6 +12,7 @@
 //! runs in the NVRTC kernels of [`crate::kernels`]. Ops enqueue on the device's stream and
 //! never wait; [`Backend::sync`] and reading data wait.
 
+mod buffer_cache;
 pub(crate) mod data;
 mod device;
 #[cfg(feature = "distributed")]

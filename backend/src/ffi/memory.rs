@@ -48,14 +48,26 @@ impl DeviceBuffer {
         })
     }
 
-    /// A device copy of `data` (non-empty).
-    pub(crate) fn upload(stream: &Arc<CudaStream>, data: &[u8], op: &'static str) -> Result<Self> {
-        let buf = Self::alloc(stream, data.len(), op)?;
-        // SAFETY: `buf` holds at least `data.len()` bytes; the copy is ordered on the
-        // buffer's stream, and a copy from pageable host memory returns only once `data`
-        // has been consumed, so `data` may be dropped afterwards.
-        unsafe { cudarc::driver::result::memcpy_htod_async(buf.ptr, data, stream.cu_stream()) }?;
-        Ok(buf)
+    /// Copies `data` to the start of the buffer, ordered on its stream.
+    pub(crate) fn write(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.bytes {
+            return Err(Error::invalid_arg(
+                "write",
+                "data",
+                format!("{} bytes exceed the {}-byte buffer", data.len(), self.bytes),
+            ));
+        }
+        self.stream.context().bind_to_thread()?;
+        // SAFETY: the buffer holds at least `data.len()` bytes (checked above); the copy is
+        // ordered on the buffer's stream, and a copy from pageable host memory returns only
+        // once `data` has been consumed, so `data` may be dropped afterwards.
+        unsafe { cudarc::driver::result::memcpy_htod_async(self.ptr, data, self.stream.cu_stream()) }?;
+        Ok(())
+    }
+
+    /// Size in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Copies `out.len()` bytes starting `start` bytes into the buffer to the host, after
