@@ -342,12 +342,12 @@ impl Fmt {
         } else {
             row_major_strides(dims)
         };
-        Proto::new(dims, strides, self.dtype)
+        Proto::new(dims, strides.to_vec(), self.dtype)
     }
 
     /// A packed row-major tensor (bias, matrices), not yet backed.
     fn packed(self, dims: &[i64]) -> Proto {
-        Proto::new(dims, row_major_strides(dims), self.dtype)
+        Proto::new(dims, row_major_strides(dims).to_vec(), self.dtype)
     }
 }
 

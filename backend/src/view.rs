@@ -4,15 +4,15 @@
 //! the ops take out of its buffer's view ([`TensorRef::view`](crate::types::TensorRef::view)).
 
 use crate::error::{Error, Result};
-use crate::graph::packed_strides;
+use crate::types::Shape;
 
 /// Dims, strides (elements; 0 = broadcast) and the element offset of a view into a buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ViewLayout {
     /// Logical dims.
-    pub dims: Vec<i64>,
+    pub dims: Shape,
     /// Strides in elements (never negative; 0 for broadcast dims).
-    pub strides: Vec<i64>,
+    pub strides: Shape,
     /// Offset of element (0, …, 0) from the buffer start, in elements.
     pub offset: i64,
 }
@@ -24,10 +24,9 @@ fn err(op: &'static str, reason: String) -> Error {
 impl ViewLayout {
     /// Row-major packed dims at offset 0.
     pub fn contiguous(dims: &[i64]) -> Self {
-        let order: Vec<usize> = (0..dims.len()).collect();
         Self {
-            dims: dims.to_vec(),
-            strides: packed_strides(dims, &order),
+            dims: Shape::from_slice(dims),
+            strides: crate::types::row_major_strides(dims),
             offset: 0,
         }
     }
@@ -115,7 +114,7 @@ impl ViewLayout {
             ));
         }
         let lead = dims.len() - self.dims.len();
-        let mut strides = vec![0i64; dims.len()];
+        let mut strides = Shape::from_elem(0, dims.len());
         for (i, (&d, &s)) in self.dims.iter().zip(&self.strides).enumerate() {
             strides[lead + i] = match d {
                 _ if d == dims[lead + i] => s,
@@ -124,7 +123,7 @@ impl ViewLayout {
             };
         }
         Ok(Self {
-            dims: dims.to_vec(),
+            dims: Shape::from_slice(dims),
             strides,
             offset: self.offset,
         })
@@ -195,7 +194,7 @@ impl ViewLayout {
                 ..Self::contiguous(dims)
             });
         }
-        let mut strides = vec![0i64; dims.len()];
+        let mut strides = Shape::from_elem(0, dims.len());
         let mut view_d = dims.len() as isize - 1;
         let mut chunk_stride = *self.strides.last()?;
         let (mut tensor_numel, mut view_numel) = (1i64, 1i64);
@@ -222,7 +221,7 @@ impl ViewLayout {
             return None;
         }
         Some(Self {
-            dims: dims.to_vec(),
+            dims: Shape::from_slice(dims),
             strides,
             offset: self.offset,
         })
@@ -273,7 +272,7 @@ mod tests {
     fn unsqueeze_squeeze_round_trip() {
         let a = ViewLayout::contiguous(&[2, 3]).transpose(0, 1).unwrap();
         let u = a.unsqueeze(1).unwrap();
-        assert_eq!(u.dims, vec![3, 1, 2]);
+        assert_eq!(u.dims.to_vec(), vec![3, 1, 2]);
         assert_eq!(offsets(&u), offsets(&a));
         assert_eq!(u.squeeze(1).unwrap(), a);
         assert!(a.squeeze(0).is_err());
@@ -328,7 +327,7 @@ mod tests {
                 match v.reshape(&t) {
                     Some(r) => {
                         views += 1;
-                        assert_eq!(r.dims, t);
+                        assert_eq!(r.dims.to_vec(), t.to_vec());
                         assert_eq!(offsets(&r), want, "reshape {v:?} -> {t:?}");
                     }
                     None => copies += 1,
@@ -347,7 +346,7 @@ mod tests {
         let buffer = crate::types::TensorRef::fake_packed(&[16], crate::graph::DataType::F16, 0x1000);
         let t = buffer.view(v.offset, &v.dims, &v.strides).unwrap();
         assert_eq!(t.ptr, 0x1000 + 4 * 2);
-        assert_eq!(t.dims, vec![3, 4]);
+        assert_eq!(t.dims.to_vec(), vec![3, 4]);
         assert!(v.is_contiguous());
         assert!(!v.transpose(0, 1).unwrap().is_contiguous());
     }

@@ -59,8 +59,8 @@ pub enum Layout {
 /// Strides (elements) of `dims` in `layout`.
 pub fn strides(dims: &[i64], layout: Layout) -> Vec<i64> {
     match layout {
-        Layout::Nchw => row_major_strides(dims),
-        Layout::Nhwc => channels_last_strides(dims),
+        Layout::Nchw => row_major_strides(dims).to_vec(),
+        Layout::Nhwc => channels_last_strides(dims).to_vec(),
     }
 }
 

@@ -92,7 +92,7 @@ fn ctc_matches_the_float64_reference() {
                 let strides = if transposed {
                     vec![c as i64, (t * c) as i64, 1]
                 } else {
-                    row_major_strides(&dims)
+                    row_major_strides(&dims).to_vec()
                 };
                 let lp_dev = upload(&s, &lp, &dims, &strides, dtype);
                 // The reference sees the values the GPU sees (rounded to the dtype).

@@ -52,8 +52,8 @@ enum Lay {
 
 fn strides(lay: Lay, d: &[i64]) -> Vec<i64> {
     match lay {
-        Lay::Nchw => row_major_strides(d),
-        Lay::Nhwc => channels_last_strides(d),
+        Lay::Nchw => row_major_strides(d).to_vec(),
+        Lay::Nhwc => channels_last_strides(d).to_vec(),
         Lay::Reversed => {
             let mut s = vec![0i64; d.len()];
             let mut acc = 1;

@@ -164,7 +164,7 @@ struct Case {
 }
 
 fn packed(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
-    (dims.to_vec(), row_major_strides(dims))
+    (dims.to_vec(), row_major_strides(dims).to_vec())
 }
 
 /// Strides of `dims` stored with the dim order reversed (a full transpose).

@@ -162,7 +162,7 @@ fn linear(c: &[usize], dims: &[i64]) -> usize {
 // Layouts
 
 fn packed(dims: &[i64]) -> Vec<i64> {
-    row_major_strides(dims)
+    row_major_strides(dims).to_vec()
 }
 
 /// Strides of `dims` stored with the dim order reversed (a full transpose).

@@ -35,7 +35,7 @@ fn numel(dims: &[i64]) -> usize {
 }
 
 fn packed(dims: &[i64]) -> Vec<i64> {
-    row_major_strides(dims)
+    row_major_strides(dims).to_vec()
 }
 
 /// Packed strides with a gap of one element between neighbours (every stride doubled).

@@ -487,7 +487,7 @@ fn max_pool_backward_gather_is_repeatable() {
 }
 
 fn packed_like(d: &[i64]) -> Vec<i64> {
-    row_major_strides(d)
+    row_major_strides(d).to_vec()
 }
 
 #[test]

@@ -277,7 +277,7 @@ fn uniform_int_ref(dtype: DataType, g: Philox, n: usize, low: i64, high: i64) ->
 // Layouts
 
 fn packed(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
-    (dims.to_vec(), row_major_strides(dims))
+    (dims.to_vec(), row_major_strides(dims).to_vec())
 }
 
 /// `dims` stored with the dim order reversed (a full transpose).

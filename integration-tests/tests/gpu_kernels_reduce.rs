@@ -177,7 +177,7 @@ fn download(s: &Arc<CudaStream>, d: &Dev) -> (Vec<f64>, Vec<i64>) {
 }
 
 fn contiguous(dims: &[i64]) -> Vec<i64> {
-    row_major_strides(dims)
+    row_major_strides(dims).to_vec()
 }
 
 /// Column-major strides: every dim transposed relative to row-major.

@@ -128,7 +128,7 @@ fn numel(dims: &[i64]) -> usize {
 // Layouts
 
 fn packed(dims: &[i64]) -> Vec<i64> {
-    row_major_strides(dims)
+    row_major_strides(dims).to_vec()
 }
 
 /// Strides of `dims` stored with the dim order reversed (a full transpose).

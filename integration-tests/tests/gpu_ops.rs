@@ -453,7 +453,7 @@ fn mat_strides(dims: &[i64], transposed: bool) -> Vec<i64> {
     if transposed {
         order.swap(r - 2, r - 1);
     }
-    cudnn_backend::graph::packed_strides(dims, &order)
+    cudnn_backend::graph::packed_strides(dims, &order).to_vec()
 }
 
 fn matmul_suite(name: &'static str, with_bias: bool, seed: u64) {

@@ -355,7 +355,7 @@ impl CudnnTensor {
         for order in &orders {
             if let Some(strides) = packed_strides_in(dims, &self.layout.strides, order) {
                 let layout = ViewLayout {
-                    strides,
+                    strides: strides.into(),
                     ..self.layout.clone()
                 };
                 return Ok(self.with_layout(layout));
@@ -384,7 +384,7 @@ impl CudnnTensor {
         match matmul_strides(&self.layout.dims, &self.layout.strides) {
             Some(strides) => {
                 let layout = ViewLayout {
-                    strides,
+                    strides: strides.into(),
                     ..self.layout.clone()
                 };
                 Ok(self.with_layout(layout))
@@ -410,8 +410,8 @@ mod tests {
 
     fn layout(dims: &[i64], strides: &[i64]) -> ViewLayout {
         ViewLayout {
-            dims: dims.to_vec(),
-            strides: strides.to_vec(),
+            dims: crate::types::Shape::from_slice(dims),
+            strides: crate::types::Shape::from_slice(strides),
             offset: 0,
         }
     }

@@ -207,8 +207,8 @@ pub(crate) fn unfold(t: CudnnTensor, dim: usize, size: usize, step: usize, op: &
 /// A strided view whose strides may be negative: what slices with negative steps and flips
 /// read or write.
 struct SignedView {
-    dims: Vec<i64>,
-    strides: Vec<i64>,
+    dims: crate::types::Shape,
+    strides: crate::types::Shape,
     /// Element offset of element (0, …, 0) from the buffer start.
     offset: i64,
 }
@@ -741,11 +741,11 @@ mod tests {
         // [3, 4] transposed to [4, 3]: element (i, j) at j * 4 + i.
         let t = ViewLayout::contiguous(&[3, 4]).transpose(0, 1).unwrap();
         let v = slice_view(&t, &[Slice::new(0, None, -2)], "test").unwrap();
-        assert_eq!(v.dims, vec![2, 3]);
+        assert_eq!(v.dims.to_vec(), vec![2, 3]);
         assert_eq!(offsets(&v), vec![3, 7, 11, 1, 5, 9]);
         let v = slice_view(&t, &[Slice::new(1, Some(3), 1), Slice::new(1, None, 1)], "test").unwrap();
         let layout = v.as_layout().unwrap();
-        assert_eq!((layout.dims.clone(), layout.offset), (vec![2, 2], 5));
+        assert_eq!((layout.dims.to_vec(), layout.offset), (vec![2, 2], 5));
         assert_eq!(offsets(&v), vec![5, 9, 6, 10]);
     }
 

@@ -204,6 +204,17 @@ pub(crate) fn trim_pool(stream: &Arc<CudaStream>) -> Result<()> {
     Ok(())
 }
 
+/// The GPU other than `here` whose device memory `ptr` points into, if any. With one GPU
+/// visible no pointer can be on another, and the driver query (about a microsecond per
+/// operand of every op) is skipped.
+pub(crate) fn on_another_gpu(ptr: u64, here: usize) -> Option<usize> {
+    static VISIBLE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    if *VISIBLE.get_or_init(|| cudarc::driver::CudaContext::device_count().unwrap_or(0)) <= 1 {
+        return None;
+    }
+    device_memory_ordinal(ptr).filter(|&there| there != here)
+}
+
 /// The GPU whose device memory `ptr` points into; `None` for host, managed or unknown
 /// addresses (memory every GPU may reach, or that the driver does not know).
 pub(crate) fn device_memory_ordinal(ptr: u64) -> Option<usize> {

@@ -495,7 +495,7 @@ fn packed_count(
         let ok = if factor == 1 {
             t.is_packed()
         } else {
-            t.strides == row_major_strides(&t.dims) || t.numel() <= 1
+            t.strides[..] == row_major_strides(&t.dims)[..] || t.numel() <= 1
         };
         if !ok {
             let want = if factor == 1 {

@@ -216,7 +216,7 @@ impl Graph {
                 cd.extend([ad[r - 2], bd[r - 1]]);
                 let order: Vec<usize> = (0..cd.len()).collect();
                 if self.tensors[c.0].strides.is_empty() {
-                    self.tensors[c.0].strides = packed_strides(&cd, &order);
+                    self.tensors[c.0].strides = packed_strides(&cd, &order).to_vec();
                 }
                 self.set_inferred(node, *c, cd, *a)
             }
@@ -480,7 +480,7 @@ impl Graph {
             } else {
                 (0..tensor.dims.len()).collect()
             };
-            tensor.strides = packed_strides(&tensor.dims, &order);
+            tensor.strides = packed_strides(&tensor.dims, &order).to_vec();
         }
         let name = tensor.name.clone();
         let t = tensor.clone();

@@ -279,7 +279,7 @@ fn plan(pass: Pass, t: [&TensorRef; 3], g: &ConvGeometry) -> Result<Option<ConvP
         })?;
         want.push(o);
     }
-    if y.dims != want {
+    if y.dims[..] != want[..] {
         let msg = format!(
             "dims {:?} differ from {want:?} ({}'s N, {}'s K and the output size of the geometry)",
             y.dims, names[0], names[1]

@@ -74,7 +74,7 @@ const ENTRIES: [[&str; 3]; 4] = [
 
 fn expect_dims(arg: &'static str, t: &TensorRef, want: &[i64], what: &str) -> Result<()> {
     check_tensor(OP, arg, t)?;
-    if t.dims != want {
+    if t.dims[..] != want[..] {
         return Err(Error::invalid_arg(
             OP,
             arg,

@@ -353,7 +353,7 @@ fn prepare(
                 .map_err(|e| Error::invalid_arg(op, arg, e.to_string()))?,
         );
     }
-    strides.push(out.strides.clone());
+    strides.push(out.strides.to_vec());
     if n == 0 {
         return Ok(None);
     }

@@ -820,7 +820,7 @@ impl<'a> FusedLaunch<'a> {
             check_layout(OP, "out", o.dims, o.strides, o.ptr)?;
             let want_dims = program.output_dims(j, out_dims, small_dims);
             let want_strides = if want_dims == out_dims {
-                out_strides.to_vec()
+                crate::types::Shape::from_slice(out_strides)
             } else {
                 row_major_strides(want_dims)
             };
@@ -946,7 +946,7 @@ impl<'a> FusedLaunch<'a> {
         for (j, (o, &(_, d))) in outputs.iter().zip(&program.outputs).enumerate() {
             check_tensor(OP, "out", o)?;
             let want = program.output_dims(j, &self.out_dims, self.small_dims.as_deref());
-            if o.dims != want || o.strides != row_major_strides(want) || o.dtype != d {
+            if o.dims[..] != want[..] || o.strides[..] != row_major_strides(want)[..] || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
                     "out",

@@ -400,7 +400,7 @@ pub fn coalesce<'a>(
     inputs: &[TensorRef<'a>],
 ) -> Result<(ReduceProgram, Vec<i64>, Vec<TensorRef<'a>>)> {
     let mut strides = rp.program.input_strides(OP, inputs, full)?;
-    strides.push(row_major_strides(full));
+    strides.push(row_major_strides(full).to_vec());
     // A stride list that chains across kept dims and across reduced dims but never from one
     // to the other (0 on reduced dims): merging then keeps the two apart.
     let packed = row_major_strides(full);
@@ -613,7 +613,7 @@ impl<'a> ReduceLaunch<'a> {
         }
         for (j, (o, &(_, d))) in outputs.iter().zip(&p.outputs).enumerate() {
             check_tensor(OP, "out", o)?;
-            if o.dims != full || o.strides != packed || o.dtype != d {
+            if o.dims[..] != full[..] || o.strides[..] != packed[..] || o.dtype != d {
                 return Err(Error::invalid_arg(
                     OP,
                     "out",
@@ -630,7 +630,7 @@ impl<'a> ReduceLaunch<'a> {
         check_tensor(OP, "result", result)?;
         let result_packed = row_major_strides(&result.dims);
         if result.dims.iter().product::<i64>() != kept
-            || result.strides != result_packed
+            || result.strides[..] != result_packed[..]
             || result.dtype != rp.out
             || may_overlap(&result.dims, &result.strides)
         {
@@ -701,7 +701,7 @@ fn buffer_error(name: &'static str, need: i64, dtype: DataType) -> Error {
 
 /// The address of `t`, a buffer operand `name` of at least `need` packed `dtype` elements.
 fn packed_buffer(name: &'static str, t: &TensorMut, need: i64, dtype: DataType) -> Result<u64> {
-    if t.dtype != dtype || t.dims.iter().product::<i64>() < need || t.strides != row_major_strides(&t.dims) {
+    if t.dtype != dtype || t.dims.iter().product::<i64>() < need || t.strides[..] != row_major_strides(&t.dims)[..] {
         return Err(buffer_error(name, need, dtype));
     }
     check_tensor(OP, name, t)?;

@@ -248,8 +248,8 @@ pub(crate) fn plan_gather(
         &out.dims,
         x,
         axis,
-        indices.strides.clone(),
-        out.strides.clone(),
+        indices.strides.to_vec(),
+        out.strides.to_vec(),
         false,
     )?;
     Ok(Some(IndexPlan {
@@ -296,8 +296,8 @@ pub(crate) fn plan_scatter_add(
         &values.dims,
         target,
         axis,
-        indices.strides.clone(),
-        values.strides.clone(),
+        indices.strides.to_vec(),
+        values.strides.to_vec(),
         sequential,
     )?;
     Ok(Some(IndexPlan {
@@ -325,7 +325,7 @@ pub(crate) fn plan_index_select(
     check_axis(OP, axis, x.dims.len(), "x")?;
     same_dtype(OP, "out", out, x.dtype, "x")?;
     let want = with_axis(&x.dims, axis, k);
-    if out.dims != want {
+    if out.dims[..] != want[..] {
         return Err(Error::invalid_arg(
             OP,
             "out",
@@ -340,7 +340,7 @@ pub(crate) fn plan_index_select(
         return Ok(None);
     }
     let idx_strides = vector_index_strides(indices, axis, out.dims.len());
-    let (layouts, axis) = layouts(OP, &out.dims, x, axis, idx_strides, out.strides.clone(), false)?;
+    let (layouts, axis) = layouts(OP, &out.dims, x, axis, idx_strides, out.strides.to_vec(), false)?;
     Ok(Some(IndexPlan {
         entry: gather_entry(x.dtype),
         idx64,
@@ -369,7 +369,7 @@ pub(crate) fn plan_index_add(
     check_axis(OP, axis, target.dims.len(), "target")?;
     same_dtype(OP, "values", values, target.dtype, "target")?;
     let want = with_axis(&target.dims, axis, k);
-    if values.dims != want {
+    if values.dims[..] != want[..] {
         return Err(Error::invalid_arg(
             OP,
             "values",
@@ -391,7 +391,7 @@ pub(crate) fn plan_index_add(
         target,
         axis,
         idx_strides,
-        values.strides.clone(),
+        values.strides.to_vec(),
         sequential,
     )?;
     Ok(Some(IndexPlan {
@@ -540,7 +540,7 @@ fn plan_nd(
     }
     let slice_dims = &data.dims[k..];
     let want = [tuple_dims, slice_dims].concat();
-    if other.dims != want {
+    if other.dims[..] != want[..] {
         return Err(Error::invalid_arg(
             op,
             other_arg,
@@ -557,7 +557,7 @@ fn plan_nd(
     let tuples = tuple_dims.len();
     let data_strides = [vec![0; tuples], data.strides[k..].to_vec()].concat();
     let idx_strides = [indices.strides[..tuples].to_vec(), vec![0; slice_dims.len()]].concat();
-    let (shape, strides) = coalesce(&want, &[data_strides, idx_strides, other.strides.clone()]);
+    let (shape, strides) = coalesce(&want, &[data_strides, idx_strides, other.strides.to_vec()]);
     let mut layouts = [KernelLayout::default(); 3];
     for (l, s) in layouts.iter_mut().zip(&strides) {
         *l = kernel_layout(op, &shape, s)?;

@@ -275,7 +275,7 @@ pub(crate) fn plan_cross3(a: &TensorRef, b: &TensorRef, axis: usize, out: &Tenso
         }
         strides.push(s);
     }
-    strides.push(out.strides.clone());
+    strides.push(out.strides.to_vec());
     check_no_overlap(OP, "out", out)?;
     if numel == 0 {
         return Ok(None);

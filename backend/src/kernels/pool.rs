@@ -215,7 +215,7 @@ fn zero_entry(dtype: DataType) -> &'static str {
 }
 
 fn expect_dims(op: &'static str, arg: &'static str, t: &TensorRef, want: &[i64], why: &str) -> Result<()> {
-    if t.dims != want {
+    if t.dims[..] != want[..] {
         return Err(Error::invalid_arg(
             op,
             arg,

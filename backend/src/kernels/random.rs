@@ -173,7 +173,7 @@ fn prepare(op: &'static str, out: &TensorRef) -> Result<Option<(KernelLayout, i6
     if n == 0 {
         return Ok(None);
     }
-    let (shape, strides) = coalesce(&out.dims, std::slice::from_ref(&out.strides));
+    let (shape, strides) = coalesce(&out.dims, &[out.strides.to_vec()]);
     Ok(Some((kernel_layout(op, &shape, &strides[0])?, n)))
 }
 

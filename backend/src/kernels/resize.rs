@@ -273,7 +273,7 @@ pub(crate) fn plan_grid_sample_2d(
         ));
     }
     let want = [x.dims[0], x.dims[1], grid.dims[1], grid.dims[2]];
-    if out.dims != want {
+    if out.dims[..] != want[..] {
         return Err(Error::invalid_arg(
             OP,
             "out",

@@ -30,7 +30,7 @@ fn check(q: &TensorRef, k: &TensorRef, v: &TensorRef, bias: Option<&TensorRef>, 
     }
     let (b, h, sq, d) = (q.dims[0], q.dims[1], q.dims[2], q.dims[3]);
     let skv = k.dims[2];
-    if k.dims != [b, h, skv, d] {
+    if k.dims[..] != [b, h, skv, d] {
         return Err(Error::invalid_arg(
             OP,
             "k",
@@ -41,14 +41,14 @@ fn check(q: &TensorRef, k: &TensorRef, v: &TensorRef, bias: Option<&TensorRef>, 
         ));
     }
     let dv = v.dims[3];
-    if v.dims != [b, h, skv, dv] {
+    if v.dims[..] != [b, h, skv, dv] {
         return Err(Error::invalid_arg(
             OP,
             "v",
             format!("dims {:?}: need [{b}, {h}, {skv}, head_dim_v]", v.dims),
         ));
     }
-    if o.dims != [b, h, sq, dv] {
+    if o.dims[..] != [b, h, sq, dv] {
         return Err(Error::invalid_arg(
             OP,
             "o",
@@ -184,7 +184,7 @@ fn sdpa_forward_impl(
     if let Some(st) = stats {
         st.check(OP, "stats")?;
         let want = [q.dims[0], q.dims[1], q.dims[2], 1];
-        if st.dims != want || st.dtype != DataType::F32 || !st.is_packed() {
+        if st.dims[..] != want[..] || st.dtype != DataType::F32 || !st.is_packed() {
             return Err(Error::invalid_arg(
                 OP,
                 "stats",
@@ -617,7 +617,7 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
     let skv = a.k.dims[2];
     let st = a.stats;
     st.check(OP, "stats")?;
-    if st.dims != [b, h, sq, 1] || st.dtype != DataType::F32 || !st.is_packed() {
+    if st.dims[..] != [b, h, sq, 1] || st.dtype != DataType::F32 || !st.is_packed() {
         return Err(Error::invalid_arg(
             OP,
             "stats",

@@ -79,7 +79,7 @@ fn dims(
     }
     let [b, h, lq, d] = [q.dims[0], q.dims[1], q.dims[2], q.dims[3]];
     let lk = k.dims[2];
-    if k.dims != [b, h, lk, d] || v.dims[..3] != [b, h, lk] || o.dims != [b, h, lq, v.dims[3]] {
+    if k.dims[..] != [b, h, lk, d] || v.dims[..3] != [b, h, lk] || o.dims[..] != [b, h, lq, v.dims[3]] {
         return Err(Error::invalid_arg(
             op,
             "k",
@@ -89,7 +89,7 @@ fn dims(
             ),
         ));
     }
-    if p.dims != [b, h, lq, lk] || !p.is_packed() {
+    if p.dims[..] != [b, h, lq, lk] || !p.is_packed() {
         return Err(Error::invalid_arg(
             op,
             "p",

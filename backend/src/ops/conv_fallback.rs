@@ -191,9 +191,9 @@ mod tests {
 
     #[test]
     fn packed_strides_are_row_major() {
-        assert_eq!(row_major_strides(&[2, 3, 4, 5]), vec![60, 20, 5, 1]);
-        assert_eq!(row_major_strides(&[7]), vec![1]);
-        assert_eq!(row_major_strides(&[3, 0, 2]), vec![2, 2, 1]);
+        assert_eq!(row_major_strides(&[2, 3, 4, 5]).to_vec(), vec![60, 20, 5, 1]);
+        assert_eq!(row_major_strides(&[7]).to_vec(), vec![1]);
+        assert_eq!(row_major_strides(&[3, 0, 2]).to_vec(), vec![2, 2, 1]);
     }
 
     #[test]

@@ -109,10 +109,10 @@ impl PoolParams {
             });
         }
         Ok(LegacyPooling {
-            x_dims: x.dims.clone(),
-            x_strides: x.strides.clone(),
-            y_dims: y.dims.clone(),
-            y_strides: y.strides.clone(),
+            x_dims: x.dims.to_vec(),
+            x_strides: x.strides.to_vec(),
+            y_dims: y.dims.to_vec(),
+            y_strides: y.strides.to_vec(),
             data_type: x.dtype.cudnn(),
             mode: match self.mode {
                 // cuDNN's plain max-pool backward uses atomics; honour deterministic mode.
@@ -130,7 +130,7 @@ impl PoolParams {
 
 fn check_shapes(op: &'static str, p: &PoolParams, x: &TensorRef, y: &TensorRef) -> Result<()> {
     let expect = p.output_dims(&x.dims)?;
-    if expect != y.dims {
+    if expect[..] != y.dims[..] {
         return Err(Error::invalid_arg(
             op,
             "y",

@@ -392,6 +392,6 @@ mod tests {
         );
         let cl = TensorRef::fake(&[2, 3, 5], &[15, 1, 3], DataType::F32, 0x1000);
         let c4 = as_2d(&cl).unwrap();
-        assert_eq!(c4.strides, [15, 1, 15, 3]);
+        assert_eq!(c4.strides.to_vec(), [15, 1, 15, 3].to_vec());
     }
 }

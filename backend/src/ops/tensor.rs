@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
-use crate::ffi::memory::device_memory_ordinal;
+use crate::ffi::memory::on_another_gpu;
 use crate::graph::{Graph, TensorId};
 use crate::types::TensorRef;
 
@@ -46,7 +46,7 @@ pub(crate) fn check_on_stream_device(
         let Some(t) = t.filter(|t| !t.is_empty()) else {
             continue;
         };
-        if let Some(there) = device_memory_ordinal(t.ptr).filter(|&there| there != here) {
+        if let Some(there) = on_another_gpu(t.ptr, here) {
             return Err(Error::invalid_arg(
                 op,
                 arg,

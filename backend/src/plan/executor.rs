@@ -17,7 +17,7 @@ use super::persist::{dir_from_env, TuningFile, TuningKey};
 use super::policy::EnginePolicy;
 use super::{choice_cache, policy};
 use crate::error::{Error, Result};
-use crate::ffi::memory::device_memory_ordinal;
+use crate::ffi::memory::on_another_gpu;
 use crate::ffi::CudnnHandle;
 use crate::graph::{DataType, Graph, Op, Scalar, SignatureContext, TensorId};
 use crate::runtime::{with_workspace, Device};
@@ -94,7 +94,7 @@ impl<'a> Binding<'a> {
                 format!("`{}` is written by the graph: bind it with Binding::output", t.name),
             ));
         }
-        if view.dims != t.dims || view.strides != t.strides || Some(view.dtype) != t.dtype {
+        if view.dims[..] != t.dims[..] || view.strides[..] != t.strides[..] || Some(view.dtype) != t.dtype {
             return Err(Error::invalid_arg(
                 OP,
                 "bindings",
@@ -427,7 +427,7 @@ fn variant_pointers(
                 ),
             ));
         }
-        if let Some(other) = device_memory_ordinal(b.ptr).filter(|&d| d != ordinal) {
+        if let Some(other) = on_another_gpu(b.ptr, ordinal) {
             return Err(Error::invalid_arg(
                 "execute_graph",
                 "bindings",

@@ -1,5 +1,9 @@
 //! Stride helpers: layout is carried by strides (NCHW, NHWC, transposed views ...).
 
+/// Dims or strides of one tensor, stored inline up to rank 8 (no heap allocation for the
+/// views and layouts made on every op).
+pub type Shape = smallvec::SmallVec<[i64; 8]>;
+
 /// Axes ordered from outermost (largest stride) to innermost. Ties keep the later axis
 /// inner, so packed NCHW gives `[0, 1, 2, 3]` and packed NHWC gives `[0, 2, 3, 1]`.
 pub fn stride_order(strides: &[i64]) -> Vec<usize> {
@@ -9,8 +13,8 @@ pub fn stride_order(strides: &[i64]) -> Vec<usize> {
 }
 
 /// Packed strides for `dims` laid out in `order` (outermost first).
-pub fn packed_strides(dims: &[i64], order: &[usize]) -> Vec<i64> {
-    let mut strides = vec![0i64; dims.len()];
+pub fn packed_strides(dims: &[i64], order: &[usize]) -> Shape {
+    let mut strides = Shape::from_elem(0, dims.len());
     let mut acc = 1i64;
     for &axis in order.iter().rev() {
         strides[axis] = acc;
@@ -20,14 +24,19 @@ pub fn packed_strides(dims: &[i64], order: &[usize]) -> Vec<i64> {
 }
 
 /// Packed row-major strides of `dims` (NCHW for images).
-pub fn row_major_strides(dims: &[i64]) -> Vec<i64> {
-    let order: Vec<usize> = (0..dims.len()).collect();
-    packed_strides(dims, &order)
+pub fn row_major_strides(dims: &[i64]) -> Shape {
+    let mut strides = Shape::from_elem(0, dims.len());
+    let mut acc = 1i64;
+    for (s, &d) in strides.iter_mut().zip(dims).rev() {
+        *s = acc;
+        acc = acc.saturating_mul(d.max(1));
+    }
+    strides
 }
 
 /// Packed channels-last strides of `dims` given as N, C, spatial...: stored as N,
 /// spatial..., C (NHWC, NDHWC); rank 2 and below are row-major.
-pub fn channels_last_strides(dims: &[i64]) -> Vec<i64> {
+pub fn channels_last_strides(dims: &[i64]) -> Shape {
     let mut order: Vec<usize> = vec![0];
     order.extend(2..dims.len());
     if dims.len() > 1 {
@@ -66,9 +75,9 @@ mod tests {
 
     #[test]
     fn packed_layouts() {
-        assert_eq!(row_major_strides(&[2, 3, 4, 5]), [60, 20, 5, 1]);
-        assert_eq!(channels_last_strides(&[2, 3, 4, 5]), [60, 1, 15, 3]);
-        assert_eq!(channels_last_strides(&[4, 3]), [3, 1]);
+        assert_eq!(row_major_strides(&[2, 3, 4, 5]).to_vec(), [60, 20, 5, 1]);
+        assert_eq!(channels_last_strides(&[2, 3, 4, 5]).to_vec(), [60, 1, 15, 3]);
+        assert_eq!(channels_last_strides(&[4, 3]).to_vec(), [3, 1]);
         assert_eq!(stride_order(&channels_last_strides(&[2, 3, 4, 5])), [0, 2, 3, 1]);
         assert!(!may_overlap(&[2, 3], &[3, 1]));
         assert!(may_overlap(&[2, 3], &[1, 1]));

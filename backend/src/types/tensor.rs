@@ -23,15 +23,15 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use super::dtype::{DataType, DeviceElement};
-use super::layout::row_major_strides;
+use super::layout::{row_major_strides, Shape};
 use crate::error::{Error, Result};
 
 /// A strided tensor in device memory that ops read: dims and strides in elements (layout is
 /// just strides: NCHW and NHWC alike), a dtype and the address of element `(0, …, 0)`.
 #[derive(Clone)]
 pub struct TensorRef<'a> {
-    pub(crate) dims: Vec<i64>,
-    pub(crate) strides: Vec<i64>,
+    pub(crate) dims: Shape,
+    pub(crate) strides: Shape,
     pub(crate) dtype: DataType,
     pub(crate) ptr: u64,
     lender: Lender<'a>,
@@ -144,8 +144,8 @@ impl<'a> TensorRef<'a> {
 
     fn from_parts(dims: &[i64], strides: &[i64], dtype: DataType, ptr: u64, lender: Lender<'a>) -> Self {
         Self {
-            dims: dims.to_vec(),
-            strides: strides.to_vec(),
+            dims: Shape::from_slice(dims),
+            strides: Shape::from_slice(strides),
             dtype,
             ptr,
             lender,

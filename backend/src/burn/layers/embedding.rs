@@ -92,8 +92,8 @@ pub(crate) fn unfold4d(
     };
     let st = &xp.layout.strides;
     let windows = ViewLayout {
-        dims: vec![d[0], d[1], k0, k1, oh, ow],
-        strides: vec![st[0], st[1], d0 * st[2], d1 * st[3], s0 * st[2], s1 * st[3]],
+        dims: crate::types::Shape::from_slice(&[d[0], d[1], k0, k1, oh, ow]),
+        strides: crate::types::Shape::from_slice(&[st[0], st[1], d0 * st[2], d1 * st[3], s0 * st[2], s1 * st[3]]),
         offset: xp.layout.offset,
     };
     let cols = exec::copy_to_new(&xp.with_layout(windows), xp.dtype, OP)?;
