@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(size_class((1 << 20) + 1), (1 << 20) + (64 << 10));
         for bytes in [3, 100, 4097, 3 << 20, (7 << 20) + 5] {
             let class = size_class(bytes);
-            assert!(class >= bytes && class % 16 == 0);
+            assert!(class >= bytes && class.is_multiple_of(16));
             assert!(class - bytes < (64 << 10).max(bytes / 16 + 512));
         }
     }

@@ -94,8 +94,9 @@ pub type CudnnFusion = Fusion<Cudnn>;
 pub enum CudnnFusionHandle {
     /// A float, int or bool tensor.
     Tensor(CudnnTensor),
-    /// A quantized tensor.
-    Quantized(CudnnQTensor),
+    /// A quantized tensor (boxed: its scales make it twice a plain tensor's size, and the
+    /// handles the fusion context keeps are mostly plain).
+    Quantized(Box<CudnnQTensor>),
 }
 
 /// The fusion runtime of [`Cudnn`]: its handles, devices and fusers.
@@ -158,7 +159,7 @@ impl BackendIr for Cudnn {
 
     fn quantized_tensor(handle: TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
         match handle.handle {
-            CudnnFusionHandle::Quantized(q) => q,
+            CudnnFusionHandle::Quantized(q) => *q,
             CudnnFusionHandle::Tensor(_) => {
                 panic!("cudnn-backend: internal error: a plain tensor handle was used as a quantized tensor")
             }
@@ -178,7 +179,7 @@ impl BackendIr for Cudnn {
     }
 
     fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
-        CudnnFusionHandle::Quantized(tensor)
+        CudnnFusionHandle::Quantized(Box::new(tensor))
     }
 }
 
