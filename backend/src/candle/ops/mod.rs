@@ -191,7 +191,7 @@ mod tests {
         };
         let want = |d: &[usize]| {
             let r = TensorRef::fake_channels_last(&idims(d), crate::graph::DataType::F32, 0);
-            (r.dims, r.strides)
+            (r.dims.to_vec(), r.strides.to_vec())
         };
         let x = packed(&nhwc([4, 10, 20, 18])).unwrap();
         assert!(is_channels_last(x.layout()));
