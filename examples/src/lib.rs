@@ -493,10 +493,12 @@ pub mod cli {
 pub mod host_profile {
     /// A running profile; [`Session::finish`] writes the tables.
     pub struct Session {
-        #[cfg(feature = "host-profile")]
-        guard: pprof::ProfilerGuard<'static>,
+        // Declared (and so dropped) before the guard: no timer may fire once pprof's signal
+        // handler is gone, whether the session finishes or is dropped on an error.
         #[cfg(feature = "host-profile")]
         timers: thread_timers::ThreadTimers,
+        #[cfg(feature = "host-profile")]
+        guard: pprof::ProfilerGuard<'static>,
         path: std::path::PathBuf,
         started: std::time::Instant,
         threads_at_start: Vec<ThreadTimes>,
@@ -526,12 +528,11 @@ pub mod host_profile {
                 let tid = task.file_name().to_str()?.parse().ok()?;
                 let dir = task.path();
                 let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
-                let stat = read("stat")?;
-                let name = std::fs::read_to_string(dir.join("comm")).ok()?.trim().to_owned();
+                let name = read("comm")?.trim().to_owned();
                 let cpu_s = read("schedstat")
                     .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
                     .map(|ns| ns * 1e-9)
-                    .or_else(|| cpu_ticks_of_stat(&stat).map(|t| t as f64 / 100.0))?;
+                    .or_else(|| cpu_ticks_of_stat(&read("stat")?).map(|t| t as f64 / 100.0))?;
                 let voluntary_switches = read("status")
                     .and_then(|s| {
                         s.lines()
@@ -622,14 +623,15 @@ pub mod host_profile {
                 .blocklist(&blocklist)
                 .build()
                 .map_err(|e| format!("--host-profile: {e}"))?;
-            let tids: Vec<i32> = thread_times().iter().map(|t| t.tid as i32).collect();
+            let threads_at_start = thread_times();
+            let tids: Vec<i32> = threads_at_start.iter().map(|t| t.tid as i32).collect();
             let timers = thread_timers::ThreadTimers::start(&tids, FREQUENCY)?;
             Ok(Self {
-                guard,
                 timers,
+                guard,
                 path: path.to_owned(),
                 started: std::time::Instant::now(),
-                threads_at_start: thread_times(),
+                threads_at_start,
             })
         }
 
@@ -730,9 +732,15 @@ pub mod host_profile {
             /// Deletes the timers (before the report is built, so no signal arrives during it).
             pub fn stop(&mut self) {
                 for timer in self.0.drain(..) {
-                    // SAFETY: each timer was created by `start` and is deleted once.
+                    // SAFETY: each timer was created by `start` and is deleted once (drained).
                     unsafe { libc::timer_delete(timer) };
                 }
+            }
+        }
+
+        impl Drop for ThreadTimers {
+            fn drop(&mut self) {
+                self.stop();
             }
         }
     }

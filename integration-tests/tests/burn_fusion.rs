@@ -245,6 +245,17 @@ fn rel_l2(got: &TensorData, want: &TensorData) -> f64 {
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
 
+/// Prints how far `label`'s fused and unfused results are from the float64 ones and asserts
+/// the fused result within twice the unfused one's distance (or `floor`).
+fn assert_fused_near_float64(label: &str, fused: &TensorData, plain: &TensorData, want: &TensorData, floor: f64) {
+    let (ef, ep) = (rel_l2(fused, want), rel_l2(plain, want));
+    println!("{label}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}");
+    assert!(
+        ef <= (2.0 * ep).max(floor),
+        "{label}: fused {ef:.2e} vs unfused {ep:.2e}"
+    );
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn burn_adam_training_under_fusion_matches_the_unfused_backend() {
@@ -634,9 +645,13 @@ fn burns_layer_norm_and_softmax_over_short_rows_match_float64_under_fusion() {
         .iter()
         .enumerate()
     {
-        let (ef, ep) = (rel_l2(&fused[i], &want[i]), rel_l2(&plain[i], &want[i]));
-        println!("layer norm + softmax {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}");
-        assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+        assert_fused_near_float64(
+            &format!("layer norm + softmax {name}"),
+            &fused[i],
+            &plain[i],
+            &want[i],
+            1e-5,
+        );
     }
     println!("layer norm + softmax step: {plain_launches} launches unfused, {fused_launches} fused");
     assert!(
@@ -729,9 +744,13 @@ fn convolution_led_batch_norms_under_fusion_match_float64() {
     .iter()
     .enumerate()
     {
-        let (ef, ep) = (rel_l2(&fused[i], &want[i]), rel_l2(&plain[i], &want[i]));
-        println!("conv + batch norm {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}");
-        assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+        assert_fused_near_float64(
+            &format!("conv + batch norm {name}"),
+            &fused[i],
+            &plain[i],
+            &want[i],
+            1e-5,
+        );
     }
     println!(
         "conv + batch norm step: {} launches unfused, {} fused ({} fused runs unfused)",

@@ -9,7 +9,7 @@
 //! allocation that failed is retried, buffers go back to the pool.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use crate::ffi::memory::DeviceBuffer;
 use crate::runtime::{self, MAX_DEVICES};
@@ -60,7 +60,7 @@ pub(crate) fn take(dev: &runtime::Device, class: usize) -> Option<DeviceBuffer> 
 
 /// Keeps `buf` (allocated by [`take`]'s caller with [`size_class`]) for reuse, or frees it
 /// when the cache is full.
-pub(crate) fn give_back(dev: &Arc<runtime::Device>, buf: DeviceBuffer) {
+pub(crate) fn give_back(dev: &runtime::Device, buf: DeviceBuffer) {
     let class = buf.bytes();
     let limit = limit_bytes(dev);
     let mut guard = CACHES[dev.ordinal()].lock().unwrap_or_else(|e| e.into_inner());

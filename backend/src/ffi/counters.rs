@@ -105,9 +105,8 @@ impl LaunchCounts {
             memory_ns: self.memory_ns - earlier.memory_ns,
         }
     }
-}
 
-impl LaunchCounts {
+    /// The counts from their values indexed by [`Count`].
     fn from_values(v: [u64; COUNTS]) -> Self {
         Self {
             kernels: v[Count::Kernels as usize],

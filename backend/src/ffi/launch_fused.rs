@@ -62,6 +62,14 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
     Ok(())
 }
 
+/// The slots of [`ReduceArgs::ptr`] after the inputs' and the stored outputs': the result's
+/// address, the partial sums', the arrival counters'.
+pub(crate) const RESULT_SLOT: usize = MAX_INPUTS + MAX_OUTPUTS;
+/// See [`RESULT_SLOT`].
+pub(crate) const SCRATCH_SLOT: usize = RESULT_SLOT + 1;
+/// See [`RESULT_SLOT`].
+pub(crate) const ARRIVALS_SLOT: usize = RESULT_SLOT + 2;
+
 /// The by-value argument of `fused_reduce` (`struct ReduceArgs` of the generated source):
 /// input addresses, the stored outputs', then the result's, the partial sums' and the
 /// arrival counters' (0: none); input
@@ -73,7 +81,7 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReduceArgs {
-    pub ptr: [u64; MAX_INPUTS + MAX_OUTPUTS + 3],
+    pub ptr: [u64; ARRIVALS_SLOT + 1],
     pub in_layout: [KernelLayout; MAX_INPUTS],
     pub full: KernelLayout,
     pub s: [f32; MAX_SCALARS],
@@ -136,7 +144,7 @@ pub(crate) fn fused_reduce(
     };
     launch(0, grid, block)?;
     if args.chunks > 1 {
-        if args.ptr[MAX_INPUTS + MAX_OUTPUTS + 2] == 0 {
+        if args.ptr[ARRIVALS_SLOT] == 0 {
             let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
             launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
         }

@@ -20,11 +20,11 @@ use cudarc::driver::{CudaFunction, CudaStream};
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::{KernelLayout, MAX_KERNEL_RANK};
-use crate::ffi::launch_fused::{self as launch, ReduceArgs, REDUCE_THREADS};
+use crate::ffi::launch_fused::{self as launch, ReduceArgs, ARRIVALS_SLOT, REDUCE_THREADS, RESULT_SLOT, SCRATCH_SLOT};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
 use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr};
-use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
+use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_SCALARS};
 use crate::kernels::layout::{coalesce as coalesce_dims, kernel_layout};
 use crate::kernels::KernelSource;
 use crate::types::{row_major_strides, TensorMut, TensorRef};
@@ -124,12 +124,12 @@ impl ReduceProgram {
     pub fn source(&self) -> String {
         let p = &self.program;
         let mut s = String::with_capacity(4096 + 128 * p.ops.len());
-        let res = MAX_INPUTS + MAX_OUTPUTS;
+        let res = RESULT_SLOT;
         let _ = writeln!(
             s,
             "\nstruct ReduceArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout full; float s[{MAX_SCALARS}]; \
              i64 kept; i64 red; i64 chunk; i64 chunks; float scale; int phase; int warp_rows; }};",
-            res + 3
+            ARRIVALS_SLOT + 1
         );
         let idx = if self.wide {
             "unsigned long long"
@@ -154,8 +154,8 @@ impl ReduceProgram {
         s.push_str("KERNEL void fused_reduce(const ReduceArgs a) {\n");
         s.push_str(&format!(
             "    {rt}* res = ({rt}*)a.ptr[{res}];\n    float* part = (float*)a.ptr[{}];\n    unsigned* arrivals = (unsigned*)a.ptr[{}];\n",
-            res + 1,
-            res + 2
+            SCRATCH_SLOT,
+            ARRIVALS_SLOT
         ));
         // Phase 1: one thread per kept element sums its chunks' partials in order.
         s.push_str(
@@ -399,11 +399,11 @@ pub fn coalesce<'a>(
     full: &[i64],
     inputs: &[TensorRef<'a>],
 ) -> Result<(ReduceProgram, Vec<i64>, Vec<TensorRef<'a>>)> {
+    let packed = row_major_strides(full);
     let mut strides = rp.program.input_strides(OP, inputs, full)?;
-    strides.push(row_major_strides(full).to_vec());
+    strides.push(packed.to_vec());
     // A stride list that chains across kept dims and across reduced dims but never from one
     // to the other (0 on reduced dims): merging then keeps the two apart.
-    let packed = row_major_strides(full);
     strides.push(
         (0..full.len())
             .map(|d| if rp.reduced >> d & 1 == 1 { 0 } else { packed[d] })
@@ -531,6 +531,12 @@ impl Split {
     fn kept_per_block(&self) -> i64 {
         i64::from(if self.warp_rows { self.block.1 } else { self.block.0 })
     }
+
+    /// Columns of blocks: the grid's first dim, each block covering [`Split::kept_per_block`]
+    /// kept elements.
+    fn columns(&self) -> i64 {
+        (self.kept + self.kept_per_block() - 1) / self.kept_per_block()
+    }
 }
 
 /// A checked, packed launch of a [`ReduceProgram`] over one iteration shape.
@@ -561,7 +567,7 @@ impl<'a> ReduceLaunch<'a> {
     pub fn arrivals_len(rp: &ReduceProgram, full: &[i64]) -> usize {
         let s = Split::of(rp, full);
         if s.chunks > 1 {
-            ((s.kept + s.kept_per_block() - 1) / s.kept_per_block()) as usize
+            s.columns() as usize
         } else {
             0
         }
@@ -595,7 +601,7 @@ impl<'a> ReduceLaunch<'a> {
         p.check_operand_counts(OP, inputs.len(), outputs.len(), scalars.len())?;
         let packed = row_major_strides(full);
         let mut args = ReduceArgs {
-            ptr: [0; MAX_INPUTS + MAX_OUTPUTS + 3],
+            ptr: [0; ARRIVALS_SLOT + 1],
             in_layout: [KernelLayout::default(); MAX_INPUTS],
             full: kernel_layout(OP, full, &packed)?,
             s: [0.0; MAX_SCALARS],
@@ -643,7 +649,7 @@ impl<'a> ReduceLaunch<'a> {
                 ),
             ));
         }
-        args.ptr[MAX_INPUTS + MAX_OUTPUTS] = result.ptr;
+        args.ptr[RESULT_SLOT] = result.ptr;
         // An epilogue reads the result through its input: the same elements.
         if let Some(k) = rp.epilogue.and_then(|e| e.result_input) {
             let r = &inputs[usize::from(k)];
@@ -657,10 +663,9 @@ impl<'a> ReduceLaunch<'a> {
         }
         if chunks > 1 {
             let sc = scratch.ok_or_else(|| buffer_error("scratch", kept * chunks, DataType::F32))?;
-            args.ptr[MAX_INPUTS + MAX_OUTPUTS + 1] = packed_buffer("scratch", sc, kept * chunks, DataType::F32)?;
+            args.ptr[SCRATCH_SLOT] = packed_buffer("scratch", sc, kept * chunks, DataType::F32)?;
             if let Some(counters) = arrivals {
-                let need = (kept + split.kept_per_block() - 1) / split.kept_per_block();
-                args.ptr[MAX_INPUTS + MAX_OUTPUTS + 2] = packed_buffer("arrivals", counters, need, DataType::I32)?;
+                args.ptr[ARRIVALS_SLOT] = packed_buffer("arrivals", counters, split.columns(), DataType::I32)?;
             }
         }
         args.s[..scalars.len()].copy_from_slice(scalars);
@@ -669,8 +674,7 @@ impl<'a> ReduceLaunch<'a> {
         args.chunks = chunks;
         args.chunk = (red + chunks - 1) / chunks;
         args.warp_rows = i32::from(split.warp_rows);
-        let per_block = split.kept_per_block();
-        let grid_x = u32::try_from((kept + per_block - 1) / per_block)
+        let grid_x = u32::try_from(split.columns())
             .map_err(|_| Error::invalid_arg(OP, "shape", format!("{kept} kept elements")))?;
         let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
         views.extend(outputs.iter().map(|o| TensorRef::clone(o)));

@@ -14,9 +14,14 @@ pub fn stride_order(strides: &[i64]) -> Vec<usize> {
 
 /// Packed strides for `dims` laid out in `order` (outermost first).
 pub fn packed_strides(dims: &[i64], order: &[usize]) -> Shape {
+    packed_in(dims, order.iter().copied())
+}
+
+/// Packed strides for `dims` laid out in `order` (outermost first), from any axis sequence.
+fn packed_in(dims: &[i64], order: impl DoubleEndedIterator<Item = usize>) -> Shape {
     let mut strides = Shape::from_elem(0, dims.len());
     let mut acc = 1i64;
-    for &axis in order.iter().rev() {
+    for axis in order.rev() {
         strides[axis] = acc;
         acc = acc.saturating_mul(dims[axis].max(1));
     }
@@ -25,13 +30,7 @@ pub fn packed_strides(dims: &[i64], order: &[usize]) -> Shape {
 
 /// Packed row-major strides of `dims` (NCHW for images).
 pub fn row_major_strides(dims: &[i64]) -> Shape {
-    let mut strides = Shape::from_elem(0, dims.len());
-    let mut acc = 1i64;
-    for (s, &d) in strides.iter_mut().zip(dims).rev() {
-        *s = acc;
-        acc = acc.saturating_mul(d.max(1));
-    }
-    strides
+    packed_in(dims, 0..dims.len())
 }
 
 /// Packed channels-last strides of `dims` given as N, C, spatial...: stored as N,
