@@ -208,8 +208,9 @@ pub(crate) fn trim_pool(stream: &Arc<CudaStream>) -> Result<()> {
 /// visible no pointer can be on another, and the driver query (about a microsecond per
 /// operand of every op) is skipped.
 pub(crate) fn on_another_gpu(ptr: u64, here: usize) -> Option<usize> {
-    static VISIBLE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    if *VISIBLE.get_or_init(|| crate::runtime::device_count().unwrap_or(0)) <= 1 {
+    // The driver's count (the FFI layer sits below `runtime`, whose `device_count` wraps it).
+    static VISIBLE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    if *VISIBLE.get_or_init(|| cudarc::driver::CudaContext::device_count().unwrap_or(0)) <= 1 {
         return None;
     }
     device_memory_ordinal(ptr).filter(|&there| there != here)
