@@ -242,11 +242,13 @@ pub mod startup {
     pub fn launches_per_step(launches: &cudnn_backend::runtime::LaunchCounts, steps: usize) -> String {
         let per = |n: u64| n as f64 / steps.max(1) as f64;
         format!(
-            "launches per step: {:.0} kernels, {:.0} cuDNN executions; fused runs run unfused: {:.1}; \
+            "launches per step: {:.0} kernels, {:.0} cuDNN executions ({:.0} replayed as CUDA graphs); \
+             fused runs run unfused: {:.1}; \
              host ms per step in fused runs {:.2}, in cuDNN executions {:.2}, in kernel launches {:.2}, \
              in allocations and frees {:.2}",
             per(launches.kernels),
             per(launches.cudnn_executions),
+            per(launches.cudnn_replays),
             per(launches.fused_fallbacks),
             per(launches.fused_ns) * 1e-6,
             per(launches.cudnn_ns) * 1e-6,

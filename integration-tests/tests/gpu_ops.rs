@@ -799,7 +799,8 @@ fn pool_backward_matches_reference() {
 
 /// Repeated calls with identical pointers reuse the plan's variant pack and, from the third
 /// call, replay a captured CUDA graph: results must follow the buffers' current contents, on
-/// the crate's stream and on the legacy default stream, and new pointers must be honoured.
+/// the crate's stream and on the legacy default stream, and new pointers must be honoured,
+/// also when two pointer sets alternate (each keeps its own pack and graph).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn repeated_calls_track_new_input_data() {
@@ -846,6 +847,22 @@ fn repeated_calls_track_new_input_data() {
             &download(&s, &y2),
             &reference,
         );
+        // Two pointer sets in turn (as two layers of one shape): each keeps its own variant
+        // pack and, once repeated, its own captured graph; each call writes its own output.
+        for i in 0..8 {
+            let fresh = random(&s, &mut rng, &xd, &xs, DataType::F16);
+            s.memcpy_dtod(&fresh.buf, &mut x.buf).unwrap();
+            x.values = fresh.values;
+            let out = if i % 2 == 0 { &y } else { &y2 };
+            ops::conv_forward(&s, &x.t, &w.t, &out.m, &p).expect("conv, alternating outputs");
+            let reference = cpu::conv_forward(&x.values, &udims(&x), &w.values, &udims(&w), &g);
+            report.check(
+                format!("{label} alternating call {i}"),
+                DataType::F16,
+                &download(&s, out),
+                &reference,
+            );
+        }
     }
     report.finish();
 }

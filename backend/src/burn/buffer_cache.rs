@@ -7,6 +7,12 @@
 //! before its release, exactly as the stream-ordered pool would reuse it. The cache holds at
 //! most [`limit_bytes`]; above it, and on [`release`] (Burn's `memory_cleanup`) and before an
 //! allocation that failed is retried, buffers go back to the pool.
+//!
+//! A request gets the free buffer of its class at the lowest address, so which buffer a
+//! tensor gets depends on the set of buffers freed before it, not on the order they were
+//! freed in (burn-autodiff drops a step's graph in hash-map order): a training step then
+//! sees the same addresses at every step, and cuDNN executions with a repeated pointer set
+//! run from captured CUDA graphs (`plan::engine::execute`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -18,7 +24,8 @@ use crate::runtime::{self, MAX_DEVICES};
 /// of the device's memory.
 pub const BUFFER_CACHE_ENV: &str = "CUDNN_BACKEND_BUFFER_CACHE_MIB";
 
-/// Free buffers of one device by size class, and their total size.
+/// Free buffers of one device by size class (each list in descending address order), and
+/// their total size.
 #[derive(Default)]
 struct Cache {
     free: HashMap<usize, Vec<DeviceBuffer>>,
@@ -49,7 +56,8 @@ fn limit_bytes(dev: &runtime::Device) -> usize {
     }
 }
 
-/// A cached buffer of exactly `class` bytes for `dev`'s stream, if one is free.
+/// A cached buffer of exactly `class` bytes for `dev`'s stream, if one is free: the one at
+/// the lowest address.
 pub(crate) fn take(dev: &runtime::Device, class: usize) -> Option<DeviceBuffer> {
     let mut guard = CACHES[dev.ordinal()].lock().unwrap_or_else(|e| e.into_inner());
     let cache = guard.as_mut()?;
@@ -71,7 +79,9 @@ pub(crate) fn give_back(dev: &runtime::Device, buf: DeviceBuffer) {
         return;
     }
     cache.bytes += class;
-    cache.free.entry(class).or_default().push(buf);
+    let list = cache.free.entry(class).or_default();
+    let at = list.partition_point(|b| b.ptr() > buf.ptr());
+    list.insert(at, buf);
 }
 
 /// Frees every cached buffer of device `ordinal` (stream-ordered; the pool keeps the memory

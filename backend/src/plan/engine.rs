@@ -41,8 +41,9 @@ pub(crate) struct BuiltPlan {
     pub(crate) plan: Descriptor,
     pub(crate) workspace: usize,
     pub(crate) choice: EngineChoice,
-    /// The variant pack of the last call, reused while the pointers repeat.
-    pack: Option<CachedPack>,
+    /// The variant packs of the latest distinct pointer sets, most recent first (at most
+    /// [`MAX_PACKS`]): layers of one shape share the plan, each with its own buffers.
+    packs: Vec<CachedPack>,
     /// The engine config and lowered graph the plan was built from (none for a plan
     /// deserialized from the persistent cache).
     _config: Option<Descriptor>,
@@ -53,14 +54,17 @@ struct CachedPack {
     ptrs: Vec<u64>,
     workspace: u64,
     desc: Descriptor,
-    /// Consecutive calls that reused this pack.
+    /// Calls that reused this pack.
     repeats: u32,
     replay: Option<Replay>,
     capture_failed: bool,
 }
 
-/// Identical consecutive calls after which an execution is captured into a CUDA graph.
+/// Repeats of one pointer set after which an execution is captured into a CUDA graph.
 pub(crate) const REPLAY_AFTER: u32 = 2;
+
+/// Pointer sets a plan keeps a variant pack (and a captured graph) for.
+const MAX_PACKS: usize = 8;
 
 /// The SM-count target to pass cuDNN for `graph` under `policy`: the policy's carveout, for
 /// the graphs cuDNN honours it on (convolutions and their fusions).
@@ -330,7 +334,7 @@ pub(crate) fn build(
         plan,
         workspace,
         choice,
-        pack: None,
+        packs: Vec::new(),
         _config: Some(cfg),
         _graph: Some(graph),
     })
@@ -356,7 +360,7 @@ pub(crate) fn deserialize(handle: &CudnnHandle, json: &[u8], choice: EngineChoic
             workspace_bytes: workspace as u64,
             ..choice
         },
-        pack: None,
+        packs: Vec::new(),
         _config: None,
         _graph: None,
     })
@@ -395,10 +399,10 @@ pub(crate) fn config_from_choice(
 }
 
 /// Enqueues `plan` on `stream` (the handle's bound stream) with the given (uid, pointer)
-/// pairs. The variant pack is rebuilt only when the pointers or workspace differ from the
-/// last call's. With `capture_on` (a stream private to the handle), a call repeated exactly
-/// [`REPLAY_AFTER`] times is captured into a CUDA graph and later repeats launch the graph;
-/// new pointers drop it. A failed capture is remembered and the plan runs normally.
+/// pairs. A variant pack is built once per pointer set and workspace (the plan keeps the
+/// latest [`MAX_PACKS`]). With `capture_on` (a stream private to the handle), a pointer set
+/// repeated [`REPLAY_AFTER`] times is captured into a CUDA graph and later repeats launch the
+/// graph. A failed capture is remembered and that pointer set runs normally.
 pub(crate) fn execute(
     handle: &CudnnHandle,
     plan: &mut BuiltPlan,
@@ -414,30 +418,32 @@ pub(crate) fn execute(
     let same = |p: &CachedPack| {
         p.workspace == workspace && p.ptrs.len() == ptrs.len() && p.ptrs.iter().zip(ptrs).all(|(&a, &b)| a == b as u64)
     };
-    match plan.pack.as_mut() {
-        Some(p) if same(p) => p.repeats = p.repeats.saturating_add(1),
-        _ => {
+    match plan.packs.iter().position(same) {
+        Some(i) => {
+            plan.packs[..=i].rotate_right(1);
+            plan.packs[0].repeats = plan.packs[0].repeats.saturating_add(1);
+        }
+        None => {
             let mut vp = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
             vp.set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
             vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, ptrs)?;
             vp.set_void_ptrs(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?;
             vp.finalize()?;
-            plan.pack = Some(CachedPack {
-                ptrs: ptrs.iter().map(|&p| p as u64).collect(),
-                workspace,
-                desc: vp,
-                repeats: 0,
-                replay: None,
-                capture_failed: false,
-            });
+            plan.packs.truncate(MAX_PACKS - 1);
+            plan.packs.insert(
+                0,
+                CachedPack {
+                    ptrs: ptrs.iter().map(|&p| p as u64).collect(),
+                    workspace,
+                    desc: vp,
+                    repeats: 0,
+                    replay: None,
+                    capture_failed: false,
+                },
+            );
         }
     }
-    let Some(pack) = plan.pack.as_mut() else {
-        return Err(Error::Cuda {
-            op: "variant pack",
-            message: "missing".into(),
-        });
-    };
+    let pack = &mut plan.packs[0];
     let Some(private) = capture_on else {
         // Replay is off for this call: drop any graph so the plan runs as cuDNN launches it.
         pack.replay = None;
@@ -445,12 +451,14 @@ pub(crate) fn execute(
     };
     if let Some(graph) = &pack.replay {
         bump(&cache_stats().replay_launches);
+        add(Count::CudnnReplays, 1);
         return graph.launch(stream);
     }
     if !pack.capture_failed && pack.repeats >= REPLAY_AFTER {
         match Replay::capture(private, stream, handle, &plan.plan, &pack.desc) {
             Ok(graph) => {
                 bump(&cache_stats().replay_captures);
+                add(Count::CudnnReplays, 1);
                 graph.launch(stream)?;
                 pack.replay = Some(graph);
                 return Ok(());
