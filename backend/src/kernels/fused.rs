@@ -30,7 +30,7 @@ use crate::kernels::check::{check_layout, check_tensor};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, KernelSource};
-use crate::types::{row_major_strides, TensorMut, TensorRef};
+use crate::types::{row_major_strides, Shape, TensorMut, TensorRef};
 
 pub use crate::ffi::launch_fused::{MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
 
@@ -727,9 +727,9 @@ pub struct FusedLaunch<'a> {
     args: FusedArgs,
     variant: Variant,
     /// The dims the launch covers (its full-shape outputs').
-    out_dims: Vec<i64>,
+    out_dims: Shape,
     /// The dims of the program's small outputs, when it has any.
-    small_dims: Option<Vec<i64>>,
+    small_dims: Option<Shape>,
     /// Whether real outputs are bound ([`FusedLaunch::for_packed_outputs`] has none yet).
     bound: bool,
     /// How many of `views` are inputs (the outputs follow).
@@ -755,6 +755,43 @@ impl<'t> OutputDesc<'t> {
             ptr: t.ptr,
         }
     }
+}
+
+/// The pointer-free part of a launch from [`FusedLaunch::for_packed_outputs`]: it serves
+/// every later launch of the program whose [`launch_key`] is the same (inputs of the same
+/// dims, strides, dtypes and address alignment, outputs of the same dims), which then skips
+/// the checks and the layout packing.
+#[derive(Clone, Debug)]
+pub struct PackedLaunch {
+    args: FusedArgs,
+    variant: Variant,
+    out_dims: Shape,
+    small_dims: Option<Shape>,
+}
+
+/// What a [`PackedLaunch`] depends on: the launch dims and small dims, and each input's
+/// dims, strides, dtype and address alignment (up to 256 bytes, more than any vector
+/// access needs).
+pub fn launch_key(inputs: &[TensorRef], out_dims: &[i64], small_dims: Option<&[i64]>) -> Vec<i64> {
+    let mut key =
+        Vec::with_capacity(2 + out_dims.len() * 2 + inputs.iter().map(|t| 3 + 2 * t.dims.len()).sum::<usize>());
+    key.push(out_dims.len() as i64);
+    key.extend_from_slice(out_dims);
+    match small_dims {
+        Some(s) => {
+            key.push(s.len() as i64);
+            key.extend_from_slice(s);
+        }
+        None => key.push(-1),
+    }
+    for t in inputs {
+        key.push(t.dims.len() as i64);
+        key.extend_from_slice(&t.dims);
+        key.extend_from_slice(&t.strides);
+        key.push(t.dtype as i64);
+        key.push(i64::from(t.ptr.trailing_zeros().min(8)));
+    }
+    key
 }
 
 impl<'a> FusedLaunch<'a> {
@@ -880,8 +917,8 @@ impl<'a> FusedLaunch<'a> {
         Ok(Self {
             args,
             variant,
-            out_dims: out_dims.to_vec(),
-            small_dims: small_dims.map(<[i64]>::to_vec),
+            out_dims: Shape::from_slice(out_dims),
+            small_dims: small_dims.map(Shape::from_slice),
             bound: false,
             inputs: inputs.len(),
             views: inputs.to_vec(),
@@ -923,6 +960,36 @@ impl<'a> FusedLaunch<'a> {
             launch,
             small_dims,
         )
+    }
+
+    /// The pointer-free part of this launch, before its outputs are bound (see
+    /// [`PackedLaunch`]).
+    pub fn packed(&self) -> PackedLaunch {
+        PackedLaunch {
+            args: self.args,
+            variant: self.variant,
+            out_dims: self.out_dims.clone(),
+            small_dims: self.small_dims.clone(),
+        }
+    }
+
+    /// The launch [`FusedLaunch::for_packed_outputs`] would make for `inputs`, from the
+    /// `packed` part of one it made for inputs of the same [`launch_key`] (the caller
+    /// compares the keys); its outputs are bound as for that one.
+    pub fn from_packed(packed: &PackedLaunch, inputs: &[TensorRef<'a>]) -> Self {
+        let mut args = packed.args;
+        for (k, t) in inputs.iter().enumerate() {
+            args.ptr[k] = t.ptr;
+        }
+        Self {
+            args,
+            variant: packed.variant,
+            out_dims: packed.out_dims.clone(),
+            small_dims: packed.small_dims.clone(),
+            bound: false,
+            inputs: inputs.len(),
+            views: inputs.to_vec(),
+        }
     }
 
     /// Binds the real outputs (packed, of the dims and dtypes the launch was made for) and the

@@ -399,39 +399,78 @@ pub fn coalesce<'a>(
     full: &[i64],
     inputs: &[TensorRef<'a>],
 ) -> Result<(ReduceProgram, Vec<i64>, Vec<TensorRef<'a>>)> {
-    let packed = row_major_strides(full);
-    let mut strides = rp.program.input_strides(OP, inputs, full)?;
-    strides.push(packed.to_vec());
-    // A stride list that chains across kept dims and across reduced dims but never from one
-    // to the other (0 on reduced dims): merging then keeps the two apart.
-    strides.push(
-        (0..full.len())
-            .map(|d| if rp.reduced >> d & 1 == 1 { 0 } else { packed[d] })
-            .collect(),
-    );
-    let (dims, merged) = coalesce_dims(full, &strides);
-    let Some(class) = merged.last() else {
-        return Ok((rp.clone(), full.to_vec(), inputs.to_vec()));
-    };
-    let reduced: Vec<bool> = class.iter().map(|&s| s == 0).collect();
-    if !reduced.contains(&true) || dims.len() == full.len() {
-        return Ok((rp.clone(), full.to_vec(), inputs.to_vec()));
+    let plan = Coalesced::of(rp, full, inputs)?;
+    let views = plan.views(inputs)?;
+    Ok((plan.program, plan.dims, views))
+}
+
+/// What [`coalesce`] makes of a reduction, without the input views: the same for every call
+/// whose inputs have the same dims and strides (a fused run keeps it and makes only the
+/// views again).
+#[derive(Clone, Debug)]
+pub struct Coalesced {
+    /// The program for the merged rank and reduced dims.
+    pub program: ReduceProgram,
+    /// The merged shape.
+    pub dims: Vec<i64>,
+    /// Each input's strides over the merged shape (`None`: nothing merged, inputs as given).
+    strides: Option<Vec<Vec<i64>>>,
+}
+
+impl Coalesced {
+    /// The merged reduction of `rp` over `full` for `inputs` (see [`coalesce`]).
+    pub fn of(rp: &ReduceProgram, full: &[i64], inputs: &[TensorRef]) -> Result<Self> {
+        let unchanged = || Self {
+            program: rp.clone(),
+            dims: full.to_vec(),
+            strides: None,
+        };
+        let packed = row_major_strides(full);
+        let mut strides = rp.program.input_strides(OP, inputs, full)?;
+        strides.push(packed.to_vec());
+        // A stride list that chains across kept dims and across reduced dims but never from
+        // one to the other (0 on reduced dims): merging then keeps the two apart.
+        strides.push(
+            (0..full.len())
+                .map(|d| if rp.reduced >> d & 1 == 1 { 0 } else { packed[d] })
+                .collect(),
+        );
+        let (dims, mut merged) = coalesce_dims(full, &strides);
+        let Some(class) = merged.last() else {
+            return Ok(unchanged());
+        };
+        let reduced: Vec<bool> = class.iter().map(|&s| s == 0).collect();
+        if !reduced.contains(&true) || dims.len() == full.len() {
+            return Ok(unchanged());
+        }
+        let mask = reduced
+            .iter()
+            .enumerate()
+            .fold(0u8, |m, (d, &r)| m | (u8::from(r) << d));
+        merged.truncate(inputs.len());
+        Ok(Self {
+            program: ReduceProgram {
+                rank: dims.len() as u8,
+                reduced: mask,
+                ..rp.clone()
+            },
+            dims,
+            strides: Some(merged),
+        })
     }
-    let mask = reduced
-        .iter()
-        .enumerate()
-        .fold(0u8, |m, (d, &r)| m | (u8::from(r) << d));
-    let views = inputs
-        .iter()
-        .zip(&merged)
-        .map(|(t, s)| t.reshaped(&dims, s))
-        .collect::<Result<Vec<_>>>()?;
-    let merged_rp = ReduceProgram {
-        rank: dims.len() as u8,
-        reduced: mask,
-        ..rp.clone()
-    };
-    Ok((merged_rp, dims, views))
+
+    /// Each input's view of the merged shape (`inputs` of the dims and strides this was made
+    /// for).
+    pub fn views<'a>(&self, inputs: &[TensorRef<'a>]) -> Result<Vec<TensorRef<'a>>> {
+        match &self.strides {
+            None => Ok(inputs.to_vec()),
+            Some(strides) => inputs
+                .iter()
+                .zip(strides)
+                .map(|(t, s)| t.reshaped(&self.dims, s))
+                .collect(),
+        }
+    }
 }
 
 /// Blocks worth of work to aim for: about eight per SM of a large GPU (a reduction is bound

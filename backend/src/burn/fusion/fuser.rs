@@ -1,7 +1,9 @@
 //! The elementwise fuser: collects a run of float/bool elementwise operations of one output
 //! shape (inputs may broadcast) into a [`kernels::fused::Program`](crate::kernels::fused::Program).
 //! Fills (`ones`, `zeros`, `full`) are constants of the run; a reshape of a tensor made before
-//! the run, or a sum or mean of one over a dim of size 1, is read as a view of it; values whose
+//! the run, or a sum or mean of one over a dim of size 1, is read as a view of it, and so is a
+//! swap or permutation of its dims (in a run that stays plain: inputs keep their strides,
+//! burn-autodiff's `reshape`, `swap_dims`, product chains need no copy); values whose
 //! shapes differ only in dims of size 1 (`[C]` and `[1, C, 1, 1]`) make a *flat* run, in one
 //! element order; values of one smaller shape that broadcasts to the run's (batch-norm
 //! statistics beside the normalization) make a *mixed* run, the small values computed by
@@ -21,7 +23,9 @@ use burn_ir::{
     TensorStatus,
 };
 
-use super::optimization::{last_use, CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView};
+use super::optimization::{
+    last_use, Axes, CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView,
+};
 use crate::burn::CudnnDevice;
 use crate::graph::DataType;
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
@@ -123,6 +127,26 @@ fn same_elements(op: &OperationIr) -> Option<(&TensorIr, &TensorIr)> {
             if size_one(&r.input, r.axis) =>
         {
             Some((&r.input, &r.out))
+        }
+        _ => None,
+    }
+}
+
+/// `(input, output, axes)` of a float swap of two dims or permutation (dim `i` of the output
+/// is dim `axes[i]` of the input).
+fn permutation(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, Axes)> {
+    match op {
+        OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) => {
+            let rank = s.input.shape.len();
+            if s.dim1 >= rank || s.dim2 >= rank {
+                return None;
+            }
+            let mut axes: Axes = (0..rank).collect();
+            axes.swap(s.dim1, s.dim2);
+            Some((&s.input, &s.out, axes))
+        }
+        OperationIr::BaseFloat(BaseOperationIr::Permute(p)) => {
+            Some((&p.input, &p.out, p.axes.iter().copied().collect()))
         }
         _ => None,
     }
@@ -258,13 +282,17 @@ struct InputSlot {
     last_use: bool,
 }
 
-/// A reshape, or a sum or mean over a dim of size 1, of a tensor made before the run (or of
-/// an earlier view): its output is a view of that tensor, made when the run executes.
+/// A reshape, or a sum or mean over a dim of size 1, or a permutation of the dims (a swap),
+/// of a tensor made before the run (or of an earlier view): its output is a view of that
+/// tensor, made when the run executes.
 #[derive(Clone, Debug)]
 struct ViewSlot {
     out: TensorId,
     source: TensorId,
     source_last_use: bool,
+    /// The permutation (dim `i` of the view is dim `axes[i]` of its source); `None`: a
+    /// reshape.
+    axes: Option<Axes>,
 }
 
 /// Collects elementwise operations into one fused program (see the module docs).
@@ -295,6 +323,11 @@ pub(crate) struct ElementwiseFuser {
     /// The run holds values whose shapes differ only in dims of size 1 (such as `[C]` and
     /// `[1, C, 1, 1]`): one element order for all, every input read as a view of one shape.
     flat: bool,
+    /// The run as it was before its trailing permuted views (swaps no operation of the run
+    /// has followed yet): burn-fusion is offered the run without them, so a swap that starts
+    /// another pattern (Burn's composed linear weight gradient, `xᵀ` then a matmul) stays for
+    /// that pattern's fuser.
+    before_views: Option<Box<ElementwiseFuser>>,
     /// Whether the run may become flat, and its mixed runs read lower-rank inputs as the
     /// small shape (the reduction fuser's prologue may not: its kernel reads every input
     /// broadcast against the iteration shape).
@@ -357,6 +390,7 @@ impl Default for ElementwiseFuser {
             dropped: Vec::new(),
             views: Vec::new(),
             consumed_views: HashSet::new(),
+            before_views: None,
             scalars: Vec::new(),
             ops: Vec::new(),
             broadcast: false,
@@ -411,10 +445,26 @@ impl ElementwiseFuser {
         self.views.iter().any(|v| v.out == id)
     }
 
-    /// Takes `out` as a view of `source` when `source` is made before the run (a view of a
-    /// value of the run would need the value stored first).
-    fn try_view(&mut self, source: &TensorIr, out: &TensorIr) -> bool {
+    /// Whether the run holds a permuted view (its inputs are then read with their own
+    /// strides, never as another shape: the run stays plain).
+    fn has_permuted_view(&self) -> bool {
+        self.views.iter().any(|v| v.axes.is_some())
+    }
+
+    /// Takes `out` as a view of `source` (a reshape, or the permutation `axes`) when `source`
+    /// is made before the run (a view of a value of the run would need the value stored
+    /// first). A permutation only in a plain run, and no reshape of a permuted view (it would
+    /// need a copy). A permutation does not start a run: before the run's first operation it
+    /// is taken only of a view the run holds (burn-autodiff's `reshape`, `swap_dims`), so a
+    /// bare swap (attention's `kᵀ` before its matmul) does not hold burn-fusion's block open
+    /// while the operations of other blocks go by unfused.
+    fn try_view(&mut self, source: &TensorIr, out: &TensorIr, axes: Option<Axes>) -> bool {
         if self.registers.contains_key(&source.id) || storage(source.dtype).is_none() || out.dtype != source.dtype {
+            return false;
+        }
+        let permuted_source = self.views.iter().any(|v| v.out == source.id && v.axes.is_some());
+        let leading = self.ops.is_empty() && !self.is_view(source.id);
+        if axes.is_some() && (self.flat || self.mixed.is_some() || leading) || axes.is_none() && permuted_source {
             return false;
         }
         let source_last_use = last_use(source);
@@ -425,6 +475,7 @@ impl ElementwiseFuser {
             out: out.id,
             source: source.id,
             source_last_use,
+            axes,
         });
         true
     }
@@ -437,8 +488,11 @@ impl ElementwiseFuser {
     pub(super) fn try_add(&mut self, op: &OperationIr) -> bool {
         if let Some((source, out)) = same_elements(op) {
             if !self.registers.contains_key(&source.id) {
-                return self.try_view(source, out);
+                return self.try_view(source, out, None);
             }
+        }
+        if let Some((source, out, axes)) = permutation(op) {
+            return self.try_view(source, out, Some(axes));
         }
         let Some(d) = describe(op) else { return false };
         if storage(d.out.dtype).is_none() || self.ops.len() >= MAX_OPS || self.outputs_pending() >= MAX_OUTPUTS {
@@ -450,8 +504,12 @@ impl ElementwiseFuser {
         } else {
             self.fits(&d, &out_shape)
         };
+        // A permuted view is read with its own strides: the run never becomes flat or mixed.
+        let plain_only = self.has_permuted_view();
         match fit {
+            Some((true, _)) if plain_only => false,
             Some(flat_broadcast) => self.push(&d, out_shape, None, flat_broadcast),
+            None if plain_only => false,
             None => match self.mixed_join(&d, &out_shape) {
                 Some(m) => self.push(&d, out_shape, Some(m), (false, true)),
                 None => false,
@@ -781,6 +839,7 @@ impl ElementwiseFuser {
                     source: v.source,
                     source_last_use: v.source_last_use,
                     keep: !self.consumed_views.contains(&v.out),
+                    axes: v.axes.clone(),
                 })
                 .collect(),
             scalars: self.scalars.clone(),
@@ -790,7 +849,15 @@ impl ElementwiseFuser {
             operations: self.absorbed.clone(),
             function: None,
             unbuildable: false,
+            packed: None,
         }
+    }
+}
+
+impl ElementwiseFuser {
+    /// The run burn-fusion is offered: without its trailing permuted views.
+    fn offered(&self) -> &ElementwiseFuser {
+        self.before_views.as_deref().unwrap_or(self)
     }
 }
 
@@ -799,6 +866,8 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
         if self.status == FuserStatus::Closed {
             return;
         }
+        let swap = permutation(op).is_some();
+        let before = (swap && self.before_views.is_none()).then(|| Box::new(self.clone()));
         let added = match op {
             OperationIr::Drop(t) if !self.ops.is_empty() => {
                 self.drop_tensor(t);
@@ -809,13 +878,19 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
         };
         if added {
             self.absorbed.push(op.clone());
+            if before.is_some() {
+                self.before_views = before;
+            } else if !swap && !matches!(op, OperationIr::Drop(_)) {
+                // An operation after the swaps: they are inside the run now.
+                self.before_views = None;
+            }
         } else {
             self.status = FuserStatus::Closed;
         }
     }
 
     fn finish(&mut self) -> CudnnOptimization {
-        CudnnOptimization::Elementwise(self.build())
+        CudnnOptimization::Elementwise(self.offered().build())
     }
 
     fn reset(&mut self) {
@@ -832,17 +907,18 @@ impl OperationFuser<CudnnOptimization> for ElementwiseFuser {
     }
 
     fn properties(&self) -> FuserProperties {
+        let run = self.offered();
         FuserProperties {
-            score: self.ops.len() as u64,
+            score: run.ops.len() as u64,
             // Runs of two or more: a run of one operation taken alone gave wrong results in
             // the conformance suite (`float_trunc` computed like the case before it), not
             // yet explained, so single operations stay on the backend's own kernels.
-            ready: self.ops.len() >= 2 && self.has_device(),
+            ready: run.ops.len() >= 2 && run.has_device(),
         }
     }
 
     fn len(&self) -> usize {
-        self.absorbed.len()
+        self.offered().absorbed.len()
     }
 
     fn clone_dyn(&self) -> Box<dyn OperationFuser<CudnnOptimization>> {
@@ -971,6 +1047,116 @@ mod tests {
 
     fn reshape(input: TensorIr, out: TensorIr) -> OperationIr {
         OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr { input, out }))
+    }
+
+    fn swap(input: TensorIr, out: TensorIr, dim1: usize, dim2: usize) -> OperationIr {
+        OperationIr::BaseFloat(BaseOperationIr::SwapDims(burn_ir::SwapDimsOpIr {
+            input,
+            out,
+            dim1,
+            dim2,
+        }))
+    }
+
+    #[test]
+    fn swapped_views_join_a_plain_run_and_keep_it_plain() {
+        let f32 = DType::F32;
+        // grad.reshape([C, N, H, W]).swap_dims(0, 1) * x, as burn-autodiff composes the
+        // gradient through a channel view.
+        let ops = vec![
+            reshape(t(1, &[2, 5], RW, f32), t(2, &[2, 1, 3, 4], NEW, f32)),
+            swap(t(2, &[2, 1, 3, 4], RW, f32), t(3, &[1, 2, 3, 4], NEW, f32), 0, 1),
+            binary_op(
+                NumericOperationIr::Mul,
+                t(3, &[1, 2, 3, 4], RW, f32),
+                t(4, &[1, 2, 3, 4], RO, f32),
+                t(5, &[1, 2, 3, 4], NEW, f32),
+            ),
+        ];
+        let mut f = fuse_all(&ops);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Open, 3));
+        let e = f.build();
+        assert_eq!(e.views.len(), 2);
+        assert_eq!(e.views[1].axes.as_deref(), Some(&[1, 0, 2, 3][..]));
+        assert!(!e.flat && e.mixed.is_none());
+        // The run may not become flat now (its permuted input cannot be read as another shape).
+        f.fuse(&binary_op(
+            NumericOperationIr::Add,
+            t(5, &[1, 2, 3, 4], RO, f32),
+            t(6, &[1, 2, 3, 4, 0], RO, f32),
+            t(7, &[1, 2, 3, 4, 0], NEW, f32),
+        ));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 3));
+        // No reshape of a permuted view (it would need a copy).
+        let mut ops = ops[..2].to_vec();
+        ops.push(reshape(t(3, &[1, 2, 3, 4], RW, f32), t(8, &[1, 6], NEW, f32)));
+        let f = fuse_all(&ops);
+        // Closed at the reshape; the swap no operation followed is not offered either.
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
+        // A swap that no operation of the run follows is left out of what burn-fusion is
+        // offered (it may start another pattern: xᵀ then a matmul).
+        let mut f = fuse_all(&[
+            binary_op(
+                NumericOperationIr::Add,
+                t(20, &[1, 2], RO, f32),
+                t(21, &[1, 2], RO, f32),
+                t(22, &[1, 2], NEW, f32),
+            ),
+            binary_op(
+                NumericOperationIr::Mul,
+                t(22, &[1, 2], RW, f32),
+                t(21, &[1, 2], RO, f32),
+                t(23, &[1, 2], NEW, f32),
+            ),
+            swap(t(24, &[3, 4], RO, f32), t(25, &[4, 3], NEW, f32), 0, 1),
+        ]);
+        assert_eq!((f.status(), f.len(), f.properties().score), (FuserStatus::Open, 2, 2));
+        assert!(f.build().views.len() == 1 && f.offered().build().views.is_empty());
+        // An operation after it brings it into the run.
+        f.fuse(&binary_op(
+            NumericOperationIr::Mul,
+            t(25, &[4, 3], RW, f32),
+            t(26, &[4, 3], RO, f32),
+            t(27, &[4, 3], NEW, f32),
+        ));
+        assert_eq!(
+            f.status(),
+            FuserStatus::Closed,
+            "another shape: a plain run of [1, 2] ends"
+        );
+        // A bare swap does not start a run; a swap of a view the run holds does.
+        let g = fuse_all(&[swap(t(24, &[3, 4], RO, f32), t(25, &[4, 3], NEW, f32), 0, 1)]);
+        assert_eq!((g.status(), g.len()), (FuserStatus::Closed, 0));
+        let mut g = fuse_all(&[
+            reshape(t(23, &[12], RO, f32), t(24, &[3, 4], NEW, f32)),
+            swap(t(24, &[3, 4], RW, f32), t(25, &[4, 3], NEW, f32), 0, 1),
+            binary_op(
+                NumericOperationIr::Mul,
+                t(25, &[4, 3], RW, f32),
+                t(26, &[4, 3], RO, f32),
+                t(27, &[4, 3], NEW, f32),
+            ),
+        ]);
+        assert_eq!((g.status(), g.len()), (FuserStatus::Open, 3));
+        g.fuse(&binary_op(
+            NumericOperationIr::Add,
+            t(27, &[4, 3], RW, f32),
+            t(26, &[4, 3], RO, f32),
+            t(28, &[4, 3], NEW, f32),
+        ));
+        assert!(g.properties().ready && g.len() == 4);
+        // No permutation in a flat run.
+        let flat = vec![
+            binary_op(
+                NumericOperationIr::Add,
+                t(10, &[2], RO, f32),
+                t(11, &[0, 2, 0, 0], RO, f32),
+                t(12, &[0, 2, 0, 0], NEW, f32),
+            ),
+            swap(t(13, &[2, 3], RO, f32), t(14, &[3, 2], NEW, f32), 0, 1),
+        ];
+        let f = fuse_all(&flat);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 1));
     }
 
     #[test]

@@ -25,9 +25,13 @@ pub(crate) struct FusedInput {
     pub last_use: bool,
 }
 
-/// A reshape (or a sum or mean over a dim of size 1) absorbed into a fused run: `out` is a
-/// view of `source`, a tensor made before the run or an earlier view (relative ids).
-#[derive(Clone, Copy, Debug)]
+/// The axes of a permutation: dim `i` of the result is dim `axes[i]` of its input.
+pub(crate) type Axes = smallvec::SmallVec<[usize; 8]>;
+
+/// A reshape (or a sum or mean over a dim of size 1), or a permutation of the dims, absorbed
+/// into a fused run: `out` is a view of `source`, a tensor made before the run or an earlier
+/// view (relative ids).
+#[derive(Clone, Debug)]
 pub(crate) struct FusedView {
     pub out: TensorId,
     pub source: TensorId,
@@ -35,6 +39,8 @@ pub(crate) struct FusedView {
     pub source_last_use: bool,
     /// `out` is read after the run: its handle is registered when the run executes.
     pub keep: bool,
+    /// The permutation; `None`: a reshape.
+    pub axes: Option<Axes>,
 }
 
 /// A scalar operand: its (relative) value and the float dtype it is rounded to first, as the
@@ -75,6 +81,9 @@ pub struct ElementwiseOptimization {
     /// The kernel failed to build: every execution runs the operations one by one, without
     /// asking the builder again.
     pub(crate) unbuildable: bool,
+    /// The last launch's key and pointer-free part: the next execution with the same key
+    /// (the same shapes, strides, dtypes and alignment) skips the checks and the packing.
+    pub(crate) packed: Option<(Vec<i64>, Box<fused::PackedLaunch>)>,
 }
 
 /// Every optimization of the backend's fusers.
@@ -309,7 +318,7 @@ pub(crate) struct RunInputs {
 }
 
 /// The inputs and views of a fused run: a view is its source's tensor reshaped (no copy when
-/// the source is packed).
+/// the source is packed) or permuted (never a copy).
 pub(crate) fn run_inputs(
     context: &Context<CudnnFusionHandle>,
     inputs: &[FusedInput],
@@ -323,7 +332,11 @@ pub(crate) fn run_inputs(
             Some((_, _, t)) => t.clone(),
             None => handle_tensor(context, &global_ir(context, &v.source, op).id, op),
         };
-        made.push((v.out, out.id, crate::burn::structure::reshape(source, &out.shape)?));
+        let view = match &v.axes {
+            Some(axes) => crate::burn::structure::permute(source, axes, op)?,
+            None => crate::burn::structure::reshape(source, &out.shape)?,
+        };
+        made.push((v.out, out.id, view));
     }
     let ir: Vec<_> = inputs.iter().map(|i| global_ir(context, &i.id, op)).collect();
     let tensors = ir
@@ -436,9 +449,16 @@ impl ElementwiseOptimization {
         // Declared before the launch, which ends up borrowing them, so they outlive it.
         let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
         let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
-        let mut launch = match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims, mixed_small.as_deref()) {
-            Ok(l) => l,
-            Err(e) => return Ok(self.unbuildable_after(e)),
+        let key = fused::launch_key(&in_refs, &dims, mixed_small.as_deref());
+        let mut launch = match &self.packed {
+            Some((k, packed)) if *k == key => FusedLaunch::from_packed(packed, &in_refs),
+            _ => match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims, mixed_small.as_deref()) {
+                Ok(l) => {
+                    self.packed = Some((key, Box::new(l.packed())));
+                    l
+                }
+                Err(e) => return Ok(self.unbuildable_after(e)),
+            },
         };
         let variant = launch.variant();
         let ready = match &self.function {

@@ -13,7 +13,8 @@
 //! [`ReduceFuser`] takes: elementwise operations (any the elementwise fuser takes, none
 //! needed), then either a chain of sums/means over distinct dims of one value, each reading
 //! the previous result at its last use, or the channel view (a swap of dims 0 and 1, then a
-//! reshape to `[dims[1], rest]` at the swap's last use) and one sum/mean over its dim 1;
+//! reshape to `[dims[1], rest]` at the swap's last use) and one sum/mean over its dim 1 (a
+//! swap that no such reshape follows is read as a permuted view, as the elementwise fuser's);
 //! then optionally a reshape of the result at its last use. The value summed may be a value of
 //! the run or a tensor made before it; it is never stored unless read later, and the copy of
 //! the channel view is never made. At least two operations must be absorbed (a lone sum stays
@@ -85,6 +86,9 @@ pub struct ReduceOptimization {
     /// Zeroed arrival counters of the chunked launches (each launch leaves them zeroed), so
     /// chunked sums combine in the same launch; made at the first chunked execution.
     arrivals: Option<CudnnTensor>,
+    /// The last execution's launch key (`kernels::fused::launch_key` of its inputs over the
+    /// iteration shape) and merged reduction, reused while the key repeats.
+    coalesced: Option<(Vec<i64>, Box<fused_reduce::Coalesced>)>,
 }
 
 /// Whether the `reduced` dims of a rank-`rank` iteration shape are its trailing dims (a
@@ -272,7 +276,8 @@ impl ReduceFuser {
                         };
                         return true;
                     }
-                    return false;
+                    // Another swap: a permuted view in the prologue.
+                    return self.elementwise.try_add(op);
                 }
                 self.elementwise.try_add(op)
             }
@@ -289,7 +294,7 @@ impl ReduceFuser {
                     };
                     true
                 }
-                _ => false,
+                _ => self.swap_as_view(&source, &swapped, op),
             },
             Stage::Viewed { source, viewed } => match reduction(op) {
                 Some((input, out, 1, how))
@@ -354,6 +359,26 @@ impl ReduceFuser {
                 }
             }
         }
+    }
+
+    /// After a swap of dims 0 and 1 that no channel view follows (burn-autodiff's gradient of
+    /// one: `reshape`, `swap_dims`, then elementwise operations): the swap joins the prologue
+    /// as a permuted view of its input (made before the run), then `op` is offered to it.
+    /// False, and the run ends before the swap, when either does not fit.
+    fn swap_as_view(&mut self, source: &TensorIr, swapped: &TensorIr, op: &OperationIr) -> bool {
+        let swap = OperationIr::BaseFloat(BaseOperationIr::SwapDims(burn_ir::SwapDimsOpIr {
+            input: source.clone(),
+            out: swapped.clone(),
+            dim1: 0,
+            dim2: 1,
+        }));
+        let before = self.elementwise.clone();
+        if self.elementwise.try_add(&swap) && self.elementwise.try_add(op) {
+            self.stage = Stage::Prologue;
+            return true;
+        }
+        self.elementwise = before;
+        false
     }
 
     /// Takes `op` into the epilogue: an elementwise operation over the iteration shape (or
@@ -434,6 +459,7 @@ impl ReduceFuser {
             function: None,
             unbuildable: false,
             arrivals: None,
+            coalesced: None,
         }
     }
 }
@@ -542,9 +568,19 @@ impl ReduceOptimization {
         if let Some(k) = result_slot {
             in_refs.insert(k, result.tref());
         }
-        // The kernel runs over the merged dims (see `fused_reduce::coalesce`).
-        let (merged, dims, in_views) = match fused_reduce::coalesce(&self.reduction, &full, &in_refs) {
-            Ok(m) => m,
+        // The kernel runs over the merged dims (see `fused_reduce::coalesce`), the same as
+        // last time for inputs of the same dims, strides and alignment.
+        let key = crate::kernels::fused::launch_key(&in_refs, &full, None);
+        let coalesced = match self.coalesced.take() {
+            Some((k, c)) if k == key => (k, c),
+            _ => match fused_reduce::Coalesced::of(&self.reduction, &full, &in_refs) {
+                Ok(c) => (key, Box::new(c)),
+                Err(e) => return Ok(self.unbuildable_after(e)),
+            },
+        };
+        let (merged, dims) = (&coalesced.1.program, coalesced.1.dims.as_slice());
+        let in_views = match coalesced.1.views(&in_refs) {
+            Ok(v) => v,
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
         let variant = (merged.rank, merged.reduced, merged.wide);
@@ -552,7 +588,7 @@ impl ReduceOptimization {
         // under a lock, hashing the whole program).
         let function = match &self.function {
             Some((v, f)) if *v == variant => f.clone(),
-            _ => match fused_reduce::ready_or_queue(&stream, &merged) {
+            _ => match fused_reduce::ready_or_queue(&stream, merged) {
                 Ok(Some(f)) => self.function.insert((variant, f)).1.clone(),
                 Ok(None) => return Ok(false),
                 Err(e) => return Ok(self.unbuildable_after(e)),
@@ -568,12 +604,12 @@ impl ReduceOptimization {
             .iter()
             .map(|&(_, dtype)| CudnnTensor::empty(&device, &full, dtype, OP))
             .collect::<Result<Vec<_>>>()?;
-        let scratch_len = ReduceLaunch::scratch_len(&merged, &dims);
+        let scratch_len = ReduceLaunch::scratch_len(merged, dims);
         let scratch = match scratch_len {
             0 => None,
             n => Some(CudnnTensor::empty(&device, &[n as i64], DType::F32, OP)?),
         };
-        let arrivals_len = ReduceLaunch::arrivals_len(&merged, &dims) as i64;
+        let arrivals_len = ReduceLaunch::arrivals_len(merged, dims) as i64;
         if arrivals_len > 0 && self.arrivals.as_ref().is_none_or(|t| t.dims()[0] < arrivals_len) {
             let counters = CudnnTensor::empty(&device, &[arrivals_len.max(MIN_ARRIVALS)], DType::I32, OP)?;
             crate::kernels::elementwise::fill(&stream, &counters.tmut(), 0.0)?;
@@ -582,8 +618,8 @@ impl ReduceOptimization {
         let arrivals = self.arrivals.clone().filter(|_| arrivals_len > 0);
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         {
-            let packed = row_major_strides(&dims);
-            let out_refs: Vec<_> = match outputs.iter().map(|t| t.tmut().reshaped_mut(&dims, &packed)).collect() {
+            let packed = row_major_strides(dims);
+            let out_refs: Vec<_> = match outputs.iter().map(|t| t.tmut().reshaped_mut(dims, &packed)).collect() {
                 Ok(r) => r,
                 Err(e) => return Ok(self.unbuildable_after(e)),
             };
@@ -597,13 +633,14 @@ impl ReduceOptimization {
                 scratch: scratch_ref.as_ref(),
                 arrivals: arrivals_ref.as_ref(),
             };
-            let launch = ReduceLaunch::new(&merged, &dims, &operands, &scalars, scale);
+            let launch = ReduceLaunch::new(merged, dims, &operands, &scalars, scale);
             match launch {
                 Ok(l) => l.launch(&stream, &function)?,
                 Err(e) => return Ok(self.unbuildable_after(e)),
             }
         }
         drop((in_views, in_refs));
+        self.coalesced = Some(coalesced);
         release_consumed(context, &run, &made_before, &self.views, &self.dropped, OP);
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
@@ -752,6 +789,56 @@ mod tests {
         assert!(o.reduction.program.ops.is_empty());
         assert!(!o.inputs[0].last_use);
         assert_eq!((o.full, o.out), (TensorId::new(1), TensorId::new(5)));
+    }
+
+    #[test]
+    fn a_swap_that_no_channel_reshape_follows_is_a_permuted_view_of_the_prologue() {
+        // burn-autodiff's gradient through the channel view: the [C, M] gradient reshaped to
+        // [C, N, H, W], swapped back to [N, C, H, W], multiplied, then summed over N, H, W.
+        let ops = vec![
+            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                input: t(1, &[2, 5], ReadWrite, F),
+                out: t(2, &[2, 1, 3, 4], NotInit, F),
+            })),
+            OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
+                input: t(2, &[2, 1, 3, 4], ReadWrite, F),
+                out: t(3, &[1, 2, 3, 4], NotInit, F),
+                dim1: 0,
+                dim2: 1,
+            })),
+            mul(3, ReadWrite, 6, &[1, 2, 3, 4], 7),
+            sum(7, &[1, 2, 3, 4], ReadWrite, 0, 8),
+            sum(8, &[0, 2, 3, 4], ReadWrite, 2, 9),
+            sum(9, &[0, 2, 0, 4], ReadWrite, 3, 10),
+        ];
+        let f = fused(&ops);
+        assert_eq!(f.status(), FuserStatus::Open);
+        assert!(f.properties().ready && f.len() == 6);
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        assert_eq!(o.reduction.reduced, 0b1101);
+        assert_eq!(o.views.len(), 2);
+        assert_eq!(o.views[0].axes, None);
+        assert_eq!(o.views[1].axes.as_deref(), Some(&[1, 0, 2, 3][..]));
+        // Both views are consumed by the product; the product's inputs are the swapped view
+        // and the other factor.
+        assert!(o.views.iter().all(|v| !v.keep));
+        assert_eq!(
+            o.inputs.iter().map(|i| i.id).collect::<Vec<_>>(),
+            vec![TensorId::new(3), TensorId::new(6)]
+        );
+        // A swap of a value of the run (it would need storing first) ends the run before it.
+        let mut made = vec![mul(11, ReadOnly, 12, &[2, 1, 3, 4], 13)];
+        made.push(OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
+            input: t(13, &[2, 1, 3, 4], ReadWrite, F),
+            out: t(14, &[1, 2, 3, 4], NotInit, F),
+            dim1: 0,
+            dim2: 1,
+        })));
+        made.push(mul(14, ReadWrite, 6, &[1, 2, 3, 4], 15));
+        let f = fused(&made);
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert!(!f.properties().ready);
     }
 
     #[test]
