@@ -31,6 +31,8 @@ mod = runpy.run_path(path, run_name="not_main")
 import torch.nn.functional as F
 dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 torch.backends.cudnn.benchmark = True
+# f32 convolutions in f32, as in train_torch.py's rows and ours by default (PyTorch's default is TF32).
+torch.backends.cudnn.allow_tf32 = False
 dev = torch.device("cuda")
 b = int(batch)
 if model == "cnn":
