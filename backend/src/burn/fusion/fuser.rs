@@ -146,7 +146,14 @@ fn permutation(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, Axes)> {
             Some((&s.input, &s.out, axes))
         }
         OperationIr::BaseFloat(BaseOperationIr::Permute(p)) => {
-            Some((&p.input, &p.out, p.axes.iter().copied().collect()))
+            let rank = p.input.shape.len();
+            let mut seen = [false; 64];
+            let valid = p.axes.len() == rank
+                && rank <= seen.len()
+                && p.axes
+                    .iter()
+                    .all(|&a| a < rank && !std::mem::replace(&mut seen[a], true));
+            valid.then(|| (&p.input, &p.out, p.axes.iter().copied().collect()))
         }
         _ => None,
     }
@@ -1145,6 +1152,13 @@ mod tests {
             t(28, &[4, 3], NEW, f32),
         ));
         assert!(g.properties().ready && g.len() == 4);
+        // A permutation whose axes are not one (malformed) is not taken.
+        let bad = OperationIr::BaseFloat(BaseOperationIr::Permute(burn_ir::PermuteOpIr {
+            input: t(24, &[3, 4], RW, f32),
+            out: t(29, &[3, 4], NEW, f32),
+            axes: vec![0, 0],
+        }));
+        assert!(permutation(&bad).is_none());
         // No permutation in a flat run.
         let flat = vec![
             binary_op(
