@@ -707,6 +707,7 @@ where
         }
         let started = Instant::now();
         let launches_before = cudnn_backend::runtime::launch_counts();
+        let replays_before = examples::startup::graph_replays();
         let threads_before = examples::host_profile::thread_times();
         // `--host-profile`: the last epoch's steps are sampled.
         let profile = match &args.host_profile {
@@ -757,7 +758,12 @@ where
         if epoch == args.epochs && args.backend.counts_launches() && rank == 0 {
             eprintln!(
                 "{}",
-                examples::startup::epoch_host_report(&launches, &threads_before, steps)
+                examples::startup::epoch_host_report(
+                    &launches,
+                    examples::startup::graph_replays() - replays_before,
+                    &threads_before,
+                    steps
+                )
             );
         }
         let seconds = started.elapsed().as_secs_f64();

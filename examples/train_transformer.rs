@@ -300,6 +300,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         let bar = examples::curves::epoch_bar(steps, epoch, args.epochs)?;
         let t0 = Instant::now();
         let before = cudnn_backend::runtime::launch_counts();
+        let replays_before = examples::startup::graph_replays();
         let threads_before = examples::host_profile::thread_times();
         // `--host-profile`: the last epoch's steps are sampled.
         let profile = match &args.host_profile {
@@ -341,7 +342,12 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
         if epoch == args.epochs && args.backend.counts_launches() {
             eprintln!(
                 "{}",
-                examples::startup::epoch_host_report(&launches, &threads_before, steps)
+                examples::startup::epoch_host_report(
+                    &launches,
+                    examples::startup::graph_replays() - replays_before,
+                    &threads_before,
+                    steps
+                )
             );
         }
         let accuracy = evaluate(&model.valid(), &test_set, args, device);

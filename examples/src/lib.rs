@@ -237,9 +237,17 @@ pub mod startup {
         ) + &build_timeline()
     }
 
+    /// cuDNN executions served by a captured CUDA graph so far (replays, and the launch that
+    /// follows each capture), from the engine's plan statistics.
+    pub fn graph_replays() -> u64 {
+        let s = cudnn_backend::plan::stats();
+        s.replay_launches + s.replay_captures
+    }
+
     /// `launches per step: …`: this crate's kernels and cuDNN executions per step of
-    /// `launches` (counted over `steps` steps), and the fused runs that ran unfused.
-    pub fn launches_per_step(launches: &cudnn_backend::runtime::LaunchCounts, steps: usize) -> String {
+    /// `launches` (counted over `steps` steps; `replays` of the executions from captured
+    /// graphs), the fused runs that ran unfused, and the host time in each kind of work.
+    pub fn launches_per_step(launches: &cudnn_backend::runtime::LaunchCounts, replays: u64, steps: usize) -> String {
         let per = |n: u64| n as f64 / steps.max(1) as f64;
         format!(
             "launches per step: {:.0} kernels, {:.0} cuDNN executions ({:.0} replayed as CUDA graphs); \
@@ -248,7 +256,7 @@ pub mod startup {
              in allocations and frees {:.2}",
             per(launches.kernels),
             per(launches.cudnn_executions),
-            per(launches.cudnn_replays),
+            per(replays),
             per(launches.fused_fallbacks),
             per(launches.fused_ns) * 1e-6,
             per(launches.cudnn_ns) * 1e-6,
@@ -259,16 +267,18 @@ pub mod startup {
 
     /// [`launches_per_step`], then `fusion server thread: … ms CPU per step`: the CPU time of
     /// burn-fusion's device server threads since `before` (a
-    /// [`crate::host_profile::thread_times`] snapshot taken with the launch counts), per step.
+    /// [`crate::host_profile::thread_times`] snapshot taken with the launch counts and
+    /// [`graph_replays`]), per step.
     pub fn epoch_host_report(
         launches: &cudnn_backend::runtime::LaunchCounts,
+        replays: u64,
         before: &[crate::host_profile::ThreadTimes],
         steps: usize,
     ) -> String {
         let cpu = crate::host_profile::cpu_s_of(before, &crate::host_profile::thread_times(), "DS");
         format!(
             "{}\nfusion server thread: {:.2} ms CPU per step",
-            launches_per_step(launches, steps),
+            launches_per_step(launches, replays, steps),
             cpu * 1e3 / steps.max(1) as f64
         )
     }

@@ -23,11 +23,10 @@ pub(crate) enum Count {
     LaunchNs,
     /// Host nanoseconds allocating and freeing device buffers.
     MemoryNs,
-    /// cuDNN plan executions served by launching a captured CUDA graph.
-    CudnnReplays,
 }
 
-const COUNTS: usize = 8;
+/// How many [`Count`]s there are.
+const COUNTS: usize = Count::MemoryNs as usize + 1;
 
 static TOTALS: [AtomicU64; COUNTS] = [const { AtomicU64::new(0) }; COUNTS];
 
@@ -87,9 +86,6 @@ pub struct LaunchCounts {
     pub launch_ns: u64,
     /// Host (wall) nanoseconds spent allocating and freeing device buffers.
     pub memory_ns: u64,
-    /// Of [`LaunchCounts::cudnn_executions`], those served by launching a captured CUDA
-    /// graph (a repeated pointer set, see `EnginePolicy::graph_replay`).
-    pub cudnn_replays: u64,
 }
 
 impl LaunchCounts {
@@ -108,7 +104,6 @@ impl LaunchCounts {
             cudnn_ns: self.cudnn_ns - earlier.cudnn_ns,
             launch_ns: self.launch_ns - earlier.launch_ns,
             memory_ns: self.memory_ns - earlier.memory_ns,
-            cudnn_replays: self.cudnn_replays - earlier.cudnn_replays,
         }
     }
 
@@ -122,7 +117,6 @@ impl LaunchCounts {
             cudnn_ns: v[Count::CudnnNs as usize],
             launch_ns: v[Count::LaunchNs as usize],
             memory_ns: v[Count::MemoryNs as usize],
-            cudnn_replays: v[Count::CudnnReplays as usize],
         }
     }
 }

@@ -451,14 +451,12 @@ pub(crate) fn execute(
     };
     if let Some(graph) = &pack.replay {
         bump(&cache_stats().replay_launches);
-        add(Count::CudnnReplays, 1);
         return graph.launch(stream);
     }
     if !pack.capture_failed && pack.repeats >= REPLAY_AFTER {
         match Replay::capture(private, stream, handle, &plan.plan, &pack.desc) {
             Ok(graph) => {
                 bump(&cache_stats().replay_captures);
-                add(Count::CudnnReplays, 1);
                 graph.launch(stream)?;
                 pack.replay = Some(graph);
                 return Ok(());

@@ -448,8 +448,13 @@ impl ElementwiseFuser {
         }
     }
 
+    /// The view the run holds as tensor `id`, if any.
+    fn view(&self, id: TensorId) -> Option<&ViewSlot> {
+        self.views.iter().find(|v| v.out == id)
+    }
+
     fn is_view(&self, id: TensorId) -> bool {
-        self.views.iter().any(|v| v.out == id)
+        self.view(id).is_some()
     }
 
     /// Whether the run holds a permuted view (its inputs are then read with their own
@@ -469,8 +474,9 @@ impl ElementwiseFuser {
         if self.registers.contains_key(&source.id) || storage(source.dtype).is_none() || out.dtype != source.dtype {
             return false;
         }
-        let permuted_source = self.views.iter().any(|v| v.out == source.id && v.axes.is_some());
-        let leading = self.ops.is_empty() && !self.is_view(source.id);
+        let source_view = self.view(source.id);
+        let permuted_source = source_view.is_some_and(|v| v.axes.is_some());
+        let leading = self.ops.is_empty() && source_view.is_none();
         if axes.is_some() && (self.flat || self.mixed.is_some() || leading) || axes.is_none() && permuted_source {
             return false;
         }
