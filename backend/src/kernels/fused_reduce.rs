@@ -1,7 +1,9 @@
 //! Fused reductions: a fused elementwise [`Program`] whose chosen value (the *target*) is
 //! summed over some dims of the program's shape, in one generated kernel. The program's other
 //! stored registers are written as the elementwise kernel would write them (each element is
-//! visited once), so the values a reduction reads are never stored just to be read back.
+//! visited once), so the values a reduction reads are never stored just to be read back. Its
+//! *small* outputs ([`Program::small_outputs`]) have the kept elements' shape: each is stored
+//! once per kept element, by the visit of that element's first reduced element.
 //!
 //! The kernel walks the iteration shape as kept elements (the result's) times reduced ones.
 //! A block is `(lanes, rows)` threads: lanes take consecutive kept elements, rows stride over
@@ -37,7 +39,8 @@ const ENTRY: &str = "fused_reduce";
 /// A program and the reduction of one of its values.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReduceProgram {
-    /// The elementwise operations; its outputs are the other registers it stores.
+    /// The elementwise operations; its outputs are the other registers it stores (its small
+    /// outputs at the kept elements' shape, packed like the result).
     pub program: Program,
     /// The value summed: an input or a register, a float.
     pub target: Value,
@@ -302,11 +305,19 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass) {
         s,
         "        while (r < rend) {{\n            bool ok[{UNROLL}];\n            i64 eo[{UNROLL}];"
     );
+    // Small outputs are stored by the visit of each kept element's first reduced element.
+    let small = p.small_outputs != 0 && !matches!(pass, Pass::Reduce { .. });
+    if small {
+        let _ = writeln!(s, "            bool z[{UNROLL}];");
+    }
     for k in 0..inputs {
         let _ = writeln!(s, "            i64 e{k}[{UNROLL}];");
     }
     let _ = writeln!(s, "#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) {{");
     s.push_str("                ok[v] = r < rend;\n                eo[v] = uo;\n");
+    if small {
+        s.push_str("                z[v] = r == 0;\n");
+    }
     for k in 0..inputs {
         let _ = writeln!(s, "                e{k}[v] = u{k};");
     }
@@ -352,7 +363,12 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass) {
     }
     if !matches!(pass, Pass::Reduce { .. }) {
         for (j, &(r, d)) in p.outputs.iter().enumerate() {
-            let _ = writeln!(s, "                q{j}[eo[v]] = {};", store_expr(&format!("r{r}"), d));
+            let value = store_expr(&format!("r{r}"), d);
+            if p.is_small(j) {
+                let _ = writeln!(s, "                if (z[v]) q{j}[o] = {value};");
+            } else {
+                let _ = writeln!(s, "                q{j}[eo[v]] = {value};");
+            }
         }
     }
     if pass != Pass::Store {
@@ -656,22 +672,33 @@ impl<'a> ReduceLaunch<'a> {
             args.ptr[k] = t.ptr;
             args.in_layout[k] = kernel_layout(OP, full, &strides)?;
         }
+        let split = Split::of(rp, full);
+        let Split { kept, red, chunks, .. } = split;
         for (j, (o, &(_, d))) in outputs.iter().zip(&p.outputs).enumerate() {
             check_tensor(OP, "out", o)?;
-            if o.dims[..] != full[..] || o.strides[..] != packed[..] || o.dtype != d {
+            // A small output holds one element per kept element, packed like the result.
+            let fits = if p.is_small(j) {
+                o.dims.iter().product::<i64>() == kept && o.strides[..] == row_major_strides(&o.dims)[..]
+            } else {
+                o.dims[..] == full[..] && o.strides[..] == packed[..]
+            };
+            if !fits || o.dtype != d {
+                let want = if p.is_small(j) {
+                    format!("{kept} packed")
+                } else {
+                    format!("packed {full:?}")
+                };
                 return Err(Error::invalid_arg(
                     OP,
                     "out",
                     format!(
-                        "output {j} is {:?} {:?} {:?}; want packed {full:?} {d:?}",
+                        "output {j} is {:?} {:?} {:?}; want {want} {d:?}",
                         o.dims, o.strides, o.dtype
                     ),
                 ));
             }
             args.ptr[MAX_INPUTS + j] = o.ptr;
         }
-        let split = Split::of(rp, full);
-        let Split { kept, red, chunks, .. } = split;
         check_tensor(OP, "result", result)?;
         let result_packed = row_major_strides(&result.dims);
         if result.dims.iter().product::<i64>() != kept
@@ -806,6 +833,55 @@ mod tests {
         assert!(src.contains("atomicAdd(&arrivals[blockIdx.x], 1u) == (unsigned)(a.chunks - 1)"));
         assert!(src.contains("if (last_arrival) arrivals[blockIdx.x] = 0u;"));
         assert!(src.contains("for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, __ldcg(&part[k * a.kept + o]));"));
+    }
+
+    #[test]
+    fn small_outputs_are_stored_once_per_kept_element() {
+        // 1 / b (of the kept elements' shape `[1, C, 1, 1]`) stored beside the sum of a / b.
+        let rp = ReduceProgram {
+            program: Program {
+                inputs: vec![DataType::F32, DataType::F32],
+                scalars: 0,
+                ops: vec![
+                    FusedOp::unary(crate::kernels::elementwise::UnaryOp::Recip, Value::Input(1)).unwrap(),
+                    FusedOp::Binary(BinaryOp::Mul, Value::Input(0), Value::Reg(0)),
+                ],
+                outputs: vec![(0, DataType::F32)],
+                small_outputs: 0b1,
+            },
+            target: Value::Reg(1),
+            ..squared_deviation()
+        };
+        rp.validate().unwrap();
+        let src = rp.source();
+        assert!(src.contains("z[v] = r == 0;") && src.contains("if (z[v]) q0[o] = r0;"));
+        assert!(
+            !squared_deviation().source().contains("z[v]"),
+            "no flag without small outputs"
+        );
+        // The small output holds one packed element per kept element (C = 3 here).
+        let full = [2, 3, 4, 5];
+        let (a, b) = (
+            TensorRef::fake(&full, &row_major_strides(&full), DataType::F32, 0x1000),
+            TensorRef::fake(&[1, 3, 1, 1], &[3, 1, 1, 1], DataType::F32, 0x2000),
+        );
+        let result = TensorMut::fake(&[1, 3, 1, 1], &[3, 1, 1, 1], DataType::BF16, 0x3000);
+        let scratch = TensorMut::fake(&[1 << 16], &[1], DataType::F32, 0x4000);
+        let launch = |small: TensorMut<'static>| {
+            let outputs = [small];
+            let operands = ReduceOperands {
+                inputs: &[a.clone(), b.clone()],
+                outputs: &outputs,
+                result: &result,
+                scratch: Some(&scratch),
+                arrivals: None,
+            };
+            ReduceLaunch::new(&rp, &full, &operands, &[], 1.0).map(|_| ())
+        };
+        launch(TensorMut::fake(&[3], &[1], DataType::F32, 0x5000)).unwrap();
+        launch(TensorMut::fake(&[1, 3, 1, 1], &[3, 1, 1, 1], DataType::F32, 0x5000)).unwrap();
+        assert!(launch(TensorMut::fake(&full, &row_major_strides(&full), DataType::F32, 0x5000)).is_err());
+        assert!(launch(TensorMut::fake(&[3], &[2], DataType::F32, 0x5000)).is_err());
     }
 
     #[test]

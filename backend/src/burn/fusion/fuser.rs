@@ -782,13 +782,14 @@ impl ElementwiseFuser {
             })
     }
 
-    /// Whether a value of the mixed run's small shape would be stored (read after the run).
-    pub(super) fn stores_small_values(&self) -> bool {
-        self.mixed.is_some()
-            && self
-                .made
-                .iter()
-                .any(|id| !self.consumed.contains(id) && self.small_values.contains(id))
+    /// The mixed run's small shape (relative dims, the run's rank) when a value of it would
+    /// be stored (read after the run).
+    pub(super) fn stored_small_shape(&self) -> Option<&[usize]> {
+        let mixed = self.mixed.as_ref()?;
+        self.made
+            .iter()
+            .any(|id| !self.consumed.contains(id) && self.small_values.contains(id))
+            .then_some(mixed.small.as_slice())
     }
 
     /// Relative dims of the run's values (`None` before the first operation).
@@ -1462,7 +1463,7 @@ mod tests {
             f.fuse(op);
         }
         assert_eq!((f.status(), f.len()), (FuserStatus::Open, 2));
-        assert!(!f.stores_small_values());
+        assert!(f.stored_small_shape().is_none());
         // A `[C]` input read as the small shape is not: the prologue's inputs are read
         // broadcast against the iteration shape.
         let lower_rank = binary_op(

@@ -209,14 +209,37 @@ impl ReduceFuser {
         }
     }
 
-    /// The run is complete: a reduction taken, two operations or more, an input read, and no
-    /// value of a mixed prologue's small shape stored (the kernel stores full-size values
-    /// only; small values read only inside the run are computed by every thread).
+    /// The run is complete: a reduction taken, two operations or more, an input read, and
+    /// every stored value of a mixed prologue's small shape [kept-shaped](Self::small_values_fit).
     fn ready(&self) -> bool {
         matches!(self.stage, Stage::Reduced { .. })
             && self.counted >= 2
             && self.elementwise.has_inputs()
-            && !self.elementwise.stores_small_values()
+            && self.small_values_fit()
+    }
+
+    /// Whether the values of a mixed prologue's small shape that are read after the run can
+    /// be stored: none are, or the small shape is the kept elements' (size 1 along the
+    /// reduced dims, the iteration shape's size along the others), which the kernel stores
+    /// once per kept element, as it stores the result (Burn's batch-norm gradients keep
+    /// `1 / std` and such `[1, C, 1, 1]` values beside their sums). Small values read only
+    /// inside the run are computed by every thread and never stored.
+    fn small_values_fit(&self) -> bool {
+        let Some(small) = self.elementwise.stored_small_shape() else {
+            return true;
+        };
+        let Some((full, _)) = &self.target else {
+            return false;
+        };
+        !self.viewed
+            && small.len() == full.shape.len()
+            && small.iter().zip(full.shape.iter()).enumerate().all(|(d, (&s, &f))| {
+                if self.reduced >> d & 1 == 1 {
+                    s == 0
+                } else {
+                    s == f
+                }
+            })
     }
 
     /// Takes `source` (a value of the run or a tensor made before it) as the value summed;
@@ -599,10 +622,19 @@ impl ReduceOptimization {
             .enumerate()
             .filter(|&(d, _)| self.mean_dims >> d & 1 == 1)
             .fold(1.0f64, |acc, (_, &n)| acc / n as f64) as f32;
+        // Kept-shaped values of a mixed prologue are stored packed in their own dims (one
+        // element per kept element), the others packed in the iteration shape's.
+        let small_outputs = self.reduction.program.small_outputs;
+        let small = |j: usize| small_outputs >> j & 1 == 1;
         let outputs = self
             .outputs
             .iter()
-            .map(|&(_, dtype)| CudnnTensor::empty(&device, &full, dtype, OP))
+            .zip(&outputs_ir)
+            .enumerate()
+            .map(|(j, (&(_, dtype), ir))| {
+                let dims = if small(j) { to_dims(&ir.shape) } else { full.clone() };
+                CudnnTensor::empty(&device, &dims, dtype, OP)
+            })
             .collect::<Result<Vec<_>>>()?;
         let scratch_len = ReduceLaunch::scratch_len(merged, dims);
         let scratch = match scratch_len {
@@ -619,7 +651,18 @@ impl ReduceOptimization {
         let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         {
             let packed = row_major_strides(dims);
-            let out_refs: Vec<_> = match outputs.iter().map(|t| t.tmut().reshaped_mut(dims, &packed)).collect() {
+            let out_refs: Vec<_> = match outputs
+                .iter()
+                .enumerate()
+                .map(|(j, t)| {
+                    if small(j) {
+                        Ok(t.tmut())
+                    } else {
+                        t.tmut().reshaped_mut(dims, &packed)
+                    }
+                })
+                .collect()
+            {
                 Ok(r) => r,
                 Err(e) => return Ok(self.unbuildable_after(e)),
             };
@@ -890,7 +933,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prologue_computing_row_values_is_taken_unless_it_stores_them() {
+    fn a_prologue_computing_row_values_stores_them_only_when_kept_shaped() {
         // Burn's layer-norm gradient: `(g * y) / (s * s)` summed over the last dim, with `s`
         // of the row shape `[.., 1]` (relative dims [1, 2, 3] and [1, 2, 0]).
         let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
@@ -928,8 +971,62 @@ mod tests {
             (o.full, o.out, o.reduction.reduced),
             (TensorId::new(15), TensorId::new(16), 0b100)
         );
-        // The square is read after the run: the kernel would have to store a row value.
-        assert!(!fused(&ops(true)).ready());
+        // The square is read after the run: the row shape is the kept elements' (the sum is
+        // over the last dim), so the kernel stores it once per row, as a small output.
+        let f = fused(&ops(true));
+        assert!(f.ready());
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        assert_eq!(o.reduction.program.small_outputs, 0b1);
+        assert_eq!(o.outputs, vec![(TensorId::new(14), F)]);
+        // Summed over dim 1 instead, the row value is not of the kept elements' shape: no
+        // kernel could store it once per element, so the run is not offered.
+        let mut other = ops(true);
+        other[3] = sum(15, full, ReadWrite, 1, 16);
+        assert!(!fused(&other).ready());
+    }
+
+    #[test]
+    fn burns_batch_norm_gradient_keeps_its_channel_values_as_small_outputs() {
+        // burn-autodiff's batch-norm backward: `r = 1 / s` of the channel shape `[1, C, 1, 1]`
+        // (read again by a later run), `g * m` kept, and `g * x` summed over dims 0, 2 and 3.
+        let (full, channel) = (&[1, 2, 3, 4][..], &[0, 2, 0, 0][..]);
+        let ops = vec![
+            OperationIr::Float(
+                F,
+                burn_ir::FloatOperationIr::Recip(burn_ir::UnaryOpIr {
+                    input: t(1, channel, ReadOnly, F),
+                    out: t(2, channel, NotInit, F),
+                }),
+            ),
+            binary(
+                NumericOperationIr::Mul,
+                t(3, full, ReadOnly, F),
+                t(4, channel, ReadOnly, F),
+                t(5, full, NotInit, F),
+            ),
+            binary(
+                NumericOperationIr::Mul,
+                t(3, full, ReadOnly, F),
+                t(6, full, ReadOnly, F),
+                t(7, full, NotInit, F),
+            ),
+            sum(7, full, ReadWrite, 0, 8),
+            sum(8, &[0, 2, 3, 4], ReadWrite, 2, 9),
+            sum(9, &[0, 2, 0, 4], ReadWrite, 3, 10),
+        ];
+        let f = fused(&ops);
+        assert!(f.ready(), "the channel value is of the kept elements' shape");
+        assert_eq!(f.len(), ops.len());
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        assert_eq!((o.reduction.reduced, o.out), (0b1101, TensorId::new(10)));
+        // `1 / s` (small) and `g * m` (full) are stored; the summed product is not.
+        assert_eq!(o.outputs, vec![(TensorId::new(2), F), (TensorId::new(5), F)]);
+        assert_eq!(o.reduction.program.small_outputs, 0b01);
+        // Until the last sum the channel value is not kept-shaped: no complete run is offered
+        // before it.
+        assert!(!fused(&ops[..5]).ready());
     }
 
     #[test]
@@ -996,7 +1093,7 @@ mod tests {
     }
 
     #[test]
-    fn an_epilogue_never_stores_a_value_of_the_kept_elements_shape() {
+    fn an_epilogue_stores_a_value_of_the_kept_elements_shape_as_a_small_output() {
         let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
         let scaled_result = |status| {
             OperationIr::NumericFloat(
@@ -1015,8 +1112,8 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(!f.properties().ready);
 
-        // A product summed, then the scaled result read after the run: the epilogue would
-        // store a value of the kept elements' shape, so the fuser offers the run before it.
+        // A product summed, then the scaled result read after the run: the epilogue stores
+        // that value of the kept elements' shape once per row (a small output).
         let ops = vec![
             mul(10, ReadOnly, 11, full, 12),
             sum(12, full, ReadWrite, 2, 14),
@@ -1029,12 +1126,13 @@ mod tests {
             scaled_result(ReadWrite),
         ];
         let f = fused(&ops);
-        assert_eq!(f.ops.len(), 4);
         assert!(f.properties().ready);
-        assert_eq!((f.len(), f.properties().score), (3, 4));
+        assert_eq!((f.len(), f.properties().score), (4, 5));
         let o = f.best().build();
-        assert_eq!(o.operations.len(), 3);
+        assert_eq!(o.operations.len(), 4);
         assert_eq!(o.reduction.epilogue.map(|e| e.prologue_ops), Some(1));
+        assert_eq!(o.outputs, vec![(TensorId::new(16), F), (TensorId::new(15), F)]);
+        assert_eq!(o.reduction.program.small_outputs, 0b10);
         assert_eq!(
             ReduceFuser::from_operations(&o.operations).unwrap().reduction,
             o.reduction
