@@ -17,8 +17,10 @@
 //! swap that no such reshape follows is read as a permuted view, as the elementwise fuser's);
 //! then optionally a reshape of the result at its last use. The value summed may be a value of
 //! the run or a tensor made before it; it is never stored unless read later, and the copy of
-//! the channel view is never made. At least two operations must be absorbed (a lone sum stays
-//! on the backend's reduction).
+//! the channel view is never made. Values of a smaller shape computed in the run (burn-autodiff's
+//! `1 / std` beside the product it sums) are stored only when they have the kept elements'
+//! shape, once per kept element. At least two operations must be absorbed (a lone sum stays on
+//! the backend's reduction).
 
 use burn_backend::DType;
 use burn_fusion::stream::Context;
