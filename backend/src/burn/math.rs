@@ -840,7 +840,7 @@ const SMALL_PRODUCT_MACS: i64 = 1 << 22;
 /// Their first call then costs a kernel launch, not a plan build: algorithms that multiply a
 /// new small shape at every step (Burn's LU factorization and determinant do one per column)
 /// stay fast, and such small products gain nothing from cuDNN's engines anyway.
-fn is_small_product(out_dims: &[i64], a_dims: &[i64]) -> bool {
+pub(crate) fn is_small_product(out_dims: &[i64], a_dims: &[i64]) -> bool {
     let k = a_dims.last().copied().unwrap_or(1);
     let macs = out_dims.iter().product::<i64>().saturating_mul(k);
     k <= 1 || macs <= SMALL_PRODUCT_MACS

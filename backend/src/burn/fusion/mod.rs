@@ -48,6 +48,7 @@
 //! (`flusher.rs`; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
+mod bias;
 pub(crate) mod custom;
 mod flusher;
 mod fuser;
@@ -121,6 +122,7 @@ impl FusionRuntime for CudnnFusionRuntime {
             vec![
                 Box::new(fuser::ElementwiseFuser::on(device)),
                 Box::new(linear::LinearGradFuser::default()),
+                Box::new(bias::MatmulBiasFuser::default()),
                 Box::new(leading_sum::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),
                 Box::new(reduce::ReduceFuser::default()),

@@ -93,6 +93,8 @@ pub enum CudnnOptimization {
     Elementwise(ElementwiseOptimization),
     /// Burn's composed linear weight gradient as one matmul.
     LinearGrad(super::linear::LinearGradOptimization),
+    /// Burn's composed linear forward (matmul, then the bias add) as one matmul graph.
+    MatmulBias(super::bias::MatmulBiasOptimization),
     /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
     LeadingSum(super::leading_sum::LeadingSumOptimization),
     /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
@@ -112,6 +114,8 @@ pub enum CudnnOptimizationState {
     Elementwise(Vec<OperationIr>),
     /// The operations of a composed linear weight gradient.
     LinearGrad(Vec<OperationIr>),
+    /// The operations of a composed linear forward with a bias.
+    MatmulBias(Vec<OperationIr>),
     /// The operations of a chain of sums over the leading dims.
     LeadingSum(Vec<OperationIr>),
     /// The operations of a composed dynamic quantization.
@@ -127,6 +131,7 @@ impl NumOperations for CudnnOptimization {
         match self {
             CudnnOptimization::Elementwise(e) => e.operations.len(),
             CudnnOptimization::LinearGrad(l) => l.operations.len(),
+            CudnnOptimization::MatmulBias(m) => m.operations.len(),
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
             CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
             CudnnOptimization::Reduce(r) => r.operations.len(),
@@ -138,6 +143,7 @@ impl NumOperations for CudnnOptimization {
         match self {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
+            CudnnOptimization::MatmulBias(_) => "cudnn matmul + bias",
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
             CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
             CudnnOptimization::Reduce(_) => "cudnn fused reduction",
@@ -160,6 +166,10 @@ impl CudnnOptimization {
             CudnnOptimization::Elementwise(e) => expect("fused elementwise", e.execute(context)),
             CudnnOptimization::LinearGrad(l) => {
                 expect("fused linear weight gradient", l.execute(context));
+                true
+            }
+            CudnnOptimization::MatmulBias(m) => {
+                expect("fused matmul + bias", m.execute(context));
                 true
             }
             CudnnOptimization::LeadingSum(s) => {
@@ -196,6 +206,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
         match self {
             CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
             CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
+            CudnnOptimization::MatmulBias(m) => CudnnOptimizationState::MatmulBias(m.operations.clone()),
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
             CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
             CudnnOptimization::Reduce(r) => CudnnOptimizationState::Reduce(r.operations.clone()),
@@ -214,6 +225,10 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimizationState::LinearGrad(ops) => match super::linear::LinearGradFuser::matched(&ops) {
                 Some(l) => CudnnOptimization::LinearGrad(l),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
+            },
+            CudnnOptimizationState::MatmulBias(ops) => match super::bias::MatmulBiasFuser::matched(&ops) {
+                Some(m) => CudnnOptimization::MatmulBias(m),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a linear forward with a bias"),
             },
             CudnnOptimizationState::LeadingSum(ops) => {
                 match super::leading_sum::LeadingSumFuser::from_operations(&ops) {

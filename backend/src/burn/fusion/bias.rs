@@ -1,0 +1,354 @@
+//! A linear layer's forward as Burn composes it under `Fusion<B>`, run as one cuDNN matmul
+//! graph with the bias added in its epilogue.
+//!
+//! burn-fusion 0.21 records `burn::nn::Linear`'s forward on a `[.., K]` input as a reshape of
+//! the `[K, N]` weight to the input's rank, a matmul, a reshape of the `[N]` bias to
+//! `[1, .., 1, N]`, and an add. Unfused, the add is a launch of its own over the whole output
+//! (the elementwise fuser offers no run of one operation). [`MatmulBiasFuser`] recognizes
+//! exactly that run, with the reshaped weight, the product and the reshaped bias at their last
+//! use, and [`MatmulBiasOptimization`] computes it as `Cudnn`'s linear layer does: the leading
+//! dims folded into one GEMM whose epilogue adds the bias (the unfused pair while that graph's
+//! plan builds). Products small enough for the exact GEMM kernel, and f64, run the matmul and
+//! the add as the unfused operations would.
+
+use burn_backend::DType;
+use burn_fusion::stream::Context;
+use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
+
+use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::staged::{self, StagedFuser};
+use super::CudnnFusionHandle;
+use crate::burn::layers::linear;
+use crate::burn::tensor::{to_dims, CudnnTensor};
+use crate::burn::{exec, math, Cudnn};
+use crate::error::Result;
+use crate::kernels::elementwise::BinaryOp;
+
+/// The matched run, in relative ids: what the optimization reads and writes.
+#[derive(Clone, Debug)]
+pub struct MatmulBiasOptimization {
+    /// The input `[.., K]`, the weight `[K, N]` and the bias `[N]`, each with whether the run
+    /// holds its last use.
+    x: (TensorId, bool),
+    w: (TensorId, bool),
+    bias: (TensorId, bool),
+    /// The weight and the bias as the run reshapes them (their dims are the unfused path's).
+    w_view: TensorId,
+    bias_view: TensorId,
+    /// The result `[.., N]`.
+    out: TensorId,
+    pub(crate) operations: Vec<OperationIr>,
+}
+
+/// The tensors of a complete match.
+#[derive(Clone, Debug)]
+pub(crate) struct Parts {
+    x: TensorIr,
+    w: TensorIr,
+    bias: TensorIr,
+    w_view: TensorId,
+    bias_view: TensorId,
+    out: TensorId,
+}
+
+/// Where the match stands.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Stage {
+    /// Waiting for the weight's reshape to the input's rank.
+    #[default]
+    Start,
+    /// The weight `w` reshaped (`w_view`): its matmul must follow.
+    Matmul { w: TensorIr, w_view: TensorIr },
+    /// The product `y`: the reshape of an `[N]` bias to its rank must follow.
+    BiasReshape {
+        x: TensorIr,
+        w: TensorIr,
+        w_view: TensorId,
+        y: TensorIr,
+    },
+    /// The reshaped bias: the sum of the product and it must follow.
+    Add {
+        x: TensorIr,
+        w: TensorIr,
+        w_view: TensorId,
+        y: TensorIr,
+        bias: TensorIr,
+        bias_view: TensorId,
+    },
+    /// The whole run matched.
+    Done(Parts),
+}
+
+/// Matches Burn's composed linear forward with a bias (see the module).
+pub(crate) type MatmulBiasFuser = StagedFuser<Stage>;
+
+/// Relative dims of `t`.
+fn dims(t: &TensorIr) -> Vec<usize> {
+    t.shape.to_vec()
+}
+
+/// Whether `view` is `[1, .., 1]` followed by `trailing` (relative dim id 0 is size 1), of a
+/// rank above `trailing`'s.
+fn leading_ones_then(view: &[usize], trailing: &[usize]) -> bool {
+    view.len() > trailing.len()
+        && view.ends_with(trailing)
+        && view[..view.len() - trailing.len()].iter().all(|&d| d == 0)
+}
+
+impl staged::Stage for Stage {
+    type Optimization = MatmulBiasOptimization;
+
+    fn step(&self, op: &OperationIr, _ops: &[OperationIr]) -> Option<Stage> {
+        match (self, op) {
+            (Stage::Start, OperationIr::BaseFloat(BaseOperationIr::Reshape(s))) => {
+                let fits = s.input.shape.num_dims() == 2
+                    && is_float(s.input.dtype)
+                    && leading_ones_then(&dims(&s.out), &dims(&s.input));
+                fits.then(|| Stage::Matmul {
+                    w: s.input.clone(),
+                    w_view: s.out.clone(),
+                })
+            }
+            (Stage::Matmul { w, w_view }, OperationIr::Float(_, FloatOperationIr::Matmul(m))) => {
+                let (xs, ws) = (dims(&m.lhs), dims(w));
+                let fits = m.rhs.id == w_view.id
+                    && last_use(&m.rhs)
+                    && xs.len() == w_view.shape.num_dims()
+                    && xs.last() == ws.first()
+                    && m.lhs.dtype == w.dtype
+                    && m.out.dtype == w.dtype;
+                fits.then(|| Stage::BiasReshape {
+                    x: m.lhs.clone(),
+                    w: w.clone(),
+                    w_view: w_view.id,
+                    y: m.out.clone(),
+                })
+            }
+            (Stage::BiasReshape { x, w, w_view, y }, OperationIr::BaseFloat(BaseOperationIr::Reshape(s))) => {
+                let n = &dims(w)[1..];
+                let fits = dims(&s.input) == n
+                    && s.input.dtype == y.dtype
+                    && s.out.shape.num_dims() == y.shape.num_dims()
+                    && leading_ones_then(&dims(&s.out), n);
+                fits.then(|| Stage::Add {
+                    x: x.clone(),
+                    w: w.clone(),
+                    w_view: *w_view,
+                    y: y.clone(),
+                    bias: s.input.clone(),
+                    bias_view: s.out.id,
+                })
+            }
+            (
+                Stage::Add {
+                    x,
+                    w,
+                    w_view,
+                    y,
+                    bias,
+                    bias_view,
+                },
+                OperationIr::NumericFloat(_, NumericOperationIr::Add(b)),
+            ) => {
+                let (product, bias_read) = if b.lhs.id == y.id {
+                    (&b.lhs, &b.rhs)
+                } else {
+                    (&b.rhs, &b.lhs)
+                };
+                let fits = product.id == y.id
+                    && bias_read.id == *bias_view
+                    && last_use(product)
+                    && last_use(bias_read)
+                    && dims(&b.out) == dims(y)
+                    && b.out.dtype == y.dtype;
+                fits.then(|| {
+                    Stage::Done(Parts {
+                        x: x.clone(),
+                        w: w.clone(),
+                        bias: bias.clone(),
+                        w_view: *w_view,
+                        bias_view: *bias_view,
+                        out: b.out.id,
+                    })
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn done(&self) -> bool {
+        matches!(self, Stage::Done(_))
+    }
+
+    fn optimization(&self, ops: &[OperationIr]) -> MatmulBiasOptimization {
+        match self {
+            Stage::Done(p) => MatmulBiasOptimization {
+                x: (p.x.id, last_use(&p.x)),
+                w: (p.w.id, last_use(&p.w)),
+                bias: (p.bias.id, last_use(&p.bias)),
+                w_view: p.w_view,
+                bias_view: p.bias_view,
+                out: p.out,
+                operations: ops.to_vec(),
+            },
+            _ => panic!("cudnn-backend: internal error: an incomplete matmul + bias match was finished"),
+        }
+    }
+
+    fn wrap(optimization: MatmulBiasOptimization) -> CudnnOptimization {
+        CudnnOptimization::MatmulBias(optimization)
+    }
+}
+
+impl MatmulBiasOptimization {
+    /// Runs the product with its bias and registers the result.
+    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
+        const OP: &str = "fused matmul + bias";
+        let global = |id: &TensorId| global_ir(context, id, OP);
+        let (x_ir, w_ir, bias_ir, out_ir) = (
+            global(&self.x.0),
+            global(&self.w.0),
+            global(&self.bias.0),
+            global(&self.out),
+        );
+        let (w_view, bias_view) = (
+            to_dims(&global(&self.w_view).shape),
+            to_dims(&global(&self.bias_view).shape),
+        );
+        let (x, w, bias) = (
+            handle_tensor(context, &x_ir.id, OP),
+            handle_tensor(context, &w_ir.id, OP),
+            handle_tensor(context, &bias_ir.id, OP),
+        );
+        for (ir, last) in [(&x_ir, self.x.1), (&w_ir, self.w.1), (&bias_ir, self.bias.1)] {
+            if last {
+                context.handles.remove_handle(ir.id);
+            }
+        }
+        let out = biased_product(x, w, bias, &w_view, &bias_view)?;
+        context.handles.register_float_tensor::<Cudnn>(&out_ir.id, out);
+        Ok(())
+    }
+}
+
+/// `x · w + bias`: one cuDNN graph with the bias in its epilogue (as `Cudnn`'s linear layer),
+/// or, for f64 and for products the exact GEMM kernel takes, the matmul of `w` viewed as
+/// `w_view` then the add of `bias` viewed as `bias_view`, as the unfused operations run.
+fn biased_product(
+    x: CudnnTensor,
+    w: CudnnTensor,
+    bias: CudnnTensor,
+    w_view: &[i64],
+    bias_view: &[i64],
+) -> Result<CudnnTensor> {
+    const OP: &str = "fused matmul + bias";
+    let mut out_dims = x.dims().to_vec();
+    if let (Some(last), Some(&n)) = (out_dims.last_mut(), w.dims().last()) {
+        *last = n;
+    }
+    if x.dtype == DType::F64 || math::is_small_product(&out_dims, x.dims()) {
+        let y = math::float_matmul(x, w.reshape(w_view)?, OP)?;
+        return exec::binary(y, bias.reshape(bias_view)?, BinaryOp::Add, OP);
+    }
+    linear(x, w, Some(bias))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_backend::Shape;
+    use burn_fusion::{FuserStatus, OperationFuser};
+    use burn_ir::{BinaryOpIr, MatmulOpIr, ShapeOpIr, TensorStatus};
+
+    use super::*;
+
+    use TensorStatus::{NotInit, ReadOnly, ReadWrite};
+
+    fn t(id: u64, dims: &[usize], status: TensorStatus) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(dims.to_vec()),
+            status,
+            dtype: DType::F32,
+        }
+    }
+
+    /// Burn's linear forward on a `[B, S, K]` input (relative dims 1, 2, 3) with a `[K, N]`
+    /// weight (N: 4): the weight reshaped, the matmul, the bias reshaped, the add.
+    fn composed(product_status: TensorStatus, bias_view_status: TensorStatus) -> Vec<OperationIr> {
+        vec![
+            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                input: t(1, &[3, 4], ReadOnly),
+                out: t(2, &[0, 3, 4], NotInit),
+            })),
+            OperationIr::Float(
+                DType::F32,
+                FloatOperationIr::Matmul(MatmulOpIr {
+                    lhs: t(3, &[1, 2, 3], ReadOnly),
+                    rhs: t(2, &[0, 3, 4], ReadWrite),
+                    out: t(4, &[1, 2, 4], NotInit),
+                }),
+            ),
+            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                input: t(5, &[4], ReadOnly),
+                out: t(6, &[0, 0, 4], NotInit),
+            })),
+            OperationIr::NumericFloat(
+                DType::F32,
+                NumericOperationIr::Add(BinaryOpIr {
+                    lhs: t(4, &[1, 2, 4], product_status),
+                    rhs: t(6, &[0, 0, 4], bias_view_status),
+                    out: t(7, &[1, 2, 4], NotInit),
+                }),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_composed_linear_forward_is_matched_whole() {
+        let mut f = MatmulBiasFuser::default();
+        for op in composed(ReadWrite, ReadWrite) {
+            assert_eq!(f.status(), FuserStatus::Open);
+            assert!(!f.properties().ready);
+            f.fuse(&op);
+        }
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert!(f.properties().ready && f.len() == 4);
+        let o = f.complete().expect("a complete match");
+        assert_eq!(
+            (o.x, o.w, o.bias, o.out),
+            (
+                (TensorId::new(3), false),
+                (TensorId::new(1), false),
+                (TensorId::new(5), false),
+                TensorId::new(7)
+            )
+        );
+        assert_eq!((o.w_view, o.bias_view), (TensorId::new(2), TensorId::new(6)));
+        assert!(MatmulBiasFuser::matched(&o.operations).is_some());
+    }
+
+    #[test]
+    fn runs_that_keep_an_intermediate_or_differ_are_left_alone() {
+        // The product read again later: it must be stored, so the run is not this pattern.
+        for (product, bias_view) in [(ReadOnly, ReadWrite), (ReadWrite, ReadOnly)] {
+            let mut f = MatmulBiasFuser::default();
+            for op in composed(product, bias_view) {
+                f.fuse(&op);
+            }
+            assert_eq!(f.status(), FuserStatus::Closed);
+            assert!(!f.properties().ready);
+        }
+        // A bias of another width, and a prefix alone.
+        let mut ops = composed(ReadWrite, ReadWrite);
+        ops[2] = OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+            input: t(5, &[3], ReadOnly),
+            out: t(6, &[0, 0, 3], NotInit),
+        }));
+        assert!(MatmulBiasFuser::matched(&ops).is_none());
+        assert!(MatmulBiasFuser::matched(&composed(ReadWrite, ReadWrite)[..3]).is_none());
+        // The weight reshaped to something other than `[1, K, N]`.
+        assert!(!leading_ones_then(&[3, 0, 4], &[3, 4]));
+        assert!(leading_ones_then(&[0, 0, 3, 4], &[3, 4]));
+        assert!(!leading_ones_then(&[3, 4], &[3, 4]));
+    }
+}
