@@ -115,6 +115,7 @@ impl staged::Stage for Stage {
                     && last_use(&m.rhs)
                     && xs.len() == w_view.shape.num_dims()
                     && xs.last() == ws.first()
+                    && dims(&m.out).last() == ws.last()
                     && m.lhs.dtype == w.dtype
                     && m.out.dtype == w.dtype;
                 fits.then(|| Stage::BiasReshape {

@@ -26,6 +26,10 @@
 //!   batched matmul of the swapped input with the gradient, then a sum over the batch) runs
 //!   as one GEMM over the folded batch.
 //!
+//! - **linear forward** (`bias.rs`): Burn's composed `Linear` forward (the weight reshaped, a
+//!   matmul, the bias reshaped, an add) runs as one cuDNN matmul graph adding the bias in its
+//!   epilogue.
+//!
 //! - **linear bias gradient** (`leading_sum.rs`): Burn's composed `linear_bias_backward` (a
 //!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums
 //!   over dims `0, 1, ..`, runs as one reduction over the folded leading dims.
@@ -34,7 +38,7 @@
 //!   of one of its values (burn-autodiff's broadcast gradients, Burn's batch-norm statistics
 //!   through their channel view) becomes one generated kernel
 //!   ([`crate::kernels::fused_reduce`]): the value summed and the channel view's copy are
-//!   never stored.
+//!   never stored; values of the kept elements' shape computed beside it are stored once each.
 //!
 //! - **lead** (`lead.rs`): a block that burn-fusion opens with a module operation no fuser
 //!   starts with (a convolution, a pooling) runs as that operation and then the elementwise or
