@@ -794,9 +794,22 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result
     let out = match product {
         Ok(()) => out,
         // Degenerate products (an inner or outer dim of 1 with unusual strides) for which
-        // cuDNN has no engine run in the exact GEMM kernel instead.
+        // cuDNN has no engine run in the exact GEMM kernel instead. Its products are exact
+        // where cuDNN's f32 engines are TF32, so the first such product is a warning: a
+        // result that differs between two runs points here.
         Err(e) if e.is_not_supported() => {
-            tracing::debug!("{name}: cuDNN has no engine ({e}); using the exact GEMM kernel");
+            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    reason = %e,
+                    "{name}: cuDNN offered no engine for a {:?} x {:?} product; it runs on the exact GEMM kernel \
+                     (no TF32 rounding, unlike cuDNN's f32 engines; warned once)",
+                    a.dims(),
+                    b.dims()
+                );
+            } else {
+                tracing::debug!("{name}: cuDNN has no engine ({e}); using the exact GEMM kernel");
+            }
             exact_matmul(&a, &b, name)?
         }
         Err(e) => return Err(e),
