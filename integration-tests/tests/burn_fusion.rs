@@ -373,6 +373,16 @@ fn biased_linear_grads<B: AutodiffBackend>() -> (Vec<TensorData>, Vec<f64>) {
     (layer_grads(&lin, &x, &grads), rounded(&ws, DType::F32))
 }
 
+/// What `work` returns and the launches it took on backend `B`'s `device` (synced before and
+/// after it).
+fn counted<B: Backend, T>(device: &B::Device, work: impl FnOnce() -> T) -> (T, u64) {
+    B::sync(device).unwrap();
+    let before = launch_counts();
+    let out = work();
+    B::sync(device).unwrap();
+    (out, launch_counts().since(&before).total())
+}
+
 /// The gradient whose leading dims [`leading_sums`] sums: small enough that the folded
 /// `[32, 1024]` reduction is one launch (the chain of two sums takes two).
 const SUMMED: [usize; 3] = [4, 8, 1024];
@@ -382,11 +392,7 @@ const SUMMED: [usize; 3] = [4, 8, 1024];
 fn leading_sums<B: Backend>(dy: &[f64]) -> (TensorData, u64) {
     let device: B::Device = Default::default();
     let dy = Tensor::<B, 3>::from_data(TensorData::new(dy.to_vec(), SUMMED).convert_dtype(DType::F32), &device);
-    B::sync(&device).unwrap();
-    let before = launch_counts();
-    let db: Tensor<B, 1> = dy.sum_dim(0).sum_dim(1).reshape([SUMMED[2]]);
-    B::sync(&device).unwrap();
-    let launches = launch_counts().since(&before).total();
+    let (db, launches) = counted::<B, _>(&device, || dy.sum_dim(0).sum_dim(1).reshape::<1, _>([SUMMED[2]]));
     (db.into_data(), launches)
 }
 
@@ -425,11 +431,7 @@ fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() 
     let (_, folded_launches) = {
         let device = gpu();
         let t = Tensor::<Cudnn, 3>::from_data(TensorData::new(dy.clone(), SUMMED).convert_dtype(DType::F32), &device);
-        <Cudnn as Backend>::sync(&device).unwrap();
-        let before = launch_counts();
-        let db: Tensor<Cudnn, 1> = t.reshape([32, 1024]).sum_dim(0).reshape([1024]);
-        <Cudnn as Backend>::sync(&device).unwrap();
-        (db, launch_counts().since(&before).total())
+        counted::<Cudnn, _>(&device, || t.reshape([32, 1024]).sum_dim(0).reshape::<1, _>([1024]))
     };
     println!("sums over dims 0 and 1 of {SUMMED:?}: {plain_launches} launches unfused, {fused_launches} fused");
     assert!(
@@ -458,11 +460,7 @@ fn biased_linear_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64]) -> (Tensor
         &device,
     ));
     let x = Tensor::<B, 3>::from_data(TensorData::new(x.to_vec(), LINEAR_X).convert_dtype(DType::F32), &device);
-    B::sync(&device).unwrap();
-    let before = launch_counts();
-    let y = lin.forward(x);
-    B::sync(&device).unwrap();
-    let launches = launch_counts().since(&before).total();
+    let (y, launches) = counted::<B, _>(&device, || lin.forward(x));
     (y.into_data(), launches)
 }
 
@@ -616,11 +614,7 @@ const SOFTMAX_DIMS: [usize; 4] = [2, 4, 16, 32];
 fn scaled_softmax<B: Backend>(x: &[f64]) -> (TensorData, u64) {
     let device = B::Device::default();
     let t = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), SOFTMAX_DIMS), (&device, DType::F32));
-    B::sync(&device).unwrap();
-    let before = launch_counts();
-    let y = activation::softmax(t / 3.0, 3);
-    let data = y.into_data();
-    (data, launch_counts().since(&before).total())
+    counted::<B, _>(&device, || activation::softmax(t / 3.0, 3).into_data())
 }
 
 #[test]

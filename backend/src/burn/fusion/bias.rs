@@ -15,7 +15,7 @@ use burn_backend::DType;
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::optimization::{global_ir, is_float, last_use, take_inputs, CudnnOptimization};
 use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use crate::burn::layers::linear;
@@ -205,27 +205,10 @@ impl MatmulBiasOptimization {
     /// Runs the product with its bias and registers the result.
     pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
         const OP: &str = "fused matmul + bias";
-        let global = |id: &TensorId| global_ir(context, id, OP);
-        let (x_ir, w_ir, bias_ir, out_ir) = (
-            global(&self.x.0),
-            global(&self.w.0),
-            global(&self.bias.0),
-            global(&self.out),
-        );
-        let (w_view, bias_view) = (
-            to_dims(&global(&self.w_view).shape),
-            to_dims(&global(&self.bias_view).shape),
-        );
-        let (x, w, bias) = (
-            handle_tensor(context, &x_ir.id, OP),
-            handle_tensor(context, &w_ir.id, OP),
-            handle_tensor(context, &bias_ir.id, OP),
-        );
-        for (ir, last) in [(&x_ir, self.x.1), (&w_ir, self.w.1), (&bias_ir, self.bias.1)] {
-            if last {
-                context.handles.remove_handle(ir.id);
-            }
-        }
+        let dims_of = |id: &TensorId| to_dims(&global_ir(context, id, OP).shape);
+        let (w_view, bias_view) = (dims_of(&self.w_view), dims_of(&self.bias_view));
+        let out_ir = global_ir(context, &self.out, OP);
+        let [x, w, bias] = take_inputs(context, [self.x, self.w, self.bias], OP);
         let out = biased_product(x, w, bias, &w_view, &bias_view)?;
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, out);
         Ok(())
@@ -256,7 +239,6 @@ fn biased_product(
 
 #[cfg(test)]
 mod tests {
-    use burn_backend::Shape;
     use burn_fusion::{FuserStatus, OperationFuser};
     use burn_ir::{BinaryOpIr, MatmulOpIr, ShapeOpIr, TensorStatus};
 
@@ -265,22 +247,19 @@ mod tests {
     use TensorStatus::{NotInit, ReadOnly, ReadWrite};
 
     fn t(id: u64, dims: &[usize], status: TensorStatus) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::from(dims.to_vec()),
-            status,
-            dtype: DType::F32,
-        }
+        crate::burn::fusion::test_ir::t(id, dims, status, DType::F32)
+    }
+
+    /// `input` reshaped to `out`.
+    fn reshape(input: TensorIr, out: TensorIr) -> OperationIr {
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr { input, out }))
     }
 
     /// Burn's linear forward on a `[B, S, K]` input (relative dims 1, 2, 3) with a `[K, N]`
     /// weight (N: 4): the weight reshaped, the matmul, the bias reshaped, the add.
     fn composed(product_status: TensorStatus, bias_view_status: TensorStatus) -> Vec<OperationIr> {
         vec![
-            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
-                input: t(1, &[3, 4], ReadOnly),
-                out: t(2, &[0, 3, 4], NotInit),
-            })),
+            reshape(t(1, &[3, 4], ReadOnly), t(2, &[0, 3, 4], NotInit)),
             OperationIr::Float(
                 DType::F32,
                 FloatOperationIr::Matmul(MatmulOpIr {
@@ -289,10 +268,7 @@ mod tests {
                     out: t(4, &[1, 2, 4], NotInit),
                 }),
             ),
-            OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
-                input: t(5, &[4], ReadOnly),
-                out: t(6, &[0, 0, 4], NotInit),
-            })),
+            reshape(t(5, &[4], ReadOnly), t(6, &[0, 0, 4], NotInit)),
             OperationIr::NumericFloat(
                 DType::F32,
                 NumericOperationIr::Add(BinaryOpIr {
@@ -341,10 +317,7 @@ mod tests {
         }
         // A bias of another width, and a prefix alone.
         let mut ops = composed(ReadWrite, ReadWrite);
-        ops[2] = OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
-            input: t(5, &[3], ReadOnly),
-            out: t(6, &[0, 0, 3], NotInit),
-        }));
+        ops[2] = reshape(t(5, &[3], ReadOnly), t(6, &[0, 0, 3], NotInit));
         assert!(MatmulBiasFuser::matched(&ops).is_none());
         assert!(MatmulBiasFuser::matched(&composed(ReadWrite, ReadWrite)[..3]).is_none());
         // The weight reshaped to something other than `[1, K, N]`.

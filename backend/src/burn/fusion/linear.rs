@@ -11,7 +11,7 @@
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::optimization::{global_ir, is_float, last_use, take_inputs, CudnnOptimization};
 use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use crate::burn::layers::linear_weight_backward;
@@ -163,17 +163,8 @@ impl LinearGradOptimization {
     /// Runs the one GEMM and registers its `[K, N]` result.
     pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
         const OP: &str = "fused linear weight gradient";
-        let global = |id: &TensorId| global_ir(context, id, OP);
-        let (x_ir, dy_ir, out_ir) = (global(&self.x.0), global(&self.dy.0), global(&self.out));
-        let (x, dy) = (
-            handle_tensor(context, &x_ir.id, OP),
-            handle_tensor(context, &dy_ir.id, OP),
-        );
-        for (ir, last) in [(&x_ir, self.x.1), (&dy_ir, self.dy.1)] {
-            if last {
-                context.handles.remove_handle(ir.id);
-            }
-        }
+        let out_ir = global_ir(context, &self.out, OP);
+        let [x, dy] = take_inputs(context, [self.x, self.dy], OP);
         let dw = linear_weight_backward(x, dy)?;
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, dw);
         Ok(())
@@ -182,19 +173,14 @@ impl LinearGradOptimization {
 
 #[cfg(test)]
 mod tests {
-    use burn_backend::{DType, Shape};
+    use burn_backend::DType;
     use burn_fusion::{FuserStatus, OperationFuser};
     use burn_ir::{MatmulOpIr, ReduceDimOpIr, ShapeOpIr, SwapDimsOpIr, TensorStatus};
 
     use super::*;
 
     fn t(id: u64, dims: &[usize], status: TensorStatus) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::from(dims.to_vec()),
-            status,
-            dtype: DType::F32,
-        }
+        crate::burn::fusion::test_ir::t(id, dims, status, DType::F32)
     }
 
     /// Burn's composed weight gradient of a `[2, 3, 5, K=4]` input and `[2, 3, 5, N=6]` gradient.

@@ -290,6 +290,23 @@ pub(crate) fn handle_tensor(context: &Context<CudnnFusionHandle>, id: &TensorId,
     }
 }
 
+/// The tensors a pattern's run reads, `inputs` (relative ids, each with whether the run holds
+/// its last use); the handles of those at their last use are released once all are read.
+pub(crate) fn take_inputs<const N: usize>(
+    context: &mut Context<CudnnFusionHandle>,
+    inputs: [(TensorId, bool); N],
+    op: &str,
+) -> [CudnnTensor; N] {
+    let irs = inputs.map(|(id, last)| (global_ir(context, &id, op), last));
+    let tensors = irs.each_ref().map(|(ir, _)| handle_tensor(context, &ir.id, op));
+    for (ir, last) in irs {
+        if last {
+            context.handles.remove_handle(ir.id);
+        }
+    }
+    tensors
+}
+
 /// The f32 value of scalar `s` of the context, rounded to `round_to` first.
 pub(crate) fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar) -> f32 {
     let ir = match s.value {

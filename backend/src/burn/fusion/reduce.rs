@@ -929,6 +929,11 @@ mod tests {
         assert_eq!(f.ops.len(), 2);
     }
 
+    /// The float unary operation `op` of `input`.
+    fn unary(op: fn(burn_ir::UnaryOpIr) -> burn_ir::FloatOperationIr, input: TensorIr, out: TensorIr) -> OperationIr {
+        OperationIr::Float(F, op(burn_ir::UnaryOpIr { input, out }))
+    }
+
     /// `lhs op rhs` of the given tensors (shapes may differ by broadcasting).
     fn binary(op: fn(BinaryOpIr) -> NumericOperationIr, lhs: TensorIr, rhs: TensorIr, out: TensorIr) -> OperationIr {
         OperationIr::NumericFloat(F, op(BinaryOpIr { lhs, rhs, out }))
@@ -994,12 +999,10 @@ mod tests {
         // (read again by a later run), `g * m` kept, and `g * x` summed over dims 0, 2 and 3.
         let (full, channel) = (&[1, 2, 3, 4][..], &[0, 2, 0, 0][..]);
         let ops = vec![
-            OperationIr::Float(
-                F,
-                burn_ir::FloatOperationIr::Recip(burn_ir::UnaryOpIr {
-                    input: t(1, channel, ReadOnly, F),
-                    out: t(2, channel, NotInit, F),
-                }),
+            unary(
+                burn_ir::FloatOperationIr::Recip,
+                t(1, channel, ReadOnly, F),
+                t(2, channel, NotInit, F),
             ),
             binary(
                 NumericOperationIr::Mul,
@@ -1036,12 +1039,10 @@ mod tests {
         // exp(x - max) summed over the last dim, then the exponential divided by the sum
         // (relative dims [1, 2, 3], rows [1, 2, 0]).
         let (full, row) = (&[1, 2, 3][..], &[1, 2, 0][..]);
-        let exp = OperationIr::Float(
-            F,
-            burn_ir::FloatOperationIr::Exp(burn_ir::UnaryOpIr {
-                input: t(12, full, ReadWrite, F),
-                out: t(13, full, NotInit, F),
-            }),
+        let exp = unary(
+            burn_ir::FloatOperationIr::Exp,
+            t(12, full, ReadWrite, F),
+            t(13, full, NotInit, F),
         );
         let ops = vec![
             binary(
