@@ -445,9 +445,17 @@ fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() 
 const LINEAR_X: [usize; 3] = [4, 64, 256];
 const LINEAR_N: usize = 192;
 
+/// An activation after [`biased_linear_forward`]'s layer (Burn's, as a model calls it).
+#[derive(Clone, Copy, Debug)]
+enum After {
+    Nothing,
+    Relu,
+    Gelu,
+}
+
 /// `burn::nn::Linear`'s forward (with a bias) on backend `B` from the given input, weight
-/// and bias values: the output and the launches it took.
-fn biased_linear_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64]) -> (TensorData, u64) {
+/// and bias values, then `after`: the output and the launches it took.
+fn biased_linear_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64], after: After) -> (TensorData, u64) {
     let device: B::Device = Default::default();
     let k = LINEAR_X[2];
     let mut lin = LinearConfig::new(k, LINEAR_N).init::<B>(&device);
@@ -460,7 +468,14 @@ fn biased_linear_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64]) -> (Tensor
         &device,
     ));
     let x = Tensor::<B, 3>::from_data(TensorData::new(x.to_vec(), LINEAR_X).convert_dtype(DType::F32), &device);
-    let (y, launches) = counted::<B, _>(&device, || lin.forward(x));
+    let (y, launches) = counted::<B, _>(&device, || {
+        let y = lin.forward(x);
+        match after {
+            After::Nothing => y,
+            After::Relu => activation::relu(y),
+            After::Gelu => activation::gelu(y),
+        }
+    });
     (y.into_data(), launches)
 }
 
@@ -468,28 +483,91 @@ fn biased_linear_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64]) -> (Tensor
 #[ignore = "needs a CUDA GPU"]
 /// `burn::nn::Linear`'s forward as burn-fusion records it (the weight reshaped, a matmul,
 /// the bias reshaped, an add) is matched under fusion and run as one cuDNN matmul graph
-/// that adds the bias in its epilogue (the matcher has CPU tests): the output is as close to
-/// float64 as the unfused backend's (both TF32 products), in fewer launches.
-fn burns_linear_forward_under_fusion_adds_its_bias_in_the_matmul() {
+/// that adds the bias in its epilogue, and Burn's relu or gelu after it (their composed
+/// operations, the sum dropped after them) joins that epilogue (the matchers have CPU tests):
+/// the output is as close to float64 as the unfused backend's (both TF32 products), in one
+/// launch.
+fn burns_linear_forward_under_fusion_adds_its_bias_and_activation_in_the_matmul() {
     let _serial = counting_launches();
     let mut rng = Rng::new(0x1b1a);
     let (k, n) = (LINEAR_X[2], LINEAR_N);
     let x = uniform(&mut rng, LINEAR_X.iter().product(), -1.0, 1.0);
     let w = uniform(&mut rng, k * n, -0.1, 0.1);
     let b = uniform(&mut rng, n, -1.0, 1.0);
-    let (want, _) = biased_linear_forward::<F64>(&x, &w, &b);
-    let (plain, plain_launches) = biased_linear_forward::<Cudnn>(&x, &w, &b);
-    // The first fused run starts the fused graph's plan build and runs the pair meanwhile.
-    let (first, _) = biased_linear_forward::<CudnnFusion>(&x, &w, &b);
-    cudnn_backend::ops::wait_for_builds();
-    let (fused, fused_launches) = biased_linear_forward::<CudnnFusion>(&x, &w, &b);
-    assert_fused_near_float64("linear forward", &fused, &plain, &want, 1e-5);
-    assert_fused_near_float64("linear forward, first fused run", &first, &plain, &want, 1e-5);
-    println!("linear forward: {plain_launches} launches unfused, {fused_launches} fused");
-    assert!(
-        fused_launches < plain_launches,
-        "fused {fused_launches} vs unfused {plain_launches} launches"
+    for after in [After::Nothing, After::Relu, After::Gelu] {
+        let (want, _) = biased_linear_forward::<F64>(&x, &w, &b, after);
+        let (plain, plain_launches) = biased_linear_forward::<Cudnn>(&x, &w, &b, after);
+        // The first fused run starts the fused graph's plan build and runs the pair meanwhile.
+        let (first, _) = biased_linear_forward::<CudnnFusion>(&x, &w, &b, after);
+        cudnn_backend::ops::wait_for_builds();
+        let (fused, fused_launches) = biased_linear_forward::<CudnnFusion>(&x, &w, &b, after);
+        let label = format!("linear forward then {after:?}");
+        assert_fused_near_float64(&label, &fused, &plain, &want, 1e-5);
+        assert_fused_near_float64(&format!("{label}, first fused run"), &first, &plain, &want, 1e-5);
+        println!("{label}: {plain_launches} launches unfused, {fused_launches} fused");
+        assert_eq!(fused_launches, 1, "{label}: unfused {plain_launches} launches");
+    }
+}
+
+/// Input dims of [`biased_conv_forward`] and its output channels.
+const CONV_ACT_X: [usize; 4] = [8, 16, 24, 24];
+const CONV_ACT_K: usize = 32;
+
+/// `burn::nn::conv::Conv2d` (3x3, padding 1, with a bias) on backend `B`, then `after`: the
+/// output and the launches it took.
+fn biased_conv_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64], after: After) -> (TensorData, u64) {
+    let device: B::Device = Default::default();
+    let (c, k) = (CONV_ACT_X[1], CONV_ACT_K);
+    let mut conv: Conv2d<B> = Conv2dConfig::new([c, k], [3, 3])
+        .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+        .init(&device);
+    conv.weight = Param::from_data(
+        TensorData::new(w.to_vec(), [k, c, 3, 3]).convert_dtype(DType::F32),
+        &device,
     );
+    conv.bias = Some(Param::from_data(
+        TensorData::new(b.to_vec(), [k]).convert_dtype(DType::F32),
+        &device,
+    ));
+    let x = Tensor::<B, 4>::from_data(
+        TensorData::new(x.to_vec(), CONV_ACT_X).convert_dtype(DType::F32),
+        &device,
+    );
+    let (y, launches) = counted::<B, _>(&device, || {
+        let y = conv.forward(x);
+        match after {
+            After::Nothing => y,
+            After::Relu => activation::relu(y),
+            After::Gelu => activation::gelu(y),
+        }
+    });
+    (y.into_data(), launches)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// A biased `Conv2d` and Burn's relu or gelu after it (their composed operations, the
+/// convolution's output dropped after them) run under fusion as one conv → bias → activation
+/// graph (the matcher has CPU tests): as close to float64 as the unfused backend, in one
+/// launch.
+fn a_biased_convolution_and_its_activation_under_fusion_run_as_one_graph() {
+    let _serial = counting_launches();
+    let mut rng = Rng::new(0xc0a7);
+    let (c, k) = (CONV_ACT_X[1], CONV_ACT_K);
+    let x = uniform(&mut rng, CONV_ACT_X.iter().product(), -1.0, 1.0);
+    let w = uniform(&mut rng, k * c * 9, -0.2, 0.2);
+    let b = uniform(&mut rng, k, -0.5, 0.5);
+    for after in [After::Relu, After::Gelu] {
+        let (want, _) = biased_conv_forward::<F64>(&x, &w, &b, after);
+        let (plain, plain_launches) = biased_conv_forward::<Cudnn>(&x, &w, &b, after);
+        let _ = biased_conv_forward::<CudnnFusion>(&x, &w, &b, after);
+        cudnn_backend::ops::wait_for_builds();
+        let (fused, fused_launches) = biased_conv_forward::<CudnnFusion>(&x, &w, &b, after);
+        let label = format!("conv2d then {after:?}");
+        assert_fused_near_float64(&label, &fused, &plain, &want, 1e-5);
+        println!("{label}: {plain_launches} launches unfused, {fused_launches} fused");
+        assert_eq!(fused_launches, 1, "{label}: unfused {plain_launches} launches");
+    }
 }
 
 /// `values` as a `[rows, 64]` tensor of `dtype` quantized dynamically with `scheme` on

@@ -10,19 +10,26 @@
 //! dims folded into one GEMM whose epilogue adds the bias (the unfused pair while that graph's
 //! plan builds). Products small enough for the exact GEMM kernel, and f64, run the matmul and
 //! the add as the unfused operations would.
+//!
+//! Burn's relu or gelu right after the add, with the sum dropped after it (inference: under
+//! `Autodiff` the sum is kept for the backward pass), joins the run as the graph's activation
+//! epilogue ([`super::act_tail`]); small products, f64 and other scalars run such a run's
+//! operations one by one.
 
 use burn_backend::DType;
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
+use super::act_tail::{scalars_match, Tail, TailScalars};
 use super::optimization::{global_ir, is_float, last_use, take_inputs, CudnnOptimization};
 use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
-use crate::burn::layers::linear;
+use crate::burn::layers::linear_act;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::{exec, math, Cudnn};
 use crate::error::Result;
 use crate::kernels::elementwise::BinaryOp;
+use crate::types::Activation;
 
 /// The matched run, in relative ids: what the optimization reads and writes.
 #[derive(Clone, Debug)]
@@ -35,8 +42,11 @@ pub struct MatmulBiasOptimization {
     /// The weight and the bias as the run reshapes them (their dims are the unfused path's).
     w_view: TensorId,
     bias_view: TensorId,
-    /// The result `[.., N]`.
+    /// The result `[.., N]` (after the activation, if any).
     out: TensorId,
+    /// The activation epilogue and the scalars its composition was recorded with.
+    act: Activation,
+    scalars: TailScalars,
     pub(crate) operations: Vec<OperationIr>,
 }
 
@@ -48,7 +58,10 @@ pub(crate) struct Parts {
     bias: TensorIr,
     w_view: TensorId,
     bias_view: TensorId,
-    out: TensorId,
+    /// The biased product.
+    y: TensorIr,
+    /// The activation after it, as far as it matched.
+    tail: Tail,
 }
 
 /// Where the match stands.
@@ -75,7 +88,7 @@ pub(crate) enum Stage {
         bias: TensorIr,
         bias_view: TensorId,
     },
-    /// The whole run matched.
+    /// The biased product matched, and the activation after it as far as it did.
     Done(Parts),
 }
 
@@ -169,29 +182,43 @@ impl staged::Stage for Stage {
                         bias: bias.clone(),
                         w_view: *w_view,
                         bias_view: *bias_view,
-                        out: b.out.id,
+                        y: b.out.clone(),
+                        tail: Tail::Start,
                     })
                 })
             }
+            (Stage::Done(p), op) if p.tail.open() => p
+                .tail
+                .step(&p.y, op)
+                .map(|tail| Stage::Done(Parts { tail, ..p.clone() })),
             _ => None,
         }
     }
 
     fn done(&self) -> bool {
-        matches!(self, Stage::Done(_))
+        matches!(self, Stage::Done(p) if p.tail.complete())
+    }
+
+    fn extends(&self) -> bool {
+        matches!(self, Stage::Done(p) if p.tail.open())
     }
 
     fn optimization(&self, ops: &[OperationIr]) -> MatmulBiasOptimization {
         match self {
-            Stage::Done(p) => MatmulBiasOptimization {
-                x: (p.x.id, last_use(&p.x)),
-                w: (p.w.id, last_use(&p.w)),
-                bias: (p.bias.id, last_use(&p.bias)),
-                w_view: p.w_view,
-                bias_view: p.bias_view,
-                out: p.out,
-                operations: ops.to_vec(),
-            },
+            Stage::Done(p) => {
+                let (act, out, scalars) = p.tail.matched().unwrap_or((Activation::Identity, p.y.id, Vec::new()));
+                MatmulBiasOptimization {
+                    x: (p.x.id, last_use(&p.x)),
+                    w: (p.w.id, last_use(&p.w)),
+                    bias: (p.bias.id, last_use(&p.bias)),
+                    w_view: p.w_view,
+                    bias_view: p.bias_view,
+                    out,
+                    act,
+                    scalars,
+                    operations: ops.to_vec(),
+                }
+            }
             _ => panic!("cudnn-backend: internal error: an incomplete matmul + bias match was finished"),
         }
     }
@@ -202,28 +229,45 @@ impl staged::Stage for Stage {
 }
 
 impl MatmulBiasOptimization {
-    /// Runs the product with its bias and registers the result.
-    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
+    /// Runs the product with its bias (and activation) and registers the result; `Ok(false)`
+    /// (nothing done) for a run with an activation that the graph does not take here (f64,
+    /// a small product, scalars other than Burn's), whose operations then run one by one.
+    pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
         const OP: &str = "fused matmul + bias";
         let dims_of = |id: &TensorId| to_dims(&global_ir(context, id, OP).shape);
+        let (x_ir, w_ir) = (global_ir(context, &self.x.0, OP), global_ir(context, &self.w.0, OP));
+        if self.act != Activation::Identity {
+            let mut out_dims = to_dims(&x_ir.shape);
+            if let (Some(last), Some(&n)) = (out_dims.last_mut(), to_dims(&w_ir.shape).last()) {
+                *last = n;
+            }
+            let unfused = x_ir.dtype == DType::F64
+                || math::is_small_product(&out_dims, &to_dims(&x_ir.shape))
+                || !scalars_match(context, &self.scalars);
+            if unfused {
+                return Ok(false);
+            }
+        }
         let (w_view, bias_view) = (dims_of(&self.w_view), dims_of(&self.bias_view));
         let out_ir = global_ir(context, &self.out, OP);
         let [x, w, bias] = take_inputs(context, [self.x, self.w, self.bias], OP);
-        let out = biased_product(x, w, bias, &w_view, &bias_view)?;
+        let out = biased_product(x, w, bias, &w_view, &bias_view, self.act)?;
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, out);
-        Ok(())
+        Ok(true)
     }
 }
 
-/// `x · w + bias`: one cuDNN graph with the bias in its epilogue (as `Cudnn`'s linear layer),
-/// or, for f64 and for products the exact GEMM kernel takes, the matmul of `w` viewed as
-/// `w_view` then the add of `bias` viewed as `bias_view`, as the unfused operations run.
+/// `act(x · w + bias)`: one cuDNN graph with the bias and the activation in its epilogue (as
+/// `Cudnn`'s linear layer), or, for f64 and for products the exact GEMM kernel takes (only
+/// without an activation), the matmul of `w` viewed as `w_view` then the add of `bias` viewed
+/// as `bias_view`, as the unfused operations run.
 fn biased_product(
     x: CudnnTensor,
     w: CudnnTensor,
     bias: CudnnTensor,
     w_view: &[i64],
     bias_view: &[i64],
+    act: Activation,
 ) -> Result<CudnnTensor> {
     const OP: &str = "fused matmul + bias";
     let mut out_dims = x.dims().to_vec();
@@ -234,7 +278,7 @@ fn biased_product(
         let y = math::float_matmul(x, w.reshape(w_view)?, OP)?;
         return exec::binary(y, bias.reshape(bias_view)?, BinaryOp::Add, OP);
     }
-    linear(x, w, Some(bias))
+    linear_act(x, w, Some(bias), act)
 }
 
 #[cfg(test)]
@@ -288,20 +332,60 @@ mod tests {
             assert!(!f.properties().ready);
             f.fuse(&op);
         }
-        assert_eq!(f.status(), FuserStatus::Closed);
+        // Complete, and still open to an activation.
+        assert_eq!(f.status(), FuserStatus::Open);
         assert!(f.properties().ready && f.len() == 4);
         let o = f.complete().expect("a complete match");
         assert_eq!(
-            (o.x, o.w, o.bias, o.out),
+            (o.x, o.w, o.bias, o.out, o.act),
             (
                 (TensorId::new(3), false),
                 (TensorId::new(1), false),
                 (TensorId::new(5), false),
-                TensorId::new(7)
+                TensorId::new(7),
+                Activation::Identity
             )
         );
         assert_eq!((o.w_view, o.bias_view), (TensorId::new(2), TensorId::new(6)));
         assert!(MatmulBiasFuser::matched(&o.operations).is_some());
+        // Anything else next closes it on the four operations.
+        f.fuse(&reshape(t(7, &[1, 2, 4], ReadWrite), t(8, &[1, 8], NotInit)));
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert!(f.properties().ready && f.len() == 4 && f.properties().score == 8);
+    }
+
+    #[test]
+    fn a_relu_or_gelu_after_it_joins_the_epilogue() {
+        use crate::burn::fusion::act_tail::tests::{gelu, relu};
+        for (tail, act, out) in [
+            (relu(7, &[1, 2, 4], 8, true), Activation::Relu, 9),
+            (gelu(7, &[1, 2, 4], 8), Activation::Gelu, 12),
+        ] {
+            let mut f = MatmulBiasFuser::default();
+            let ops: Vec<_> = composed(ReadWrite, ReadWrite).into_iter().chain(tail).collect();
+            for op in &ops {
+                f.fuse(op);
+            }
+            assert_eq!(f.status(), FuserStatus::Closed);
+            let o = f.complete().expect("a complete match");
+            assert_eq!((o.act, o.out, o.operations.len()), (act, TensorId::new(out), ops.len()));
+            assert_eq!(f.properties().score, 2 * ops.len() as u64);
+            assert!(MatmulBiasFuser::matched(&ops).is_some_and(|m| m.act == act));
+        }
+        // A tail that breaks off (the pre-activation kept) leaves the linear forward alone.
+        let mut f = MatmulBiasFuser::default();
+        for op in composed(ReadWrite, ReadWrite)
+            .into_iter()
+            .chain(relu(7, &[1, 2, 4], 8, false))
+        {
+            f.fuse(&op);
+        }
+        assert_eq!(f.status(), FuserStatus::Closed);
+        let o = f.complete().expect("the linear forward");
+        assert_eq!(
+            (o.act, o.out, o.operations.len(), f.len()),
+            (Activation::Identity, TensorId::new(7), 4, 4)
+        );
     }
 
     #[test]

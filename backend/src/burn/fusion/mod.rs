@@ -28,7 +28,12 @@
 //!
 //! - **linear forward** (`bias.rs`): Burn's composed `Linear` forward (the weight reshaped, a
 //!   matmul, the bias reshaped, an add) runs as one cuDNN matmul graph adding the bias in its
-//!   epilogue.
+//!   epilogue; Burn's relu or gelu after it joins the epilogue where the pre-activation is
+//!   not kept (`act_tail.rs`: inference; `Autodiff` keeps it for the backward pass).
+//!
+//! - **convolution + activation** (`conv_act.rs`): a biased conv2d and Burn's relu or gelu
+//!   after it run as one conv → bias → activation graph where the convolution's output is not
+//!   kept (inference).
 //!
 //! - **linear bias gradient** (`leading_sum.rs`): Burn's composed `linear_bias_backward` (a
 //!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums
@@ -52,7 +57,9 @@
 //! (`flusher.rs`; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
+mod act_tail;
 mod bias;
+mod conv_act;
 pub(crate) mod custom;
 mod flusher;
 mod fuser;
@@ -127,6 +134,7 @@ impl FusionRuntime for CudnnFusionRuntime {
                 Box::new(fuser::ElementwiseFuser::on(device)),
                 Box::new(linear::LinearGradFuser::default()),
                 Box::new(bias::MatmulBiasFuser::default()),
+                Box::new(conv_act::ConvActFuser::default()),
                 Box::new(leading_sum::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),
                 Box::new(reduce::ReduceFuser::default()),

@@ -93,8 +93,11 @@ pub enum CudnnOptimization {
     Elementwise(ElementwiseOptimization),
     /// Burn's composed linear weight gradient as one matmul.
     LinearGrad(super::linear::LinearGradOptimization),
-    /// Burn's composed linear forward (matmul, then the bias add) as one matmul graph.
+    /// Burn's composed linear forward (matmul, then the bias add, then relu or gelu where the
+    /// sum is dropped) as one matmul graph.
     MatmulBias(super::bias::MatmulBiasOptimization),
+    /// A biased conv2d and Burn's relu or gelu after it (its output dropped) as one graph.
+    ConvAct(super::conv_act::ConvActOptimization),
     /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
     LeadingSum(super::leading_sum::LeadingSumOptimization),
     /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
@@ -116,6 +119,8 @@ pub enum CudnnOptimizationState {
     LinearGrad(Vec<OperationIr>),
     /// The operations of a composed linear forward with a bias.
     MatmulBias(Vec<OperationIr>),
+    /// The operations of a biased conv2d and its activation.
+    ConvAct(Vec<OperationIr>),
     /// The operations of a chain of sums over the leading dims.
     LeadingSum(Vec<OperationIr>),
     /// The operations of a composed dynamic quantization.
@@ -132,6 +137,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(e) => e.operations.len(),
             CudnnOptimization::LinearGrad(l) => l.operations.len(),
             CudnnOptimization::MatmulBias(m) => m.operations.len(),
+            CudnnOptimization::ConvAct(c) => c.operations.len(),
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
             CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
             CudnnOptimization::Reduce(r) => r.operations.len(),
@@ -144,6 +150,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
             CudnnOptimization::MatmulBias(_) => "cudnn matmul + bias",
+            CudnnOptimization::ConvAct(_) => "cudnn conv2d + activation",
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
             CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
             CudnnOptimization::Reduce(_) => "cudnn fused reduction",
@@ -168,10 +175,8 @@ impl CudnnOptimization {
                 expect("fused linear weight gradient", l.execute(context));
                 true
             }
-            CudnnOptimization::MatmulBias(m) => {
-                expect("fused matmul + bias", m.execute(context));
-                true
-            }
+            CudnnOptimization::MatmulBias(m) => expect("fused matmul + bias", m.execute(context)),
+            CudnnOptimization::ConvAct(c) => expect("fused conv2d + activation", c.execute(context)),
             CudnnOptimization::LeadingSum(s) => {
                 expect("fused leading-dims sum", s.execute(context));
                 true
@@ -207,6 +212,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
             CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
             CudnnOptimization::MatmulBias(m) => CudnnOptimizationState::MatmulBias(m.operations.clone()),
+            CudnnOptimization::ConvAct(c) => CudnnOptimizationState::ConvAct(c.operations.clone()),
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
             CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
             CudnnOptimization::Reduce(r) => CudnnOptimizationState::Reduce(r.operations.clone()),
@@ -229,6 +235,12 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimizationState::MatmulBias(ops) => match super::bias::MatmulBiasFuser::matched(&ops) {
                 Some(m) => CudnnOptimization::MatmulBias(m),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear forward with a bias"),
+            },
+            CudnnOptimizationState::ConvAct(ops) => match super::conv_act::ConvActFuser::matched(&ops) {
+                Some(c) => CudnnOptimization::ConvAct(c),
+                None => {
+                    panic!("cudnn-backend: a saved fusion state does not describe a convolution and its activation")
+                }
             },
             CudnnOptimizationState::LeadingSum(ops) => {
                 match super::leading_sum::LeadingSumFuser::from_operations(&ops) {
@@ -305,6 +317,21 @@ pub(crate) fn take_inputs<const N: usize>(
         }
     }
     tensors
+}
+
+/// The value of scalar `s` in this execution (relative scalars are looked up);
+/// `None` for a bool.
+pub(crate) fn scalar_f64(context: &Context<CudnnFusionHandle>, s: ScalarIr) -> Option<f64> {
+    let s = match s {
+        ScalarIr::UInt(id) => *context.scalars.get(&ScalarId { value: id })?,
+        other => other,
+    };
+    Some(match s {
+        ScalarIr::Float(f) => f,
+        ScalarIr::Int(i) => i as f64,
+        ScalarIr::UInt(u) => u as f64,
+        ScalarIr::Bool(_) => return None,
+    })
 }
 
 /// The f32 value of scalar `s` of the context, rounded to `round_to` first.

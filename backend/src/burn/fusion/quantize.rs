@@ -14,10 +14,10 @@
 //! checked when the run executes; any other values run the operations one by one.
 
 use burn_backend::quantization::{QuantLevel, QuantScheme};
-use burn_fusion::stream::{Context, ScalarId};
+use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, handle_tensor, is_float, last_use, CudnnOptimization};
+use super::optimization::{global_ir, handle_tensor, is_float, last_use, scalar_f64, CudnnOptimization};
 use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use crate::burn::ops::qtensor::{quantize_dynamic_impl, supports_scheme};
@@ -300,20 +300,6 @@ fn level_fits(ops: &[OperationIr], scheme: &QuantScheme) -> bool {
         QuantLevel::Block(_) => blockwise,
     };
     level_ok && supports_scheme(scheme)
-}
-
-/// The value of scalar `s` in this execution (relative scalars are looked up).
-fn scalar_f64(context: &Context<CudnnFusionHandle>, s: ScalarIr) -> Option<f64> {
-    let s = match s {
-        ScalarIr::UInt(id) => *context.scalars.get(&ScalarId { value: id })?,
-        other => other,
-    };
-    Some(match s {
-        ScalarIr::Float(f) => f,
-        ScalarIr::Int(i) => i as f64,
-        ScalarIr::UInt(u) => u as f64,
-        ScalarIr::Bool(_) => return None,
-    })
 }
 
 impl QuantizeDynamicOptimization {

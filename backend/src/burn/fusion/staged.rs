@@ -1,6 +1,8 @@
-//! The fuser shared by the fixed-sequence patterns (the composed linear weight gradient, the
-//! composed dynamic quantization): a [`Stage`] machine that takes the operations one at a time
-//! and either advances or breaks, ready only when the whole sequence matched.
+//! The fuser shared by the fixed-sequence patterns (the composed linear weight gradient and
+//! forward, the composed dynamic quantization): a [`Stage`] machine that takes the operations
+//! one at a time and either advances or breaks, ready once a whole sequence matched. A stage
+//! may go on past a complete match (an optional tail, such as an activation after the linear
+//! forward): if the tail then breaks, the fuser offers the last complete match.
 
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
@@ -19,6 +21,11 @@ pub(crate) trait Stage: Clone + Default + std::fmt::Debug + Send + Sync + 'stati
     /// The whole pattern matched.
     fn done(&self) -> bool;
 
+    /// A complete match that may still grow (an optional tail may follow).
+    fn extends(&self) -> bool {
+        false
+    }
+
     /// The optimization of the complete match of `ops` (called only when [`done`](Self::done)).
     fn optimization(&self, ops: &[OperationIr]) -> Self::Optimization;
 
@@ -27,12 +34,14 @@ pub(crate) trait Stage: Clone + Default + std::fmt::Debug + Send + Sync + 'stati
 }
 
 /// Matches one fixed sequence of operations ([`Stage`] `S`); closes at its first mismatch
-/// or once the sequence is complete.
+/// or once the sequence is complete and cannot grow.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct StagedFuser<S> {
     stage: S,
     ops: Vec<OperationIr>,
     closed: bool,
+    /// The last complete match and how many operations it covers.
+    last_done: Option<(S, usize)>,
 }
 
 impl<S: Stage> StagedFuser<S> {
@@ -42,12 +51,17 @@ impl<S: Stage> StagedFuser<S> {
         for op in ops {
             f.fuse(op);
         }
-        (f.stage.done() && f.ops.len() == ops.len()).then(|| f.stage.optimization(&f.ops))
+        match &f.last_done {
+            Some((stage, n)) if *n == ops.len() => Some(stage.optimization(ops)),
+            _ => None,
+        }
     }
 
-    /// The optimization of the match so far, when it is complete.
+    /// The optimization of the last complete match, if any.
     pub(crate) fn complete(&self) -> Option<S::Optimization> {
-        self.stage.done().then(|| self.stage.optimization(&self.ops))
+        self.last_done
+            .as_ref()
+            .map(|(stage, n)| stage.optimization(&self.ops[..*n]))
     }
 }
 
@@ -58,11 +72,21 @@ impl<S: Stage> OperationFuser<CudnnOptimization> for StagedFuser<S> {
         }
         match self.stage.step(op, &self.ops) {
             Some(stage) => {
-                self.closed = stage.done();
-                self.stage = stage;
                 self.ops.push(op.clone());
+                if stage.done() {
+                    self.last_done = Some((stage.clone(), self.ops.len()));
+                }
+                self.closed = stage.done() && !stage.extends();
+                self.stage = stage;
             }
-            None => self.closed = true,
+            None => {
+                // A tail that broke off: back to the last complete match.
+                self.closed = true;
+                if let Some((stage, n)) = &self.last_done {
+                    self.stage = stage.clone();
+                    self.ops.truncate(*n);
+                }
+            }
         }
     }
 
@@ -82,11 +106,11 @@ impl<S: Stage> OperationFuser<CudnnOptimization> for StagedFuser<S> {
     }
 
     fn properties(&self) -> FuserProperties {
-        let done = self.stage.done();
+        let matched = self.last_done.as_ref().map_or(0, |(_, n)| *n);
         FuserProperties {
             // Beats an elementwise run over part of the same operations.
-            score: if done { 2 * self.ops.len() as u64 } else { 0 },
-            ready: done,
+            score: 2 * matched as u64,
+            ready: self.last_done.is_some(),
         }
     }
 

@@ -15,28 +15,45 @@ pub(crate) fn conv(
     bias: Option<CudnnTensor>,
     g: &ConvGeometry,
 ) -> Result<CudnnTensor> {
+    match bias {
+        Some(b) => conv_bias_act(op, x, w, b, g, Activation::Identity),
+        None => {
+            let (x, w, y) = conv_operands(op, x, w, g)?;
+            ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tmut(), g)?;
+            Ok(y)
+        }
+    }
+}
+
+/// The input and filter as cuDNN takes them, and the output to write.
+fn conv_operands(
+    op: &'static str,
+    x: CudnnTensor,
+    w: CudnnTensor,
+    g: &ConvGeometry,
+) -> Result<(CudnnTensor, CudnnTensor, CudnnTensor)> {
     require_cudnn_float(op, &x)?;
     check_pair(op, &x, &w)?;
-    let p = g.clone();
     let (x, w) = (x.cudnn_ready()?, w.cudnn_ready()?);
-    let dims = p.output_dims(x.dims(), w.dims())?;
+    let dims = g.output_dims(x.dims(), w.dims())?;
     let y = x.empty_on(&dims, x.dtype, op)?;
-    match bias {
-        Some(b) => {
-            check_pair(op, &x, &b)?;
-            let b = b.cudnn_ready()?;
-            ops::conv_bias_act_forward(
-                x.stream(),
-                &x.tref(),
-                &w.tref(),
-                &b.tref(),
-                &y.tmut(),
-                &p,
-                Activation::Identity,
-            )?;
-        }
-        None => ops::conv_forward(x.stream(), &x.tref(), &w.tref(), &y.tmut(), &p)?,
-    }
+    Ok((x, w, y))
+}
+
+/// `y = act(conv(x, w) + bias)`: one cuDNN graph (conv, bias add, activation), or the conv +
+/// bias graph and one bias/activation kernel where no engine takes the whole graph.
+pub(crate) fn conv_bias_act(
+    op: &'static str,
+    x: CudnnTensor,
+    w: CudnnTensor,
+    b: CudnnTensor,
+    g: &ConvGeometry,
+    act: Activation,
+) -> Result<CudnnTensor> {
+    let (x, w, y) = conv_operands(op, x, w, g)?;
+    check_pair(op, &x, &b)?;
+    let b = b.cudnn_ready()?;
+    ops::conv_bias_act_forward(x.stream(), &x.tref(), &w.tref(), &b.tref(), &y.tmut(), g, act)?;
     Ok(y)
 }
 

@@ -40,9 +40,25 @@ fn require_linear_float(op: &str, t: &CudnnTensor) -> Result<()> {
 /// `x [.., K] · w [K, N] (+ bias [N])` as one cuDNN matmul graph with leading dims
 /// folded into M (F64: the exact GEMM kernel, then the bias add).
 pub(crate) fn linear(x: CudnnTensor, w: CudnnTensor, bias: Option<CudnnTensor>) -> Result<CudnnTensor> {
+    linear_act(x, w, bias, Activation::Identity)
+}
+
+/// [`linear`] with `act` applied in the graph's epilogue (F32, F16, BF16 only).
+pub(crate) fn linear_act(
+    x: CudnnTensor,
+    w: CudnnTensor,
+    bias: Option<CudnnTensor>,
+    act: Activation,
+) -> Result<CudnnTensor> {
     const OP: &str = "linear";
     require_linear_float(OP, &x)?;
     check_pair(OP, &x, &w)?;
+    if x.dtype == DType::F64 && act != Activation::Identity {
+        return Err(Error::invalid_input(
+            OP,
+            format!("an {act:?} epilogue needs F32, F16 or BF16 (F64 runs on the exact GEMM kernel)"),
+        ));
+    }
     if w.rank() != 2 {
         return Err(Error::invalid_input(
             OP,
@@ -79,7 +95,7 @@ pub(crate) fn linear(x: CudnnTensor, w: CudnnTensor, bias: Option<CudnnTensor>) 
         &w.tref(),
         b.as_ref().map(|b| b.tref()).as_ref(),
         &y.tmut(),
-        Activation::Identity,
+        act,
     )?;
     y.reshape(&dims)
 }

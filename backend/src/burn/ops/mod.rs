@@ -4,6 +4,6 @@ mod activation;
 mod bool;
 mod float;
 mod int;
-mod module;
+pub(crate) mod module;
 pub(crate) mod qtensor;
 mod transaction;

@@ -15,7 +15,7 @@ fn i64s(v: &[usize]) -> Vec<i64> {
 }
 
 /// The geometry of Burn's convolution options.
-fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeometry {
+pub(crate) fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeometry {
     ConvGeometry::new(&i64s(&o.padding), &i64s(&o.stride), &i64s(&o.dilation), o.groups as i64)
 }
 
