@@ -293,14 +293,22 @@ fn a_failed_workspace_allocation_falls_back_to_a_smaller_plan_or_a_typed_error()
     ];
     let mut injected = 0;
     for (i, &(pass, xd, wd, dtype, layout)) in cases.iter().enumerate() {
-        // The first allocation fails: the executor retries with a plan needing less
-        // workspace (or reports the allocation failure). A fresh stream's workspace slot is
-        // empty, so a plan needing workspace has to allocate.
+        // The first allocation fails: it is tried again after the cached memory is released,
+        // and the plan keeps its engine (so its results do not change). A fresh stream's
+        // workspace slot is empty, so a plan needing workspace has to allocate.
         let s = dev.context().new_stream().unwrap();
         let mut case = ConvCase::new(&s, 30 + i as u64, pass, xd, wd, dtype, layout);
+        let switches = cudnn_backend::runtime::launch_counts().engine_switches;
         let (once, once_faults) = run_with_alloc_faults(&mut case, &s, 1, "after a failed workspace allocation");
-        // Every allocation fails: only a plan without workspace can run; otherwise a typed
-        // out-of-memory error.
+        assert!(once.is_ok(), "{}: one failed allocation: {once:?}", case.name);
+        assert_eq!(
+            cudnn_backend::runtime::launch_counts().engine_switches,
+            switches,
+            "{}: one failed allocation moved the graph to another engine",
+            case.name
+        );
+        // Every allocation fails: only a plan without workspace can run (the graph moves to
+        // it); otherwise a typed out-of-memory error.
         let s = dev.context().new_stream().unwrap();
         let (always, always_faults) = run_with_alloc_faults(&mut case, &s, 100_000, "without workspace");
         // Afterwards the op works again, on both streams' fresh slots.

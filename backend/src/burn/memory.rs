@@ -16,6 +16,10 @@ pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
     let slot = &PREPARED[dev.ordinal()];
     if slot.get().is_none() {
         retain_pool_memory(dev.stream())?;
+        // A cuDNN workspace that cannot be allocated may find its memory among our cached
+        // tensor buffers (rather than its plan switching to an engine that needs less).
+        static RELEASER: std::sync::Once = std::sync::Once::new();
+        RELEASER.call_once(|| runtime::release_cached_memory_on_shortage(buffer_cache::release));
         if slot.set(()).is_ok() && !runtime::switched_off(crate::kernels::warm::WARM_UP_ENV) {
             crate::kernels::warm::warm_up_in_background(dev.clone());
             if let Err(e) = crate::ops::warm_up_cudnn(dev.stream()) {

@@ -23,10 +23,12 @@ pub(crate) enum Count {
     LaunchNs,
     /// Host nanoseconds allocating and freeing device buffers.
     MemoryNs,
+    /// Graphs that left their engine for lack of workspace memory.
+    EngineSwitches,
 }
 
 /// How many [`Count`]s there are.
-const COUNTS: usize = Count::MemoryNs as usize + 1;
+const COUNTS: usize = Count::EngineSwitches as usize + 1;
 
 static TOTALS: [AtomicU64; COUNTS] = [const { AtomicU64::new(0) }; COUNTS];
 
@@ -86,6 +88,10 @@ pub struct LaunchCounts {
     pub launch_ns: u64,
     /// Host (wall) nanoseconds spent allocating and freeing device buffers.
     pub memory_ns: u64,
+    /// cuDNN graphs whose workspace could not be allocated even after the cached memory was
+    /// released, and that moved to an engine needing less (whose results may differ in
+    /// rounding); deterministic mode reports the allocation failure instead.
+    pub engine_switches: u64,
 }
 
 impl LaunchCounts {
@@ -104,6 +110,7 @@ impl LaunchCounts {
             cudnn_ns: self.cudnn_ns - earlier.cudnn_ns,
             launch_ns: self.launch_ns - earlier.launch_ns,
             memory_ns: self.memory_ns - earlier.memory_ns,
+            engine_switches: self.engine_switches - earlier.engine_switches,
         }
     }
 
@@ -117,6 +124,7 @@ impl LaunchCounts {
             cudnn_ns: v[Count::CudnnNs as usize],
             launch_ns: v[Count::LaunchNs as usize],
             memory_ns: v[Count::MemoryNs as usize],
+            engine_switches: v[Count::EngineSwitches as usize],
         }
     }
 }

@@ -321,6 +321,18 @@ fn execute_core<'g>(
         match with_workspace(stream, plan.workspace, |ws| {
             engine::execute(handle, plan, uids, ptrs, ws, stream, capture_on)
         }) {
+            // Deterministic mode keeps every graph on its engine: another engine rounds
+            // differently, so the allocation failure is the caller's.
+            Err(Error::OutOfMemory { op, bytes, message }) if plan.workspace > 0 && policy.deterministic => {
+                Err(Error::OutOfMemory {
+                    op,
+                    bytes,
+                    message: format!(
+                        "{message} (deterministic mode keeps each graph's engine rather than switch to one \
+                         needing less workspace: free memory or use smaller batches)"
+                    ),
+                })
+            }
             Err(oom @ Error::OutOfMemory { .. }) if plan.workspace > 0 => {
                 // Retry with the best plan that needs less workspace.
                 let smaller = EnginePolicy {
@@ -332,15 +344,18 @@ fn execute_core<'g>(
                     None => graph()?,
                 };
                 // No plan fits: the caller gets the allocation failure, not "unsupported".
-                let mut plan = match select_plan(handle, &g, &smaller, stream, uids, ptrs) {
+                let mut smaller_plan = match select_plan(handle, &g, &smaller, stream, uids, ptrs) {
                     Ok(p) => p,
                     Err(e) if e.is_not_supported() => return Err(oom),
                     Err(e) => return Err(e),
                 };
+                warn_engine_switch(&g, plan.workspace, &oom);
+                crate::ffi::counters::add(crate::ffi::counters::Count::EngineSwitches, 1);
+                let plan = &mut smaller_plan;
                 with_workspace(stream, plan.workspace, |ws| {
-                    engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)
+                    engine::execute(handle, plan, uids, ptrs, ws, stream, None)
                 })?;
-                plans.insert(sig.clone(), plan);
+                plans.insert(sig.clone(), smaller_plan);
                 Ok(())
             }
             other => other,
@@ -348,6 +363,23 @@ fn execute_core<'g>(
         .map(|()| true)
     };
     cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, run)?
+}
+
+/// The first graph that leaves its engine for lack of workspace memory is a warning (its
+/// results may then differ in rounding from earlier runs); later ones are debug messages.
+fn warn_engine_switch(graph: &Graph, workspace: usize, e: &Error) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            graph = %graph.describe(),
+            reason = %e,
+            "its {workspace}-byte cuDNN workspace could not be allocated, even after releasing cached memory: \
+             it runs on the best engine needing less from now on, whose results may differ in rounding \
+             (warned once; deterministic mode reports the allocation failure instead)"
+        );
+    } else {
+        tracing::debug!(graph = %graph.describe(), "workspace of {workspace} bytes unavailable; smaller engine");
+    }
 }
 
 /// The caller's variant-pack uids must be exactly the graph's non-virtual tensors.

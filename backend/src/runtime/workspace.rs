@@ -13,6 +13,44 @@ type Slot = Arc<Mutex<Option<(CudaSlice<u8>, u64)>>>;
 
 static WORKSPACES: OnceLock<Mutex<HashMap<(usize, usize), Slot>>> = OnceLock::new();
 
+/// Functions that free device memory a framework keeps cached (Burn's tensor buffers), called
+/// with a device ordinal when a workspace cannot be allocated there.
+static CACHE_RELEASERS: Mutex<Vec<fn(usize)>> = Mutex::new(Vec::new());
+
+/// Registers `release` (call it once): when a workspace allocation fails on a device, the
+/// released memory is offered to it before the allocation is tried again, so a plan keeps its
+/// engine (and its results) as long as the memory can be found.
+pub(crate) fn release_cached_memory_on_shortage(release: fn(usize)) {
+    CACHE_RELEASERS.lock().unwrap_or_else(|e| e.into_inner()).push(release);
+}
+
+/// Frees what the registered caches and the workspaces of gone streams hold on `stream`'s
+/// device, and waits for the device so those stream-ordered frees are back in the pool.
+fn relieve_shortage(stream: &Arc<CudaStream>) -> Result<()> {
+    let ordinal = stream.context().ordinal();
+    let releasers = CACHE_RELEASERS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    for release in releasers {
+        release(ordinal);
+    }
+    release_unused_workspaces(ordinal);
+    stream.context().synchronize()?;
+    Ok(())
+}
+
+/// `bytes` of zeroed workspace on `stream` (an armed fault injects the failure).
+fn alloc(stream: &Arc<CudaStream>, bytes: usize) -> Result<(CudaSlice<u8>, u64)> {
+    if let Some(injected) = super::fault::workspace_alloc_fault(bytes) {
+        return Err(injected);
+    }
+    let buf = stream.alloc_zeros::<u8>(bytes).map_err(|e| Error::OutOfMemory {
+        op: "cuDNN workspace",
+        bytes,
+        message: e.to_string(),
+    })?;
+    let ptr = buf.device_ptr(stream).0;
+    Ok((buf, ptr))
+}
+
 /// `CU_STREAM_PER_THREAD`: one handle value that names a different stream in every thread
 /// (Candle's `Device::new_cuda` uses it). Its buffers are kept per thread: shared, two threads'
 /// kernels would use one buffer at once on their two streams.
@@ -59,7 +97,8 @@ fn orphaned(slot: &Slot) -> bool {
 /// Runs `f` with a device pointer to at least `bytes` of scratch memory owned by `stream`
 /// (0 when `bytes` is 0). The buffer grows when needed (freed stream-ordered, so work
 /// already queued on the stream keeps its old buffer); calls on one stream share it,
-/// which is safe because the stream orders their kernels.
+/// which is safe because the stream orders their kernels. An allocation that fails is tried
+/// once more after the cached memory of the device is released.
 pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl FnOnce(u64) -> Result<R>) -> Result<R> {
     if bytes == 0 {
         return f(0);
@@ -69,16 +108,14 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
     if guard.as_ref().is_none_or(|(b, _)| b.len() < bytes) {
         *guard = None;
         let rounded = bytes.div_ceil(1 << 20) << 20;
-        if let Some(injected) = super::fault::workspace_alloc_fault(rounded) {
-            return Err(injected);
-        }
-        let buf = stream.alloc_zeros::<u8>(rounded).map_err(|e| Error::OutOfMemory {
-            op: "cuDNN workspace",
-            bytes: rounded,
-            message: e.to_string(),
-        })?;
-        let ptr = buf.device_ptr(stream).0;
-        *guard = Some((buf, ptr));
+        let fresh = match alloc(stream, rounded) {
+            Err(Error::OutOfMemory { .. }) => {
+                relieve_shortage(stream)?;
+                alloc(stream, rounded)?
+            }
+            other => other?,
+        };
+        *guard = Some(fresh);
     }
     let ptr = guard.as_ref().map_or(0, |(_, p)| *p);
     f(ptr)
