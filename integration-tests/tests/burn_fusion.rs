@@ -546,11 +546,12 @@ fn biased_conv_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64], after: After
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-/// A biased `Conv2d` and Burn's relu or gelu after it (their composed operations, the
-/// convolution's output dropped after them) run under fusion as one conv → bias → activation
-/// graph (the matcher has CPU tests): as close to float64 as the unfused backend, in one
-/// launch.
-fn a_biased_convolution_and_its_activation_under_fusion_run_as_one_graph() {
+/// A biased `Conv2d` and Burn's relu after it (its composed operations, the convolution's
+/// output dropped after them) run under fusion as one conv → bias → relu graph (the matcher
+/// has CPU tests): as close to float64 as the unfused backend, in one launch. Burn's gelu
+/// after it is left to the elementwise fuser (cuDNN offered no engine for the f32 conv →
+/// bias → GELU graph): as close, in no more launches.
+fn a_biased_convolution_and_its_relu_under_fusion_run_as_one_graph() {
     let _serial = counting_launches();
     let mut rng = Rng::new(0xc0a7);
     let (c, k) = (CONV_ACT_X[1], CONV_ACT_K);
@@ -566,7 +567,13 @@ fn a_biased_convolution_and_its_activation_under_fusion_run_as_one_graph() {
         let label = format!("conv2d then {after:?}");
         assert_fused_near_float64(&label, &fused, &plain, &want, 1e-5);
         println!("{label}: {plain_launches} launches unfused, {fused_launches} fused");
-        assert_eq!(fused_launches, 1, "{label}: unfused {plain_launches} launches");
+        match after {
+            After::Relu => assert_eq!(fused_launches, 1, "{label}: unfused {plain_launches} launches"),
+            _ => assert!(
+                fused_launches <= plain_launches,
+                "{label}: fused {fused_launches} vs unfused {plain_launches}"
+            ),
+        }
     }
 }
 

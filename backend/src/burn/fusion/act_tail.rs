@@ -122,6 +122,18 @@ impl Tail {
         }
     }
 
+    /// A relu, matched or under way (for producers whose graphs take no other activation).
+    pub(crate) fn is_relu(&self) -> bool {
+        matches!(
+            self,
+            Tail::ReluFill { .. }
+                | Tail::Done {
+                    act: Activation::Relu,
+                    ..
+                }
+        )
+    }
+
     /// No tail (the producer alone) or a whole one.
     pub(crate) fn complete(&self) -> bool {
         matches!(self, Tail::Start | Tail::Done { .. })

@@ -1,12 +1,14 @@
-//! A biased 2-D convolution and Burn's relu or gelu after it, run as one cuDNN graph with
-//! the activation in its epilogue.
+//! A biased 2-D convolution and Burn's relu after it, run as one cuDNN graph with the
+//! activation in its epilogue.
 //!
 //! Burn's conv2d op carries its bias, which `Cudnn` already adds in the convolution's graph;
-//! the activation after it is recorded as its composed operations ([`super::act_tail`]).
-//! Where the convolution's output is dropped after the activation (inference: under
-//! `Autodiff` Burn keeps it for the backward pass), [`ConvActFuser`] takes the run and
-//! [`ConvActOptimization`] computes it as one conv → bias → activation graph; a run recorded
-//! with other scalars runs its operations one by one.
+//! the relu after it is recorded as its composed operations ([`super::act_tail`]). Where the
+//! convolution's output is dropped after the relu (inference: under `Autodiff` Burn keeps it
+//! for the backward pass), [`ConvActFuser`] takes the run and [`ConvActOptimization`]
+//! computes it as one conv → bias → relu graph; a run recorded with other scalars runs its
+//! operations one by one. Gelu stays with the elementwise fuser: cuDNN 9.14 offered no
+//! engine for an f32 conv → bias → GELU graph (on an H200), whose fallback, the conv graph and
+//! a bias/activation kernel, would also end the elementwise run that could carry on after it.
 
 use burn_backend::ops::ConvOptions;
 use burn_backend::DType;
@@ -48,7 +50,7 @@ pub(crate) enum Stage {
     Conv { conv: Box<Conv2dOpIr>, tail: Tail },
 }
 
-/// Matches a biased conv2d followed by Burn's relu or gelu (see the module).
+/// Matches a biased conv2d followed by Burn's relu (see the module).
 pub(crate) type ConvActFuser = StagedFuser<Stage>;
 
 impl staged::Stage for Stage {
@@ -63,10 +65,12 @@ impl staged::Stage for Stage {
                     tail: Tail::Start,
                 })
             }
-            (Stage::Conv { conv, tail }, op) if tail.open() => tail.step(&conv.out, op).map(|tail| Stage::Conv {
-                conv: conv.clone(),
-                tail,
-            }),
+            (Stage::Conv { conv, tail }, op) if tail.open() => {
+                tail.step(&conv.out, op).filter(Tail::is_relu).map(|tail| Stage::Conv {
+                    conv: conv.clone(),
+                    tail,
+                })
+            }
             _ => None,
         }
     }
@@ -107,7 +111,7 @@ impl ConvActOptimization {
     /// (nothing done) when the run's scalars are not Burn's, so the caller runs the
     /// operations one by one.
     pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
-        const OP: &str = "fused conv2d + activation";
+        const OP: &str = "fused conv2d + relu";
         if !scalars_match(context, &self.scalars) {
             return Ok(false);
         }
@@ -151,23 +155,24 @@ mod tests {
     }
 
     #[test]
-    fn a_biased_convolution_and_its_activation_are_matched_whole() {
+    fn a_biased_convolution_and_its_relu_are_matched_whole() {
         let dims = [0, 3, 2, 2];
-        for (tail, act, out) in [
-            (relu(4, &dims, 5, true), Activation::Relu, 6),
-            (gelu(4, &dims, 5), Activation::Gelu, 9),
-        ] {
-            let ops: Vec<_> = std::iter::once(conv(true)).chain(tail).collect();
-            let mut f = ConvActFuser::default();
-            for op in &ops {
-                assert!(!f.properties().ready);
-                f.fuse(op);
-            }
-            assert_eq!(f.status(), FuserStatus::Closed);
-            let o = f.complete().expect("a complete match");
-            assert_eq!((o.act, o.out, o.bias.0), (act, TensorId::new(out), TensorId::new(3)));
-            assert!(ConvActFuser::matched(&ops).is_some());
+        let ops: Vec<_> = std::iter::once(conv(true)).chain(relu(4, &dims, 5, true)).collect();
+        let mut f = ConvActFuser::default();
+        for op in &ops {
+            assert!(!f.properties().ready);
+            f.fuse(op);
         }
+        assert_eq!(f.status(), FuserStatus::Closed);
+        let o = f.complete().expect("a complete match");
+        assert_eq!(
+            (o.act, o.out, o.bias.0),
+            (Activation::Relu, TensorId::new(6), TensorId::new(3))
+        );
+        assert!(ConvActFuser::matched(&ops).is_some());
+        // Gelu is left to the elementwise fuser.
+        let gelu_ops: Vec<_> = std::iter::once(conv(true)).chain(gelu(4, &dims, 5)).collect();
+        assert!(ConvActFuser::matched(&gelu_ops).is_none());
     }
 
     #[test]

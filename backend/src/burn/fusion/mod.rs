@@ -31,9 +31,8 @@
 //!   epilogue; Burn's relu or gelu after it joins the epilogue where the pre-activation is
 //!   not kept (`act_tail.rs`: inference; `Autodiff` keeps it for the backward pass).
 //!
-//! - **convolution + activation** (`conv_act.rs`): a biased conv2d and Burn's relu or gelu
-//!   after it run as one conv → bias → activation graph where the convolution's output is not
-//!   kept (inference).
+//! - **convolution + relu** (`conv_act.rs`): a biased conv2d and Burn's relu after it run as
+//!   one conv → bias → relu graph where the convolution's output is not kept (inference).
 //!
 //! - **linear bias gradient** (`leading_sum.rs`): Burn's composed `linear_bias_backward` (a
 //!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums

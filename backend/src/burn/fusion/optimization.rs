@@ -96,7 +96,7 @@ pub enum CudnnOptimization {
     /// Burn's composed linear forward (matmul, then the bias add, then relu or gelu where the
     /// sum is dropped) as one matmul graph.
     MatmulBias(super::bias::MatmulBiasOptimization),
-    /// A biased conv2d and Burn's relu or gelu after it (its output dropped) as one graph.
+    /// A biased conv2d and Burn's relu after it (its output dropped) as one graph.
     ConvAct(super::conv_act::ConvActOptimization),
     /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
     LeadingSum(super::leading_sum::LeadingSumOptimization),
@@ -119,7 +119,7 @@ pub enum CudnnOptimizationState {
     LinearGrad(Vec<OperationIr>),
     /// The operations of a composed linear forward with a bias.
     MatmulBias(Vec<OperationIr>),
-    /// The operations of a biased conv2d and its activation.
+    /// The operations of a biased conv2d and its relu.
     ConvAct(Vec<OperationIr>),
     /// The operations of a chain of sums over the leading dims.
     LeadingSum(Vec<OperationIr>),
@@ -150,7 +150,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
             CudnnOptimization::MatmulBias(_) => "cudnn matmul + bias",
-            CudnnOptimization::ConvAct(_) => "cudnn conv2d + activation",
+            CudnnOptimization::ConvAct(_) => "cudnn conv2d + relu",
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
             CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
             CudnnOptimization::Reduce(_) => "cudnn fused reduction",
@@ -176,7 +176,7 @@ impl CudnnOptimization {
                 true
             }
             CudnnOptimization::MatmulBias(m) => expect("fused matmul + bias", m.execute(context)),
-            CudnnOptimization::ConvAct(c) => expect("fused conv2d + activation", c.execute(context)),
+            CudnnOptimization::ConvAct(c) => expect("fused conv2d + relu", c.execute(context)),
             CudnnOptimization::LeadingSum(s) => {
                 expect("fused leading-dims sum", s.execute(context));
                 true
@@ -239,7 +239,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimizationState::ConvAct(ops) => match super::conv_act::ConvActFuser::matched(&ops) {
                 Some(c) => CudnnOptimization::ConvAct(c),
                 None => {
-                    panic!("cudnn-backend: a saved fusion state does not describe a convolution and its activation")
+                    panic!("cudnn-backend: a saved fusion state does not describe a convolution and its relu")
                 }
             },
             CudnnOptimizationState::LeadingSum(ops) => {
