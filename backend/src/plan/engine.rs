@@ -63,8 +63,11 @@ struct CachedPack {
 /// Repeats of one pointer set after which an execution is captured into a CUDA graph.
 pub(crate) const REPLAY_AFTER: u32 = 2;
 
-/// Pointer sets a plan keeps a variant pack (and a captured graph) for.
-const MAX_PACKS: usize = 8;
+/// Pointer sets a plan keeps a variant pack (and a captured graph) for. Layers of one shape
+/// share a plan: a 4-layer transformer's query, key, value and output projections are 16
+/// executions of one plan per step, for the forward and for each gradient, so a plan keeps
+/// twice that many.
+const MAX_PACKS: usize = 32;
 
 /// The SM-count target to pass cuDNN for `graph` under `policy`: the policy's carveout, for
 /// the graphs cuDNN honours it on (convolutions and their fusions).
