@@ -254,6 +254,39 @@ pub(crate) mod tests {
         assert!(!gelu_tail.open() && gelu_tail.complete());
     }
 
+    /// A fusion context holding the given relative scalars (ids 0, 1, ..).
+    fn context_with(values: &[f64]) -> Context<CudnnFusionHandle> {
+        use burn_fusion::stream::ScalarId;
+        Context {
+            tensors: Default::default(),
+            handles: burn_ir::HandleContainer::new(),
+            scalars: values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (ScalarId { value: i as u64 }, ScalarIr::Float(v)))
+                .collect(),
+            shapes_relative2global: Default::default(),
+        }
+    }
+
+    #[test]
+    fn scalars_are_checked_against_burns_when_the_run_executes() {
+        let y = t(9, &[1, 2], NotInit, DType::F32);
+        let (_, _, gelu_scalars) = run(&gelu(9, &[1, 2], 20), &y).and_then(|t| t.matched()).expect("gelu");
+        // Burn passes √2 as an f32.
+        let sqrt2 = f64::from(std::f32::consts::SQRT_2);
+        assert!(scalars_match(&context_with(&[sqrt2, 1.0, 2.0]), &gelu_scalars));
+        // A scaled variant (`x / 2` where Burn divides by √2) is not gelu.
+        assert!(!scalars_match(&context_with(&[2.0, 1.0, 2.0]), &gelu_scalars));
+        let (_, _, relu_scalars) = run(&relu(9, &[1, 2], 20, true), &y)
+            .and_then(|t| t.matched())
+            .expect("relu");
+        assert!(scalars_match(&context_with(&[0.0, 0.0]), &relu_scalars));
+        // `x <= 0.5` filled with 0 is not relu; a missing scalar is no match.
+        assert!(!scalars_match(&context_with(&[0.5, 0.0]), &relu_scalars));
+        assert!(!scalars_match(&context_with(&[0.0]), &relu_scalars));
+    }
+
     #[test]
     fn a_tail_that_keeps_its_input_or_reads_another_tensor_is_refused() {
         let y = t(9, &[1, 2], NotInit, DType::F32);
