@@ -445,12 +445,24 @@ fn the_composed_linear_bias_gradient_under_fusion_matches_the_unfused_backend() 
 const LINEAR_X: [usize; 3] = [4, 64, 256];
 const LINEAR_N: usize = 192;
 
-/// An activation after [`biased_linear_forward`]'s layer (Burn's, as a model calls it).
+/// An activation after [`biased_linear_forward`]'s or [`biased_conv_forward`]'s layer
+/// (Burn's, as a model calls it).
 #[derive(Clone, Copy, Debug)]
 enum After {
     Nothing,
     Relu,
     Gelu,
+}
+
+impl After {
+    /// `y` through this activation.
+    fn apply<B: Backend, const D: usize>(self, y: Tensor<B, D>) -> Tensor<B, D> {
+        match self {
+            After::Nothing => y,
+            After::Relu => activation::relu(y),
+            After::Gelu => activation::gelu(y),
+        }
+    }
 }
 
 /// `burn::nn::Linear`'s forward (with a bias) on backend `B` from the given input, weight
@@ -468,14 +480,7 @@ fn biased_linear_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64], after: Aft
         &device,
     ));
     let x = Tensor::<B, 3>::from_data(TensorData::new(x.to_vec(), LINEAR_X).convert_dtype(DType::F32), &device);
-    let (y, launches) = counted::<B, _>(&device, || {
-        let y = lin.forward(x);
-        match after {
-            After::Nothing => y,
-            After::Relu => activation::relu(y),
-            After::Gelu => activation::gelu(y),
-        }
-    });
+    let (y, launches) = counted::<B, _>(&device, || after.apply(lin.forward(x)));
     (y.into_data(), launches)
 }
 
@@ -533,14 +538,7 @@ fn biased_conv_forward<B: Backend>(x: &[f64], w: &[f64], b: &[f64], after: After
         TensorData::new(x.to_vec(), CONV_ACT_X).convert_dtype(DType::F32),
         &device,
     );
-    let (y, launches) = counted::<B, _>(&device, || {
-        let y = conv.forward(x);
-        match after {
-            After::Nothing => y,
-            After::Relu => activation::relu(y),
-            After::Gelu => activation::gelu(y),
-        }
-    });
+    let (y, launches) = counted::<B, _>(&device, || after.apply(conv.forward(x)));
     (y.into_data(), launches)
 }
 

@@ -234,20 +234,14 @@ impl MatmulBiasOptimization {
     /// a small product, scalars other than Burn's), whose operations then run one by one.
     pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
         const OP: &str = "fused matmul + bias";
-        let dims_of = |id: &TensorId| to_dims(&global_ir(context, id, OP).shape);
-        let (x_ir, w_ir) = (global_ir(context, &self.x.0, OP), global_ir(context, &self.w.0, OP));
         if self.act != Activation::Identity {
-            let mut out_dims = to_dims(&x_ir.shape);
-            if let (Some(last), Some(&n)) = (out_dims.last_mut(), to_dims(&w_ir.shape).last()) {
-                *last = n;
-            }
-            let unfused = x_ir.dtype == DType::F64
-                || math::is_small_product(&out_dims, &to_dims(&x_ir.shape))
-                || !scalars_match(context, &self.scalars);
-            if unfused {
+            let (x_ir, w_ir) = (global_ir(context, &self.x.0, OP), global_ir(context, &self.w.0, OP));
+            let exact = runs_unfused(x_ir.dtype, &to_dims(&x_ir.shape), &to_dims(&w_ir.shape));
+            if exact || !scalars_match(context, &self.scalars) {
                 return Ok(false);
             }
         }
+        let dims_of = |id: &TensorId| to_dims(&global_ir(context, id, OP).shape);
         let (w_view, bias_view) = (dims_of(&self.w_view), dims_of(&self.bias_view));
         let out_ir = global_ir(context, &self.out, OP);
         let [x, w, bias] = take_inputs(context, [self.x, self.w, self.bias], OP);
@@ -257,10 +251,20 @@ impl MatmulBiasOptimization {
     }
 }
 
+/// Whether `x · w` (dims `x`, `w`) runs as the unfused operations do: f64, and products the
+/// exact GEMM kernel takes.
+fn runs_unfused(dtype: DType, x: &[i64], w: &[i64]) -> bool {
+    let mut out_dims = x.to_vec();
+    if let (Some(last), Some(&n)) = (out_dims.last_mut(), w.last()) {
+        *last = n;
+    }
+    dtype == DType::F64 || math::is_small_product(&out_dims, x)
+}
+
 /// `act(x · w + bias)`: one cuDNN graph with the bias and the activation in its epilogue (as
-/// `Cudnn`'s linear layer), or, for f64 and for products the exact GEMM kernel takes (only
-/// without an activation), the matmul of `w` viewed as `w_view` then the add of `bias` viewed
-/// as `bias_view`, as the unfused operations run.
+/// `Cudnn`'s linear layer), or, where [`runs_unfused`] (only reached without an activation),
+/// the matmul of `w` viewed as `w_view` then the add of `bias` viewed as `bias_view`, as the
+/// unfused operations run.
 fn biased_product(
     x: CudnnTensor,
     w: CudnnTensor,
@@ -270,11 +274,7 @@ fn biased_product(
     act: Activation,
 ) -> Result<CudnnTensor> {
     const OP: &str = "fused matmul + bias";
-    let mut out_dims = x.dims().to_vec();
-    if let (Some(last), Some(&n)) = (out_dims.last_mut(), w.dims().last()) {
-        *last = n;
-    }
-    if x.dtype == DType::F64 || math::is_small_product(&out_dims, x.dims()) {
+    if runs_unfused(x.dtype, x.dims(), w.dims()) {
         let y = math::float_matmul(x, w.reshape(w_view)?, OP)?;
         return exec::binary(y, bias.reshape(bias_view)?, BinaryOp::Add, OP);
     }

@@ -13,7 +13,7 @@
 use burn_backend::ops::ConvOptions;
 use burn_backend::DType;
 use burn_fusion::stream::Context;
-use burn_ir::{Conv2dOpIr, Conv2dOptionsIr, ModuleOperationIr, OperationIr, TensorId};
+use burn_ir::{Conv2dOpIr, ModuleOperationIr, OperationIr, TensorId};
 
 use super::act_tail::{scalars_match, Tail, TailScalars};
 use super::optimization::{global_ir, is_float, last_use, take_inputs, CudnnOptimization};
@@ -23,7 +23,7 @@ use crate::burn::layers::conv_bias_act;
 use crate::burn::ops::module::conv_geom;
 use crate::burn::Cudnn;
 use crate::error::Result;
-use crate::types::Activation;
+use crate::types::{Activation, ConvGeometry};
 
 /// A matched convolution with its activation, in relative ids.
 #[derive(Clone, Debug)]
@@ -32,7 +32,8 @@ pub struct ConvActOptimization {
     x: (TensorId, bool),
     w: (TensorId, bool),
     bias: (TensorId, bool),
-    options: Conv2dOptionsIr,
+    /// The convolution's geometry, from its recorded options.
+    geometry: ConvGeometry,
     /// The activation's output.
     out: TensorId,
     act: Activation,
@@ -93,7 +94,7 @@ impl staged::Stage for Stage {
             x: (conv.x.id, last_use(&conv.x)),
             w: (conv.weight.id, last_use(&conv.weight)),
             bias: (bias.id, last_use(bias)),
-            options: conv.options.clone(),
+            geometry: conv_geom(&ConvOptions::<2>::from(conv.options.clone())),
             out,
             act,
             scalars,
@@ -117,8 +118,7 @@ impl ConvActOptimization {
         }
         let out_ir = global_ir(context, &self.out, OP);
         let [x, w, bias] = take_inputs(context, [self.x, self.w, self.bias], OP);
-        let geometry = conv_geom(&ConvOptions::<2>::from(self.options.clone()));
-        let y = conv_bias_act(OP, x, w, bias, &geometry, self.act)?;
+        let y = conv_bias_act(OP, x, w, bias, &self.geometry, self.act)?;
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, y);
         Ok(true)
     }
@@ -127,7 +127,7 @@ impl ConvActOptimization {
 #[cfg(test)]
 mod tests {
     use burn_fusion::{FuserStatus, OperationFuser};
-    use burn_ir::{TensorIr, TensorStatus};
+    use burn_ir::{Conv2dOptionsIr, TensorIr, TensorStatus};
 
     use super::*;
     use crate::burn::fusion::act_tail::tests::{gelu, relu};
