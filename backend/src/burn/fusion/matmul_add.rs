@@ -13,6 +13,14 @@
 //! same dims, and [`MatmulAddOptimization`] runs it through [`math::float_matmul_add`]: one
 //! graph where the product runs on cuDNN, the product then the add as the unfused operations
 //! otherwise.
+//!
+//! The matmul (with its swap) is a complete match by itself, which the add extends. While
+//! the fuser waits for the add it holds its block open, and burn-fusion then merges into it
+//! the blocks of later operations that read the same tensors (the weight gradient's swap and
+//! matmul, which read the same output gradient); a block whose fusers all fail from its first
+//! operation runs operation by operation, so without the bare match such a merged block lost
+//! the linear weight gradient's fused GEMM. With it, the matmul runs alone (as unfused) and
+//! burn-fusion explores the operations after it afresh.
 
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, SwapDimsOpIr, TensorId, TensorIr};
@@ -71,9 +79,10 @@ pub struct MatmulAddOptimization {
     /// The matmul's operands.
     lhs: Operand,
     rhs: Operand,
-    /// The tensor added to the product and whether the run holds its last use.
-    addend: (TensorId, bool),
-    /// The sum.
+    /// The tensor added to the product and whether the run holds its last use (none: the
+    /// matmul alone).
+    addend: Option<(TensorId, bool)>,
+    /// The product, or the sum.
     out: TensorId,
     pub(crate) operations: Vec<OperationIr>,
 }
@@ -86,9 +95,9 @@ pub(crate) enum Stage {
     Start,
     /// A swap of dims: a matmul reading its result for the last time must follow.
     Matmul(SwapDimsOpIr),
-    /// The matmul `lhs · rhs = product`: an add reading the product for the last time must
-    /// follow.
-    Add {
+    /// The matmul `lhs · rhs = product`, complete; an add reading the product for the last
+    /// time may follow.
+    Product {
         lhs: Operand,
         rhs: Operand,
         product: TensorIr,
@@ -126,13 +135,13 @@ impl staged::Stage for Stage {
                 });
                 let fits =
                     swap_read && is_float(m.out.dtype) && m.lhs.dtype == m.out.dtype && m.rhs.dtype == m.out.dtype;
-                fits.then(|| Stage::Add {
+                fits.then(|| Stage::Product {
                     lhs: Operand::of(&m.lhs, swap),
                     rhs: Operand::of(&m.rhs, swap),
                     product: m.out.clone(),
                 })
             }
-            (Stage::Add { lhs, rhs, product }, OperationIr::NumericFloat(_, NumericOperationIr::Add(b))) => {
+            (Stage::Product { lhs, rhs, product }, OperationIr::NumericFloat(_, NumericOperationIr::Add(b))) => {
                 let (read, addend) = if b.lhs.id == product.id {
                     (&b.lhs, &b.rhs)
                 } else {
@@ -157,15 +166,26 @@ impl staged::Stage for Stage {
     }
 
     fn done(&self) -> bool {
-        matches!(self, Stage::Done { .. })
+        matches!(self, Stage::Product { .. } | Stage::Done { .. })
+    }
+
+    fn extends(&self) -> bool {
+        matches!(self, Stage::Product { .. })
     }
 
     fn optimization(&self, ops: &[OperationIr]) -> MatmulAddOptimization {
         match self {
+            Stage::Product { lhs, rhs, product } => MatmulAddOptimization {
+                lhs: *lhs,
+                rhs: *rhs,
+                addend: None,
+                out: product.id,
+                operations: ops.to_vec(),
+            },
             Stage::Done { lhs, rhs, addend, out } => MatmulAddOptimization {
                 lhs: *lhs,
                 rhs: *rhs,
-                addend: (addend.id, last_use(addend)),
+                addend: Some((addend.id, last_use(addend))),
                 out: *out,
                 operations: ops.to_vec(),
             },
@@ -179,13 +199,21 @@ impl staged::Stage for Stage {
 }
 
 impl MatmulAddOptimization {
-    /// Runs the product with the add in its epilogue and registers the sum.
+    /// Runs the product (with the add in its epilogue) and registers the result.
     pub(crate) fn execute(&self, context: &mut Context<CudnnFusionHandle>) -> Result<()> {
         const OP: &str = "fused matmul + add";
         let out_ir = global_ir(context, &self.out, OP);
-        let [lhs, rhs, addend] = take_inputs(context, [self.lhs.source(), self.rhs.source(), self.addend], OP);
-        let (lhs, rhs) = (self.lhs.view(lhs)?, self.rhs.view(rhs)?);
-        let out = math::float_matmul_add(lhs, rhs, addend, OP)?;
+        let (lhs, rhs) = (self.lhs.source(), self.rhs.source());
+        let out = match self.addend {
+            Some(addend) => {
+                let [l, r, addend] = take_inputs(context, [lhs, rhs, addend], OP);
+                math::float_matmul_add(self.lhs.view(l)?, self.rhs.view(r)?, addend, OP)?
+            }
+            None => {
+                let [l, r] = take_inputs(context, [lhs, rhs], OP);
+                math::float_matmul(self.lhs.view(l)?, self.rhs.view(r)?, OP)?
+            }
+        };
         context.handles.register_float_tensor::<Cudnn>(&out_ir.id, out);
         Ok(())
     }
@@ -239,11 +267,14 @@ mod tests {
     fn a_product_summed_into_a_gradient_is_matched_with_its_swap() {
         let mut f = MatmulAddFuser::default();
         let ops = summed(ReadWrite, t(5, &[1, 2, 3], ReadWrite));
-        for op in &ops {
-            assert_eq!(f.status(), FuserStatus::Open);
-            assert!(!f.properties().ready);
-            f.fuse(op);
-        }
+        f.fuse(&ops[0]);
+        assert_eq!(f.status(), FuserStatus::Open);
+        assert!(!f.properties().ready);
+        // The swap and the matmul: complete, and open to the add.
+        f.fuse(&ops[1]);
+        assert_eq!(f.status(), FuserStatus::Open);
+        assert!(f.properties().ready && f.properties().score == 4);
+        f.fuse(&ops[2]);
         assert_eq!(f.status(), FuserStatus::Closed);
         assert!(f.properties().ready && f.len() == 3 && f.properties().score == 6);
         let o = f.complete().expect("a complete match");
@@ -256,7 +287,7 @@ mod tests {
             (
                 Operand::Tensor(TensorId::new(1), true),
                 swapped,
-                (TensorId::new(5), true),
+                Some((TensorId::new(5), true)),
                 TensorId::new(6)
             )
         );
@@ -268,21 +299,35 @@ mod tests {
         let o = MatmulAddFuser::matched(&plain).expect("the matmul and the add");
         assert_eq!(
             (o.rhs, o.addend),
-            (Operand::Tensor(TensorId::new(2), true), (TensorId::new(5), true))
+            (Operand::Tensor(TensorId::new(2), true), Some((TensorId::new(5), true)))
         );
     }
 
     #[test]
-    fn a_kept_product_or_swap_or_a_broadcast_addend_is_left_alone() {
-        // The product read again later: it must be stored.
-        assert!(MatmulAddFuser::matched(&summed(ReadOnly, t(5, &[1, 2, 3], ReadWrite))).is_none());
-        // An addend that broadcasts (a bias) is the linear-forward fuser's.
-        assert!(MatmulAddFuser::matched(&summed(ReadWrite, t(5, &[0, 0, 3], ReadWrite))).is_none());
-        // The product added to itself.
-        assert!(MatmulAddFuser::matched(&summed(ReadWrite, t(3, &[1, 2, 3], ReadWrite))).is_none());
-        // The matmul alone.
-        assert!(MatmulAddFuser::matched(&summed(ReadWrite, t(5, &[1, 2, 3], ReadWrite))[..2]).is_none());
-        // The swapped tensor read again after the matmul.
+    fn without_a_fitting_add_the_matmul_runs_alone() {
+        for ops in [
+            // The product read again later: it must be stored.
+            summed(ReadOnly, t(5, &[1, 2, 3], ReadWrite)),
+            // An addend that broadcasts (a bias) is the linear-forward fuser's.
+            summed(ReadWrite, t(5, &[0, 0, 3], ReadWrite)),
+            // The product added to itself.
+            summed(ReadWrite, t(3, &[1, 2, 3], ReadWrite)),
+        ] {
+            assert!(MatmulAddFuser::matched(&ops).is_none());
+            let mut f = MatmulAddFuser::default();
+            for op in &ops {
+                f.fuse(op);
+            }
+            assert_eq!(f.status(), FuserStatus::Closed);
+            let o = f.complete().expect("the swap and the matmul");
+            assert_eq!((o.addend, o.out, f.len()), (None, TensorId::new(3), 2));
+        }
+        let ops = summed(ReadWrite, t(5, &[1, 2, 3], ReadWrite));
+        assert!(MatmulAddFuser::matched(&ops[..2]).is_some_and(|o| o.addend.is_none()));
+    }
+
+    #[test]
+    fn a_swap_read_again_after_the_matmul_is_left_alone() {
         let mut ops = summed(ReadWrite, t(5, &[1, 2, 3], ReadWrite));
         if let OperationIr::Float(_, FloatOperationIr::Matmul(m)) = &mut ops[1] {
             m.rhs.status = ReadOnly;
