@@ -825,45 +825,6 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result
     }
 }
 
-/// `a · b + r`, `r` of the product's dims and dtype (a residual, or burn-autodiff summing
-/// a product into a gradient): where the product runs on cuDNN and `r` is contiguous, the
-/// add runs in the product's epilogue (one launch, `r` read once, no rounding of the bare
-/// product); otherwise exactly as [`float_matmul`] then the add.
-pub(crate) fn float_matmul_add(a: CudnnTensor, b: CudnnTensor, r: CudnnTensor, name: &str) -> Result<CudnnTensor> {
-    exec::check_same_device(name, &a, &b)?;
-    exec::check_same_dtype(name, &a, &b)?;
-    let full = matmul_dims(name, &a, &b)?;
-    let squashed = matmul_dims(
-        name,
-        &squash_expanded_batch(a.clone()),
-        &squash_expanded_batch(b.clone()),
-    )?;
-    let epilogue = a.kind() != DataType::F64
-        && !is_small_product(&full, a.dims())
-        && squashed == full
-        && r.dims() == full.as_slice()
-        && r.dtype == a.dtype
-        && r.is_contiguous();
-    if !epilogue {
-        let y = float_matmul(a, b, name)?;
-        return exec::binary(y, r, BinaryOp::Add, name);
-    }
-    let (a, b) = (squash_expanded_batch(a), squash_expanded_batch(b));
-    let (a, b, r) = match folded_dims(&a, &b) {
-        Some((rows, _)) => {
-            let (k, n) = (b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]);
-            (a.reshape(&[rows, k])?, b.reshape(&[k, n])?, r.reshape(&[rows, n])?)
-        }
-        None => (a, b, r),
-    };
-    let (a, b) = (a.matmul_ready()?, b.matmul_ready()?);
-    let dims = matmul_dims(name, &a, &b)?;
-    let out = a.empty_on(&dims, a.dtype, name)?;
-    let (ar, br) = (positive_unit_strides(a.tref()), positive_unit_strides(b.tref()));
-    crate::ops::matmul_add(a.stream(), &ar, &br, &r.tref(), &out.tmut())?;
-    out.reshape(&full)
-}
-
 /// For `a[.., M, K] · b[1.., K, N]` with `b` shared by every batch of `a`: the rows of `a`
 /// with its batch dims folded in, and the result's dims (`[.., M, N]`). The product then
 /// runs as one GEMM `[B·M, K] · [K, N]`, as `torch.matmul` folds it; `a` is copied once when

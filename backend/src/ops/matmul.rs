@@ -11,7 +11,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::{Graph, PointwiseMode};
-use crate::kernels::elementwise::{binary, copy, BinaryOp};
+use crate::kernels::elementwise::copy;
 use crate::types::{row_major_strides, DataType};
 
 fn check(op: &'static str, a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Result<()> {
@@ -158,51 +158,8 @@ pub fn matmul_bias_act(
         };
     }
     let bias3 = bias_full.as_ref().map(rank3_bias).transpose()?;
-    let addend = bias3.as_ref().map_or(Addend::None, Addend::Bias);
     for (a3, b3, c3) in batches(a, b, c)? {
-        matmul3(stream, op, &a3, &b3, addend, &c3, act)?;
-    }
-    Ok(())
-}
-
-/// `c[.., M, N] = a[.., M, K] · b[.., K, N] + r`, with `r` of `c`'s dims and strides (a
-/// residual, or a gradient being summed): ONE cuDNN graph adding `r` in the product's
-/// epilogue. Batch dims broadcast as in [`matmul`]; `r` must not overlap `c`. Falls back to
-/// the product then an add kernel when no engine supports the fused graph.
-pub fn matmul_add(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, r: &TensorRef, c: &TensorMut) -> Result<()> {
-    const OP: &str = "matmul_add";
-    check(OP, a, b, c)?;
-    r.check(OP, "r")?;
-    let same_layout =
-        r.dims == c.dims && (r.dims.iter().zip(&r.strides).zip(&c.strides)).all(|((&d, rs), cs)| d == 1 || rs == cs);
-    if !same_layout || r.dtype != c.dtype {
-        return Err(Error::invalid_arg(
-            OP,
-            "r",
-            format!(
-                "needs c's dims {:?}, strides {:?} and dtype {:?}, got {:?} / {:?} {:?}",
-                c.dims, c.strides, c.dtype, r.dims, r.strides, r.dtype
-            ),
-        ));
-    }
-    check_on_stream_device(
-        stream,
-        OP,
-        &[("a", Some(a)), ("b", Some(b)), ("r", Some(r)), ("c", Some(c))],
-    )?;
-    if c.is_empty() {
-        return Ok(());
-    }
-    if a.is_empty() || b.is_empty() {
-        // An empty contraction: the product is zero.
-        return copy(stream, r, c);
-    }
-    // `r` laid out as `c`: each batch problem reads `r` at its output's offset and strides.
-    let elem = c.dtype.size() as i64;
-    for (a3, b3, c3) in batches(a, b, c)? {
-        let offset = (c3.ptr as i64).wrapping_sub(c.ptr as i64) / elem;
-        let r3 = r.view(offset, &c3.dims, &c3.strides)?;
-        matmul3(stream, OP, &a3, &b3, Addend::Full(&r3), &c3, Activation::Identity)?;
+        matmul3(stream, op, &a3, &b3, bias3.as_ref(), &c3, act)?;
     }
     Ok(())
 }
@@ -297,71 +254,36 @@ fn foldable(t: &TensorRef, nb: usize) -> bool {
     (0..nb).all(|i| t.strides[i] == t.strides[i + 1] * t.dims[i + 1])
 }
 
-/// What a product's epilogue adds before its activation.
-#[derive(Clone, Copy)]
-enum Addend<'x, 'a> {
-    /// Nothing.
-    None,
-    /// A bias of N elements along the last dim (rank 3, `[1, 1, N]`).
-    Bias(&'x TensorRef<'a>),
-    /// A tensor of the output's dims.
-    Full(&'x TensorRef<'a>),
-}
-
-impl<'x, 'a> Addend<'x, 'a> {
-    /// The added tensor, if any.
-    fn tensor(self) -> Option<&'x TensorRef<'a>> {
-        match self {
-            Addend::None => None,
-            Addend::Bias(t) | Addend::Full(t) => Some(t),
-        }
-    }
-
-    /// The same kind of addend reading `t`.
-    fn with<'y, 'b>(self, t: &'y TensorRef<'b>) -> Addend<'y, 'b> {
-        match self {
-            Addend::None => Addend::None,
-            Addend::Bias(_) => Addend::Bias(t),
-            Addend::Full(_) => Addend::Full(t),
-        }
-    }
-}
-
-/// One rank-3 product (+ addend + activation) as one graph, with the unfused fallback.
+/// One rank-3 product (+ bias + activation) as one graph, with the unfused fallback.
 fn matmul3(
     stream: &Arc<CudaStream>,
     op: &'static str,
     a: &TensorRef,
     b: &TensorRef,
-    addend: Addend,
+    bias: Option<&TensorRef>,
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    let added = addend.tensor();
-    if [a, b, c].into_iter().chain(added).any(|t| t.alignment() < 16) {
-        return matmul3_aligned(stream, op, a, b, addend, c, act);
+    if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
+        return matmul3_aligned(stream, op, a, b, bias, c, act);
     }
-    let fused = added.is_some() || act != Activation::Identity;
-    let build = || matmul_graph(a, b, added, c, act);
+    let fused = bias.is_some() || act != Activation::Identity;
+    let build = || matmul_graph(a, b, bias, c, act);
     // uids as matmul_graph assigns them.
     let mut io = vec![(1, a.ptr), (2, b.ptr)];
     let mut last = 3;
-    if let Some(t) = added {
-        io.push((4, t.ptr));
+    if let Some(bias) = bias {
+        io.push((4, bias.ptr));
         last = 5;
     }
     if PointwiseMode::of_activation(act).is_some() {
         last += 1;
     }
     io.push((last, c.ptr));
-    let key = matmul_key(op, a, b, added, c, act);
+    let key = matmul_key(op, a, b, bias, c, act);
     let unfused = || {
-        matmul3(stream, op, a, b, Addend::None, c, Activation::Identity)?;
-        match addend {
-            Addend::Full(r) => binary(stream, BinaryOp::Add, c, r, c),
-            Addend::Bias(bias) => bias_act_in_place(stream, op, c, Some(bias), 2, act),
-            Addend::None => bias_act_in_place(stream, op, c, None, 2, act),
-        }
+        matmul3(stream, op, a, b, None, c, Activation::Identity)?;
+        bias_act_in_place(stream, op, c, bias, 2, act)
     };
     if !fused {
         return run(stream, op, key, &io, &build);
@@ -372,7 +294,7 @@ fn matmul3(
         Ok(true) => Ok(()),
         Ok(false) => unfused(),
         Err(e) if e.is_not_supported() => {
-            tracing::debug!("{op}: fused graph unsupported ({e}); running the matmul and an epilogue kernel");
+            tracing::debug!("{op}: fused graph unsupported ({e}); running matmul + bias/activation kernel");
             unfused()
         }
         Err(e) => Err(e),
@@ -387,7 +309,7 @@ fn matmul3_aligned(
     op: &'static str,
     a: &TensorRef,
     b: &TensorRef,
-    addend: Addend,
+    bias: Option<&TensorRef>,
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
@@ -397,20 +319,19 @@ fn matmul3_aligned(
         }
         DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op).map(Some)
     };
-    let added = addend.tensor();
     let bufs = [
         scratch(a)?,
         scratch(b)?,
         scratch(c)?,
-        added.map(scratch).transpose()?.flatten(),
+        bias.map(scratch).transpose()?.flatten(),
     ];
-    let [a2, b2, c2, added2] = [
+    let [a2, b2, c2, bias2] = [
         packed_in(&bufs[0], a)?,
         packed_in(&bufs[1], b)?,
         packed_in(&bufs[2], c)?,
-        added.map(|t| packed_in(&bufs[3], t)).transpose()?.flatten(),
+        bias.map(|t| packed_in(&bufs[3], t)).transpose()?.flatten(),
     ];
-    for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(added.map(|t| (t, &added2))) {
+    for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(bias.map(|t| (t, &bias2))) {
         if let Some(dst) = dst {
             copy(stream, src, dst)?;
         }
@@ -420,16 +341,12 @@ fn matmul3_aligned(
         b2.as_deref().unwrap_or(b),
         c2.as_ref().unwrap_or(c),
     );
-    let addend = match added2.as_deref() {
-        Some(t) => addend.with(t),
-        None => addend,
-    };
-    matmul3(stream, op, a_in, b_in, addend, c_out, act)?;
+    matmul3(stream, op, a_in, b_in, bias2.as_deref().or(bias), c_out, act)?;
     if let Some(c2) = &c2 {
         copy(stream, c2, c)?;
     }
     // The buffers are freed in stream order, after the work above.
-    drop((a2, b2, c2, added2));
+    drop((a2, b2, c2, bias2));
     drop(bufs);
     Ok(())
 }

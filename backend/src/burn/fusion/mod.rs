@@ -31,11 +31,6 @@
 //!   epilogue; Burn's relu or gelu after it joins the epilogue where the pre-activation is
 //!   not kept (`act_tail.rs`: inference; `Autodiff` keeps it for the backward pass).
 //!
-//! - **matmul + add** (`matmul_add.rs`): a matmul whose product is only added to a tensor of
-//!   its dims (burn-autodiff summing a matmul's gradient into the one registered before, a
-//!   residual after a linear layer without bias) runs as one cuDNN matmul graph adding that
-//!   tensor in its epilogue.
-//!
 //! - **convolution + relu** (`conv_act.rs`): a biased conv2d and Burn's relu after it run as
 //!   one conv → bias → relu graph where the convolution's output is not kept (inference).
 //!
@@ -70,7 +65,6 @@ mod fuser;
 mod lead;
 mod leading_sum;
 mod linear;
-mod matmul_add;
 mod optimization;
 mod quantize;
 mod reduce;
@@ -139,7 +133,6 @@ impl FusionRuntime for CudnnFusionRuntime {
                 Box::new(fuser::ElementwiseFuser::on(device)),
                 Box::new(linear::LinearGradFuser::default()),
                 Box::new(bias::MatmulBiasFuser::default()),
-                Box::new(matmul_add::MatmulAddFuser::default()),
                 Box::new(conv_act::ConvActFuser::default()),
                 Box::new(leading_sum::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),

@@ -96,9 +96,6 @@ pub enum CudnnOptimization {
     /// Burn's composed linear forward (matmul, then the bias add, then relu or gelu where the
     /// sum is dropped) as one matmul graph.
     MatmulBias(super::bias::MatmulBiasOptimization),
-    /// A matmul whose product is only added to a tensor of its dims (burn-autodiff summing a
-    /// gradient) as one matmul graph.
-    MatmulAdd(super::matmul_add::MatmulAddOptimization),
     /// A biased conv2d and Burn's relu after it (its output dropped) as one graph.
     ConvAct(super::conv_act::ConvActOptimization),
     /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
@@ -122,8 +119,6 @@ pub enum CudnnOptimizationState {
     LinearGrad(Vec<OperationIr>),
     /// The operations of a composed linear forward with a bias.
     MatmulBias(Vec<OperationIr>),
-    /// The operations of a matmul and the add of its product.
-    MatmulAdd(Vec<OperationIr>),
     /// The operations of a biased conv2d and its relu.
     ConvAct(Vec<OperationIr>),
     /// The operations of a chain of sums over the leading dims.
@@ -142,7 +137,6 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(e) => e.operations.len(),
             CudnnOptimization::LinearGrad(l) => l.operations.len(),
             CudnnOptimization::MatmulBias(m) => m.operations.len(),
-            CudnnOptimization::MatmulAdd(m) => m.operations.len(),
             CudnnOptimization::ConvAct(c) => c.operations.len(),
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
             CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
@@ -156,7 +150,6 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::Elementwise(_) => "cudnn elementwise",
             CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
             CudnnOptimization::MatmulBias(_) => "cudnn matmul + bias",
-            CudnnOptimization::MatmulAdd(_) => "cudnn matmul + add",
             CudnnOptimization::ConvAct(_) => "cudnn conv2d + relu",
             CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
             CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
@@ -183,10 +176,6 @@ impl CudnnOptimization {
                 true
             }
             CudnnOptimization::MatmulBias(m) => expect("fused matmul + bias", m.execute(context)),
-            CudnnOptimization::MatmulAdd(m) => {
-                expect("fused matmul + add", m.execute(context));
-                true
-            }
             CudnnOptimization::ConvAct(c) => expect("fused conv2d + relu", c.execute(context)),
             CudnnOptimization::LeadingSum(s) => {
                 expect("fused leading-dims sum", s.execute(context));
@@ -223,7 +212,6 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
             CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
             CudnnOptimization::MatmulBias(m) => CudnnOptimizationState::MatmulBias(m.operations.clone()),
-            CudnnOptimization::MatmulAdd(m) => CudnnOptimizationState::MatmulAdd(m.operations.clone()),
             CudnnOptimization::ConvAct(c) => CudnnOptimizationState::ConvAct(c.operations.clone()),
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
             CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
@@ -247,10 +235,6 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimizationState::MatmulBias(ops) => match super::bias::MatmulBiasFuser::matched(&ops) {
                 Some(m) => CudnnOptimization::MatmulBias(m),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear forward with a bias"),
-            },
-            CudnnOptimizationState::MatmulAdd(ops) => match super::matmul_add::MatmulAddFuser::matched(&ops) {
-                Some(m) => CudnnOptimization::MatmulAdd(m),
-                None => panic!("cudnn-backend: a saved fusion state does not describe a matmul and an add"),
             },
             CudnnOptimizationState::ConvAct(ops) => match super::conv_act::ConvActFuser::matched(&ops) {
                 Some(c) => CudnnOptimization::ConvAct(c),
