@@ -676,6 +676,8 @@ pub(crate) fn ready_or_queue_source(
         b.queue.push_back((stream.clone(), source, entry));
         if b.workers < super::load::parallelism() {
             b.workers += 1;
+            static EXIT_WAIT: std::sync::Once = std::sync::Once::new();
+            crate::runtime::ensure_wait_at_exit(&EXIT_WAIT);
             if std::thread::Builder::new()
                 .name("cudnn-fusion-build".into())
                 .spawn(build_worker)
@@ -694,11 +696,13 @@ pub(crate) fn ready_or_queue_source(
 /// Blocks until every queued fused-kernel build has finished (`ops::wait_for_builds` waits
 /// for the cuDNN plans built in the background too).
 pub fn wait_for_builds() {
+    wait_for_builds_until(None);
+}
+
+/// [`wait_for_builds`] until `deadline` at most; whether none is left.
+pub(crate) fn wait_for_builds_until(deadline: Option<std::time::Instant>) -> bool {
     let (lock, done) = builds();
-    let mut b = lock.lock().unwrap_or_else(|e| e.into_inner());
-    while !b.pending.is_empty() {
-        b = done.wait(b).unwrap_or_else(|e| e.into_inner());
-    }
+    crate::runtime::wait_while(lock, done, deadline, |b| !b.pending.is_empty())
 }
 
 /// Runs `program`: `inputs` broadcast to the dims of the outputs, which all share those dims
