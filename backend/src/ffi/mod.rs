@@ -12,7 +12,6 @@ pub(crate) mod candle_interop;
 pub(crate) mod counters;
 mod descriptor;
 pub(crate) mod driver;
-pub(crate) mod exit;
 mod handle;
 pub(crate) mod launch;
 pub(crate) mod launch_attention;

@@ -607,7 +607,10 @@ fn builds() -> &'static (Mutex<Builds>, Condvar) {
 }
 
 /// One background builder: compiles (or reads from the kernel cache) queued programs until
-/// the queue is empty.
+/// the queue is empty. Each build counts as one in flight for the exit hook
+/// ([`CompileSlot`](crate::ffi::nvrtc::CompileSlot)), its module load from the disk cache
+/// included, so the process waits for it at exit instead of tearing the driver down under
+/// it; once the process is exiting, queued builds are dropped unbuilt.
 fn build_worker() {
     let (lock, done) = builds();
     loop {
@@ -623,10 +626,13 @@ fn build_worker() {
         };
         let (stream, source, entry) = job;
         let key = (stream.context().ordinal(), source.name);
-        let result = stream_function(&stream, source, entry);
+        // `None`: the process is exiting, and the kernel is left unbuilt (not failed).
+        let result = crate::ffi::nvrtc::CompileSlot::enter("a background fused-kernel build")
+            .ok()
+            .map(|_in_flight| stream_function(&stream, source, entry));
         let mut b = lock.lock().unwrap_or_else(|e| e.into_inner());
         b.pending.remove(&key);
-        if let Err(e) = result {
+        if let Some(Err(e)) = result {
             b.failed.insert(key, e.to_string());
         }
         done.notify_all();
@@ -676,8 +682,6 @@ pub(crate) fn ready_or_queue_source(
         b.queue.push_back((stream.clone(), source, entry));
         if b.workers < super::load::parallelism() {
             b.workers += 1;
-            static EXIT_WAIT: std::sync::Once = std::sync::Once::new();
-            crate::runtime::ensure_wait_at_exit(&EXIT_WAIT);
             if std::thread::Builder::new()
                 .name("cudnn-fusion-build".into())
                 .spawn(build_worker)
@@ -696,13 +700,11 @@ pub(crate) fn ready_or_queue_source(
 /// Blocks until every queued fused-kernel build has finished (`ops::wait_for_builds` waits
 /// for the cuDNN plans built in the background too).
 pub fn wait_for_builds() {
-    wait_for_builds_until(None);
-}
-
-/// [`wait_for_builds`] until `deadline` at most; whether none is left.
-pub(crate) fn wait_for_builds_until(deadline: Option<std::time::Instant>) -> bool {
     let (lock, done) = builds();
-    crate::runtime::wait_while(lock, done, deadline, |b| !b.pending.is_empty())
+    let mut b = lock.lock().unwrap_or_else(|e| e.into_inner());
+    while !b.pending.is_empty() {
+        b = done.wait(b).unwrap_or_else(|e| e.into_inner());
+    }
 }
 
 /// Runs `program`: `inputs` broadcast to the dims of the outputs, which all share those dims

@@ -461,8 +461,6 @@ pub(crate) struct BackgroundJob(());
 
 impl BackgroundJob {
     pub(crate) fn start() -> Self {
-        static EXIT_WAIT: std::sync::Once = std::sync::Once::new();
-        crate::runtime::ensure_wait_at_exit(&EXIT_WAIT);
         *background_jobs().0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         Self(())
     }
@@ -479,13 +477,11 @@ impl Drop for BackgroundJob {
 /// Blocks until every background kernel compile (the warm-up, the siblings of a requested
 /// kernel) has finished, so [`compile_stats`] and the disk cache hold all of them.
 pub fn wait_for_background_compiles() {
-    wait_for_background_compiles_until(None);
-}
-
-/// [`wait_for_background_compiles`] until `deadline` at most; whether none is left.
-pub(crate) fn wait_for_background_compiles_until(deadline: Option<std::time::Instant>) -> bool {
     let (jobs, done) = background_jobs();
-    crate::runtime::wait_while(jobs, done, deadline, |n| *n > 0)
+    let mut n = jobs.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        n = done.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
 }
 
 /// One background compile slot (see [`background_limit`]), held while it lives.

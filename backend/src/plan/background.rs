@@ -99,8 +99,6 @@ pub(crate) fn start(dev: &Arc<Device>, sig: Signature, graph: Graph, policy: Eng
     }
     let dev = dev.clone();
     let key = sig.clone();
-    static EXIT_WAIT: std::sync::Once = std::sync::Once::new();
-    crate::runtime::ensure_wait_at_exit(&EXIT_WAIT);
     let spawned = std::thread::Builder::new()
         .name("cudnn-backend-plan".into())
         .spawn(move || {
@@ -207,15 +205,11 @@ pub(crate) fn settle(sig: &Signature) {
 
 /// Blocks until no plan is being built in the background (see `execute_keyed_when_built`).
 pub fn wait_for_background_builds() {
-    wait_for_background_builds_until(None);
-}
-
-/// [`wait_for_background_builds`] until `deadline` at most; whether none is left.
-pub(crate) fn wait_for_background_builds_until(deadline: Option<std::time::Instant>) -> bool {
     let t = table();
-    crate::runtime::wait_while(&t.states, &t.done, deadline, |states| {
-        states.values().any(|s| matches!(s, State::Building))
-    })
+    let mut states = t.states.lock().unwrap_or_else(|e| e.into_inner());
+    while states.values().any(|s| matches!(s, State::Building)) {
+        states = t.done.wait(states).unwrap_or_else(|e| e.into_inner());
+    }
 }
 
 #[cfg(test)]

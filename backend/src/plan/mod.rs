@@ -18,7 +18,6 @@ mod serialized;
 use std::sync::{Arc, OnceLock};
 
 pub use background::wait_for_background_builds;
-pub(crate) use background::wait_for_background_builds_until;
 pub use executor::{execute_graph, execute_graph_on, Binding};
 pub(crate) use executor::{execute_keyed, execute_keyed_when_built, prefetch_keyed, with_cudnn_handle};
 pub use handles::{cudnn_pool, CudnnKind, PooledCudnn, PLAN_CACHE_CAPACITY_ENV};

@@ -4,7 +4,6 @@
 mod build_trace;
 mod device;
 pub mod disk_cache;
-mod exit_wait;
 #[doc(hidden)]
 pub mod fault;
 mod probe;
@@ -14,7 +13,6 @@ pub use crate::ffi::counters::{launch_counts, thread_launch_counts, LaunchCounts
 pub(crate) use build_trace::record as record_build;
 pub use build_trace::{build_events, dropped_build_events, thread_ms, BuildEvent, BuildKind, MAX_EVENTS};
 pub use device::{Device, DeviceInfo, MAX_DEVICES};
-pub(crate) use exit_wait::{ensure_wait_at_exit, wait_while};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
 pub(crate) use workspace::{release_cached_memory_on_shortage, with_workspace};
 pub use workspace::{release_unused_workspaces, workspace_bytes};
