@@ -769,11 +769,14 @@ where
         let seconds = started.elapsed().as_secs_f64();
         last_rate = (steps * args.batch * world) as f64 / seconds;
         let accuracy = evaluate(&model.valid(), &test, args.batch, device);
-        bar.finish_with_message(format!(
-            "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {last_rate:.0} images/s",
-            args.epochs,
-            accuracy * 100.0
-        ));
+        examples::curves::finish_epoch(
+            &bar,
+            format!(
+                "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {last_rate:.0} images/s",
+                args.epochs,
+                accuracy * 100.0
+            ),
+        );
         history.loss.push(mean_loss);
         history.accuracy.push(accuracy);
     }

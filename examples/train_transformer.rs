@@ -351,11 +351,14 @@ fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
             );
         }
         let accuracy = evaluate(&model.valid(), &test_set, args, device);
-        bar.finish_with_message(format!(
-            "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {rate:.0} sequences/s",
-            args.epochs,
-            accuracy * 100.0
-        ));
+        examples::curves::finish_epoch(
+            &bar,
+            format!(
+                "{epoch}/{}: loss {mean_loss:.4}, test accuracy {:.2}%, {rate:.0} sequences/s",
+                args.epochs,
+                accuracy * 100.0
+            ),
+        );
         history.loss.push(mean_loss);
         history.accuracy.push(accuracy);
     }
