@@ -351,9 +351,8 @@ fn execute_core<'g>(
                 };
                 warn_engine_switch(&g, plan.workspace, &oom);
                 crate::ffi::counters::add(crate::ffi::counters::Count::EngineSwitches, 1);
-                let plan = &mut smaller_plan;
-                with_workspace(stream, plan.workspace, |ws| {
-                    engine::execute(handle, plan, uids, ptrs, ws, stream, None)
+                with_workspace(stream, smaller_plan.workspace, |ws| {
+                    engine::execute(handle, &mut smaller_plan, uids, ptrs, ws, stream, None)
                 })?;
                 plans.insert(sig.clone(), smaller_plan);
                 Ok(())

@@ -11,7 +11,6 @@
 //! a bias/activation kernel, would also end the elementwise run that could carry on after it.
 
 use burn_backend::ops::ConvOptions;
-use burn_backend::DType;
 use burn_fusion::stream::Context;
 use burn_ir::{Conv2dOpIr, ModuleOperationIr, OperationIr, TensorId};
 
@@ -60,7 +59,7 @@ impl staged::Stage for Stage {
     fn step(&self, op: &OperationIr, _ops: &[OperationIr]) -> Option<Stage> {
         match (self, op) {
             (Stage::Start, OperationIr::Module(ModuleOperationIr::Conv2d(c))) => {
-                let fits = c.bias.is_some() && is_float(c.out.dtype) && c.out.dtype != DType::F64;
+                let fits = c.bias.is_some() && is_float(c.out.dtype);
                 fits.then(|| Stage::Conv {
                     conv: Box::new(c.clone()),
                     tail: Tail::Start,
@@ -126,6 +125,7 @@ impl ConvActOptimization {
 
 #[cfg(test)]
 mod tests {
+    use burn_backend::DType;
     use burn_fusion::{FuserStatus, OperationFuser};
     use burn_ir::{Conv2dOptionsIr, TensorIr, TensorStatus};
 

@@ -80,11 +80,10 @@ impl<S: Stage> OperationFuser<CudnnOptimization> for StagedFuser<S> {
                 self.stage = stage;
             }
             None => {
-                // A tail that broke off: back to the last complete match.
+                // A tail that broke off: back to the last complete match's operations.
                 self.closed = true;
-                if let Some((stage, n)) = &self.last_done {
-                    self.stage = stage.clone();
-                    self.ops.truncate(*n);
+                if let Some((_, n)) = self.last_done {
+                    self.ops.truncate(n);
                 }
             }
         }
