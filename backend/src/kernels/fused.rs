@@ -471,7 +471,7 @@ pub(crate) fn storage_type(d: DataType) -> &'static str {
 /// Group loads and stores of the generated kernels: one vector access of `V` elements when
 /// the innermost stride is 1 (the host checked the alignment), one load for a broadcast
 /// (stride 0), element by element otherwise.
-const VECTOR_ACCESS: &str = r#"
+pub(crate) const VECTOR_ACCESS: &str = r#"
 template <int B> struct FusedRaw;
 template <> struct FusedRaw<1> { typedef u8 T; };
 template <> struct FusedRaw<2> { typedef u16 T; };

@@ -25,7 +25,7 @@ use crate::ffi::launch::{KernelLayout, MAX_KERNEL_RANK};
 use crate::ffi::launch_fused::{self as launch, ReduceArgs, ARRIVALS_SLOT, REDUCE_THREADS, RESULT_SLOT, SCRATCH_SLOT};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
-use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr};
+use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr, VECTOR_ACCESS};
 use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_SCALARS};
 use crate::kernels::layout::{coalesce as coalesce_dims, kernel_layout};
 use crate::kernels::KernelSource;
@@ -54,6 +54,10 @@ pub struct ReduceProgram {
     pub out: DataType,
     /// The iteration shape has `2^31` elements or more: 64-bit coordinates.
     pub wide: bool,
+    /// Consecutive elements of the innermost dim each thread takes per step (1, 2, 4 or 8),
+    /// moved with one vector access by every operand whose innermost stride is 1; above 1
+    /// only when that dim is reduced ([`Coalesced::of`] chooses it for the launch).
+    pub vec: u8,
     /// Operations after the reduction that read its result, broadcast along the reduced
     /// dims (a softmax's division by its row sum, a layer norm's normalization by its
     /// variance): computed in a second pass over each kept element's reduced ones.
@@ -101,6 +105,12 @@ impl ReduceProgram {
         if !matches!(self.out, DataType::F32 | DataType::F16 | DataType::BF16) {
             return err(format!("result dtype {:?} (supported: F32, F16, BF16)", self.out));
         }
+        if !matches!(self.vec, 1 | 2 | 4 | 8) || (self.vec > 1 && self.reduced >> (self.rank - 1) & 1 == 0) {
+            return err(format!(
+                "vector width {} (1, 2, 4 or 8; above 1 the innermost dim must be reduced)",
+                self.vec
+            ));
+        }
         if let Some(e) = self.epilogue {
             let p = usize::from(e.prologue_ops);
             if p > self.program.ops.len() || matches!(self.target, Value::Reg(r) if usize::from(r) >= p) {
@@ -145,6 +155,12 @@ impl ReduceProgram {
             "#define FR {}\n#define FMASK {}u\n#define RED(d) ((FMASK >> (d)) & 1u)\ntypedef {idx} FIDX;",
             self.rank, self.reduced
         );
+        if self.vec > 1 {
+            // Coordinates count groups of FV innermost elements; offsets along that dim
+            // advance FV elements per group.
+            let _ = writeln!(s, "#define FV {}", self.vec);
+            s.push_str(VECTOR_ACCESS);
+        }
         // How two partial results combine, and the start value.
         if self.max {
             s.push_str(
@@ -191,8 +207,8 @@ impl ReduceProgram {
         };
         s.push_str("    if (o < a.kept) {\n");
         // The kept element's offsets, then per reduced element the rest of each offset.
-        emit_walk(&mut s, p.inputs.len(), false);
-        emit_reduced_loop(&mut s, p, self.target, first_pass);
+        emit_walk(&mut s, p.inputs.len(), false, self.vec);
+        emit_reduced_loop(&mut s, p, self.target, first_pass, self.vec);
         // The rows of each lane fold pairwise in a fixed order: by shuffles within the warp
         // of a warp-rows launch (the branch is uniform over the block), else through shared
         // memory.
@@ -225,8 +241,8 @@ impl ReduceProgram {
             // or row 0 of the block); with chunks it is complete only after phase 1.
             s.push_str("    }\n    if (a.chunks > 1 && a.phase == 0) return;\n    if (wr) __syncwarp(); else __syncthreads();\n");
             s.push_str("    if (o < a.kept) {\n");
-            emit_walk(&mut s, p.inputs.len(), false);
-            emit_reduced_loop(&mut s, p, self.target, Pass::Store);
+            emit_walk(&mut s, p.inputs.len(), false, self.vec);
+            emit_reduced_loop(&mut s, p, self.target, Pass::Store, self.vec);
         }
         s.push_str("}\n");
         s
@@ -246,14 +262,22 @@ enum Pass {
     Store,
 }
 
-/// Reduced elements each thread loads before it computes on them (loads in flight).
-const UNROLL: usize = 4;
+/// Reduced elements (or groups of `FV`) each thread loads before it computes on them (loads
+/// in flight): four single elements, two groups.
+fn unroll(vec: u8) -> usize {
+    if vec > 1 {
+        2
+    } else {
+        4
+    }
+}
 
 /// Emits the offsets of one element of `inputs` inputs: for its kept coordinates (`reduced`
 /// false: `bK` and `bo`, from the kept index `o`), or added to those for its reduced
 /// coordinates (`uK` and `uo`, from the reduced index `r`, keeping the coordinates in
-/// `cnt`); the innermost dim comes last.
-fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
+/// `cnt`); the innermost dim comes last. With `vec` above 1 the innermost coordinate counts
+/// groups of `FV` elements.
+fn emit_walk(s: &mut String, inputs: usize, reduced: bool, vec: u8) {
     let (indent, index, start, off, full_off, skip) = if reduced {
         ("        ", "jj", "(FIDX)r", "u", "uo", "!RED(d)")
     } else {
@@ -285,35 +309,44 @@ fn emit_walk(s: &mut String, inputs: usize, reduced: bool) {
     if reduced {
         let _ = writeln!(s, "{indent}    cnt[d] = c;");
     }
+    let c = if vec > 1 {
+        let _ = writeln!(s, "{indent}    const i64 cc = d == FR - 1 ? (i64)c * FV : (i64)c;");
+        "cc"
+    } else {
+        "(i64)c"
+    };
     for k in 0..inputs {
-        let _ = writeln!(s, "{indent}    {off}{k} += (i64)c * a.in_layout[{k}].strides[d];");
+        let _ = writeln!(s, "{indent}    {off}{k} += {c} * a.in_layout[{k}].strides[d];");
     }
-    let _ = writeln!(s, "{indent}    {full_off} += (i64)c * a.full.strides[d];\n{indent}}}");
+    let _ = writeln!(s, "{indent}    {full_off} += {c} * a.full.strides[d];\n{indent}}}");
 }
 
 /// Emits the loop over the reduced elements of one chunk, for the thread's row `ty`: the
 /// first element's coordinates are divided out once, then each step of `blockDim.y` elements
 /// advances them like an odometer (carries by subtraction, a division only for a carry of
-/// four or more turns of a dim), and the thread loads [`UNROLL`] elements before it computes
-/// on them, so that several loads are in flight.
-fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass) {
+/// four or more turns of a dim), and the thread loads [`unroll`] elements before it computes
+/// on them, so that several loads are in flight. With `vec` above 1 the elements are groups
+/// of `FV` consecutive innermost ones, each moved with one vector access where the operand's
+/// innermost stride is 1 (a broadcast operand loads once, another stride gathers).
+fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass, vec: u8) {
     let inputs = p.inputs.len();
+    let unroll = unroll(vec);
     s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n        i64 r = chunk * a.chunk + ty;\n");
     s.push_str("        const FIDX step = (FIDX)rows;\n");
-    emit_walk(s, inputs, true);
+    emit_walk(s, inputs, true, vec);
     let _ = writeln!(
         s,
-        "        while (r < rend) {{\n            bool ok[{UNROLL}];\n            i64 eo[{UNROLL}];"
+        "        while (r < rend) {{\n            bool ok[{unroll}];\n            i64 eo[{unroll}];"
     );
     // Small outputs are stored by the visit of each kept element's first reduced element.
     let small = p.small_outputs != 0 && !matches!(pass, Pass::Reduce { .. });
     if small {
-        let _ = writeln!(s, "            bool z[{UNROLL}];");
+        let _ = writeln!(s, "            bool z[{unroll}];");
     }
     for k in 0..inputs {
-        let _ = writeln!(s, "            i64 e{k}[{UNROLL}];");
+        let _ = writeln!(s, "            i64 e{k}[{unroll}];");
     }
-    let _ = writeln!(s, "#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) {{");
+    let _ = writeln!(s, "#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{");
     s.push_str("                ok[v] = r < rend;\n                eo[v] = uo;\n");
     if small {
         s.push_str("                z[v] = r == 0;\n");
@@ -333,35 +366,105 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass) {
          \x20                   const i64 dc = (i64)c - (i64)cnt[d];\n\
          \x20                   cnt[d] = c;\n",
     );
+    let dc = if vec > 1 {
+        s.push_str("                    const i64 dm = d == FR - 1 ? dc * FV : dc;\n");
+        "dm"
+    } else {
+        "dc"
+    };
     for k in 0..inputs {
-        let _ = writeln!(s, "                    u{k} += dc * a.in_layout[{k}].strides[d];");
+        let _ = writeln!(s, "                    u{k} += {dc} * a.in_layout[{k}].strides[d];");
     }
-    s.push_str("                    uo += dc * a.full.strides[d];\n                }\n            }\n");
+    let _ = writeln!(
+        s,
+        "                    uo += {dc} * a.full.strides[d];\n                }}\n            }}"
+    );
     let skip = match pass {
         Pass::Reduce { skip, .. } => skip.map(usize::from),
         _ => None,
     };
+    let stores = !matches!(pass, Pass::Reduce { .. });
+    if vec > 1 {
+        for (k, d) in p.inputs.iter().enumerate() {
+            let t = storage_type(*d);
+            if Some(k) == skip {
+                let _ = writeln!(s, "            {t} l{k}[{unroll}][FV] = {{}};");
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "            {t} l{k}[{unroll}][FV];\n#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n\
+                 \x20               if (ok[v]) fused_load<{t}, FV>(p{k}, e{k}[v], a.in_layout[{k}].strides[FR - 1], l{k}[v]);\n\
+                 \x20               else for (int lane = 0; lane < FV; ++lane) l{k}[v][lane] = ({t})0;\n            }}"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n                if (!ok[v]) continue;"
+        );
+        if stores {
+            for (j, &(_, d)) in p.outputs.iter().enumerate() {
+                if !p.is_small(j) {
+                    let _ = writeln!(s, "                {} w{j}[FV];", storage_type(d));
+                }
+            }
+        }
+        s.push_str("#pragma unroll\n                for (int lane = 0; lane < FV; ++lane) {\n");
+        p.emit_input_values(s, "                    ", |k| format!("l{k}[v][lane]"));
+        match pass {
+            Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                    ", ops),
+            _ => p.emit_operations(s, "                    "),
+        }
+        if stores {
+            for (j, &(r, d)) in p.outputs.iter().enumerate() {
+                let value = store_expr(&format!("r{r}"), d);
+                if p.is_small(j) {
+                    let _ = writeln!(s, "                    if (z[v] && lane == 0) q{j}[o] = {value};");
+                } else {
+                    let _ = writeln!(s, "                    w{j}[lane] = {value};");
+                }
+            }
+        }
+        if pass != Pass::Store {
+            let _ = writeln!(s, "                    acc = COMBINE(acc, {});", target.expr());
+        }
+        s.push_str("                }\n");
+        if stores {
+            // Stored outputs are packed: innermost stride 1.
+            for (j, &(_, d)) in p.outputs.iter().enumerate() {
+                if !p.is_small(j) {
+                    let _ = writeln!(
+                        s,
+                        "                fused_store<{}, FV>(q{j}, eo[v], (i64)1, w{j});",
+                        storage_type(d)
+                    );
+                }
+            }
+        }
+        s.push_str("            }\n        }\n    }\n");
+        return;
+    }
     for (k, d) in p.inputs.iter().enumerate() {
         let t = storage_type(*d);
         if Some(k) == skip {
-            let _ = writeln!(s, "            {t} l{k}[{UNROLL}] = {{}};");
+            let _ = writeln!(s, "            {t} l{k}[{unroll}] = {{}};");
             continue;
         }
         let _ = writeln!(
             s,
-            "            {t} l{k}[{UNROLL}];\n#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) l{k}[v] = ok[v] ? p{k}[e{k}[v]] : ({t})0;"
+            "            {t} l{k}[{unroll}];\n#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) l{k}[v] = ok[v] ? p{k}[e{k}[v]] : ({t})0;"
         );
     }
     let _ = writeln!(
         s,
-        "#pragma unroll\n            for (int v = 0; v < {UNROLL}; ++v) {{\n                if (!ok[v]) continue;"
+        "#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n                if (!ok[v]) continue;"
     );
     p.emit_input_values(s, "                ", |k| format!("l{k}[v]"));
     match pass {
         Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                ", ops),
         _ => p.emit_operations(s, "                "),
     }
-    if !matches!(pass, Pass::Reduce { .. }) {
+    if stores {
         for (j, &(r, d)) in p.outputs.iter().enumerate() {
             let value = store_expr(&format!("r{r}"), d);
             if p.is_small(j) {
@@ -436,13 +539,9 @@ pub struct Coalesced {
 impl Coalesced {
     /// The merged reduction of `rp` over `full` for `inputs` (see [`coalesce`]).
     pub fn of(rp: &ReduceProgram, full: &[i64], inputs: &[TensorRef]) -> Result<Self> {
-        let unchanged = || Self {
-            program: rp.clone(),
-            dims: full.to_vec(),
-            strides: None,
-        };
         let packed = row_major_strides(full);
-        let mut strides = rp.program.input_strides(OP, inputs, full)?;
+        let input_strides = rp.program.input_strides(OP, inputs, full)?;
+        let mut strides = input_strides.clone();
         strides.push(packed.to_vec());
         // A stride list that chains across kept dims and across reduced dims but never from
         // one to the other (0 on reduced dims): merging then keeps the two apart.
@@ -452,27 +551,35 @@ impl Coalesced {
                 .collect(),
         );
         let (dims, mut merged) = coalesce_dims(full, &strides);
-        let Some(class) = merged.last() else {
-            return Ok(unchanged());
+        let reduced: Vec<bool> = merged
+            .last()
+            .map_or(Vec::new(), |class| class.iter().map(|&s| s == 0).collect());
+        let mut plan = if !reduced.contains(&true) || dims.len() == full.len() {
+            // Nothing merges: the reduction as given.
+            Self {
+                program: rp.clone(),
+                dims: full.to_vec(),
+                strides: None,
+            }
+        } else {
+            let mask = reduced
+                .iter()
+                .enumerate()
+                .fold(0u8, |m, (d, &r)| m | (u8::from(r) << d));
+            merged.truncate(inputs.len());
+            Self {
+                program: ReduceProgram {
+                    rank: dims.len() as u8,
+                    reduced: mask,
+                    ..rp.clone()
+                },
+                dims,
+                strides: Some(merged),
+            }
         };
-        let reduced: Vec<bool> = class.iter().map(|&s| s == 0).collect();
-        if !reduced.contains(&true) || dims.len() == full.len() {
-            return Ok(unchanged());
-        }
-        let mask = reduced
-            .iter()
-            .enumerate()
-            .fold(0u8, |m, (d, &r)| m | (u8::from(r) << d));
-        merged.truncate(inputs.len());
-        Ok(Self {
-            program: ReduceProgram {
-                rank: dims.len() as u8,
-                reduced: mask,
-                ..rp.clone()
-            },
-            dims,
-            strides: Some(merged),
-        })
+        let strides = plan.strides.as_ref().unwrap_or(&input_strides);
+        plan.program.vec = choose_vec(&plan.program, &plan.dims, inputs, strides);
+        Ok(plan)
     }
 
     /// Each input's view of the merged shape (`inputs` of the dims and strides this was made
@@ -536,8 +643,10 @@ struct Split {
 }
 
 impl Split {
-    /// The split of `rp` over `full`.
+    /// The split of `rp` over `full` (reduced elements counted in groups of `rp.vec`).
     fn of(rp: &ReduceProgram, full: &[i64]) -> Self {
+        let grouped = grouped_dims(rp, full);
+        let full = grouped.as_slice();
         let (mut kept, mut red) = (1i64, 1i64);
         for (d, &n) in full.iter().enumerate() {
             if rp.reduced >> d & 1 == 1 {
@@ -570,8 +679,10 @@ impl Split {
         let lanes = i64::from(block.0);
         let rows = i64::from(block.1);
         let kept_blocks = ((kept + lanes - 1) / lanes).max(1);
-        // Enough chunks to fill the GPU, each still at least 16 rows' worth.
-        let most = (red / (rows * 16)).clamp(1, 1024);
+        // Enough chunks to fill the GPU, each still at least 16 rows' worth of elements (8
+        // of groups).
+        let per_row = if rp.vec > 1 { 8 } else { 16 };
+        let most = (red / (rows * per_row)).clamp(1, 1024);
         let chunks = (TARGET_BLOCKS / kept_blocks).clamp(1, most);
         Self {
             kept,
@@ -592,6 +703,60 @@ impl Split {
     fn columns(&self) -> i64 {
         (self.kept + self.kept_per_block() - 1) / self.kept_per_block()
     }
+}
+
+/// Whether a reduction over `full` (bit `d` of `reduced`: dim `d` is reduced) may move `vec`
+/// consecutive innermost elements at a time: that dim is reduced and a multiple of `vec`,
+/// and every input whose innermost stride (in `strides`, broadcast to `full`) is 1 has its
+/// other strides multiples of `vec` and its address aligned to `vec` elements. Stored
+/// outputs are packed, so only their addresses matter (checked at launch).
+fn vector_fits(reduced: u8, full: &[i64], inputs: &[TensorRef], strides: &[Vec<i64>], vec: i64) -> bool {
+    let Some(&inner) = full.last() else {
+        return false;
+    };
+    let inner_reduced = reduced >> (full.len() - 1) & 1 == 1;
+    inner_reduced
+        && inner % vec == 0
+        && inputs.iter().zip(strides).all(|(t, st)| {
+            st.last() != Some(&1)
+                || (st[..st.len() - 1].iter().all(|s| s % vec == 0)
+                    && t.ptr % (vec as u64 * t.dtype.size() as u64) == 0)
+        })
+}
+
+/// The widest group of innermost elements (8, 4, 2 or 1) a reduction of `rp` over the merged
+/// `full` can move per step, for `inputs` of `strides` over `full`: at most 16 bytes of each
+/// operand per access, and narrower for programs of many operands (registers per element).
+fn choose_vec(rp: &ReduceProgram, full: &[i64], inputs: &[TensorRef], strides: &[Vec<i64>]) -> u8 {
+    let p = &rp.program;
+    let widest = p
+        .inputs
+        .iter()
+        .chain(p.outputs.iter().map(|(_, d)| d))
+        .map(|d| d.size() as i64)
+        .max()
+        .unwrap_or(4);
+    let operands = p.inputs.len() + p.outputs.len();
+    let most = match operands {
+        0..=4 => 8,
+        5..=10 => 4,
+        _ => 2,
+    };
+    [8i64, 4, 2]
+        .into_iter()
+        .filter(|&v| v <= most && v * widest <= 16)
+        .find(|&v| vector_fits(rp.reduced, full, inputs, strides, v))
+        .unwrap_or(1) as u8
+}
+
+/// `full` with its innermost dim counted in groups of `rp.vec` elements (the kernel's
+/// iteration shape).
+fn grouped_dims(rp: &ReduceProgram, full: &[i64]) -> Vec<i64> {
+    let mut dims = full.to_vec();
+    if let Some(inner) = dims.last_mut() {
+        *inner /= i64::from(rp.vec.max(1));
+    }
+    dims
 }
 
 /// A checked, packed launch of a [`ReduceProgram`] over one iteration shape.
@@ -668,10 +833,29 @@ impl<'a> ReduceLaunch<'a> {
             phase: 0,
             warp_rows: 0,
         };
-        for (k, (t, strides)) in inputs.iter().zip(p.input_strides(OP, inputs, full)?).enumerate() {
-            args.ptr[k] = t.ptr;
-            args.in_layout[k] = kernel_layout(OP, full, &strides)?;
+        let input_strides = p.input_strides(OP, inputs, full)?;
+        if rp.vec > 1 {
+            let outputs_aligned = outputs
+                .iter()
+                .enumerate()
+                .all(|(j, o)| p.is_small(j) || o.ptr % (u64::from(rp.vec) * o.dtype.size() as u64) == 0);
+            if !outputs_aligned || !vector_fits(rp.reduced, full, inputs, &input_strides, i64::from(rp.vec)) {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "inputs",
+                    format!(
+                        "a launch over {full:?} cannot move {} innermost elements at a time",
+                        rp.vec
+                    ),
+                ));
+            }
         }
+        for (k, (t, strides)) in inputs.iter().zip(&input_strides).enumerate() {
+            args.ptr[k] = t.ptr;
+            args.in_layout[k] = kernel_layout(OP, full, strides)?;
+        }
+        // The kernel counts the innermost coordinate in groups of `vec` elements.
+        args.full.shape[full.len() - 1] /= i64::from(rp.vec);
         let split = Split::of(rp, full);
         let Split { kept, red, chunks, .. } = split;
         for (j, (o, &(_, d))) in outputs.iter().zip(&p.outputs).enumerate() {
@@ -803,6 +987,7 @@ mod tests {
             max: false,
             out: DataType::BF16,
             wide: false,
+            vec: 1,
             epilogue: None,
         }
     }
@@ -948,6 +1133,97 @@ mod tests {
         // each, as the innermost dim is reduced); none without chunks.
         assert_eq!(ReduceLaunch::arrivals_len(&rp, &[128, 64, 32, 32]), 64);
         assert_eq!(ReduceLaunch::arrivals_len(&rows, &[32, 8, 256, 256]), 0);
+    }
+
+    #[test]
+    fn grouped_reductions_move_the_inner_dim_with_vector_accesses() {
+        let rp = ReduceProgram {
+            rank: 3,
+            reduced: 0b101,
+            vec: 4,
+            ..squared_deviation()
+        };
+        rp.validate().unwrap();
+        let src = rp.source();
+        assert!(
+            src.contains("#define FV 4")
+                && src.contains("fused_load<float, FV>(p0, e0[v], a.in_layout[0].strides[FR - 1], l0[v]);")
+        );
+        assert!(src.contains("fused_store<float, FV>(q0, eo[v], (i64)1, w0);"));
+        assert!(
+            src.contains("const i64 dm = d == FR - 1 ? dc * FV : dc;")
+                && src.contains("u1 += dm * a.in_layout[1].strides[d];")
+        );
+        assert!(
+            !squared_deviation().source().contains("FV"),
+            "single elements: no groups"
+        );
+        // Groups only along a reduced innermost dim, of 1, 2, 4 or 8 elements.
+        assert!(ReduceProgram {
+            reduced: 0b001,
+            ..rp.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(ReduceProgram { vec: 3, ..rp.clone() }.validate().is_err());
+        // [128, 32, 1024] over dims 0 and 2: 32 kept channels, 128 * 256 groups of 4, 16
+        // chunks (each thread 8 groups).
+        let s = Split::of(&rp, &[128, 32, 1024]);
+        assert_eq!((s.kept, s.red, s.block, s.chunks), (32, 128 * 256, (1, 256), 16));
+        // The launch counts the innermost dim in groups; a misaligned input is an error.
+        let full = [128i64, 32, 1024];
+        let packed = row_major_strides(&full);
+        let x = TensorRef::fake(&full, &packed, DataType::F32, 1 << 20);
+        let mean = TensorRef::fake(&[1, 32, 1], &[32, 1, 1], DataType::F32, 1 << 24);
+        let result = TensorMut::fake(&[1, 32, 1], &[32, 1, 1], DataType::BF16, 1 << 30);
+        let scratch = TensorMut::fake(&[32 * 16], &[1], DataType::F32, 1 << 31);
+        let launch = |x: TensorRef<'static>| {
+            let outputs = [TensorMut::fake(&full, &packed, DataType::F32, 1 << 28)];
+            let operands = ReduceOperands {
+                inputs: &[x, mean.clone()],
+                outputs: &outputs,
+                result: &result,
+                scratch: Some(&scratch),
+                arrivals: None,
+            };
+            ReduceLaunch::new(&rp, &full, &operands, &[], 1.0).map(|l| (l.args.full.shape[2], l.args.red, l.grid))
+        };
+        assert_eq!(launch(x.clone()).unwrap(), (256, 128 * 256, (32, 16)));
+        assert!(launch(TensorRef::fake(&full, &packed, DataType::F32, (1 << 20) + 4)).is_err());
+    }
+
+    #[test]
+    fn the_vector_width_follows_the_inner_dim_the_alignment_and_the_dtypes() {
+        let rp = squared_deviation();
+        let full = [8i64, 16, 12, 12];
+        let mean = TensorRef::fake_packed(&[1, 16, 1, 1], DataType::F32, 1 << 24);
+        let vec = |x: TensorRef<'static>, rp: &ReduceProgram| {
+            Coalesced::of(rp, &full, &[x, mean.clone()]).unwrap().program.vec
+        };
+        // f32 operands: 16 bytes per access, 4 elements (144 merged inner elements).
+        assert_eq!(vec(TensorRef::fake_packed(&full, DataType::F32, 1 << 20), &rp), 4);
+        // An input 4 bytes off a 16-byte boundary moves single elements.
+        assert_eq!(vec(TensorRef::fake_packed(&full, DataType::F32, (1 << 20) + 4), &rp), 1);
+        // 8 bytes off: pairs.
+        assert_eq!(vec(TensorRef::fake_packed(&full, DataType::F32, (1 << 20) + 8), &rp), 2);
+        // A kept innermost dim (reducing dim 0 only) moves single elements.
+        let rp0 = ReduceProgram {
+            reduced: 0b0001,
+            ..squared_deviation()
+        };
+        assert_eq!(vec(TensorRef::fake_packed(&full, DataType::F32, 1 << 20), &rp0), 1);
+        // 16-bit operands only: 8 elements per access.
+        let half = ReduceProgram {
+            program: Program {
+                inputs: vec![DataType::BF16, DataType::BF16],
+                outputs: vec![(0, DataType::BF16)],
+                ..squared_deviation().program
+            },
+            ..squared_deviation()
+        };
+        let hmean = TensorRef::fake_packed(&[1, 16, 1, 1], DataType::BF16, 1 << 24);
+        let x = TensorRef::fake_packed(&full, DataType::BF16, 1 << 20);
+        assert_eq!(Coalesced::of(&half, &full, &[x, hmean]).unwrap().program.vec, 8);
     }
 
     #[test]

@@ -441,6 +441,7 @@ fn generated_fused_reductions_compile() {
             max: false,
             out: DataType::BF16,
             wide: false,
+            vec: 1,
             epilogue: None,
         },
         ReduceProgram {
@@ -454,6 +455,7 @@ fn generated_fused_reductions_compile() {
             max: true,
             out: DataType::F16,
             wide: true,
+            vec: 1,
             epilogue: None,
         },
         // A softmax's second half in bf16: exp(x - max) summed over the last dim, then the
@@ -476,13 +478,24 @@ fn generated_fused_reductions_compile() {
             max: false,
             out: DataType::BF16,
             wide: false,
+            vec: 1,
             epilogue: Some(super::fused_reduce::Epilogue {
                 prologue_ops: 2,
                 result_input: Some(2),
             }),
         },
     ];
-    for rp in programs {
+    // The programs that reduce their innermost dim also in groups of 8 and 2 elements.
+    let grouped = programs.iter().flat_map(|rp| {
+        let inner_reduced = rp.reduced >> (rp.rank - 1) & 1 == 1;
+        [8u8, 2]
+            .into_iter()
+            .filter(move |_| inner_reduced)
+            .map(|vec| ReduceProgram { vec, ..rp.clone() })
+    });
+    let all: Vec<ReduceProgram> = programs.iter().cloned().chain(grouped).collect();
+    assert_eq!(all.len(), 7);
+    for rp in all {
         rp.validate().unwrap();
         let source = KernelSource {
             name: "fused-reduce-test.cu",

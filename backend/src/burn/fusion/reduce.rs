@@ -82,7 +82,7 @@ pub struct ReduceOptimization {
     pub(crate) operations: Vec<OperationIr>,
     /// The kernel once built, with the `wide` it was built for (an optimization lives on
     /// one device).
-    function: Option<((u8, u8, bool), CudaFunction)>,
+    function: Option<((u8, u8, bool, u8), CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one.
     unbuildable: bool,
     /// Zeroed arrival counters of the chunked launches (each launch leaves them zeroed), so
@@ -470,6 +470,7 @@ impl ReduceFuser {
                 max: self.max,
                 out: out_storage,
                 wide: false,
+                vec: 1,
                 epilogue,
             },
             inputs: e.inputs,
@@ -608,7 +609,7 @@ impl ReduceOptimization {
             Ok(v) => v,
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
-        let variant = (merged.rank, merged.reduced, merged.wide);
+        let variant = (merged.rank, merged.reduced, merged.wide, merged.vec);
         // The kernel built for these merged dims last time, else the builder's (a map lookup
         // under a lock, hashing the whole program).
         let function = match &self.function {
