@@ -383,67 +383,17 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass, vec
         Pass::Reduce { skip, .. } => skip.map(usize::from),
         _ => None,
     };
-    let stores = !matches!(pass, Pass::Reduce { .. });
     if vec > 1 {
-        for (k, d) in p.inputs.iter().enumerate() {
-            let t = storage_type(*d);
-            if Some(k) == skip {
-                let _ = writeln!(s, "            {t} l{k}[{unroll}][FV] = {{}};");
-                continue;
-            }
-            let _ = writeln!(
-                s,
-                "            {t} l{k}[{unroll}][FV];\n#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n\
-                 \x20               if (ok[v]) fused_load<{t}, FV>(p{k}, e{k}[v], a.in_layout[{k}].strides[FR - 1], l{k}[v]);\n\
-                 \x20               else for (int lane = 0; lane < FV; ++lane) l{k}[v][lane] = ({t})0;\n            }}"
-            );
-        }
-        let _ = writeln!(
-            s,
-            "#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n                if (!ok[v]) continue;"
-        );
-        if stores {
-            for (j, &(_, d)) in p.outputs.iter().enumerate() {
-                if !p.is_small(j) {
-                    let _ = writeln!(s, "                {} w{j}[FV];", storage_type(d));
-                }
-            }
-        }
-        s.push_str("#pragma unroll\n                for (int lane = 0; lane < FV; ++lane) {\n");
-        p.emit_input_values(s, "                    ", |k| format!("l{k}[v][lane]"));
-        match pass {
-            Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                    ", ops),
-            _ => p.emit_operations(s, "                    "),
-        }
-        if stores {
-            for (j, &(r, d)) in p.outputs.iter().enumerate() {
-                let value = store_expr(&format!("r{r}"), d);
-                if p.is_small(j) {
-                    let _ = writeln!(s, "                    if (z[v] && lane == 0) q{j}[o] = {value};");
-                } else {
-                    let _ = writeln!(s, "                    w{j}[lane] = {value};");
-                }
-            }
-        }
-        if pass != Pass::Store {
-            let _ = writeln!(s, "                    acc = COMBINE(acc, {});", target.expr());
-        }
-        s.push_str("                }\n");
-        if stores {
-            // Stored outputs are packed: innermost stride 1.
-            for (j, &(_, d)) in p.outputs.iter().enumerate() {
-                if !p.is_small(j) {
-                    let _ = writeln!(
-                        s,
-                        "                fused_store<{}, FV>(q{j}, eo[v], (i64)1, w{j});",
-                        storage_type(d)
-                    );
-                }
-            }
-        }
-        s.push_str("            }\n        }\n    }\n");
-        return;
+        emit_grouped_body(s, p, target, pass, skip, unroll);
+    } else {
+        emit_single_body(s, p, target, pass, skip, unroll);
     }
+    s.push_str("        }\n    }\n");
+}
+
+/// The loads and computation of [`emit_reduced_loop`] on `unroll` single elements: input
+/// `skip` (the result, not yet written) reads as zeros.
+fn emit_single_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip: Option<usize>, unroll: usize) {
     for (k, d) in p.inputs.iter().enumerate() {
         let t = storage_type(*d);
         if Some(k) == skip {
@@ -464,7 +414,7 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass, vec
         Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                ", ops),
         _ => p.emit_operations(s, "                "),
     }
-    if stores {
+    if !matches!(pass, Pass::Reduce { .. }) {
         for (j, &(r, d)) in p.outputs.iter().enumerate() {
             let value = store_expr(&format!("r{r}"), d);
             if p.is_small(j) {
@@ -477,9 +427,70 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass, vec
     if pass != Pass::Store {
         let _ = writeln!(s, "                acc = COMBINE(acc, {});", target.expr());
     }
-    s.push_str("            }\n        }\n    }\n");
+    s.push_str("            }\n");
 }
 
+/// The loads and computation of [`emit_reduced_loop`] on `unroll` groups of `FV` elements:
+/// one vector access per operand whose innermost stride is 1, stored outputs (packed) written
+/// the same way; input `skip` reads as zeros.
+fn emit_grouped_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip: Option<usize>, unroll: usize) {
+    let stores = !matches!(pass, Pass::Reduce { .. });
+    for (k, d) in p.inputs.iter().enumerate() {
+        let t = storage_type(*d);
+        if Some(k) == skip {
+            let _ = writeln!(s, "            {t} l{k}[{unroll}][FV] = {{}};");
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "            {t} l{k}[{unroll}][FV];\n#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n\
+             \x20               if (ok[v]) fused_load<{t}, FV>(p{k}, e{k}[v], a.in_layout[{k}].strides[FR - 1], l{k}[v]);\n\
+             \x20               else for (int lane = 0; lane < FV; ++lane) l{k}[v][lane] = ({t})0;\n            }}"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n                if (!ok[v]) continue;"
+    );
+    let packed: Vec<(usize, DataType)> = p
+        .outputs
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| stores && !p.is_small(j))
+        .map(|(j, &(_, d))| (j, d))
+        .collect();
+    for &(j, d) in &packed {
+        let _ = writeln!(s, "                {} w{j}[FV];", storage_type(d));
+    }
+    s.push_str("#pragma unroll\n                for (int lane = 0; lane < FV; ++lane) {\n");
+    p.emit_input_values(s, "                    ", |k| format!("l{k}[v][lane]"));
+    match pass {
+        Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                    ", ops),
+        _ => p.emit_operations(s, "                    "),
+    }
+    if stores {
+        for (j, &(r, d)) in p.outputs.iter().enumerate() {
+            let value = store_expr(&format!("r{r}"), d);
+            if p.is_small(j) {
+                let _ = writeln!(s, "                    if (z[v] && lane == 0) q{j}[o] = {value};");
+            } else {
+                let _ = writeln!(s, "                    w{j}[lane] = {value};");
+            }
+        }
+    }
+    if pass != Pass::Store {
+        let _ = writeln!(s, "                    acc = COMBINE(acc, {});", target.expr());
+    }
+    s.push_str("                }\n");
+    for &(j, d) in &packed {
+        let _ = writeln!(
+            s,
+            "                fused_store<{}, FV>(q{j}, eo[v], (i64)1, w{j});",
+            storage_type(d)
+        );
+    }
+    s.push_str("            }\n");
+}
 /// The kernel source of `rp` (generated once, then looked up).
 fn source_for(rp: &ReduceProgram) -> Result<KernelSource> {
     static SOURCES: OnceLock<Mutex<HashMap<ReduceProgram, KernelSource>>> = OnceLock::new();
