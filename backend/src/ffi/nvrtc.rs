@@ -156,10 +156,38 @@ impl CompileSlot {
     }
 }
 
+/// Runs [`wait_for_compiles_at_exit`] from a thread-local destructor of the process's main
+/// thread. The C library runs the exiting thread's thread-local destructors first when the
+/// process exits (`main` returning, or `exit`), before every `atexit` handler, so this wait
+/// also precedes the teardown of a library that a build still in flight loaded after the
+/// last registration of the `atexit` hook (a cuDNN sub-library or the driver's JIT compiler
+/// loaded during a background plan build: its teardown registers when it loads, and the hook
+/// registers again only after that build).
+struct MainThreadExitWait;
+
+impl Drop for MainThreadExitWait {
+    fn drop(&mut self) {
+        wait_for_compiles_at_exit();
+    }
+}
+
+thread_local! {
+    static MAIN_THREAD_EXIT_WAIT: MainThreadExitWait = const { MainThreadExitWait };
+}
+
+/// Arms [`MainThreadExitWait`] when called on the main thread (the thread Rust names
+/// `main`); on any other thread its destructor would run when that thread ends, not at exit.
+pub(crate) fn arm_main_thread_exit_wait() {
+    if std::thread::current().name() == Some("main") {
+        let _ = MAIN_THREAD_EXIT_WAIT.try_with(|_| {});
+    }
+}
+
 /// Registers [`wait_for_compiles_at_exit`] (again). Each registration is one more exit
 /// handler; every one but the first to run finds nothing in flight and returns at once.
 /// Also called by a build right after a library call that may have loaded a library.
 pub(crate) fn register_exit_hook() {
+    arm_main_thread_exit_wait();
     // SAFETY: `atexit` stores a pointer to a plain `extern "C"` function that lives for the
     // whole process and catches every panic.
     if unsafe { atexit(wait_for_compiles_at_exit) } != 0 {
@@ -454,4 +482,56 @@ fn compile_with(
     }
     drop(guard);
     Ok(Compiled { image, lowered })
+}
+
+#[cfg(test)]
+mod exit_tests {
+    use super::*;
+
+    /// The child half of [`the_main_threads_exit_waits_for_a_build_in_flight`]: a thread named
+    /// `main` arms the wait, a build holds a slot for 300 ms and then writes the marker file,
+    /// and the `main` thread exits the process at once.
+    fn exit_during_a_build(marker: std::path::PathBuf) -> ! {
+        let main = std::thread::Builder::new().name("main".into()).spawn(move || {
+            arm_main_thread_exit_wait();
+            let (entered, wait) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _slot = CompileSlot::enter("a test build").expect("not exiting yet");
+                entered.send(()).expect("the main thread waits");
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::write(&marker, b"done").expect("writing the marker");
+            });
+            wait.recv().expect("the build started");
+            std::process::exit(0)
+        });
+        let _ = main.expect("a thread").join();
+        std::process::exit(3)
+    }
+
+    #[test]
+    fn the_main_threads_exit_waits_for_a_build_in_flight() {
+        const CHILD: &str = "CUDNN_BACKEND_TEST_EXIT_MARKER";
+        if let Some(marker) = std::env::var_os(CHILD) {
+            exit_during_a_build(marker.into());
+        }
+        let marker = std::env::temp_dir().join(format!("cudnn-backend-exit-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let status = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--exact",
+                "ffi::nvrtc::exit_tests::the_main_threads_exit_waits_for_a_build_in_flight",
+            ])
+            .env(CHILD, &marker)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("running the child");
+        let written = std::fs::read(&marker).ok();
+        let _ = std::fs::remove_file(&marker);
+        assert_eq!(status.code(), Some(0));
+        assert_eq!(
+            written.as_deref(),
+            Some(&b"done"[..]),
+            "the process exited before the build ended"
+        );
+    }
 }

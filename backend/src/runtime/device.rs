@@ -46,6 +46,8 @@ impl Device {
         }
         let _open = OPEN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         super::build_trace::start_clock();
+        // Builds may run in the background from here on: the process waits for them at exit.
+        crate::ffi::nvrtc::arm_main_thread_exit_wait();
         if let Some(d) = DEVICES.get(ordinal).and_then(|slot| slot.get()) {
             return Ok(d.clone());
         }
