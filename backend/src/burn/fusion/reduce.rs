@@ -80,8 +80,8 @@ pub struct ReduceOptimization {
     out: TensorId,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
-    /// The kernel once built, with the `wide` it was built for (an optimization lives on
-    /// one device).
+    /// The kernel once built, with the merged rank, reduced dims, `wide` and vector width it
+    /// was built for (an optimization lives on one device).
     function: Option<((u8, u8, bool, u8), CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one.
     unbuildable: bool,
