@@ -528,12 +528,21 @@ pub struct Variant {
 
 /// Widest vector step for a program with `operands` inputs and outputs (more operands, more
 /// registers per element).
-fn max_vec(operands: usize) -> i64 {
+pub(crate) fn max_vec(operands: usize) -> i64 {
     match operands {
         0..=4 => 8,
         5..=10 => 4,
         _ => 2,
     }
+}
+
+/// Whether an operand of `strides` (innermost last), starting at byte address `addr`, with
+/// elements of `size` bytes, can move groups of `v` innermost elements as the generated
+/// kernels do: with an innermost stride of 1 its other strides are multiples of `v` and its
+/// address is aligned to `v` elements (any other innermost stride broadcasts or gathers).
+pub(crate) fn vector_access_fits(strides: &[i64], addr: u64, size: usize, v: i64) -> bool {
+    strides.last() != Some(&1)
+        || (strides[..strides.len() - 1].iter().all(|s| s % v == 0) && addr.is_multiple_of(v as u64 * size as u64))
 }
 
 /// The variant for a launch over the coalesced `shape`, where operand `k` has `strides[k]`,
@@ -546,10 +555,11 @@ fn choose_variant(shape: &[i64], strides: &[Vec<i64>], addrs: &[u64], sizes: &[u
         .filter(|&v| v <= max_vec(strides.len()))
         .find(|&v| {
             inner % v == 0
-                && strides.iter().zip(addrs).zip(sizes).all(|((st, &addr), &size)| {
-                    st.last() != Some(&1)
-                        || (st[..st.len() - 1].iter().all(|s| s % v == 0) && addr % (v as u64 * size as u64) == 0)
-                })
+                && strides
+                    .iter()
+                    .zip(addrs)
+                    .zip(sizes)
+                    .all(|((st, &addr), &size)| vector_access_fits(st, addr, size, v))
         })
         .unwrap_or(1);
     Variant {

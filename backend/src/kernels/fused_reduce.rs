@@ -25,7 +25,9 @@ use crate::ffi::launch::{KernelLayout, MAX_KERNEL_RANK};
 use crate::ffi::launch_fused::{self as launch, ReduceArgs, ARRIVALS_SLOT, REDUCE_THREADS, RESULT_SLOT, SCRATCH_SLOT};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
-use crate::kernels::fused::{generated_source, ready_or_queue_source, storage_type, store_expr, VECTOR_ACCESS};
+use crate::kernels::fused::{
+    generated_source, max_vec, ready_or_queue_source, storage_type, store_expr, vector_access_fits, VECTOR_ACCESS,
+};
 use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_SCALARS};
 use crate::kernels::layout::{coalesce as coalesce_dims, kernel_layout};
 use crate::kernels::KernelSource;
@@ -409,25 +411,53 @@ fn emit_single_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip
         s,
         "#pragma unroll\n            for (int v = 0; v < {unroll}; ++v) {{\n                if (!ok[v]) continue;"
     );
-    p.emit_input_values(s, "                ", |k| format!("l{k}[v]"));
+    emit_element(
+        s,
+        p,
+        target,
+        pass,
+        "                ",
+        |k| format!("l{k}[v]"),
+        |j, value| format!("if (z[v]) q{j}[o] = {value};"),
+        |j, value| format!("q{j}[eo[v]] = {value};"),
+    );
+    s.push_str("            }\n");
+}
+
+/// Emits, each line prefixed by `indent`, the input values read from `raw(k)`, the pass's
+/// operations, the stores of the outputs (none in a reducing pass: `small(j, value)` for a
+/// kept-shaped one, `packed(j, value)` for the others) and the accumulation of the target
+/// (none in a storing pass).
+#[allow(clippy::too_many_arguments)]
+fn emit_element(
+    s: &mut String,
+    p: &Program,
+    target: Value,
+    pass: Pass,
+    indent: &str,
+    raw: impl Fn(usize) -> String,
+    small: impl Fn(usize, &str) -> String,
+    packed: impl Fn(usize, &str) -> String,
+) {
+    p.emit_input_values(s, indent, raw);
     match pass {
-        Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                ", ops),
-        _ => p.emit_operations(s, "                "),
+        Pass::Reduce { ops, .. } => p.emit_operations_upto(s, indent, ops),
+        _ => p.emit_operations(s, indent),
     }
     if !matches!(pass, Pass::Reduce { .. }) {
         for (j, &(r, d)) in p.outputs.iter().enumerate() {
             let value = store_expr(&format!("r{r}"), d);
-            if p.is_small(j) {
-                let _ = writeln!(s, "                if (z[v]) q{j}[o] = {value};");
+            let line = if p.is_small(j) {
+                small(j, &value)
             } else {
-                let _ = writeln!(s, "                q{j}[eo[v]] = {value};");
-            }
+                packed(j, &value)
+            };
+            let _ = writeln!(s, "{indent}{line}");
         }
     }
     if pass != Pass::Store {
-        let _ = writeln!(s, "                acc = COMBINE(acc, {});", target.expr());
+        let _ = writeln!(s, "{indent}acc = COMBINE(acc, {});", target.expr());
     }
-    s.push_str("            }\n");
 }
 
 /// The loads and computation of [`emit_reduced_loop`] on `unroll` groups of `FV` elements:
@@ -463,24 +493,16 @@ fn emit_grouped_body(s: &mut String, p: &Program, target: Value, pass: Pass, ski
         let _ = writeln!(s, "                {} w{j}[FV];", storage_type(d));
     }
     s.push_str("#pragma unroll\n                for (int lane = 0; lane < FV; ++lane) {\n");
-    p.emit_input_values(s, "                    ", |k| format!("l{k}[v][lane]"));
-    match pass {
-        Pass::Reduce { ops, .. } => p.emit_operations_upto(s, "                    ", ops),
-        _ => p.emit_operations(s, "                    "),
-    }
-    if stores {
-        for (j, &(r, d)) in p.outputs.iter().enumerate() {
-            let value = store_expr(&format!("r{r}"), d);
-            if p.is_small(j) {
-                let _ = writeln!(s, "                    if (z[v] && lane == 0) q{j}[o] = {value};");
-            } else {
-                let _ = writeln!(s, "                    w{j}[lane] = {value};");
-            }
-        }
-    }
-    if pass != Pass::Store {
-        let _ = writeln!(s, "                    acc = COMBINE(acc, {});", target.expr());
-    }
+    emit_element(
+        s,
+        p,
+        target,
+        pass,
+        "                    ",
+        |k| format!("l{k}[v][lane]"),
+        |j, value| format!("if (z[v] && lane == 0) q{j}[o] = {value};"),
+        |j, value| format!("w{j}[lane] = {value};"),
+    );
     s.push_str("                }\n");
     for &(j, d) in &packed {
         let _ = writeln!(
@@ -491,6 +513,7 @@ fn emit_grouped_body(s: &mut String, p: &Program, target: Value, pass: Pass, ski
     }
     s.push_str("            }\n");
 }
+
 /// The kernel source of `rp` (generated once, then looked up).
 fn source_for(rp: &ReduceProgram) -> Result<KernelSource> {
     static SOURCES: OnceLock<Mutex<HashMap<ReduceProgram, KernelSource>>> = OnceLock::new();
@@ -656,10 +679,8 @@ struct Split {
 impl Split {
     /// The split of `rp` over `full` (reduced elements counted in groups of `rp.vec`).
     fn of(rp: &ReduceProgram, full: &[i64]) -> Self {
-        let grouped = grouped_dims(rp, full);
-        let full = grouped.as_slice();
         let (mut kept, mut red) = (1i64, 1i64);
-        for (d, &n) in full.iter().enumerate() {
+        for (d, n) in grouped_dims(rp, full) {
             if rp.reduced >> d & 1 == 1 {
                 red *= n;
             } else {
@@ -667,11 +688,9 @@ impl Split {
             }
         }
         // The innermost dim of more than one element decides which way warps read.
-        let inner_reduced = full
-            .iter()
-            .enumerate()
+        let inner_reduced = grouped_dims(rp, full)
             .rev()
-            .find(|&(_, &n)| n > 1)
+            .find(|&(_, n)| n > 1)
             .is_some_and(|(d, _)| rp.reduced >> d & 1 == 1);
         if inner_reduced && red <= WARP_ROWS_MAX_REDUCED && kept >= WARP_ROWS_MIN_KEPT {
             return Self {
@@ -728,11 +747,10 @@ fn vector_fits(reduced: u8, full: &[i64], inputs: &[TensorRef], strides: &[Vec<i
     let inner_reduced = reduced >> (full.len() - 1) & 1 == 1;
     inner_reduced
         && inner % vec == 0
-        && inputs.iter().zip(strides).all(|(t, st)| {
-            st.last() != Some(&1)
-                || (st[..st.len() - 1].iter().all(|s| s % vec == 0)
-                    && t.ptr % (vec as u64 * t.dtype.size() as u64) == 0)
-        })
+        && inputs
+            .iter()
+            .zip(strides)
+            .all(|(t, st)| vector_access_fits(st, t.ptr, t.dtype.size(), vec))
 }
 
 /// The widest group of innermost elements (8, 4, 2 or 1) a reduction of `rp` over the merged
@@ -747,12 +765,7 @@ fn choose_vec(rp: &ReduceProgram, full: &[i64], inputs: &[TensorRef], strides: &
         .map(|d| d.size() as i64)
         .max()
         .unwrap_or(4);
-    let operands = p.inputs.len() + p.outputs.len();
-    let most = match operands {
-        0..=4 => 8,
-        5..=10 => 4,
-        _ => 2,
-    };
+    let most = max_vec(p.inputs.len() + p.outputs.len());
     [8i64, 4, 2]
         .into_iter()
         .filter(|&v| v <= most && v * widest <= 16)
@@ -760,14 +773,13 @@ fn choose_vec(rp: &ReduceProgram, full: &[i64], inputs: &[TensorRef], strides: &
         .unwrap_or(1) as u8
 }
 
-/// `full` with its innermost dim counted in groups of `rp.vec` elements (the kernel's
-/// iteration shape).
-fn grouped_dims(rp: &ReduceProgram, full: &[i64]) -> Vec<i64> {
-    let mut dims = full.to_vec();
-    if let Some(inner) = dims.last_mut() {
-        *inner /= i64::from(rp.vec.max(1));
-    }
-    dims
+/// The dims of `full` (index, size) with the innermost counted in groups of `rp.vec`
+/// elements: the kernel's iteration shape.
+fn grouped_dims<'a>(rp: &ReduceProgram, full: &'a [i64]) -> impl DoubleEndedIterator<Item = (usize, i64)> + Clone + 'a {
+    let (last, vec) = (full.len().saturating_sub(1), i64::from(rp.vec.max(1)));
+    full.iter()
+        .enumerate()
+        .map(move |(d, &n)| (d, if d == last { n / vec } else { n }))
 }
 
 /// A checked, packed launch of a [`ReduceProgram`] over one iteration shape.
