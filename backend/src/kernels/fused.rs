@@ -785,12 +785,11 @@ pub struct PackedLaunch {
     small_dims: Option<Shape>,
 }
 
-/// What a [`PackedLaunch`] depends on: the launch dims and small dims, and each input's
-/// dims, strides, dtype and address alignment (up to 256 bytes, more than any vector
-/// access needs).
-pub fn launch_key(inputs: &[TensorRef], out_dims: &[i64], small_dims: Option<&[i64]>) -> Vec<i64> {
-    let mut key =
-        Vec::with_capacity(2 + out_dims.len() * 2 + inputs.iter().map(|t| 3 + 2 * t.dims.len()).sum::<usize>());
+/// Appends to `key` (a buffer reused between launches) what a [`PackedLaunch`] depends on:
+/// the launch dims and small dims, and each input's dims, strides, dtype and address
+/// alignment (up to 256 bytes, more than any vector access needs).
+pub fn launch_key(key: &mut Vec<i64>, inputs: &[TensorRef], out_dims: &[i64], small_dims: Option<&[i64]>) {
+    key.reserve(2 + out_dims.len() * 2 + inputs.iter().map(|t| 3 + 2 * t.dims.len()).sum::<usize>());
     key.push(out_dims.len() as i64);
     key.extend_from_slice(out_dims);
     match small_dims {
@@ -807,7 +806,6 @@ pub fn launch_key(inputs: &[TensorRef], out_dims: &[i64], small_dims: Option<&[i
         key.push(t.dtype as i64);
         key.push(i64::from(t.ptr.trailing_zeros().min(8)));
     }
-    key
 }
 
 impl<'a> FusedLaunch<'a> {

@@ -789,6 +789,8 @@ pub struct ReduceLaunch<'a> {
     block: (u32, u32),
     /// The program has an epilogue (a third launch after chunked sums).
     epilogue: bool,
+    /// The input the epilogue reads the result through, if any.
+    result_input: Option<u8>,
     /// Held so the views outlive the launch.
     _views: Vec<TensorRef<'a>>,
 }
@@ -958,6 +960,7 @@ impl<'a> ReduceLaunch<'a> {
             grid: (grid_x, chunks as u32),
             block: split.block,
             epilogue: rp.epilogue.is_some(),
+            result_input: rp.epilogue.and_then(|e| e.result_input),
             _views: views,
         })
     }
@@ -968,6 +971,123 @@ impl<'a> ReduceLaunch<'a> {
             v.check_stream(stream, OP, "operands")?;
         }
         launch::fused_reduce(stream, f, &self.args, self.grid, self.block, self.epilogue)
+    }
+
+    /// The pointer-free part of this launch, made over `operands` (see [`PackedReduce`]).
+    pub fn packed(&self, operands: &ReduceOperands) -> PackedReduce {
+        let mut signature = Vec::new();
+        operand_signature(&mut signature, operands);
+        let mut args = self.args;
+        args.ptr = [0; ARRIVALS_SLOT + 1];
+        PackedReduce {
+            args,
+            grid: self.grid,
+            block: self.block,
+            epilogue: self.epilogue,
+            result_input: self.result_input,
+            signature,
+        }
+    }
+
+    /// The launch [`ReduceLaunch::new`] would make of the program and iteration shape that
+    /// `packed` was made with, over `operands` of the same [`operand_signature`] (`None`
+    /// otherwise: the caller makes it with `new`); `signature` is a reusable buffer.
+    pub fn from_packed(
+        packed: &PackedReduce,
+        operands: &ReduceOperands<'a, '_>,
+        scalars: &[f32],
+        scale: f32,
+        signature: &mut Vec<i64>,
+    ) -> Option<Self> {
+        signature.clear();
+        operand_signature(signature, operands);
+        if *signature != packed.signature || scalars.len() > MAX_SCALARS {
+            return None;
+        }
+        let ReduceOperands {
+            inputs,
+            outputs,
+            result,
+            scratch,
+            arrivals,
+        } = *operands;
+        // The one check that is not about shapes: the epilogue reads the result itself.
+        if let Some(k) = packed.result_input {
+            if inputs.get(usize::from(k)).is_none_or(|r| r.ptr != result.ptr) {
+                return None;
+            }
+        }
+        let mut args = packed.args;
+        for (k, t) in inputs.iter().enumerate() {
+            args.ptr[k] = t.ptr;
+        }
+        for (j, o) in outputs.iter().enumerate() {
+            args.ptr[MAX_INPUTS + j] = o.ptr;
+        }
+        args.ptr[RESULT_SLOT] = result.ptr;
+        if args.chunks > 1 {
+            args.ptr[SCRATCH_SLOT] = scratch.map_or(0, |t| t.ptr);
+            args.ptr[ARRIVALS_SLOT] = arrivals.map_or(0, |t| t.ptr);
+        }
+        args.s = [0.0; MAX_SCALARS];
+        args.s[..scalars.len()].copy_from_slice(scalars);
+        args.scale = scale;
+        let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
+        views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
+        views.push(TensorRef::clone(result));
+        views.extend(scratch.into_iter().chain(arrivals).map(|t| TensorRef::clone(t)));
+        Some(Self {
+            args,
+            grid: packed.grid,
+            block: packed.block,
+            epilogue: packed.epilogue,
+            result_input: packed.result_input,
+            _views: views,
+        })
+    }
+}
+
+/// The pointer-free part of a checked [`ReduceLaunch`] and the [`operand_signature`] it was
+/// checked for: a later launch of the same program over the same iteration shape, with
+/// operands of that signature, passes every check of [`ReduceLaunch::new`] but one (the
+/// epilogue's input must be the result), so [`ReduceLaunch::from_packed`] makes it by setting
+/// the addresses, the scalars and the scale.
+#[derive(Clone, Debug)]
+pub struct PackedReduce {
+    args: ReduceArgs,
+    grid: (u32, u32),
+    block: (u32, u32),
+    epilogue: bool,
+    result_input: Option<u8>,
+    signature: Vec<i64>,
+}
+
+/// Appends to `out` what [`ReduceLaunch::new`]'s checks read of `operands`, besides the
+/// program and the iteration shape: the operand counts, and each operand's dims, strides,
+/// dtype, whether its address is null and the address's alignment (up to 256 bytes, more
+/// than any vector access needs).
+fn operand_signature(out: &mut Vec<i64>, operands: &ReduceOperands) {
+    fn push(out: &mut Vec<i64>, t: &TensorRef) {
+        out.push(t.dims.len() as i64);
+        out.extend_from_slice(&t.dims);
+        out.extend_from_slice(&t.strides);
+        out.push(t.dtype as i64);
+        out.push(if t.ptr == 0 { -1 } else { i64::from(t.ptr.trailing_zeros().min(8)) });
+    }
+    out.push(operands.inputs.len() as i64);
+    out.push(operands.outputs.len() as i64);
+    for t in operands.inputs {
+        push(out, t);
+    }
+    for o in operands.outputs {
+        push(out, o);
+    }
+    push(out, operands.result);
+    for t in [operands.scratch, operands.arrivals] {
+        match t {
+            Some(t) => push(out, t),
+            None => out.push(-1),
+        }
     }
 }
 
@@ -1213,6 +1333,60 @@ mod tests {
         };
         assert_eq!(launch(x.clone()).unwrap(), (256, 128 * 256, (32, 16)));
         assert!(launch(TensorRef::fake(&full, &packed, DataType::F32, (1 << 20) + 4)).is_err());
+    }
+
+    #[test]
+    fn a_packed_launch_takes_new_addresses_and_refuses_other_operands() {
+        let rp = ReduceProgram {
+            rank: 3,
+            reduced: 0b101,
+            vec: 4,
+            ..squared_deviation()
+        };
+        let full = [128i64, 32, 1024];
+        let packed = row_major_strides(&full);
+        let mean = TensorRef::fake(&[1, 32, 1], &[32, 1, 1], DataType::F32, 1 << 24);
+        let result = TensorMut::fake(&[1, 32, 1], &[32, 1, 1], DataType::BF16, 1 << 30);
+        let scratch = TensorMut::fake(&[32 * 64], &[1], DataType::F32, 1 << 31);
+        let inputs = [TensorRef::fake(&full, &packed, DataType::F32, 1 << 20), mean.clone()];
+        let outputs = [TensorMut::fake(&full, &packed, DataType::F32, 1 << 28)];
+        let first = ReduceOperands {
+            inputs: &inputs,
+            outputs: &outputs,
+            result: &result,
+            scratch: Some(&scratch),
+            arrivals: None,
+        };
+        let packed_launch = ReduceLaunch::new(&rp, &full, &first, &[], 0.5).unwrap().packed(&first);
+        let mut signature = Vec::new();
+        // Other addresses of the same alignment, another scale: what `new` makes of them.
+        let moved_in = [TensorRef::fake(&full, &packed, DataType::F32, 3 << 20), mean.clone()];
+        let moved_out = [TensorMut::fake(&full, &packed, DataType::F32, 5 << 28)];
+        let moved = ReduceOperands {
+            inputs: &moved_in,
+            outputs: &moved_out,
+            ..first
+        };
+        let reused = ReduceLaunch::from_packed(&packed_launch, &moved, &[], 0.25, &mut signature).expect("reused");
+        let fresh = ReduceLaunch::new(&rp, &full, &moved, &[], 0.25).unwrap();
+        assert_eq!(format!("{:?}", reused.args), format!("{:?}", fresh.args));
+        assert_eq!((reused.grid, reused.block), (fresh.grid, fresh.block));
+        // A less aligned input, another dtype or other dims: `new` decides again.
+        let others = [
+            TensorRef::fake(&full, &packed, DataType::F32, (1 << 20) + 4),
+            TensorRef::fake(&full, &packed, DataType::F16, 1 << 20),
+            TensorRef::fake(&[128, 32, 512], &row_major_strides(&[128, 32, 512]), DataType::F32, 1 << 20),
+        ];
+        for x in others {
+            let inputs = [x, mean.clone()];
+            let operands = ReduceOperands {
+                inputs: &inputs,
+                ..first
+            };
+            assert!(ReduceLaunch::from_packed(&packed_launch, &operands, &[], 0.5, &mut signature).is_none());
+        }
+        let no_scratch = ReduceOperands { scratch: None, ..first };
+        assert!(ReduceLaunch::from_packed(&packed_launch, &no_scratch, &[], 0.5, &mut signature).is_none());
     }
 
     #[test]

@@ -863,7 +863,7 @@ impl ElementwiseFuser {
             operations: self.absorbed.clone(),
             function: None,
             unbuildable: false,
-            packed: None,
+            packed: Default::default(),
         }
     }
 }

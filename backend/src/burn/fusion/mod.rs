@@ -62,6 +62,7 @@ mod conv_act;
 pub(crate) mod custom;
 mod flusher;
 mod fuser;
+mod launch_cache;
 mod lead;
 mod leading_sum;
 mod linear;

@@ -9,7 +9,9 @@ use burn_fusion::{NumOperations, Optimization};
 use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr, TensorStatus};
 use cudarc::driver::CudaFunction;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
+use super::launch_cache::LaunchCache;
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{exec, Cudnn, CudnnDevice};
@@ -81,9 +83,10 @@ pub struct ElementwiseOptimization {
     /// The kernel failed to build: every execution runs the operations one by one, without
     /// asking the builder again.
     pub(crate) unbuildable: bool,
-    /// The last launch's key and pointer-free part: the next execution with the same key
-    /// (the same shapes, strides, dtypes and alignment) skips the checks and the packing.
-    pub(crate) packed: Option<(Vec<i64>, Box<fused::PackedLaunch>)>,
+    /// The pointer-free parts of recent launches by key: an execution with a key seen
+    /// before (the same shapes, strides, dtypes and alignment) skips the checks and the
+    /// packing.
+    pub(crate) packed: LaunchCache<Box<fused::PackedLaunch>>,
 }
 
 /// Every optimization of the backend's fusers.
@@ -103,7 +106,7 @@ pub enum CudnnOptimization {
     /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
     QuantizeDynamic(super::quantize::QuantizeDynamicOptimization),
     /// An elementwise run ending in sums or means over some dims, as one generated kernel.
-    Reduce(super::reduce::ReduceOptimization),
+    Reduce(Box<super::reduce::ReduceOptimization>),
     /// An operation no fuser starts with (a convolution, a pooling) run as it is, then a fused
     /// run of the operations after it.
     Lead(super::lead::LeadOptimization),
@@ -255,7 +258,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 }
             }
             CudnnOptimizationState::Reduce(ops) => match super::reduce::ReduceFuser::from_operations(&ops) {
-                Some(r) => CudnnOptimization::Reduce(r),
+                Some(r) => CudnnOptimization::Reduce(Box::new(r)),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a fused reduction"),
             },
             CudnnOptimizationState::Lead(lead, inner) => CudnnOptimization::Lead(super::lead::LeadOptimization {
@@ -287,10 +290,19 @@ pub(crate) fn is_float(dtype: DType) -> bool {
 
 /// The tensor that relative id `id` of an optimization stands for in this execution.
 pub(crate) fn global_ir(context: &Context<CudnnFusionHandle>, id: &TensorId, op: &str) -> TensorIr {
+    global_ref(context, id, op).clone()
+}
+
+/// The global id of relative id `id` (see [`global_ir`]), without copying its shape.
+pub(crate) fn global_id(context: &Context<CudnnFusionHandle>, id: &TensorId, op: &str) -> TensorId {
+    global_ref(context, id, op).id
+}
+
+/// The context's entry for relative id `id` (see [`global_ir`]).
+fn global_ref<'c>(context: &'c Context<CudnnFusionHandle>, id: &TensorId, op: &str) -> &'c TensorIr {
     context
         .tensors
         .get(id)
-        .cloned()
         .unwrap_or_else(|| panic!("cudnn-backend: {op}: tensor {id:?} is not in the fusion context"))
 }
 
@@ -309,11 +321,11 @@ pub(crate) fn take_inputs<const N: usize>(
     inputs: [(TensorId, bool); N],
     op: &str,
 ) -> [CudnnTensor; N] {
-    let irs = inputs.map(|(id, last)| (global_ir(context, &id, op), last));
-    let tensors = irs.each_ref().map(|(ir, _)| handle_tensor(context, &ir.id, op));
-    for (ir, last) in irs {
+    let ids = inputs.map(|(id, last)| (global_id(context, &id, op), last));
+    let tensors = ids.each_ref().map(|(id, _)| handle_tensor(context, id, op));
+    for (id, last) in ids {
         if last {
-            context.handles.remove_handle(ir.id);
+            context.handles.remove_handle(id);
         }
     }
     tensors
@@ -368,8 +380,8 @@ pub(crate) fn warn_unbuildable(warned: &AtomicBool, kind: &str, e: &crate::Error
 /// The tensors a fused run reads, found in the fusion context (nothing is changed there until
 /// [`release_consumed`]).
 pub(crate) struct RunInputs {
-    /// The global tensor of each input.
-    pub ir: Vec<TensorIr>,
+    /// The global id of each input.
+    pub ids: Vec<TensorId>,
     /// The tensor behind each input.
     pub tensors: Vec<CudnnTensor>,
     /// The global id and tensor of each absorbed view.
@@ -386,10 +398,10 @@ pub(crate) fn run_inputs(
 ) -> Result<RunInputs> {
     let mut made: Vec<(TensorId, TensorId, CudnnTensor)> = Vec::with_capacity(views.len());
     for v in views {
-        let out = global_ir(context, &v.out, op);
+        let out = global_ref(context, &v.out, op);
         let source = match made.iter().find(|(rel, _, _)| *rel == v.source) {
             Some((_, _, t)) => t.clone(),
-            None => handle_tensor(context, &global_ir(context, &v.source, op).id, op),
+            None => handle_tensor(context, &global_id(context, &v.source, op), op),
         };
         let view = match &v.axes {
             Some(axes) => crate::burn::structure::permute(source, axes, op)?,
@@ -397,17 +409,17 @@ pub(crate) fn run_inputs(
         };
         made.push((v.out, out.id, view));
     }
-    let ir: Vec<_> = inputs.iter().map(|i| global_ir(context, &i.id, op)).collect();
-    let tensors = ir
+    let ids: Vec<_> = inputs.iter().map(|i| global_id(context, &i.id, op)).collect();
+    let tensors = ids
         .iter()
         .zip(inputs)
-        .map(|(t, slot)| match made.iter().find(|(rel, _, _)| *rel == slot.id) {
+        .map(|(id, slot)| match made.iter().find(|(rel, _, _)| *rel == slot.id) {
             Some((_, _, view)) => view.clone(),
-            None => handle_tensor(context, &t.id, op),
+            None => handle_tensor(context, id, op),
         })
         .collect();
     let views = made.into_iter().map(|(_, id, t)| (id, t)).collect();
-    Ok(RunInputs { ir, tensors, views })
+    Ok(RunInputs { ids, tensors, views })
 }
 
 /// Updates the fusion context for a fused run that executes: releases the handles it consumes
@@ -422,9 +434,9 @@ pub(crate) fn release_consumed(
     op: &str,
 ) {
     let is_view = |id: TensorId| views.iter().any(|v| v.out == id);
-    for (ir, slot) in run.ir.iter().zip(inputs) {
+    for (&id, slot) in run.ids.iter().zip(inputs) {
         if slot.last_use && !is_view(slot.id) {
-            context.handles.remove_handle(ir.id);
+            context.handles.remove_handle(id);
         }
     }
     for (v, (id, t)) in views.iter().zip(&run.views) {
@@ -434,13 +446,13 @@ pub(crate) fn release_consumed(
     }
     for v in views {
         if v.source_last_use && !is_view(v.source) {
-            let ir = global_ir(context, &v.source, op);
-            context.handles.remove_handle(ir.id);
+            let id = global_id(context, &v.source, op);
+            context.handles.remove_handle(id);
         }
     }
     for id in dropped {
-        let ir = global_ir(context, id, op);
-        context.handles.remove_handle(ir.id);
+        let id = global_id(context, id, op);
+        context.handles.remove_handle(id);
     }
 }
 
@@ -490,7 +502,7 @@ impl ElementwiseOptimization {
         let small = match (self.flat || self.mixed.is_some(), run.tensors.is_empty()) {
             (true, _) => None,
             (false, true) => Some(vec![1; full.len()]).filter(|s| *s != full),
-            (false, false) => exec::constant_dims(&full, &run.tensors.iter().collect::<Vec<_>>()),
+            (false, false) => exec::constant_dims(&full, &run.tensors.iter().collect::<SmallVec<[_; 16]>>()),
         };
         if let Some(small) = &small {
             run.tensors = run.tensors.iter().map(|t| exec::narrowed(t, small)).collect();
@@ -506,14 +518,14 @@ impl ElementwiseOptimization {
         let stream = device.stream().clone();
         let dims = small.clone().unwrap_or_else(|| full.clone());
         // Declared before the launch, which ends up borrowing them, so they outlive it.
-        let mut outputs: Vec<CudnnTensor> = Vec::with_capacity(self.outputs.len());
-        let in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
-        let key = fused::launch_key(&in_refs, &dims, mixed_small.as_deref());
-        let mut launch = match &self.packed {
-            Some((k, packed)) if *k == key => FusedLaunch::from_packed(packed, &in_refs),
-            _ => match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims, mixed_small.as_deref()) {
+        let mut outputs: SmallVec<[CudnnTensor; 4]> = SmallVec::with_capacity(self.outputs.len());
+        let in_refs: SmallVec<[_; 8]> = inputs.iter().map(|t| t.tref()).collect();
+        fused::launch_key(self.packed.key_mut(), &in_refs, &dims, mixed_small.as_deref());
+        let mut launch = match self.packed.get() {
+            Some(packed) => FusedLaunch::from_packed(packed, &in_refs),
+            None => match FusedLaunch::for_packed_outputs(&self.program, &in_refs, &dims, mixed_small.as_deref()) {
                 Ok(l) => {
-                    self.packed = Some((key, Box::new(l.packed())));
+                    self.packed.insert(Box::new(l.packed()));
                     l
                 }
                 Err(e) => return Ok(self.unbuildable_after(e)),
@@ -534,7 +546,7 @@ impl ElementwiseOptimization {
         // An input at its last use that nothing else references, packed and of the outputs'
         // dims, lends its buffer to an output of its dtype (each thread reads its element
         // before writing it).
-        let mut lent = vec![false; inputs.len()];
+        let mut lent: SmallVec<[bool; 16]> = smallvec::smallvec![false; inputs.len()];
         for (j, &(_, dtype)) in self.outputs.iter().enumerate() {
             if let (Some(small), true) = (&mixed_small, self.program.is_small(j)) {
                 outputs.push(CudnnTensor::empty(&device, small, dtype, OP)?);
@@ -557,8 +569,8 @@ impl ElementwiseOptimization {
                 None => CudnnTensor::empty(&device, &dims, dtype, OP)?,
             });
         }
-        let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
-        let out_refs: Vec<_> = outputs.iter().map(|t| t.tmut()).collect();
+        let scalars: SmallVec<[f32; 16]> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
+        let out_refs: SmallVec<[_; 4]> = outputs.iter().map(|t| t.tmut()).collect();
         launch
             .bind(&self.program, &out_refs, &scalars)
             .and_then(|()| launch.launch(&stream, &self.program, &function, variant))?;

@@ -27,8 +27,10 @@ use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 use cudarc::driver::CudaFunction;
+use smallvec::SmallVec;
 
 use super::fuser::{output_shape, size_one, ElementwiseFuser};
+use super::launch_cache::LaunchCache;
 use super::optimization::{
     global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, status_of, warn_unbuildable,
     CudnnOptimization, FusedInput, FusedScalar, FusedView,
@@ -39,7 +41,9 @@ use crate::burn::Cudnn;
 use crate::error::Result;
 use crate::graph::DataType;
 use crate::kernels::fused::Value;
-use crate::kernels::fused_reduce::{self, needs_wide, Epilogue, ReduceLaunch, ReduceOperands, ReduceProgram};
+use crate::kernels::fused_reduce::{
+    self, needs_wide, Epilogue, PackedReduce, ReduceLaunch, ReduceOperands, ReduceProgram,
+};
 use crate::types::row_major_strides;
 
 /// Where the fuser is in its pattern.
@@ -88,9 +92,21 @@ pub struct ReduceOptimization {
     /// Zeroed arrival counters of the chunked launches (each launch leaves them zeroed), so
     /// chunked sums combine in the same launch; made at the first chunked execution.
     arrivals: Option<CudnnTensor>,
-    /// The last execution's launch key (`kernels::fused::launch_key` of its inputs over the
-    /// iteration shape) and merged reduction, reused while the key repeats.
-    coalesced: Option<(Vec<i64>, Box<fused_reduce::Coalesced>)>,
+    /// Recent executions by launch key (`kernels::fused::launch_key` of the inputs over the
+    /// iteration shape): what an execution with a key seen before reuses.
+    launches: LaunchCache<ReduceEntry>,
+    /// A buffer for each execution's operand signature (see `ReduceLaunch::from_packed`).
+    signature: Vec<i64>,
+}
+
+/// What executions over inputs of one launch key share: the merged reduction, the sizes of
+/// its buffers and, once launched, the checked launch without its addresses.
+#[derive(Clone, Debug)]
+struct ReduceEntry {
+    coalesced: fused_reduce::Coalesced,
+    scratch_len: usize,
+    arrivals_len: usize,
+    packed: Option<PackedReduce>,
 }
 
 /// Whether the `reduced` dims of a rank-`rank` iteration shape are its trailing dims (a
@@ -485,7 +501,8 @@ impl ReduceFuser {
             function: None,
             unbuildable: false,
             arrivals: None,
-            coalesced: None,
+            launches: LaunchCache::default(),
+            signature: Vec::new(),
         }
     }
 }
@@ -510,7 +527,7 @@ impl OperationFuser<CudnnOptimization> for ReduceFuser {
     }
 
     fn finish(&mut self) -> CudnnOptimization {
-        CudnnOptimization::Reduce(self.best().build())
+        CudnnOptimization::Reduce(Box::new(self.best().build()))
     }
 
     fn reset(&mut self) {
@@ -590,22 +607,28 @@ impl ReduceOptimization {
         let (stream, device) = (first.stream().clone(), first.device().clone());
         self.reduction.wide = needs_wide(&full);
         let result = CudnnTensor::empty(&device, &to_dims(&out_ir.shape), out_ir.dtype, OP)?;
-        let mut in_refs: Vec<_> = inputs.iter().map(|t| t.tref()).collect();
+        let mut in_refs: SmallVec<[_; 8]> = inputs.iter().map(|t| t.tref()).collect();
         if let Some(k) = result_slot {
             in_refs.insert(k, result.tref());
         }
         // The kernel runs over the merged dims (see `fused_reduce::coalesce`), the same as
-        // last time for inputs of the same dims, strides and alignment.
-        let key = crate::kernels::fused::launch_key(&in_refs, &full, None);
-        let coalesced = match self.coalesced.take() {
-            Some((k, c)) if k == key => (k, c),
-            _ => match fused_reduce::Coalesced::of(&self.reduction, &full, &in_refs) {
-                Ok(c) => (key, Box::new(c)),
+        // before for inputs of the same dims, strides and alignment.
+        crate::kernels::fused::launch_key(self.launches.key_mut(), &in_refs, &full, None);
+        let mut entry = match self.launches.take() {
+            Some(entry) => entry,
+            None => match fused_reduce::Coalesced::of(&self.reduction, &full, &in_refs) {
+                Ok(coalesced) => self.launches.entry(ReduceEntry {
+                    scratch_len: ReduceLaunch::scratch_len(&coalesced.program, &coalesced.dims),
+                    arrivals_len: ReduceLaunch::arrivals_len(&coalesced.program, &coalesced.dims),
+                    coalesced,
+                    packed: None,
+                }),
                 Err(e) => return Ok(self.unbuildable_after(e)),
             },
         };
-        let (merged, dims) = (&coalesced.1.program, coalesced.1.dims.as_slice());
-        let in_views = match coalesced.1.views(&in_refs) {
+        let cached = &mut entry.1;
+        let (merged, dims) = (&cached.coalesced.program, cached.coalesced.dims.as_slice());
+        let in_views = match cached.coalesced.views(&in_refs) {
             Ok(v) => v,
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
@@ -638,23 +661,22 @@ impl ReduceOptimization {
                 let dims = if small(j) { to_dims(&ir.shape) } else { full.clone() };
                 CudnnTensor::empty(&device, &dims, dtype, OP)
             })
-            .collect::<Result<Vec<_>>>()?;
-        let scratch_len = ReduceLaunch::scratch_len(merged, dims);
-        let scratch = match scratch_len {
+            .collect::<Result<SmallVec<[_; 4]>>>()?;
+        let scratch = match cached.scratch_len {
             0 => None,
             n => Some(CudnnTensor::empty(&device, &[n as i64], DType::F32, OP)?),
         };
-        let arrivals_len = ReduceLaunch::arrivals_len(merged, dims) as i64;
+        let arrivals_len = cached.arrivals_len as i64;
         if arrivals_len > 0 && self.arrivals.as_ref().is_none_or(|t| t.dims()[0] < arrivals_len) {
             let counters = CudnnTensor::empty(&device, &[arrivals_len.max(MIN_ARRIVALS)], DType::I32, OP)?;
             crate::kernels::elementwise::fill(&stream, &counters.tmut(), 0.0)?;
             self.arrivals = Some(counters);
         }
         let arrivals = self.arrivals.clone().filter(|_| arrivals_len > 0);
-        let scalars: Vec<f32> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
+        let scalars: SmallVec<[f32; 16]> = self.scalars.iter().map(|s| scalar_value(context, s)).collect();
         {
             let packed = row_major_strides(dims);
-            let out_refs: Vec<_> = match outputs
+            let out_refs: SmallVec<[_; 4]> = match outputs
                 .iter()
                 .enumerate()
                 .map(|(j, t)| {
@@ -679,14 +701,26 @@ impl ReduceOptimization {
                 scratch: scratch_ref.as_ref(),
                 arrivals: arrivals_ref.as_ref(),
             };
-            let launch = ReduceLaunch::new(merged, dims, &operands, &scalars, scale);
-            match launch {
-                Ok(l) => l.launch(&stream, &function)?,
-                Err(e) => return Ok(self.unbuildable_after(e)),
-            }
+            // Checked and packed once per key and operand signature; later launches only
+            // set the addresses.
+            let reused = cached
+                .packed
+                .as_ref()
+                .and_then(|p| ReduceLaunch::from_packed(p, &operands, &scalars, scale, &mut self.signature));
+            let launch = match reused {
+                Some(l) => l,
+                None => match ReduceLaunch::new(merged, dims, &operands, &scalars, scale) {
+                    Ok(l) => {
+                        cached.packed = Some(l.packed(&operands));
+                        l
+                    }
+                    Err(e) => return Ok(self.unbuildable_after(e)),
+                },
+            };
+            launch.launch(&stream, &function)?;
         }
         drop((in_views, in_refs));
-        self.coalesced = Some(coalesced);
+        self.launches.put(entry);
         release_consumed(context, &run, &made_before, &self.views, &self.dropped, OP);
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
