@@ -62,22 +62,26 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
     Ok(())
 }
 
-/// The slots of [`ReduceArgs::ptr`] after the inputs' and the stored outputs': the result's
-/// address, the partial sums', the arrival counters'.
+/// Most values one fused reduction sums (each into its own result, over the same dims).
+pub const MAX_TARGETS: usize = 4;
+
+/// The slots of [`ReduceArgs::ptr`] after the inputs' and the stored outputs': the results'
+/// addresses ([`MAX_TARGETS`] slots), the partial sums', the arrival counters'.
 pub(crate) const RESULT_SLOT: usize = MAX_INPUTS + MAX_OUTPUTS;
 /// See [`RESULT_SLOT`].
-pub(crate) const SCRATCH_SLOT: usize = RESULT_SLOT + 1;
+pub(crate) const SCRATCH_SLOT: usize = RESULT_SLOT + MAX_TARGETS;
 /// See [`RESULT_SLOT`].
-pub(crate) const ARRIVALS_SLOT: usize = RESULT_SLOT + 2;
+pub(crate) const ARRIVALS_SLOT: usize = SCRATCH_SLOT + 1;
 
 /// The by-value argument of `fused_reduce` (`struct ReduceArgs` of the generated source):
-/// input addresses, the stored outputs', then the result's, the partial sums' and the
+/// input addresses, the stored outputs', then the results', the partial sums' and the
 /// arrival counters' (0: none); input
 /// layouts broadcast to the iteration shape (`full`, whose strides are the stored outputs',
 /// packed); the scalars; kept and reduced element counts; reduced elements per chunk and
-/// the chunk count; the scale applied to each sum; the phase (0: partial sums, combined in the
-/// same launch when there are arrival counters; 1: combine; 2: an epilogue's second pass);
-/// `warp_rows` (1: each warp reduces one kept element, its lanes along the reduced ones).
+/// the chunk count; the scale applied to each target's sums; the phase (0: partial sums,
+/// combined in the same launch when there are arrival counters; 1: combine; 2: an
+/// epilogue's second pass); `warp_rows` (1: each warp reduces one kept element, its lanes
+/// along the reduced ones).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReduceArgs {
@@ -89,20 +93,21 @@ pub(crate) struct ReduceArgs {
     pub red: i64,
     pub chunk: i64,
     pub chunks: i64,
-    pub scale: f32,
+    pub scale: [f32; MAX_TARGETS],
     pub phase: i32,
     pub warp_rows: i32,
 }
 
 // SAFETY: `#[repr(C)]` with the field order and types of the generated `struct ReduceArgs`
-// (u64[27], Layout[16], Layout, float[32], four long longs, float, two ints: the same alignment
-// and padding in both compilers); any bit pattern is a valid value.
+// (u64[30], Layout[16], Layout, float[32], four long longs, float[4], two ints: the same
+// alignment and padding in both compilers); any bit pattern is a valid value.
 unsafe impl cudarc::driver::DeviceRepr for ReduceArgs {}
 
 /// Threads per block of a fused reduction (its shared-memory tree holds one float each).
 pub(crate) const REDUCE_THREADS: u32 = 256;
 
-/// Launches a generated `fused_reduce(const ReduceArgs)`: phase 0 on a `grid` of
+/// Launches a generated `fused_reduce(const ReduceArgs)` (each target's partial sums are
+/// `chunks * kept` f32s of the scratch buffer, target after target): phase 0 on a `grid` of
 /// `(kept blocks, chunks)` with `block` = (lanes over kept elements, rows over reduced ones,
 /// a power of two) threads, or with `args.warp_rows` (32 lanes over reduced elements, one
 /// warp per kept element), then, when `args.chunks > 1`, phase 1 combining the partial sums
@@ -132,13 +137,13 @@ pub(crate) fn fused_reduce(
         // SAFETY: the one argument matches the kernel's signature; the caller
         // (`kernels::fused_reduce::ReduceLaunch::new`) validated that every input view,
         // broadcast by its layout, and every stored output is in bounds for each index of the
-        // iteration shape, that the result holds `kept` elements and the partial buffer
-        // `chunks * kept` f32s, that the arrival counters (when given) are `grid.0` zeroed
+        // iteration shape, that each of the program's results holds `kept` elements and the
+        // partial buffer `targets * chunks * kept` f32s, that the arrival counters (when given) are `grid.0` zeroed
         // u32s that no other launch uses meanwhile (each launch leaves them zeroed), that
         // `block.0 * block.1 <= REDUCE_THREADS` with `block.1` a power of two, and that the
-        // grid covers `kept` and `chunks`. Phases 0 and 2 run on that grid; phase 1 reads the
-        // `chunks * kept` partial sums and writes `kept` results, one per thread index below
-        // `kept`, on the grid given below.
+        // grid covers `kept` and `chunks`. Phases 0 and 2 run on that grid; phase 1 reads
+        // each target's `chunks * kept` partial sums and writes its `kept` results, one per
+        // thread index below `kept`, on the grid given below.
         unsafe { b.launch_counted(cfg) }?;
         Ok(())
     };

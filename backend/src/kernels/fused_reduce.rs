@@ -22,6 +22,7 @@ use cudarc::driver::{CudaFunction, CudaStream};
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::{KernelLayout, MAX_KERNEL_RANK};
+pub use crate::ffi::launch_fused::MAX_TARGETS;
 use crate::ffi::launch_fused::{self as launch, ReduceArgs, ARRIVALS_SLOT, REDUCE_THREADS, RESULT_SLOT, SCRATCH_SLOT};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
@@ -46,6 +47,10 @@ pub struct ReduceProgram {
     pub program: Program,
     /// The value summed: an input or a register, a float.
     pub target: Value,
+    /// More values summed over the same dims, each into a result of its own (burn-autodiff's
+    /// batch-norm gradients sum three values of one pass): at most [`MAX_TARGETS`] - 1, for
+    /// sums without an epilogue.
+    pub siblings: Vec<Value>,
     /// Rank of the iteration shape (1 to the kernels' maximum).
     pub rank: u8,
     /// Bit `d` set: dim `d` of the iteration shape is reduced.
@@ -86,7 +91,7 @@ impl ReduceProgram {
     pub fn validate(&self) -> Result<()> {
         let err = |reason: String| Err(Error::invalid_arg(OP, "program", reason));
         self.program.validate_operations()?;
-        let target_is_float = match self.target {
+        let is_float = |target: Value| match target {
             Value::Input(k) => self
                 .program
                 .inputs
@@ -95,8 +100,15 @@ impl ReduceProgram {
             Value::Reg(r) => (r as usize) < self.program.ops.len() && !self.program.ops[r as usize].gives_bool(),
             Value::Scalar(_) => false,
         };
-        if !target_is_float {
-            return err(format!("target {:?} is not a float value of the program", self.target));
+        if let Some(t) = self.targets().find(|&t| !is_float(t)) {
+            return err(format!("target {t:?} is not a float value of the program"));
+        }
+        if self.targets().count() > MAX_TARGETS || (!self.siblings.is_empty() && (self.max || self.epilogue.is_some()))
+        {
+            return err(format!(
+                "{} targets (at most {MAX_TARGETS}; more than one only for sums without an epilogue)",
+                self.targets().count()
+            ));
         }
         if self.rank == 0 || usize::from(self.rank) > MAX_KERNEL_RANK {
             return err(format!("rank {} (1 to {MAX_KERNEL_RANK})", self.rank));
@@ -135,15 +147,20 @@ impl ReduceProgram {
         Ok(())
     }
 
+    /// The values summed: the target, then its siblings (result `t` is target `t`'s).
+    pub fn targets(&self) -> impl Iterator<Item = Value> + '_ {
+        std::iter::once(self.target).chain(self.siblings.iter().copied())
+    }
+
     /// The CUDA source of `fused_reduce` (see the module).
     pub fn source(&self) -> String {
         let p = &self.program;
         let mut s = String::with_capacity(4096 + 128 * p.ops.len());
-        let res = RESULT_SLOT;
+        let targets = self.targets().count();
         let _ = writeln!(
             s,
             "\nstruct ReduceArgs {{ u64 ptr[{}]; Layout in_layout[{MAX_INPUTS}]; Layout full; float s[{MAX_SCALARS}]; \
-             i64 kept; i64 red; i64 chunk; i64 chunks; float scale; int phase; int warp_rows; }};",
+             i64 kept; i64 red; i64 chunk; i64 chunks; float scale[{MAX_TARGETS}]; int phase; int warp_rows; }};",
             ARRIVALS_SLOT + 1
         );
         let idx = if self.wide {
@@ -173,20 +190,21 @@ impl ReduceProgram {
             s.push_str("#define RED_INIT 0.0f\n#define COMBINE(a, b) ((a) + (b))\n");
         }
         s.push_str("KERNEL void fused_reduce(const ReduceArgs a) {\n");
-        s.push_str(&format!(
-            "    {rt}* res = ({rt}*)a.ptr[{res}];\n    float* part = (float*)a.ptr[{}];\n    unsigned* arrivals = (unsigned*)a.ptr[{}];\n",
-            SCRATCH_SLOT,
-            ARRIVALS_SLOT
-        ));
-        // Phase 1: one thread per kept element sums its chunks' partials in order.
-        s.push_str(
-            "    if (a.phase == 1) {\n        const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n        if (o >= a.kept) return;\n        float acc = RED_INIT;\n        for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, part[k * a.kept + o]);\n",
-        );
+        for t in 0..targets {
+            let _ = writeln!(s, "    {rt}* res{} = ({rt}*)a.ptr[{}];", suffix(t), RESULT_SLOT + t);
+        }
         let _ = writeln!(
             s,
-            "        res[o] = {};\n        return;\n    }}",
-            store_expr("acc * a.scale", self.out)
+            "    float* part = (float*)a.ptr[{SCRATCH_SLOT}];\n    unsigned* arrivals = (unsigned*)a.ptr[{ARRIVALS_SLOT}];"
         );
+        // Phase 1: one thread per kept element sums its chunks' partials in order.
+        s.push_str(
+            "    if (a.phase == 1) {\n        const i64 o = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n        if (o >= a.kept) return;\n",
+        );
+        for t in 0..targets {
+            self.emit_combine(&mut s, t, "        ", "part[{}]");
+        }
+        s.push_str("        return;\n    }\n");
         // `tx`: the thread's kept lane, `ty`: its reduced row; a warp-rows launch swaps them,
         // so that a warp's lanes read consecutive reduced elements of one kept element.
         s.push_str(
@@ -194,7 +212,10 @@ impl ReduceProgram {
              \x20   const unsigned tx = wr ? threadIdx.y : threadIdx.x, ty = wr ? threadIdx.x : threadIdx.y;\n\
              \x20   const unsigned lanes = wr ? blockDim.y : blockDim.x, rows = wr ? blockDim.x : blockDim.y;\n",
         );
-        s.push_str("    const i64 o = (i64)blockIdx.x * lanes + tx;\n    const i64 chunk = blockIdx.y;\n    float acc = RED_INIT;\n");
+        s.push_str("    const i64 o = (i64)blockIdx.x * lanes + tx;\n    const i64 chunk = blockIdx.y;\n");
+        for t in 0..targets {
+            let _ = writeln!(s, "    float acc{} = RED_INIT;", suffix(t));
+        }
         p.emit_pointers(&mut s, "");
         let first_pass = match self.epilogue {
             Some(e) => {
@@ -210,44 +231,88 @@ impl ReduceProgram {
         s.push_str("    if (o < a.kept) {\n");
         // The kept element's offsets, then per reduced element the rest of each offset.
         emit_walk(&mut s, p.inputs.len(), false, self.vec);
-        emit_reduced_loop(&mut s, p, self.target, first_pass, self.vec);
+        let targets_in_pass: Vec<Value> = self.targets().collect();
+        emit_reduced_loop(&mut s, p, &targets_in_pass, first_pass, self.vec);
         // The rows of each lane fold pairwise in a fixed order: by shuffles within the warp
         // of a warp-rows launch (the branch is uniform over the block), else through shared
-        // memory.
-        s.push_str(
-            "    float v;\n    if (wr) {\n#pragma unroll\n        for (int h = 16; h > 0; h >>= 1) acc = COMBINE(acc, __shfl_down_sync(0xffffffffu, acc, h));\n        v = acc;\n    } else {\n",
-        );
-        s.push_str("    tree[ty * lanes + tx] = acc;\n    __syncthreads();\n");
-        s.push_str("    for (unsigned h = rows / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * lanes + tx] = COMBINE(tree[ty * lanes + tx], tree[(ty + h) * lanes + tx]);\n        __syncthreads();\n    }\n");
-        s.push_str("    v = tree[tx];\n    }\n    if (ty == 0 && o < a.kept) {\n");
-        let _ = writeln!(
-            s,
-            "        if (a.chunks == 1) res[o] = {};\n        else part[chunk * a.kept + o] = v;\n    }}",
-            store_expr("v * a.scale", self.out)
-        );
+        // memory (one target after the other, the tree read by all before it is reused).
+        for t in 0..targets {
+            let x = suffix(t);
+            if t > 0 {
+                s.push_str("    if (!wr) __syncthreads();\n");
+            }
+            let _ = writeln!(
+                s,
+                "    float v{x};\n    if (wr) {{\n#pragma unroll\n        for (int h = 16; h > 0; h >>= 1) acc{x} = COMBINE(acc{x}, __shfl_down_sync(0xffffffffu, acc{x}, h));\n        v{x} = acc{x};\n    }} else {{"
+            );
+            let _ = writeln!(s, "    tree[ty * lanes + tx] = acc{x};\n    __syncthreads();");
+            s.push_str("    for (unsigned h = rows / 2; h > 0; h >>= 1) {\n        if (ty < h) tree[ty * lanes + tx] = COMBINE(tree[ty * lanes + tx], tree[(ty + h) * lanes + tx]);\n        __syncthreads();\n    }\n");
+            let _ = writeln!(s, "    v{x} = tree[tx];\n    }}");
+        }
+        s.push_str("    if (ty == 0 && o < a.kept) {\n");
+        for t in 0..targets {
+            let x = suffix(t);
+            let _ = writeln!(
+                s,
+                "        if (a.chunks == 1) res{x}[o] = {};\n        else part[{}] = v{x};",
+                store_expr(&format!("v{x} * a.scale[{t}]"), self.out),
+                partial_index(t, "chunk")
+            );
+        }
+        s.push_str("    }\n");
         // With arrival counters, the last chunk block of each column of blocks to finish
         // combines that column's partial sums in chunk order (the combine of phase 1, in the
         // same launch) and resets its counter for the next launch.
         s.push_str(
             "    if (a.chunks > 1 && a.phase == 0 && arrivals != 0) {\n        __shared__ bool last_arrival;\n        __threadfence();\n        __syncthreads();\n\
              \x20       if (threadIdx.x == 0 && threadIdx.y == 0) {\n            last_arrival = atomicAdd(&arrivals[blockIdx.x], 1u) == (unsigned)(a.chunks - 1);\n            if (last_arrival) arrivals[blockIdx.x] = 0u;\n        }\n        __syncthreads();\n\
-             \x20       if (last_arrival && ty == 0 && o < a.kept) {\n            __threadfence();\n            float acc = RED_INIT;\n            for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, __ldcg(&part[k * a.kept + o]));\n",
+             \x20       if (last_arrival && ty == 0 && o < a.kept) {\n            __threadfence();\n",
         );
-        let _ = writeln!(
-            s,
-            "            res[o] = {};\n        }}\n    }}",
-            store_expr("acc * a.scale", self.out)
-        );
+        for t in 0..targets {
+            self.emit_combine(&mut s, t, "            ", "__ldcg(&part[{}])");
+        }
+        s.push_str("        }\n    }\n");
         if self.epilogue.is_some() {
             // The result is complete once the row's writer is past the barrier (a warp's lane 0,
             // or row 0 of the block); with chunks it is complete only after phase 1.
             s.push_str("    }\n    if (a.chunks > 1 && a.phase == 0) return;\n    if (wr) __syncwarp(); else __syncthreads();\n");
             s.push_str("    if (o < a.kept) {\n");
             emit_walk(&mut s, p.inputs.len(), false, self.vec);
-            emit_reduced_loop(&mut s, p, self.target, Pass::Store, self.vec);
+            emit_reduced_loop(&mut s, p, &[], Pass::Store, self.vec);
         }
         s.push_str("}\n");
         s
+    }
+
+    /// Emits the combination of target `t`'s partial sums in chunk order, each read as
+    /// `read` with `{}` standing for its index, and the store of its result.
+    fn emit_combine(&self, s: &mut String, t: usize, indent: &str, read: &str) {
+        let x = suffix(t);
+        let _ = writeln!(
+            s,
+            "{indent}{{\n{indent}    float acc = RED_INIT;\n{indent}    for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, {});\n{indent}    res{x}[o] = {};\n{indent}}}",
+            read.replace("{}", &partial_index(t, "k")),
+            store_expr(&format!("acc * a.scale[{t}]"), self.out)
+        );
+    }
+}
+
+/// The name suffix of target `t`'s variables (`acc`, `acc1`, ..; `res`, `res1`, ..).
+fn suffix(t: usize) -> String {
+    if t == 0 {
+        String::new()
+    } else {
+        t.to_string()
+    }
+}
+
+/// The index in the partial sums of target `t`'s sum of chunk `chunk` for kept element `o`
+/// (each target's `chunks * kept` partials follow the previous target's).
+fn partial_index(t: usize, chunk: &str) -> String {
+    if t == 0 {
+        format!("{chunk} * a.kept + o")
+    } else {
+        format!("({t} * a.chunks + {chunk}) * a.kept + o")
     }
 }
 
@@ -330,7 +395,7 @@ fn emit_walk(s: &mut String, inputs: usize, reduced: bool, vec: u8) {
 /// on them, so that several loads are in flight. With `vec` above 1 the elements are groups
 /// of `FV` consecutive innermost ones, each moved with one vector access where the operand's
 /// innermost stride is 1 (a broadcast operand loads once, another stride gathers).
-fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass, vec: u8) {
+fn emit_reduced_loop(s: &mut String, p: &Program, targets: &[Value], pass: Pass, vec: u8) {
     let inputs = p.inputs.len();
     let unroll = unroll(vec);
     s.push_str("        const i64 rend = min((chunk + 1) * a.chunk, a.red);\n        i64 r = chunk * a.chunk + ty;\n");
@@ -386,16 +451,16 @@ fn emit_reduced_loop(s: &mut String, p: &Program, target: Value, pass: Pass, vec
         _ => None,
     };
     if vec > 1 {
-        emit_grouped_body(s, p, target, pass, skip, unroll);
+        emit_grouped_body(s, p, targets, pass, skip, unroll);
     } else {
-        emit_single_body(s, p, target, pass, skip, unroll);
+        emit_single_body(s, p, targets, pass, skip, unroll);
     }
     s.push_str("        }\n    }\n");
 }
 
 /// The loads and computation of [`emit_reduced_loop`] on `unroll` single elements: input
 /// `skip` (the result, not yet written) reads as zeros.
-fn emit_single_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip: Option<usize>, unroll: usize) {
+fn emit_single_body(s: &mut String, p: &Program, targets: &[Value], pass: Pass, skip: Option<usize>, unroll: usize) {
     for (k, d) in p.inputs.iter().enumerate() {
         let t = storage_type(*d);
         if Some(k) == skip {
@@ -414,7 +479,7 @@ fn emit_single_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip
     emit_element(
         s,
         p,
-        target,
+        targets,
         pass,
         "                ",
         |k| format!("l{k}[v]"),
@@ -426,13 +491,13 @@ fn emit_single_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip
 
 /// Emits, each line prefixed by `indent`, the input values read from `raw(k)`, the pass's
 /// operations, the stores of the outputs (none in a reducing pass: `small(j, value)` for a
-/// kept-shaped one, `packed(j, value)` for the others) and the accumulation of the target
+/// kept-shaped one, `packed(j, value)` for the others) and the accumulation of each target
 /// (none in a storing pass).
 #[allow(clippy::too_many_arguments)]
 fn emit_element(
     s: &mut String,
     p: &Program,
-    target: Value,
+    targets: &[Value],
     pass: Pass,
     indent: &str,
     raw: impl Fn(usize) -> String,
@@ -456,14 +521,17 @@ fn emit_element(
         }
     }
     if pass != Pass::Store {
-        let _ = writeln!(s, "{indent}acc = COMBINE(acc, {});", target.expr());
+        for (t, target) in targets.iter().enumerate() {
+            let x = suffix(t);
+            let _ = writeln!(s, "{indent}acc{x} = COMBINE(acc{x}, {});", target.expr());
+        }
     }
 }
 
 /// The loads and computation of [`emit_reduced_loop`] on `unroll` groups of `FV` elements:
 /// one vector access per operand whose innermost stride is 1, stored outputs (packed) written
 /// the same way; input `skip` reads as zeros.
-fn emit_grouped_body(s: &mut String, p: &Program, target: Value, pass: Pass, skip: Option<usize>, unroll: usize) {
+fn emit_grouped_body(s: &mut String, p: &Program, targets: &[Value], pass: Pass, skip: Option<usize>, unroll: usize) {
     let stores = !matches!(pass, Pass::Reduce { .. });
     for (k, d) in p.inputs.iter().enumerate() {
         let t = storage_type(*d);
@@ -496,7 +564,7 @@ fn emit_grouped_body(s: &mut String, p: &Program, target: Value, pass: Pass, ski
     emit_element(
         s,
         p,
-        target,
+        targets,
         pass,
         "                    ",
         |k| format!("l{k}[v][lane]"),
@@ -635,8 +703,9 @@ impl Coalesced {
 const TARGET_BLOCKS: i64 = 1024;
 
 /// The tensors of one launch: `inputs` broadcast to the iteration shape, `outputs` (the
-/// program's stored registers) packed with the iteration shape's dims, `result` packed with
-/// one element per kept element, `scratch` at least [`ReduceLaunch::scratch_len`] f32s when
+/// program's stored registers) packed with the iteration shape's dims, `results` (one per
+/// target) packed with one element per kept element, `scratch` at least
+/// [`ReduceLaunch::scratch_len`] f32s when
 /// that is not 0, and `arrivals`, when given, at least [`ReduceLaunch::arrivals_len`] zeroed
 /// packed u32 (i32) counters that the launch leaves zeroed (then the partial sums combine in
 /// the same launch instead of a second one).
@@ -646,8 +715,8 @@ pub struct ReduceOperands<'a, 'b> {
     pub inputs: &'b [TensorRef<'a>],
     /// The program's stored registers.
     pub outputs: &'b [TensorMut<'a>],
-    /// The reduction's result.
-    pub result: &'b TensorMut<'a>,
+    /// The reductions' results, one per target of the program.
+    pub results: &'b [TensorMut<'a>],
     /// Room for the partial sums.
     pub scratch: Option<&'b TensorMut<'a>>,
     /// Zeroed arrival counters, one per column of blocks (see the type).
@@ -801,7 +870,7 @@ impl<'a> ReduceLaunch<'a> {
     pub fn scratch_len(rp: &ReduceProgram, full: &[i64]) -> usize {
         let s = Split::of(rp, full);
         if s.chunks > 1 {
-            (s.kept * s.chunks) as usize
+            (s.kept * s.chunks) as usize * rp.targets().count()
         } else {
             0
         }
@@ -819,18 +888,18 @@ impl<'a> ReduceLaunch<'a> {
     }
 
     /// Checks and packs a launch of `rp` over iteration shape `full` (see
-    /// [`ReduceOperands`]); `scale` multiplies each sum.
+    /// [`ReduceOperands`]); `scales[t]` multiplies each sum of target `t`.
     pub fn new(
         rp: &ReduceProgram,
         full: &[i64],
         operands: &ReduceOperands<'a, '_>,
         scalars: &[f32],
-        scale: f32,
+        scales: &[f32],
     ) -> Result<Self> {
         let ReduceOperands {
             inputs,
             outputs,
-            result,
+            results,
             scratch,
             arrivals,
         } = *operands;
@@ -854,7 +923,7 @@ impl<'a> ReduceLaunch<'a> {
             red: 0,
             chunk: 0,
             chunks: 0,
-            scale,
+            scale: [1.0; MAX_TARGETS],
             phase: 0,
             warp_rows: 0,
         };
@@ -908,26 +977,37 @@ impl<'a> ReduceLaunch<'a> {
             }
             args.ptr[MAX_INPUTS + j] = o.ptr;
         }
-        check_tensor(OP, "result", result)?;
-        let result_packed = row_major_strides(&result.dims);
-        if result.dims.iter().product::<i64>() != kept
-            || result.strides[..] != result_packed[..]
-            || result.dtype != rp.out
-            || may_overlap(&result.dims, &result.strides)
-        {
+        let targets = rp.targets().count();
+        if results.len() != targets || scales.len() != targets {
             return Err(Error::invalid_arg(
                 OP,
-                "result",
-                format!(
-                    "{:?} {:?} {:?}; want {kept} packed {:?} elements",
-                    result.dims, result.strides, result.dtype, rp.out
-                ),
+                "results",
+                format!("{} results and {} scales for {targets} targets", results.len(), scales.len()),
             ));
         }
-        args.ptr[RESULT_SLOT] = result.ptr;
+        for (t, result) in results.iter().enumerate() {
+            check_tensor(OP, "result", result)?;
+            let result_packed = row_major_strides(&result.dims);
+            if result.dims.iter().product::<i64>() != kept
+                || result.strides[..] != result_packed[..]
+                || result.dtype != rp.out
+                || may_overlap(&result.dims, &result.strides)
+            {
+                return Err(Error::invalid_arg(
+                    OP,
+                    "result",
+                    format!(
+                        "{:?} {:?} {:?}; want {kept} packed {:?} elements",
+                        result.dims, result.strides, result.dtype, rp.out
+                    ),
+                ));
+            }
+            args.ptr[RESULT_SLOT + t] = result.ptr;
+            args.scale[t] = scales[t];
+        }
         // An epilogue reads the result through its input: the same elements.
         if let Some(k) = rp.epilogue.and_then(|e| e.result_input) {
-            let r = &inputs[usize::from(k)];
+            let (r, result) = (&inputs[usize::from(k)], &results[0]);
             if r.ptr != result.ptr || r.dtype != result.dtype {
                 return Err(Error::invalid_arg(
                     OP,
@@ -937,8 +1017,9 @@ impl<'a> ReduceLaunch<'a> {
             }
         }
         if chunks > 1 {
-            let sc = scratch.ok_or_else(|| buffer_error("scratch", kept * chunks, DataType::F32))?;
-            args.ptr[SCRATCH_SLOT] = packed_buffer("scratch", sc, kept * chunks, DataType::F32)?;
+            let need = kept * chunks * targets as i64;
+            let sc = scratch.ok_or_else(|| buffer_error("scratch", need, DataType::F32))?;
+            args.ptr[SCRATCH_SLOT] = packed_buffer("scratch", sc, need, DataType::F32)?;
             if let Some(counters) = arrivals {
                 args.ptr[ARRIVALS_SLOT] = packed_buffer("arrivals", counters, split.columns(), DataType::I32)?;
             }
@@ -951,10 +1032,7 @@ impl<'a> ReduceLaunch<'a> {
         args.warp_rows = i32::from(split.warp_rows);
         let grid_x = u32::try_from(split.columns())
             .map_err(|_| Error::invalid_arg(OP, "shape", format!("{kept} kept elements")))?;
-        let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
-        views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
-        views.push(TensorRef::clone(result));
-        views.extend(scratch.into_iter().chain(arrivals).map(|t| TensorRef::clone(t)));
+        let views = operand_views(operands);
         Ok(Self {
             args,
             grid: (grid_x, chunks as u32),
@@ -996,24 +1074,24 @@ impl<'a> ReduceLaunch<'a> {
         packed: &PackedReduce,
         operands: &ReduceOperands<'a, '_>,
         scalars: &[f32],
-        scale: f32,
+        scales: &[f32],
         signature: &mut Vec<i64>,
     ) -> Option<Self> {
         signature.clear();
         operand_signature(signature, operands);
-        if *signature != packed.signature || scalars.len() > MAX_SCALARS {
-            return None;
-        }
         let ReduceOperands {
             inputs,
             outputs,
-            result,
+            results,
             scratch,
             arrivals,
         } = *operands;
+        if *signature != packed.signature || scalars.len() > MAX_SCALARS || scales.len() != results.len() {
+            return None;
+        }
         // The one check that is not about shapes: the epilogue reads the result itself.
         if let Some(k) = packed.result_input {
-            if inputs.get(usize::from(k)).is_none_or(|r| r.ptr != result.ptr) {
+            if inputs.get(usize::from(k)).is_none_or(|r| r.ptr != results[0].ptr) {
                 return None;
             }
         }
@@ -1024,18 +1102,17 @@ impl<'a> ReduceLaunch<'a> {
         for (j, o) in outputs.iter().enumerate() {
             args.ptr[MAX_INPUTS + j] = o.ptr;
         }
-        args.ptr[RESULT_SLOT] = result.ptr;
+        for (t, (r, &scale)) in results.iter().zip(scales).enumerate() {
+            args.ptr[RESULT_SLOT + t] = r.ptr;
+            args.scale[t] = scale;
+        }
         if args.chunks > 1 {
             args.ptr[SCRATCH_SLOT] = scratch.map_or(0, |t| t.ptr);
             args.ptr[ARRIVALS_SLOT] = arrivals.map_or(0, |t| t.ptr);
         }
         args.s = [0.0; MAX_SCALARS];
         args.s[..scalars.len()].copy_from_slice(scalars);
-        args.scale = scale;
-        let mut views: Vec<TensorRef<'a>> = inputs.to_vec();
-        views.extend(outputs.iter().map(|o| TensorRef::clone(o)));
-        views.push(TensorRef::clone(result));
-        views.extend(scratch.into_iter().chain(arrivals).map(|t| TensorRef::clone(t)));
+        let views = operand_views(operands);
         Some(Self {
             args,
             grid: packed.grid,
@@ -1076,19 +1153,30 @@ fn operand_signature(out: &mut Vec<i64>, operands: &ReduceOperands) {
     }
     out.push(operands.inputs.len() as i64);
     out.push(operands.outputs.len() as i64);
+    out.push(operands.results.len() as i64);
     for t in operands.inputs {
         push(out, t);
     }
-    for o in operands.outputs {
+    for o in operands.outputs.iter().chain(operands.results) {
         push(out, o);
     }
-    push(out, operands.result);
     for t in [operands.scratch, operands.arrivals] {
         match t {
             Some(t) => push(out, t),
             None => out.push(-1),
         }
     }
+}
+
+/// Every operand of a launch, for the launch to hold.
+fn operand_views<'a>(operands: &ReduceOperands<'a, '_>) -> Vec<TensorRef<'a>> {
+    let o = operands;
+    let extra = o.scratch.iter().chain(&o.arrivals);
+    let mut views = Vec::with_capacity(o.inputs.len() + o.outputs.len() + o.results.len() + 2);
+    views.extend(o.inputs.iter().cloned());
+    views.extend(o.outputs.iter().chain(o.results).map(|t| TensorRef::clone(t)));
+    views.extend(extra.map(|t| TensorRef::clone(t)));
+    views
 }
 
 /// The error for a buffer operand `name` that is not `need` packed `dtype` elements.
@@ -1125,6 +1213,7 @@ mod tests {
                 small_outputs: 0,
             },
             target: Value::Reg(1),
+            siblings: vec![],
             rank: 4,
             reduced: 0b1101,
             max: false,
@@ -1155,12 +1244,54 @@ mod tests {
             !src.contains(" % n;\n                "),
             "no division per element in the loop"
         );
-        assert!(src.contains("f32_to_bf16(v * a.scale)") && src.contains("f32_to_bf16(acc * a.scale)"));
+        assert!(src.contains("f32_to_bf16(v * a.scale[0])") && src.contains("f32_to_bf16(acc * a.scale[0])"));
         assert!(src.contains("__shfl_down_sync") && src.contains("int warp_rows;"));
         // Chunked sums combine in the launch's last block per column, in chunk order.
         assert!(src.contains("atomicAdd(&arrivals[blockIdx.x], 1u) == (unsigned)(a.chunks - 1)"));
         assert!(src.contains("if (last_arrival) arrivals[blockIdx.x] = 0u;"));
         assert!(src.contains("for (i64 k = 0; k < a.chunks; ++k) acc = COMBINE(acc, __ldcg(&part[k * a.kept + o]));"));
+    }
+
+    #[test]
+    fn sibling_targets_accumulate_fold_and_store_each_into_their_own_result() {
+        let rp = ReduceProgram {
+            siblings: vec![Value::Input(0), Value::Reg(0)],
+            ..squared_deviation()
+        };
+        rp.validate().unwrap();
+        let src = rp.source();
+        for (t, value) in [("", "r1"), ("1", "x0"), ("2", "r0")] {
+            assert!(src.contains(&format!("acc{t} = COMBINE(acc{t}, {value});")), "target {t:?}");
+            assert!(src.contains(&format!("v{t} = tree[tx];")) && src.contains(&format!("float acc{t} = RED_INIT;")));
+        }
+        // Results 1 and 2 follow result 0; each target's partial sums follow the previous
+        // target's, in phase 1 and in the last arriving block alike.
+        assert!(src.contains("u16* res2 = (u16*)a.ptr[26];"));
+        assert!(src.contains("else part[(2 * a.chunks + chunk) * a.kept + o] = v2;"));
+        assert!(src.contains("acc = COMBINE(acc, part[(1 * a.chunks + k) * a.kept + o]);"));
+        assert!(src.contains("acc = COMBINE(acc, __ldcg(&part[(2 * a.chunks + k) * a.kept + o]));"));
+        assert!(src.contains("res1[o] = f32_to_bf16(acc * a.scale[1]);"));
+        // The shared tree is reused only once every thread has read the previous target's sum.
+        assert!(src.contains("    if (!wr) __syncthreads();\n    float v1;"));
+        // Siblings only for sums without an epilogue, and at most MAX_TARGETS values.
+        assert!(ReduceProgram { max: true, ..rp.clone() }.validate().is_err());
+        let four_more = ReduceProgram {
+            siblings: vec![Value::Input(0); MAX_TARGETS],
+            ..rp.clone()
+        };
+        assert!(four_more.validate().is_err());
+        assert!(ReduceProgram {
+            siblings: vec![Value::Scalar(0)],
+            ..rp.clone()
+        }
+        .validate()
+        .is_err());
+        // The scratch buffer holds every target's partial sums.
+        let full = [128i64, 64, 32, 32];
+        assert_eq!(
+            ReduceLaunch::scratch_len(&rp, &full),
+            3 * ReduceLaunch::scratch_len(&squared_deviation(), &full)
+        );
     }
 
     #[test]
@@ -1200,11 +1331,11 @@ mod tests {
             let operands = ReduceOperands {
                 inputs: &[a.clone(), b.clone()],
                 outputs: &outputs,
-                result: &result,
+                results: std::slice::from_ref(&result),
                 scratch: Some(&scratch),
                 arrivals: None,
             };
-            ReduceLaunch::new(&rp, &full, &operands, &[], 1.0).map(|_| ())
+            ReduceLaunch::new(&rp, &full, &operands, &[], &[1.0]).map(|_| ())
         };
         launch(TensorMut::fake(&[3], &[1], DataType::F32, 0x5000)).unwrap();
         launch(TensorMut::fake(&[1, 3, 1, 1], &[3, 1, 1, 1], DataType::F32, 0x5000)).unwrap();
@@ -1325,11 +1456,11 @@ mod tests {
             let operands = ReduceOperands {
                 inputs: &[x, mean.clone()],
                 outputs: &outputs,
-                result: &result,
+                results: std::slice::from_ref(&result),
                 scratch: Some(&scratch),
                 arrivals: None,
             };
-            ReduceLaunch::new(&rp, &full, &operands, &[], 1.0).map(|l| (l.args.full.shape[2], l.args.red, l.grid))
+            ReduceLaunch::new(&rp, &full, &operands, &[], &[1.0]).map(|l| (l.args.full.shape[2], l.args.red, l.grid))
         };
         assert_eq!(launch(x.clone()).unwrap(), (256, 128 * 256, (32, 16)));
         assert!(launch(TensorRef::fake(&full, &packed, DataType::F32, (1 << 20) + 4)).is_err());
@@ -1353,11 +1484,11 @@ mod tests {
         let first = ReduceOperands {
             inputs: &inputs,
             outputs: &outputs,
-            result: &result,
+            results: std::slice::from_ref(&result),
             scratch: Some(&scratch),
             arrivals: None,
         };
-        let packed_launch = ReduceLaunch::new(&rp, &full, &first, &[], 0.5).unwrap().packed(&first);
+        let packed_launch = ReduceLaunch::new(&rp, &full, &first, &[], &[0.5]).unwrap().packed(&first);
         let mut signature = Vec::new();
         // Other addresses of the same alignment, another scale: what `new` makes of them.
         let moved_in = [TensorRef::fake(&full, &packed, DataType::F32, 3 << 20), mean.clone()];
@@ -1367,8 +1498,8 @@ mod tests {
             outputs: &moved_out,
             ..first
         };
-        let reused = ReduceLaunch::from_packed(&packed_launch, &moved, &[], 0.25, &mut signature).expect("reused");
-        let fresh = ReduceLaunch::new(&rp, &full, &moved, &[], 0.25).unwrap();
+        let reused = ReduceLaunch::from_packed(&packed_launch, &moved, &[], &[0.25], &mut signature).expect("reused");
+        let fresh = ReduceLaunch::new(&rp, &full, &moved, &[], &[0.25]).unwrap();
         assert_eq!(format!("{:?}", reused.args), format!("{:?}", fresh.args));
         assert_eq!((reused.grid, reused.block), (fresh.grid, fresh.block));
         // A less aligned input, another dtype or other dims: `new` decides again.
@@ -1383,10 +1514,10 @@ mod tests {
                 inputs: &inputs,
                 ..first
             };
-            assert!(ReduceLaunch::from_packed(&packed_launch, &operands, &[], 0.5, &mut signature).is_none());
+            assert!(ReduceLaunch::from_packed(&packed_launch, &operands, &[], &[0.5], &mut signature).is_none());
         }
         let no_scratch = ReduceOperands { scratch: None, ..first };
-        assert!(ReduceLaunch::from_packed(&packed_launch, &no_scratch, &[], 0.5, &mut signature).is_none());
+        assert!(ReduceLaunch::from_packed(&packed_launch, &no_scratch, &[], &[0.5], &mut signature).is_none());
     }
 
     #[test]

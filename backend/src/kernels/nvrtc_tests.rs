@@ -436,6 +436,7 @@ fn generated_fused_reductions_compile() {
                 small_outputs: 0,
             },
             target: Value::Reg(2),
+            siblings: vec![],
             rank: 4,
             reduced: 0b1101,
             max: false,
@@ -450,6 +451,7 @@ fn generated_fused_reductions_compile() {
                 ..Program::default()
             },
             target: Value::Input(0),
+            siblings: vec![],
             rank: 2,
             reduced: 0b01,
             max: true,
@@ -473,6 +475,7 @@ fn generated_fused_reductions_compile() {
                 small_outputs: 0,
             },
             target: Value::Reg(1),
+            siblings: vec![],
             rank: 2,
             reduced: 0b10,
             max: false,
@@ -485,6 +488,13 @@ fn generated_fused_reductions_compile() {
             }),
         },
     ];
+    // The first program also summing x and (x - mean) * g beside it, each into its own result
+    // (burn-autodiff's batch-norm gradient sums three values of one pass).
+    let siblings = ReduceProgram {
+        siblings: vec![Value::Input(0), Value::Reg(1)],
+        ..programs[0].clone()
+    };
+    let programs: Vec<ReduceProgram> = programs.into_iter().chain([siblings]).collect();
     // The programs that reduce their innermost dim also in groups of 8 and 2 elements.
     let grouped = programs.iter().flat_map(|rp| {
         let inner_reduced = rp.reduced >> (rp.rank - 1) & 1 == 1;
@@ -494,7 +504,7 @@ fn generated_fused_reductions_compile() {
             .map(|vec| ReduceProgram { vec, ..rp.clone() })
     });
     let all: Vec<ReduceProgram> = programs.iter().cloned().chain(grouped).collect();
-    assert_eq!(all.len(), 7);
+    assert_eq!(all.len(), 10);
     for rp in all {
         rp.validate().unwrap();
         let source = KernelSource {

@@ -78,10 +78,9 @@ pub struct ReduceOptimization {
     scalars: Vec<FusedScalar>,
     /// A tensor whose shape is the iteration shape (the value summed).
     full: TensorId,
-    /// Dims whose reduction is a mean (their sizes divide the sums).
-    mean_dims: u8,
-    /// The result: the last reduction's, or the absorbed reshape's.
-    out: TensorId,
+    /// Each target's result (its chain's last reduction's, or the absorbed reshape's) and
+    /// the dims whose reduction is a mean for it (their sizes divide its sums).
+    results: Vec<(TensorId, u8)>,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
     /// The kernel once built, with the merged rank, reduced dims, `wide` and vector width it
@@ -153,7 +152,24 @@ pub(crate) struct ReduceFuser {
     /// so the epilogue's operations become the next reduction's prologue (a layer norm's
     /// `(x - mean)^2` before the variance's mean).
     pre_epilogue: Option<Box<ReduceFuser>>,
+    /// Chains of sums over the same dims completed before the current one: their values are
+    /// summed by the same kernel, each into its own result (burn-autodiff's batch-norm
+    /// gradients sum `grad`, `grad * x_hat` and another product of one pass, one chain
+    /// after the other).
+    done: Vec<Chain>,
     closed: bool,
+}
+
+/// A completed chain of sums or means of a [`ReduceFuser`] that more chains followed.
+#[derive(Clone, Debug)]
+struct Chain {
+    /// The value summed, and its tensor (of the iteration shape).
+    target: (TensorIr, Value),
+    /// The chain's result (the last sum's, or the reshape's after it).
+    result: TensorIr,
+    /// Reduced and mean dims (bits).
+    reduced: u8,
+    means: u8,
 }
 
 impl Default for ReduceFuser {
@@ -172,6 +188,7 @@ impl Default for ReduceFuser {
             epilogue_from: None,
             last_ready: None,
             pre_epilogue: None,
+            done: Vec::new(),
             closed: false,
         }
     }
@@ -234,6 +251,59 @@ impl ReduceFuser {
             && self.counted >= 2
             && self.elementwise.has_inputs()
             && self.small_values_fit()
+            && self.done.iter().all(|c| c.reduced == self.reduced)
+    }
+
+    /// Whether a new chain of sums may follow the current one in the same kernel: sums (or
+    /// means) not over trailing dims only (those take an epilogue instead), not through the
+    /// channel view, and room for one more target.
+    fn takes_siblings(&self) -> bool {
+        let rank = self.target.as_ref().map_or(0, |(full, _)| full.shape.len());
+        !self.viewed
+            && !self.max
+            && self.epilogue_from.is_none()
+            && self.pre_epilogue.is_none()
+            && !reduces_rows(self.reduced, rank)
+            && self.done.len() + 1 < fused_reduce::MAX_TARGETS
+    }
+
+    /// Whether `op` reads the result of a chain of the run (which the kernel writes only at
+    /// its end).
+    fn reads_result(&self, op: &OperationIr) -> bool {
+        self.reads_done_result(op) || op.inputs().any(|t| self.result.as_ref().is_some_and(|r| r.id == t.id))
+    }
+
+    /// Whether `op` reads the result of a completed chain (see [`ReduceFuser::reads_result`]).
+    fn reads_done_result(&self, op: &OperationIr) -> bool {
+        op.inputs().any(|t| self.done.iter().any(|c| c.result.id == t.id))
+    }
+
+    /// After a complete chain: `op`, an elementwise operation that reads no result, starts
+    /// the prologue of another chain over the same dims (offering this run meanwhile).
+    fn start_sibling(&mut self, op: &OperationIr) -> bool {
+        if !self.ready() || self.reads_result(op) {
+            return false;
+        }
+        let (Some(target), Some(result)) = (self.target.clone(), self.result.clone()) else {
+            return false;
+        };
+        let snapshot = Box::new(ReduceFuser {
+            last_ready: None,
+            ..self.clone()
+        });
+        if !self.elementwise.try_add(op) {
+            return false;
+        }
+        self.done.push(Chain {
+            target,
+            result,
+            reduced: self.reduced,
+            means: self.means,
+        });
+        (self.target, self.result, self.reduced, self.means) = (None, None, 0, 0);
+        self.stage = Stage::Prologue;
+        self.last_ready = Some(snapshot);
+        true
     }
 
     /// Whether the values of a mixed prologue's small shape that are read after the run can
@@ -295,10 +365,20 @@ impl ReduceFuser {
             self.elementwise.drop_tensor(t);
             return true;
         }
+        if self.reads_done_result(op) {
+            return false;
+        }
         match self.stage.clone() {
             Stage::Prologue => {
                 if let Some((input, out, axis, how)) = reduction(op) {
-                    if out.dtype != input.dtype || !self.set_target(input) {
+                    // A later chain sums a value of the first one's shape into a result of its
+                    // dtype.
+                    let sibling_fits = self.done.first().is_none_or(|first| {
+                        how != Combine::Max
+                            && out.dtype == first.result.dtype
+                            && input.shape == first.target.0.shape
+                    });
+                    if !sibling_fits || out.dtype != input.dtype || !self.set_target(input) {
                         return false;
                     }
                     self.reduced = 1 << axis;
@@ -309,7 +389,7 @@ impl ReduceFuser {
                     return true;
                 }
                 if let OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) = op {
-                    let channel_swap = (s.dim1, s.dim2) == (0, 1) || (s.dim1, s.dim2) == (1, 0);
+                    let channel_swap = self.done.is_empty() && ((s.dim1, s.dim2) == (0, 1) || (s.dim1, s.dim2) == (1, 0));
                     if channel_swap && s.input.shape.len() >= 2 && storage(s.input.dtype).is_some() {
                         self.stage = Stage::Swapped {
                             source: s.input.clone(),
@@ -391,11 +471,12 @@ impl ReduceFuser {
                             && r.out.dtype == r.input.dtype =>
                     {
                         self.result = Some(r.out.clone());
-                        // Nothing but drops follows the reshape.
+                        // Nothing but drops, or another chain's prologue, follows the reshape.
                         self.stage = Stage::Reduced { chained: false };
-                        self.closed = true;
+                        self.closed = !self.takes_siblings();
                         true
                     }
+                    _ if self.takes_siblings() => self.start_sibling(op),
                     _ => self.take_epilogue(op),
                 }
             }
@@ -468,11 +549,19 @@ impl ReduceFuser {
 
     /// The optimization of the run so far (only once it is [ready](Self::ready)).
     fn build(&self) -> ReduceOptimization {
-        let (Some((full, target)), Some(out)) = (&self.target, &self.result) else {
+        let (Some((current, target)), Some(out)) = (&self.target, &self.result) else {
             panic!("cudnn-backend: internal error: an incomplete fused reduction was finished")
         };
+        // The chains in order: the iteration shape is the first one's value's.
+        let chains: Vec<(Value, &TensorIr, u8)> = self
+            .done
+            .iter()
+            .map(|c| (c.target.1, &c.result, c.means))
+            .chain(std::iter::once((*target, out, self.means)))
+            .collect();
+        let full = self.done.first().map_or(current, |c| &c.target.0);
         let e = self.elementwise.build();
-        let out_storage = storage(out.dtype).unwrap_or(DataType::F32);
+        let out_storage = storage(chains[0].1.dtype).unwrap_or(DataType::F32);
         let epilogue = self.epilogue_from.map(|p| Epilogue {
             prologue_ops: p as u16,
             result_input: e.inputs.iter().position(|i| i.id == out.id).map(|k| k as u8),
@@ -480,7 +569,8 @@ impl ReduceFuser {
         ReduceOptimization {
             reduction: ReduceProgram {
                 program: e.program,
-                target: *target,
+                target: chains[0].0,
+                siblings: chains[1..].iter().map(|c| c.0).collect(),
                 rank: full.shape.len() as u8,
                 reduced: self.reduced,
                 max: self.max,
@@ -495,8 +585,7 @@ impl ReduceFuser {
             views: e.views,
             scalars: e.scalars,
             full: full.id,
-            mean_dims: self.means,
-            out: out.id,
+            results: chains.iter().map(|&(_, r, means)| (r.id, means)).collect(),
             operations: self.ops.clone(),
             function: None,
             unbuildable: false,
@@ -584,7 +673,7 @@ impl ReduceOptimization {
             return Ok(false);
         }
         let full = to_dims(&global_ir(context, &self.full, OP).shape);
-        let out_ir = global_ir(context, &self.out, OP);
+        let results_ir: SmallVec<[TensorIr; 4]> = self.results.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
         // An epilogue reads the result as one of the program's inputs: the others are made
         // before the run.
         let result_slot = self.reduction.epilogue.and_then(|e| e.result_input).map(usize::from);
@@ -606,10 +695,13 @@ impl ReduceOptimization {
         };
         let (stream, device) = (first.stream().clone(), first.device().clone());
         self.reduction.wide = needs_wide(&full);
-        let result = CudnnTensor::empty(&device, &to_dims(&out_ir.shape), out_ir.dtype, OP)?;
+        let results = results_ir
+            .iter()
+            .map(|ir| CudnnTensor::empty(&device, &to_dims(&ir.shape), ir.dtype, OP))
+            .collect::<Result<SmallVec<[_; 4]>>>()?;
         let mut in_refs: SmallVec<[_; 8]> = inputs.iter().map(|t| t.tref()).collect();
         if let Some(k) = result_slot {
-            in_refs.insert(k, result.tref());
+            in_refs.insert(k, results[0].tref());
         }
         // The kernel runs over the merged dims (see `fused_reduce::coalesce`), the same as
         // before for inputs of the same dims, strides and alignment.
@@ -643,11 +735,16 @@ impl ReduceOptimization {
                 Err(e) => return Ok(self.unbuildable_after(e)),
             },
         };
-        let scale = full
+        let scales: SmallVec<[f32; 4]> = self
+            .results
             .iter()
-            .enumerate()
-            .filter(|&(d, _)| self.mean_dims >> d & 1 == 1)
-            .fold(1.0f64, |acc, (_, &n)| acc / n as f64) as f32;
+            .map(|&(_, means)| {
+                full.iter()
+                    .enumerate()
+                    .filter(|&(d, _)| means >> d & 1 == 1)
+                    .fold(1.0f64, |acc, (_, &n)| acc / n as f64) as f32
+            })
+            .collect();
         // Kept-shaped values of a mixed prologue are stored packed in their own dims (one
         // element per kept element), the others packed in the iteration shape's.
         let small_outputs = self.reduction.program.small_outputs;
@@ -691,13 +788,13 @@ impl ReduceOptimization {
                 Ok(r) => r,
                 Err(e) => return Ok(self.unbuildable_after(e)),
             };
-            let result_ref = result.tmut();
+            let result_refs: SmallVec<[_; 4]> = results.iter().map(|t| t.tmut()).collect();
             let scratch_ref = scratch.as_ref().map(|t| t.tmut());
             let arrivals_ref = arrivals.as_ref().map(|t| t.tmut());
             let operands = ReduceOperands {
                 inputs: &in_views,
                 outputs: &out_refs,
-                result: &result_ref,
+                results: &result_refs,
                 scratch: scratch_ref.as_ref(),
                 arrivals: arrivals_ref.as_ref(),
             };
@@ -706,10 +803,10 @@ impl ReduceOptimization {
             let reused = cached
                 .packed
                 .as_ref()
-                .and_then(|p| ReduceLaunch::from_packed(p, &operands, &scalars, scale, &mut self.signature));
+                .and_then(|p| ReduceLaunch::from_packed(p, &operands, &scalars, &scales, &mut self.signature));
             let launch = match reused {
                 Some(l) => l,
-                None => match ReduceLaunch::new(merged, dims, &operands, &scalars, scale) {
+                None => match ReduceLaunch::new(merged, dims, &operands, &scalars, &scales) {
                     Ok(l) => {
                         cached.packed = Some(l.packed(&operands));
                         l
@@ -727,9 +824,11 @@ impl ReduceOptimization {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
         // A result whose last reader is the epilogue, or dropped in the run, is not registered.
-        let consumed = result_slot.is_some_and(|k| self.inputs[k].last_use) || self.dropped.contains(&self.out);
-        if !consumed {
-            context.handles.register_float_tensor::<Cudnn>(&out_ir.id, result);
+        for (t, ((id, _), (ir, result))) in self.results.iter().zip(results_ir.iter().zip(results)).enumerate() {
+            let consumed = (t == 0 && result_slot.is_some_and(|k| self.inputs[k].last_use)) || self.dropped.contains(id);
+            if !consumed {
+                context.handles.register_float_tensor::<Cudnn>(&ir.id, result);
+            }
         }
         Ok(true)
     }
@@ -827,7 +926,7 @@ mod tests {
         let o = f.build();
         o.reduction.validate().unwrap();
         assert_eq!(o.reduction.reduced, 0b1101);
-        assert_eq!(o.mean_dims, 0);
+        assert_eq!(o.results[0].1, 0);
         assert_eq!(o.reduction.target, Value::Reg(0));
         assert_eq!(
             o.reduction.program.ops,
@@ -835,7 +934,7 @@ mod tests {
         );
         // The product dies in the run: nothing else is stored.
         assert!(o.outputs.is_empty());
-        assert_eq!((o.full, o.out), (TensorId::new(12), TensorId::new(15)));
+        assert_eq!((o.full, o.results[0].0), (TensorId::new(12), TensorId::new(15)));
         let again = ReduceFuser::from_operations(&o.operations).unwrap();
         assert_eq!(again.reduction, o.reduction);
     }
@@ -864,11 +963,11 @@ mod tests {
         assert_eq!(f.status(), FuserStatus::Closed);
         assert!(f.properties().ready && f.len() == 4);
         let o = f.build();
-        assert_eq!((o.reduction.reduced, o.mean_dims), (0b1101, 0b1101));
+        assert_eq!((o.reduction.reduced, o.results[0].1), (0b1101, 0b1101));
         assert_eq!(o.reduction.target, Value::Input(0));
         assert!(o.reduction.program.ops.is_empty());
         assert!(!o.inputs[0].last_use);
-        assert_eq!((o.full, o.out), (TensorId::new(1), TensorId::new(5)));
+        assert_eq!((o.full, o.results[0].0), (TensorId::new(1), TensorId::new(5)));
     }
 
     #[test]
@@ -954,7 +1053,7 @@ mod tests {
         let r = f.build();
         r.reduction.validate().unwrap();
         assert!(r.reduction.max);
-        assert_eq!((r.reduction.reduced, r.mean_dims), (0b1000, 0));
+        assert_eq!((r.reduction.reduced, r.results[0].1), (0b1000, 0));
         // The scaled scores are stored for their later readers.
         assert_eq!(r.outputs.len(), 1);
         // A sum does not chain onto a max.
@@ -1010,7 +1109,7 @@ mod tests {
         assert_eq!(o.reduction.program.small_outputs, 0);
         assert!(o.outputs.is_empty());
         assert_eq!(
-            (o.full, o.out, o.reduction.reduced),
+            (o.full, o.results[0].0, o.reduction.reduced),
             (TensorId::new(15), TensorId::new(16), 0b100)
         );
         // The square is read after the run: the row shape is the kept elements' (the sum is
@@ -1060,7 +1159,7 @@ mod tests {
         assert_eq!(f.len(), ops.len());
         let o = f.build();
         o.reduction.validate().unwrap();
-        assert_eq!((o.reduction.reduced, o.out), (0b1101, TensorId::new(10)));
+        assert_eq!((o.reduction.reduced, o.results[0].0), (0b1101, TensorId::new(10)));
         // `1 / s` (small) and `g * m` (full) are stored; the summed product is not.
         assert_eq!(o.outputs, vec![(TensorId::new(2), F), (TensorId::new(5), F)]);
         assert_eq!(o.reduction.program.small_outputs, 0b01);
@@ -1223,6 +1322,70 @@ mod tests {
         let f = fused(&ops);
         assert_eq!(f.len(), 4);
         assert!(f.build().reduction.epilogue.is_none());
+    }
+
+    /// Sums of `input` over dims 0, 2 and 3 of `[N, C, H, W]` (relative ids 1..=4) into
+    /// `out`, `out + 1` and `out + 2`.
+    fn channel_sums(input: u64, status: TensorStatus, out: u64) -> Vec<OperationIr> {
+        vec![
+            sum(input, &[1, 2, 3, 4], status, 0, out),
+            sum(out, &[0, 2, 3, 4], ReadWrite, 2, out + 1),
+            sum(out + 1, &[0, 2, 0, 4], ReadWrite, 3, out + 2),
+        ]
+    }
+
+    /// A reshape of channel sums `input` (`[1, C, 1, 1]`) to `[C]`, at their last use.
+    fn to_channels(input: u64, out: u64) -> OperationIr {
+        OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+            input: t(input, &[0, 2, 0, 0], ReadWrite, F),
+            out: t(out, &[2], NotInit, F),
+        }))
+    }
+
+    #[test]
+    fn burns_batch_norm_gradient_sums_of_one_pass_share_one_kernel() {
+        // burn-autodiff's batch-norm backward: the shift's gradient (sums of the incoming
+        // gradient 10), the scale's (sums of 10 * x_hat), then sums of a product of the
+        // scaled gradient (29, read later) before a value reads the last sums.
+        let full = [1, 2, 3, 4];
+        let mut ops = channel_sums(10, ReadOnly, 20);
+        ops.push(to_channels(22, 23));
+        ops.push(mul(10, ReadOnly, 11, &full, 24));
+        ops.extend(channel_sums(24, ReadWrite, 25));
+        ops.push(to_channels(27, 28));
+        ops.push(mul(10, ReadOnly, 12, &full, 29));
+        ops.push(mul(29, ReadOnly, 13, &full, 30));
+        ops.extend(channel_sums(30, ReadWrite, 31));
+        let reads_sums = mul(33, ReadOnly, 14, &[0, 2, 0, 0], 40);
+        let f = fused(&[ops.clone(), vec![reads_sums.clone()]].concat());
+        assert_eq!(f.status(), FuserStatus::Closed);
+        assert!(f.properties().ready);
+        assert_eq!(f.len(), ops.len(), "the reader of the last sums is not taken");
+        let o = f.build();
+        o.reduction.validate().unwrap();
+        assert_eq!((o.reduction.target, o.reduction.siblings.len()), (Value::Input(0), 2));
+        assert_eq!(o.reduction.reduced, 0b1101);
+        let results: Vec<_> = o.results.iter().map(|&(id, means)| (id.value(), means)).collect();
+        assert_eq!(results, vec![(23, 0), (28, 0), (33, 0)]);
+        assert_eq!(o.full, TensorId::new(10));
+        // The scaled gradient is stored, as it is read after the run; the products summed
+        // are not.
+        assert_eq!(o.outputs.iter().map(|(id, _)| id.value()).collect::<Vec<_>>(), vec![29]);
+        let again = ReduceFuser::from_operations(&o.operations).unwrap();
+        assert_eq!(again.reduction, o.reduction);
+        // A prologue that reads an earlier chain's result ends the run after that chain.
+        let mut early = channel_sums(10, ReadOnly, 20);
+        early.push(to_channels(22, 23));
+        let f = fused(&[early.clone(), vec![mul(23, ReadOnly, 14, &[2], 41)]].concat());
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, early.len()));
+        assert!(f.build().reduction.siblings.is_empty());
+        // A second chain over other dims is not a sibling: the run offers the first one.
+        let mut other = early.clone();
+        other.push(mul(10, ReadOnly, 11, &full, 24));
+        other.push(sum(24, &full, ReadWrite, 1, 25));
+        let f = fused(&[other, vec![sum(25, &[1, 0, 3, 4], ReadWrite, 0, 26), reads_sums]].concat());
+        assert!(f.properties().ready);
+        assert_eq!(f.len(), early.len());
     }
 
     #[test]
