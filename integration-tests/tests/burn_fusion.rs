@@ -615,19 +615,25 @@ fn burns_composed_dynamic_quantization_under_fusion_matches_the_unfused_backend(
     }
 }
 
-/// Dims of the batch-norm input: 8 × 16 channels × 12 × 12.
-const BN_DIMS: [usize; 4] = [8, 16, 12, 12];
+/// Dims of the batch-norm inputs: 8 × 16 channels × 12 × 12, and one whose sums span many
+/// chunks (combined by the launch's last block of each column).
+const BN_DIMS: [[usize; 4]; 2] = [[8, 16, 12, 12], [32, 16, 32, 32]];
 
 /// `sum(batch_norm(x) * w)` through Burn's own `BatchNorm` in training on backend `B`:
 /// the output, the gradients of the input, scale and bias, and the launches of the step.
-fn stock_batch_norm<B: AutodiffBackend>(x: &[f64], w: &[f64], params: &[f64]) -> (Vec<TensorData>, u64) {
+fn stock_batch_norm<B: AutodiffBackend>(
+    dims: [usize; 4],
+    x: &[f64],
+    w: &[f64],
+    params: &[f64],
+) -> (Vec<TensorData>, u64) {
     let device: B::Device = Default::default();
-    let c = BN_DIMS[1];
+    let c = dims[1];
     let mut bn: BatchNorm<B> = BatchNormConfig::new(c).init(&device);
     let vector = |v: &[f64]| TensorData::new(v.to_vec(), [c]).convert_dtype(DType::F32);
     bn.gamma = Param::from_data(vector(&params[..c]), &device);
     bn.beta = Param::from_data(vector(&params[c..]), &device);
-    let data = |v: &[f64]| TensorData::new(v.to_vec(), BN_DIMS).convert_dtype(DType::F32);
+    let data = |v: &[f64]| TensorData::new(v.to_vec(), dims).convert_dtype(DType::F32);
     let x = Tensor::<B, 4>::from_data(data(x), &device).require_grad();
     let w = Tensor::<B, 4>::from_data(data(w), &device);
     B::sync(&device).unwrap();
@@ -654,40 +660,45 @@ fn stock_batch_norm<B: AutodiffBackend>(x: &[f64], w: &[f64], params: &[f64]) ->
 fn burns_batch_norm_under_fusion_runs_fused_reductions_and_matches_float64() {
     let _serial = counting_launches();
     let mut rng = Rng::new(0xb17c);
-    let n: usize = BN_DIMS.iter().product();
-    let (x, w) = (uniform(&mut rng, n, -2.0, 3.0), uniform(&mut rng, n, -1.0, 1.0));
-    let params = uniform(&mut rng, 2 * BN_DIMS[1], 0.5, 1.5);
-    let (want, _) = stock_batch_norm::<Autodiff<F64>>(&x, &w, &params);
-    let (plain, plain_launches) = stock_batch_norm::<Autodiff<Cudnn>>(&x, &w, &params);
-    // The first fused run queues the kernels' builds and runs unfused meanwhile.
-    let (first, _) = stock_batch_norm::<Autodiff<CudnnFusion>>(&x, &w, &params);
-    cudnn_backend::ops::wait_for_builds();
-    let (fused, fused_launches) = stock_batch_norm::<Autodiff<CudnnFusion>>(&x, &w, &params);
-    for (i, name) in ["output", "input gradient", "scale gradient", "bias gradient"]
-        .iter()
-        .enumerate()
-    {
-        let (ef, ep, e1) = (
-            rel_l2(&fused[i], &want[i]),
-            rel_l2(&plain[i], &want[i]),
-            rel_l2(&first[i], &want[i]),
-        );
-        println!("batch norm {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}, first fused run {e1:.2e}");
-        assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+    for dims in BN_DIMS {
+        let n: usize = dims.iter().product();
+        let (x, w) = (uniform(&mut rng, n, -2.0, 3.0), uniform(&mut rng, n, -1.0, 1.0));
+        let params = uniform(&mut rng, 2 * dims[1], 0.5, 1.5);
+        let (want, _) = stock_batch_norm::<Autodiff<F64>>(dims, &x, &w, &params);
+        let (plain, plain_launches) = stock_batch_norm::<Autodiff<Cudnn>>(dims, &x, &w, &params);
+        // The first fused run queues the kernels' builds and runs unfused meanwhile.
+        let (first, _) = stock_batch_norm::<Autodiff<CudnnFusion>>(dims, &x, &w, &params);
+        cudnn_backend::ops::wait_for_builds();
+        let (fused, fused_launches) = stock_batch_norm::<Autodiff<CudnnFusion>>(dims, &x, &w, &params);
+        for (i, name) in ["output", "input gradient", "scale gradient", "bias gradient"]
+            .iter()
+            .enumerate()
+        {
+            let (ef, ep, e1) = (
+                rel_l2(&fused[i], &want[i]),
+                rel_l2(&plain[i], &want[i]),
+                rel_l2(&first[i], &want[i]),
+            );
+            println!(
+                "batch norm {dims:?} {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}, first fused run {e1:.2e}"
+            );
+            assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
+            assert!(
+                e1 <= (2.0 * ep).max(1e-5),
+                "{name}: first fused run {e1:.2e} vs unfused {ep:.2e}"
+            );
+        }
+        println!("stock batch norm step {dims:?}: {plain_launches} launches unfused, {fused_launches} fused");
+        // Measured on an H200 (the small dims): 67 launches unfused, 14 fused before sums of
+        // one pass shared a kernel (each product and its three sums one launch, with the
+        // `[1, C, 1, 1]` values computed beside it stored by the same kernel; no channel-view
+        // copies, the affine with its reshaped parameters one run, the `[C]` statistics flat
+        // runs, `mean_dim`'s backward one run).
         assert!(
-            e1 <= (2.0 * ep).max(1e-5),
-            "{name}: first fused run {e1:.2e} vs unfused {ep:.2e}"
+            fused_launches * 4 <= plain_launches,
+            "fused {fused_launches} vs unfused {plain_launches} launches"
         );
     }
-    println!("stock batch norm step: {plain_launches} launches unfused, {fused_launches} fused");
-    // Measured on an H200: 67 launches unfused, 14 fused (each product and its three sums
-    // one launch, with the `[1, C, 1, 1]` values computed beside it stored by the same kernel;
-    // no channel-view copies, the affine with its reshaped parameters one run, the `[C]`
-    // statistics flat runs, `mean_dim`'s backward one run).
-    assert!(
-        fused_launches * 4 <= plain_launches,
-        "fused {fused_launches} vs unfused {plain_launches} launches"
-    );
 }
 
 /// Dims of the softmax input (batch, heads, queries, keys).

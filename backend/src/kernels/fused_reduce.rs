@@ -982,7 +982,11 @@ impl<'a> ReduceLaunch<'a> {
             return Err(Error::invalid_arg(
                 OP,
                 "results",
-                format!("{} results and {} scales for {targets} targets", results.len(), scales.len()),
+                format!(
+                    "{} results and {} scales for {targets} targets",
+                    results.len(),
+                    scales.len()
+                ),
             ));
         }
         for (t, result) in results.iter().enumerate() {
@@ -1149,7 +1153,11 @@ fn operand_signature(out: &mut Vec<i64>, operands: &ReduceOperands) {
         out.extend_from_slice(&t.dims);
         out.extend_from_slice(&t.strides);
         out.push(t.dtype as i64);
-        out.push(if t.ptr == 0 { -1 } else { i64::from(t.ptr.trailing_zeros().min(8)) });
+        out.push(if t.ptr == 0 {
+            -1
+        } else {
+            i64::from(t.ptr.trailing_zeros().min(8))
+        });
     }
     out.push(operands.inputs.len() as i64);
     out.push(operands.outputs.len() as i64);
@@ -1261,7 +1269,10 @@ mod tests {
         rp.validate().unwrap();
         let src = rp.source();
         for (t, value) in [("", "r1"), ("1", "x0"), ("2", "r0")] {
-            assert!(src.contains(&format!("acc{t} = COMBINE(acc{t}, {value});")), "target {t:?}");
+            assert!(
+                src.contains(&format!("acc{t} = COMBINE(acc{t}, {value});")),
+                "target {t:?}"
+            );
             assert!(src.contains(&format!("v{t} = tree[tx];")) && src.contains(&format!("float acc{t} = RED_INIT;")));
         }
         // Results 1 and 2 follow result 0; each target's partial sums follow the previous
@@ -1274,7 +1285,12 @@ mod tests {
         // The shared tree is reused only once every thread has read the previous target's sum.
         assert!(src.contains("    if (!wr) __syncthreads();\n    float v1;"));
         // Siblings only for sums without an epilogue, and at most MAX_TARGETS values.
-        assert!(ReduceProgram { max: true, ..rp.clone() }.validate().is_err());
+        assert!(ReduceProgram {
+            max: true,
+            ..rp.clone()
+        }
+        .validate()
+        .is_err());
         let four_more = ReduceProgram {
             siblings: vec![Value::Input(0); MAX_TARGETS],
             ..rp.clone()
@@ -1488,7 +1504,9 @@ mod tests {
             scratch: Some(&scratch),
             arrivals: None,
         };
-        let packed_launch = ReduceLaunch::new(&rp, &full, &first, &[], &[0.5]).unwrap().packed(&first);
+        let packed_launch = ReduceLaunch::new(&rp, &full, &first, &[], &[0.5])
+            .unwrap()
+            .packed(&first);
         let mut signature = Vec::new();
         // Other addresses of the same alignment, another scale: what `new` makes of them.
         let moved_in = [TensorRef::fake(&full, &packed, DataType::F32, 3 << 20), mean.clone()];
@@ -1506,7 +1524,12 @@ mod tests {
         let others = [
             TensorRef::fake(&full, &packed, DataType::F32, (1 << 20) + 4),
             TensorRef::fake(&full, &packed, DataType::F16, 1 << 20),
-            TensorRef::fake(&[128, 32, 512], &row_major_strides(&[128, 32, 512]), DataType::F32, 1 << 20),
+            TensorRef::fake(
+                &[128, 32, 512],
+                &row_major_strides(&[128, 32, 512]),
+                DataType::F32,
+                1 << 20,
+            ),
         ];
         for x in others {
             let inputs = [x, mean.clone()];

@@ -374,9 +374,7 @@ impl ReduceFuser {
                     // A later chain sums a value of the first one's shape into a result of its
                     // dtype.
                     let sibling_fits = self.done.first().is_none_or(|first| {
-                        how != Combine::Max
-                            && out.dtype == first.result.dtype
-                            && input.shape == first.target.0.shape
+                        how != Combine::Max && out.dtype == first.result.dtype && input.shape == first.target.0.shape
                     });
                     if !sibling_fits || out.dtype != input.dtype || !self.set_target(input) {
                         return false;
@@ -389,7 +387,8 @@ impl ReduceFuser {
                     return true;
                 }
                 if let OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) = op {
-                    let channel_swap = self.done.is_empty() && ((s.dim1, s.dim2) == (0, 1) || (s.dim1, s.dim2) == (1, 0));
+                    let channel_swap =
+                        self.done.is_empty() && ((s.dim1, s.dim2) == (0, 1) || (s.dim1, s.dim2) == (1, 0));
                     if channel_swap && s.input.shape.len() >= 2 && storage(s.input.dtype).is_some() {
                         self.stage = Stage::Swapped {
                             source: s.input.clone(),
@@ -673,7 +672,8 @@ impl ReduceOptimization {
             return Ok(false);
         }
         let full = to_dims(&global_ir(context, &self.full, OP).shape);
-        let results_ir: SmallVec<[TensorIr; 4]> = self.results.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
+        let results_ir: SmallVec<[TensorIr; 4]> =
+            self.results.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
         // An epilogue reads the result as one of the program's inputs: the others are made
         // before the run.
         let result_slot = self.reduction.epilogue.and_then(|e| e.result_input).map(usize::from);
@@ -825,7 +825,8 @@ impl ReduceOptimization {
         }
         // A result whose last reader is the epilogue, or dropped in the run, is not registered.
         for (t, ((id, _), (ir, result))) in self.results.iter().zip(results_ir.iter().zip(results)).enumerate() {
-            let consumed = (t == 0 && result_slot.is_some_and(|k| self.inputs[k].last_use)) || self.dropped.contains(id);
+            let consumed =
+                (t == 0 && result_slot.is_some_and(|k| self.inputs[k].last_use)) || self.dropped.contains(id);
             if !consumed {
                 context.handles.register_float_tensor::<Cudnn>(&ir.id, result);
             }
