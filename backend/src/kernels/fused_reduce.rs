@@ -3,7 +3,9 @@
 //! stored registers are written as the elementwise kernel would write them (each element is
 //! visited once), so the values a reduction reads are never stored just to be read back. Its
 //! *small* outputs ([`Program::small_outputs`]) have the kept elements' shape: each is stored
-//! once per kept element, by the visit of that element's first reduced element.
+//! once per kept element, by the visit of that element's first reduced element. A program may
+//! sum up to [`MAX_TARGETS`] values over the same dims in the same pass, each into its own
+//! result ([`ReduceProgram::siblings`]).
 //!
 //! The kernel walks the iteration shape as kept elements (the result's) times reduced ones.
 //! A block is `(lanes, rows)` threads: lanes take consecutive kept elements, rows stride over
@@ -1072,7 +1074,7 @@ impl<'a> ReduceLaunch<'a> {
     }
 
     /// The launch [`ReduceLaunch::new`] would make of the program and iteration shape that
-    /// `packed` was made with, over `operands` of the same [`operand_signature`] (`None`
+    /// `packed` was made with, over `operands` of the same operand signature (`None`
     /// otherwise: the caller makes it with `new`); `signature` is a reusable buffer.
     pub fn from_packed(
         packed: &PackedReduce,
@@ -1128,11 +1130,12 @@ impl<'a> ReduceLaunch<'a> {
     }
 }
 
-/// The pointer-free part of a checked [`ReduceLaunch`] and the [`operand_signature`] it was
-/// checked for: a later launch of the same program over the same iteration shape, with
-/// operands of that signature, passes every check of [`ReduceLaunch::new`] but one (the
-/// epilogue's input must be the result), so [`ReduceLaunch::from_packed`] makes it by setting
-/// the addresses, the scalars and the scale.
+/// The pointer-free part of a checked [`ReduceLaunch`] and the operand signature (each
+/// operand's dims, strides, dtype and address alignment) it was checked for: a later launch
+/// of the same program over the same iteration shape, with operands of that signature,
+/// passes every check of [`ReduceLaunch::new`] but one (the epilogue's input must be the
+/// result), so [`ReduceLaunch::from_packed`] makes it by setting the addresses, the scalars
+/// and the scales.
 #[derive(Clone, Debug)]
 pub struct PackedReduce {
     args: ReduceArgs,

@@ -43,6 +43,8 @@
 //!   through their channel view) becomes one generated kernel
 //!   ([`crate::kernels::fused_reduce`]): the value summed and the channel view's copy are
 //!   never stored; values of the kept elements' shape computed beside it are stored once each.
+//!   Further chains of sums over the same dims that follow in the same pass (burn-autodiff's
+//!   batch-norm gradients: three such sums) join the same kernel, each into its own result.
 //!
 //! - **lead** (`lead.rs`): a block that burn-fusion opens with a module operation no fuser
 //!   starts with (a convolution, a pooling) runs as that operation and then the elementwise or

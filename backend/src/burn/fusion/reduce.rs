@@ -21,6 +21,15 @@
 //! `1 / std` beside the product it sums) are stored only when they have the kept elements'
 //! shape, once per kept element. At least two operations must be absorbed (a lone sum stays on
 //! the backend's reduction).
+//!
+//! After a chain of sums (and its reshape), more elementwise operations and another chain of
+//! sums over the same dims of a value of the same shape may follow, up to
+//! [`fused_reduce::MAX_TARGETS`] chains, as long as nothing reads a chain's result inside the
+//! run: the kernel sums each chain's value into its own result in one pass. burn-autodiff's
+//! batch-norm backward sums the incoming gradient (the shift's gradient), its product with
+//! `x_hat` (the scale's) and a product of the scaled gradient (the `std` path's) one chain
+//! after the other; they are one kernel. Reductions over trailing dims (softmax, layer norm)
+//! take an epilogue instead, and maxes and the channel view stay single.
 
 use burn_backend::DType;
 use burn_fusion::stream::Context;
