@@ -179,6 +179,8 @@ struct Chain {
     /// Reduced and mean dims (bits).
     reduced: u8,
     means: u8,
+    /// Elementwise operations of the run before the next chain's prologue.
+    ops_before: usize,
 }
 
 impl Default for ReduceFuser {
@@ -264,16 +266,30 @@ impl ReduceFuser {
     }
 
     /// Whether a new chain of sums may follow the current one in the same kernel: sums (or
-    /// means) not over trailing dims only (those take an epilogue instead), not through the
-    /// channel view, and room for one more target.
+    /// means) over the innermost dim and a leading one (a batch norm's `N`, `H`, `W`; sums
+    /// over trailing dims take an epilogue instead, and sums over leading dims only are the
+    /// leading-dims fuser's), not through the channel view, and room for one more target.
     fn takes_siblings(&self) -> bool {
         let rank = self.target.as_ref().map_or(0, |(full, _)| full.shape.len());
-        !self.viewed
+        rank > 0
+            && self.reduced >> (rank - 1) & 1 == 1
+            && !self.viewed
             && !self.max
             && self.epilogue_from.is_none()
             && self.pre_epilogue.is_none()
             && !reduces_rows(self.reduced, rank)
             && self.done.len() + 1 < fused_reduce::MAX_TARGETS
+    }
+
+    /// Whether `op` may join the prologue of a later chain: it reads a value the run already
+    /// reads or computes, and the prologue stays short. While it waits for its next chain the
+    /// fuser keeps burn-fusion's search open, and a long wait makes the search cut other
+    /// runs short.
+    fn joins_sibling_prologue(&self, op: &OperationIr) -> bool {
+        const MOST_PROLOGUE_OPS: usize = 8;
+        let since = self.done.last().map_or(0, |c| c.ops_before);
+        self.elementwise.operation_count() < since + MOST_PROLOGUE_OPS
+            && op.inputs().any(|t| self.elementwise.knows(t.id))
     }
 
     /// Whether `op` reads the result of a chain of the run (which the kernel writes only at
@@ -290,7 +306,7 @@ impl ReduceFuser {
     /// After a complete chain: `op`, an elementwise operation that reads no result, starts
     /// the prologue of another chain over the same dims (offering this run meanwhile).
     fn start_sibling(&mut self, op: &OperationIr) -> bool {
-        if !self.ready() || self.reads_result(op) {
+        if !self.ready() || self.reads_result(op) || !op.inputs().any(|t| self.elementwise.knows(t.id)) {
             return false;
         }
         let (Some(target), Some(result)) = (self.target.clone(), self.result.clone()) else {
@@ -308,6 +324,7 @@ impl ReduceFuser {
             result,
             reduced: self.reduced,
             means: self.means,
+            ops_before: self.elementwise.operation_count() - 1,
         });
         (self.target, self.result, self.reduced, self.means) = (None, None, 0, 0);
         self.stage = Stage::Prologue;
@@ -394,6 +411,9 @@ impl ReduceFuser {
                     self.result = Some(out.clone());
                     self.stage = Stage::Reduced { chained: true };
                     return true;
+                }
+                if !self.done.is_empty() && !self.joins_sibling_prologue(op) {
+                    return false;
                 }
                 if let OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) = op {
                     let channel_swap =
@@ -1396,6 +1416,25 @@ mod tests {
         let f = fused(&[other, vec![sum(25, &[1, 0, 3, 4], ReadWrite, 0, 26), reads_sums]].concat());
         assert!(f.properties().ready);
         assert_eq!(f.len(), early.len());
+        // A prologue operation that reads nothing the run reads or computes, or a prologue
+        // longer than eight operations, ends the run after the complete chains.
+        let f = fused(&[early.clone(), vec![mul(50, ReadOnly, 51, &full, 52)]].concat());
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, early.len()));
+        let mut long = early.clone();
+        long.push(mul(10, ReadOnly, 11, &full, 60));
+        for k in 0..8 {
+            long.push(mul(60 + k, ReadWrite, 11, &full, 61 + k));
+        }
+        let f = fused(&long);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, early.len()));
+        // Sums over the leading dims only (the innermost dim kept) take no sibling.
+        let lead = [
+            sum(10, &[1, 2, 3], ReadOnly, 0, 20),
+            sum(20, &[0, 2, 3], ReadWrite, 1, 21),
+            mul(10, ReadOnly, 11, &[1, 2, 3], 22),
+        ];
+        let f = fused(&lead);
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 2));
     }
 
     #[test]
