@@ -281,36 +281,15 @@ impl ReduceFuser {
             && self.done.len() + 1 < fused_reduce::MAX_TARGETS
     }
 
-    /// Whether `op` may join the prologue of a later chain: the prologue stays short, and
-    /// `op` is [related](Self::related_to_run) to the run. While it waits for its next chain
-    /// the fuser keeps burn-fusion's search open, and a long wait makes the search cut other
+    /// Whether `op` may join the prologue of a later chain: it reads a value the run already
+    /// reads or computes, and the prologue stays short. While it waits for its next chain the
+    /// fuser keeps burn-fusion's search open, and a long wait makes the search cut other
     /// runs short.
     fn joins_sibling_prologue(&self, op: &OperationIr) -> bool {
         const MOST_PROLOGUE_OPS: usize = 8;
         let since = self.done.last().map_or(0, |c| c.ops_before);
-        self.elementwise.operation_count() < since + MOST_PROLOGUE_OPS && self.related_to_run(op)
-    }
-
-    /// Whether `op` reads a value the run already reads or computes, or reads only values of
-    /// the kept elements' shape (the batch norm's `std`, whose reciprocal the next chain's
-    /// prologue starts with).
-    fn related_to_run(&self, op: &OperationIr) -> bool {
-        let first = self.done.first().map(|c| (&c.target.0, c.reduced));
-        let Some((full, reduced)) = first.or(self.target.as_ref().map(|(full, _)| (full, self.reduced))) else {
-            return false;
-        };
-        // Relative shapes: dim id 0 is a dim of size 1.
-        let kept_shaped = |t: &TensorIr| {
-            t.shape.len() == full.shape.len()
-                && (0..t.shape.len()).all(|d| {
-                    if reduced >> d & 1 == 1 {
-                        t.shape[d] == 0
-                    } else {
-                        t.shape[d] == full.shape[d]
-                    }
-                })
-        };
-        op.inputs().any(|t| self.elementwise.knows(t.id)) || (op.inputs().count() > 0 && op.inputs().all(kept_shaped))
+        self.elementwise.operation_count() < since + MOST_PROLOGUE_OPS
+            && op.inputs().any(|t| self.elementwise.knows(t.id))
     }
 
     /// Whether `op` reads the result of a chain of the run (which the kernel writes only at
@@ -327,7 +306,7 @@ impl ReduceFuser {
     /// After a complete chain: `op`, an elementwise operation that reads no result, starts
     /// the prologue of another chain over the same dims (offering this run meanwhile).
     fn start_sibling(&mut self, op: &OperationIr) -> bool {
-        if !self.ready() || self.reads_result(op) || !self.related_to_run(op) {
+        if !self.ready() || self.reads_result(op) || !op.inputs().any(|t| self.elementwise.knows(t.id)) {
             return false;
         }
         let (Some(target), Some(result)) = (self.target.clone(), self.result.clone()) else {
@@ -1437,17 +1416,10 @@ mod tests {
         let f = fused(&[other, vec![sum(25, &[1, 0, 3, 4], ReadWrite, 0, 26), reads_sums]].concat());
         assert!(f.properties().ready);
         assert_eq!(f.len(), early.len());
-        // A prologue operation that reads nothing the run reads or computes (unless it reads
-        // values of the kept elements' shape only), or a prologue longer than eight
-        // operations, ends the run after the complete chains.
+        // A prologue operation that reads nothing the run reads or computes, or a prologue
+        // longer than eight operations, ends the run after the complete chains.
         let f = fused(&[early.clone(), vec![mul(50, ReadOnly, 51, &full, 52)]].concat());
         assert_eq!((f.status(), f.len()), (FuserStatus::Closed, early.len()));
-        let f = fused(&[early.clone(), vec![mul(50, ReadOnly, 51, &[0, 2, 0, 0], 52)]].concat());
-        assert_eq!(
-            f.status(),
-            FuserStatus::Open,
-            "a kept-shaped value starts the next prologue"
-        );
         let mut long = early.clone();
         long.push(mul(10, ReadOnly, 11, &full, 60));
         for k in 0..8 {
