@@ -800,12 +800,22 @@ pub fn launch_key(key: &mut Vec<i64>, inputs: &[TensorRef], out_dims: &[i64], sm
         None => key.push(-1),
     }
     for t in inputs {
-        key.push(t.dims.len() as i64);
-        key.extend_from_slice(&t.dims);
-        key.extend_from_slice(&t.strides);
-        key.push(t.dtype as i64);
-        key.push(i64::from(t.ptr.trailing_zeros().min(8)));
+        push_operand_key(key, t);
     }
+}
+
+/// Appends what a launch's checks read of operand `t` to `key`: its dims, strides and dtype,
+/// and its address's alignment (up to 256 bytes; -1 for a null address).
+pub(crate) fn push_operand_key(key: &mut Vec<i64>, t: &TensorRef) {
+    key.push(t.dims.len() as i64);
+    key.extend_from_slice(&t.dims);
+    key.extend_from_slice(&t.strides);
+    key.push(t.dtype as i64);
+    key.push(if t.ptr == 0 {
+        -1
+    } else {
+        i64::from(t.ptr.trailing_zeros().min(8))
+    });
 }
 
 impl<'a> FusedLaunch<'a> {

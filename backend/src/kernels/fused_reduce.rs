@@ -29,7 +29,8 @@ use crate::ffi::launch_fused::{self as launch, ReduceArgs, ARRIVALS_SLOT, REDUCE
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::check_tensor;
 use crate::kernels::fused::{
-    generated_source, max_vec, ready_or_queue_source, storage_type, store_expr, vector_access_fits, VECTOR_ACCESS,
+    generated_source, max_vec, push_operand_key, ready_or_queue_source, storage_type, store_expr, vector_access_fits,
+    VECTOR_ACCESS,
 };
 use crate::kernels::fused::{Program, Value, MAX_INPUTS, MAX_SCALARS};
 use crate::kernels::layout::{coalesce as coalesce_dims, kernel_layout};
@@ -1151,29 +1152,18 @@ pub struct PackedReduce {
 /// dtype, whether its address is null and the address's alignment (up to 256 bytes, more
 /// than any vector access needs).
 fn operand_signature(out: &mut Vec<i64>, operands: &ReduceOperands) {
-    fn push(out: &mut Vec<i64>, t: &TensorRef) {
-        out.push(t.dims.len() as i64);
-        out.extend_from_slice(&t.dims);
-        out.extend_from_slice(&t.strides);
-        out.push(t.dtype as i64);
-        out.push(if t.ptr == 0 {
-            -1
-        } else {
-            i64::from(t.ptr.trailing_zeros().min(8))
-        });
-    }
     out.push(operands.inputs.len() as i64);
     out.push(operands.outputs.len() as i64);
     out.push(operands.results.len() as i64);
     for t in operands.inputs {
-        push(out, t);
+        push_operand_key(out, t);
     }
     for o in operands.outputs.iter().chain(operands.results) {
-        push(out, o);
+        push_operand_key(out, o);
     }
     for t in [operands.scratch, operands.arrivals] {
         match t {
-            Some(t) => push(out, t),
+            Some(t) => push_operand_key(out, t),
             None => out.push(-1),
         }
     }

@@ -92,9 +92,6 @@ pub struct ReduceOptimization {
     results: Vec<(TensorId, u8)>,
     /// The operations, for the serialized state and the unfused fallback.
     pub(crate) operations: Vec<OperationIr>,
-    /// The kernel once built, with the merged rank, reduced dims, `wide` and vector width it
-    /// was built for (an optimization lives on one device).
-    function: Option<((u8, u8, bool, u8), CudaFunction)>,
     /// The kernel failed to build: every execution runs the operations one by one.
     unbuildable: bool,
     /// Zeroed arrival counters of the chunked launches (each launch leaves them zeroed), so
@@ -108,12 +105,14 @@ pub struct ReduceOptimization {
 }
 
 /// What executions over inputs of one launch key share: the merged reduction, the sizes of
-/// its buffers and, once launched, the checked launch without its addresses.
+/// its buffers, its kernel once built and, once launched, the checked launch without its
+/// addresses.
 #[derive(Clone, Debug)]
 struct ReduceEntry {
     coalesced: fused_reduce::Coalesced,
     scratch_len: usize,
     arrivals_len: usize,
+    function: Option<CudaFunction>,
     packed: Option<PackedReduce>,
 }
 
@@ -288,8 +287,12 @@ impl ReduceFuser {
     fn joins_sibling_prologue(&self, op: &OperationIr) -> bool {
         const MOST_PROLOGUE_OPS: usize = 8;
         let since = self.done.last().map_or(0, |c| c.ops_before);
-        self.elementwise.operation_count() < since + MOST_PROLOGUE_OPS
-            && op.inputs().any(|t| self.elementwise.knows(t.id))
+        self.elementwise.operation_count() < since + MOST_PROLOGUE_OPS && self.reads_run_value(op)
+    }
+
+    /// Whether `op` reads a value the run already reads or computes.
+    fn reads_run_value(&self, op: &OperationIr) -> bool {
+        op.inputs().any(|t| self.elementwise.knows(t.id))
     }
 
     /// Whether `op` reads the result of a chain of the run (which the kernel writes only at
@@ -306,7 +309,7 @@ impl ReduceFuser {
     /// After a complete chain: `op`, an elementwise operation that reads no result, starts
     /// the prologue of another chain over the same dims (offering this run meanwhile).
     fn start_sibling(&mut self, op: &OperationIr) -> bool {
-        if !self.ready() || self.reads_result(op) || !op.inputs().any(|t| self.elementwise.knows(t.id)) {
+        if !self.ready() || self.reads_result(op) || !self.reads_run_value(op) {
             return false;
         }
         let (Some(target), Some(result)) = (self.target.clone(), self.result.clone()) else {
@@ -615,7 +618,6 @@ impl ReduceFuser {
             full: full.id,
             results: chains.iter().map(|&(_, r, means)| (r.id, means)).collect(),
             operations: self.ops.clone(),
-            function: None,
             unbuildable: false,
             arrivals: None,
             launches: LaunchCache::default(),
@@ -742,6 +744,7 @@ impl ReduceOptimization {
                     scratch_len: ReduceLaunch::scratch_len(&coalesced.program, &coalesced.dims),
                     arrivals_len: ReduceLaunch::arrivals_len(&coalesced.program, &coalesced.dims),
                     coalesced,
+                    function: None,
                     packed: None,
                 }),
                 Err(e) => return Ok(self.unbuildable_after(e)),
@@ -753,14 +756,17 @@ impl ReduceOptimization {
             Ok(v) => v,
             Err(e) => return Ok(self.unbuildable_after(e)),
         };
-        let variant = (merged.rank, merged.reduced, merged.wide, merged.vec);
-        // The kernel built for these merged dims last time, else the builder's (a map lookup
-        // under a lock, hashing the whole program).
-        let function = match &self.function {
-            Some((v, f)) if *v == variant => f.clone(),
-            _ => match fused_reduce::ready_or_queue(&stream, merged) {
-                Ok(Some(f)) => self.function.insert((variant, f)).1.clone(),
-                Ok(None) => return Ok(false),
+        // The kernel of this key's merged program, once built (else the builder's: a map
+        // lookup under a lock, hashing the whole program).
+        let function = match &cached.function {
+            Some(f) => f.clone(),
+            None => match fused_reduce::ready_or_queue(&stream, merged) {
+                Ok(Some(f)) => cached.function.insert(f).clone(),
+                Ok(None) => {
+                    // Building in the background: unfused this time, the entry kept.
+                    self.launches.put(entry);
+                    return Ok(false);
+                }
                 Err(e) => return Ok(self.unbuildable_after(e)),
             },
         };
