@@ -63,8 +63,8 @@ __device__ __forceinline__ void atomic_add(i64* p, i64 v) {
      Layout lv, i64 axis_stride, i64 axis_len, i64 n)
 
 #define NATIVE_ADD(p, v) atomic_add(p, v)
-#define F16_ADD(p, v) atomic_add_half<false>(p, f16_to_f32(v))
-#define BF16_ADD(p, v) atomic_add_half<true>(p, bf16_to_f32(v))
+#define F16_ADD(p, v) atomic_add_half_value<false>(p, v)
+#define BF16_ADD(p, v) atomic_add_half_value<true>(p, v)
 
 KERNEL void scatter_add_f32 SCATTER_ADD_ARGS(float) { SCATTER_ADD_BODY(NATIVE_ADD) }
 KERNEL void scatter_add_f64 SCATTER_ADD_ARGS(double) { SCATTER_ADD_BODY(NATIVE_ADD) }

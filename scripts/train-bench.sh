@@ -28,6 +28,10 @@
 # compiles and autotuning included, which burn-cuda does before and during its first steps).
 # Prints one table row per config and variant; f32 rows also compare with PyTorch on TF32
 # matmuls (`--matmul-tf32`), the arithmetic of our f32 matmuls.
+# TRAIN_BENCH_REPEATS=R (default 1) runs R rounds per config, each round PyTorch then every
+# variant; ms/step and ratios are from the medians over the rounds, and "per-round ratios"
+# gives the lowest and highest ours/PyTorch of a single round (these hosts' CPU speed moves
+# between runs, and the stock lazy-fusion rows are bound by the host).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bins="${TRAIN_BIN_DIR:-$here}"
@@ -37,6 +41,17 @@ configs=("$@")
 mkdir -p "$logs"
 py="${PYTHON:-python3}"
 rows=()
+repeats="${TRAIN_BENCH_REPEATS:-1}"
+# Median of the numbers given as arguments (0 when none is positive: a failed run).
+median() { printf '%s\n' "$@" | awk '$1 > 0' | sort -g | awk '{ v[NR] = $1 } END {
+  if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# "min–max" of the ratios a[i] / b[i] over the rounds where both ran.
+ratio_range() { local -n a=$1 b=$2; local i out=()
+  for i in "${!a[@]}"; do out+=("${a[$i]} ${b[$i]}"); done
+  printf '%s\n' "${out[@]}" | awk '$1 > 0 && $2 > 0 { r = $1 / $2; if (n++ == 0 || r < lo) lo = r; if (n == 1 || r > hi) hi = r }
+    END { if (n) printf "%.2f–%.2f", lo, hi; else printf "-" }'; }
+# The rate in a result line: PATTERN's group followed by the unit (0 when the run failed).
+rate_of() { local r; r=$(sed -nE "s/.*$1$unit.*/\\1/p" <<<"$2"); echo "${r:-0}"; }
 for cfg in "${configs[@]}"; do
   IFS=: read -r model dtype batch <<<"$cfg"
   if [[ $model == cnn ]]; then
@@ -53,53 +68,77 @@ for cfg in "${configs[@]}"; do
     torch_args=(--model transformer); ours=("$bins/train_transformer" --train "$n" --test 256)
   fi
   tag="$model-$dtype-$batch"
-  torch_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
-      --steps "$steps" --epochs 3 --count-kernels 2>&1 | tee "$logs/torch-$tag.log" | grep '^train_torch')
-  torch_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$torch_line")
-  torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
-  # f32: PyTorch again with TF32 matmuls, the arithmetic of our f32 matmuls (cuDNN's f32
-  # matmul engines are TF32; PyTorch's default f32 matmul is IEEE f32).
-  tf32_rate=0
-  if [[ $dtype == f32 ]]; then
-    tf32_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
-        --steps "$steps" --epochs 3 --matmul-tf32 2>&1 | tee "$logs/torch-tf32-$tag.log" | grep '^train_torch')
-    tf32_rate=$(sed -E "s/.*: ([0-9.]+) $unit.*/\1/" <<<"$tf32_line")
-  fi
+  variants=()
   for variant in ${TRAIN_BENCH_VARIANTS:-fused stock stock-fusion}; do
     # Lazy fusion and burn-cuda are Burn backends: the Candle models take fused and stock only.
     if [[ $model == candle* && $variant != fused && $variant != stock ]]; then
       continue
     fi
-    case $variant in
-      stock) flag=(--stock) ;;
-      stock-fusion) flag=(--stock --fusion) ;;
-      fused-fusion) flag=(--fusion) ;;
-      burn-cuda) flag=(--stock --backend burn-cuda) ;;
-      *) flag=() ;;
-    esac
-    env_set=()
-    if [[ $variant == burn-cuda ]]; then
-      env_set=(CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}")
+    variants+=("$variant")
+  done
+  torch_rates=(); tf32_rates=(); torch_kernels=0
+  declare -A rates=() launches=() acc=()
+  # Rounds alternate PyTorch and ours, so a slow spell of the host falls on both sides;
+  # each side's rate is the median over the rounds (METHOD: repeat and take the median).
+  for ((round = 1; round <= repeats; round++)); do
+    suffix=""; [[ $repeats -gt 1 ]] && suffix="-r$round"
+    torch_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
+        --steps "$steps" --epochs 3 --count-kernels 2>&1 | tee "$logs/torch-$tag$suffix.log" | grep '^train_torch')
+    torch_rates+=("$(rate_of ': ([0-9.]+) ' "$torch_line")")
+    torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
+    # f32: PyTorch again with TF32 matmuls, the arithmetic of our f32 matmuls (cuDNN's f32
+    # matmul engines are TF32; PyTorch's default f32 matmul is IEEE f32).
+    if [[ $dtype == f32 ]]; then
+      tf32_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
+          --steps "$steps" --epochs 3 --matmul-tf32 2>&1 | tee "$logs/torch-tf32-$tag$suffix.log" | grep '^train_torch')
+      tf32_rates+=("$(rate_of ': ([0-9.]+) ' "$tf32_line")")
     fi
-    log="$logs/ours-$variant-$tag.log"
-    t0=$(date +%s.%N)
-    line=$(env "${env_set[@]}" "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 \
-        --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" 2>&1 | tee "$log" | grep -E '^train_(burn|transformer|candle|candle_transformer) ')
-    t1=$(date +%s.%N)
-    if [[ $variant == burn-cuda ]]; then
-      echo "CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}" >>"$log"
-    fi
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "process: %.1f s\n", b - a }' >>"$log"
-    rate=$(sed -E "s/.*%\), ([0-9.]+) $unit.*/\1/" <<<"$line")
-    launches=$(sed -nE 's/.*, ([0-9]+|n\/a) launches\/step.*/\1/p' <<<"$line")
-    acc=$(sed -nE 's/.*test accuracy ([0-9.]+)%.*/\1/p' <<<"$line")
+    for variant in "${variants[@]}"; do
+      case $variant in
+        stock) flag=(--stock) ;;
+        stock-fusion) flag=(--stock --fusion) ;;
+        fused-fusion) flag=(--fusion) ;;
+        burn-cuda) flag=(--stock --backend burn-cuda) ;;
+        *) flag=() ;;
+      esac
+      env_set=()
+      if [[ $variant == burn-cuda ]]; then
+        env_set=(CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}")
+      fi
+      log="$logs/ours-$variant-$tag$suffix.log"
+      t0=$(date +%s.%N)
+      line=$(env "${env_set[@]}" "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 \
+          --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" 2>&1 | tee "$log" | grep -E '^train_(burn|transformer|candle|candle_transformer) ')
+      t1=$(date +%s.%N)
+      if [[ $variant == burn-cuda ]]; then
+        echo "CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}" >>"$log"
+      fi
+      awk -v a="$t0" -v b="$t1" 'BEGIN { printf "process: %.1f s\n", b - a }' >>"$log"
+      rates[$variant]+="$(rate_of '%\), ([0-9.]+) ' "$line") "
+      # Launches and accuracy: the last round that ran.
+      if [[ -n $line ]]; then
+        launches[$variant]=$(sed -nE 's/.*, ([0-9]+|n\/a) launches\/step.*/\1/p' <<<"$line")
+        acc[$variant]=$(sed -nE 's/.*test accuracy ([0-9.]+)%.*/\1/p' <<<"$line")
+      fi
+    done
+  done
+  torch_rate=$(median "${torch_rates[@]}")
+  tf32_rate=0; [[ ${#tf32_rates[@]} -gt 0 ]] && tf32_rate=$(median "${tf32_rates[@]}")
+  for variant in "${variants[@]}"; do
+    read -ra ours_rates <<<"${rates[$variant]}"
+    rate=$(median "${ours_rates[@]}")
+    spread=$(ratio_range ours_rates torch_rates)
+    ran=$(printf '%s\n' "${ours_rates[@]}" | awk '$1 > 0' | wc -l)
+    [[ $ran -lt $repeats ]] && ran="$ran of $repeats (see logs)"
     rows+=("$(awk -v m="$model" -v d="$dtype" -v b="$batch" -v v="$variant" -v r="$rate" -v t="$torch_rate" \
-        -v l="$launches" -v k="$torch_kernels" -v a="$acc" -v x="$tf32_rate" 'BEGIN {
+        -v l="${launches[$variant]}" -v k="$torch_kernels" -v a="${acc[$variant]}" -v x="$tf32_rate" -v s="$spread" \
+        -v n="$ran" 'BEGIN {
           tf = (x > 0) ? sprintf("%.2f | %.2f", 1000*b/x, r/x) : "- | -";
-          if (r > 0 && t > 0) printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s%% |", m, d, b, v, 1000*b/r, 1000*b/t, r/t, tf, l, k, a;
+          if (r > 0 && t > 0) printf "| %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s%% | %s |", m, d, b, v, 1000*b/r, 1000*b/t, r/t, s, tf, l, k, a, n;
           else printf "| %s | %s | %s | %s | failed (see logs) |", m, d, b, v }')")
   done
+  unset rates launches acc
 done
-echo "| model | dtype | batch | ours | ours ms/step | PyTorch ms/step | ours/PyTorch throughput | PyTorch TF32-matmul ms/step | ours/PyTorch TF32-matmul | our launches/step | PyTorch kernels/step | our test accuracy |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| model | dtype | batch | ours | ours ms/step | PyTorch ms/step | ours/PyTorch throughput | per-round ratios | PyTorch TF32-matmul ms/step | ours/PyTorch TF32-matmul | our launches/step | PyTorch kernels/step | our test accuracy | rounds |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"

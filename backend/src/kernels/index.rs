@@ -20,7 +20,8 @@
 //! `gather_b{1,2,4,8}` by element size, `scatter_add_<dt>` per dtype; `index_select` and
 //! `index_add` run the same kernels with the 1-D indices broadcast along the axis;
 //! `gather_nd_b{1,2,4,8}` and `scatter_nd_<dt>`).
-//! The adds use atomics (f32/f64/i32/i64 natively, f16/bf16 by 16-bit compare-and-swap), so
+//! The adds use atomics (f32/f64/i32/i64 natively; f16 from sm_70 and bf16 from sm_90 by the
+//! hardware's half add, before that by 16-bit compare-and-swap), so
 //! float sums with duplicate indices are not bit-reproducible. `scatter_nd` updates
 //! atomically too (native add/min/max where the hardware has them, compare-and-swap loops
 //! otherwise). For 1-byte dtypes (i8, u8, bool) the loop works on the containing aligned
