@@ -31,7 +31,8 @@
 # TRAIN_BENCH_REPEATS=R (default 1) runs R rounds per config, each round PyTorch then every
 # variant; ms/step and ratios are from the medians over the rounds, and "per-round ratios"
 # gives the lowest and highest ours/PyTorch of a single round (these hosts' CPU speed moves
-# between runs, and the stock lazy-fusion rows are bound by the host).
+# between runs, and the stock lazy-fusion rows are bound by the host). TRAIN_BENCH_TF32=0
+# skips the TF32-matmul PyTorch runs.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bins="${TRAIN_BIN_DIR:-$here}"
@@ -88,7 +89,7 @@ for cfg in "${configs[@]}"; do
     torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
     # f32: PyTorch again with TF32 matmuls, the arithmetic of our f32 matmuls (cuDNN's f32
     # matmul engines are TF32; PyTorch's default f32 matmul is IEEE f32).
-    if [[ $dtype == f32 ]]; then
+    if [[ $dtype == f32 && ${TRAIN_BENCH_TF32:-1} != 0 ]]; then
       tf32_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
           --steps "$steps" --epochs 3 --matmul-tf32 2>&1 | tee "$logs/torch-tf32-$tag$suffix.log" | grep '^train_torch')
       tf32_rates+=("$(rate_of ': ([0-9.]+) ' "$tf32_line")")

@@ -452,11 +452,16 @@ fn index_tensor(indices: CudnnTensor, op: &str) -> Result<CudnnTensor> {
     }
 }
 
-/// The dtype the atomic adds run in for `t`: its own when supported, else I32 (narrow ints
-/// and bool; bool results are `!= 0`, so adding is a logical or).
-fn accumulation_dtype(t: &CudnnTensor) -> DType {
-    match t.kind() {
-        DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64 | DataType::I32 | DataType::I64 => t.dtype,
+/// The dtype the atomic adds run in for `t`, given how many updates (`updates`) go into its
+/// `axis_len` slices along the axis: its own when supported, else I32 (narrow ints and bool;
+/// bool results are `!= 0`, so adding is a logical or). F16 and BF16 sum in F32 when some
+/// slice must take several updates (an embedding's gradient, positions repeated over a
+/// batch): 32-bit float atomics keep their rate when many threads add into one element,
+/// where 16-bit ones slow to a crawl, and the sum is rounded once instead of at every add.
+fn accumulation_dtype(dtype: DType, updates: i64, axis_len: i64) -> DType {
+    match crate::burn::tensor::storage_type(dtype) {
+        Some(DataType::F16 | DataType::BF16) if updates > axis_len => DType::F32,
+        Some(DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64 | DataType::I32 | DataType::I64) => dtype,
         _ => DType::I32,
     }
 }
@@ -507,7 +512,12 @@ fn accumulate(
     check_same_device(op, &t, &value)?;
     check_same_dtype(op, &t, &value)?;
     let dtype = t.dtype;
-    let work = accumulation_dtype(&t);
+    let axis_len = t.dims().get(dim).copied().unwrap_or(0);
+    let updates = match kind {
+        Accumulate::Scatter => value.dims().get(dim).copied().unwrap_or(0),
+        Accumulate::Select => indices.numel(),
+    };
+    let work = accumulation_dtype(dtype, updates, axis_len);
     let target = owned(t, work, op)?;
     let value = exec::cast(value, work, op)?;
     let indices = index_tensor(indices, op)?;
@@ -714,6 +724,22 @@ mod tests {
                 off
             })
             .collect()
+    }
+
+    #[test]
+    fn half_adds_run_in_f32_only_where_a_slice_takes_several_updates() {
+        for half in [DType::F16, DType::BF16] {
+            // 8192 rows (a batch of positions) into 256: summed in f32, rounded once.
+            assert_eq!(accumulation_dtype(half, 8192, 256), DType::F32);
+            // No more updates than slices: the half kernel.
+            assert_eq!(accumulation_dtype(half, 256, 256), half);
+        }
+        for own in [DType::F32, DType::Flex32, DType::F64, DType::I32, DType::I64] {
+            assert_eq!(accumulation_dtype(own, 8192, 256), own);
+        }
+        for narrow in [DType::Bool(burn_backend::BoolStore::Native), DType::I8, DType::U8] {
+            assert_eq!(accumulation_dtype(narrow, 4, 2), DType::I32);
+        }
     }
 
     #[test]
