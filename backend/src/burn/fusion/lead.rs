@@ -11,23 +11,32 @@
 //! takes one launch each).
 //!
 //! [`LeadFuser`] wraps one of the fusers: when the block's first operation is one the inner
-//! fuser refuses, it keeps that operation as the lead and offers the inner fuser's run of the
-//! operations after it. The optimization runs the lead as burn-fusion would (the backend's own
-//! op), then the fused run.
+//! fuser refuses, it keeps that operation as a lead and offers the inner fuser's run of the
+//! operations after it. A slice may lead before such an operation: a training loop's batch,
+//! sliced from the dataset's tensor right before the first convolution, opens the forward
+//! pass's first block, and the stem's batch-norm statistics after that convolution ran
+//! unfused (a strided copy, two reduction passes and two elementwise kernels each). The
+//! optimization runs the leads as burn-fusion would (the backend's own ops), then the fused
+//! run.
 
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::OperationIr;
+use burn_ir::{BaseOperationIr, OperationIr};
 
 use super::optimization::CudnnOptimization;
 
-/// Wraps fuser `F`: a leading operation `F` refuses, then `F`'s run of the operations after it.
+/// Leading operations a fused run may follow: a slice, then a module operation.
+const MAX_LEADS: usize = 2;
+
+/// Wraps fuser `F`: leading operations `F` refuses, then `F`'s run of the operations after them.
 #[derive(Clone, Debug)]
 pub(crate) struct LeadFuser<F> {
     inner: F,
-    /// The first operation, once `F` refused it.
-    lead: Option<OperationIr>,
-    /// `F` took the first operation (the plain fuser covers that block) or the lead is one
-    /// this fuser never leads with.
+    /// The leading operations `F` refused so far.
+    leads: Vec<OperationIr>,
+    /// `F` took an operation after the leads.
+    started: bool,
+    /// `F` took the first operation (the plain fuser covers that block), or an operation
+    /// neither `F` nor the leads take came first.
     closed: bool,
 }
 
@@ -36,26 +45,33 @@ impl<F> LeadFuser<F> {
     pub(crate) fn new(inner: F) -> Self {
         Self {
             inner,
-            lead: None,
+            leads: Vec::new(),
+            started: false,
             closed: false,
         }
     }
 }
 
-/// Whether `op` may lead a fused run: a module operation (a convolution, a pooling, their
-/// backward passes). Matmuls and tensor operations stay out: the pattern fusers start with
-/// them (Burn's composed linear gradients and dynamic quantization, which must match the
+/// Whether `op` may follow `leads` as a leading operation: a module operation (a convolution,
+/// a pooling, their backward passes) first or after a float slice (a view, no kernel), or a
+/// slice first. Matmuls and the other tensor operations stay out: the pattern fusers start
+/// with them (Burn's composed linear gradients and dynamic quantization, which must match the
 /// unfused backend bit for bit), and a led elementwise run would take their operations.
-fn may_lead(op: &OperationIr) -> bool {
-    matches!(op, OperationIr::Module(_))
+fn may_lead(op: &OperationIr, leads: &[OperationIr]) -> bool {
+    let after_slice = matches!(leads, [OperationIr::BaseFloat(BaseOperationIr::Slice(_))]);
+    match op {
+        OperationIr::Module(_) => leads.is_empty() || after_slice,
+        OperationIr::BaseFloat(BaseOperationIr::Slice(_)) => leads.is_empty(),
+        _ => false,
+    }
 }
 
-/// A leading operation run as it is, then a fused run of the operations after it.
+/// Leading operations run as they are, then a fused run of the operations after them.
 #[derive(Debug)]
 pub struct LeadOptimization {
-    /// The leading operation (relative ids), for the serialized state.
-    pub(crate) lead: Box<OperationIr>,
-    /// The fused run after it.
+    /// The leading operations (relative ids), for the serialized state.
+    pub(crate) leads: Vec<OperationIr>,
+    /// The fused run after them.
     pub(crate) inner: Box<CudnnOptimization>,
 }
 
@@ -67,53 +83,62 @@ where
         if self.closed {
             return;
         }
-        if self.lead.is_some() {
+        if self.started {
             self.inner.fuse(op);
             return;
         }
         let mut probe = self.inner.clone();
         probe.fuse(op);
-        if probe.status() == FuserStatus::Open || !probe.is_empty() || !may_lead(op) {
-            self.closed = true;
+        if probe.status() == FuserStatus::Open || !probe.is_empty() {
+            if self.leads.is_empty() {
+                // The plain fuser covers this block.
+                self.closed = true;
+            } else {
+                self.inner = probe;
+                self.started = true;
+            }
+        } else if self.leads.len() < MAX_LEADS && may_lead(op, &self.leads) {
+            self.leads.push(op.clone());
         } else {
-            self.lead = Some(op.clone());
+            self.closed = true;
         }
     }
 
     fn finish(&mut self) -> CudnnOptimization {
-        let Some(lead) = self.lead.clone().map(Box::new) else {
+        if self.leads.is_empty() {
             panic!("cudnn-backend: internal error: a fused run without its leading operation was finished")
-        };
+        }
         CudnnOptimization::Lead(LeadOptimization {
-            lead,
+            leads: self.leads.clone(),
             inner: Box::new(self.inner.finish()),
         })
     }
 
     fn reset(&mut self) {
         self.inner.reset();
-        self.lead = None;
+        self.leads.clear();
+        self.started = false;
         self.closed = false;
     }
 
     fn status(&self) -> FuserStatus {
-        match (&self.lead, self.closed) {
+        match (self.started, self.closed) {
             (_, true) => FuserStatus::Closed,
-            (None, false) => FuserStatus::Open,
-            (Some(_), false) => self.inner.status(),
+            (false, false) => FuserStatus::Open,
+            (true, false) => self.inner.status(),
         }
     }
 
     fn properties(&self) -> FuserProperties {
-        if self.closed || self.lead.is_none() {
+        if self.closed || !self.started {
             return FuserProperties { score: 0, ready: false };
         }
         self.inner.properties()
     }
 
     fn len(&self) -> usize {
-        if self.lead.is_some() && !self.closed {
-            1 + self.inner.len()
+        if self.started && !self.closed {
+            self.leads.len() + self.inner.len()
         } else {
             0
         }
@@ -130,7 +155,7 @@ mod tests {
     use burn_fusion::NumOperations;
     use burn_ir::{
         AdaptiveAvgPool2dOpIr, FloatOperationIr, MatmulOpIr, ModuleOperationIr, NumericOperationIr, ScalarIr,
-        ScalarOpIr, TensorStatus, UnaryOpIr,
+        ScalarOpIr, SliceOpIr, TensorStatus, UnaryOpIr,
     };
 
     use super::super::fuser::ElementwiseFuser;
@@ -194,8 +219,8 @@ mod tests {
         match f.finish() {
             CudnnOptimization::Lead(l) => {
                 assert!(matches!(
-                    *l.lead,
-                    OperationIr::Module(ModuleOperationIr::AdaptiveAvgPool2d(_))
+                    l.leads[..],
+                    [OperationIr::Module(ModuleOperationIr::AdaptiveAvgPool2d(_))]
                 ));
                 assert!(matches!(*l.inner, CudnnOptimization::Elementwise(_)));
                 assert_eq!(CudnnOptimization::Lead(l).len(), 3);
@@ -204,6 +229,72 @@ mod tests {
         }
         f.reset();
         assert_eq!((f.status(), f.len()), (FuserStatus::Open, 0));
+    }
+
+    /// Rows `0..8` of `input` (`[16, 4, 6, 6]`): a batch sliced from a dataset's tensor.
+    fn slice(input: u64, out: u64) -> OperationIr {
+        OperationIr::BaseFloat(BaseOperationIr::Slice(SliceOpIr {
+            tensor: t(input, &[16, 4, 6, 6], TensorStatus::ReadOnly, F),
+            ranges: vec![burn_backend::Slice::new(0, Some(8), 1)],
+            out: t(out, &[8, 4, 6, 6], TensorStatus::NotInit, F),
+        }))
+    }
+
+    #[test]
+    fn a_slice_then_a_module_operation_lead_the_inner_run() {
+        let mut f = LeadFuser::new(ElementwiseFuser::default());
+        f.fuse(&slice(0, 1));
+        assert_eq!((f.status(), f.properties().ready), (FuserStatus::Open, false));
+        f.fuse(&pool(1, 2));
+        assert_eq!((f.status(), f.properties().ready), (FuserStatus::Open, false));
+        f.fuse(&add_scalar(2, 3));
+        f.fuse(&exp(3, 4));
+        assert_eq!(f.len(), 4);
+        match f.finish() {
+            CudnnOptimization::Lead(l) => {
+                assert!(matches!(
+                    l.leads[..],
+                    [
+                        OperationIr::BaseFloat(BaseOperationIr::Slice(_)),
+                        OperationIr::Module(ModuleOperationIr::AdaptiveAvgPool2d(_))
+                    ]
+                ));
+                assert_eq!(CudnnOptimization::Lead(l).len(), 4);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A slice alone leads too.
+        f.reset();
+        f.fuse(&slice(0, 1));
+        let add = |input: u64, out: u64| {
+            OperationIr::NumericFloat(
+                F,
+                NumericOperationIr::AddScalar(ScalarOpIr {
+                    lhs: t(input, &[8, 4, 6, 6], TensorStatus::ReadWrite, F),
+                    rhs: ScalarIr::Float(1.0),
+                    out: t(out, &[8, 4, 6, 6], TensorStatus::NotInit, F),
+                }),
+            )
+        };
+        f.fuse(&add(1, 2));
+        f.fuse(&add(2, 3));
+        assert_eq!((f.len(), f.properties().ready), (3, true));
+    }
+
+    #[test]
+    fn two_module_operations_or_a_slice_after_one_lead_nothing() {
+        let mut f = LeadFuser::new(ElementwiseFuser::default());
+        f.fuse(&pool(0, 1));
+        f.fuse(&pool(1, 2));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 0));
+        let mut f = LeadFuser::new(ElementwiseFuser::default());
+        f.fuse(&pool(0, 1));
+        f.fuse(&slice(1, 2));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 0));
+        let mut f = LeadFuser::new(ElementwiseFuser::default());
+        f.fuse(&slice(0, 1));
+        f.fuse(&slice(1, 2));
+        assert_eq!((f.status(), f.len()), (FuserStatus::Closed, 0));
     }
 
     #[test]

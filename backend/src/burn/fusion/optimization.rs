@@ -107,8 +107,8 @@ pub enum CudnnOptimization {
     QuantizeDynamic(super::quantize::QuantizeDynamicOptimization),
     /// An elementwise run ending in sums or means over some dims, as one generated kernel.
     Reduce(Box<super::reduce::ReduceOptimization>),
-    /// An operation no fuser starts with (a convolution, a pooling) run as it is, then a fused
-    /// run of the operations after it.
+    /// Operations no fuser starts with (a convolution, a pooling, a slice of a tensor before
+    /// one) run as they are, then a fused run of the operations after them.
     Lead(super::lead::LeadOptimization),
 }
 
@@ -130,8 +130,8 @@ pub enum CudnnOptimizationState {
     QuantizeDynamic(Vec<OperationIr>),
     /// The operations of an elementwise run ending in reductions.
     Reduce(Vec<OperationIr>),
-    /// The leading operation and the state of the fused run after it.
-    Lead(Box<OperationIr>, Box<CudnnOptimizationState>),
+    /// The leading operations and the state of the fused run after them.
+    Lead(Vec<OperationIr>, Box<CudnnOptimizationState>),
 }
 
 impl NumOperations for CudnnOptimization {
@@ -144,7 +144,7 @@ impl NumOperations for CudnnOptimization {
             CudnnOptimization::LeadingSum(s) => s.operations.len(),
             CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
             CudnnOptimization::Reduce(r) => r.operations.len(),
-            CudnnOptimization::Lead(l) => 1 + l.inner.len(),
+            CudnnOptimization::Lead(l) => l.leads.len() + l.inner.len(),
         }
     }
 
@@ -187,10 +187,10 @@ impl CudnnOptimization {
             CudnnOptimization::QuantizeDynamic(q) => expect("fused quantize_dynamic", q.execute(context)),
             CudnnOptimization::Reduce(r) => expect("fused reduction", r.execute(context)),
             CudnnOptimization::Lead(l) => {
-                execution
-                    .operation_within_optimization(first)
-                    .execute(&mut context.handles);
-                l.inner.run(context, execution, first + 1);
+                for i in first..first + l.leads.len() {
+                    execution.operation_within_optimization(i).execute(&mut context.handles);
+                }
+                l.inner.run(context, execution, first + l.leads.len());
                 true
             }
         };
@@ -219,7 +219,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
             CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
             CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
             CudnnOptimization::Reduce(r) => CudnnOptimizationState::Reduce(r.operations.clone()),
-            CudnnOptimization::Lead(l) => CudnnOptimizationState::Lead(l.lead.clone(), Box::new(l.inner.to_state())),
+            CudnnOptimization::Lead(l) => CudnnOptimizationState::Lead(l.leads.clone(), Box::new(l.inner.to_state())),
         }
     }
 
@@ -261,8 +261,8 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 Some(r) => CudnnOptimization::Reduce(Box::new(r)),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a fused reduction"),
             },
-            CudnnOptimizationState::Lead(lead, inner) => CudnnOptimization::Lead(super::lead::LeadOptimization {
-                lead,
+            CudnnOptimizationState::Lead(leads, inner) => CudnnOptimization::Lead(super::lead::LeadOptimization {
+                leads,
                 inner: Box::new(Self::from_state(device, *inner)),
             }),
         }
