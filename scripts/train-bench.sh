@@ -86,7 +86,8 @@ for cfg in "${configs[@]}"; do
     torch_line=$(PYTHONUNBUFFERED=1 "$py" "$here/train_torch.py" "${torch_args[@]}" --dtype "$dtype" --batch-size "$batch" \
         --steps "$steps" --epochs 3 --count-kernels 2>&1 | tee "$logs/torch-$tag$suffix.log" | grep '^train_torch')
     torch_rates+=("$(rate_of ': ([0-9.]+) ' "$torch_line")")
-    torch_kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
+    kernels=$(sed -nE 's/.*, ([0-9]+) kernels\/step.*/\1/p' <<<"$torch_line")
+    [[ -n $kernels ]] && torch_kernels=$kernels
     # f32: PyTorch again with TF32 matmuls, the arithmetic of our f32 matmuls (cuDNN's f32
     # matmul engines are TF32; PyTorch's default f32 matmul is IEEE f32).
     if [[ $dtype == f32 && ${TRAIN_BENCH_TF32:-1} != 0 ]]; then

@@ -24,9 +24,6 @@ use burn_ir::{BaseOperationIr, OperationIr};
 
 use super::optimization::CudnnOptimization;
 
-/// Leading operations a fused run may follow: a slice, then a module operation.
-const MAX_LEADS: usize = 2;
-
 /// Wraps fuser `F`: leading operations `F` refuses, then `F`'s run of the operations after them.
 #[derive(Clone, Debug)]
 pub(crate) struct LeadFuser<F> {
@@ -54,7 +51,7 @@ impl<F> LeadFuser<F> {
 
 /// Whether `op` may follow `leads` as a leading operation: a module operation (a convolution,
 /// a pooling, their backward passes) first or after a float slice (a view, no kernel), or a
-/// slice first. Matmuls and the other tensor operations stay out: the pattern fusers start
+/// slice first; so at most two leads, a slice then a module operation. Matmuls and the other tensor operations stay out: the pattern fusers start
 /// with them (Burn's composed linear gradients and dynamic quantization, which must match the
 /// unfused backend bit for bit), and a led elementwise run would take their operations.
 fn may_lead(op: &OperationIr, leads: &[OperationIr]) -> bool {
@@ -97,7 +94,7 @@ where
                 self.inner = probe;
                 self.started = true;
             }
-        } else if self.leads.len() < MAX_LEADS && may_lead(op, &self.leads) {
+        } else if may_lead(op, &self.leads) {
             self.leads.push(op.clone());
         } else {
             self.closed = true;
