@@ -24,6 +24,8 @@
 # target/ under the nearest folder with a Cargo.toml, so a second run skips the tuning).
 # burn-cuda needs NVRTC (libnvrtc.so.13) on the loader path and a CUDA toolkit's headers
 # (CUDA_PATH, default /usr/local/cuda). Its rows report n/a for our launches/step.
+# TRAIN_BENCH_BURN_CUDA_WARM=SECONDS first runs burn-cuda's compiles and tuning for every config
+# at once (see below), each log's first-step time printed on stderr.
 # Each log ends with "process: X s", the wall time of the whole process (start-up, kernel
 # compiles and autotuning included, which burn-cuda does before and during its first steps).
 # Prints one table row per config and variant; f32 rows also compare with PyTorch on TF32
@@ -53,8 +55,9 @@ ratio_range() { local -n a=$1 b=$2; local i out=()
     END { if (n) printf "%.2f–%.2f", lo, hi; else printf "-" }'; }
 # The rate in a result line: PATTERN's group followed by the unit (0 when the run failed).
 rate_of() { local r; r=$(sed -nE "s/.*$1$unit.*/\\1/p" <<<"$2"); echo "${r:-0}"; }
-for cfg in "${configs[@]}"; do
-  IFS=: read -r model dtype batch <<<"$cfg"
+# Sets model, dtype, batch, n, steps, unit, torch_args, ours and tag for CONFIG.
+config_args() {
+  IFS=: read -r model dtype batch <<<"$1"
   if [[ $model == cnn ]]; then
     n=10000; steps=$((n / batch)); unit=images
     torch_args=(--model cnn); ours=("$bins/train_burn" --benchmark --train "$n" --test 1000)
@@ -69,6 +72,33 @@ for cfg in "${configs[@]}"; do
     torch_args=(--model transformer); ours=("$bins/train_transformer" --train "$n" --test 256)
   fi
   tag="$model-$dtype-$batch"
+}
+# With the burn-cuda variant and TRAIN_BENCH_BURN_CUDA_WARM=SECONDS, burn-cuda's compiles and
+# autotuning run first, one epoch of every config at once (each stopped after SECONDS), so the
+# measured runs start from CubeCL's caches: its start-up costs minutes per config, more than a
+# device call may last for several configs run one after the other. Tuning while the others
+# share the GPU may choose some of burn-cuda's kernels less well.
+if [[ " ${TRAIN_BENCH_VARIANTS:-} " == *" burn-cuda "* && -n ${TRAIN_BENCH_BURN_CUDA_WARM:-} ]]; then
+  for cfg in "${configs[@]}"; do
+    config_args "$cfg"
+    [[ $model == candle* ]] && continue
+    (
+      t0=$(date +%s.%N)
+      CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}" timeout "$TRAIN_BENCH_BURN_CUDA_WARM" \
+        "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out "/tmp/train-bench-out/burn-cuda-warm-$tag" \
+        --stock --backend burn-cuda >"$logs/burn-cuda-warm-$tag.log" 2>&1
+      rc=$?
+      awk -v a="$t0" -v b="$(date +%s.%N)" -v r="$rc" 'BEGIN { printf "process: %.1f s, exit status %d\n", b - a, r }' \
+        >>"$logs/burn-cuda-warm-$tag.log"
+    ) &
+  done
+  wait
+  for f in "$logs"/burn-cuda-warm-*.log; do
+    echo "$(basename "$f" .log): $(grep -h 'first step' "$f" | tail -1)$(grep -h '^process:' "$f" | tail -1 | sed 's/^/; /')" >&2
+  done
+fi
+for cfg in "${configs[@]}"; do
+  config_args "$cfg"
   variants=()
   for variant in ${TRAIN_BENCH_VARIANTS:-fused stock stock-fusion}; do
     # Lazy fusion and burn-cuda are Burn backends: the Candle models take fused and stock only.
