@@ -4,23 +4,29 @@
 # .gpu/profile-step.sh LOG_DIR transformer|cnn DTYPE BATCH
 # PROFILE_ARGS adds flags to our program (e.g. "--stock --fusion" for the stock network under
 # lazy fusion); ncu.csv keeps every profiled launch in order, with its grid and block sizes.
+# PROFILE_SKIP_STEPS (default 2) sets how many steps run before the profiled window: under lazy
+# fusion a fused run whose kernel is still loading runs unfused, so a later window shows the
+# steady state.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 logs="${1:?log dir}"; model="${2:-transformer}"; dtype="${3:-bf16}"; batch="${4:-32}"
 mkdir -p "$logs"
+skip_steps="${PROFILE_SKIP_STEPS:-2}"
+# The window (two steps) ends before the program does: at least 8 steps, 4 beyond the skipped.
+steps=$(( skip_steps + 4 > 8 ? skip_steps + 4 : 8 ))
 if [[ $model == cnn ]]; then
-  ours=("$here/train_burn" --train $((batch * 8)) --test "$batch"); tmodel=cnn
+  ours=("$here/train_burn" --train $((batch * steps)) --test "$batch"); tmodel=cnn
 else
-  ours=("$here/train_transformer" --train $((batch * 8)) --test "$batch"); tmodel=transformer
+  ours=("$here/train_transformer" --train $((batch * steps)) --test "$batch"); tmodel=transformer
 fi
 read -r -a extra <<<"${PROFILE_ARGS:-}"
 ours+=("${extra[@]}")
-# Steps 1-2 warm up (compiles, plans); about two steps' worth of kernels after them are profiled
-# (eight steps run, so the window ends before the program does; the summary says how many
-# kernels it saw against the count asked, as Nsight counts kernels, not our launches).
+# The first PROFILE_SKIP_STEPS steps warm up (compiles, plans); about two steps' worth of kernels
+# after them are profiled (the summary says how many kernels it saw against the count asked, as
+# Nsight counts kernels, not our launches).
 per_step=$("${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out 2>&1 \
     | sed -nE 's/.*, ([0-9]+) launches\/step.*/\1/p')
-skip=$((per_step * 2 + 50)); count=$((per_step * 2))
+skip=$((per_step * skip_steps + 50)); count=$((per_step * 2))
 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "$skip" --launch-count "$count" \
     "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out /tmp/profile-out > "$logs/ncu.csv" 2> "$logs/ncu.err"
 PYTHONUNBUFFERED=1 python3 - "$here/train_torch.py" "$tmodel" "$dtype" "$batch" > "$logs/torch-profile.txt" 2>&1 <<'PY'
