@@ -9,6 +9,8 @@
 //! cargo test -p integration-tests --features burn-selfcheck --test burn_linalg
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use integration_tests::burn_ref::{Nd, Rng};
@@ -56,9 +58,9 @@ fn det_bits<B: Backend>(values: &[f32]) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-#[cfg_attr(not(feature = "burn-selfcheck"), ignore = "needs a CUDA GPU")]
-fn det_is_bitwise_repeatable_and_matches_ndarray() {
+/// The six determinants, each computed [`REPEATS`] times: every call returns the first
+/// call's bits, and that value matches burn-ndarray's.
+fn check_repeated_determinants() {
     let mut rng = Rng::new(0xde7);
     for case in 0..6 {
         let singular = case % 2 == 0;
@@ -86,75 +88,57 @@ fn det_is_bitwise_repeatable_and_matches_ndarray() {
     }
 }
 
+#[test]
+#[cfg_attr(not(feature = "burn-selfcheck"), ignore = "needs a CUDA GPU")]
+fn det_is_bitwise_repeatable_and_matches_ndarray() {
+    check_repeated_determinants();
+}
+
 /// Work on the same device from another thread while the determinants run: matmuls and
 /// convolutions of changing shapes (new cuDNN plans, workspaces), reductions, and Burn's
 /// `memory_cleanup` (the tensor buffer cache released), until `stop` is set (at least one
-/// round). Returns how many rounds it ran.
-fn background_load(stop: &std::sync::atomic::AtomicBool) -> usize {
+/// round).
+fn background_load(stop: &AtomicBool) {
     use burn::tensor::module::conv2d;
     use burn::tensor::ops::ConvOptions;
-    use std::sync::atomic::Ordering;
     let dev = Default::default();
     let mut rng = Rng::new(0x10ad);
-    let mut rounds = 0;
-    loop {
-        let n = 64 + 32 * (rounds % 7);
-        let values = |len: usize, rng: &mut Rng| (0..len).map(|_| rng.unit() as f32 - 0.5).collect::<Vec<_>>();
-        let a = Tensor::<Tested, 2>::from_data(TensorData::new(values(n * n, &mut rng), [n, n]), &dev);
-        let b = Tensor::<Tested, 2>::from_data(TensorData::new(values(n * n, &mut rng), [n, n]), &dev);
-        let c = a.clone().matmul(b).sum_dim(1);
-        let x = Tensor::<Tested, 4>::from_data(TensorData::new(values(4 * 8 * n, &mut rng), [4, 8, n / 8, 8]), &dev);
-        let w = Tensor::<Tested, 4>::from_data(TensorData::new(values(16 * 8 * 9, &mut rng), [16, 8, 3, 3]), &dev);
+    let mut values = |len: usize| (0..len).map(|_| rng.unit() as f32 - 0.5).collect::<Vec<_>>();
+    for round in 0.. {
+        let n = 64 + 32 * (round % 7);
+        let a = Tensor::<Tested, 2>::from_data(TensorData::new(values(n * n), [n, n]), &dev);
+        let b = Tensor::<Tested, 2>::from_data(TensorData::new(values(n * n), [n, n]), &dev);
+        let c = a.matmul(b).sum_dim(1);
+        let x = Tensor::<Tested, 4>::from_data(TensorData::new(values(4 * 8 * n), [4, 8, n / 8, 8]), &dev);
+        let w = Tensor::<Tested, 4>::from_data(TensorData::new(values(16 * 8 * 9), [16, 8, 3, 3]), &dev);
         let y = conv2d(x, w, None, ConvOptions::new([1, 1], [1, 1], [1, 1], 1)).mean();
         // Read back, so the work is done before the buffers go back to the cache.
         let _ = (c.into_data(), y.into_data());
-        if rounds % 3 == 2 {
+        if round % 3 == 2 {
             <Tested as Backend>::memory_cleanup(&dev);
         }
-        rounds += 1;
         if stop.load(Ordering::Relaxed) {
-            return rounds;
+            return;
         }
+    }
+}
+
+/// Sets its flag when dropped: the load thread stops when the checks end, passing or not.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
 #[test]
 #[cfg_attr(not(feature = "burn-selfcheck"), ignore = "needs a CUDA GPU")]
 fn det_is_bitwise_repeatable_beside_other_work_on_the_device() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let load = s.spawn(|| background_load(&stop));
-        let mut rng = Rng::new(0xde7);
-        let mut failures = Vec::new();
-        for case in 0..6 {
-            let singular = case % 2 == 0;
-            let m = matrix(&mut rng, singular);
-            let want = f32::from_bits(det_bits::<Nd>(&m)[0]) as f64;
-            let first = det_bits::<Tested>(&m);
-            for k in 1..REPEATS {
-                let again = det_bits::<Tested>(&m);
-                if again != first {
-                    failures.push(format!(
-                        "case {case} (singular {singular}): call {k} returned {}, the first {}",
-                        f32::from_bits(again[0]),
-                        f32::from_bits(first[0])
-                    ));
-                }
-            }
-            let got = f32::from_bits(first[0]) as f64;
-            if (got - want).abs() > 1e-3 * want.abs().max(1.0) {
-                failures.push(format!(
-                    "case {case} (singular {singular}): det {got} vs ndarray {want}"
-                ));
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        let rounds = load.join().expect("the load thread panicked");
-        assert!(
-            failures.is_empty(),
-            "{}\n(the load thread ran {rounds} rounds)",
-            failures.join("\n")
-        );
+        s.spawn(|| background_load(&stop));
+        let _stop = StopOnDrop(&stop);
+        check_repeated_determinants();
     });
 }
