@@ -26,7 +26,7 @@
 # (CUDA_PATH, default /usr/local/cuda). Its rows report n/a for our launches/step.
 # TRAIN_BENCH_BURN_CUDA_WARM=SECONDS first runs burn-cuda's compiles and tuning for every config
 # at once (see below), each log's first-step time printed on stderr.
-# Each log ends with "process: X s", the wall time of the whole process (start-up, kernel
+# Each log ends with "process: X s, exit status N", the wall time of the whole process (start-up, kernel
 # compiles and autotuning included, which burn-cuda does before and during its first steps).
 # Prints one table row per config and variant; f32 rows also compare with PyTorch on TF32
 # matmuls (`--matmul-tf32`), the arithmetic of our f32 matmuls.
@@ -73,6 +73,28 @@ config_args() {
   fi
   tag="$model-$dtype-$batch"
 }
+# Runs our program on the current config as VARIANT for EPOCHS epochs, its output into LOG,
+# then "process: X s, exit status N" (the whole process's wall time); under `timeout LIMIT`
+# when LIMIT is given.
+run_ours() {
+  local variant=$1 log=$2 epochs=$3 limit=${4:-} flag=() env_set=() wrap=() t0 rc
+  case $variant in
+    stock) flag=(--stock) ;;
+    stock-fusion) flag=(--stock --fusion) ;;
+    fused-fusion) flag=(--fusion) ;;
+    burn-cuda) flag=(--stock --backend burn-cuda) ;;
+  esac
+  [[ $variant == burn-cuda ]] && env_set=(CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}")
+  [[ -n $limit ]] && wrap=(timeout "$limit")
+  t0=$(date +%s.%N)
+  env "${env_set[@]}" "${wrap[@]}" "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs "$epochs" \
+      --out "/tmp/train-bench-out/$(basename "$log" .log)" "${flag[@]}" >"$log" 2>&1
+  rc=$?
+  if [[ $variant == burn-cuda ]]; then
+    echo "CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}" >>"$log"
+  fi
+  awk -v a="$t0" -v b="$(date +%s.%N)" -v r="$rc" 'BEGIN { printf "process: %.1f s, exit status %d\n", b - a, r }' >>"$log"
+}
 # With the burn-cuda variant and TRAIN_BENCH_BURN_CUDA_WARM=SECONDS, burn-cuda's compiles and
 # autotuning run first, one epoch of every config at once (each stopped after SECONDS), so the
 # measured runs start from CubeCL's caches: its start-up costs minutes per config, more than a
@@ -82,19 +104,13 @@ if [[ " ${TRAIN_BENCH_VARIANTS:-} " == *" burn-cuda "* && -n ${TRAIN_BENCH_BURN_
   for cfg in "${configs[@]}"; do
     config_args "$cfg"
     [[ $model == candle* ]] && continue
-    (
-      t0=$(date +%s.%N)
-      CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}" timeout "$TRAIN_BENCH_BURN_CUDA_WARM" \
-        "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 1 --out "/tmp/train-bench-out/burn-cuda-warm-$tag" \
-        --stock --backend burn-cuda >"$logs/burn-cuda-warm-$tag.log" 2>&1
-      rc=$?
-      awk -v a="$t0" -v b="$(date +%s.%N)" -v r="$rc" 'BEGIN { printf "process: %.1f s, exit status %d\n", b - a, r }' \
-        >>"$logs/burn-cuda-warm-$tag.log"
-    ) &
+    run_ours burn-cuda "$logs/burn-cuda-warm-$tag.log" 1 "$TRAIN_BENCH_BURN_CUDA_WARM" &
   done
   wait
-  for f in "$logs"/burn-cuda-warm-*.log; do
-    echo "$(basename "$f" .log): $(grep -h 'first step' "$f" | tail -1)$(grep -h '^process:' "$f" | tail -1 | sed 's/^/; /')" >&2
+  for cfg in "${configs[@]}"; do
+    config_args "$cfg"
+    f="$logs/burn-cuda-warm-$tag.log"
+    [[ -f $f ]] && echo "burn-cuda warm-up $tag: $(grep -h 'first step' "$f" | tail -1)$(grep -h '^process:' "$f" | tail -1 | sed 's/^/; /')" >&2
   done
 fi
 for cfg in "${configs[@]}"; do
@@ -126,26 +142,9 @@ for cfg in "${configs[@]}"; do
       tf32_rates+=("$(rate_of ': ([0-9.]+) ' "$tf32_line")")
     fi
     for variant in "${variants[@]}"; do
-      case $variant in
-        stock) flag=(--stock) ;;
-        stock-fusion) flag=(--stock --fusion) ;;
-        fused-fusion) flag=(--fusion) ;;
-        burn-cuda) flag=(--stock --backend burn-cuda) ;;
-        *) flag=() ;;
-      esac
-      env_set=()
-      if [[ $variant == burn-cuda ]]; then
-        env_set=(CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}")
-      fi
       log="$logs/ours-$variant-$tag$suffix.log"
-      t0=$(date +%s.%N)
-      line=$(env "${env_set[@]}" "${ours[@]}" --dtype "$dtype" --batch-size "$batch" --epochs 3 \
-          --out "/tmp/train-bench-out/$variant-$tag" "${flag[@]}" 2>&1 | tee "$log" | grep -E '^train_(burn|transformer|candle|candle_transformer) ')
-      t1=$(date +%s.%N)
-      if [[ $variant == burn-cuda ]]; then
-        echo "CUBECL_AUTOTUNE_LEVEL=${CUBECL_AUTOTUNE_LEVEL:-minimal}" >>"$log"
-      fi
-      awk -v a="$t0" -v b="$t1" 'BEGIN { printf "process: %.1f s\n", b - a }' >>"$log"
+      run_ours "$variant" "$log" 3
+      line=$(grep -E '^train_(burn|transformer|candle|candle_transformer) ' "$log")
       rates[$variant]+="$(rate_of '%\), ([0-9.]+) ' "$line") "
       # Launches and accuracy: the last round that ran.
       if [[ -n $line ]]; then
