@@ -34,7 +34,9 @@ one() { # tool binary test shard
   # shellcheck disable=SC2086
   "${shard[@]}" timeout "${LIMIT:-540}" "$san" --tool "$tool" --error-exitcode 9 ${SANITIZER_ARGS:-} \
     "$bin" --include-ignored --exact "$t" --test-threads=1 >"$log" 2>&1
-  printf '%-9s %-60s rc=%-3s %4ss %s\n' "$tool" "$(basename "$bin") $t #$k" "$?" $((SECONDS - t0)) \
+  # Read at once: the command substitutions below would overwrite `$?`.
+  local rc=$?
+  printf '%-9s %-60s rc=%-3s %4ss %s\n' "$tool" "$(basename "$bin") $t #$k" "$rc" $((SECONDS - t0)) \
     "$(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/^=* *//')"
 }
 export -f one; export logs shards san
