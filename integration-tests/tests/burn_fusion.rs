@@ -24,6 +24,9 @@
 //!   burn-fusion puts them in the convolution's block, which runs as the convolution and then
 //!   a fused run) match float64 as closely as the unfused backend, with no fused run falling
 //!   back to single operations.
+//! - with every fused-kernel build failing (a fault injected into each), the fused runs
+//!   execute their operations one by one, never an error, as close to float64 as the unfused
+//!   backend, with one warning per kind of fused kernel.
 //!
 //! The conformance suite also runs on `CudnnFusion`:
 //! `cargo test -p integration-tests --features fusion --test burn_conformance -- --ignored`.
@@ -914,4 +917,133 @@ fn convolution_led_batch_norms_under_fusion_match_float64() {
         fused_counts.total(),
         plain_counts.total()
     );
+}
+
+/// The messages of every warning logged in this process from the first call on: the fusion
+/// warnings come from burn-fusion's server thread, so the capture is the process's global
+/// tracing subscriber (this test binary sets no other).
+fn captured_warnings() -> &'static std::sync::Mutex<Vec<String>> {
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata};
+
+    static WARNINGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+
+    struct Capture;
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            *metadata.level() <= Level::WARN
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            struct Message(String);
+            impl Visit for Message {
+                fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                    if field.name() == "message" {
+                        self.0 = format!("{value:?}");
+                    }
+                }
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).push(message.0);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    INSTALLED.call_once(|| {
+        tracing::subscriber::set_global_default(Capture).expect("no other global tracing subscriber in this binary");
+    });
+    &WARNINGS
+}
+
+/// Dims of the inputs of [`unbuildable_runs`].
+const UNBUILDABLE_DIMS: [usize; 2] = [48, 96];
+
+/// An elementwise chain and a sum with an elementwise prologue that no other test of this
+/// file records (so their fused kernels are new to the process), on backend `B`: the two
+/// results and the work counts of the run.
+fn unbuildable_runs<B: Backend>(a: &[f64], c: &[f64]) -> (Vec<TensorData>, cudnn_backend::runtime::LaunchCounts) {
+    let device = B::Device::default();
+    let t = |v: &[f64]| Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), UNBUILDABLE_DIMS), (&device, DType::F32));
+    let (a, c) = (t(a), t(c));
+    B::sync(&device).unwrap();
+    let before = launch_counts();
+    let chain = ((a.clone() * c.clone()).sin() + c.clone().cos() * 0.25).clamp(-0.7, 0.9) - a.clone() / (c.abs() + 1.5);
+    let sum = (a.clone().exp() * 0.5 + a).sum_dim(1);
+    let out = vec![chain.into_data(), sum.into_data()];
+    B::sync(&device).unwrap();
+    (out, launch_counts().since(&before))
+}
+
+/// Disarms the fused-kernel build faults when dropped, whether the test passes or panics.
+struct DisarmFusedBuildFaults;
+
+impl Drop for DisarmFusedBuildFaults {
+    fn drop(&mut self) {
+        cudnn_backend::runtime::fault::fail_next_fused_kernel_builds(0);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+/// Every fused-kernel build fails (an NVRTC failure injected into each): the fused runs
+/// execute their operations one by one, never an error, with results as close to float64 as
+/// the unfused backend's, and the crate warns once per kind of fused kernel, however many
+/// runs fall back.
+fn fused_kernels_that_fail_to_build_run_their_operations_one_by_one_with_one_warning() {
+    let _serial = counting_launches();
+    let warnings = captured_warnings();
+    let mut rng = Rng::new(0xbad5);
+    let n: usize = UNBUILDABLE_DIMS.iter().product();
+    let a = rounded(&uniform(&mut rng, n, -2.0, 2.0), DType::F32);
+    let c = rounded(&uniform(&mut rng, n, -1.5, 1.5), DType::F32);
+    let (want, _) = unbuildable_runs::<F64>(&a, &c);
+    let (plain, plain_counts) = unbuildable_runs::<Cudnn>(&a, &c);
+
+    let fault = cudnn_backend::runtime::fault::fail_next_fused_kernel_builds;
+    let injected = cudnn_backend::runtime::fault::injected_fused_build_failures;
+    let _disarm = DisarmFusedBuildFaults;
+    fault(usize::MAX);
+    let (injected_before, warned_before) = (injected(), warnings.lock().unwrap().len());
+    // The first run queues the builds (they fail) and runs unfused meanwhile; the later runs
+    // find the failures.
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(unbuildable_runs::<CudnnFusion>(&a, &c));
+        cudnn_backend::ops::wait_for_builds();
+    }
+    let failed_builds = injected() - injected_before;
+    let logged: Vec<String> = warnings.lock().unwrap()[warned_before..].to_vec();
+    println!("{failed_builds} fused builds failed; warnings: {logged:?}");
+    for (r, (out, counts)) in runs.iter().enumerate() {
+        println!(
+            "run {r}: {} launches ({} unfused), {} fused runs one by one",
+            counts.total(),
+            plain_counts.total(),
+            counts.fused_fallbacks
+        );
+        for (i, name) in ["elementwise chain", "sum with a prologue"].iter().enumerate() {
+            assert_fused_near_float64(&format!("run {r}, {name}"), &out[i], &plain[i], &want[i], 1e-6);
+        }
+    }
+    assert!(failed_builds >= 1, "no fused build was attempted");
+    assert!(
+        runs[2].1.fused_fallbacks >= 1,
+        "the last run fused nothing: no fallback was exercised"
+    );
+    let count = |kind: &str| {
+        logged
+            .iter()
+            .filter(|m| m.contains(&format!("a fused {kind} kernel could not be built")))
+            .count()
+    };
+    assert_eq!(count("elementwise"), 1, "elementwise warnings: {logged:?}");
+    assert!(count("reduction") <= 1, "reduction warnings: {logged:?}");
 }

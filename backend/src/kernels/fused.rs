@@ -616,6 +616,15 @@ fn builds() -> &'static (Mutex<Builds>, Condvar) {
     B.get_or_init(Default::default)
 }
 
+/// Compiles (or loads from the kernel cache) generated kernel `entry` of `source` for the
+/// device of `stream`; a fused-kernel build fault armed for tests fails it instead.
+fn build(stream: &Arc<CudaStream>, source: KernelSource, entry: &'static str) -> Result<CudaFunction> {
+    if let Some(injected) = crate::runtime::fault::fused_build_fault(source.name) {
+        return Err(injected);
+    }
+    stream_function(stream, source, entry)
+}
+
 /// One background builder: compiles (or reads from the kernel cache) queued programs until
 /// the queue is empty. Each build counts as one in flight for the exit hook
 /// ([`CompileSlot`](crate::ffi::nvrtc::CompileSlot)), its module load from the disk cache
@@ -639,7 +648,7 @@ fn build_worker() {
         // `None`: the process is exiting, and the kernel is left unbuilt (not failed).
         let result = crate::ffi::nvrtc::CompileSlot::enter("a background fused-kernel build")
             .ok()
-            .map(|_in_flight| stream_function(&stream, source, entry));
+            .map(|_in_flight| build(&stream, source, entry));
         let mut b = lock.lock().unwrap_or_else(|e| e.into_inner());
         b.pending.remove(&key);
         if let Some(Err(e)) = result {
@@ -686,7 +695,7 @@ pub(crate) fn ready_or_queue_source(
     }
     if crate::plan::policy().deterministic {
         drop(b);
-        return stream_function(stream, source, entry).map(Some);
+        return build(stream, source, entry).map(Some);
     }
     if b.pending.insert(key) {
         b.queue.push_back((stream.clone(), source, entry));
@@ -700,7 +709,7 @@ pub(crate) fn ready_or_queue_source(
                 b.workers -= 1;
                 drop(b);
                 // No thread: build here instead.
-                return stream_function(stream, source, entry).map(Some);
+                return build(stream, source, entry).map(Some);
             }
         }
     }

@@ -3,7 +3,9 @@
 //!
 //! Faults are armed per thread (ops run their plan builds and workspace allocations on the
 //! calling thread), so tests running in parallel do not see each other's faults. When no
-//! thread has a fault armed, a check costs one relaxed atomic load.
+//! thread has a fault armed, a check costs one relaxed atomic load. Fused-kernel build
+//! faults are the exception: those builds run on background threads, so they are armed for
+//! the whole process.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -117,6 +119,40 @@ pub(crate) fn plan_build_fault() -> Option<Error> {
     })
 }
 
+/// Fused-kernel builds still to fail, whichever thread runs them.
+static FUSED_BUILD_FAULTS: AtomicUsize = AtomicUsize::new(0);
+/// Fused-kernel build failures injected so far in this process.
+static FUSED_BUILDS_FAILED: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the process's next `n` builds of generated (lazy-fusion) kernels fail as an NVRTC
+/// compile error would (replacing any count armed before; 0 disarms). Process-wide, unlike
+/// the other faults, as those builds run on background threads: a test arming it must keep
+/// other fusion work out of the process meanwhile.
+#[doc(hidden)]
+pub fn fail_next_fused_kernel_builds(n: usize) {
+    FUSED_BUILD_FAULTS.store(n, Ordering::SeqCst);
+}
+
+/// Fused-kernel build failures injected so far in this process.
+#[doc(hidden)]
+pub fn injected_fused_build_failures() -> usize {
+    FUSED_BUILDS_FAILED.load(Ordering::SeqCst)
+}
+
+/// The error an armed fused-kernel build fault injects for `kernel`, if one is armed.
+pub(crate) fn fused_build_fault(kernel: &'static str) -> Option<Error> {
+    FUSED_BUILD_FAULTS
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .ok()
+        .map(|_| {
+            FUSED_BUILDS_FAILED.fetch_add(1, Ordering::SeqCst);
+            Error::Nvrtc {
+                kernel,
+                log: "injected fault".into(),
+            }
+        })
+}
+
 /// The error an armed workspace-allocation fault injects for `bytes`, if one is armed.
 pub(crate) fn workspace_alloc_fault(bytes: usize) -> Option<Error> {
     take(|a| (&a.workspace_allocs, &a.injected_allocs)).then(|| Error::OutOfMemory {
@@ -149,5 +185,24 @@ mod tests {
         fail_next_plan_builds(5);
         disarm();
         assert!(plan_build_fault().is_none());
+    }
+
+    #[test]
+    fn fused_build_faults_fire_once_each_on_any_thread() {
+        fail_next_fused_kernel_builds(2);
+        let other = std::thread::spawn(|| fused_build_fault("fused_a.cu").is_some());
+        assert!(other.join().unwrap());
+        assert!(matches!(
+            fused_build_fault("fused_b.cu"),
+            Some(Error::Nvrtc {
+                kernel: "fused_b.cu",
+                ..
+            })
+        ));
+        assert!(fused_build_fault("fused_c.cu").is_none());
+        assert_eq!(injected_fused_build_failures(), 2);
+        fail_next_fused_kernel_builds(3);
+        fail_next_fused_kernel_builds(0);
+        assert!(fused_build_fault("fused_d.cu").is_none());
     }
 }
