@@ -614,9 +614,33 @@ pub mod host_profile {
         out
     }
 
-    /// Samples per second of CPU time.
+    /// Samples per second of CPU time asked of each thread's timer. Linux checks CPU-time
+    /// timers once per kernel tick, so a thread gets at most one sample per tick (250 per
+    /// second on a 250 Hz kernel), whatever is asked here.
     #[cfg(feature = "host-profile")]
     const FREQUENCY: i32 = 2000;
+
+    /// Comma-separated thread-name prefixes: only the threads whose name starts with one of
+    /// them are sampled (all threads when unset). Timers of several busy threads fire on the
+    /// same tick and pprof keeps one of the colliding samples, so a thread sampled alone (for
+    /// burn-fusion's server thread, `DS`) gets every tick's sample.
+    pub const THREADS_ENV: &str = "HOST_PROFILE_THREADS";
+
+    /// The ids of the `threads` whose names start with one of the comma-separated
+    /// `prefixes` (all of them for `None` or an empty list).
+    pub fn sampled_tids(threads: &[ThreadTimes], prefixes: Option<&str>) -> Vec<i32> {
+        let prefixes: Vec<&str> = prefixes
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect();
+        threads
+            .iter()
+            .filter(|t| prefixes.is_empty() || prefixes.iter().any(|p| t.name.starts_with(p)))
+            .map(|t| t.tid as i32)
+            .collect()
+    }
 
     impl Session {
         /// Starts sampling every thread of the process.
@@ -636,7 +660,14 @@ pub mod host_profile {
                 .build()
                 .map_err(|e| format!("--host-profile: {e}"))?;
             let threads_at_start = thread_times();
-            let tids: Vec<i32> = threads_at_start.iter().map(|t| t.tid as i32).collect();
+            let only = std::env::var(THREADS_ENV).ok();
+            let tids = sampled_tids(&threads_at_start, only.as_deref());
+            if tids.is_empty() {
+                return Err(format!(
+                    "--host-profile: no thread's name starts with {THREADS_ENV}={}",
+                    only.unwrap_or_default()
+                ));
+            }
             let timers = thread_timers::ThreadTimers::start(&tids, FREQUENCY)?;
             Ok(Self {
                 timers,
@@ -850,7 +881,12 @@ pub mod host_profile {
             v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             v
         };
-        table("threads", threads.into_iter().collect(), 40);
+        table(
+            "threads (samples collide between busy threads: compare threads by the CPU-time table, \
+             or sample one alone with HOST_PROFILE_THREADS)",
+            threads.into_iter().collect(),
+            40,
+        );
         table(
             "responsible crate (first frame outside core/alloc/std)",
             sorted(crates),
@@ -902,6 +938,12 @@ pub mod host_profile {
             assert!(text.contains("  50.0%     0.500 s         4 waits  t1 (1)"), "{text}");
             assert!(text.contains("  25.0%     0.250 s         3 waits  t2 (2)"), "{text}");
             assert!(!text.contains("t3"), "{text}");
+            let all = [t(1, 0.0, 0), server(7, 0.0), server(8, 0.0)];
+            assert_eq!(sampled_tids(&all, None), vec![1, 7, 8]);
+            assert_eq!(sampled_tids(&all, Some(" , ")), vec![1, 7, 8]);
+            assert_eq!(sampled_tids(&all, Some("DS")), vec![7, 8]);
+            assert_eq!(sampled_tids(&all, Some("t1, DSU-3085")), vec![1, 7, 8]);
+            assert!(sampled_tids(&all, Some("cudnn")).is_empty());
             // This process has at least its own thread.
             assert!(!thread_times().is_empty());
         }
