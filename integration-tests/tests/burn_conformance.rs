@@ -2837,6 +2837,16 @@ fn dependent_last_row<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     t.slice_assign([0..1, n - 1..n, 0..n], sum).into_primitive().tensor()
 }
 
+/// `x` (`[b, 20, 20]`) with row 17 replaced by three times row 5, as Burn 0.21's own
+/// `test_det_20x20_singular_linearly_dependent` builds it (there from a new random draw in
+/// every run).
+fn row17_three_times_row5<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let t = burn::tensor::Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
+    let [b, _, n] = t.dims();
+    let row = t.clone().slice_dim(1, 5..6).mul_scalar(3);
+    t.slice_assign([0..b, 17..18, 0..n], row).into_primitive().tensor()
+}
+
 fn group_linalg(g: &mut Group) {
     let mut runs = float_runs(&FD, &VIEWS);
     runs.extend(half_runs(&[View::Contig, View::Permuted]));
@@ -2870,6 +2880,21 @@ fn group_linalg(g: &mut Group) {
             |B, c| {
                 (0..DET_REPEATS)
                     .map(|_| c.rf(det::<B>(dependent_last_row::<B>(c.f(0)))))
+                    .collect()
+            }
+        );
+        // Burn's own singular test on eight uniform [0, 1) draws: 0 or a rounding-level value,
+        // the same on both sides (the LU's products exact, as burn-ndarray's).
+        case!(
+            g,
+            "linalg::det",
+            "singular: row 17 = 3 * row 5 of U[0, 1), [8, 20, 20]",
+            run,
+            [fl(&[8, 20, 20], 0.0, 1.0)],
+            RED,
+            |B, c| {
+                (0..DET_REPEATS)
+                    .map(|_| c.rf(det::<B>(row17_three_times_row5::<B>(c.f(0)))))
                     .collect()
             }
         );
