@@ -643,7 +643,7 @@ pub mod host_profile {
     }
 
     impl Session {
-        /// Starts sampling every thread of the process.
+        /// Starts sampling the process's threads: those [`THREADS_ENV`] names, or all of them.
         #[cfg(feature = "host-profile")]
         pub fn start(path: &std::path::Path) -> Result<Self, String> {
             // Samples that land in these libraries are dropped (unwinding from some of them is

@@ -40,7 +40,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{activation, DType, Int, Tensor, TensorData};
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
-use cudnn_backend::runtime::launch_counts;
+use cudnn_backend::runtime::{launch_counts, LaunchCounts};
 use integration_tests::burn_ref::{compare, Rng, Tol};
 
 /// The float64 reference.
@@ -376,14 +376,20 @@ fn biased_linear_grads<B: AutodiffBackend>() -> (Vec<TensorData>, Vec<f64>) {
     (layer_grads(&lin, &x, &grads), rounded(&ws, DType::F32))
 }
 
-/// What `work` returns and the launches it took on backend `B`'s `device` (synced before and
-/// after it).
-fn counted<B: Backend, T>(device: &B::Device, work: impl FnOnce() -> T) -> (T, u64) {
+/// What `work` returns and the work counts it took on backend `B`'s `device` (synced before
+/// and after it).
+fn counted_work<B: Backend, T>(device: &B::Device, work: impl FnOnce() -> T) -> (T, LaunchCounts) {
     B::sync(device).unwrap();
     let before = launch_counts();
     let out = work();
     B::sync(device).unwrap();
-    (out, launch_counts().since(&before).total())
+    (out, launch_counts().since(&before))
+}
+
+/// What `work` returns and the launches it took (see [`counted_work`]).
+fn counted<B: Backend, T>(device: &B::Device, work: impl FnOnce() -> T) -> (T, u64) {
+    let (out, counts) = counted_work::<B, T>(device, work);
+    (out, counts.total())
 }
 
 /// The gradient whose leading dims [`leading_sums`] sums: small enough that the folded
@@ -969,17 +975,16 @@ const UNBUILDABLE_DIMS: [usize; 2] = [48, 96];
 /// An elementwise chain and a sum with an elementwise prologue that no other test of this
 /// file records (so their fused kernels are new to the process), on backend `B`: the two
 /// results and the work counts of the run.
-fn unbuildable_runs<B: Backend>(a: &[f64], c: &[f64]) -> (Vec<TensorData>, cudnn_backend::runtime::LaunchCounts) {
+fn unbuildable_runs<B: Backend>(a: &[f64], c: &[f64]) -> (Vec<TensorData>, LaunchCounts) {
     let device = B::Device::default();
     let t = |v: &[f64]| Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), UNBUILDABLE_DIMS), (&device, DType::F32));
     let (a, c) = (t(a), t(c));
-    B::sync(&device).unwrap();
-    let before = launch_counts();
-    let chain = ((a.clone() * c.clone()).sin() + c.clone().cos() * 0.25).clamp(-0.7, 0.9) - a.clone() / (c.abs() + 1.5);
-    let sum = (a.clone().exp() * 0.5 + a).sum_dim(1);
-    let out = vec![chain.into_data(), sum.into_data()];
-    B::sync(&device).unwrap();
-    (out, launch_counts().since(&before))
+    counted_work::<B, _>(&device, || {
+        let chain =
+            ((a.clone() * c.clone()).sin() + c.clone().cos() * 0.25).clamp(-0.7, 0.9) - a.clone() / (c.abs() + 1.5);
+        let sum = (a.clone().exp() * 0.5 + a).sum_dim(1);
+        vec![chain.into_data(), sum.into_data()]
+    })
 }
 
 /// Disarms the fused-kernel build faults when dropped, whether the test passes or panics.

@@ -51,16 +51,18 @@ fn matrix(rng: &mut Rng, singular: bool) -> Vec<f32> {
     m
 }
 
+/// Burn's `linalg::det` of each matrix of `t`, read back.
+fn determinants<B: Backend>(t: Tensor<B, 3>) -> Vec<f32> {
+    burn::tensor::linalg::det::<B, 3, 2, 1>(t)
+        .into_data()
+        .to_vec::<f32>()
+        .expect("f32 determinant")
+}
+
 fn det_bits<B: Backend>(values: &[f32]) -> Vec<u32> {
     let dev = Default::default();
     let t = Tensor::<B, 3>::from_data(TensorData::new(values.to_vec(), [1, N, N]), &dev);
-    let d = burn::tensor::linalg::det::<B, 3, 2, 1>(t);
-    d.into_data()
-        .to_vec::<f32>()
-        .expect("f32 determinant")
-        .into_iter()
-        .map(f32::to_bits)
-        .collect()
+    determinants(t).into_iter().map(f32::to_bits).collect()
 }
 
 /// The six determinants, each computed [`REPEATS`] times: every call returns the first
@@ -177,10 +179,7 @@ fn passes_burns_check(det: f32) -> bool {
 /// burn-ndarray.
 fn burns_singular_det_test_passes_for_every_seeded_random_matrix() {
     let failed: Vec<(u64, f32)> = (0..SEEDS)
-        .map(|seed| {
-            let d = burn::tensor::linalg::det::<Tested, 3, 2, 1>(burns_singular_matrix::<Tested>(seed));
-            (seed, d.into_data().to_vec::<f32>().expect("f32 determinant")[0])
-        })
+        .map(|seed| (seed, determinants(burns_singular_matrix::<Tested>(seed))[0]))
         .filter(|&(_, d)| !passes_burns_check(d))
         .collect();
     assert!(failed.is_empty(), "{} of {SEEDS} seeds fail: {failed:?}", failed.len());
@@ -252,10 +251,7 @@ fn tf32_products_fail_burns_singular_det_test_for_most_random_matrices() {
     for seed in 0..SEEDS {
         let t = burns_singular_matrix::<Nd>(seed);
         let m = t.clone().into_data().to_vec::<f32>().expect("f32 matrix");
-        let nd = burn::tensor::linalg::det::<Nd, 3, 2, 1>(t)
-            .into_data()
-            .to_vec::<f32>()
-            .expect("f32 determinant")[0];
+        let nd = determinants(t)[0];
         let exact = burns_det_in_scalar_f32(&m, N, |x| x);
         // The same singular decision, and the same value up to the order of the product.
         assert_eq!(exact == 0.0, nd == 0.0, "seed {seed}: model {exact}, ndarray {nd}");
