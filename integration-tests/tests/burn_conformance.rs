@@ -2884,20 +2884,25 @@ fn group_linalg(g: &mut Group) {
             }
         );
         // Burn's own singular test on eight uniform [0, 1) draws: 0 or a rounding-level value,
-        // the same on both sides (the LU's products exact, as burn-ndarray's).
-        case!(
-            g,
-            "linalg::det",
-            "singular: row 17 = 3 * row 5 of U[0, 1), [8, 20, 20]",
-            run,
-            [fl(&[8, 20, 20], 0.0, 1.0)],
-            RED,
-            |B, c| {
-                (0..DET_REPEATS)
-                    .map(|_| c.rf(det::<B>(row17_three_times_row5::<B>(c.f(0)))))
-                    .collect()
-            }
-        );
+        // the same on both sides (the LU's products exact, as burn-ndarray's). f32 and f64
+        // only: in f16 and bf16, 3 * x is rounded (it needs two more significand bits than x),
+        // so the backend's matrix is not singular while the f32 reference's is, and its
+        // determinant is a rounding-level value that no relative bound against 0 can judge.
+        if matches!(run.t.f, DType::F32 | DType::F64) {
+            case!(
+                g,
+                "linalg::det",
+                "singular: row 17 = 3 * row 5 of U[0, 1), [8, 20, 20]",
+                run,
+                [fl(&[8, 20, 20], 0.0, 1.0)],
+                RED,
+                |B, c| {
+                    (0..DET_REPEATS)
+                        .map(|_| c.rf(det::<B>(row17_three_times_row5::<B>(c.f(0)))))
+                        .collect()
+                }
+            );
+        }
         case!(
             g,
             "linalg::det",
