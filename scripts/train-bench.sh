@@ -25,7 +25,8 @@
 # burn-cuda needs NVRTC (libnvrtc.so.13) on the loader path and a CUDA toolkit's headers
 # (CUDA_PATH, default /usr/local/cuda). Its rows report n/a for our launches/step.
 # TRAIN_BENCH_BURN_CUDA_WARM=SECONDS first runs burn-cuda's compiles and tuning for every config
-# at once (see below), each log's first-step time printed on stderr.
+# at once (see below), each log's first-step time printed on stderr; with TRAIN_BENCH_REPEATS=0
+# the script stops there (a warm-up call, the measured rounds in a later call on the same machine).
 # Each log ends with "process: X s, exit status N", the wall time of the whole process (start-up, kernel
 # compiles and autotuning included, which burn-cuda does before and during its first steps).
 # Prints one table row per config and variant; f32 rows also compare with PyTorch on TF32
@@ -114,6 +115,8 @@ if [[ " ${TRAIN_BENCH_VARIANTS:-} " == *" burn-cuda "* && -n ${TRAIN_BENCH_BURN_
     [[ -f $f ]] && echo "burn-cuda warm-up $tag: $(grep -h 'first step' "$f" | tail -1)$(grep -h '^process:' "$f" | tail -1 | sed 's/^/; /')" >&2
   done
 fi
+# No rounds asked: nothing to measure or tabulate.
+(( repeats > 0 )) || exit 0
 for cfg in "${configs[@]}"; do
   config_args "$cfg"
   variants=()
