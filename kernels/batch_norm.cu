@@ -333,6 +333,232 @@ __device__ void bn_grad_apply(const typename D::T* x, BnView vx, const typename 
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Packed channels-last path: every data operand packed as [rows, C] (rows = N * S, channels
+// innermost), C a multiple of V = 16 bytes / element and 16-byte-aligned addresses. A thread
+// moves one 16-byte vector (V consecutive channels of one row) per step, so a warp reads
+// whole rows with 16-byte accesses and the channel index costs one 32-bit remainder per
+// vector. The reductions run on (lanes, BN_THREADS / lanes) blocks: lanes take consecutive
+// vectors of a row, the block's rows stride over the chunk's rows, and the rows' partials
+// merge in row order (deterministic). Partials and coefficients are those of the strided
+// kernels above, so `bn_finalize` and `bn_grad_finalize` serve both.
+
+template <class D>
+struct BnVec {
+    static const int V = 16 / sizeof(typename D::T);
+};
+
+template <class D>
+__device__ __forceinline__ void bn_ld_vec(const typename D::T* p, i64 o, float* v) {
+    uint4 raw = *reinterpret_cast<const uint4*>(p + o);
+    const typename D::T* e = reinterpret_cast<const typename D::T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < BnVec<D>::V; ++k) v[k] = D::ld(e, k);
+}
+
+template <class D>
+__device__ __forceinline__ void bn_st_vec(typename D::T* p, i64 o, const float* v) {
+    uint4 raw;
+    typename D::T* e = reinterpret_cast<typename D::T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < BnVec<D>::V; ++k) D::st(e, k, v[k]);
+    *reinterpret_cast<uint4*>(p + o) = raw;
+}
+
+// V consecutive floats of a 16-byte-aligned f32 array.
+template <int V>
+__device__ __forceinline__ void bn_ld_f32(const float* p, float* v) {
+#pragma unroll
+    for (int k = 0; k < V; k += 4) {
+        float4 q = *reinterpret_cast<const float4*>(p + k);
+        v[k] = q.x;
+        v[k + 1] = q.y;
+        v[k + 2] = q.z;
+        v[k + 3] = q.w;
+    }
+}
+
+// Floats of one thread's partials in the reductions' shared memory: the largest V (8) times
+// two accumulators, plus a count.
+#define BN_VEC_SLOTS 17
+
+// Forward statistics, partials [chunks][C] of (count, mean, m2) as `bn_stats` writes them.
+template <class D>
+__device__ void bn_stats_vec(const typename D::T* x, i64 rows, i64 C, i64 chunk_len, float* part) {
+    const int V = BnVec<D>::V;
+    __shared__ float sh[BN_THREADS * BN_VEC_SLOTS];
+    const i64 cv = (i64)blockIdx.y * blockDim.x + threadIdx.x;
+    const bool live = cv * V < C;
+    float n = 0.0f, mean[V], m2[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) mean[k] = m2[k] = 0.0f;
+    if (live) {
+        const i64 r0 = (i64)blockIdx.x * chunk_len, r1 = min(rows, r0 + chunk_len);
+#pragma unroll 2
+        for (i64 r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            float v[V];
+            bn_ld_vec<D>(x, r * C + cv * V, v);
+            n += 1.0f;
+            const float inv = 1.0f / n;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                float d = v[k] - mean[k];
+                mean[k] += d * inv;
+                m2[k] += d * (v[k] - mean[k]);
+            }
+        }
+    }
+    float* mine = sh + (threadIdx.y * blockDim.x + threadIdx.x) * BN_VEC_SLOTS;
+    mine[0] = n;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        mine[1 + k] = mean[k];
+        mine[1 + V + k] = m2[k];
+    }
+    __syncthreads();
+    if (threadIdx.y != 0 || !live) return;
+    for (unsigned int row = 1; row < blockDim.y; ++row) {
+        const float* o = sh + (row * blockDim.x + threadIdx.x) * BN_VEC_SLOTS;
+        const float nb = o[0];
+        if (nb == 0.0f) continue;
+        const float tot = n + nb, fb = nb / tot;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            float d = o[1 + k] - mean[k];
+            mean[k] += d * fb;
+            m2[k] += o[1 + V + k] + d * d * n * fb;
+        }
+        n = tot;
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        float* p = part + 3 * ((i64)blockIdx.x * C + cv * V + k);
+        p[0] = n;
+        p[1] = mean[k];
+        p[2] = m2[k];
+    }
+}
+
+// y = x * coef[c] + coef[C + c] (+ z) (then ReLU when `relu`), over `vecs` vectors.
+template <class D>
+__device__ void bn_apply_vec(const typename D::T* x, const typename D::T* z, typename D::T* y, i64 vecs, i64 C,
+                             const float* coef, int relu) {
+    const int V = BnVec<D>::V;
+    const i64 cvs = C / V;
+    const bool small = vecs < 2147483647LL;
+    FOR_EACH(i, vecs) {
+        const i64 c0 = (small ? (i64)((unsigned int)i % (unsigned int)cvs) : i % cvs) * V;
+        float v[V], a[V], b[V];
+        bn_ld_vec<D>(x, i * V, v);
+        bn_ld_f32<V>(coef + c0, a);
+        bn_ld_f32<V>(coef + C + c0, b);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] = v[k] * a[k] + b[k];
+        if (z) {
+            float w[V];
+            bn_ld_vec<D>(z, i * V, w);
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[k] += w[k];
+        }
+        if (relu) {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (v[k] < 0.0f) v[k] = 0.0f;
+        }
+        bn_st_vec<D>(y, i * V, v);
+    }
+}
+
+// Backward partials [chunks][C] of (sum dy', sum dy' * (x - mean)) as `bn_grad_stats`.
+template <class D>
+__device__ void bn_grad_stats_vec(const typename D::T* x, const typename D::T* y, const typename D::T* dy, i64 rows,
+                                  i64 C, i64 chunk_len, const float* mean, float* part) {
+    const int V = BnVec<D>::V;
+    __shared__ float sh[BN_THREADS * BN_VEC_SLOTS];
+    const i64 cv = (i64)blockIdx.y * blockDim.x + threadIdx.x;
+    const bool live = cv * V < C;
+    float sa[V], sb[V], mu[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) sa[k] = sb[k] = mu[k] = 0.0f;
+    if (live) {
+        bn_ld_f32<V>(mean + cv * V, mu);
+        const i64 r0 = (i64)blockIdx.x * chunk_len, r1 = min(rows, r0 + chunk_len);
+#pragma unroll 2
+        for (i64 r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            const i64 o = r * C + cv * V;
+            float g[V], xv[V];
+            bn_ld_vec<D>(dy, o, g);
+            bn_ld_vec<D>(x, o, xv);
+            if (y) {
+                float yv[V];
+                bn_ld_vec<D>(y, o, yv);
+#pragma unroll
+                for (int k = 0; k < V; ++k)
+                    if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                sa[k] += g[k];
+                sb[k] += g[k] * (xv[k] - mu[k]);
+            }
+        }
+    }
+    float* mine = sh + (threadIdx.y * blockDim.x + threadIdx.x) * BN_VEC_SLOTS;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        mine[k] = sa[k];
+        mine[V + k] = sb[k];
+    }
+    __syncthreads();
+    if (threadIdx.y != 0 || !live) return;
+    for (unsigned int row = 1; row < blockDim.y; ++row) {
+        const float* o = sh + (row * blockDim.x + threadIdx.x) * BN_VEC_SLOTS;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sa[k] += o[k];
+            sb[k] += o[V + k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        float* p = part + 2 * ((i64)blockIdx.x * C + cv * V + k);
+        p[0] = sa[k];
+        p[1] = sb[k];
+    }
+}
+
+// dx = coef[c] * dy' + coef[C + c] * x + coef[2C + c]; dz = dy' when `dz` is set.
+template <class D>
+__device__ void bn_grad_apply_vec(const typename D::T* x, const typename D::T* y, const typename D::T* dy,
+                                  typename D::T* dx, typename D::T* dz, i64 vecs, i64 C, const float* coef) {
+    const int V = BnVec<D>::V;
+    const i64 cvs = C / V;
+    const bool small = vecs < 2147483647LL;
+    FOR_EACH(i, vecs) {
+        const i64 c0 = (small ? (i64)((unsigned int)i % (unsigned int)cvs) : i % cvs) * V;
+        float g[V];
+        bn_ld_vec<D>(dy, i * V, g);
+        if (y) {
+            float yv[V];
+            bn_ld_vec<D>(y, i * V, yv);
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+        }
+        if (dx) {
+            float xv[V], k0[V], k1[V], k2[V];
+            bn_ld_vec<D>(x, i * V, xv);
+            bn_ld_f32<V>(coef + c0, k0);
+            bn_ld_f32<V>(coef + C + c0, k1);
+            bn_ld_f32<V>(coef + 2 * C + c0, k2);
+#pragma unroll
+            for (int k = 0; k < V; ++k) xv[k] = k0[k] * g[k] + k1[k] * xv[k] + k2[k];
+            bn_st_vec<D>(dx, i * V, xv);
+        }
+        if (dz) bn_st_vec<D>(dz, i * V, g);
+    }
+}
+
 #define BN_ENTRIES(DT, D)                                                                                         \
     KERNEL void bn_stats_##DT(const D::T* x, BnView vx, i64 N, i64 C, i64 S, int order,          \
                                              i64 chunk_len, float* part) {                                        \
@@ -352,6 +578,24 @@ __device__ void bn_grad_apply(const typename D::T* x, BnView vx, const typename 
                                                   const D::T* dy, BnView vdy, D::T* dx, BnView vdx, D::T* dz,    \
                                                   BnView vdz, i64 N, i64 C, i64 S, int order, const float* coef) { \
         bn_grad_apply<D>(x, vx, y, vy, dy, vdy, dx, vdx, dz, vdz, N, C, S, order, coef);                        \
+    }                                                                                                             \
+    KERNEL void __launch_bounds__(BN_THREADS) bn_stats_vec_##DT(const D::T* x, i64 rows, i64 C, i64 chunk_len,    \
+                                                               float* part) {                                    \
+        bn_stats_vec<D>(x, rows, C, chunk_len, part);                                                             \
+    }                                                                                                             \
+    KERNEL void bn_apply_vec_##DT(const D::T* x, const D::T* z, D::T* y, i64 vecs, i64 C, const float* coef,      \
+                                  int relu) {                                                                     \
+        bn_apply_vec<D>(x, z, y, vecs, C, coef, relu);                                                            \
+    }                                                                                                             \
+    KERNEL void __launch_bounds__(BN_THREADS) bn_grad_stats_vec_##DT(const D::T* x, const D::T* y,                \
+                                                                    const D::T* dy, i64 rows, i64 C,             \
+                                                                    i64 chunk_len, const float* mean,            \
+                                                                    float* part) {                               \
+        bn_grad_stats_vec<D>(x, y, dy, rows, C, chunk_len, mean, part);                                           \
+    }                                                                                                             \
+    KERNEL void bn_grad_apply_vec_##DT(const D::T* x, const D::T* y, const D::T* dy, D::T* dx, D::T* dz,          \
+                                       i64 vecs, i64 C, const float* coef) {                                      \
+        bn_grad_apply_vec<D>(x, y, dy, dx, dz, vecs, C, coef);                                                    \
     }
 
 BN_ENTRIES(f32, DF32)

@@ -68,13 +68,37 @@ __device__ __forceinline__ u16 f32_to_bf16(float v) {
 // ---- Shared by the families that address rank-4 views or add atomically into halfs. ----
 
 // Logical coordinates of row-major index `i` in a rank-4 layout's shape.
+// Decomposes the walk index `i` into coordinates of the [N, C, H, W] view `l`, in the view's
+// memory order: channels innermost when `l` is channels-last (unit channel stride, the
+// width strided), else row-major (width innermost). Every walk is a bijection either way;
+// following memory order makes consecutive threads touch consecutive addresses.
+// 32-bit division (several times cheaper than 64-bit) when the view has fewer than 2^31
+// elements.
+template <class I>
+__device__ __forceinline__ void coords4_in(const Layout& l, I i, i64& b, i64& c, i64& h, i64& w) {
+    const I C = (I)l.shape[1], H = (I)l.shape[2], W = (I)l.shape[3];
+    if (C > 1 && l.strides[1] == 1 && W > 1 && l.strides[3] != 1) {
+        c = (i64)(i % C);
+        i /= C;
+        w = (i64)(i % W);
+        i /= W;
+        h = (i64)(i % H);
+        b = (i64)(i / H);
+        return;
+    }
+    w = (i64)(i % W);
+    i /= W;
+    h = (i64)(i % H);
+    i /= H;
+    c = (i64)(i % C);
+    b = (i64)(i / C);
+}
+
 __device__ __forceinline__ void coords4(const Layout& l, i64 i, i64& b, i64& c, i64& h, i64& w) {
-    w = i % l.shape[3];
-    i /= l.shape[3];
-    h = i % l.shape[2];
-    i /= l.shape[2];
-    c = i % l.shape[1];
-    b = i / l.shape[1];
+    if (l.index32)
+        coords4_in<unsigned int>(l, (unsigned int)i, b, c, h, w);
+    else
+        coords4_in<i64>(l, i, b, c, h, w);
 }
 
 __device__ __forceinline__ i64 off4(const Layout& l, i64 b, i64 c, i64 h, i64 w) {

@@ -53,6 +53,7 @@ for line in sys.stdin:
 cargo build --release --manifest-path external/burn-app/Cargo.toml --target-dir target
 cp target/release/burn-app .gpu/burn-app
 strip .gpu/* 2>/dev/null || true
-cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh scripts/profile-step.sh scripts/multi-gpu.sh .gpu/
-cp bench/compare_torch.py bench/train_torch.py .gpu/
+cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh scripts/profile-step.sh scripts/multi-gpu.sh \
+  scripts/models-bench.sh scripts/profile-models.sh .gpu/
+cp bench/compare_torch.py bench/train_torch.py bench/train_models_torch.py .gpu/
 du -sh .gpu && ls .gpu

@@ -13,11 +13,12 @@ logs="${1:?log dir}"; batch="${2:-256}"; epochs="${3:-3}"
 mkdir -p "$logs"
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-summary=()
+summary=(); failed=()
 run() { # name, command...
   local name="$1"; shift
   local t0=$SECONDS
   "$@" >"$logs/$name.log" 2>&1; local rc=$?
+  ((rc == 0)) || failed+=("$name")
   summary+=("$(printf '%-32s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - t0)))")
   return $rc
 }
@@ -51,3 +52,8 @@ fi
 run torch_1gpu python3 "$here/train_torch.py" --batch-size "$batch" --steps 30 --epochs "$epochs"
 grep -h -E "^(test result|train_burn |train_candle |train_torch )|FAILED|panicked|replicas identical" "$logs"/*.log | head -40
 printf '%s\n' "${summary[@]}"
+# A run with any failed suite exits non-zero, so it cannot look green by accident.
+if ((${#failed[@]} > 0)); then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi

@@ -30,11 +30,12 @@ if [[ -n ${CACHE_DIR:-} ]]; then
     *) echo "CACHE_MODE must be cold, warm or corrupt" >&2; exit 2 ;;
   esac
 fi
-summary=()
+summary=(); failed=()
 run() { # name, command...
   local name="$1"; shift
   local t0=$SECONDS
   "$@" >"$logs/$name.log" 2>&1; local rc=$?
+  ((rc == 0)) || failed+=("$name")
   summary+=("$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - t0)))")
   return $rc
 }
@@ -53,3 +54,8 @@ if [[ $what == all || $what == bench ]] && [[ -x $here/bench ]]; then
 fi
 grep -h -E "^(test result|[a-z_]+: [0-9]+ (runs|threads)|stress:|churn:|tuning file:|kernel cache:)|FAILED|panicked" "$logs"/*.log | sort | uniq -c | sort -rn | head -40
 printf '%s\n' "${summary[@]}"
+# A run with any failed suite exits non-zero, so it cannot look green by accident.
+if ((${#failed[@]} > 0)); then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi

@@ -41,3 +41,8 @@ one() { # tool binary test shard
 }
 export -f one; export logs shards san
 xargs -P "${PARALLEL:-12}" -L 1 bash -c 'one "$@"' _ <"$queue" | sort | tee "$logs/summary.txt"
+# Any test that failed or that the sanitizer flagged (its exit status) fails the run.
+if grep -qE ' rc=[1-9]' "$logs/summary.txt"; then
+  echo "failed: $(grep -cE ' rc=[1-9]' "$logs/summary.txt") runs (see rc= above)"
+  exit 1
+fi

@@ -177,3 +177,7 @@ done
 echo "| model | dtype | batch | ours | ours ms/step | PyTorch ms/step | ours/PyTorch throughput | per-round ratios | PyTorch TF32-matmul ms/step | ours/PyTorch TF32-matmul | our launches/step | PyTorch kernels/step | our test accuracy | rounds |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"
+# A configuration whose run failed (a "failed" row, or fewer rounds than asked) fails the script.
+if printf '%s\n' "${rows[@]}" | grep -qE 'failed|see logs'; then
+  exit 1
+fi

@@ -969,3 +969,8 @@ pub mod host_profile {
         }
     }
 }
+
+/// Standard models written with stock `burn::nn` (the `train_models` example and its tests).
+pub mod models {
+    pub mod resnet;
+}

@@ -55,7 +55,8 @@ pub(crate) fn copy_to_new(src: &CudnnTensor, dtype: DType, op: &str) -> Result<C
     Ok(out)
 }
 
-/// `t` converted to `dtype`; the same tensor (a view) when the dtype already matches.
+/// `t` converted to `dtype`; the same tensor (a view) when the dtype already matches. A
+/// converted copy keeps a channels-last format (see [`crate::burn::layout`]).
 pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor> {
     if t.dtype == dtype {
         return Ok(t);
@@ -63,7 +64,9 @@ pub(crate) fn cast(t: CudnnTensor, dtype: DType, op: &str) -> Result<CudnnTensor
     if engine_dtype(op, t.dtype)? == engine_dtype(op, dtype)? {
         return Ok(t.with_dtype(dtype));
     }
-    copy_to_new(&t, dtype, op)
+    let out = CudnnTensor::empty_for_operands(&[&t], t.dims(), dtype, op)?;
+    copy_into(&t, &out, op)?;
+    Ok(out)
 }
 
 /// The numpy-style broadcast of two dim lists, or an error naming `op` when incompatible.
@@ -160,8 +163,8 @@ pub(crate) fn check_same_dtype(op: &str, a: &CudnnTensor, b: &CudnnTensor) -> Re
     Ok(())
 }
 
-/// Elementwise `op(x)` into a new packed tensor of `x`'s dtype (or into `x` itself when
-/// it is the only view of its buffer).
+/// Elementwise `op(x)` into a new packed tensor of `x`'s dtype and format (or into `x`
+/// itself when it is the only view of its buffer).
 pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> Result<CudnnTensor> {
     if let Some(small) = constant_dims(x.dims(), &[&x]) {
         let dims = x.dims().to_vec();
@@ -170,13 +173,14 @@ pub(crate) fn unary(x: CudnnTensor, op: UnaryOp, name: &str) -> Result<CudnnTens
     let out = if x.is_exclusive() {
         x.clone()
     } else {
-        x.empty_like(x.dtype, name)?
+        CudnnTensor::empty_for_operands(&[&x], x.dims(), x.dtype, name)?
     };
     ew::unary(x.stream(), op, &x.tref(), &out.tmut())?;
     Ok(out)
 }
 
-/// Elementwise `op(a, b)` with broadcasting into a new packed tensor of `a`'s dtype.
+/// Elementwise `op(a, b)` with broadcasting into a new packed tensor of `a`'s dtype
+/// (channels-last when an operand of the result's dims is).
 pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -> Result<CudnnTensor> {
     check_same_device(name, &a, &b)?;
     check_same_dtype(name, &a, &b)?;
@@ -190,7 +194,7 @@ pub(crate) fn binary(a: CudnnTensor, b: CudnnTensor, op: BinaryOp, name: &str) -
     } else if b.is_exclusive() && b.dims() == dims.as_slice() && b.dtype == a.dtype {
         b.clone()
     } else {
-        a.empty_on(&dims, a.dtype, name)?
+        CudnnTensor::empty_for_operands(&[&a, &b], &dims, a.dtype, name)?
     };
     ew::binary(a.stream(), op, &a.tref(), &b.tref(), &out.tmut())?;
     Ok(out)
@@ -206,7 +210,7 @@ pub(crate) fn binary_scalar(a: CudnnTensor, s: f64, op: BinaryOp, name: &str) ->
     let out = if a.is_exclusive() {
         a.clone()
     } else {
-        a.empty_like(a.dtype, name)?
+        CudnnTensor::empty_for_operands(&[&a], a.dims(), a.dtype, name)?
     };
     ew::binary_scalar(a.stream(), op, &a.tref(), s, &out.tmut())?;
     Ok(out)
@@ -239,7 +243,7 @@ pub(crate) fn compare(
         let small_out = compare(narrowed(&a, &small), narrowed(&b, &small), op, out, name)?;
         return expand(small_out, &dims, name);
     }
-    let out = a.empty_on(&dims, bool_dtype(name, out)?, name)?;
+    let out = CudnnTensor::empty_for_operands(&[&a, &b], &dims, bool_dtype(name, out)?, name)?;
     ew::compare(a.stream(), op, &a.tref(), &b.tref(), &out.tmut())?;
     Ok(out)
 }
@@ -250,7 +254,7 @@ pub(crate) fn compare_scalar(a: CudnnTensor, s: f64, op: CompareOp, out: BoolDTy
         let dims = a.dims().to_vec();
         return expand(compare_scalar(narrowed(&a, &small), s, op, out, name)?, &dims, name);
     }
-    let out = a.empty_like(bool_dtype(name, out)?, name)?;
+    let out = CudnnTensor::empty_for_operands(&[&a], a.dims(), bool_dtype(name, out)?, name)?;
     ew::compare_scalar(a.stream(), op, &a.tref(), s, &out.tmut())?;
     Ok(out)
 }
@@ -270,7 +274,7 @@ pub(crate) fn where_(cond: CudnnTensor, a: CudnnTensor, b: CudnnTensor, name: &s
         )?;
         return expand(out, &dims, name);
     }
-    let out = a.empty_on(&dims, a.dtype, name)?;
+    let out = CudnnTensor::empty_for_operands(&[&cond, &a, &b], &dims, a.dtype, name)?;
     ew::where_(a.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut())?;
     Ok(out)
 }

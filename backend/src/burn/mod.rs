@@ -27,6 +27,7 @@ pub(crate) use burn_backend::Backend as AutodiffInner;
 pub(crate) mod exec;
 pub mod fusion;
 pub(crate) mod layers;
+pub(crate) mod layout;
 pub(crate) mod math;
 mod memory;
 pub mod nn;

@@ -24,11 +24,12 @@ use burn_optim::{
 use hashbrown::HashMap;
 
 use burn_backend::tensor::FloatTensor;
+use burn_backend::DType;
 
 use super::fusion::custom::{record, Lazy};
 use super::route::{cast_primitive, is_cudnn, route, Route};
 use super::tensor::{expect, tmut_of, tref_of, CudnnTensor};
-use super::{exec, Cudnn, CudnnFusion};
+use super::{exec, layout, Cudnn, CudnnFusion};
 use crate::error::Result;
 use crate::ops::{self, AdamOptions, AdamParam};
 
@@ -366,12 +367,24 @@ fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Result<Ve
     let prepared: Vec<_> = inputs
         .into_iter()
         .map(|(param, grad, moments, step)| {
-            let p = param.contiguous()?;
-            let packed = |t: CudnnTensor| exec::cast(t, p.dtype, OP)?.contiguous();
-            let g = packed(grad)?;
-            let [m, v, vm] = moments.map(|m| m.map(packed).transpose());
+            // One format for the parameter, its gradient and moments: channels-last when the
+            // gradient is (a convolution filter's gradient on a channels-last network; the
+            // parameter is stored channels-last from its first step on), else row-major.
+            let channels_last = layout::is_channels_last(&grad.layout);
+            let packed = |t: CudnnTensor, dtype: DType| {
+                let t = exec::cast(t, dtype, OP)?;
+                if channels_last {
+                    t.channels_last(OP)
+                } else {
+                    t.contiguous()
+                }
+            };
+            let dtype = param.dtype;
+            let p = packed(param, dtype)?;
+            let g = packed(grad, dtype)?;
+            let [m, v, vm] = moments.map(|m| m.map(|t| packed(t, dtype)).transpose());
             let moments = [m?, v?, vm?];
-            let new = || p.empty_like(p.dtype, OP);
+            let new = || CudnnTensor::empty_in_format_of(&p, p.dims(), p.dtype, OP);
             let outputs = [new()?, new()?, new()?];
             let max_out = o.amsgrad.then(new).transpose()?;
             Ok((p, g, moments, outputs, max_out, step))

@@ -424,7 +424,7 @@ fn where_into_b(cond: &CudnnTensor, a: &CudnnTensor, b: CudnnTensor, op: &str) -
     let out = if b.is_exclusive() && b.dims() == dims.as_slice() {
         b.clone()
     } else {
-        b.empty_on(&dims, b.dtype, op)?
+        CudnnTensor::empty_for_operands(&[cond, a, &b], &dims, b.dtype, op)?
     };
     ew::where_(b.stream(), &cond.tref(), &a.tref(), &b.tref(), &out.tmut())?;
     Ok(out)

@@ -249,12 +249,12 @@ impl CudnnTensor {
         self.layout.is_contiguous()
     }
 
-    /// True when this tensor is the only view of a buffer it covers exactly, packed:
-    /// an op may then write its result into it.
+    /// True when this tensor is the only view of a buffer it covers exactly, packed (row-major
+    /// or channels-last): an op may then write its result into it.
     pub(crate) fn is_exclusive(&self) -> bool {
         Arc::strong_count(&self.storage) == 1
             && self.layout.offset == 0
-            && self.is_contiguous()
+            && self.is_packed_either_format()
             && self.numel() as usize * self.kind().size() == self.storage.bytes()
     }
 }

@@ -15,3 +15,24 @@ pub(crate) fn driver_version() -> Result<i32> {
     })?;
     Ok(v)
 }
+
+/// Starts (`true`) or stops (`false`) the collection of a profiler attached to the process
+/// (`cuProfilerStart`/`cuProfilerStop`): Nsight Compute started with
+/// `--profile-from-start off` profiles only the kernels launched in between. Without a
+/// profiler the driver does nothing.
+pub(crate) fn profiler_collect(on: bool) -> Result<()> {
+    super::check_driver()?;
+    // SAFETY: libcuda is loadable (checked above); both calls take no arguments and act on
+    // the calling thread's current context, which cudarc makes current for its devices.
+    let status = unsafe {
+        if on {
+            cudarc::driver::sys::cuProfilerStart()
+        } else {
+            cudarc::driver::sys::cuProfilerStop()
+        }
+    };
+    status.result().map_err(|e| Error::Cuda {
+        op: if on { "cuProfilerStart" } else { "cuProfilerStop" },
+        message: e.to_string(),
+    })
+}

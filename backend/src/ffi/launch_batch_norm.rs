@@ -284,3 +284,130 @@ pub(crate) fn grad_apply(
     unsafe { b.launch_counted(grid_for((sh.n * sh.c * sh.s) as u64)) }?;
     Ok(())
 }
+
+/// Shape of a packed channels-last pass (the `*_vec_*` kernels): `rows` = N * S rows of `c`
+/// channels, reduction chunks of `chunk_len` rows, blocks of `lanes` vectors by
+/// `BN_THREADS / lanes` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BnVecShape {
+    pub rows: i64,
+    pub c: i64,
+    /// Elements per 16-byte vector (4 for f32, 8 for f16/bf16); divides `c`.
+    pub vec: i64,
+    pub chunk_len: i64,
+    pub chunks: i32,
+    /// Vectors of a row per block (1 to 32).
+    pub lanes: u32,
+}
+
+impl BnVecShape {
+    /// The same pass as a [`BnShape`] for the per-channel kernels (`bn_grad_finalize` reads
+    /// the chunk count, channels and element count).
+    pub(crate) fn as_shape(&self) -> BnShape {
+        BnShape {
+            n: self.rows,
+            c: self.c,
+            s: 1,
+            order: 1,
+            chunk_len: self.chunk_len,
+            chunks: self.chunks,
+        }
+    }
+
+    fn reduction_grid(&self) -> LaunchConfig {
+        let vectors = (self.c / self.vec) as u32;
+        LaunchConfig {
+            grid_dim: (self.chunks as u32, vectors.div_ceil(self.lanes), 1),
+            block_dim: (self.lanes, BN_THREADS / self.lanes, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    fn vectors(&self) -> i64 {
+        self.rows * (self.c / self.vec)
+    }
+}
+
+/// Launches `bn_stats_vec_<dt>(x, rows, C, chunk_len, part)`.
+pub(crate) fn stats_vec(stream: &CudaStream, f: &CudaFunction, x: u64, sh: &BnVecShape, part: u64) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&x).arg(&sh.rows).arg(&sh.c).arg(&sh.chunk_len).arg(&part);
+    // SAFETY: the arguments match `bn_stats_vec_<dt>(const T*, long long x3, float*)`; `x`
+    // is 16-byte aligned and holds rows * C packed elements with C a multiple of the vector
+    // width (validated by the caller), `part` holds 3 * chunks * C floats; the grid covers
+    // the chunks and the row's vectors in lanes, as the kernel's walk expects.
+    unsafe { b.launch_counted(sh.reduction_grid()) }?;
+    Ok(())
+}
+
+/// Launches `bn_apply_vec_<dt>(x, z, y, vecs, C, coef, relu)`.
+pub(crate) fn apply_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, z, y]: [u64; 3],
+    sh: &BnVecShape,
+    coef: u64,
+    relu: bool,
+) -> Result<()> {
+    let (relu, vecs) = (relu as i32, sh.vectors());
+    let mut b = stream.launch_builder(f);
+    b.arg(&x).arg(&z).arg(&y).arg(&vecs).arg(&sh.c).arg(&coef).arg(&relu);
+    // SAFETY: the arguments match `bn_apply_vec_<dt>(const T* x2, T*, long long x2, const
+    // float*, int)`; x, z (when non-null) and y are 16-byte aligned and hold rows * C packed
+    // elements, y overlaps neither, `coef` is 16-byte aligned and holds 2 * C floats written
+    // earlier on this stream.
+    unsafe { b.launch_counted(grid_for(vecs as u64)) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_stats_vec_<dt>(x, y, dy, rows, C, chunk_len, mean, part)`.
+pub(crate) fn grad_stats_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, y, dy]: [u64; 3],
+    sh: &BnVecShape,
+    mean: u64,
+    part: u64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&y)
+        .arg(&dy)
+        .arg(&sh.rows)
+        .arg(&sh.c)
+        .arg(&sh.chunk_len)
+        .arg(&mean)
+        .arg(&part);
+    // SAFETY: the arguments match `bn_grad_stats_vec_<dt>(const T* x3, long long x3, const
+    // float*, float*)`; x, y (when non-null) and dy are 16-byte aligned and hold rows * C
+    // packed elements, `mean` is 16-byte aligned with C floats, `part` holds 2 * chunks * C
+    // floats; the grid is the reductions' grid.
+    unsafe { b.launch_counted(sh.reduction_grid()) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_apply_vec_<dt>(x, y, dy, dx, dz, vecs, C, coef)`.
+pub(crate) fn grad_apply_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, y, dy, dx, dz]: [u64; 5],
+    sh: &BnVecShape,
+    coef: u64,
+) -> Result<()> {
+    let vecs = sh.vectors();
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&y)
+        .arg(&dy)
+        .arg(&dx)
+        .arg(&dz)
+        .arg(&vecs)
+        .arg(&sh.c)
+        .arg(&coef);
+    // SAFETY: the arguments match `bn_grad_apply_vec_<dt>(const T* x3, T* x2, long long x2,
+    // const float*)`; every non-null operand is 16-byte aligned and holds rows * C packed
+    // elements, dx and dz overlap no other operand, `coef` is 16-byte aligned with 3 * C
+    // floats.
+    unsafe { b.launch_counted(grid_for(vecs as u64)) }?;
+    Ok(())
+}

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
 use crate::ffi::launch_elementwise::{self as launch, ScalarParam, UnaryParams, VecStep};
 use crate::graph::DataType;
-use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
+use crate::kernels::layout::{broadcast_strides, coalesce, in_memory_order, kernel_layout};
 use crate::kernels::{stream_function, ELEMENTWISE};
 use crate::types::{TensorMut, TensorRef};
 
@@ -357,7 +357,9 @@ fn prepare(
     if n == 0 {
         return Ok(None);
     }
-    let (shape, strides) = coalesce(&out.dims, &strides);
+    let lead = strides.len() - 1;
+    let (shape, strides) = in_memory_order(&out.dims, &strides, lead);
+    let (shape, strides) = coalesce(&shape, &strides);
     let layouts = strides
         .iter()
         .map(|s| kernel_layout(op, &shape, s))

@@ -34,6 +34,30 @@ pub(crate) fn broadcast_strides(op: &'static str, dims: &[i64], strides: &[i64],
     Ok(out)
 }
 
+/// `shape` and every operand's `strides` with their dims reordered so that operand `lead`'s
+/// strides descend (by magnitude; ties keep their order): a launch then walks `lead` in
+/// memory order, so a channels-last output is written with consecutive addresses instead of
+/// one element per channel stride. The identity for a row-major `lead`, and always the
+/// same elements: every operand's dims move together.
+pub(crate) fn in_memory_order(shape: &[i64], strides: &[Vec<i64>], lead: usize) -> (Vec<i64>, Vec<Vec<i64>>) {
+    let key = &strides[lead];
+    // Size-1 dims carry no order (their strides are arbitrary): they keep their places, and
+    // the other dims are sorted among the remaining ones (`coalesce` drops size-1 dims).
+    let mut moving: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    moving.sort_by_key(|&d| std::cmp::Reverse(key[d].unsigned_abs()));
+    let mut sorted = moving.into_iter();
+    let order: Vec<usize> = (0..shape.len())
+        .map(|d| if shape[d] == 1 { d } else { sorted.next().unwrap_or(d) })
+        .collect();
+    if order.iter().enumerate().all(|(i, &d)| i == d) {
+        return (shape.to_vec(), strides.to_vec());
+    }
+    (
+        order.iter().map(|&d| shape[d]).collect(),
+        strides.iter().map(|s| order.iter().map(|&d| s[d]).collect()).collect(),
+    )
+}
+
 /// Merges adjacent dims of `shape` whose strides chain in every operand and drops size-1
 /// dims: the same elements in the same order, in as few dims as possible.
 pub(crate) fn coalesce(shape: &[i64], strides: &[Vec<i64>]) -> (Vec<i64>, Vec<Vec<i64>>) {
@@ -102,6 +126,23 @@ mod tests {
         let (s, st) = coalesce(&[2, 1, 3, 4], &[vec![12, 12, 4, 1], vec![0, 0, 4, 1]]);
         assert_eq!(s, vec![2, 12]);
         assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
+    }
+
+    #[test]
+    fn memory_order_follows_the_lead_operand() {
+        // A channels-last [N, C, H, W] = [2, 3, 4, 5] output, a row-major input: walked as
+        // (N, H, W, C), the output packed, then merged to [2, 60].
+        let out = vec![60, 1, 15, 3];
+        let inp = vec![60, 20, 5, 1];
+        let (s, st) = in_memory_order(&[2, 3, 4, 5], &[inp.clone(), out.clone()], 1);
+        assert_eq!(s, vec![2, 4, 5, 3]);
+        assert_eq!(st, vec![vec![60, 5, 1, 20], vec![60, 15, 3, 1]]);
+        let (s, st) = coalesce(&s, &[st[1].clone()]);
+        assert_eq!((s, st), (vec![120], vec![vec![1]]));
+        // Row-major lead: unchanged; size-1 dims keep their place.
+        let rm = vec![20, 20, 5, 1];
+        let (s, st) = in_memory_order(&[2, 1, 4, 5], std::slice::from_ref(&rm), 0);
+        assert_eq!((s, st), (vec![2, 1, 4, 5], vec![rm]));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use cudarc::driver::CudaStream;
 
 use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
-use crate::ffi::launch_batch_norm::{self as launch, BnOperand, BnShape, BnView, FinalizeArgs};
+use crate::ffi::launch_batch_norm::{self as launch, BnOperand, BnShape, BnVecShape, BnView, FinalizeArgs};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::{stream_function, BATCH_NORM};
 use crate::runtime::{with_workspace, Device};
@@ -345,10 +345,67 @@ fn plan_shape(x: &Ncs, view_is_channels_last: bool, sm_count: u32) -> BnShape {
     }
 }
 
-fn shape_for(stream: &Arc<CudaStream>, x: &Ncs) -> Result<BnShape> {
-    let dev = Device::new(stream.context().ordinal())?;
+/// The strided kernels' pass over `x` (channels-last walk when the channel stride is 1).
+fn strided_shape(x: &Ncs, sm_count: u32) -> BnShape {
     let channels_last = x.view.sc == 1 && x.c > 1 && (x.s == 1 || x.view.ss >= x.c);
-    Ok(plan_shape(x, channels_last, dev.info().sm_count))
+    plan_shape(x, channels_last, sm_count)
+}
+
+fn sm_count(stream: &Arc<CudaStream>) -> Result<u32> {
+    Ok(Device::new(stream.context().ordinal())?.info().sm_count)
+}
+
+/// The vectorized channels-last pass over `x` (the `*_vec_*` kernels) when every data
+/// operand present (address not 0) is packed `[N * S, C]` with channels innermost and
+/// 16-byte aligned, and C is a multiple of the 16-byte vector's element count; `None`
+/// otherwise (the strided kernels serve every other layout).
+fn vec_shape(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32) -> Option<BnVecShape> {
+    let vec = (16 / dtype.size()) as i64;
+    let packed = |o: &&BnOperand| {
+        o.ptr == 0
+            || (o.ptr.is_multiple_of(16)
+                && o.view.sc == 1
+                && (x.s == 1 || o.view.ss == x.c)
+                && (x.n == 1 || o.view.sn == x.s * x.c))
+    };
+    if x.c == 0 || x.c % vec != 0 || !operands.iter().all(packed) {
+        return None;
+    }
+    let rows = x.n * x.s;
+    let vectors = x.c / vec;
+    let lanes = vectors.min(32);
+    let row_blocks = (vectors + lanes - 1) / lanes;
+    // About four blocks per SM, each thread at least four rows.
+    let min_rows = (256 / lanes) * 4;
+    let max_chunks = ((rows + min_rows - 1) / min_rows).clamp(1, 65_535);
+    let target = 4 * i64::from(sm_count.max(1));
+    let chunks = ((target + row_blocks - 1) / row_blocks).clamp(1, max_chunks);
+    let chunk_len = ((rows + chunks - 1) / chunks).max(1);
+    Some(BnVecShape {
+        rows,
+        c: x.c,
+        vec,
+        chunk_len,
+        chunks: ((rows + chunk_len - 1) / chunk_len).max(1) as i32,
+        lanes: lanes as u32,
+    })
+}
+
+fn vec_entry(kernel: &str, dtype: DataType) -> &'static str {
+    match (kernel, dtype) {
+        ("stats", DataType::F32) => "bn_stats_vec_f32",
+        ("stats", DataType::F16) => "bn_stats_vec_f16",
+        ("stats", _) => "bn_stats_vec_bf16",
+        ("apply", DataType::F32) => "bn_apply_vec_f32",
+        ("apply", DataType::F16) => "bn_apply_vec_f16",
+        ("apply", _) => "bn_apply_vec_bf16",
+        ("grad_stats", DataType::F32) => "bn_grad_stats_vec_f32",
+        ("grad_stats", DataType::F16) => "bn_grad_stats_vec_f16",
+        ("grad_stats", _) => "bn_grad_stats_vec_bf16",
+        ("grad_apply", DataType::F32) => "bn_grad_apply_vec_f32",
+        ("grad_apply", DataType::F16) => "bn_grad_apply_vec_f16",
+        _ => "bn_grad_apply_vec_bf16",
+    }
 }
 
 fn ptr(t: Option<&TensorRef>) -> u64 {
@@ -426,18 +483,30 @@ pub fn batch_norm_train_forward(
             ("saved_inv_std", Some(a.saved_inv_std)),
         ],
     )?;
-    let sh = shape_for(stream, &xv)?;
-    let stats = stream_function(stream, BATCH_NORM, entry("stats", a.x.dtype))?;
+    let sm = sm_count(stream)?;
+    let vsh = vec_shape(&xv, a.x.dtype, &[&xo, &zo, &yo], sm);
+    let sh = strided_shape(&xv, sm);
+    let most_chunks = vsh.map_or(sh.chunks, |v| v.chunks.max(sh.chunks));
     let finalize = stream_function(stream, BATCH_NORM, "bn_finalize")?;
-    let apply = stream_function(stream, BATCH_NORM, entry("apply", a.x.dtype))?;
-    let part_floats = 3 * sh.chunks as usize * c as usize;
+    let part_floats = 3 * most_chunks as usize * c as usize;
     let bytes = (part_floats + 2 * c as usize) * 4;
     with_workspace(stream, bytes, |ws| {
         let coef = ws + part_floats as u64 * 4;
-        launch::stats(stream, &stats, xo.ptr, &xo.view, &sh, ws)?;
+        // The vector kernels read `coef` 16 bytes at a time.
+        let vsh = vsh.filter(|_| coef.is_multiple_of(16));
+        let kernel = |k: &str| match vsh {
+            Some(_) => stream_function(stream, BATCH_NORM, vec_entry(k, a.x.dtype)),
+            None => stream_function(stream, BATCH_NORM, entry(k, a.x.dtype)),
+        };
+        let (stats, apply) = (kernel("stats")?, kernel("apply")?);
+        let chunks = vsh.map_or(sh.chunks, |v| v.chunks);
+        match &vsh {
+            Some(v) => launch::stats_vec(stream, &stats, xo.ptr, v, ws)?,
+            None => launch::stats(stream, &stats, xo.ptr, &xo.view, &sh, ws)?,
+        }
         let fin = FinalizeArgs {
             part: ws,
-            chunks: sh.chunks,
+            chunks,
             c,
             eps: o.epsilon as f32,
             momentum: o.momentum as f32,
@@ -454,7 +523,10 @@ pub fn batch_norm_train_forward(
             coef,
         };
         launch::finalize(stream, &finalize, &fin)?;
-        launch::apply(stream, &apply, [&xo, &zo, &yo], &sh, coef, o.relu)
+        match &vsh {
+            Some(v) => launch::apply_vec(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], v, coef, o.relu),
+            None => launch::apply(stream, &apply, [&xo, &zo, &yo], &sh, coef, o.relu),
+        }
     })
 }
 
@@ -499,10 +571,12 @@ pub fn batch_norm_inference(
             ("var", Some(a.var)),
         ],
     )?;
-    let sh = shape_for(stream, &xv)?;
+    let sm = sm_count(stream)?;
+    let sh = strided_shape(&xv, sm);
+    let vsh = vec_shape(&xv, a.x.dtype, &[&xo, &zo, &yo], sm);
     let coef_fn = stream_function(stream, BATCH_NORM, "bn_inference_coef")?;
-    let apply = stream_function(stream, BATCH_NORM, entry("apply", a.x.dtype))?;
     with_workspace(stream, 2 * c as usize * 4, |coef| {
+        let vsh = vsh.filter(|_| coef.is_multiple_of(16));
         launch::inference_coef(
             stream,
             &coef_fn,
@@ -515,7 +589,16 @@ pub fn batch_norm_inference(
             a.var.ptr,
             coef,
         )?;
-        launch::apply(stream, &apply, [&xo, &zo, &yo], &sh, coef, relu)
+        match &vsh {
+            Some(v) => {
+                let apply = stream_function(stream, BATCH_NORM, vec_entry("apply", a.x.dtype))?;
+                launch::apply_vec(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], v, coef, relu)
+            }
+            None => {
+                let apply = stream_function(stream, BATCH_NORM, entry("apply", a.x.dtype))?;
+                launch::apply(stream, &apply, [&xo, &zo, &yo], &sh, coef, relu)
+            }
+        }
     })
 }
 
@@ -565,15 +648,28 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
             ("d_bias", a.d_bias.map(TensorMut::as_input)),
         ],
     )?;
-    let sh = shape_for(stream, &xv)?;
-    let grad_stats = stream_function(stream, BATCH_NORM, entry("grad_stats", a.x.dtype))?;
+    let sm = sm_count(stream)?;
+    let strided = strided_shape(&xv, sm);
+    let vsh =
+        vec_shape(&xv, a.x.dtype, &[&xo, &yo, &dyo, &dxo, &dzo], sm).filter(|_| a.saved_mean.ptr.is_multiple_of(16));
+    let most_chunks = vsh.map_or(strided.chunks, |v| v.chunks.max(strided.chunks));
     let grad_finalize = stream_function(stream, BATCH_NORM, "bn_grad_finalize")?;
-    let grad_apply = stream_function(stream, BATCH_NORM, entry("grad_apply", a.x.dtype))?;
-    let part_floats = 2 * sh.chunks as usize * c as usize;
+    let part_floats = 2 * most_chunks as usize * c as usize;
     let bytes = (part_floats + 3 * c as usize) * 4;
     with_workspace(stream, bytes, |ws| {
         let coef = ws + part_floats as u64 * 4;
-        launch::grad_stats(stream, &grad_stats, [&xo, &yo, &dyo], &sh, a.saved_mean.ptr, ws)?;
+        // The vector kernels read `coef` 16 bytes at a time.
+        let vsh = vsh.filter(|_| coef.is_multiple_of(16));
+        let kernel = |k: &str| match vsh {
+            Some(_) => stream_function(stream, BATCH_NORM, vec_entry(k, a.x.dtype)),
+            None => stream_function(stream, BATCH_NORM, entry(k, a.x.dtype)),
+        };
+        let (grad_stats, grad_apply) = (kernel("grad_stats")?, kernel("grad_apply")?);
+        let sh = vsh.map_or(strided, |v| v.as_shape());
+        match &vsh {
+            Some(v) => launch::grad_stats_vec(stream, &grad_stats, [xo.ptr, yo.ptr, dyo.ptr], v, a.saved_mean.ptr, ws)?,
+            None => launch::grad_stats(stream, &grad_stats, [&xo, &yo, &dyo], &sh, a.saved_mean.ptr, ws)?,
+        }
         launch::grad_finalize(
             stream,
             &grad_finalize,
@@ -591,7 +687,16 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
         if a.dx.is_none() && a.d_residual.is_none() {
             return Ok(());
         }
-        launch::grad_apply(stream, &grad_apply, [&xo, &yo, &dyo, &dxo, &dzo], &sh, coef)
+        match &vsh {
+            Some(v) => launch::grad_apply_vec(
+                stream,
+                &grad_apply,
+                [xo.ptr, yo.ptr, dyo.ptr, dxo.ptr, dzo.ptr],
+                v,
+                coef,
+            ),
+            None => launch::grad_apply(stream, &grad_apply, [&xo, &yo, &dyo, &dxo, &dzo], &sh, coef),
+        }
     })
 }
 
@@ -648,6 +753,70 @@ mod tests {
             assert!(sh.chunks as i64 * sh.chunk_len >= rows, "{sh:?}");
             assert_eq!(sh.order, cl as i32);
         }
+    }
+
+    #[test]
+    fn packed_channels_last_operands_take_the_vector_kernels() {
+        let x = Ncs {
+            n: 64,
+            c: 256,
+            s: 56 * 56,
+            view: BnView {
+                sn: 56 * 56 * 256,
+                sc: 1,
+                ss: 256,
+            },
+        };
+        let op = |ptr: u64, view: BnView| BnOperand { ptr, view };
+        let packed = op(4096, x.view);
+        let v = vec_shape(&x, DataType::BF16, &[&packed, &op(0, BnView::default())], 132).expect("vector pass");
+        assert_eq!((v.vec, v.lanes, v.rows), (8, 32, 64 * 3136));
+        assert!((v.chunks as i64 - 1) * v.chunk_len < v.rows && v.chunks as i64 * v.chunk_len >= v.rows);
+        // f32 takes 4 per vector; 12 channels divide by 4, not by 8.
+        let x12 = Ncs {
+            c: 12,
+            view: BnView {
+                sn: 12 * 3136,
+                sc: 1,
+                ss: 12,
+            },
+            ..x
+        };
+        assert_eq!(
+            vec_shape(&x12, DataType::F32, &[&op(4096, x12.view)], 132).map(|v| (v.vec, v.lanes)),
+            Some((4, 3))
+        );
+        assert!(vec_shape(&x12, DataType::F16, &[&op(4096, x12.view)], 132).is_none());
+        // Misaligned, channels-first, or gapped operands take the strided kernels.
+        assert!(vec_shape(&x, DataType::BF16, &[&op(4098, x.view)], 132).is_none());
+        let nchw = BnView {
+            sn: 256 * 3136,
+            sc: 3136,
+            ss: 1,
+        };
+        assert!(vec_shape(&x, DataType::BF16, &[&op(4096, nchw)], 132).is_none());
+        let gapped = BnView {
+            sn: 56 * 56 * 256 + 8,
+            ..x.view
+        };
+        assert!(vec_shape(&x, DataType::BF16, &[&packed, &op(8192, gapped)], 132).is_none());
+        // Few rows: one chunk of all of them.
+        let tiny = Ncs { n: 2, s: 3, ..x };
+        let v = vec_shape(
+            &tiny,
+            DataType::BF16,
+            &[&op(
+                4096,
+                BnView {
+                    sn: 768,
+                    sc: 1,
+                    ss: 256,
+                },
+            )],
+            132,
+        )
+        .unwrap();
+        assert_eq!((v.chunks, v.chunk_len), (1, 6));
     }
 
     #[test]

@@ -12,6 +12,21 @@ pub enum HeuristicMode {
     B,
 }
 
+/// The memory format of 2-D and 3-D convolution operands (and of the activations the
+/// backends derive from them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ConvLayout {
+    /// Channels-last (`NHWC`, `NDHWC`, filters `KRSC`) for ungrouped convolutions: cuDNN's
+    /// tensor-core engines read it directly, where channels-first operands cost a layout
+    /// transform before and after every convolution (PyTorch's `channels_last`).
+    #[default]
+    Auto,
+    /// Channels-first (`NCHW`, `NCDHW`), cuDNN's transforms included.
+    ChannelsFirst,
+    /// Channels-last for every convolution, grouped ones included.
+    ChannelsLast,
+}
+
 /// How plans are chosen. Environment variables set the initial value (see [`EnginePolicy::from_env`]);
 /// [`set_policy`] changes it at run time (new signatures only: cached plans stay).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +61,9 @@ pub struct EnginePolicy {
     /// compiling again (cuDNN 9.5 or newer; older versions ignore it). Off by default:
     /// dynamic-shape kernels may run slower than kernels compiled for one shape.
     pub dynamic_shapes: bool,
+    /// Memory format of convolution operands (see [`ConvLayout`]); results keep it, so a
+    /// network's activations, gradients and filters stay in one format.
+    pub conv_layout: ConvLayout,
 }
 
 impl Default for EnginePolicy {
@@ -61,6 +79,7 @@ impl Default for EnginePolicy {
             graph_replay: true,
             sm_count_target: None,
             dynamic_shapes: false,
+            conv_layout: ConvLayout::Auto,
         }
     }
 }
@@ -81,6 +100,8 @@ pub const SM_COUNT_TARGET_ENV: &str = "CUDNN_BACKEND_SM_COUNT_TARGET";
 /// `CUDNN_BACKEND_DYNAMIC_SHAPES`: `1` for dynamic-shape graphs sharing kernel caches (see
 /// [`EnginePolicy::dynamic_shapes`]).
 pub const DYNAMIC_SHAPES_ENV: &str = "CUDNN_BACKEND_DYNAMIC_SHAPES";
+/// `CUDNN_BACKEND_CONV_LAYOUT`: `auto` (default), `nchw` or `nhwc` (see [`ConvLayout`]).
+pub const CONV_LAYOUT_ENV: &str = "CUDNN_BACKEND_CONV_LAYOUT";
 
 impl EnginePolicy {
     /// The default policy with the `CUDNN_BACKEND_*` environment variables applied.
@@ -120,6 +141,12 @@ impl EnginePolicy {
         }
         if let Ok(v) = std::env::var(DYNAMIC_SHAPES_ENV) {
             p.dynamic_shapes = matches!(v.trim(), "1" | "true" | "yes");
+        }
+        if let Ok(v) = std::env::var(CONV_LAYOUT_ENV) {
+            match parse_conv_layout(&v) {
+                Some(l) => p.conv_layout = l,
+                None => tracing::warn!("{CONV_LAYOUT_ENV}: `{v}` is not auto, nchw or nhwc; ignored"),
+            }
         }
         p
     }
@@ -179,6 +206,16 @@ pub(crate) fn lib_config_bits() -> u64 {
     }
 }
 
+/// A [`ConvLayout`] from its [`CONV_LAYOUT_ENV`] spelling.
+fn parse_conv_layout(v: &str) -> Option<ConvLayout> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "auto" | "" => Some(ConvLayout::Auto),
+        "nchw" | "channels_first" | "channels-first" => Some(ConvLayout::ChannelsFirst),
+        "nhwc" | "channels_last" | "channels-last" => Some(ConvLayout::ChannelsLast),
+        _ => None,
+    }
+}
+
 /// An SM count from [`SM_COUNT_TARGET_ENV`]: a positive integer, or empty / `0` / `off` for
 /// the whole GPU; anything else is ignored with a warning.
 fn parse_sm_count(v: &str) -> Option<u32> {
@@ -213,6 +250,14 @@ pub fn set_policy(p: EnginePolicy) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conv_layout_spellings() {
+        assert_eq!(parse_conv_layout(" NHWC "), Some(ConvLayout::ChannelsLast));
+        assert_eq!(parse_conv_layout("nchw"), Some(ConvLayout::ChannelsFirst));
+        assert_eq!(parse_conv_layout("auto"), Some(ConvLayout::Auto));
+        assert_eq!(parse_conv_layout("ncwh"), None);
+    }
 
     #[test]
     fn sm_carveout_is_part_of_the_signature() {

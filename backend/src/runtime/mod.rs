@@ -24,6 +24,20 @@ pub fn pointer_device(ptr: u64) -> Option<usize> {
     crate::ffi::memory::device_memory_ordinal(ptr)
 }
 
+/// Starts (`true`) or stops (`false`) an attached profiler's collection on `device`: with
+/// Nsight Compute's `--profile-from-start off`, only the kernels enqueued in between are
+/// profiled (a training step chosen by the program). Without a profiler it does nothing.
+pub fn profiler_collect(device: &Device, on: bool) -> crate::error::Result<()> {
+    device
+        .context()
+        .bind_to_thread()
+        .map_err(|e| crate::error::Error::Cuda {
+            op: "cuCtxSetCurrent",
+            message: e.to_string(),
+        })?;
+    crate::ffi::driver::profiler_collect(on)
+}
+
 /// Whether the environment variable `var` switches a feature off: `0`, `false`, `off` or `no`
 /// (any case, surrounding spaces ignored); unset or anything else leaves it on.
 pub(crate) fn switched_off(var: &str) -> bool {

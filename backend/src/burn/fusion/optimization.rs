@@ -456,6 +456,39 @@ pub(crate) fn release_consumed(
     }
 }
 
+/// The walk order (outermost dim first) of an elementwise run over `full` whose inputs
+/// include a channels-last tensor of those dims; `None` for a row-major walk.
+pub(crate) fn channels_last_walk(full: &[i64], inputs: &[CudnnTensor]) -> Option<Vec<usize>> {
+    let cl = inputs
+        .iter()
+        .any(|t| t.dims() == full && crate::burn::layout::is_channels_last(&t.layout));
+    cl.then(|| {
+        let mut order = vec![0];
+        order.extend(2..full.len());
+        order.push(1);
+        order
+    })
+}
+
+/// `t` with leading size-1 dims up to `order`'s rank (numpy broadcasting aligns ranks to the
+/// right), then its dims permuted by `order` (a view).
+pub(crate) fn permuted(t: CudnnTensor, order: &[usize]) -> Result<CudnnTensor> {
+    let mut layout = t.layout.clone();
+    while layout.dims.len() < order.len() {
+        layout = layout.unsqueeze(0)?;
+    }
+    Ok(t.with_layout(layout.permute(order)?))
+}
+
+/// The permutation that undoes `order`.
+pub(crate) fn inverse(order: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; order.len()];
+    for (i, &d) in order.iter().enumerate() {
+        inv[d] = i;
+    }
+    inv
+}
+
 impl ElementwiseOptimization {
     /// Marks the program as unbuildable for good (its operations run one by one from now
     /// on, with a one-time warning); false, for [`ElementwiseOptimization::execute`].
@@ -499,6 +532,13 @@ impl ElementwiseOptimization {
         // Dims along which no input varies (all of them for a run that reads no tensor, such
         // as `ones(..) * s`): the run computes one element per such dim and its outputs are
         // broadcast views of full size (flat and mixed runs keep their shapes instead).
+        // A run over channels-last tensors walks and stores in their memory order: every
+        // operand's dims are permuted alike, the outputs are packed in that order and handed
+        // out as channels-last views (see `crate::burn::layout`).
+        let order = match self.flat || mixed_small.is_some() {
+            true => None,
+            false => channels_last_walk(&full, &run.tensors),
+        };
         let small = match (self.flat || self.mixed.is_some(), run.tensors.is_empty()) {
             (true, _) => None,
             (false, true) => Some(vec![1; full.len()]).filter(|s| *s != full),
@@ -506,6 +546,12 @@ impl ElementwiseOptimization {
         };
         if let Some(small) = &small {
             run.tensors = run.tensors.iter().map(|t| exec::narrowed(t, small)).collect();
+        }
+        if let Some(order) = &order {
+            run.tensors = std::mem::take(&mut run.tensors)
+                .into_iter()
+                .map(|t| permuted(t, order))
+                .collect::<Result<_>>()?;
         }
         let inputs = &run.tensors;
         let device = match (inputs.first(), self.device) {
@@ -517,6 +563,10 @@ impl ElementwiseOptimization {
         };
         let stream = device.stream().clone();
         let dims = small.clone().unwrap_or_else(|| full.clone());
+        let dims: Vec<i64> = match &order {
+            Some(order) => order.iter().map(|&d| dims[d]).collect(),
+            None => dims,
+        };
         // Declared before the launch, which ends up borrowing them, so they outlive it.
         let mut outputs: SmallVec<[CudnnTensor; 4]> = SmallVec::with_capacity(self.outputs.len());
         let in_refs: SmallVec<[_; 8]> = inputs.iter().map(|t| t.tref()).collect();
@@ -577,6 +627,10 @@ impl ElementwiseOptimization {
         drop((launch, out_refs, in_refs));
         drop(run);
         for (ir, t) in outputs_ir.iter().zip(outputs) {
+            let t = match &order {
+                Some(order) => t.with_layout(t.layout.permute(&inverse(order))?),
+                None => t,
+            };
             let t = if self.flat || (self.mixed.is_some() && t.dims() != to_dims(&ir.shape).as_slice()) {
                 crate::burn::structure::reshape(t, &ir.shape)?
             } else if small.is_some() {

@@ -41,8 +41,8 @@ use smallvec::SmallVec;
 use super::fuser::{output_shape, size_one, ElementwiseFuser};
 use super::launch_cache::LaunchCache;
 use super::optimization::{
-    global_ir, is_float, last_use, release_consumed, run_inputs, scalar_value, status_of, warn_unbuildable,
-    CudnnOptimization, FusedInput, FusedScalar, FusedView,
+    channels_last_walk, global_ir, inverse, is_float, last_use, permuted, release_consumed, run_inputs, scalar_value,
+    status_of, warn_unbuildable, CudnnOptimization, FusedInput, FusedScalar, FusedView,
 };
 use super::CudnnFusionHandle;
 use crate::burn::tensor::{to_dims, CudnnTensor};
@@ -718,7 +718,36 @@ impl ReduceOptimization {
                 .collect(),
             None => self.inputs.as_slice().into(),
         };
-        let run = run_inputs(context, &made_before, &self.views, OP)?;
+        let mut run = run_inputs(context, &made_before, &self.views, OP)?;
+        // Over channels-last inputs the kernel walks in their memory order (every operand's
+        // dims permuted alike; values of the iteration shape are stored channels-last), where
+        // the results' order cannot change: no epilogue reads them back, and at most one
+        // kept dim has more than one element.
+        let order = match result_slot {
+            Some(_) => None,
+            None => channels_last_walk(&full, &run.tensors).filter(|o| {
+                let kept = |d: usize| self.reduction.reduced >> d & 1 == 0 && full[d] > 1;
+                o.iter().filter(|&&d| kept(d)).count() <= 1
+            }),
+        };
+        let (full, walk) = match &order {
+            Some(order) => {
+                run.tensors = std::mem::take(&mut run.tensors)
+                    .into_iter()
+                    .map(|t| permuted(t, order))
+                    .collect::<Result<_>>()?;
+                let reduced = order
+                    .iter()
+                    .enumerate()
+                    .fold(0u8, |m, (i, &d)| m | ((self.reduction.reduced >> d & 1) << i));
+                let walk = ReduceProgram {
+                    reduced,
+                    ..self.reduction.clone()
+                };
+                (order.iter().map(|&d| full[d]).collect(), Some(walk))
+            }
+            None => (full, None),
+        };
         let inputs = &run.tensors;
         let outputs_ir: Vec<_> = self.outputs.iter().map(|(id, _)| global_ir(context, id, OP)).collect();
         let Some(first) = inputs.first() else {
@@ -739,7 +768,7 @@ impl ReduceOptimization {
         crate::kernels::fused::launch_key(self.launches.key_mut(), &in_refs, &full, None);
         let mut entry = match self.launches.take() {
             Some(entry) => entry,
-            None => match fused_reduce::Coalesced::of(&self.reduction, &full, &in_refs) {
+            None => match fused_reduce::Coalesced::of(walk.as_ref().unwrap_or(&self.reduction), &full, &in_refs) {
                 Ok(coalesced) => self.launches.entry(ReduceEntry {
                     scratch_len: ReduceLaunch::scratch_len(&coalesced.program, &coalesced.dims),
                     arrivals_len: ReduceLaunch::arrivals_len(&coalesced.program, &coalesced.dims),
@@ -774,9 +803,11 @@ impl ReduceOptimization {
             .results
             .iter()
             .map(|&(_, means)| {
+                // `means` names logical dims; `full` may be walked in another order.
+                let logical = |i: usize| order.as_ref().map_or(i, |o| o[i]);
                 full.iter()
                     .enumerate()
-                    .filter(|&(d, _)| means >> d & 1 == 1)
+                    .filter(|&(i, _)| means >> logical(i) & 1 == 1)
                     .fold(1.0f64, |acc, (_, &n)| acc / n as f64) as f32
             })
             .collect();
@@ -855,7 +886,12 @@ impl ReduceOptimization {
         self.launches.put(entry);
         release_consumed(context, &run, &made_before, &self.views, &self.dropped, OP);
         drop(run);
-        for (ir, t) in outputs_ir.iter().zip(outputs) {
+        for (j, (ir, t)) in outputs_ir.iter().zip(outputs).enumerate() {
+            // Values of the iteration shape were stored in the walk's order.
+            let t = match &order {
+                Some(order) if !small(j) => t.with_layout(t.layout.permute(&inverse(order))?),
+                _ => t,
+            };
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
         // A result whose last reader is the epilogue, or dropped in the run, is not registered.

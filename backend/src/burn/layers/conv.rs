@@ -1,8 +1,8 @@
 //! Convolutions (plain and transposed) and their backward passes as cuDNN graphs.
 
 use super::*;
-use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
+use crate::burn::{exec, layout};
 use crate::kernels::elementwise::BinaryOp;
 use crate::ops::{self, Activation, ConvParams};
 use crate::types::ConvGeometry;
@@ -25,6 +25,43 @@ pub(crate) fn conv(
     }
 }
 
+/// The memory format of a convolution's operands: every operand channels-last when the
+/// engine policy runs this convolution channels-last ([`layout::conv_channels_last`]),
+/// else each as cuDNN takes it (row-major, or channels-last when already so) and new
+/// results row-major.
+#[derive(Clone, Copy)]
+struct Format {
+    channels_last: bool,
+}
+
+impl Format {
+    /// The format of a convolution over input dims `x_dims` on `dtype`.
+    fn of(x_dims: &[i64], dtype: DType, g: &ConvGeometry) -> Self {
+        let policy = crate::plan::policy().conv_layout;
+        Self {
+            channels_last: layout::conv_channels_last(policy, x_dims, g.groups, dtype),
+        }
+    }
+
+    /// `t` in this format (a view when it already is, else one copy).
+    fn ready(self, t: CudnnTensor, op: &str) -> Result<CudnnTensor> {
+        if self.channels_last {
+            t.channels_last(op)
+        } else {
+            t.cudnn_ready()
+        }
+    }
+
+    /// A new result of `dims` in this format on `like`'s device.
+    fn empty(self, like: &CudnnTensor, dims: &[i64], op: &str) -> Result<CudnnTensor> {
+        if self.channels_last {
+            CudnnTensor::empty_channels_last(like.device(), dims, like.dtype, op)
+        } else {
+            like.empty_on(dims, like.dtype, op)
+        }
+    }
+}
+
 /// The input and filter as cuDNN takes them, and the output to write.
 fn conv_operands(
     op: &'static str,
@@ -34,9 +71,10 @@ fn conv_operands(
 ) -> Result<(CudnnTensor, CudnnTensor, CudnnTensor)> {
     require_cudnn_float(op, &x)?;
     check_pair(op, &x, &w)?;
-    let (x, w) = (x.cudnn_ready()?, w.cudnn_ready()?);
+    let f = Format::of(x.dims(), x.dtype, g);
+    let (x, w) = (f.ready(x, op)?, f.ready(w, op)?);
     let dims = g.output_dims(x.dims(), w.dims())?;
-    let y = x.empty_on(&dims, x.dtype, op)?;
+    let y = f.empty(&x, &dims, op)?;
     Ok((x, w, y))
 }
 
@@ -67,8 +105,9 @@ pub(crate) fn conv_x_backward(
 ) -> Result<CudnnTensor> {
     require_cudnn_float(op, &dy)?;
     check_pair(op, &dy, &w)?;
-    let (w, dy) = (w.cudnn_ready()?, dy.cudnn_ready()?);
-    let dx = dy.empty_on(x_dims, dy.dtype, op)?;
+    let f = Format::of(x_dims, dy.dtype, g);
+    let (w, dy) = (f.ready(w, op)?, f.ready(dy, op)?);
+    let dx = f.empty(&dy, x_dims, op)?;
     ops::conv_backward_data(dy.stream(), &dy.tref(), &w.tref(), &dx.tmut(), g)?;
     Ok(dx)
 }
@@ -83,8 +122,9 @@ pub(crate) fn conv_weight_backward(
 ) -> Result<CudnnTensor> {
     require_cudnn_float(op, &x)?;
     check_pair(op, &x, &dy)?;
-    let (x, dy) = (x.cudnn_ready()?, dy.cudnn_ready()?);
-    let dw = dy.empty_on(w_dims, dy.dtype, op)?;
+    let f = Format::of(x.dims(), x.dtype, g);
+    let (x, dy) = (f.ready(x, op)?, f.ready(dy, op)?);
+    let dw = f.empty(&dy, w_dims, op)?;
     ops::conv_backward_filter(x.stream(), &x.tref(), &dy.tref(), &dw.tmut(), g)?;
     Ok(dw)
 }

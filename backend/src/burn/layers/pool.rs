@@ -74,8 +74,8 @@ pub(crate) fn max_pool2d_with_indices(x: CudnnTensor, a: &PoolArgs) -> Result<(C
     let s = a.shape(OP, &x)?;
     let d = x.dims();
     let dims = [d[0], d[1], s.burn[0], s.burn[1]];
-    let out = x.empty_on(&dims, x.dtype, OP)?;
-    let idx = x.empty_on(&dims, DType::I64, OP)?;
+    let out = CudnnTensor::empty_in_format_of(&x, &dims, x.dtype, OP)?;
+    let idx = CudnnTensor::empty_in_format_of(&x, &dims, DType::I64, OP)?;
     let (ko, ki) = if s.burn == s.kernel {
         (out.clone(), idx.clone())
     } else {
@@ -103,7 +103,7 @@ pub(crate) fn max_pool2d(x: CudnnTensor, a: &PoolArgs) -> Result<CudnnTensor> {
     }
     let x = x.cudnn_ready()?;
     let d = x.dims();
-    let out = x.empty_on(&[d[0], d[1], s.burn[0], s.burn[1]], x.dtype, OP)?;
+    let out = CudnnTensor::empty_in_format_of(&x, &[d[0], d[1], s.burn[0], s.burn[1]], x.dtype, OP)?;
     let p = PoolParams::new(PoolMode::Max, &s.pool.kernel, &s.pool.stride, &s.pool.padding);
     ops::pool_forward(x.stream(), &x.tref(), &out.tmut(), &p)?;
     Ok(out)
@@ -125,7 +125,7 @@ pub(crate) fn max_pool2d_backward(
         DType::I64 => indices,
         _ => exec::cast(indices, DType::I64, OP)?,
     };
-    let dx = dy.empty_on(x.dims(), dy.dtype, OP)?;
+    let dx = CudnnTensor::empty_in_format_of(x, x.dims(), dy.dtype, OP)?;
     let done = {
         let (idx_v, dy_v, dx_v) = (idx.tref(), dy.tref(), dx.tmut());
         if crate::plan::policy().deterministic {
@@ -148,7 +148,7 @@ pub(crate) fn avg_pool2d(x: CudnnTensor, a: &PoolArgs, count_include_pad: bool) 
     let s = a.shape(OP, &x)?;
     let d = x.dims().to_vec();
     let dims = [d[0], d[1], s.burn[0], s.burn[1]];
-    let out = x.empty_on(&dims, x.dtype, OP)?;
+    let out = CudnnTensor::empty_in_format_of(&x, &dims, x.dtype, OP)?;
     let ko = if s.burn == s.kernel {
         out.clone()
     } else {
@@ -197,7 +197,7 @@ pub(crate) fn avg_pool2d_backward(
     } else {
         top_left(&dy, s.kernel, OP)?
     };
-    let dx = dy.empty_on(x.dims(), dy.dtype, OP)?;
+    let dx = CudnnTensor::empty_in_format_of(x, x.dims(), dy.dtype, OP)?;
     kpool::avg_pool2d_backward(dx.stream(), &dy.tref(), &s.pool, count_include_pad, &dx.tmut())?;
     Ok(dx)
 }
@@ -210,7 +210,7 @@ pub(crate) fn adaptive_avg_pool2d(x: CudnnTensor, size: [usize; 2]) -> Result<Cu
     if d.len() != 4 {
         return Err(Error::invalid_input(OP, format!("input {d:?} must be [N, C, H, W]")));
     }
-    let out = x.empty_on(&[d[0], d[1], size[0] as i64, size[1] as i64], x.dtype, OP)?;
+    let out = CudnnTensor::empty_in_format_of(&x, &[d[0], d[1], size[0] as i64, size[1] as i64], x.dtype, OP)?;
     kpool::adaptive_avg_pool2d(x.stream(), &x.tref(), &out.tmut())?;
     Ok(out)
 }
@@ -219,7 +219,7 @@ pub(crate) fn adaptive_avg_pool2d(x: CudnnTensor, size: [usize; 2]) -> Result<Cu
 pub(crate) fn adaptive_avg_pool2d_backward(x: &CudnnTensor, dy: CudnnTensor) -> Result<CudnnTensor> {
     const OP: &str = "adaptive_avg_pool2d_backward";
     require_float(OP, &dy)?;
-    let dx = dy.empty_on(x.dims(), dy.dtype, OP)?;
+    let dx = CudnnTensor::empty_in_format_of(x, x.dims(), dy.dtype, OP)?;
     kpool::adaptive_avg_pool2d_backward(dx.stream(), &dy.tref(), &dx.tmut())?;
     Ok(dx)
 }
