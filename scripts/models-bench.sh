@@ -5,7 +5,8 @@
 # CONFIG = model:dtype:batch (default resnet50:bf16:64 resnet50:f32:64).
 # MODELS_BENCH_VARIANTS (default "stock-fusion fused-fusion"): ours, as in train-bench.sh;
 # a suffix +tf32 runs it with CUDNN_BACKEND_ALLOW_TF32=1 (TF32 f32 convolutions, as PyTorch's
-# default), +nchw with CUDNN_BACKEND_CONV_LAYOUT=nchw (channels-first convolutions).
+# default), +nhwc with CUDNN_BACKEND_CONV_LAYOUT=nhwc (channels-last convolutions), +nchw
+# with CUDNN_BACKEND_CONV_LAYOUT=nchw.
 # MODELS_BENCH_TORCH (default "default tuned compile"): PyTorch settings (see the script;
 # compile-ro adds mode="reduce-overhead").
 # MODELS_BENCH_REPEATS=R (default 3) rounds alternate PyTorch's eager settings and ours; the
@@ -56,6 +57,7 @@ for cfg in "${configs[@]}"; do
       v_env=("${ours_env[@]}")
       [[ $v == *+tf32* ]] && v_env+=(CUDNN_BACKEND_ALLOW_TF32=1)
       [[ $v == *+nchw* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nchw)
+      [[ $v == *+nhwc* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nhwc)
       case ${v%%+*} in
         stock) flags+=(--stock) ;;
         stock-fusion) flags+=(--stock --fusion) ;;

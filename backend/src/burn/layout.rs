@@ -1,6 +1,7 @@
 //! Memory formats of the backend's tensors. Dims are always Burn's logical ones
 //! (`[N, C, H, W]`); the strides choose the format. Convolutions run channels-last
-//! (`NHWC`, filters `KRSC`) when the engine policy asks for it ([`ConvLayout`]), and the ops
+//! (`NHWC`, filters `KRSC`) when the engine policy asks for it ([`ConvLayout::ChannelsLast`],
+//! `CUDNN_BACKEND_CONV_LAYOUT=nhwc`), and the ops
 //! that follow keep the format of their inputs (as PyTorch's `channels_last` propagates):
 //! elementwise results, pooling, batch norm, casts, and the filters an optimizer updates
 //! from channels-last gradients. A network's activations then stay channels-last from the
@@ -103,6 +104,21 @@ impl CudnnTensor {
         Ok(out)
     }
 
+    /// This tensor packed row-major with the canonical strides (size-1 dims included, which
+    /// a packed view may stride arbitrarily): itself as a view when packed, else one copy.
+    pub(crate) fn row_major(self, op: &str) -> Result<Self> {
+        let t = if self.is_contiguous() {
+            self
+        } else {
+            exec::copy_to_new(&self, self.dtype, op)?
+        };
+        let layout = ViewLayout {
+            strides: crate::types::row_major_strides(t.dims()),
+            ..t.layout.clone()
+        };
+        Ok(t.with_layout(layout))
+    }
+
     /// Whether the view covers its dims packed, row-major or channels-last.
     pub(crate) fn is_packed_either_format(&self) -> bool {
         self.is_contiguous() || is_channels_last(&self.layout)
@@ -111,8 +127,8 @@ impl CudnnTensor {
 
 /// Whether a convolution over input dims `x_dims` with `groups` groups on `dtype` runs
 /// channels-last under `layout` (see [`ConvLayout`]): ungrouped 2-D and 3-D float
-/// convolutions by default. A 1-D convolution (run as 2-D over `[N, C, 1, L]`) stays
-/// channels-first, as its rank-3 results have no channels-last format.
+/// convolutions when the policy asks for it. A 1-D convolution (run as 2-D over
+/// `[N, C, 1, L]`) stays channels-first, as its rank-3 results have no channels-last format.
 pub(crate) fn conv_channels_last(layout: ConvLayout, x_dims: &[i64], groups: i64, dtype: DType) -> bool {
     let float = matches!(dtype, DType::F32 | DType::Flex32 | DType::F16 | DType::BF16);
     let spatial = match x_dims.len() {
@@ -120,11 +136,7 @@ pub(crate) fn conv_channels_last(layout: ConvLayout, x_dims: &[i64], groups: i64
         5 => true,
         _ => false,
     };
-    match layout {
-        ConvLayout::ChannelsFirst => false,
-        ConvLayout::ChannelsLast => float && spatial,
-        ConvLayout::Auto => float && spatial && groups == 1,
-    }
+    layout == ConvLayout::ChannelsLast && float && spatial && groups == 1
 }
 
 #[cfg(test)]
@@ -152,14 +164,14 @@ mod tests {
     }
 
     #[test]
-    fn auto_layout_is_channels_last_for_ungrouped_float_convolutions() {
+    fn channels_last_policy_takes_ungrouped_float_image_convolutions() {
         let (img, vol, sig) = ([8, 3, 32, 32], [2, 4, 8, 8, 8], [8, 3, 1, 100]);
-        assert!(conv_channels_last(ConvLayout::Auto, &img, 1, DType::BF16));
-        assert!(conv_channels_last(ConvLayout::Auto, &vol, 1, DType::F32));
-        assert!(!conv_channels_last(ConvLayout::Auto, &img, 3, DType::F16));
-        assert!(!conv_channels_last(ConvLayout::Auto, &sig, 1, DType::F16));
-        assert!(!conv_channels_last(ConvLayout::Auto, &img, 1, DType::F64));
-        assert!(conv_channels_last(ConvLayout::ChannelsLast, &img, 3, DType::F16));
+        let cl = ConvLayout::ChannelsLast;
+        assert!(conv_channels_last(cl, &img, 1, DType::BF16));
+        assert!(conv_channels_last(cl, &vol, 1, DType::F32));
+        assert!(!conv_channels_last(cl, &img, 3, DType::F16));
+        assert!(!conv_channels_last(cl, &sig, 1, DType::F16));
+        assert!(!conv_channels_last(cl, &img, 1, DType::F64));
         assert!(!conv_channels_last(ConvLayout::ChannelsFirst, &img, 1, DType::F16));
     }
 }

@@ -376,7 +376,7 @@ fn step_cudnn(inputs: Vec<AdamInput<CudnnTensor>>, o: &AdamOptions) -> Result<Ve
                 if channels_last {
                     t.channels_last(OP)
                 } else {
-                    t.contiguous()
+                    t.row_major(OP)
                 }
             };
             let dtype = param.dtype;

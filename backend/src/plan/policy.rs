@@ -16,14 +16,13 @@ pub enum HeuristicMode {
 /// backends derive from them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ConvLayout {
-    /// Channels-last (`NHWC`, `NDHWC`, filters `KRSC`) for ungrouped convolutions: cuDNN's
-    /// tensor-core engines read it directly, where channels-first operands cost a layout
-    /// transform before and after every convolution (PyTorch's `channels_last`).
+    /// Channels-first (`NCHW`, `NCDHW`) as the frameworks hand tensors over; cuDNN transforms
+    /// half-precision operands around each convolution.
     #[default]
-    Auto,
-    /// Channels-first (`NCHW`, `NCDHW`), cuDNN's transforms included.
     ChannelsFirst,
-    /// Channels-last for every convolution, grouped ones included.
+    /// Channels-last (`NHWC`, `NDHWC`, filters `KRSC`) for ungrouped float convolutions, as
+    /// PyTorch's `channels_last`: cuDNN's tensor-core engines read it directly, and results
+    /// keep the format (see `burn::layout`).
     ChannelsLast,
 }
 
@@ -79,7 +78,7 @@ impl Default for EnginePolicy {
             graph_replay: true,
             sm_count_target: None,
             dynamic_shapes: false,
-            conv_layout: ConvLayout::Auto,
+            conv_layout: ConvLayout::ChannelsFirst,
         }
     }
 }
@@ -100,7 +99,7 @@ pub const SM_COUNT_TARGET_ENV: &str = "CUDNN_BACKEND_SM_COUNT_TARGET";
 /// `CUDNN_BACKEND_DYNAMIC_SHAPES`: `1` for dynamic-shape graphs sharing kernel caches (see
 /// [`EnginePolicy::dynamic_shapes`]).
 pub const DYNAMIC_SHAPES_ENV: &str = "CUDNN_BACKEND_DYNAMIC_SHAPES";
-/// `CUDNN_BACKEND_CONV_LAYOUT`: `auto` (default), `nchw` or `nhwc` (see [`ConvLayout`]).
+/// `CUDNN_BACKEND_CONV_LAYOUT`: `nchw` (default) or `nhwc` (see [`ConvLayout`]).
 pub const CONV_LAYOUT_ENV: &str = "CUDNN_BACKEND_CONV_LAYOUT";
 
 impl EnginePolicy {
@@ -145,7 +144,7 @@ impl EnginePolicy {
         if let Ok(v) = std::env::var(CONV_LAYOUT_ENV) {
             match parse_conv_layout(&v) {
                 Some(l) => p.conv_layout = l,
-                None => tracing::warn!("{CONV_LAYOUT_ENV}: `{v}` is not auto, nchw or nhwc; ignored"),
+                None => tracing::warn!("{CONV_LAYOUT_ENV}: `{v}` is not nchw or nhwc; ignored"),
             }
         }
         p
@@ -209,8 +208,7 @@ pub(crate) fn lib_config_bits() -> u64 {
 /// A [`ConvLayout`] from its [`CONV_LAYOUT_ENV`] spelling.
 fn parse_conv_layout(v: &str) -> Option<ConvLayout> {
     match v.trim().to_ascii_lowercase().as_str() {
-        "auto" | "" => Some(ConvLayout::Auto),
-        "nchw" | "channels_first" | "channels-first" => Some(ConvLayout::ChannelsFirst),
+        "nchw" | "channels_first" | "channels-first" | "" => Some(ConvLayout::ChannelsFirst),
         "nhwc" | "channels_last" | "channels-last" => Some(ConvLayout::ChannelsLast),
         _ => None,
     }
@@ -255,7 +253,6 @@ mod tests {
     fn conv_layout_spellings() {
         assert_eq!(parse_conv_layout(" NHWC "), Some(ConvLayout::ChannelsLast));
         assert_eq!(parse_conv_layout("nchw"), Some(ConvLayout::ChannelsFirst));
-        assert_eq!(parse_conv_layout("auto"), Some(ConvLayout::Auto));
         assert_eq!(parse_conv_layout("ncwh"), None);
     }
 

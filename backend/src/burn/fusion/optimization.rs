@@ -470,6 +470,46 @@ pub(crate) fn channels_last_walk(full: &[i64], inputs: &[CudnnTensor]) -> Option
     })
 }
 
+/// The walk order (outermost dim first) of a run over `full` that follows the memory order of
+/// its first input of those dims when that input is packed in another order than row-major
+/// (a channels-last activation, or its `[C, N * H * W]` channel view); `None` for a row-major
+/// walk. Size-1 dims keep their places.
+pub(crate) fn memory_walk(full: &[i64], inputs: &[CudnnTensor]) -> Option<Vec<usize>> {
+    let layouts: SmallVec<[&ViewLayout; 8]> = inputs.iter().map(|t| &t.layout).collect();
+    memory_walk_of(full, &layouts)
+}
+
+/// [`memory_walk`] over the inputs' layouts: the first packed input of `full`'s dims decides
+/// (broadcast or gapped ones are passed over).
+fn memory_walk_of(full: &[i64], inputs: &[&ViewLayout]) -> Option<Vec<usize>> {
+    inputs
+        .iter()
+        .filter(|l| l.dims[..] == *full)
+        .find_map(|l| packed_order(full, &l.strides))
+        .filter(|order| order.iter().enumerate().any(|(i, &d)| i != d))
+}
+
+/// The dim order (outermost first, size-1 dims in place) in which `strides` pack `dims`, or
+/// `None` when they do not pack them (a broadcast or a gap).
+fn packed_order(dims: &[i64], strides: &[i64]) -> Option<Vec<usize>> {
+    let mut moving: Vec<usize> = (0..dims.len()).filter(|&d| dims[d] != 1).collect();
+    moving.sort_by_key(|&d| std::cmp::Reverse(strides[d].unsigned_abs()));
+    // Packed in that order: each stride spans exactly the dims inside it.
+    let mut next = 1i64;
+    for &d in moving.iter().rev() {
+        if strides[d] != next {
+            return None;
+        }
+        next *= dims[d];
+    }
+    let mut sorted = moving.into_iter();
+    Some(
+        (0..dims.len())
+            .map(|d| if dims[d] == 1 { d } else { sorted.next().unwrap_or(d) })
+            .collect(),
+    )
+}
+
 /// `t` with leading size-1 dims up to `order`'s rank (numpy broadcasting aligns ranks to the
 /// right), then its dims permuted by `order` (a view).
 pub(crate) fn permuted(t: CudnnTensor, order: &[usize]) -> Result<CudnnTensor> {
@@ -641,5 +681,43 @@ impl ElementwiseOptimization {
             context.handles.register_float_tensor::<Cudnn>(&ir.id, t);
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory_walk_of;
+    use crate::view::ViewLayout;
+
+    fn layout(dims: &[i64], strides: &[i64]) -> ViewLayout {
+        ViewLayout {
+            dims: crate::types::Shape::from_slice(dims),
+            strides: crate::types::Shape::from_slice(strides),
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn runs_walk_their_first_full_input_in_memory_order() {
+        // The channel view [C, N*H*W] of a channels-last activation: channels innermost.
+        let view = layout(&[8, 600], &[1, 8]);
+        assert_eq!(memory_walk_of(&[8, 600], &[&view]), Some(vec![1, 0]));
+        // A channels-last image; a broadcast [1, C, 1, 1] operand first does not decide.
+        let bias = layout(&[1, 8, 1, 1], &[8, 1, 1, 1]);
+        let img = layout(&[2, 8, 5, 6], &[240, 1, 48, 8]);
+        assert_eq!(memory_walk_of(&[2, 8, 5, 6], &[&bias, &img]), Some(vec![0, 2, 3, 1]));
+        // Row-major, gapped or broadcast inputs keep the row-major walk.
+        assert_eq!(
+            memory_walk_of(&[2, 8, 5, 6], &[&layout(&[2, 8, 5, 6], &[240, 30, 6, 1])]),
+            None
+        );
+        assert_eq!(memory_walk_of(&[8, 600], &[&layout(&[8, 600], &[1, 9])]), None);
+        assert_eq!(memory_walk_of(&[8, 600], &[&layout(&[8, 600], &[1, 0])]), None);
+        // A broadcast input of full dims is passed over for the next packed one.
+        let expanded = layout(&[8, 600], &[1, 0]);
+        assert_eq!(memory_walk_of(&[8, 600], &[&expanded, &view]), Some(vec![1, 0]));
+        // Size-1 dims keep their places.
+        let one = layout(&[4, 1, 3], &[1, 99, 4]);
+        assert_eq!(memory_walk_of(&[4, 1, 3], &[&one]), Some(vec![2, 1, 0]));
     }
 }

@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 use super::fuser::{output_shape, size_one, ElementwiseFuser};
 use super::launch_cache::LaunchCache;
 use super::optimization::{
-    channels_last_walk, global_ir, inverse, is_float, last_use, permuted, release_consumed, run_inputs, scalar_value,
+    global_ir, inverse, is_float, last_use, memory_walk, permuted, release_consumed, run_inputs, scalar_value,
     status_of, warn_unbuildable, CudnnOptimization, FusedInput, FusedScalar, FusedView,
 };
 use super::CudnnFusionHandle;
@@ -719,13 +719,14 @@ impl ReduceOptimization {
             None => self.inputs.as_slice().into(),
         };
         let mut run = run_inputs(context, &made_before, &self.views, OP)?;
-        // Over channels-last inputs the kernel walks in their memory order (every operand's
-        // dims permuted alike; values of the iteration shape are stored channels-last), where
-        // the results' order cannot change: no epilogue reads them back, and at most one
-        // kept dim has more than one element.
+        // Over an input packed in another order than row-major (a channels-last activation or
+        // its channel view) the kernel walks in its memory order: every operand's dims are
+        // permuted alike and values of the iteration shape are stored in that order (so a
+        // gradient stays channels-last), where the results' order cannot change: no epilogue
+        // reads them back, and at most one kept dim has more than one element.
         let order = match result_slot {
             Some(_) => None,
-            None => channels_last_walk(&full, &run.tensors).filter(|o| {
+            None => memory_walk(&full, &run.tensors).filter(|o| {
                 let kept = |d: usize| self.reduction.reduced >> d & 1 == 0 && full[d] > 1;
                 o.iter().filter(|&&d| kept(d)).count() <= 1
             }),
