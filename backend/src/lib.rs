@@ -14,6 +14,7 @@
 //! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
 //! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views;
 //! - [`collective`]: all-reduce, broadcast and all-gather between GPUs through NCCL;
+//! - [`config`]: every setting the crate reads from the environment, read once;
 //! - `candle` (feature `candle`): Candle custom ops, the `CudnnExt` trait and candle-nn-style
 //!   layers (feature `candle-cuda` runs them on Candle's CUDA tensors).
 //!
@@ -31,6 +32,7 @@ pub mod burn;
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;
 pub mod collective;
+pub mod config;
 mod error;
 mod ffi;
 pub mod graph;

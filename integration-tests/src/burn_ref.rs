@@ -1007,9 +1007,10 @@ pub fn mm_tol(k: usize) -> Tol {
 /// Tolerance of f32 convolutions: [`CONV`], or [`MM`] when `CUDNN_BACKEND_ALLOW_TF32` lets
 /// them run in TF32 (it is off by default).
 pub fn conv_tol() -> Tol {
-    match std::env::var("CUDNN_BACKEND_ALLOW_TF32") {
-        Ok(v) if matches!(v.trim(), "1" | "true" | "yes") => MM,
-        _ => CONV,
+    if cudnn_backend::config::config().allow_tf32 {
+        MM
+    } else {
+        CONV
     }
 }
 

@@ -19,14 +19,21 @@ pub use report::KernelReport;
 /// Points this process's persistent kernel and plan cache at a new empty directory (once per
 /// process, before the first GPU work of the test that calls it first), for tests that must
 /// see cuDNN plans built rather than restored from a cache an earlier run filled. Every test
-/// of a binary that uses it calls it first: the variable is set while no other test thread
-/// can be reading the environment.
+/// of a binary that uses it calls it first: the crate's configuration is installed before
+/// anything reads it.
 pub fn fresh_kernel_cache() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let dir = std::env::temp_dir().join(format!("cudnn-backend-test-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::env::set_var(cudnn_backend::runtime::disk_cache::KERNEL_CACHE_ENV, &dir);
+        let config = cudnn_backend::config::Config {
+            kernel_cache: Some(dir),
+            ..cudnn_backend::config::Config::from_env()
+        };
+        assert!(
+            cudnn_backend::config::init(config),
+            "fresh_kernel_cache must run before the crate reads its configuration"
+        );
     });
 }
 

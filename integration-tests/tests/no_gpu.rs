@@ -167,10 +167,8 @@ fn cudnn_version_reports_what_was_searched() {
                     "searched {searched:?} includes {name}"
                 );
             }
-            if let Ok(path) = std::env::var(CUDNN_LIB_ENV) {
-                if !path.is_empty() {
-                    assert_eq!(searched[0], path, "the {CUDNN_LIB_ENV} path is tried first");
-                }
+            if let Some(path) = &cudnn_backend::config::config().cudnn_lib {
+                assert_eq!(&searched[0], path, "the {CUDNN_LIB_ENV} path is tried first");
             }
             assert!(
                 shown.contains("CUDNN_BACKEND_CUDNN_LIB"),

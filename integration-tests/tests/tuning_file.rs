@@ -3,6 +3,7 @@
 use std::fs;
 use std::path::Path;
 
+use cudnn_backend::config::Config;
 use cudnn_backend::plan::cache::{CacheStats, ChoiceCache, EngineChoice, Outcome, Signature};
 use cudnn_backend::plan::persist::{dir_from_env, TuningFile, TuningKey, TUNING_DIR_ENV};
 
@@ -244,10 +245,10 @@ fn second_process_sees_saved_choices() {
 
 #[test]
 fn dir_from_env_reads_the_variable() {
-    std::env::set_var(TUNING_DIR_ENV, "/some/dir");
-    assert_eq!(dir_from_env().as_deref(), Some(Path::new("/some/dir")));
-    std::env::set_var(TUNING_DIR_ENV, "");
-    assert_eq!(dir_from_env(), None);
-    std::env::remove_var(TUNING_DIR_ENV);
-    assert_eq!(dir_from_env(), None);
+    let dir = |value: Option<&'static str>| Config::from_vars(|k| value.filter(|_| k == TUNING_DIR_ENV)).tuning_dir;
+    assert_eq!(dir(Some("/some/dir")).as_deref(), Some(Path::new("/some/dir")));
+    assert_eq!(dir(Some("")), None);
+    assert_eq!(dir(None), None);
+    // The process's value is the configuration's.
+    assert_eq!(dir_from_env(), cudnn_backend::config::config().tuning_dir);
 }

@@ -15,14 +15,10 @@
 //! run from captured CUDA graphs (`plan::engine::execute`).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::ffi::memory::DeviceBuffer;
 use crate::runtime::{self, MAX_DEVICES};
-
-/// Caps the bytes the cache keeps per device, in MiB (`0` turns it off). Default: a quarter
-/// of the device's memory.
-pub const BUFFER_CACHE_ENV: &str = "CUDNN_BACKEND_BUFFER_CACHE_MIB";
 
 /// Free buffers of one device by size class (each list in descending address order), and
 /// their total size.
@@ -46,11 +42,11 @@ pub(crate) fn size_class(bytes: usize) -> usize {
     }
 }
 
-/// The per-device cap in bytes (read once).
+/// The per-device cap in bytes: `CUDNN_BACKEND_BUFFER_CACHE_MIB` MiB (`0` turns the cache
+/// off; [`Config::buffer_cache_mib`](crate::config::Config::buffer_cache_mib)), by default a
+/// quarter of the device's memory.
 fn limit_bytes(dev: &runtime::Device) -> usize {
-    static LIMIT_MIB: OnceLock<Option<usize>> = OnceLock::new();
-    let set = LIMIT_MIB.get_or_init(|| std::env::var(BUFFER_CACHE_ENV).ok().and_then(|v| v.trim().parse().ok()));
-    match set {
+    match crate::config::config().buffer_cache_mib {
         Some(mib) => mib << 20,
         None => dev.info().total_memory / 4,
     }

@@ -19,7 +19,7 @@
 //! never waits for it).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use burn_backend::distributed::{CollectiveTensor, DistributedBackend, DistributedParamId, ReduceOperation};
@@ -31,6 +31,7 @@ use burn_core::tensor::{Bool, Int, Tensor};
 use super::tensor::{expect, CudnnTensor};
 use super::{Cudnn, CudnnDevice};
 use crate::collective::{group, Communicator, ReduceOp};
+pub use crate::config::BUCKET_MB_ENV;
 use crate::error::{Error, Result};
 use crate::runtime::Device;
 
@@ -91,10 +92,6 @@ static ARRIVED: Condvar = Condvar::new();
 /// reductions are enqueued.
 static BUCKETS: Mutex<Option<HashMap<Vec<usize>, Bucket>>> = Mutex::new(None);
 
-/// The environment variable that sets the gradient bucket size in MiB (default 25, as
-/// PyTorch's `DistributedDataParallel`).
-pub const BUCKET_MB_ENV: &str = "CUDNN_BACKEND_DDP_BUCKET_MB";
-
 /// Gradients of one group ready to reduce: per parameter, one tensor per device and the op.
 #[derive(Default)]
 struct Bucket {
@@ -104,17 +101,9 @@ struct Bucket {
 }
 
 /// The bucket size in bytes ([`BUCKET_MB_ENV`], default 25 MiB; 0 launches every
-/// parameter on its own).
+/// parameter on its own; [`Config::ddp_bucket_bytes`](crate::config::Config::ddp_bucket_bytes)).
 fn bucket_bytes() -> usize {
-    static BYTES: OnceLock<usize> = OnceLock::new();
-    *BYTES.get_or_init(|| {
-        let mb = std::env::var(BUCKET_MB_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .unwrap_or(25.0);
-        (mb * 1024.0 * 1024.0) as usize
-    })
+    crate::config::config().ddp_bucket_bytes
 }
 
 impl DistributedBackend for Cudnn {

@@ -6,13 +6,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::config::{config, Config, LOCAL_RANK_ENV, RANK_ENV, WORLD_SIZE_ENV};
 use crate::error::{Error, Result};
 use crate::ffi::nccl;
 
-/// The environment variable holding the unique id as 256 hex digits.
-pub const NCCL_ID_ENV: &str = "CUDNN_BACKEND_NCCL_ID";
-/// The environment variable naming a file through which rank 0 hands the id to the others.
-pub const NCCL_ID_FILE_ENV: &str = "CUDNN_BACKEND_NCCL_ID_FILE";
+pub use crate::config::{NCCL_ID_ENV, NCCL_ID_FILE_ENV};
 
 /// An NCCL unique id: made once by rank 0 ([`UniqueId::new`]) and given to every rank of
 /// the communicator. It holds rank 0's bootstrap address; treat it as a secret of the job.
@@ -59,12 +57,9 @@ impl UniqueId {
         Ok(Self(id))
     }
 
-    /// The id in [`NCCL_ID_ENV`], if that variable is set.
+    /// The id in [`NCCL_ID_ENV`], if that variable is set ([`Config::nccl_id`]).
     pub fn from_env() -> Result<Option<Self>> {
-        match std::env::var(NCCL_ID_ENV) {
-            Ok(text) => Self::from_hex(&text).map(Some),
-            Err(_) => Ok(None),
-        }
+        config().nccl_id.as_deref().map(Self::from_hex).transpose()
     }
 
     /// Writes the id to `path` atomically (a temporary file in the same folder, then a
@@ -122,7 +117,7 @@ pub struct Bootstrap {
 }
 
 impl Bootstrap {
-    /// Reads the job's variables through `var` (e.g. `|k| std::env::var(k).ok()`).
+    /// Reads the job's variables through `var` (`None`: unset).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let number = |name: &'static str| -> Result<Option<usize>> {
             match var(name) {
@@ -153,9 +148,21 @@ impl Bootstrap {
         })
     }
 
-    /// [`from_vars`](Self::from_vars) on the process environment.
+    /// [`from_vars`](Self::from_vars) on the variables of `config` ([`Config::rank`],
+    /// [`Config::world_size`], [`Config::local_rank`]).
+    pub fn from_config(config: &Config) -> Result<Self> {
+        Self::from_vars(|k| match k {
+            RANK_ENV => config.rank.clone(),
+            WORLD_SIZE_ENV => config.world_size.clone(),
+            LOCAL_RANK_ENV => config.local_rank.clone(),
+            _ => None,
+        })
+    }
+
+    /// [`from_config`](Self::from_config) on the process's configuration (the environment,
+    /// read once).
     pub fn from_env() -> Result<Self> {
-        Self::from_vars(|k| std::env::var(k).ok())
+        Self::from_config(config())
     }
 
     /// The job's unique id: from [`NCCL_ID_ENV`] when set; else through the file named by
@@ -165,7 +172,7 @@ impl Bootstrap {
         if let Some(id) = UniqueId::from_env()? {
             return Ok(id);
         }
-        let Some(path) = std::env::var_os(NCCL_ID_FILE_ENV) else {
+        let Some(path) = &config().nccl_id_file else {
             return Err(Error::Collective {
                 op: "finding the NCCL unique id",
                 reason: format!(
@@ -175,7 +182,6 @@ impl Bootstrap {
                 ),
             });
         };
-        let path = Path::new(&path);
         if self.rank == 0 {
             let id = UniqueId::new()?;
             id.write_file(path)?;

@@ -12,22 +12,16 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use crate::error::{Error, Result};
 use crate::ffi::nccl::{Comm, IN_PROGRESS};
 
-/// The environment variable setting the collective timeout in seconds (default 600).
-pub const NCCL_TIMEOUT_ENV: &str = "CUDNN_BACKEND_NCCL_TIMEOUT_S";
+pub use crate::config::NCCL_TIMEOUT_ENV;
 /// How long a collective may take by default (PyTorch's NCCL default, 10 minutes).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_TIMEOUT: Duration = crate::config::DEFAULT_NCCL_TIMEOUT;
 /// How often the watchdog looks at the communicators.
 const POLL: Duration = Duration::from_millis(50);
 
 /// How long a collective may take: [`NCCL_TIMEOUT_ENV`] (seconds) when set to a positive
-/// number, else [`DEFAULT_TIMEOUT`].
+/// number, else [`DEFAULT_TIMEOUT`] ([`Config::nccl_timeout`](crate::config::Config::nccl_timeout)).
 pub fn timeout_from_env() -> Duration {
-    std::env::var(NCCL_TIMEOUT_ENV)
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .unwrap_or(DEFAULT_TIMEOUT)
+    crate::config::config().nccl_timeout
 }
 
 /// One enqueued collective: an event recorded after it on its stream.
@@ -236,8 +230,9 @@ mod tests {
 
     #[test]
     fn timeout_defaults_to_ten_minutes() {
-        if std::env::var_os(NCCL_TIMEOUT_ENV).is_none() {
-            assert_eq!(timeout_from_env(), Duration::from_secs(600));
-        }
+        assert_eq!(DEFAULT_TIMEOUT, Duration::from_secs(600));
+        assert_eq!(crate::config::Config::default().nccl_timeout, DEFAULT_TIMEOUT);
+        let set = crate::config::Config::from_vars(|k| (k == NCCL_TIMEOUT_ENV).then_some("30"));
+        assert_eq!(set.nccl_timeout, Duration::from_secs(30));
     }
 }

@@ -5,8 +5,7 @@ use std::sync::OnceLock;
 
 use crate::error::{CudnnStatus, Error, Result};
 
-/// Environment variable naming an explicit path to libcudnn (checked before the defaults).
-pub const CUDNN_LIB_ENV: &str = "CUDNN_BACKEND_CUDNN_LIB";
+pub use crate::config::CUDNN_LIB_ENV;
 
 /// File names handed to the dynamic loader, in order, when [`CUDNN_LIB_ENV`] is unset.
 pub const CUDNN_LIB_NAMES: &[&str] = &["libcudnn.so.9", "libcudnn.so", "cudnn64_9.dll"];
@@ -70,15 +69,11 @@ enum LoadFailure {
 
 static API: OnceLock<std::result::Result<CudnnApi, LoadFailure>> = OnceLock::new();
 
+/// The library names tried, in order: [`CUDNN_LIB_ENV`]'s path when set, then
+/// [`CUDNN_LIB_NAMES`].
 fn candidates() -> Vec<String> {
-    let mut names = Vec::new();
-    if let Ok(path) = std::env::var(CUDNN_LIB_ENV) {
-        if !path.is_empty() {
-            names.push(path);
-        }
-    }
-    names.extend(CUDNN_LIB_NAMES.iter().map(|s| s.to_string()));
-    names
+    let named = crate::config::config().cudnn_lib.iter().cloned();
+    named.chain(CUDNN_LIB_NAMES.iter().map(|s| s.to_string())).collect()
 }
 
 macro_rules! sym {

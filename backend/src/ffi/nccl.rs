@@ -15,8 +15,7 @@ type Status = c_int;
 /// An opaque NCCL communicator (`ncclComm_t`).
 pub(crate) type RawComm = *mut c_void;
 
-/// The environment variable naming the NCCL library to load (a path or a file name).
-pub const NCCL_LIB_ENV: &str = "CUDNN_BACKEND_NCCL_LIB";
+pub use crate::config::NCCL_LIB_ENV;
 /// File names tried after [`NCCL_LIB_ENV`], in order.
 pub const NCCL_LIB_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so"];
 
@@ -107,12 +106,13 @@ enum LoadFailure {
 
 static API: OnceLock<std::result::Result<NcclApi, LoadFailure>> = OnceLock::new();
 
-/// The library names tried, in order: only [`NCCL_LIB_ENV`] when it is set (a library the
-/// user names is never silently replaced by another), else [`NCCL_LIB_NAMES`].
-fn candidates() -> Vec<String> {
-    match std::env::var(NCCL_LIB_ENV) {
-        Ok(path) if !path.is_empty() => vec![path],
-        _ => NCCL_LIB_NAMES.iter().map(|s| s.to_string()).collect(),
+/// The library names tried, in order, given [`NCCL_LIB_ENV`]'s value `named`: only that
+/// when it is set (a library the user names is never silently replaced by another), else
+/// [`NCCL_LIB_NAMES`].
+fn candidates(named: Option<&str>) -> Vec<String> {
+    match named {
+        Some(path) => vec![path.to_string()],
+        None => NCCL_LIB_NAMES.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -132,7 +132,7 @@ macro_rules! sym {
 const MIN_VERSION: c_int = 21700;
 
 fn load() -> std::result::Result<NcclApi, LoadFailure> {
-    let names = candidates();
+    let names = candidates(crate::config::config().nccl_lib.as_deref());
     let Some((lib, path)) = super::open_first(&names) else {
         return Err(LoadFailure::NotFound(names));
     };
@@ -601,9 +601,7 @@ mod tests {
 
     #[test]
     fn default_candidates_are_the_sonames() {
-        // The unit tests never set the variable (the missing-library test runs in its own process).
-        if std::env::var_os(NCCL_LIB_ENV).is_none() {
-            assert_eq!(candidates(), ["libnccl.so.2", "libnccl.so"]);
-        }
+        assert_eq!(candidates(None), ["libnccl.so.2", "libnccl.so"]);
+        assert_eq!(candidates(Some("/opt/libnccl.so.2")), ["/opt/libnccl.so.2"]);
     }
 }

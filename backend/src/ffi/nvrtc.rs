@@ -510,8 +510,8 @@ mod exit_tests {
 
     #[test]
     fn the_main_threads_exit_waits_for_a_build_in_flight() {
-        const CHILD: &str = "CUDNN_BACKEND_TEST_EXIT_MARKER";
-        if let Some(marker) = std::env::var_os(CHILD) {
+        use crate::config::test_vars::{var_os, EXIT_MARKER_ENV as CHILD};
+        if let Some(marker) = var_os(CHILD) {
             exit_during_a_build(marker.into());
         }
         let marker = std::env::temp_dir().join(format!("cudnn-backend-exit-{}", std::process::id()));

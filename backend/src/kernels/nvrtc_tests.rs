@@ -248,7 +248,8 @@ fn compiled_images_go_through_the_disk_cache() {
 #[test]
 #[ignore = "needs libnvrtc on the loader path"]
 fn compile_timings() {
-    if std::env::var_os("CUDNN_BACKEND_COMPILE_TIMINGS").is_none_or(|v| v != "1") {
+    use crate::config::test_vars::{var_os, COMPILE_TIMINGS_ENV};
+    if var_os(COMPILE_TIMINGS_ENV).is_none_or(|v| v != "1") {
         println!("compile_timings: set CUDNN_BACKEND_COMPILE_TIMINGS=1 to run it");
         return;
     }

@@ -138,15 +138,11 @@ pub(crate) const GROUPS: &[Group] = &[
     conv_group!("f64"),
 ];
 
-/// Environment variable that turns the background warm-up off (`0`, `false`, `off` or `no`).
-// The Burn backend starts the warm-up; a Candle-only build has no caller.
-#[cfg_attr(not(feature = "burn"), allow(dead_code))]
-pub const WARM_UP_ENV: &str = "CUDNN_BACKEND_WARM_UP";
-
 /// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
 /// a background thread, so that their compiles (on a fresh machine) overlap the program's
 /// own start-up instead of stalling its first step one kernel at a time. Kernels already in
-/// the disk cache load in microseconds. The caller honours [`WARM_UP_ENV`].
+/// the disk cache load in microseconds. The caller honours
+/// [`Config::warm_up`](crate::config::Config::warm_up).
 #[cfg_attr(not(feature = "burn"), allow(dead_code))]
 pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
     // The small integer and mask groups first: every program needs them early (labels,

@@ -10,10 +10,6 @@ use crate::ffi::CudnnHandle;
 use crate::handle::{DeviceThreadHandlePool, HandleKind};
 use crate::runtime::Device;
 
-/// `CUDNN_BACKEND_PLAN_CACHE_CAPACITY`: plans kept per handle (default
-/// [`DEFAULT_PLAN_CACHE_CAPACITY`]).
-pub const PLAN_CACHE_CAPACITY_ENV: &str = "CUDNN_BACKEND_PLAN_CACHE_CAPACITY";
-
 /// Creates cuDNN handles on a device's primary context and binds streams to them.
 #[derive(Debug, Default)]
 pub struct CudnnKind;
@@ -33,13 +29,6 @@ impl std::fmt::Debug for PooledCudnn {
     }
 }
 
-fn plan_capacity() -> usize {
-    std::env::var(PLAN_CACHE_CAPACITY_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_PLAN_CACHE_CAPACITY)
-}
-
 impl HandleKind for CudnnKind {
     type Handle = PooledCudnn;
     type Stream = usize;
@@ -52,7 +41,12 @@ impl HandleKind for CudnnKind {
         Ok(PooledCudnn {
             capture_stream: None,
             handle,
-            plans: PlanLru::new(plan_capacity(), super::cache_stats().clone()),
+            plans: PlanLru::new(
+                crate::config::config()
+                    .plan_cache_capacity
+                    .unwrap_or(DEFAULT_PLAN_CACHE_CAPACITY),
+                super::cache_stats().clone(),
+            ),
         })
     }
 

@@ -17,10 +17,11 @@ mod serialized;
 
 use std::sync::{Arc, OnceLock};
 
+pub use crate::config::PLAN_CACHE_CAPACITY_ENV;
 pub use background::wait_for_background_builds;
 pub use executor::{execute_graph, execute_graph_on, Binding};
 pub(crate) use executor::{execute_keyed, execute_keyed_when_built, prefetch_keyed, with_cudnn_handle};
-pub use handles::{cudnn_pool, CudnnKind, PooledCudnn, PLAN_CACHE_CAPACITY_ENV};
+pub use handles::{cudnn_pool, CudnnKind, PooledCudnn};
 pub use kernel_cache::dynamic_shape_kernel_caches;
 pub use policy::{policy, set_policy, ConvLayout, EnginePolicy, HeuristicMode};
 pub use serialized::{serialized_plan_counts, SerializedPlanCounts};

@@ -30,8 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cache::{EngineChoice, Signature};
 
-/// Environment variable naming the directory for tuning files.
-pub const TUNING_DIR_ENV: &str = "CUDNN_BACKEND_TUNING_DIR";
+pub use crate::config::TUNING_DIR_ENV;
 
 /// First token of a tuning file.
 pub const MAGIC: &str = "cudnn-backend-tuning";
@@ -56,12 +55,10 @@ pub struct TuningKey {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TuningFile;
 
-/// The directory named by [`TUNING_DIR_ENV`], if that variable is set and not empty.
+/// The directory named by [`TUNING_DIR_ENV`], if that variable is set and not empty
+/// ([`Config::tuning_dir`](crate::config::Config::tuning_dir)).
 pub fn dir_from_env() -> Option<PathBuf> {
-    match std::env::var_os(TUNING_DIR_ENV) {
-        Some(v) if !v.is_empty() => Some(PathBuf::from(v)),
-        _ => None,
-    }
+    crate::config::config().tuning_dir.clone()
 }
 
 impl TuningFile {

@@ -1,32 +1,15 @@
 //! Engine selection policy: heuristic vs benchmark (autotune), determinism, TF32, workspace
 //! cap, SM carveout.
 
-use std::sync::{OnceLock, RwLock};
+use std::sync::RwLock;
 
-/// Which heuristic cuDNN is asked for first (the fallback list is always appended).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HeuristicMode {
-    /// Mode A: fast, ranks most graph patterns well (default).
-    A,
-    /// Mode B: more accurate, more CPU time per query.
-    B,
-}
+use crate::config::{config, Config};
+pub use crate::config::{
+    ConvLayout, HeuristicMode, CONV_LAYOUT_ENV, DYNAMIC_SHAPES_ENV, GRAPH_REPLAY_ENV, HEURISTIC_ENV, LIB_CONFIG_ENV,
+    MAX_WORKSPACE_ENV, MODE_ENV, SM_COUNT_TARGET_ENV, TF32_ENV,
+};
 
-/// The memory format of 2-D and 3-D convolution operands (and of the activations the
-/// backends derive from them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum ConvLayout {
-    /// Channels-first (`NCHW`, `NCDHW`) as the frameworks hand tensors over; cuDNN transforms
-    /// half-precision operands around each convolution.
-    #[default]
-    ChannelsFirst,
-    /// Channels-last (`NHWC`, `NDHWC`, filters `KRSC`) for ungrouped float convolutions, as
-    /// PyTorch's `channels_last`: cuDNN's tensor-core engines read it directly, and results
-    /// keep the format (see `burn::layout`).
-    ChannelsLast,
-}
-
-/// How plans are chosen. Environment variables set the initial value (see [`EnginePolicy::from_env`]);
+/// How plans are chosen. The configuration sets the initial value (see [`EnginePolicy::from_env`]);
 /// [`set_policy`] changes it at run time (new signatures only: cached plans stay).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EnginePolicy {
@@ -83,71 +66,27 @@ impl Default for EnginePolicy {
     }
 }
 
-/// `CUDNN_BACKEND_MODE`: `heuristic` (default), `benchmark`, `deterministic`, or
-/// `benchmark,deterministic`.
-pub const MODE_ENV: &str = "CUDNN_BACKEND_MODE";
-/// `CUDNN_BACKEND_ALLOW_TF32`: `1` to allow TF32 for f32 data.
-pub const TF32_ENV: &str = "CUDNN_BACKEND_ALLOW_TF32";
-/// `CUDNN_BACKEND_MAX_WORKSPACE`: workspace cap in bytes.
-pub const MAX_WORKSPACE_ENV: &str = "CUDNN_BACKEND_MAX_WORKSPACE";
-/// `CUDNN_BACKEND_GRAPH_REPLAY`: `0` to never replay repeated executions as CUDA graphs.
-pub const GRAPH_REPLAY_ENV: &str = "CUDNN_BACKEND_GRAPH_REPLAY";
-/// `CUDNN_BACKEND_HEURISTIC`: `a` (default) or `b`.
-pub const HEURISTIC_ENV: &str = "CUDNN_BACKEND_HEURISTIC";
-/// `CUDNN_BACKEND_SM_COUNT_TARGET`: an SM count (see [`EnginePolicy::sm_count_target`]).
-pub const SM_COUNT_TARGET_ENV: &str = "CUDNN_BACKEND_SM_COUNT_TARGET";
-/// `CUDNN_BACKEND_DYNAMIC_SHAPES`: `1` for dynamic-shape graphs sharing kernel caches (see
-/// [`EnginePolicy::dynamic_shapes`]).
-pub const DYNAMIC_SHAPES_ENV: &str = "CUDNN_BACKEND_DYNAMIC_SHAPES";
-/// `CUDNN_BACKEND_CONV_LAYOUT`: `nchw` (default) or `nhwc` (see [`ConvLayout`]).
-pub const CONV_LAYOUT_ENV: &str = "CUDNN_BACKEND_CONV_LAYOUT";
-
 impl EnginePolicy {
-    /// The default policy with the `CUDNN_BACKEND_*` environment variables applied.
+    /// The default policy with the process's `CUDNN_BACKEND_*` settings applied (those of
+    /// [`config()`](crate::config::config): the environment, read once).
     pub fn from_env() -> Self {
-        let mut p = Self::default();
-        if let Ok(mode) = std::env::var(MODE_ENV) {
-            for m in mode.split([',', '+']).map(|s| s.trim().to_ascii_lowercase()) {
-                match m.as_str() {
-                    "benchmark" | "autotune" => p.benchmark = true,
-                    "deterministic" => p.deterministic = true,
-                    "heuristic" | "" => {}
-                    other => tracing::warn!("{MODE_ENV}: unknown mode `{other}` ignored"),
-                }
-            }
+        Self::from_config(config())
+    }
+
+    /// The default policy with the settings of `config` applied.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            benchmark: config.mode.benchmark,
+            deterministic: config.mode.deterministic,
+            allow_tf32: config.allow_tf32,
+            max_workspace: config.max_workspace,
+            heuristic: config.heuristic,
+            graph_replay: config.graph_replay,
+            sm_count_target: config.sm_count_target,
+            dynamic_shapes: config.dynamic_shapes,
+            conv_layout: config.conv_layout,
+            ..Self::default()
         }
-        if let Ok(v) = std::env::var(TF32_ENV) {
-            p.allow_tf32 = matches!(v.trim(), "1" | "true" | "yes");
-        }
-        if let Ok(v) = std::env::var(MAX_WORKSPACE_ENV) {
-            match v.trim().parse::<u64>() {
-                Ok(n) => p.max_workspace = Some(n),
-                Err(_) => tracing::warn!("{MAX_WORKSPACE_ENV}: `{v}` is not a byte count; ignored"),
-            }
-        }
-        if let Ok(v) = std::env::var(GRAPH_REPLAY_ENV) {
-            p.graph_replay = !matches!(v.trim(), "0" | "false" | "no");
-        }
-        if let Ok(v) = std::env::var(HEURISTIC_ENV) {
-            p.heuristic = if v.trim().eq_ignore_ascii_case("b") {
-                HeuristicMode::B
-            } else {
-                HeuristicMode::A
-            };
-        }
-        if let Ok(v) = std::env::var(SM_COUNT_TARGET_ENV) {
-            p.sm_count_target = parse_sm_count(&v);
-        }
-        if let Ok(v) = std::env::var(DYNAMIC_SHAPES_ENV) {
-            p.dynamic_shapes = matches!(v.trim(), "1" | "true" | "yes");
-        }
-        if let Ok(v) = std::env::var(CONV_LAYOUT_ENV) {
-            match parse_conv_layout(&v) {
-                Some(l) => p.conv_layout = l,
-                None => tracing::warn!("{CONV_LAYOUT_ENV}: `{v}` is not nchw or nhwc; ignored"),
-            }
-        }
-        p
     }
 
     /// Bits folded into graph signatures: plans chosen under different policies never mix.
@@ -179,20 +118,12 @@ impl EnginePolicy {
     }
 }
 
-/// `CUDNN_LIB_CONFIG`: the cuDNN library configuration cuDNN itself reads (`FULL`, the
-/// default, or `GRAPH_JIT_ONLY`: the graph API with runtime-compiled engines only).
-pub const LIB_CONFIG_ENV: &str = "CUDNN_LIB_CONFIG";
-
-/// Whether cuDNN runs in its `GRAPH_JIT_ONLY` configuration (read once per process, as cuDNN
-/// does). There, cuDNN's pooling API is absent (pooling runs in our kernels) and some f32
-/// convolutions have only TF32 engines (used, with a warning, when nothing else runs).
+/// Whether cuDNN runs in its `GRAPH_JIT_ONLY` configuration ([`LIB_CONFIG_ENV`], read once
+/// per process, as cuDNN does). There, cuDNN's pooling API is absent (pooling runs in our
+/// kernels) and some f32 convolutions have only TF32 engines (used, with a warning, when
+/// nothing else runs).
 pub fn graph_jit_only() -> bool {
-    static CONFIG: OnceLock<bool> = OnceLock::new();
-    *CONFIG.get_or_init(|| names_graph_jit_only(std::env::var(LIB_CONFIG_ENV).ok().as_deref()))
-}
-
-fn names_graph_jit_only(config: Option<&str>) -> bool {
-    config.is_some_and(|c| c.trim().eq_ignore_ascii_case("GRAPH_JIT_ONLY"))
+    config().graph_jit_only
 }
 
 /// Bits folded into signatures for the library configuration, so that plans chosen under
@@ -202,30 +133,6 @@ pub(crate) fn lib_config_bits() -> u64 {
         0x6a17_0000_0000_0001
     } else {
         0
-    }
-}
-
-/// A [`ConvLayout`] from its [`CONV_LAYOUT_ENV`] spelling.
-fn parse_conv_layout(v: &str) -> Option<ConvLayout> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "nchw" | "channels_first" | "channels-first" | "" => Some(ConvLayout::ChannelsFirst),
-        "nhwc" | "channels_last" | "channels-last" => Some(ConvLayout::ChannelsLast),
-        _ => None,
-    }
-}
-
-/// An SM count from [`SM_COUNT_TARGET_ENV`]: a positive integer, or empty / `0` / `off` for
-/// the whole GPU; anything else is ignored with a warning.
-fn parse_sm_count(v: &str) -> Option<u32> {
-    match v.trim() {
-        "" | "0" | "off" | "none" => None,
-        s => match s.parse::<u32>() {
-            Ok(n) if n <= i32::MAX as u32 => Some(n),
-            _ => {
-                tracing::warn!("{SM_COUNT_TARGET_ENV}: `{v}` is not an SM count; ignored");
-                None
-            }
-        },
     }
 }
 
@@ -250,13 +157,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn conv_layout_spellings() {
-        assert_eq!(parse_conv_layout(" NHWC "), Some(ConvLayout::ChannelsLast));
-        assert_eq!(parse_conv_layout("nchw"), Some(ConvLayout::ChannelsFirst));
-        assert_eq!(parse_conv_layout("ncwh"), None);
-    }
-
-    #[test]
     fn sm_carveout_is_part_of_the_signature() {
         let full = EnginePolicy::default();
         let half = EnginePolicy {
@@ -275,25 +175,5 @@ mod tests {
             ..full
         };
         assert_ne!(full.signature_bits(), zero.signature_bits());
-    }
-
-    #[test]
-    fn graph_jit_only_configuration() {
-        assert!(names_graph_jit_only(Some("GRAPH_JIT_ONLY")));
-        assert!(names_graph_jit_only(Some(" graph_jit_only ")));
-        assert!(!names_graph_jit_only(Some("FULL")));
-        assert!(!names_graph_jit_only(None));
-    }
-
-    #[test]
-    fn sm_count_parsing() {
-        assert_eq!(parse_sm_count("66"), Some(66));
-        assert_eq!(parse_sm_count(" 132 "), Some(132));
-        for off in ["", "0", "off", "none"] {
-            assert_eq!(parse_sm_count(off), None, "{off:?}");
-        }
-        assert_eq!(parse_sm_count("-3"), None);
-        assert_eq!(parse_sm_count("half"), None);
-        assert_eq!(parse_sm_count("4294967295"), None);
     }
 }

@@ -23,15 +23,12 @@
 //! The checksum is FNV-1a 64 over every byte of the entry after the checksum field; the file
 //! must be exactly as long as its header says.
 
-use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Environment variable that moves the kernel cache (a directory) or turns it off (`0`, `off`,
-/// `false`, `no`, `none`). Unset or empty: the default directory.
-pub const KERNEL_CACHE_ENV: &str = "CUDNN_BACKEND_KERNEL_CACHE";
+pub use crate::config::{resolve_dir, KERNEL_CACHE_ENV};
 
 /// First bytes of every entry.
 pub const MAGIC: &[u8; 8] = b"CDNNBKRN";
@@ -157,38 +154,10 @@ impl CacheKey {
     }
 }
 
-/// The cache directory for the given values of [`KERNEL_CACHE_ENV`], `XDG_CACHE_HOME` and
-/// `HOME`: the variable's path when set; `None` (off) for `0`, `off`, `false`, `no`, `none`;
-/// otherwise `$XDG_CACHE_HOME/cudnn-backend/kernels` (when absolute), else
-/// `$HOME/.cache/cudnn-backend/kernels`; `None` when neither is known.
-pub fn resolve_dir(var: Option<OsString>, xdg_cache_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
-    if let Some(v) = var.filter(|v| !v.is_empty()) {
-        let off = v
-            .to_str()
-            .map(|s| {
-                matches!(
-                    s.trim().to_ascii_lowercase().as_str(),
-                    "0" | "off" | "false" | "no" | "none"
-                )
-            })
-            .unwrap_or(false);
-        return if off { None } else { Some(PathBuf::from(v)) };
-    }
-    let sub = Path::new("cudnn-backend").join("kernels");
-    if let Some(x) = xdg_cache_home.map(PathBuf::from).filter(|p| p.is_absolute()) {
-        return Some(x.join(sub));
-    }
-    home.filter(|h| !h.is_empty())
-        .map(|h| PathBuf::from(h).join(".cache").join(sub))
-}
-
-/// [`resolve_dir`] with this process's environment.
+/// The process's cache directory: [`resolve_dir`] applied to the environment, read once
+/// ([`Config::kernel_cache`](crate::config::Config::kernel_cache)).
 pub fn dir_from_env() -> Option<PathBuf> {
-    resolve_dir(
-        std::env::var_os(KERNEL_CACHE_ENV),
-        std::env::var_os("XDG_CACHE_HOME"),
-        std::env::var_os("HOME"),
-    )
+    crate::config::config().kernel_cache.clone()
 }
 
 /// A kernel cache directory (created on the first store).
@@ -370,6 +339,8 @@ pub fn decode(bytes: &[u8], key: CacheKey) -> Result<CachedImage, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
     use super::*;
 
     fn parts(kernel: &str) -> (u128, String, Vec<String>) {
@@ -614,12 +585,13 @@ mod tests {
 
     #[test]
     fn disabled_by_the_environment_variable() {
-        // The only test that touches the real variable.
-        std::env::set_var(KERNEL_CACHE_ENV, "off");
-        assert_eq!(KernelCache::from_env(), None);
+        let cache = |value: &str| {
+            crate::config::Config::from_vars(|k| (k == KERNEL_CACHE_ENV).then(|| value.to_string()))
+                .kernel_cache
+                .map(KernelCache::at)
+        };
+        assert_eq!(cache("off"), None);
         let dir = tempfile::tempdir().unwrap();
-        std::env::set_var(KERNEL_CACHE_ENV, dir.path());
-        assert_eq!(KernelCache::from_env(), Some(KernelCache::at(dir.path())));
-        std::env::remove_var(KERNEL_CACHE_ENV);
+        assert_eq!(cache(dir.path().to_str().unwrap()), Some(KernelCache::at(dir.path())));
     }
 }

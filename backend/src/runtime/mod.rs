@@ -37,32 +37,3 @@ pub fn profiler_collect(device: &Device, on: bool) -> crate::error::Result<()> {
         })?;
     crate::ffi::driver::profiler_collect(on)
 }
-
-/// Whether the environment variable `var` switches a feature off: `0`, `false`, `off` or `no`
-/// (any case, surrounding spaces ignored); unset or anything else leaves it on.
-pub(crate) fn switched_off(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn switches_read_off_values_only() {
-        const VAR: &str = "CUDNN_BACKEND_TEST_SWITCH";
-        for (value, off) in [
-            ("0", true),
-            (" Off ", true),
-            ("FALSE", true),
-            ("no", true),
-            ("1", false),
-            ("on", false),
-        ] {
-            std::env::set_var(VAR, value);
-            assert_eq!(switched_off(VAR), off, "{value:?}");
-        }
-        std::env::remove_var(VAR);
-        assert!(!switched_off(VAR));
-    }
-}

@@ -25,23 +25,16 @@ use super::CudnnFusionRuntime;
 use crate::burn::CudnnDevice;
 use crate::runtime::{self, MAX_DEVICES};
 
-/// Time without a launch, after launches, before a flush (unless the env var sets another).
-const DEFAULT_QUIET_US: u64 = 200;
 /// Period between flushes once nothing has been launched for [`IDLE_AFTER`].
 const IDLE_PERIOD: Duration = Duration::from_millis(1);
 /// Launch inactivity after which the flusher slows to [`IDLE_PERIOD`].
 const IDLE_AFTER: Duration = Duration::from_millis(20);
 
-/// The quiet time before a flush, or `None` when `CUDNN_BACKEND_FUSION_FLUSH_US=0`.
+/// Time without a launch, after launches, before a flush (200 µs unless
+/// `CUDNN_BACKEND_FUSION_FLUSH_US` sets another), or `None` when that variable is `0`
+/// ([`Config::fusion_flush`](crate::config::Config::fusion_flush)).
 fn quiet_time() -> Option<Duration> {
-    static PERIOD: OnceLock<Option<Duration>> = OnceLock::new();
-    *PERIOD.get_or_init(|| {
-        let us = std::env::var("CUDNN_BACKEND_FUSION_FLUSH_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_QUIET_US);
-        (us > 0).then(|| Duration::from_micros(us))
-    })
+    crate::config::config().fusion_flush
 }
 
 /// Starts the flusher of `device` once (later calls do nothing). Called from the fusion

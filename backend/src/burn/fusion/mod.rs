@@ -117,10 +117,10 @@ pub enum CudnnFusionHandle {
 #[derive(Debug)]
 pub struct CudnnFusionRuntime;
 
-/// Whether `CUDNN_BACKEND_FUSION` leaves the fusers on (anything but `0`, `false`, `off`).
+/// Whether `CUDNN_BACKEND_FUSION` leaves the fusers on (anything but `0`, `false`, `off`, `no`;
+/// [`Config::fusion`](crate::config::Config::fusion)).
 fn fusers_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::runtime::switched_off("CUDNN_BACKEND_FUSION"))
+    crate::config::config().fusion
 }
 
 impl FusionRuntime for CudnnFusionRuntime {

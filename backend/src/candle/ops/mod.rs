@@ -43,8 +43,7 @@ use candle_core::{Layout, Result, Tensor};
 /// `CUDNN_BACKEND_CANDLE_FUSED_GRADS` is `0`, `false`, `off` or `no` (then Candle ops, for
 /// comparisons).
 pub(crate) fn fused_grads() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::runtime::switched_off("CUDNN_BACKEND_CANDLE_FUSED_GRADS"))
+    crate::config::config().candle_fused_grads
 }
 
 /// Row-major (`channels_last == false`) or channels-last packed strides for logical `dims`
