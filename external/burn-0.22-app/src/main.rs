@@ -51,7 +51,11 @@ struct Net {
 impl Net {
     fn new(device: &Device) -> Self {
         Self {
-            blocks: vec![ConvBn::new(3, 32, device), ConvBn::new(32, 64, device), ConvBn::new(64, 128, device)],
+            blocks: vec![
+                ConvBn::new(3, 32, device),
+                ConvBn::new(32, 64, device),
+                ConvBn::new(64, 128, device),
+            ],
             gap: AdaptiveAvgPool2dConfig::new([1, 1]).init(),
             head: LinearConfig::new(128, 10).init(device),
         }
@@ -80,7 +84,11 @@ fn main() {
     let device = Device::cuda(0).autodiff();
     let mut model = Net::new(&device);
     let mut optim = AdamConfig::new().init();
-    let x = Tensor::<4>::random([batch, 3, 32, 32], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+    let x = Tensor::<4>::random(
+        [batch, 3, 32, 32],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
     let y = Tensor::<1, Int>::random([batch], burn::tensor::Distribution::Uniform(0.0, 10.0), &device);
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut timed = None;
@@ -90,7 +98,10 @@ fn main() {
         model = optim.step(1e-3, model, grads);
         if step == 0 || step + 1 == steps {
             let value: f32 = loss.into_scalar();
-            println!("step {step}: loss {value:.4} ({:.2} s after start)", started.elapsed().as_secs_f64());
+            println!(
+                "step {step}: loss {value:.4} ({:.2} s after start)",
+                started.elapsed().as_secs_f64()
+            );
             // The steps after the first (compiles, autotuning) are the timed ones.
             if step == 0 {
                 timed = Some(Instant::now());

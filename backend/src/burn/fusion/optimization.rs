@@ -480,13 +480,18 @@ pub(crate) fn memory_walk(full: &[i64], inputs: &[CudnnTensor]) -> Option<Vec<us
 }
 
 /// [`memory_walk`] over the inputs' layouts: the first packed input of `full`'s dims decides
-/// (broadcast or gapped ones are passed over).
+/// (broadcast or gapped ones are passed over). Only a walk whose innermost dim would not be
+/// the input's unit-stride one changes: a channels-first activation's channel view, already
+/// read along its contiguous rows, keeps the row-major walk.
 fn memory_walk_of(full: &[i64], inputs: &[&ViewLayout]) -> Option<Vec<usize>> {
-    inputs
+    let order = inputs
         .iter()
         .filter(|l| l.dims[..] == *full)
-        .find_map(|l| packed_order(full, &l.strides))
-        .filter(|order| order.iter().enumerate().any(|(i, &d)| i != d))
+        .find_map(|l| packed_order(full, &l.strides))?;
+    let innermost = |dims: &mut dyn Iterator<Item = usize>| dims.filter(|&d| full[d] != 1).last();
+    let logical = innermost(&mut (0..full.len()));
+    let in_memory = innermost(&mut order.iter().copied());
+    (logical != in_memory).then_some(order)
 }
 
 /// The dim order (outermost first, size-1 dims in place) in which `strides` pack `dims`, or
@@ -716,6 +721,10 @@ mod tests {
         // A broadcast input of full dims is passed over for the next packed one.
         let expanded = layout(&[8, 600], &[1, 0]);
         assert_eq!(memory_walk_of(&[8, 600], &[&expanded, &view]), Some(vec![1, 0]));
+        // A channels-first activation's channel view [C, N, H, W] is read along its unit-stride
+        // width already: the row-major walk stays.
+        let nchw_view = layout(&[8, 2, 5, 6], &[30, 240, 6, 1]);
+        assert_eq!(memory_walk_of(&[8, 2, 5, 6], &[&nchw_view]), None);
         // Size-1 dims keep their places.
         let one = layout(&[4, 1, 3], &[1, 99, 4]);
         assert_eq!(memory_walk_of(&[4, 1, 3], &[&one]), Some(vec![2, 1, 0]));
