@@ -40,7 +40,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
-use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::record::{CompactRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -49,41 +49,7 @@ use cudnn_backend::burn::optim::FusedAdamConfig;
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
 use examples::cli::BackendChoice;
 use examples::curves::{plot, History};
-
-/// The network's batch norm: Burn's own (`--stock`) or this crate's drop-in, which fuses
-/// the normalization with the ReLU and the residual add on our backend.
-#[derive(Module, Debug)]
-struct Norm<B: Backend> {
-    stock: Option<burn::nn::BatchNorm<B>>,
-    fused: Option<cudnn_backend::burn::nn::BatchNorm<B>>,
-}
-
-impl<B: Backend> Norm<B> {
-    fn new(channels: usize, stock: bool, device: &B::Device) -> Self {
-        Self {
-            stock: stock.then(|| burn::nn::BatchNormConfig::new(channels).init(device)),
-            fused: (!stock).then(|| cudnn_backend::burn::nn::BatchNormConfig::new(channels).init(device)),
-        }
-    }
-
-    /// norm(x), then relu(· + skip) when `skip` is given, or relu(·) when `relu`.
-    fn forward(&self, x: Tensor<B, 4>, skip: Option<Tensor<B, 4>>, relu: bool) -> Tensor<B, 4> {
-        match (&self.stock, &self.fused, skip) {
-            (_, Some(bn), Some(skip)) => bn.forward_add_relu(x, skip),
-            (_, Some(bn), None) if relu => bn.forward_relu(x),
-            (_, Some(bn), None) => bn.forward(x),
-            (Some(bn), _, skip) => {
-                let y = bn.forward(x);
-                match skip {
-                    Some(skip) => Relu::new().forward(y + skip),
-                    None if relu => Relu::new().forward(y),
-                    None => y,
-                }
-            }
-            (None, None, _) => unreachable!("a Norm holds one of the two modules"),
-        }
-    }
-}
+use examples::models::resnet::Norm;
 
 /// conv → batch norm (→ relu).
 #[derive(Module, Debug)]

@@ -31,6 +31,16 @@ impl ViewLayout {
         }
     }
 
+    /// `dims` with `strides` at offset 0 (tests build views with it).
+    #[cfg(test)]
+    pub(crate) fn strided(dims: &[i64], strides: &[i64]) -> Self {
+        Self {
+            dims: Shape::from_slice(dims),
+            strides: Shape::from_slice(strides),
+            offset: 0,
+        }
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> i64 {
         self.dims.iter().product()

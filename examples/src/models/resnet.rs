@@ -102,7 +102,8 @@ pub struct Norm<B: Backend> {
 }
 
 impl<B: Backend> Norm<B> {
-    fn new(channels: usize, stock: bool, device: &B::Device) -> Self {
+    /// Burn's `BatchNorm` of `channels` when `stock`, else this crate's drop-in.
+    pub fn new(channels: usize, stock: bool, device: &B::Device) -> Self {
         Self {
             stock: stock.then(|| burn::nn::BatchNormConfig::new(channels).init(device)),
             fused: (!stock).then(|| cudnn_backend::burn::nn::BatchNormConfig::new(channels).init(device)),
@@ -110,7 +111,7 @@ impl<B: Backend> Norm<B> {
     }
 
     /// `norm(x)`, then `relu(· + skip)` with a skip, else `relu(·)` when `relu`.
-    fn forward(&self, x: Tensor<B, 4>, skip: Option<Tensor<B, 4>>, relu: bool) -> Tensor<B, 4> {
+    pub fn forward(&self, x: Tensor<B, 4>, skip: Option<Tensor<B, 4>>, relu: bool) -> Tensor<B, 4> {
         match (&self.stock, &self.fused) {
             (_, Some(bn)) => match skip {
                 Some(skip) => bn.forward_add_relu(x, skip),

@@ -695,11 +695,7 @@ mod tests {
     use crate::view::ViewLayout;
 
     fn layout(dims: &[i64], strides: &[i64]) -> ViewLayout {
-        ViewLayout {
-            dims: crate::types::Shape::from_slice(dims),
-            strides: crate::types::Shape::from_slice(strides),
-            offset: 0,
-        }
+        ViewLayout::strided(dims, strides)
     }
 
     #[test]
