@@ -56,25 +56,4 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
     step(); torch.cuda.synchronize()
 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90))
 PY
-python3 - "$logs/ncu.csv" "$count" <<'PY'
-import csv, sys, collections
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-if head is None:
-    print("no ncu rows"); sys.exit()
-h = rows[head]; ki, vi, ui = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
-tot = collections.defaultdict(float); n = collections.Counter()
-for r in rows[head + 1:]:
-    if len(r) <= vi: continue
-    v = float(r[vi].replace(",", "")); unit = r[ui]
-    # Nsight Compute writes the unit as "nsecond" or "ns" depending on its version.
-    us = v * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[unit]
-    name = r[ki][:90]; tot[name] += us / 2; n[name] += 1
-all_ = sum(tot.values())
-print(f"ours: {all_:.0f} us of kernel time per step, {sum(n.values()) // 2} kernels per step")
-seen, asked = sum(n.values()), int(sys.argv[2])
-if seen < asked:
-    print(f"warning: {seen} kernels profiled of {asked} asked: the window ended with the program, per-step figures are low")
-for k, v in sorted(tot.items(), key=lambda t: -t[1])[:40]:
-    print(f"{v:9.1f} us {n[k] // 2:4d}x  {k}")
-PY
+python3 "$here/ncu_summary.py" "$logs/ncu.csv" 2 "$count"

@@ -41,6 +41,28 @@ impl ViewLayout {
         }
     }
 
+    /// The dim order (outermost first, size-1 dims in place) in which the strides pack the
+    /// dims, or `None` when they do not (a broadcast, a gap, an overlap).
+    pub(crate) fn packed_order(&self) -> Option<Vec<usize>> {
+        let (dims, strides) = (&self.dims, &self.strides);
+        let mut moving: Vec<usize> = (0..dims.len()).filter(|&d| dims[d] != 1).collect();
+        moving.sort_by_key(|&d| std::cmp::Reverse(strides[d].unsigned_abs()));
+        // Packed in that order: each stride spans exactly the dims inside it.
+        let mut next = 1i64;
+        for &d in moving.iter().rev() {
+            if strides[d] != next {
+                return None;
+            }
+            next *= dims[d];
+        }
+        let mut sorted = moving.into_iter();
+        Some(
+            (0..dims.len())
+                .map(|d| if dims[d] == 1 { d } else { sorted.next().unwrap_or(d) })
+                .collect(),
+        )
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> i64 {
         self.dims.iter().product()

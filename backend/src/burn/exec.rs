@@ -351,10 +351,7 @@ impl CudnnTensor {
         let row_major: Vec<usize> = (0..r).collect();
         let mut orders = vec![row_major];
         if r >= 3 {
-            let mut channels_last = vec![0];
-            channels_last.extend(2..r);
-            channels_last.push(1);
-            orders.push(channels_last);
+            orders.push(super::layout::channels_last_order(r));
         }
         for order in &orders {
             if let Some(strides) = packed_strides_in(dims, &self.layout.strides, order) {

@@ -21,7 +21,7 @@ use crate::types::channels_last_strides;
 use crate::view::ViewLayout;
 
 /// The dim order, outermost first, of a channels-last tensor of rank `rank`: N, spatial.., C.
-fn channels_last_order(rank: usize) -> Vec<usize> {
+pub(crate) fn channels_last_order(rank: usize) -> Vec<usize> {
     let mut order = vec![0];
     order.extend(2..rank);
     order.push(1);
@@ -85,8 +85,8 @@ impl CudnnTensor {
         }
     }
 
-    /// This tensor packed channels-last: itself when it already is (or when its rank has no
-    /// channels-last format), else one copy.
+    /// This tensor packed channels-last (row-major at ranks without a channels-last format):
+    /// itself as a view when it already is, else one copy.
     pub(crate) fn channels_last(self, op: &str) -> Result<Self> {
         let r = self.rank();
         if !has_channels_last(r) {

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use super::launch_cache::LaunchCache;
 use super::{CudnnFusionHandle, CudnnFusionRuntime};
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
-use crate::burn::{exec, Cudnn, CudnnDevice};
+use crate::burn::{exec, layout, Cudnn, CudnnDevice};
 use crate::error::Result;
 use crate::kernels::fused::{self, FusedLaunch, Program, Variant};
 use crate::view::ViewLayout;
@@ -461,13 +461,8 @@ pub(crate) fn release_consumed(
 pub(crate) fn channels_last_walk(full: &[i64], inputs: &[CudnnTensor]) -> Option<Vec<usize>> {
     let cl = inputs
         .iter()
-        .any(|t| t.dims() == full && crate::burn::layout::is_channels_last(&t.layout));
-    cl.then(|| {
-        let mut order = vec![0];
-        order.extend(2..full.len());
-        order.push(1);
-        order
-    })
+        .any(|t| t.dims() == full && layout::is_channels_last(&t.layout));
+    cl.then(|| layout::channels_last_order(full.len()))
 }
 
 /// The walk order (outermost dim first) of a run over `full` that follows the memory order of
@@ -487,32 +482,11 @@ fn memory_walk_of(full: &[i64], inputs: &[&ViewLayout]) -> Option<Vec<usize>> {
     let order = inputs
         .iter()
         .filter(|l| l.dims[..] == *full)
-        .find_map(|l| packed_order(full, &l.strides))?;
+        .find_map(|l| l.packed_order())?;
     let innermost = |dims: &mut dyn Iterator<Item = usize>| dims.filter(|&d| full[d] != 1).last();
     let logical = innermost(&mut (0..full.len()));
     let in_memory = innermost(&mut order.iter().copied());
     (logical != in_memory).then_some(order)
-}
-
-/// The dim order (outermost first, size-1 dims in place) in which `strides` pack `dims`, or
-/// `None` when they do not pack them (a broadcast or a gap).
-fn packed_order(dims: &[i64], strides: &[i64]) -> Option<Vec<usize>> {
-    let mut moving: Vec<usize> = (0..dims.len()).filter(|&d| dims[d] != 1).collect();
-    moving.sort_by_key(|&d| std::cmp::Reverse(strides[d].unsigned_abs()));
-    // Packed in that order: each stride spans exactly the dims inside it.
-    let mut next = 1i64;
-    for &d in moving.iter().rev() {
-        if strides[d] != next {
-            return None;
-        }
-        next *= dims[d];
-    }
-    let mut sorted = moving.into_iter();
-    Some(
-        (0..dims.len())
-            .map(|d| if dims[d] == 1 { d } else { sorted.next().unwrap_or(d) })
-            .collect(),
-    )
 }
 
 /// `t` with leading size-1 dims up to `order`'s rank (numpy broadcasting aligns ranks to the
@@ -574,9 +548,6 @@ impl ElementwiseOptimization {
                 .map(read_as)
                 .collect::<Result<_>>()?;
         }
-        // Dims along which no input varies (all of them for a run that reads no tensor, such
-        // as `ones(..) * s`): the run computes one element per such dim and its outputs are
-        // broadcast views of full size (flat and mixed runs keep their shapes instead).
         // A run over channels-last tensors walks and stores in their memory order: every
         // operand's dims are permuted alike, the outputs are packed in that order and handed
         // out as channels-last views (see `crate::burn::layout`).
@@ -584,6 +555,9 @@ impl ElementwiseOptimization {
             true => None,
             false => channels_last_walk(&full, &run.tensors),
         };
+        // Dims along which no input varies (all of them for a run that reads no tensor, such
+        // as `ones(..) * s`): the run computes one element per such dim and its outputs are
+        // broadcast views of full size (flat and mixed runs keep their shapes instead).
         let small = match (self.flat || self.mixed.is_some(), run.tensors.is_empty()) {
             (true, _) => None,
             (false, true) => Some(vec![1; full.len()]).filter(|s| *s != full),
