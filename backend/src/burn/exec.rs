@@ -351,7 +351,7 @@ impl CudnnTensor {
         let row_major: Vec<usize> = (0..r).collect();
         let mut orders = vec![row_major];
         if r >= 3 {
-            orders.push(super::layout::channels_last_order(r));
+            orders.push(crate::types::channels_last_order(r));
         }
         for order in &orders {
             if let Some(strides) = packed_strides_in(dims, &self.layout.strides, order) {

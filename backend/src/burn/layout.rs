@@ -17,16 +17,8 @@ use super::tensor::{packed_strides_in, CudnnTensor};
 use crate::error::Result;
 use crate::plan::ConvLayout;
 use crate::runtime;
-use crate::types::channels_last_strides;
+use crate::types::{channels_last_order, channels_last_strides};
 use crate::view::ViewLayout;
-
-/// The dim order, outermost first, of a channels-last tensor of rank `rank`: N, spatial.., C.
-pub(crate) fn channels_last_order(rank: usize) -> Vec<usize> {
-    let mut order = vec![0];
-    order.extend(2..rank);
-    order.push(1);
-    order
-}
 
 /// Whether a rank has a channels-last format: images `[N, C, H, W]` and volumes
 /// `[N, C, D, H, W]`. (A rank-3 `[B, D, S]` is as often a transposed sequence as a 1-D

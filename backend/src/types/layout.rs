@@ -33,15 +33,22 @@ pub fn row_major_strides(dims: &[i64]) -> Shape {
     packed_in(dims, 0..dims.len())
 }
 
+/// The dim order, outermost first, of a channels-last tensor of rank `rank` given as N, C,
+/// spatial...: N, spatial..., C (row-major below rank 2).
+pub fn channels_last_order(rank: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = vec![0];
+    order.extend(2..rank);
+    if rank > 1 {
+        order.push(1);
+    }
+    order.truncate(rank);
+    order
+}
+
 /// Packed channels-last strides of `dims` given as N, C, spatial...: stored as N,
 /// spatial..., C (NHWC, NDHWC); rank 2 and below are row-major.
 pub fn channels_last_strides(dims: &[i64]) -> Shape {
-    let mut order: Vec<usize> = vec![0];
-    order.extend(2..dims.len());
-    if dims.len() > 1 {
-        order.push(1);
-    }
-    packed_strides(dims, &order)
+    packed_strides(dims, &channels_last_order(dims.len()))
 }
 
 /// True when two distinct indices of the view may share an address. Dims are sorted by

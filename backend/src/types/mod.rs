@@ -13,7 +13,9 @@ mod tensor;
 
 pub use conv::{conv_output_size, ConvGeometry};
 pub use dtype::{DataType, DeviceElement};
-pub use layout::{channels_last_strides, may_overlap, packed_strides, row_major_strides, stride_order, Shape};
+pub use layout::{
+    channels_last_order, channels_last_strides, may_overlap, packed_strides, row_major_strides, stride_order, Shape,
+};
 pub use op_kinds::{Activation, PoolMode};
 pub(crate) use tensor::check_part;
 pub use tensor::{TensorMut, TensorRef};

@@ -462,7 +462,7 @@ pub(crate) fn channels_last_walk(full: &[i64], inputs: &[CudnnTensor]) -> Option
     let cl = inputs
         .iter()
         .any(|t| t.dims() == full && layout::is_channels_last(&t.layout));
-    cl.then(|| layout::channels_last_order(full.len()))
+    cl.then(|| crate::types::channels_last_order(full.len()))
 }
 
 /// The walk order (outermost dim first) of a run over `full` that follows the memory order of
