@@ -10,7 +10,7 @@
 #                                (only tests that read TEST_SHARD split; others repeat)
 #   SANITIZER=compute-sanitizer  the executable; extra options in SANITIZER_ARGS
 # Racecheck of sort kernels costs about 90 s per sort call: use the small
-# `every_sort_path_on_single_rows` test for it (see the README).
+# `every_sort_path_on_single_rows` test for it (see docs/reliability.md).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 logs="$(mkdir -p "${1:?log dir}" && cd "$1" && pwd)"; shift

@@ -532,7 +532,7 @@ fn matmuls_match_f64_reference() {
         ))
     };
     let b_of = |t: &[Tensor], bt: bool| if bt { t[1].t().unwrap() } else { t[1].clone() };
-    // f32 matmuls run on TF32 tensor cores (see README).
+    // f32 matmuls run on TF32 tensor cores (see docs/numerics.md).
     check("matmul", 5e-3, &mut gen, |t, (bt, _)| t[0].cudnn_matmul(&b_of(t, *bt)));
     check("matmul_bias_act", 5e-3, &mut gen, |t, (bt, act)| {
         t[0].cudnn_matmul_bias_act(&b_of(t, *bt), &t[2], *act)
@@ -1847,7 +1847,7 @@ fn sdpa_fused_backward_matches_f64_reference() {
             .unwrap()
     };
     for dt in [DType::F32, DType::F16, DType::BF16] {
-        // f32: cuDNN's f32 matmuls run on TF32 tensor cores (README, Numerics).
+        // f32: cuDNN's f32 matmuls run on TF32 tensor cores (docs/numerics.md).
         let (out_tol, grad_tol) = if dt == DType::F32 { (2e-3, 2e-3) } else { (2e-2, 3e-2) };
         for heads_layout in [false, true] {
             for causal in [false, true] {

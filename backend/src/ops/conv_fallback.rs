@@ -7,18 +7,18 @@
 //!   with one warning per op that names the graph and the reason. PyTorch falls back to its
 //!   own native convolutions the same way.
 //! - **Checked engines under `GRAPH_JIT_ONLY`.** The runtime-compiled engines of that
-//!   configuration (cuDNN 9.14 on an H100) returned wrong results for some geometries, e.g.
-//!   an NCHW convolution with stride (2, 1) and dilation (1, 2). There, the first run of
+//!   configuration can return wrong results for some geometries (cuDNN 9.14 on an H100, e.g.
+//!   an NCHW convolution with stride (2, 1) and dilation (1, 2)). There, the first run of
 //!   each new convolution (op, shapes, strides, dtype, geometry) is compared with the direct
 //!   kernel on the same inputs (one host read of both results); a result beyond the dtype's
 //!   bound is replaced by the kernel's, and that convolution runs the kernel from then on,
 //!   with a warning. The check costs one extra convolution and a synchronization per new
 //!   shape, in this configuration only.
 //! - **Grouped convolutions under `GRAPH_JIT_ONLY`** skip cuDNN and run the direct kernel.
-//!   That configuration has no engine for most of them, and in the GPU suite a
-//!   runtime-compiled forward engine made misaligned writes into a 32-byte output that
-//!   killed the CUDA context (memcheck); the suite's only convolutions with outputs that
-//!   small are grouped (e.g. bf16 `[2, 8, 1, 1]`, 4 groups). A fault cannot be caught by
+//!   That configuration has no engine for most of them, and one of its runtime-compiled
+//!   forward engines can make misaligned writes into very small outputs (a 32-byte output,
+//!   memcheck), a fault that ends the CUDA context. The convolutions with outputs that small
+//!   are grouped ones (e.g. bf16 `[2, 8, 1, 1]`, 4 groups), and a fault cannot be caught by
 //!   checking the result afterwards, so these are kept off cuDNN there.
 
 use std::collections::HashSet;

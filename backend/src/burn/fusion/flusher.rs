@@ -8,12 +8,10 @@
 //! The flusher is a background thread per device that watches the launch counter and calls
 //! the public `GlobalFusionClient::flush_queue` once when launches stop for a moment after
 //! running (the server has drained what it had, so a partial batch may be waiting), and every
-//! millisecond once nothing has been launched for a while. A flush pads the current batch
-//! with no-ops, and the recording thread then waits until the server takes it: flushing on a
-//! fixed period while kernels run (the first version of the flusher, every 20 µs) made the
-//! recording thread wait at every flush and cost the stock CNN step a third of its speed, and
-//! the server thread it was meant to wake turned out never to sleep during a step (its CPU
-//! time is the step's wall time). `CUDNN_BACKEND_FUSION_FLUSH_US` sets the quiet time in
+//! millisecond once nothing has been launched for a while. It does not flush while kernels are
+//! being launched: a flush pads the current batch with no-ops and the recording thread then
+//! waits until the server takes it, and during a step the server thread is busy anyway, so
+//! there is nothing to wake. `CUDNN_BACKEND_FUSION_FLUSH_US` sets the quiet time in
 //! microseconds (`0` turns the flusher off).
 
 use std::sync::OnceLock;

@@ -5,19 +5,17 @@
 //! operation, or else operation by operation, all of it. A convolution recorded
 //! while another block is still being explored opens a block of its own, and the operations
 //! that read its output join that block: with no fuser able to start with the convolution,
-//! burn-fusion then runs the whole block unfused. In the stock CNN, the batch-norm statistics
-//! of five of the nine convolutions ran that way (a strided copy, two reduction passes and two
-//! elementwise kernels for each of the mean and the variance, where the fused reduction
-//! takes one launch each).
+//! burn-fusion would run the whole block unfused. A batch norm's statistics right after a
+//! convolution are such a block: unfused, a strided copy, two reduction passes and two
+//! elementwise kernels for each of the mean and the variance, where the fused reduction takes
+//! one launch each.
 //!
 //! [`LeadFuser`] wraps one of the fusers: when the block's first operation is one the inner
 //! fuser refuses, it keeps that operation as a lead and offers the inner fuser's run of the
 //! operations after it. A slice may lead before such an operation: a training loop's batch,
 //! sliced from the dataset's tensor right before the first convolution, opens the forward
-//! pass's first block, and the stem's batch-norm statistics after that convolution ran
-//! unfused (a strided copy, two reduction passes and two elementwise kernels each). The
-//! optimization runs the leads as burn-fusion would (the backend's own ops), then the fused
-//! run.
+//! pass's first block, which then holds the stem's batch-norm statistics. The optimization
+//! runs the leads as burn-fusion would (the backend's own ops), then the fused run.
 
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, OperationIr};
