@@ -71,8 +71,10 @@ impl fmt::Display for CudnnStatus {
 }
 
 /// Every failure the crate reports. Nothing in the crate panics across the FFI boundary;
-/// all CUDA, NVRTC and cuDNN statuses end up here.
+/// all CUDA, NVRTC and cuDNN statuses end up here. New variants may be added in minor
+/// releases, so a `match` outside this crate needs a `_` arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A shared library could not be loaded.
     #[error("could not load {library}: tried {searched:?} on the dynamic loader's search path. {hint}")]
