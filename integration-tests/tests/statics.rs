@@ -117,12 +117,18 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// (a `&` type, which holds no state).
 fn static_item(line: &str) -> Option<&str> {
     let t = line.trim_start();
-    let t = t.strip_prefix("pub(crate) ").or_else(|| t.strip_prefix("pub ")).unwrap_or(t);
+    let t = t
+        .strip_prefix("pub(crate) ")
+        .or_else(|| t.strip_prefix("pub "))
+        .unwrap_or(t);
     let t = t.strip_prefix("static ")?;
     let t = t.strip_prefix("mut ").unwrap_or(t);
     let (name, ty) = t.split_once(':')?;
     let name = name.trim();
-    let is_name = !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    let is_name = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
     (is_name && !ty.trim_start().starts_with('&')).then_some(name)
 }
 
@@ -149,8 +155,10 @@ fn every_process_wide_item_is_listed_with_its_reason() {
             found.insert((name.clone(), item.to_string()));
         }
     }
-    let allowed: BTreeSet<(String, String)> =
-        ALLOWED.iter().map(|&(f, n, _)| (f.to_string(), n.to_string())).collect();
+    let allowed: BTreeSet<(String, String)> = ALLOWED
+        .iter()
+        .map(|&(f, n, _)| (f.to_string(), n.to_string()))
+        .collect();
     let unlisted: Vec<_> = found.difference(&allowed).collect();
     let gone: Vec<_> = allowed.difference(&found).collect();
     let library = ALLOWED.iter().filter(|a| a.2 == Library).count();
@@ -159,8 +167,14 @@ fn every_process_wide_item_is_listed_with_its_reason() {
         found.len(),
         ALLOWED.len() - library
     );
-    assert!(unlisted.is_empty(), "process-wide items not listed here (add them with a reason, or keep the state in an object): {unlisted:?}");
-    assert!(gone.is_empty(), "listed items that no longer exist (take them off the list): {gone:?}");
+    assert!(
+        unlisted.is_empty(),
+        "process-wide items not listed here (add them with a reason, or keep the state in an object): {unlisted:?}"
+    );
+    assert!(
+        gone.is_empty(),
+        "listed items that no longer exist (take them off the list): {gone:?}"
+    );
 }
 
 #[test]
