@@ -630,8 +630,12 @@ const BN_DIMS: [[usize; 4]; 2] = [[8, 16, 12, 12], [32, 16, 32, 32]];
 
 /// `sum(batch_norm(x) * w)` through Burn's own `BatchNorm` in training on backend `B`:
 /// the output, the gradients of the input, scale and bias, and the launches of the step.
+/// With `channels_last`, `x` holds the input's values in `[N, H, W, C]` order and the batch
+/// norm reads its channels-last view (a permutation), as a channels-last network's
+/// activations are.
 fn stock_batch_norm<B: AutodiffBackend>(
     dims: [usize; 4],
+    channels_last: bool,
     x: &[f64],
     w: &[f64],
     params: &[f64],
@@ -643,11 +647,23 @@ fn stock_batch_norm<B: AutodiffBackend>(
     bn.gamma = Param::from_data(vector(&params[..c]), &device);
     bn.beta = Param::from_data(vector(&params[c..]), &device);
     let data = |v: &[f64]| TensorData::new(v.to_vec(), dims).convert_dtype(DType::F32);
-    let x = Tensor::<B, 4>::from_data(data(x), &device).require_grad();
+    let [n, c, h, wd] = dims;
+    let x = match channels_last {
+        false => Tensor::<B, 4>::from_data(data(x), &device),
+        true => Tensor::<B, 4>::from_data(
+            TensorData::new(x.to_vec(), [n, h, wd, c]).convert_dtype(DType::F32),
+            &device,
+        ),
+    }
+    .require_grad();
     let w = Tensor::<B, 4>::from_data(data(w), &device);
     B::sync(&device).unwrap();
     let before = launch_counts();
-    let y = bn.forward(x.clone());
+    let input = match channels_last {
+        false => x.clone(),
+        true => x.clone().permute([0, 3, 1, 2]),
+    };
+    let y = bn.forward(input);
     let grads = (y.clone() * w).sum().backward();
     let out = vec![
         y.into_data(),
@@ -669,16 +685,16 @@ fn stock_batch_norm<B: AutodiffBackend>(
 fn burns_batch_norm_under_fusion_runs_fused_reductions_and_matches_float64() {
     let _serial = counting_launches();
     let mut rng = Rng::new(0xb17c);
-    for dims in BN_DIMS {
+    for (dims, cl) in BN_DIMS.into_iter().flat_map(|d| [(d, false), (d, true)]) {
         let n: usize = dims.iter().product();
         let (x, w) = (uniform(&mut rng, n, -2.0, 3.0), uniform(&mut rng, n, -1.0, 1.0));
         let params = uniform(&mut rng, 2 * dims[1], 0.5, 1.5);
-        let (want, _) = stock_batch_norm::<Autodiff<F64>>(dims, &x, &w, &params);
-        let (plain, plain_launches) = stock_batch_norm::<Autodiff<Cudnn>>(dims, &x, &w, &params);
+        let (want, _) = stock_batch_norm::<Autodiff<F64>>(dims, cl, &x, &w, &params);
+        let (plain, plain_launches) = stock_batch_norm::<Autodiff<Cudnn>>(dims, cl, &x, &w, &params);
         // The first fused run queues the kernels' builds and runs unfused meanwhile.
-        let (first, _) = stock_batch_norm::<Autodiff<CudnnFusion>>(dims, &x, &w, &params);
+        let (first, _) = stock_batch_norm::<Autodiff<CudnnFusion>>(dims, cl, &x, &w, &params);
         cudnn_backend::ops::wait_for_builds();
-        let (fused, fused_launches) = stock_batch_norm::<Autodiff<CudnnFusion>>(dims, &x, &w, &params);
+        let (fused, fused_launches) = stock_batch_norm::<Autodiff<CudnnFusion>>(dims, cl, &x, &w, &params);
         for (i, name) in ["output", "input gradient", "scale gradient", "bias gradient"]
             .iter()
             .enumerate()
@@ -689,7 +705,7 @@ fn burns_batch_norm_under_fusion_runs_fused_reductions_and_matches_float64() {
                 rel_l2(&first[i], &want[i]),
             );
             println!(
-                "batch norm {dims:?} {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}, first fused run {e1:.2e}"
+                "batch norm {dims:?} (channels-last {cl}) {name}: rel L2 vs float64: fused {ef:.2e}, unfused {ep:.2e}, first fused run {e1:.2e}"
             );
             assert!(ef <= (2.0 * ep).max(1e-5), "{name}: fused {ef:.2e} vs unfused {ep:.2e}");
             assert!(
@@ -697,7 +713,9 @@ fn burns_batch_norm_under_fusion_runs_fused_reductions_and_matches_float64() {
                 "{name}: first fused run {e1:.2e} vs unfused {ep:.2e}"
             );
         }
-        println!("stock batch norm step {dims:?}: {plain_launches} launches unfused, {fused_launches} fused");
+        println!(
+            "stock batch norm step {dims:?} (channels-last {cl}): {plain_launches} launches unfused, {fused_launches} fused"
+        );
         // Measured on an H200: 67 and 69 launches unfused, 13 fused (14 before sums of one
         // pass shared a kernel: each product and its three sums one launch, with the
         // `[1, C, 1, 1]` values computed beside it stored by the same kernel; no channel-view

@@ -764,3 +764,109 @@ fn fused_attention_backward_with_tracked_bias_matches_ndarray_in_half_precision(
         }
     }
 }
+
+/// Output and the gradients of the input and the four projection weights of
+/// `sum(mha(x, masks).context * w)` in `dtype` on backend `B`: this crate's drop-in (`ours`)
+/// or Burn's module on the same parameters, with a padding mask (the last `pad[i]` keys of
+/// sample `i`) and a causal attention mask.
+fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool) -> Vec<(String, TensorData)> {
+    let device = Default::default();
+    let (b, s, d) = (2, 40, 64);
+    let mha: MultiHeadAttention<B> = MultiHeadAttentionConfig::new(d, 4).with_dropout(0.0).init(&device);
+    let mut rng = Rng::new(57);
+    let mut data = |dims: &[usize], scale: f64| {
+        TensorData::new(uniform(&mut rng, dims.iter().product(), -scale, scale), dims.to_vec())
+    };
+    let x = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device)
+        .cast(dtype)
+        .require_grad();
+    let w = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device);
+    // The same weights on every backend, in `dtype`.
+    let mut linear = || Linear {
+        weight: Param::from_tensor(Tensor::<B, 2>::from_data(data(&[d, d], 0.15), &device).cast(dtype)),
+        bias: Some(Param::from_tensor(
+            Tensor::<B, 1>::from_data(data(&[d], 0.1), &device).cast(dtype),
+        )),
+    };
+    let pad = [3usize, 11];
+    let pad_mask: Vec<bool> = (0..b).flat_map(|i| (0..s).map(move |j| j >= s - pad[i])).collect();
+    let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad_mask, [b, s]), &device);
+    let mask_attn = burn::nn::attention::generate_autoregressive_mask::<B>(b, s, &device);
+    let mha = MultiHeadAttention {
+        query: linear(),
+        key: linear(),
+        value: linear(),
+        output: linear(),
+        ..mha
+    };
+    let context = if ours {
+        let input = MhaInput::self_attn(x.clone()).mask_pad(mask_pad).mask_attn(mask_attn);
+        let out = mha.forward(input);
+        assert!(out.weights.is_none(), "the masked attention took Burn's composed path");
+        out.context
+    } else {
+        let theirs = burn::nn::attention::MultiHeadAttention {
+            query: mha.query.clone(),
+            key: mha.key.clone(),
+            value: mha.value.clone(),
+            output: mha.output.clone(),
+            dropout: mha.dropout.clone(),
+            activation: mha.activation.clone(),
+            d_model: mha.d_model,
+            n_heads: mha.n_heads,
+            d_k: mha.d_k,
+            min_float: mha.min_float,
+            quiet_softmax: false,
+        };
+        let input = burn::nn::attention::MhaInput::self_attn(x.clone())
+            .mask_pad(mask_pad)
+            .mask_attn(mask_attn);
+        theirs.forward(input).context
+    };
+    let grads = (context.clone().cast(DType::F32) * w).sum().backward();
+    let g = |p: &Tensor<B, 3>| p.grad(&grads).expect("grad").cast(DType::F32).into_data();
+    let gw = |l: &Linear<B>| {
+        l.weight
+            .val()
+            .grad(&grads)
+            .expect("weight grad")
+            .cast(DType::F32)
+            .into_data()
+    };
+    vec![
+        ("context".into(), context.cast(DType::F32).into_data()),
+        ("dx".into(), g(&x)),
+        ("d query".into(), gw(&mha.query)),
+        ("d key".into(), gw(&mha.key)),
+        ("d value".into(), gw(&mha.value)),
+        ("d output".into(), gw(&mha.output)),
+    ]
+}
+
+/// The drop-in attention with a padding and a causal mask takes cuDNN's fused path (the
+/// masks as an additive bias) in half precision and matches Burn's own module with the same
+/// masks on ndarray in f32, unfused and under fusion.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn masked_attention_drop_in_runs_fused_and_matches_burns_module() {
+    let _serial = serial();
+    let want = masked_mha_grads::<Autodiff<Nd>>(DType::F32, false);
+    for dtype in [DType::BF16, DType::F16] {
+        let _ = masked_mha_grads::<Autodiff<Gpu>>(dtype, true);
+        cudnn_backend::ops::wait_for_builds();
+        let label = format!("masked drop-in attention {dtype:?} vs Burn's module (ndarray f32)");
+        assert_close(
+            &label,
+            &masked_mha_grads::<Autodiff<Gpu>>(dtype, true),
+            &want,
+            Tol::Rel(3e-2),
+        );
+        let label = format!("masked drop-in attention {dtype:?} under fusion vs Burn's module (ndarray f32)");
+        assert_close(
+            &label,
+            &masked_mha_grads::<Autodiff<GpuFusion>>(dtype, true),
+            &want,
+            Tol::Rel(3e-2),
+        );
+    }
+}

@@ -549,11 +549,16 @@ impl ElementwiseOptimization {
                 .collect::<Result<_>>()?;
         }
         // A run over channels-last tensors walks and stores in their memory order: every
-        // operand's dims are permuted alike, the outputs are packed in that order and handed
-        // out as channels-last views (see `crate::burn::layout`).
-        let order = match self.flat || mixed_small.is_some() {
+        // operand's dims are permuted alike (a mixed run's small shape, of the run's rank,
+        // too), the outputs are packed in that order and handed out as channels-last views
+        // (see `crate::burn::layout`).
+        let order = match self.flat {
             true => None,
             false => channels_last_walk(&full, &run.tensors),
+        };
+        let mixed_small = match (&order, mixed_small) {
+            (Some(order), Some(small)) => Some(order.iter().map(|&d| small[d]).collect::<Vec<i64>>()),
+            (_, small) => small,
         };
         // Dims along which no input varies (all of them for a run that reads no tensor, such
         // as `ones(..) * s`): the run computes one element per such dim and its outputs are

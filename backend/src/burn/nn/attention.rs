@@ -37,11 +37,15 @@ pub struct MultiHeadAttentionConfig {
 /// Multi-head attention, a drop-in for `burn::nn::attention::MultiHeadAttention` (same
 /// fields, so records load both ways).
 ///
-/// On `Cudnn` and `Autodiff<Cudnn>`, with no masks, no quiet softmax and no active dropout,
-/// the attention runs as cuDNN's fused flash attention (f16/bf16; other dtypes compose it)
-/// with a fused backward, and [`MhaOutput::weights`] is `None` (the weights are never
-/// materialized, like PyTorch's `need_weights=False`). Every other case, and any other
-/// backend, computes exactly what Burn's module computes, weights included.
+/// On `Cudnn` and `Autodiff<Cudnn>` (and their fusion forms), with no quiet softmax and no
+/// active dropout, the attention runs as cuDNN's fused flash attention (f16/bf16; other
+/// dtypes compose it) with a fused backward, and [`MhaOutput::weights`] is `None` (the
+/// weights are never materialized, like PyTorch's `need_weights=False`). Padding and
+/// attention masks enter that graph as an additive bias of `min_float` on the masked scores
+/// (Burn replaces those scores by `min_float`: the weights agree wherever a row keeps one
+/// key; a row whose keys are all masked then weighs its raw scores instead of all keys
+/// alike). Quiet softmax, active dropout, and any other backend compute exactly what Burn's
+/// module computes, weights included.
 #[derive(Module, Debug)]
 pub struct MultiHeadAttention<B: Backend> {
     /// Projection of the queries.
@@ -145,8 +149,7 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// Attention of the queries over the keys and values, then the output projection.
     pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let dropout_active = self.dropout.prob > 0.0 && B::ad_enabled(&input.query.device());
-        let plain = input.mask_pad.is_none() && input.mask_attn.is_none() && !self.quiet_softmax && !dropout_active;
-        if !plain {
+        if self.quiet_softmax || dropout_active {
             return self.burns(input);
         }
         on_our_backend!(B, T => MhaOutput { weights: None, context: self.fused::<T>(input) }, else self.burns(input))
@@ -165,14 +168,35 @@ impl<B: Backend> MultiHeadAttention<B> {
                 .swap_dims(1, 2);
             cast::<B, T, 4>(t).into_primitive().tensor()
         };
+        let s2 = input.key.dims()[1];
+        let bias = self.mask_bias(input.mask_pad, input.mask_attn, &input.query, [b, s1, s2]);
+        let bias = bias.map(|t| cast::<B, T, 4>(t).into_primitive().tensor());
         let q = heads(input.query, &self.query);
         let k = heads(input.key, &self.key);
         let v = heads(input.value, &self.value);
         let scale = 1.0 / (self.d_k as f64).sqrt();
-        let o = T::sdpa(q, k, v, None, false, scale);
+        let o = T::sdpa(q, k, v, bias, false, scale);
         let o: Tensor<B, 4> = cast::<T, B, 4>(Tensor::from_primitive(TensorPrimitive::Float(o)));
         // The fused output is stored [batch, seq, heads, d_k]: merging the heads is a view.
         self.output.forward(o.swap_dims(1, 2).reshape([b, s1, d]))
+    }
+
+    /// The masks as one additive bias `[batch, 1, seq_1, seq_2]` of `like`'s dtype:
+    /// `min_float` where either mask is set, zero elsewhere (`None` without masks).
+    fn mask_bias(
+        &self,
+        mask_pad: Option<Tensor<B, 2, Bool>>,
+        mask_attn: Option<Tensor<B, 3, Bool>>,
+        like: &Tensor<B, 3>,
+        [b, s1, s2]: [usize; 3],
+    ) -> Option<Tensor<B, 4>> {
+        let pad = mask_pad.map(|m| m.reshape([b, 1, s2]).expand([b, s1, s2]));
+        let mask = match (pad, mask_attn) {
+            (Some(p), Some(a)) => p.bool_or(a),
+            (p, a) => p.or(a)?,
+        };
+        let zeros = Tensor::<B, 3>::zeros([b, s1, s2], &like.device()).cast(like.dtype());
+        Some(zeros.mask_fill(mask, self.min_float).reshape([b, 1, s1, s2]))
     }
 
     /// Burn's own module on the same parameters.
