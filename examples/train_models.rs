@@ -1,38 +1,93 @@
 //! Trains a standard model, written with stock `burn::nn`, on synthetic data made on the
 //! device, and reports training throughput: the rows of BENCHMARKS.md's model table, beside
-//! `bench/train_models_torch.py` (the same architecture in PyTorch).
+//! `bench/train_models_torch.py` (the same architectures in PyTorch).
 //!
 //! ```sh
 //! cargo run --release --example train_models -- --model resnet50 --dtype bf16 --batch-size 64 --fusion --stock
+//! cargo run --release --example train_models -- --model gpt2 --dtype bf16 --fusion
 //! ```
-//! Flags: `--model resnet50`, `--dtype f32|f16|bf16`, `--batch-size N`, `--steps N` (steps per
-//! epoch, default 30), `--epochs N` (default 3; the rate is the last epoch's), `--data N`
-//! (distinct synthetic batches cycled through, default 4: the model learns them, so the loss
-//! falls), `--stock` (Burn's `BatchNorm` and `Adam`; default: this crate's fused drop-ins and
-//! `FusedAdam`), `--fusion` (`Autodiff<CudnnFusion>`: lazy fusion; default `Autodiff<Cudnn>`),
-//! `--benchmark` (cuDNN autotuning, like `torch.backends.cudnn.benchmark`), `--lr X`,
+//! Models (`examples::models`): `resnet50` (torchvision's v1.5; Adam, lr 1e-3, batch 64),
+//! `gpt2` (GPT-2 small, 124M: 1024 tokens, tied embeddings, dropout 0; batch 8), `vit_b16`
+//! (ViT-B/16, 86M: 224×224 images, dropout 0; batch 64) and `bert_base` (BERT-base masked LM,
+//! 110M: 512 tokens, padded to synthetic lengths 384 to 512, dropout 0.1, loss on the 15 %
+//! masked positions; batch 16). The transformers train with AdamW (lr 1e-4, weight decay 0.01,
+//! epsilon 1e-8, as PyTorch's `AdamW` on the other side).
+//!
+//! Flags: `--model resnet50|gpt2|vit_b16|bert_base`, `--dtype f32|f16|bf16`, `--batch-size N`
+//! (default: the model's, above), `--steps N` (steps per epoch, default 30), `--epochs N`
+//! (default 3; the rate is the last epoch's), `--data N` (distinct synthetic batches cycled
+//! through, default 4: the model learns them, so the loss falls), `--stock` (Burn's
+//! `BatchNorm`, `LayerNorm`, `MultiHeadAttention`, `Adam` and `AdamW`; default: this crate's
+//! drop-ins and `FusedAdam`/`FusedAdamW`), `--fusion` (`Autodiff<CudnnFusion>`: lazy fusion;
+//! default `Autodiff<Cudnn>`), `--benchmark` (cuDNN autotuning, like
+//! `torch.backends.cudnn.benchmark`), `--lr X` (default: the model's, above),
 //! `--profile-steps K` (an attached Nsight Compute run with `--profile-from-start off`
 //! profiles the last K steps only), `--variant NAME` (the name the result lines give the run;
 //! default from `--stock`/`--fusion`).
 //!
-//! The last lines are `train_models MODEL …: N images/s …` and the same figures as one JSON
-//! object (`{"model": …}`), which `scripts/models-bench.sh` reads.
+//! The last lines are `train_models MODEL …: N images/s …` (tokens/s for the language models,
+//! counting every position of the padded sequences) and the same figures as one JSON object
+//! (`{"model": …}`, with `unit`, `images_per_s` or `tokens_per_s`, and `params`, Burn's
+//! parameter count, which includes batch norms' running statistics), which
+//! `scripts/models-bench.sh` reads.
 
 use std::time::Instant;
 
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Distribution, ElementConversion, FloatDType, Int, Tensor};
-use cudnn_backend::burn::optim::FusedAdamConfig;
+use burn::tensor::{ElementConversion, FloatDType, Tensor};
+use cudnn_backend::burn::optim::{FusedAdamConfig, FusedAdamWConfig};
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
+use examples::models::bert::{Bert, BertConfig};
+use examples::models::gpt::{Gpt, GptConfig};
 use examples::models::resnet::{ResNet, ResNetConfig};
+use examples::models::vit::{Vit, VitConfig};
+use examples::models::TrainModel;
+
+/// The models `--model` names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Model {
+    Resnet50,
+    Gpt2,
+    VitB16,
+    BertBase,
+}
+
+impl Model {
+    fn parse(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "resnet50" => Self::Resnet50,
+            "gpt2" => Self::Gpt2,
+            "vit_b16" => Self::VitB16,
+            "bert_base" => Self::BertBase,
+            other => return Err(format!("--model {other}: use resnet50, gpt2, vit_b16 or bert_base")),
+        })
+    }
+
+    /// The batch the benchmark trains with by default.
+    fn default_batch(self) -> usize {
+        match self {
+            Self::Resnet50 | Self::VitB16 => 64,
+            Self::Gpt2 => 8,
+            Self::BertBase => 16,
+        }
+    }
+
+    /// The default learning rate: Adam's 1e-3 for ResNet, AdamW at 1e-4 for the transformers.
+    fn default_lr(self) -> f64 {
+        match self {
+            Self::Resnet50 => 1e-3,
+            _ => 1e-4,
+        }
+    }
+}
 
 /// Command-line arguments.
 struct Args {
-    model: String,
+    model_name: String,
+    model: Model,
     dtype: FloatDType,
     batch: usize,
     steps: usize,
@@ -47,50 +102,52 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        model: "resnet50".into(),
-        dtype: FloatDType::F32,
-        batch: 64,
-        steps: 30,
-        epochs: 3,
-        data: 4,
-        stock: false,
-        fusion: false,
-        benchmark: false,
-        lr: 1e-3,
-        profile_steps: 0,
-        variant: None,
-    };
+    let (mut model_name, mut dtype, mut batch, mut lr) = ("resnet50".to_string(), FloatDType::F32, None, None);
+    let (mut steps, mut epochs, mut data, mut profile_steps) = (30, 3, 4, 0);
+    let (mut stock, mut fusion, mut benchmark, mut variant) = (false, false, false, None);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
         match flag.as_str() {
-            "--model" => a.model = value()?,
-            "--dtype" => a.dtype = examples::cli::parse_dtype(&value()?)?,
-            "--batch-size" => a.batch = number(value()?)?,
-            "--steps" => a.steps = number(value()?)?,
-            "--epochs" => a.epochs = number(value()?)?,
-            "--data" => a.data = number(value()?)?,
-            "--profile-steps" => a.profile_steps = number(value()?)?,
-            "--variant" => a.variant = Some(value()?),
-            "--lr" => a.lr = value()?.parse().map_err(|e| format!("--lr: {e}"))?,
-            "--stock" => a.stock = true,
-            "--fusion" => a.fusion = true,
-            "--benchmark" => a.benchmark = true,
+            "--model" => model_name = value()?,
+            "--dtype" => dtype = examples::cli::parse_dtype(&value()?)?,
+            "--batch-size" => batch = Some(number(value()?)?),
+            "--steps" => steps = number(value()?)?,
+            "--epochs" => epochs = number(value()?)?,
+            "--data" => data = number(value()?)?,
+            "--profile-steps" => profile_steps = number(value()?)?,
+            "--variant" => variant = Some(value()?),
+            "--lr" => lr = Some(value()?.parse().map_err(|e| format!("--lr: {e}"))?),
+            "--stock" => stock = true,
+            "--fusion" => fusion = true,
+            "--benchmark" => benchmark = true,
             "--help" | "-h" => {
                 return Err(
-                    "flags: --model resnet50 --dtype f32|f16|bf16 --batch-size N --steps N --epochs N \
-                            --data N --stock --fusion --benchmark --lr X --profile-steps K --variant NAME"
+                    "flags: --model resnet50|gpt2|vit_b16|bert_base --dtype f32|f16|bf16 --batch-size N --steps N \
+                     --epochs N --data N --stock --fusion --benchmark --lr X --profile-steps K --variant NAME"
                         .into(),
                 )
             }
             other => return Err(format!("unknown flag {other} (--help lists them)")),
         }
     }
-    if a.model != "resnet50" {
-        return Err(format!("--model {}: this program trains resnet50", a.model));
-    }
+    let model = Model::parse(&model_name)?;
+    let a = Args {
+        model_name,
+        model,
+        dtype,
+        batch: batch.unwrap_or(model.default_batch()),
+        steps,
+        epochs,
+        data,
+        stock,
+        fusion,
+        benchmark,
+        lr: lr.unwrap_or(model.default_lr()),
+        profile_steps,
+        variant,
+    };
     if a.batch == 0 || a.steps == 0 || a.epochs == 0 || a.data == 0 {
         return Err("--batch-size, --steps, --epochs and --data must be positive".into());
     }
@@ -105,32 +162,40 @@ fn parse_args() -> Result<Args, String> {
 
 /// What one run measured.
 struct Report {
+    params: usize,
+    /// What `rate` counts: "images" or "tokens".
+    unit: &'static str,
     first_step_s: f64,
     loss_first: f64,
     loss_last: f64,
+    /// Units per second over the last epoch.
     rate: f64,
+    ms_per_step: f64,
     launches_per_step: f64,
 }
 
-/// Trains `args.model` for `args.epochs` epochs of `args.steps` steps on `args.data` synthetic
-/// batches made on the device (normal images, uniform labels).
-fn train<B, O>(device: &B::Device, args: &Args, mut optim: O, started: Instant) -> Result<Report, String>
+/// Trains model `M` of `config` for `args.epochs` epochs of `args.steps` steps on `args.data`
+/// synthetic batches made on the device ([`TrainModel::synthetic_batch`]).
+fn train<B, M, O>(
+    device: &B::Device,
+    args: &Args,
+    config: &M::Config,
+    mut optim: O,
+    started: Instant,
+) -> Result<Report, String>
 where
     B: AutodiffBackend,
-    O: Optimizer<ResNet<B>, B>,
+    M: TrainModel<B> + AutodiffModule<B>,
+    O: Optimizer<M, B>,
 {
     B::seed(device, 2024);
-    let config = ResNetConfig::resnet50(args.stock);
-    let mut model = config.init::<B>(device);
-    let (n, side) = (args.batch, 224);
-    let images: Vec<Tensor<B, 4>> = (0..args.data)
-        .map(|_| Tensor::random([n, 3, side, side], Distribution::Normal(0.0, 1.0), device))
-        .collect();
-    let labels: Vec<Tensor<B, 1, Int>> = (0..args.data)
-        .map(|_| Tensor::<B, 1, Int>::random([n], Distribution::Uniform(0.0, config.classes as f64), device))
-        .collect();
-    let loss_fn = CrossEntropyLossConfig::new().init(device);
-    let (mut first_step_s, mut loss_first, mut loss_last, mut rate, mut launches_per_step) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut model = M::init(config, device);
+    let params = model.num_params();
+    let n = args.batch;
+    let batches: Vec<M::Batch> = (0..args.data).map(|_| M::synthetic_batch(config, n, device)).collect();
+    let units_per_step = n * M::units_per_sample(config);
+    let (mut first_step_s, mut loss_first, mut loss_last) = (0.0, 0.0, 0.0);
+    let (mut rate, mut ms_per_step, mut launches_per_step) = (0.0, 0.0, 0.0);
     for epoch in 1..=args.epochs {
         let bar = examples::curves::epoch_bar(args.steps, epoch, args.epochs)?;
         B::sync(device).map_err(|e| e.to_string())?;
@@ -145,8 +210,7 @@ where
                 profile_collect(true)?;
             }
             let i = ((epoch - 1) * args.steps + step) % args.data;
-            let logits = model.forward(images[i].clone());
-            let loss = loss_fn.forward(logits, labels[i].clone());
+            let loss = model.loss(&batches[i]);
             loss_sum = loss_sum + loss.clone().detach();
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(args.lr, model, grads);
@@ -183,32 +247,31 @@ where
             return Err(format!("epoch {epoch}: the training loss is {mean_loss}"));
         }
         loss_last = mean_loss;
-        rate = (args.steps * n) as f64 / seconds;
+        rate = (args.steps * units_per_step) as f64 / seconds;
+        ms_per_step = 1e3 * seconds / args.steps as f64;
         examples::curves::finish_epoch(
             &bar,
             format!(
-                "{epoch}/{}: loss {mean_loss:.4}, {rate:.1} images/s, {:.2} ms/step",
+                "{epoch}/{}: loss {mean_loss:.4}, {rate:.1} {}/s, {ms_per_step:.2} ms/step",
                 args.epochs,
-                1e3 * seconds / args.steps as f64
+                M::UNIT
             ),
         );
     }
-    // The model is used once more (inference mode) so its last update is not dead code to
+    // The model is used once more (a forward, no step) so its last update is not dead code to
     // the lazy queue, and its parameters are checked for NaN.
-    let check = model
-        .valid()
-        .forward(images[0].clone().inner())
-        .sum()
-        .into_scalar()
-        .elem::<f64>();
+    let check = model.loss(&batches[0]).into_scalar().elem::<f64>();
     if !check.is_finite() {
-        return Err(format!("the trained model's logits sum to {check}"));
+        return Err(format!("the trained model's loss is {check}"));
     }
     Ok(Report {
+        params,
+        unit: M::UNIT,
         first_step_s,
         loss_first,
         loss_last,
         rate,
+        ms_per_step,
         launches_per_step,
     })
 }
@@ -219,12 +282,47 @@ fn profile_collect(on: bool) -> Result<(), String> {
     cudnn_backend::runtime::profiler_collect(&device, on).map_err(|e| e.to_string())
 }
 
+/// [`train`] with Adam: Burn's (`--stock`) or this crate's fused one (ResNet).
+fn with_adam<B, M>(device: &B::Device, args: &Args, config: &M::Config, started: Instant) -> Result<Report, String>
+where
+    B: AutodiffBackend,
+    M: TrainModel<B> + AutodiffModule<B>,
+{
+    if args.stock {
+        train::<B, M, _>(device, args, config, AdamConfig::new().init(), started)
+    } else {
+        train::<B, M, _>(device, args, config, FusedAdamConfig::new().init(), started)
+    }
+}
+
+/// [`train`] with AdamW, weight decay 0.01 and epsilon 1e-8 (PyTorch's `AdamW` defaults but
+/// the decay): Burn's (`--stock`) or this crate's fused one (the transformers).
+fn with_adamw<B, M>(device: &B::Device, args: &Args, config: &M::Config, started: Instant) -> Result<Report, String>
+where
+    B: AutodiffBackend,
+    M: TrainModel<B> + AutodiffModule<B>,
+{
+    let (decay, epsilon) = (0.01, 1e-8);
+    if args.stock {
+        let optim = AdamWConfig::new().with_weight_decay(decay).with_epsilon(epsilon).init();
+        train::<B, M, _>(device, args, config, optim, started)
+    } else {
+        let optim = FusedAdamWConfig::new()
+            .with_weight_decay(decay)
+            .with_epsilon(epsilon)
+            .init();
+        train::<B, M, _>(device, args, config, optim, started)
+    }
+}
+
 fn run<B: AutodiffBackend<Device = CudnnDevice>>(args: &Args, started: Instant) -> Result<Report, String> {
     let device = CudnnDevice::default();
-    if args.stock {
-        train::<B, _>(&device, args, AdamConfig::new().init(), started)
-    } else {
-        train::<B, _>(&device, args, FusedAdamConfig::new().init(), started)
+    let stock = args.stock;
+    match args.model {
+        Model::Resnet50 => with_adam::<B, ResNet<B>>(&device, args, &ResNetConfig::resnet50(stock), started),
+        Model::Gpt2 => with_adamw::<B, Gpt<B>>(&device, args, &GptConfig::gpt2(stock), started),
+        Model::VitB16 => with_adamw::<B, Vit<B>>(&device, args, &VitConfig::vit_b16(stock), started),
+        Model::BertBase => with_adamw::<B, Bert<B>>(&device, args, &BertConfig::bert_base(stock), started),
     }
 }
 
@@ -264,28 +362,33 @@ fn main() {
     });
     let dtype = format!("{:?}", args.dtype).to_lowercase();
     println!(
-        "train_models {} {variant} dtype={dtype} batch={}: loss {:.4} -> {:.4}, {:.1} images/s, {:.2} ms/step, \
-         {:.0} launches/step, first step {:.2} s",
-        args.model,
+        "train_models {} {variant} dtype={dtype} batch={}: loss {:.4} -> {:.4}, {:.1} {}/s, {:.2} ms/step, \
+         {:.0} launches/step, first step {:.2} s, {} parameters",
+        args.model_name,
         args.batch,
         r.loss_first,
         r.loss_last,
         r.rate,
-        1e3 * args.batch as f64 / r.rate,
+        r.unit,
+        r.ms_per_step,
         r.launches_per_step,
-        r.first_step_s
+        r.first_step_s,
+        r.params
     );
     println!(
-        "{{\"model\": \"{}\", \"variant\": \"{variant}\", \"dtype\": \"{dtype}\", \"batch\": {}, \"images_per_s\": {:.2}, \
-         \"ms_per_step\": {:.3}, \"launches_per_step\": {:.0}, \"first_step_s\": {:.3}, \"loss_first\": {:.5}, \
-         \"loss_last\": {:.5}}}",
-        args.model,
+        "{{\"model\": \"{}\", \"variant\": \"{variant}\", \"dtype\": \"{dtype}\", \"batch\": {}, \"unit\": \"{}\", \
+         \"{}_per_s\": {:.2}, \"ms_per_step\": {:.3}, \"launches_per_step\": {:.0}, \"first_step_s\": {:.3}, \
+         \"loss_first\": {:.5}, \"loss_last\": {:.5}, \"params\": {}}}",
+        args.model_name,
         args.batch,
+        r.unit,
+        r.unit,
         r.rate,
-        1e3 * args.batch as f64 / r.rate,
+        r.ms_per_step,
         r.launches_per_step,
         r.first_step_s,
         r.loss_first,
-        r.loss_last
+        r.loss_last,
+        r.params
     );
 }

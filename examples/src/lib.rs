@@ -970,7 +970,4 @@ pub mod host_profile {
     }
 }
 
-/// Standard models written with stock `burn::nn` (the `train_models` example and its tests).
-pub mod models {
-    pub mod resnet;
-}
+pub mod models;

@@ -1,0 +1,117 @@
+//! Standard models written with stock `burn::nn` (the `train_models` example and its tests):
+//! ResNet-50, GPT-2 small, ViT-B/16 and BERT-base, each with its full-size config and a tiny
+//! one for tests, and [`TrainModel`]: what the trainer needs of each (initialization,
+//! synthetic data made on the device, the training loss).
+
+pub mod bert;
+pub mod gpt;
+pub mod resnet;
+pub mod transformer;
+pub mod vit;
+
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+
+/// A model as the trainer and the tests drive it: built from a config, fed synthetic batches
+/// made on the device, trained on a scalar loss. One trait, so one training loop serves
+/// every model.
+pub trait TrainModel<B: Backend>: Module<B> + Sized {
+    /// The model's shape (full size or tiny, stock or fused modules).
+    type Config: Clone + std::fmt::Debug;
+    /// One batch of inputs and targets, on the device.
+    type Batch: Clone;
+    /// What throughput counts: `"images"` or `"tokens"`.
+    const UNIT: &'static str;
+
+    /// The model with its architecture's initialization.
+    fn init(config: &Self::Config, device: &B::Device) -> Self;
+
+    /// A synthetic batch of `n` samples drawn on the device (random inputs and targets: a
+    /// few such batches cycled are learnable by memorization, so the loss falls).
+    fn synthetic_batch(config: &Self::Config, n: usize, device: &B::Device) -> Self::Batch;
+
+    /// Units of [`Self::UNIT`] in one sample (1 image; the sequence length in tokens).
+    fn units_per_sample(config: &Self::Config) -> usize;
+
+    /// The training loss on `batch` (shape `[1]`).
+    fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1>;
+
+    /// The batch's tensors as host data (to move a batch to another backend).
+    fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData>;
+
+    /// A batch from [`TrainModel::batch_to_data`]'s data, on `device`.
+    fn batch_from_data(data: Vec<TensorData>, device: &B::Device) -> Self::Batch;
+}
+
+/// Images and class labels: the batches of ResNet-50 and ViT-B/16.
+#[derive(Clone, Debug)]
+pub struct ImageBatch<B: Backend> {
+    /// Images `[N, 3, H, W]`.
+    pub images: Tensor<B, 4>,
+    /// Class labels `[N]`.
+    pub labels: Tensor<B, 1, Int>,
+}
+
+impl<B: Backend> ImageBatch<B> {
+    /// `n` standard-normal images of `side`×`side` pixels with labels uniform over `classes`.
+    pub fn synthetic(n: usize, side: usize, classes: usize, device: &B::Device) -> Self {
+        Self {
+            images: Tensor::random([n, 3, side, side], Distribution::Normal(0.0, 1.0), device),
+            labels: Tensor::random([n], Distribution::Uniform(0.0, classes as f64), device),
+        }
+    }
+
+    /// The images and the labels as host data.
+    pub fn to_data(&self) -> Vec<TensorData> {
+        vec![self.images.to_data(), self.labels.to_data()]
+    }
+
+    /// The batch of [`ImageBatch::to_data`]'s data on `device`.
+    pub fn from_data(data: Vec<TensorData>, device: &B::Device) -> Self {
+        let [images, labels] = <[TensorData; 2]>::try_from(data).expect("an image batch holds two tensors");
+        Self {
+            images: Tensor::from_data(images, device),
+            labels: Tensor::from_data(labels, device),
+        }
+    }
+
+    /// Mean cross-entropy of `logits` (`[N, classes]`) against the labels.
+    pub fn loss(&self, logits: Tensor<B, 2>) -> Tensor<B, 1> {
+        CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits, self.labels.clone())
+    }
+}
+
+impl<B: Backend> TrainModel<B> for resnet::ResNet<B> {
+    type Config = resnet::ResNetConfig;
+    type Batch = ImageBatch<B>;
+    const UNIT: &'static str = "images";
+
+    fn init(config: &Self::Config, device: &B::Device) -> Self {
+        config.init(device)
+    }
+
+    /// ImageNet-sized (224×224) images.
+    fn synthetic_batch(config: &Self::Config, n: usize, device: &B::Device) -> Self::Batch {
+        ImageBatch::synthetic(n, 224, config.classes, device)
+    }
+
+    fn units_per_sample(_: &Self::Config) -> usize {
+        1
+    }
+
+    fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {
+        batch.loss(self.forward(batch.images.clone()))
+    }
+
+    fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {
+        batch.to_data()
+    }
+
+    fn batch_from_data(data: Vec<TensorData>, device: &B::Device) -> Self::Batch {
+        ImageBatch::from_data(data, device)
+    }
+}
