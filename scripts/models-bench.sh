@@ -2,7 +2,8 @@
 # Training throughput of the standard models (examples/train_models.rs) next to PyTorch
 # (bench/train_models_torch.py) in one run on one GPU: BENCHMARKS.md's model table.
 # Run from the bundle (scripts/bundle-gpu.sh): .gpu/models-bench.sh LOG_DIR [CONFIG...] with
-# CONFIG = model:dtype:batch (default resnet50:bf16:64 resnet50:f32:64).
+# CONFIG = model:dtype:batch (default resnet50:bf16:64 resnet50:f32:64; models: resnet50, gpt2,
+# vit_b16, bert_base).
 # MODELS_BENCH_VARIANTS (default "stock-fusion fused-fusion"): ours, as in train-bench.sh;
 # a suffix +tf32 runs it with CUDNN_BACKEND_ALLOW_TF32=1 (TF32 f32 convolutions, as PyTorch's
 # default), +nhwc with CUDNN_BACKEND_CONV_LAYOUT=nhwc (channels-last convolutions), +nchw
@@ -88,7 +89,7 @@ for model, dtype, batch in configs:
     for r in sel:
         if "variant" in r:
             ours.setdefault(r["variant"], []).append(r)
-    print(f"\n{model} {dtype} batch {batch}: ms/step (median of rounds; images/s ratios ours/PyTorch)")
+    print(f"\n{model} {dtype} batch {batch}: ms/step (median of rounds; throughput ratios = PyTorch ms / ours)")
     t = {s: med([r["ms_per_step"] for r in rs]) for s, rs in torch.items()}
     head = "| ours | ms/step | rounds | first step s | launches/step | loss first -> last | " + " | ".join(
         f"vs {s} ({t[s]:.2f} ms, {len(torch[s])} rd)" for s in t) + " |"
