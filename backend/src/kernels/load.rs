@@ -578,6 +578,36 @@ fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], backgro
     }
 }
 
+/// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
+/// a background thread, so that their compiles (on a fresh machine) overlap the program's
+/// own start-up instead of stalling its first step one kernel at a time. Kernels already in
+/// the disk cache load in microseconds. The caller honours
+/// [`Config::warm_up`](crate::config::Config::warm_up).
+#[cfg_attr(not(feature = "burn"), allow(dead_code))]
+pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
+    // The small integer and mask groups first: every program needs them early (labels,
+    // indices, masks), whatever its float dtype; then the two-byte moves (the first kernels
+    // of an f16/bf16 program), the bias + activation kernels (a network's first layers),
+    // then the f32 training kernels.
+    use super::warm::{GROUPS, TWO_BYTE_MOVES};
+    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], TWO_BYTE_MOVES, GROUPS[1], GROUPS[0]]
+        .iter()
+        .flat_map(|g| g.iter().copied())
+        .collect();
+    let job = BackgroundJob::start();
+    let spawned = std::thread::Builder::new()
+        .name("cudnn-backend-warm-up".into())
+        .spawn(move || {
+            let _job = job;
+            if let Err(e) = prefetch_in_background(&dev, &kernels) {
+                tracing::debug!(reason = %e, "kernel warm-up stopped");
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(reason = %e, "no thread for the kernel warm-up");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,10 +5,7 @@
 //! rather than one per kernel. Only a hint: a name that no caller asks for costs CPU time,
 //! never correctness; a kernel in no group is simply compiled alone.
 
-use std::sync::Arc;
-
 use super::{KernelSource, BATCH_NORM, BIAS_ACT, CONV, ELEMENTWISE, INDEX, NORM, OPTIM, POOL, RANDOM, REDUCE};
-use crate::runtime::Device;
 
 type Group = &'static [(KernelSource, &'static str)];
 
@@ -83,7 +80,7 @@ macro_rules! conv_group {
 }
 
 /// See the two-byte entry of [`GROUPS`].
-const TWO_BYTE_MOVES: Group = &[
+pub(super) const TWO_BYTE_MOVES: Group = &[
     (ELEMENTWISE, "fill_b2"),
     (ELEMENTWISE, "copy_b2"),
     (ELEMENTWISE, "where_b2"),
@@ -137,35 +134,6 @@ pub(crate) const GROUPS: &[Group] = &[
     conv_group!("bf16"),
     conv_group!("f64"),
 ];
-
-/// Starts loading the kernels of a float32 training step (the f32, i64 and mask groups) on
-/// a background thread, so that their compiles (on a fresh machine) overlap the program's
-/// own start-up instead of stalling its first step one kernel at a time. Kernels already in
-/// the disk cache load in microseconds. The caller honours
-/// [`Config::warm_up`](crate::config::Config::warm_up).
-#[cfg_attr(not(feature = "burn"), allow(dead_code))]
-pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
-    // The small integer and mask groups first: every program needs them early (labels,
-    // indices, masks), whatever its float dtype; then the two-byte moves (the first kernels
-    // of an f16/bf16 program), the bias + activation kernels (a network's first layers),
-    // then the f32 training kernels.
-    let kernels: Vec<(KernelSource, &'static str)> = [GROUPS[2], GROUPS[3], TWO_BYTE_MOVES, GROUPS[1], GROUPS[0]]
-        .iter()
-        .flat_map(|g| g.iter().copied())
-        .collect();
-    let job = super::load::BackgroundJob::start();
-    let spawned = std::thread::Builder::new()
-        .name("cudnn-backend-warm-up".into())
-        .spawn(move || {
-            let _job = job;
-            if let Err(e) = super::load::prefetch_in_background(&dev, &kernels) {
-                tracing::debug!(reason = %e, "kernel warm-up stopped");
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::debug!(reason = %e, "no thread for the kernel warm-up");
-    }
-}
 
 /// The other kernels of the first group that lists `name` of `source` (none when no group does).
 pub(crate) fn siblings(source: KernelSource, name: &str) -> impl Iterator<Item = (KernelSource, &'static str)> + '_ {

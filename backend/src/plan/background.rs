@@ -17,11 +17,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
+use cudarc::driver::CudaStream;
+
 use super::cache::{EngineChoice, Signature};
+use super::engine::BuiltPlan;
 use super::handles::cudnn_pool;
 use super::policy::EnginePolicy;
+use crate::ffi::CudnnHandle;
 use crate::graph::Graph;
 use crate::runtime::{record_build, BuildKind, Device};
+
+/// How a plan is selected and built on a handle (the executor's selection: choice cache,
+/// tuning file, heuristics); handed in by the caller, so this module does not depend on the
+/// executor that calls it.
+pub(crate) type PlanBuilder =
+    fn(&CudnnHandle, &Graph, &Signature, &EnginePolicy, &Arc<CudaStream>, &Device, usize) -> crate::Result<BuiltPlan>;
 
 /// Signatures tracked at most; when full, plans are built on the calling thread.
 const MAX_ENTRIES: usize = 256;
@@ -87,9 +97,16 @@ pub(crate) fn progress(sig: &Signature) -> Progress {
     }
 }
 
-/// Starts building the plan of `sig` for `graph` on a new thread; false when it did not (a
-/// build of `sig` was started before, the table is full, or no thread could start).
-pub(crate) fn start(dev: &Arc<Device>, sig: Signature, graph: Graph, policy: EnginePolicy, cudnn: usize) -> bool {
+/// Starts building the plan of `sig` for `graph` with `plan` on a new thread; false when it
+/// did not (a build of `sig` was started before, the table is full, or no thread could start).
+pub(crate) fn start(
+    dev: &Arc<Device>,
+    sig: Signature,
+    graph: Graph,
+    policy: EnginePolicy,
+    cudnn: usize,
+    plan: PlanBuilder,
+) -> bool {
     {
         let mut states = table().states.lock().unwrap_or_else(|e| e.into_inner());
         if states.contains_key(&sig) || states.len() >= MAX_ENTRIES {
@@ -102,7 +119,7 @@ pub(crate) fn start(dev: &Arc<Device>, sig: Signature, graph: Graph, policy: Eng
     let spawned = std::thread::Builder::new()
         .name("cudnn-backend-plan".into())
         .spawn(move || {
-            let built = build(&dev, &key, &graph, &policy, cudnn);
+            let built = build(&dev, &key, &graph, &policy, cudnn, plan);
             finish(&key, built);
         });
     if spawned.is_err() {
@@ -121,6 +138,7 @@ fn build(
     graph: &Graph,
     policy: &EnginePolicy,
     cudnn: usize,
+    plan_built: PlanBuilder,
 ) -> Option<(Vec<u8>, EngineChoice)> {
     let attempt = || -> crate::Result<(Vec<u8>, EngineChoice)> {
         // Counted like a kernel compile, so a process exiting meanwhile waits for it
@@ -129,7 +147,7 @@ fn build(
         dev.context().bind_to_thread()?;
         let stream = dev.stream().clone();
         cudnn_pool().with_handle(dev.ordinal(), stream.cu_stream() as usize, |h| {
-            let plan = super::executor::plan_built(&h.handle, graph, sig, policy, &stream, &[], &[], dev, cudnn)?;
+            let plan = plan_built(&h.handle, graph, sig, policy, &stream, dev, cudnn)?;
             // The build may have loaded cuDNN's runtime-compiled engines, NVRTC or the PTX
             // JIT: the exit hook must be newer than their teardown before serializing.
             crate::ffi::nvrtc::register_exit_hook();

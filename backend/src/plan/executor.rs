@@ -243,7 +243,7 @@ pub(crate) fn prefetch_keyed<'g>(
         return Ok(());
     }
     load_tuning(&dev, cudnn);
-    background::start(&dev, sig, graph()?.into_owned(), policy, cudnn);
+    background::start(&dev, sig, graph()?.into_owned(), policy, cudnn, built_without_operands);
     Ok(())
 }
 
@@ -294,7 +294,7 @@ fn execute_core<'g>(
                         let g = graph()?;
                         check_uids(&g, uids)?;
                         load_tuning(&dev, cudnn);
-                        if background::start(&dev, sig.clone(), g.into_owned(), policy, cudnn) {
+                        if background::start(&dev, sig.clone(), g.into_owned(), policy, cudnn, built_without_operands) {
                             return Ok(false);
                         }
                     }
@@ -510,9 +510,23 @@ fn plan_for(
     Ok(plan)
 }
 
+/// [`plan_built`] with no operand addresses: the builder a background build runs (see
+/// [`background::PlanBuilder`]).
+fn built_without_operands(
+    handle: &CudnnHandle,
+    graph: &Graph,
+    sig: &Signature,
+    policy: &EnginePolicy,
+    stream: &Arc<CudaStream>,
+    dev: &Device,
+    cudnn: usize,
+) -> Result<BuiltPlan> {
+    plan_built(handle, graph, sig, policy, stream, &[], &[], dev, cudnn)
+}
+
 /// [`plan_for`] when no serialized plan exists: heuristics (or the shared choice) and a build.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn plan_built(
+fn plan_built(
     handle: &CudnnHandle,
     graph: &Graph,
     sig: &Signature,
