@@ -1,5 +1,5 @@
 //! The crate's module graph (CPU only, read from the sources): data flows one way, so no two
-//! top-level modules of `cudnn-backend`, and no two modules of its Burn layer, depend on each
+//! modules of the same folder of `cudnn-backend` (the crate root's included) depend on each
 //! other through any chain. Read from `use` declarations and paths (`crate::`, `super::`,
 //! `self::`) outside comments and `#[cfg(test)]` modules.
 
@@ -240,26 +240,6 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     s.out
 }
 
-fn cycles_below(parent: &[&str]) -> Vec<Vec<String>> {
-    let mods = modules(&src_root());
-    let known: BTreeSet<ModPath> = mods.iter().map(|(p, _)| p.clone()).collect();
-    cycles(&child_edges(parent, &mods, &known))
-}
-
-#[test]
-fn the_crate_modules_depend_on_each_other_one_way() {
-    let found = cycles_below(&[]);
-    assert!(found.is_empty(), "module cycles in the crate: {found:?}");
-}
-
-#[test]
-fn the_burn_layer_modules_depend_on_each_other_one_way() {
-    for parent in [&["burn"][..], &["burn", "ops"]] {
-        let found = cycles_below(parent);
-        assert!(found.is_empty(), "module cycles under {parent:?}: {found:?}");
-    }
-}
-
 #[test]
 fn the_checker_sees_a_cycle() {
     let src = [
@@ -272,14 +252,6 @@ fn the_checker_sees_a_cycle() {
     assert_eq!(found, vec![vec!["a".to_string(), "b".to_string()]]);
 }
 
-/// Folders whose modules still depend on each other in a cycle, each with the reason; the
-/// test fails on a cycle anywhere else, and on a listed folder that no longer has one.
-const KNOWN_CYCLES: &[(&str, &str)] = &[(
-    "burn::fusion",
-    "the fusers and `optimization` (the optimization enum and the IR helpers every fuser \
-     imports) import each other: to be split into an engine part and one folder per kind",
-)];
-
 #[test]
 fn every_folder_s_modules_depend_on_each_other_one_way() {
     let mods = modules(&src_root());
@@ -291,25 +263,13 @@ fn every_folder_s_modules_depend_on_each_other_one_way() {
         .map(|p| p[..p.len() - 1].to_vec())
         .collect();
     assert!(parents.len() > 8, "found the crate's folders: {parents:?}");
-    let (mut found, mut still_cyclic) = (Vec::new(), BTreeSet::new());
+    let mut found = Vec::new();
     for parent in &parents {
         let name = parent.join("::");
         let parent: Vec<&str> = parent.iter().map(String::as_str).collect();
         for cycle in cycles(&child_edges(&parent, &mods, &known)) {
-            match KNOWN_CYCLES.iter().find(|(folder, _)| *folder == name) {
-                Some((_, why)) => {
-                    println!("known cycle in {name} ({why}): {cycle:?}");
-                    still_cyclic.insert(name.clone());
-                }
-                None => found.push(format!("{name}: {cycle:?}")),
-            }
+            found.push(format!("{name}: {cycle:?}"));
         }
     }
     assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
-    for (folder, _) in KNOWN_CYCLES {
-        assert!(
-            still_cyclic.contains(*folder),
-            "{folder} has no cycle any more: take it off KNOWN_CYCLES"
-        );
-    }
 }

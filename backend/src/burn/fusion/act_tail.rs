@@ -15,7 +15,7 @@
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr};
 
-use super::optimization::{last_use, scalar_f64};
+use super::run::{last_use, scalar_f64};
 use super::CudnnFusionHandle;
 use crate::types::Activation;
 

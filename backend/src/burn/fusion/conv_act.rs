@@ -15,9 +15,10 @@ use burn_fusion::stream::Context;
 use burn_ir::{Conv2dOpIr, ModuleOperationIr, OperationIr, TensorId};
 
 use super::act_tail::{scalars_match, Tail, TailScalars};
-use super::optimization::{global_ir, is_float, last_use, take_inputs, CudnnOptimization};
+use super::run::{global_ir, is_float, last_use, take_inputs};
 use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
+use super::CudnnOptimization;
 use crate::burn::layers::conv_bias_act;
 use crate::burn::ops::module::conv_geom;
 use crate::burn::Cudnn;

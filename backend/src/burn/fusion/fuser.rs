@@ -23,9 +23,9 @@ use burn_ir::{
     TensorStatus,
 };
 
-use super::optimization::{
-    last_use, Axes, CudnnOptimization, ElementwiseOptimization, FusedInput, FusedScalar, FusedView,
-};
+use super::elementwise::ElementwiseOptimization;
+use super::run::{last_use, Axes, FusedInput, FusedScalar, FusedView};
+use super::CudnnOptimization;
 use crate::burn::CudnnDevice;
 use crate::graph::DataType;
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};

@@ -20,7 +20,7 @@
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, OperationIr};
 
-use super::optimization::CudnnOptimization;
+use super::CudnnOptimization;
 
 /// Wraps fuser `F`: leading operations `F` refuses, then `F`'s run of the operations after them.
 #[derive(Clone, Debug)]

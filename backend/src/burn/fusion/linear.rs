@@ -11,9 +11,10 @@
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::optimization::{global_ir, is_float, last_use, take_inputs, CudnnOptimization};
+use super::run::{global_ir, is_float, last_use, take_inputs};
 use super::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
+use super::CudnnOptimization;
 use crate::burn::layers::linear_weight_backward;
 use crate::burn::Cudnn;
 use crate::error::Result;

@@ -62,15 +62,16 @@ mod act_tail;
 mod bias;
 mod conv_act;
 pub(crate) mod custom;
+mod elementwise;
 mod flusher;
 mod fuser;
 mod launch_cache;
 mod lead;
 mod leading_sum;
 mod linear;
-mod optimization;
 mod quantize;
 mod reduce;
+mod run;
 mod staged;
 
 /// IR builders shared by the fusers' tests.
@@ -92,11 +93,15 @@ pub(crate) mod test_ir {
 
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::DType;
+use burn_fusion::stream::{Context, OrderedExecution};
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime, OperationFuser};
-use burn_ir::{BackendIr, TensorHandle};
+use burn_fusion::{NumOperations, Optimization};
+use burn_ir::{BackendIr, OperationIr, TensorHandle};
+use serde::{Deserialize, Serialize};
 
-pub use optimization::{CudnnOptimization, CudnnOptimizationState, ElementwiseOptimization};
+pub use elementwise::ElementwiseOptimization;
 
+use super::tensor::expect;
 use super::{Cudnn, CudnnDevice, CudnnQTensor, CudnnTensor};
 
 /// [`Cudnn`] behind burn-fusion's lazy operation queue and our fusers:
@@ -206,5 +211,181 @@ impl FusionBackend for Cudnn {
     fn cast_float(tensor: FloatTensor<Self>, dtype: DType) -> Self::Handle {
         const OP: &str = "fusion cast_float";
         CudnnFusionHandle::Tensor(super::tensor::expect(OP, super::exec::cast(tensor, dtype, OP)))
+    }
+}
+
+/// Every optimization of the backend's fusers.
+#[derive(Debug)]
+pub enum CudnnOptimization {
+    /// Elementwise operations in one kernel.
+    Elementwise(ElementwiseOptimization),
+    /// Burn's composed linear weight gradient as one matmul.
+    LinearGrad(linear::LinearGradOptimization),
+    /// Burn's composed linear forward (matmul, then the bias add, then relu or gelu where the
+    /// sum is dropped) as one matmul graph.
+    MatmulBias(bias::MatmulBiasOptimization),
+    /// A biased conv2d and Burn's relu after it (its output dropped) as one graph.
+    ConvAct(conv_act::ConvActOptimization),
+    /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
+    LeadingSum(leading_sum::LeadingSumOptimization),
+    /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
+    QuantizeDynamic(quantize::QuantizeDynamicOptimization),
+    /// An elementwise run ending in sums or means over some dims, as one generated kernel.
+    Reduce(Box<reduce::ReduceOptimization>),
+    /// Operations no fuser starts with (a convolution, a pooling, a slice of a tensor before
+    /// one) run as they are, then a fused run of the operations after them.
+    Lead(lead::LeadOptimization),
+}
+
+/// The serializable form of a [`CudnnOptimization`]: its operations (the fuser rebuilds the
+/// rest).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum CudnnOptimizationState {
+    /// The operations of an elementwise run.
+    Elementwise(Vec<OperationIr>),
+    /// The operations of a composed linear weight gradient.
+    LinearGrad(Vec<OperationIr>),
+    /// The operations of a composed linear forward with a bias.
+    MatmulBias(Vec<OperationIr>),
+    /// The operations of a biased conv2d and its relu.
+    ConvAct(Vec<OperationIr>),
+    /// The operations of a chain of sums over the leading dims.
+    LeadingSum(Vec<OperationIr>),
+    /// The operations of a composed dynamic quantization.
+    QuantizeDynamic(Vec<OperationIr>),
+    /// The operations of an elementwise run ending in reductions.
+    Reduce(Vec<OperationIr>),
+    /// The leading operations and the state of the fused run after them.
+    Lead(Vec<OperationIr>, Box<CudnnOptimizationState>),
+}
+
+impl NumOperations for CudnnOptimization {
+    fn len(&self) -> usize {
+        match self {
+            CudnnOptimization::Elementwise(e) => e.operations.len(),
+            CudnnOptimization::LinearGrad(l) => l.operations.len(),
+            CudnnOptimization::MatmulBias(m) => m.operations.len(),
+            CudnnOptimization::ConvAct(c) => c.operations.len(),
+            CudnnOptimization::LeadingSum(s) => s.operations.len(),
+            CudnnOptimization::QuantizeDynamic(q) => q.operations.len(),
+            CudnnOptimization::Reduce(r) => r.operations.len(),
+            CudnnOptimization::Lead(l) => l.leads.len() + l.inner.len(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            CudnnOptimization::Elementwise(_) => "cudnn elementwise",
+            CudnnOptimization::LinearGrad(_) => "cudnn linear weight gradient",
+            CudnnOptimization::MatmulBias(_) => "cudnn matmul + bias",
+            CudnnOptimization::ConvAct(_) => "cudnn conv2d + relu",
+            CudnnOptimization::LeadingSum(_) => "cudnn leading-dims sum",
+            CudnnOptimization::QuantizeDynamic(_) => "cudnn dynamic quantization",
+            CudnnOptimization::Reduce(_) => "cudnn fused reduction",
+            CudnnOptimization::Lead(l) => l.inner.name(),
+        }
+    }
+}
+
+impl CudnnOptimization {
+    /// Runs the optimization whose operations start at index `first` of `execution`'s
+    /// (`first` > 0 for the fused run after a leading operation).
+    fn run(
+        &mut self,
+        context: &mut Context<CudnnFusionHandle>,
+        execution: &OrderedExecution<CudnnFusionRuntime>,
+        first: usize,
+    ) {
+        // The trait boundary: an engine error panics here, naming the fused run.
+        let fused = match self {
+            CudnnOptimization::Elementwise(e) => expect("fused elementwise", e.execute(context)),
+            CudnnOptimization::LinearGrad(l) => {
+                expect("fused linear weight gradient", l.execute(context));
+                true
+            }
+            CudnnOptimization::MatmulBias(m) => expect("fused matmul + bias", m.execute(context)),
+            CudnnOptimization::ConvAct(c) => expect("fused conv2d + relu", c.execute(context)),
+            CudnnOptimization::LeadingSum(s) => {
+                expect("fused leading-dims sum", s.execute(context));
+                true
+            }
+            CudnnOptimization::QuantizeDynamic(q) => expect("fused quantize_dynamic", q.execute(context)),
+            CudnnOptimization::Reduce(r) => expect("fused reduction", r.execute(context)),
+            CudnnOptimization::Lead(l) => {
+                for i in first..first + l.leads.len() {
+                    execution.operation_within_optimization(i).execute(&mut context.handles);
+                }
+                l.inner.run(context, execution, first + l.leads.len());
+                true
+            }
+        };
+        if !fused {
+            // Kernel still building, or unbuildable: the operations one by one.
+            crate::ffi::counters::add(crate::ffi::counters::Count::FusedFallbacks, 1);
+            for i in first..first + self.len() {
+                execution.operation_within_optimization(i).execute(&mut context.handles);
+            }
+        }
+    }
+}
+
+impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
+    fn execute(&mut self, context: &mut Context<CudnnFusionHandle>, execution: &OrderedExecution<CudnnFusionRuntime>) {
+        let _timer = crate::ffi::counters::HostTimer::start(crate::ffi::counters::Count::FusedNs);
+        self.run(context, execution, 0);
+    }
+
+    fn to_state(&self) -> CudnnOptimizationState {
+        match self {
+            CudnnOptimization::Elementwise(e) => CudnnOptimizationState::Elementwise(e.operations.clone()),
+            CudnnOptimization::LinearGrad(l) => CudnnOptimizationState::LinearGrad(l.operations.clone()),
+            CudnnOptimization::MatmulBias(m) => CudnnOptimizationState::MatmulBias(m.operations.clone()),
+            CudnnOptimization::ConvAct(c) => CudnnOptimizationState::ConvAct(c.operations.clone()),
+            CudnnOptimization::LeadingSum(s) => CudnnOptimizationState::LeadingSum(s.operations.clone()),
+            CudnnOptimization::QuantizeDynamic(q) => CudnnOptimizationState::QuantizeDynamic(q.operations.clone()),
+            CudnnOptimization::Reduce(r) => CudnnOptimizationState::Reduce(r.operations.clone()),
+            CudnnOptimization::Lead(l) => CudnnOptimizationState::Lead(l.leads.clone(), Box::new(l.inner.to_state())),
+        }
+    }
+
+    fn from_state(device: &CudnnDevice, state: CudnnOptimizationState) -> Self {
+        match state {
+            CudnnOptimizationState::Elementwise(ops) => {
+                match fuser::ElementwiseFuser::from_operations(&ops, Some(*device)) {
+                    Some(e) => CudnnOptimization::Elementwise(e),
+                    None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
+                }
+            }
+            CudnnOptimizationState::LinearGrad(ops) => match linear::LinearGradFuser::matched(&ops) {
+                Some(l) => CudnnOptimization::LinearGrad(l),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
+            },
+            CudnnOptimizationState::MatmulBias(ops) => match bias::MatmulBiasFuser::matched(&ops) {
+                Some(m) => CudnnOptimization::MatmulBias(m),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a linear forward with a bias"),
+            },
+            CudnnOptimizationState::ConvAct(ops) => match conv_act::ConvActFuser::matched(&ops) {
+                Some(c) => CudnnOptimization::ConvAct(c),
+                None => {
+                    panic!("cudnn-backend: a saved fusion state does not describe a convolution and its relu")
+                }
+            },
+            CudnnOptimizationState::LeadingSum(ops) => match leading_sum::LeadingSumFuser::from_operations(&ops) {
+                Some(s) => CudnnOptimization::LeadingSum(s),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a sum over leading dims"),
+            },
+            CudnnOptimizationState::QuantizeDynamic(ops) => match quantize::QuantizeDynamicFuser::matched(&ops) {
+                Some(q) => CudnnOptimization::QuantizeDynamic(q),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a dynamic quantization"),
+            },
+            CudnnOptimizationState::Reduce(ops) => match reduce::ReduceFuser::from_operations(&ops) {
+                Some(r) => CudnnOptimization::Reduce(Box::new(r)),
+                None => panic!("cudnn-backend: a saved fusion state does not describe a fused reduction"),
+            },
+            CudnnOptimizationState::Lead(leads, inner) => CudnnOptimization::Lead(lead::LeadOptimization {
+                leads,
+                inner: Box::new(Self::from_state(device, *inner)),
+            }),
+        }
     }
 }

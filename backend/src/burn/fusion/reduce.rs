@@ -40,11 +40,12 @@ use smallvec::SmallVec;
 
 use super::fuser::{output_shape, size_one, ElementwiseFuser};
 use super::launch_cache::LaunchCache;
-use super::optimization::{
+use super::run::{
     global_ir, inverse, is_float, last_use, memory_walk, permuted, release_consumed, run_inputs, scalar_value,
-    status_of, warn_unbuildable, CudnnOptimization, FusedInput, FusedScalar, FusedView,
+    status_of, warn_unbuildable, FusedInput, FusedScalar, FusedView,
 };
 use super::CudnnFusionHandle;
+use super::CudnnOptimization;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::error::Result;

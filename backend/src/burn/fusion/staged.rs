@@ -7,7 +7,8 @@
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
 
-use super::optimization::{status_of, CudnnOptimization};
+use super::run::status_of;
+use super::CudnnOptimization;
 
 /// Where a fixed-sequence match stands.
 pub(crate) trait Stage: Clone + Default + std::fmt::Debug + Send + Sync + 'static {
