@@ -131,6 +131,19 @@ impl Default for ConvTranspose2dParams {
 /// cuDNN ops on Candle tensors. Every method works on `Device::Cpu` (a float64 reference)
 /// and, with the `candle-cuda` feature, on `Device::Cuda` tensors through cuDNN on Candle's
 /// stream; every method supports Candle's autograd.
+///
+/// ```
+/// use candle_core::{DType, Device, Tensor};
+/// use cudnn_backend::candle::{Conv2dParams, CudnnExt};
+///
+/// let x = Tensor::randn(0f32, 1.0, (2, 3, 8, 8), &Device::Cpu)?;
+/// let w = Tensor::randn(0f32, 1.0, (4, 3, 3, 3), &Device::Cpu)?;
+/// let params = Conv2dParams { padding: [1, 1], ..Default::default() };
+/// let y = x.cudnn_conv2d(&w, params)?;
+/// assert_eq!(y.dims(), &[2, 4, 8, 8]);
+/// assert_eq!(y.dtype(), DType::F32);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
 pub trait CudnnExt {
     /// N-d convolution: self (N, C, spatial...) by `w` (K, C/groups, window...), any padding
     /// (also asymmetric), stride, dilation and groups (one grouped graph).

@@ -153,6 +153,32 @@ pub fn conv_backward_filter(
 /// f32 intermediates). `bias` holds K elements (dims `[K]` or `[1, K, 1, ...]`). When no
 /// engine supports the fused graph (e.g. some f32 layouts), falls back to the conv graph
 /// followed by one bias+activation kernel.
+///
+/// ```no_run
+/// use cudnn_backend::ops::{self, Activation, ConvParams, TensorMut, TensorRef};
+/// use cudnn_backend::Device;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let device = Device::new(0)?;
+/// let stream = device.stream();
+/// let x = stream.clone_htod(&vec![0.5f32; 8 * 32 * 28 * 28])?;
+/// let w = stream.clone_htod(&vec![0.1f32; 64 * 32 * 3 * 3])?;
+/// let b = stream.clone_htod(&vec![0.0f32; 64])?;
+/// let mut y = stream.alloc_zeros::<f32>(8 * 64 * 28 * 28)?;
+/// {
+///     // Checked views: each holds every element of its dims.
+///     let xt = TensorRef::packed(&x, stream, &[8, 32, 28, 28])?;
+///     let wt = TensorRef::packed(&w, stream, &[64, 32, 3, 3])?;
+///     let bt = TensorRef::packed(&b, stream, &[64])?;
+///     let yt = TensorMut::packed(&mut y, stream, &[8, 64, 28, 28])?;
+///     // Padding 1, stride 1, dilation 1, one group: a "same" 3x3 convolution.
+///     let params = ConvParams::new(&[1, 1], &[1, 1], &[1, 1], 1);
+///     ops::conv_bias_act_forward(stream, &xt, &wt, &bt, &yt, &params, Activation::Relu)?;
+/// }
+/// let y = stream.clone_dtoh(&y)?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn conv_bias_act_forward(
     stream: &Arc<CudaStream>,
     x: &TensorRef,

@@ -40,6 +40,19 @@ static OPEN_LOCK: Mutex<()> = Mutex::new(());
 impl Device {
     /// Opens device `ordinal` (cached: later calls return the same `Arc`).
     /// Fails with a clear [`Error`] when there is no driver, no device, or no such ordinal.
+    ///
+    /// ```no_run
+    /// use cudnn_backend::Device;
+    ///
+    /// match Device::new(0) {
+    ///     Ok(device) => {
+    ///         let (major, minor) = device.info().compute_capability;
+    ///         println!("{} (sm_{major}{minor})", device.info().name);
+    ///     }
+    ///     // Says what was searched (driver, cuDNN, NVRTC) and what to install.
+    ///     Err(e) => eprintln!("no GPU: {e}"),
+    /// }
+    /// ```
     pub fn new(ordinal: usize) -> Result<Arc<Device>> {
         if let Some(d) = DEVICES.get(ordinal).and_then(|slot| slot.get()) {
             return Ok(d.clone());
