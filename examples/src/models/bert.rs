@@ -11,13 +11,12 @@
 //! those alone. Layer norms take BERT's epsilon 1e-12; GELU is the exact (erf) one.
 
 use burn::module::{Initializer, Module, Param};
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, Gelu, Linear};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 
 use super::transformer::{embedding, linear, AttentionMask, Layer, LayerConfig, Norm};
-use super::TrainModel;
+use super::{cross_entropy, TrainModel};
 
 /// The padding token of the synthetic batches.
 pub const PAD: i64 = 0;
@@ -223,9 +222,7 @@ impl<B: Backend> TrainModel<B> for Bert<B> {
         let [n, s, d] = h.dims();
         let selected = h.reshape([n * s, d]).select(0, batch.positions.clone());
         let logits = self.mlm_logits(selected);
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, batch.targets.clone())
+        cross_entropy(logits, batch.targets.clone())
     }
 
     fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {

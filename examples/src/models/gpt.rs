@@ -8,13 +8,12 @@
 //! initialization (no `1/√(2·layers)` scaling), as `bench/train_models_torch.py` does too.
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::Embedding;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
 use super::transformer::{embedding, AttentionMask, Layer, LayerConfig, Norm};
-use super::TrainModel;
+use super::{cross_entropy, TrainModel};
 
 /// The shape of a GPT-2-style decoder.
 #[derive(Clone, Debug)]
@@ -154,9 +153,7 @@ impl<B: Backend> TrainModel<B> for Gpt<B> {
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {
         let logits = self.forward(batch.inputs.clone());
         let [n, s, vocab] = logits.dims();
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.reshape([n * s, vocab]), batch.targets.clone())
+        cross_entropy(logits.reshape([n * s, vocab]), batch.targets.clone())
     }
 
     fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {

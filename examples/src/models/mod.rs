@@ -32,8 +32,11 @@ pub trait TrainModel<B: Backend>: Module<B> + Sized {
     /// few such batches cycled are learnable by memorization, so the loss falls).
     fn synthetic_batch(config: &Self::Config, n: usize, device: &B::Device) -> Self::Batch;
 
-    /// Units of [`Self::UNIT`] in one sample (1 image; the sequence length in tokens).
-    fn units_per_sample(config: &Self::Config) -> usize;
+    /// Units of [`Self::UNIT`] in one sample: 1 (an image) unless a model says otherwise
+    /// (the sequence length in tokens).
+    fn units_per_sample(_config: &Self::Config) -> usize {
+        1
+    }
 
     /// The training loss on `batch` (shape `[1]`).
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1>;
@@ -43,6 +46,14 @@ pub trait TrainModel<B: Backend>: Module<B> + Sized {
 
     /// A batch from [`TrainModel::batch_to_data`]'s data, on `device`.
     fn batch_from_data(data: Vec<TensorData>, device: &B::Device) -> Self::Batch;
+}
+
+/// Mean cross-entropy of `logits` (`[M, classes]`) against `targets` (`[M]`): the loss of
+/// every model here.
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, targets)
 }
 
 /// Images and class labels: the batches of ResNet-50 and ViT-B/16.
@@ -79,9 +90,7 @@ impl<B: Backend> ImageBatch<B> {
 
     /// Mean cross-entropy of `logits` (`[N, classes]`) against the labels.
     pub fn loss(&self, logits: Tensor<B, 2>) -> Tensor<B, 1> {
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, self.labels.clone())
+        cross_entropy(logits, self.labels.clone())
     }
 }
 
@@ -97,10 +106,6 @@ impl<B: Backend> TrainModel<B> for resnet::ResNet<B> {
     /// ImageNet-sized (224×224) images.
     fn synthetic_batch(config: &Self::Config, n: usize, device: &B::Device) -> Self::Batch {
         ImageBatch::synthetic(n, 224, config.classes, device)
-    }
-
-    fn units_per_sample(_: &Self::Config) -> usize {
-        1
     }
 
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {

@@ -145,10 +145,6 @@ impl<B: Backend> TrainModel<B> for Vit<B> {
         ImageBatch::synthetic(n, config.image, config.classes, device)
     }
 
-    fn units_per_sample(_: &Self::Config) -> usize {
-        1
-    }
-
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {
         batch.loss(self.forward(batch.images.clone()))
     }
