@@ -13,6 +13,7 @@ pub mod burn_ref;
 pub mod ctc;
 pub mod jobs;
 mod report;
+pub mod sources;
 
 pub use report::KernelReport;
 

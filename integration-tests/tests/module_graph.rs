@@ -4,36 +4,26 @@
 //! `self::`) outside comments and `#[cfg(test)]` modules.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use integration_tests::sources::{backend_src, rust_files};
 
 /// A module path inside the crate, e.g. `["burn", "ops", "float"]`.
 type ModPath = Vec<String>;
 
-fn src_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../backend/src")
-}
-
-/// Every `.rs` file under `dir` with its module path.
+/// Every `.rs` file under `root` with its module path.
 fn modules(root: &Path) -> Vec<(ModPath, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(ModPath, String)>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else if p.extension().is_some_and(|e| e == "rs") {
-                let rel = p.strip_prefix(root).unwrap().with_extension("");
-                let mut path: ModPath = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
-                if matches!(path.last().map(String::as_str), Some("mod" | "lib")) {
-                    path.pop();
-                }
-                out.push((path, std::fs::read_to_string(&p).unwrap()));
+    rust_files(root)
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root).unwrap().with_extension("");
+            let mut path: ModPath = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+            if matches!(path.last().map(String::as_str), Some("mod" | "lib")) {
+                path.pop();
             }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out);
-    out
+            (path, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
 }
 
 /// The source without comments, string literals' contents and `#[cfg(test)] mod` bodies.
@@ -254,7 +244,7 @@ fn the_checker_sees_a_cycle() {
 
 #[test]
 fn every_folder_s_modules_depend_on_each_other_one_way() {
-    let mods = modules(&src_root());
+    let mods = modules(&backend_src());
     let known: BTreeSet<ModPath> = mods.iter().map(|(p, _)| p.clone()).collect();
     // Every module with children: the crate root's folders and theirs, at any depth.
     let parents: BTreeSet<ModPath> = known

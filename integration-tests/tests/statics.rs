@@ -6,7 +6,8 @@
 //! engine object is to own (caches, pools, counters, configuration).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+
+use integration_tests::sources::{backend_src, rust_files};
 
 /// Why a process-wide item exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -101,18 +102,6 @@ const ALLOWED: &[(&str, &str, Reason)] = &[
     ("runtime/workspace.rs", "WORKSPACES", Engine),
 ];
 
-/// Every `.rs` file under `dir`.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The name of the `static` item `line` declares, unless it is a constant string or table
 /// (a `&` type, which holds no state).
 fn static_item(line: &str) -> Option<&str> {
@@ -144,9 +133,8 @@ fn statics_of(src: &str) -> Vec<&str> {
 
 #[test]
 fn every_process_wide_item_is_listed_with_its_reason() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../backend/src");
-    let mut files = Vec::new();
-    sources(&root, &mut files);
+    let root = backend_src();
+    let files = rust_files(&root);
     assert!(files.len() > 50, "found the crate's sources ({})", files.len());
     let mut found = BTreeSet::new();
     for f in &files {
