@@ -870,3 +870,64 @@ fn masked_attention_drop_in_runs_fused_and_matches_burns_module() {
         );
     }
 }
+
+/// Context and input gradient of `sum(mha(x, pad mask).context * w)` with dropout
+/// `dropout` on the attention scores, the backend's generator seeded with `seed` first.
+fn dropout_mha_run<B: AutodiffBackend>(dtype: DType, dropout: f64, seed: u64) -> (TensorData, TensorData, bool) {
+    let device = Default::default();
+    let (b, s, d) = (2, 48, 64);
+    let mut rng = Rng::new(61);
+    let mut data = |dims: &[usize], scale: f64| {
+        TensorData::new(uniform(&mut rng, dims.iter().product(), -scale, scale), dims.to_vec())
+    };
+    // The same weights on every run (the generator seeded before the initialization).
+    B::seed(&device, 99);
+    let mha: MultiHeadAttention<B> = MultiHeadAttentionConfig::new(d, 4).with_dropout(dropout).init(&device);
+    let x = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device)
+        .cast(dtype)
+        .require_grad();
+    let w = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device);
+    let pad_mask: Vec<bool> = (0..b).flat_map(|i| (0..s).map(move |j| j >= s - 5 * (i + 1))).collect();
+    let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad_mask, [b, s]), &device);
+    B::seed(&device, seed);
+    let out = mha.forward(MhaInput::self_attn(x.clone()).mask_pad(mask_pad));
+    let fused = out.weights.is_none();
+    let grads = (out.context.clone().cast(DType::F32) * w).sum().backward();
+    let dx = x.grad(&grads).expect("grad").cast(DType::F32).into_data();
+    (out.context.cast(DType::F32).into_data(), dx, fused)
+}
+
+/// The drop-in attention with active dropout (and a padding mask) stays on cuDNN's fused
+/// path in half precision, unfused and under fusion: the backend's seed reproduces the
+/// output and gradient, another seed changes them, and dropout changes the result of the
+/// same module without it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn attention_drop_in_with_dropout_runs_fused_and_reproduces_from_the_seed() {
+    let _serial = serial();
+    fn check<B: AutodiffBackend>(name: &str) {
+        for dtype in [DType::BF16, DType::F16] {
+            let label = format!("{name} {dtype:?}");
+            let (c1, dx1, fused) = dropout_mha_run::<B>(dtype, 0.2, 7);
+            assert!(fused, "{label}: dropout took Burn's composed path");
+            let (c2, dx2, _) = dropout_mha_run::<B>(dtype, 0.2, 7);
+            assert_eq!(c1, c2, "{label}: the same seed gave another context");
+            assert_eq!(dx1, dx2, "{label}: the same seed gave another gradient");
+            let (c3, _, _) = dropout_mha_run::<B>(dtype, 0.2, 8);
+            let (c0, _, _) = dropout_mha_run::<B>(dtype, 0.0, 7);
+            let rel = |a: &TensorData, b: &TensorData| {
+                let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+                let num: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+                let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+                (num / den).sqrt()
+            };
+            // Dropping a fifth of the probabilities moves the context by far more than rounding.
+            assert!(rel(&c3, &c1) > 0.05, "{label}: another seed barely changed the context");
+            assert!(rel(&c1, &c0) > 0.05, "{label}: dropout barely changed the context");
+            let finite = dx1.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite());
+            assert!(finite, "{label}: non-finite input gradient");
+        }
+    }
+    check::<Autodiff<Gpu>>("Autodiff<Cudnn>");
+    check::<Autodiff<GpuFusion>>("Autodiff<CudnnFusion>");
+}

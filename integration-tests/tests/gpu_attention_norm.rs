@@ -344,6 +344,7 @@ fn sdpa_backward_matches_f64_reference() {
                 dk: &dk.m,
                 dv: &dvv.m,
                 d_bias: None,
+                dropout: None,
             };
             match ops::sdpa_backward(&s, &args, causal, scale as f32) {
                 Ok(()) => {}
@@ -525,6 +526,7 @@ fn sdpa_backward_bias_gradient_matches_f64_reference() {
                         dk: &dk.m,
                         dv: &dvv.m,
                         d_bias: Some(&db.m),
+                        dropout: None,
                     };
                     match ops::sdpa_backward(&s, &args, causal, scale as f32) {
                         Ok(()) => fused.push(what.clone()),

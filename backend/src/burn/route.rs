@@ -7,7 +7,7 @@ use std::any::{Any, TypeId};
 use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use burn_autodiff::Autodiff;
 use burn_backend::Backend;
-use burn_core::tensor::{Tensor, TensorPrimitive};
+use burn_core::tensor::{Int, Tensor, TensorPrimitive};
 
 use super::{Cudnn, CudnnFusion};
 
@@ -111,6 +111,11 @@ fn same<S: 'static, T: 'static>(value: S) -> T {
 pub(crate) fn cast<S: Backend, T: Backend, const D: usize>(t: Tensor<S, D>) -> Tensor<T, D> {
     let p: TensorPrimitive<T> = same(t.into_primitive());
     Tensor::from_primitive(p)
+}
+
+/// An int tensor of backend `S` as the same tensor of backend `T` (the same type).
+pub(crate) fn cast_int<S: Backend, T: Backend, const D: usize>(t: Tensor<S, D, Int>) -> Tensor<T, D, Int> {
+    Tensor::from_primitive(same(t.into_primitive()))
 }
 
 /// A float primitive of backend `S` as one of backend `T` (the same type).

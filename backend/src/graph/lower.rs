@@ -366,6 +366,30 @@ impl Lowering<'_> {
                 o.finalize()?;
                 Ok(o)
             }
+            Op::Rng {
+                seed,
+                offset,
+                y,
+                keep_probability,
+            } => {
+                const BERNOULLI: u32 = 0; // CUDNN_RNG_DISTRIBUTION_BERNOULLI
+                let mut r = Descriptor::new(K::CUDNN_BACKEND_RNG_DESCRIPTOR)?;
+                r.set_enum(
+                    A::CUDNN_ATTR_RNG_DISTRIBUTION,
+                    T::CUDNN_TYPE_RNG_DISTRIBUTION,
+                    BERNOULLI,
+                )?;
+                r.set_f64(A::CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, *keep_probability)?;
+                r.finalize()?;
+                let mut o = Descriptor::new(K::CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR)?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_RNG_YDESC, self.t(*y))?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_RNG_SEED, self.t(*seed))?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, self.t(*offset))?;
+                o.set_desc(A::CUDNN_ATTR_OPERATION_RNG_DESC, &r)?;
+                o.finalize()?;
+                self.parts.push(r);
+                Ok(o)
+            }
         }
     }
 

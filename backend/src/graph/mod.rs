@@ -290,6 +290,24 @@ impl Graph {
         (y, stats)
     }
 
+    /// A Bernoulli mask of `dims` (f32: 1.0 with probability `keep_probability`, else 0.0)
+    /// from the Philox generator keyed by the device `I64` scalars `seed` and `offset`
+    /// (dims all 1): the same pair gives the same mask, so a backward graph regenerates its
+    /// forward's dropout.
+    pub fn rng_bernoulli(&mut self, seed: TensorId, offset: TensorId, dims: &[i64], keep_probability: f64) -> TensorId {
+        let y = self.virtual_tensor(format!("rng#{}.y", self.nodes.len()));
+        self.set_dims(y, dims);
+        self.tensors[y.0].dtype = Some(DataType::F32);
+        self.tensors[y.0].given.dtype = true;
+        self.push_node(Op::Rng {
+            seed,
+            offset,
+            y,
+            keep_probability,
+        });
+        y
+    }
+
     /// `x` under `dims` and `strides` (the same number of elements): the reshape operation
     /// fused patterns use to read an intermediate transposed.
     pub fn reshape(&mut self, x: TensorId, dims: &[i64], strides: &[i64]) -> TensorId {

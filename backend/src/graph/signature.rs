@@ -203,6 +203,18 @@ impl Graph {
                     e.tid(self, *x);
                     e.tid(self, *y);
                 }
+                Op::Rng {
+                    seed,
+                    offset,
+                    y,
+                    keep_probability,
+                } => {
+                    e.u8(11);
+                    e.tid(self, *seed);
+                    e.tid(self, *offset);
+                    e.tid(self, *y);
+                    e.u64(keep_probability.to_bits());
+                }
             }
         }
         // Scalars: only their kind matters to the plan.

@@ -434,6 +434,30 @@ impl Graph {
                 }
                 self.set_inferred(node, *y, yd, *x)
             }
+            Op::Rng {
+                seed,
+                offset,
+                y,
+                keep_probability,
+            } => {
+                for (name, t) in [("seed", *seed), ("offset", *offset)] {
+                    let d = self.dims(t);
+                    if d.is_empty() || d.iter().any(|&n| n != 1) || self.dtype(t) != DataType::I64 {
+                        return Err(err(
+                            node,
+                            format!("{name} {d:?} {:?}: need one I64 element", self.dtype(t)),
+                        ));
+                    }
+                }
+                if !(*keep_probability > 0.0 && *keep_probability <= 1.0) {
+                    return Err(err(node, format!("keep probability {keep_probability}: need (0, 1]")));
+                }
+                let yd = self.dims(*y).to_vec();
+                if yd.is_empty() {
+                    return Err(err(node, "a random tensor needs its dims"));
+                }
+                self.set_inferred(node, *y, yd, *seed)
+            }
         }
     }
 

@@ -81,6 +81,53 @@ pub fn sdpa_fusable(dtype: DataType, head_dim: i64, head_dim_v: i64, seq_kv: i64
     matches!(dtype, DataType::F16 | DataType::BF16) && head_ok(head_dim) && head_ok(head_dim_v) && seq_kv > 0
 }
 
+/// Dropout on the attention probabilities inside the fused graphs: each probability is
+/// kept with probability `1 - probability` and scaled by `1 / (1 - probability)`, the mask
+/// drawn by cuDNN's Philox generator from `seed` and `offset`. The backward regenerates the
+/// same mask from the same pair, so a forward and its backward must be given equal values.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionDropout<'a> {
+    /// The probability of dropping, in `[0, 1)`.
+    pub probability: f32,
+    /// The Philox seed: one `I64` on the device (dims all 1).
+    pub seed: &'a TensorRef<'a>,
+    /// The Philox offset: one `I64` on the device (dims all 1).
+    pub offset: &'a TensorRef<'a>,
+}
+
+impl AttentionDropout<'_> {
+    /// The keep probability the generator is given, the same value forward and backward.
+    fn keep(&self) -> f64 {
+        1.0 - f64::from(self.probability)
+    }
+
+    /// The scale of kept probabilities, `1 / keep`.
+    fn scale(&self) -> f32 {
+        (1.0 / self.keep()) as f32
+    }
+
+    fn check(&self, op: &'static str) -> Result<()> {
+        if !(0.0..1.0).contains(&self.probability) {
+            return Err(Error::invalid_arg(
+                op,
+                "dropout",
+                format!("probability {}: need [0, 1)", self.probability),
+            ));
+        }
+        for (name, t) in [("dropout seed", self.seed), ("dropout offset", self.offset)] {
+            t.check(op, name)?;
+            if t.dims.is_empty() || t.dims.iter().any(|&n| n != 1) || t.dtype != DataType::I64 {
+                return Err(Error::invalid_arg(
+                    op,
+                    name,
+                    format!("{:?} {:?}: need one I64", t.dims, t.dtype),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `o = softmax(q · kᵀ · scale + bias) · v` per batch and head as ONE cuDNN graph
 /// (matmul, scale, optional additive bias, optional causal mask, softmax, matmul), which
 /// cuDNN runs with its fused flash-attention engines. `q [B, H, Sq, D]`, `k [B, H, Skv, D]`,
@@ -121,6 +168,44 @@ pub fn sdpa_forward(
         o,
         scale,
         stats.map(TensorMut::as_input),
+        None,
+        None,
+        false,
+    )
+    .map(|_| ())
+}
+
+/// [`sdpa_forward`] with dropout on the probabilities before the product with `v` (see
+/// [`AttentionDropout`]; the statistics are the softmax's, before dropout, as the backward
+/// wants them). With `mask` (f32 `[B, H, Sq, Skv]`) the dropout mask (1 kept, 0 dropped) is
+/// stored too, for tests. cuDNN takes dropout with a top-left causal mask (`Sq == Skv`)
+/// but not a bottom-right one.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_forward_dropout(
+    stream: &Arc<CudaStream>,
+    q: &TensorRef,
+    k: &TensorRef,
+    v: &TensorRef,
+    bias: Option<&TensorRef>,
+    causal: bool,
+    o: &TensorMut,
+    scale: f32,
+    stats: Option<&TensorMut>,
+    dropout: &AttentionDropout<'_>,
+    mask: Option<&TensorMut>,
+) -> Result<()> {
+    sdpa_forward_impl(
+        stream,
+        q,
+        k,
+        v,
+        bias,
+        causal,
+        o,
+        scale,
+        stats.map(TensorMut::as_input),
+        Some(dropout),
+        mask.map(TensorMut::as_input),
         false,
     )
     .map(|_| ())
@@ -130,6 +215,7 @@ pub fn sdpa_forward(
 /// is new (on a fresh machine it needs a runtime compile, about a second), the build starts
 /// on a background thread and `Ok(false)` says that nothing ran; later calls run the plan
 /// once it is built (`Ok(true)`). With a benchmark or deterministic policy it always runs.
+/// `dropout` as in [`sdpa_forward_dropout`].
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_forward_when_built(
     stream: &Arc<CudaStream>,
@@ -141,6 +227,7 @@ pub fn sdpa_forward_when_built(
     o: &TensorMut,
     scale: f32,
     stats: Option<&TensorMut>,
+    dropout: Option<&AttentionDropout<'_>>,
 ) -> Result<bool> {
     sdpa_forward_impl(
         stream,
@@ -152,94 +239,74 @@ pub fn sdpa_forward_when_built(
         o,
         scale,
         stats.map(TensorMut::as_input),
+        dropout,
+        None,
         true,
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn sdpa_forward_impl(
-    stream: &Arc<CudaStream>,
-    q: &TensorRef,
-    k: &TensorRef,
-    v: &TensorRef,
-    bias: Option<&TensorRef>,
-    causal: bool,
-    o: &TensorRef,
+/// The by-value scalars of the forward graph, whose host addresses its variant pack binds.
+struct ForwardScalars {
     scale: f32,
-    stats: Option<&TensorRef>,
-    when_built: bool,
-) -> Result<bool> {
-    const OP: &str = "sdpa";
-    check(q, k, v, bias, o)?;
-    if causal && q.dims[2] > k.dims[2] {
-        return Err(Error::invalid_arg(
-            OP,
-            "q",
-            format!(
-                "a causal mask needs no more queries ({}) than keys ({}): rows would see no key",
-                q.dims[2], k.dims[2]
-            ),
-        ));
+    masked: f32,
+    seq: [i32; 2],
+    dropout_scale: f32,
+}
+
+/// The operands of the forward attention graph (`kt`: k with its last two dims swapped).
+struct ForwardGraph<'t, 'a> {
+    q: &'t TensorRef<'a>,
+    kt: &'t TensorRef<'a>,
+    v: &'t TensorRef<'a>,
+    bias: Option<&'t TensorRef<'a>>,
+    causal: bool,
+    o: &'t TensorRef<'a>,
+    stats: Option<&'t TensorRef<'a>>,
+    dropout: Option<&'t AttentionDropout<'a>>,
+    mask: Option<&'t TensorRef<'a>>,
+}
+
+impl ForwardGraph<'_, '_> {
+    /// A causal mask aligned to the bottom right of rectangular scores.
+    fn shifted_mask(&self) -> bool {
+        self.causal && self.q.dims[2] != self.kt.dims[3]
     }
-    if let Some(st) = stats {
-        st.check(OP, "stats")?;
-        let want = [q.dims[0], q.dims[1], q.dims[2], 1];
-        if st.dims[..] != want[..] || st.dtype != DataType::F32 || !st.is_packed() {
-            return Err(Error::invalid_arg(
-                OP,
-                "stats",
-                format!("{:?} {:?}: need packed f32 {want:?}", st.dims, st.dtype),
-            ));
-        }
-    }
-    let operands = [
-        ("q", Some(q)),
-        ("k", Some(k)),
-        ("v", Some(v)),
-        ("bias", bias),
-        ("o", Some(o)),
-        ("stats", stats),
-    ];
-    check_on_stream_device(stream, OP, &operands)?;
-    if o.is_empty() {
-        return Ok(true);
-    }
-    if !matches!(q.dtype, DataType::F16 | DataType::BF16) {
-        return Err(Error::Unsupported {
-            graph: format!("sdpa {:?} {:?}", q.dims, q.dtype),
-            reason: "cuDNN's fused attention engines take f16 or bf16 only".into(),
-        });
-    }
-    if k.dims[2] == 0 {
-        return Err(Error::Unsupported {
-            graph: format!("sdpa {:?}", q.dims),
-            reason: "an empty key sequence leaves the softmax undefined".into(),
-        });
-    }
-    let (b, h, sq, skv) = (q.dims[0], q.dims[1], q.dims[2], k.dims[2]);
-    // Bottom-right alignment shifts the row index by Skv - Sq (the frontend's pattern: + Skv, - Sq).
-    let shifted_mask = causal && sq != skv;
-    let (neg_inf, skv32, sq32) = (f32::NEG_INFINITY, skv as i32, sq as i32);
-    // The graph multiplies q by kᵀ: the same memory with the last two dims swapped.
-    let mut kt = k.clone();
-    kt.dims.swap(2, 3);
-    kt.strides.swap(2, 3);
-    let build = || {
+
+    fn graph(&self, host: &ForwardScalars) -> Graph {
+        let Self {
+            q,
+            kt,
+            v,
+            bias,
+            causal,
+            o,
+            stats,
+            dropout,
+            mask,
+        } = *self;
+        let (b, h, sq, skv) = (q.dims[0], q.dims[1], q.dims[2], kt.dims[3]);
+        let shifted_mask = self.shifted_mask();
         let mut g = Graph::new();
         let qi = q.add_input(&mut g, "q");
         let ki = kt.add_input(&mut g, "k_t");
         let vi = v.add_input(&mut g, "v");
-        let si = g.scalar("scale", Scalar::F32(scale), 4);
+        let si = g.scalar("scale", Scalar::F32(host.scale), 4);
         let bi = bias.map(|t| t.add_input(&mut g, "bias"));
         let mask_scalars = causal.then(|| {
-            let fill = g.scalar("masked", Scalar::F32(neg_inf), 4);
+            let fill = g.scalar("masked", Scalar::F32(host.masked), 4);
             let shift = shifted_mask.then(|| {
                 (
-                    g.scalar("seq_kv", Scalar::I32(skv32), 4),
-                    g.scalar("seq_q", Scalar::I32(sq32), 4),
+                    g.scalar("seq_kv", Scalar::I32(host.seq[0]), 4),
+                    g.scalar("seq_q", Scalar::I32(host.seq[1]), 4),
                 )
             });
             (fill, shift)
+        });
+        let drop_inputs = dropout.map(|d| {
+            let seed = d.seed.add_input(&mut g, "dropout_seed");
+            let offset = d.offset.add_input(&mut g, "dropout_offset");
+            let scale = g.scalar("dropout_scale", Scalar::F32(host.dropout_scale), 4);
+            (seed, offset, scale, d.keep())
         });
         let scores = g.matmul(qi, ki);
         let mut s = g.pointwise(PointwiseMode::Mul, scores, Some(si));
@@ -272,48 +339,212 @@ fn sdpa_forward_impl(
                 g.allow_unused(lse);
             }
         }
-        let p = g.pointwise(PointwiseMode::Div, e, Some(sum));
+        let mut p = g.pointwise(PointwiseMode::Div, e, Some(sum));
+        if let Some((seed, offset, drop_scale, keep)) = drop_inputs {
+            let m = g.rng_bernoulli(seed, offset, &[b, h, sq, skv], keep);
+            if let Some(mt) = mask {
+                mt.bind_output(&mut g, m);
+            }
+            let kept = g.pointwise(PointwiseMode::Mul, p, Some(m));
+            p = g.pointwise(PointwiseMode::Mul, kept, Some(drop_scale));
+        }
         // The second product takes the probabilities in the input type.
         g.set_virtual_dtype(p, q.dtype);
         let out = g.matmul(p, vi);
         o.bind_output(&mut g, out);
         g
-    };
-    // uids: q 1, k_t 2, v 3, scale 4, [bias], [masked value, [seq_kv, seq_q]], then one per
-    // node output in order: scores, scaled, [biased], [row, col, [row + skv, - sq], keep,
-    // masked], max, shifted, exp, sum, ln sum, statistics, probabilities, o.
-    let nb = bias.is_some() as i64;
-    let mut io = vec![(1, q.ptr), (2, kt.ptr), (3, v.ptr), (4, (&scale as *const f32) as u64)];
-    if let Some(t) = bias {
-        io.push((5, t.ptr));
     }
-    if causal {
-        io.push((io.len() as i64 + 1, (&neg_inf as *const f32) as u64));
-        if shifted_mask {
-            io.push((io.len() as i64 + 1, (&skv32 as *const i32) as u64));
-            io.push((io.len() as i64 + 1, (&sq32 as *const i32) as u64));
+
+    /// The variant pack: (uid, address) of every non-virtual tensor in uid order, the
+    /// by-value scalars at their addresses in `host`.
+    fn io(&self, host: &ForwardScalars) -> Vec<(i64, u64)> {
+        let Self {
+            q,
+            kt,
+            v,
+            bias,
+            causal,
+            o,
+            stats,
+            dropout,
+            mask,
+        } = *self;
+        let shifted_mask = self.shifted_mask();
+        let addr = |x: &f32| (x as *const f32) as u64;
+        // uids: q 1, k_t 2, v 3, scale 4, [bias], [masked value, [seq_kv, seq_q]], [dropout
+        // seed, offset, scale], then one per node output in order: scores, scaled, [biased],
+        // [row, col, [row + skv, - sq], keep, masked], max, shifted, exp, sum, ln sum,
+        // statistics, probabilities, [dropout mask, kept, scaled], o.
+        let nb = bias.is_some() as i64;
+        let mut io = vec![(1, q.ptr), (2, kt.ptr), (3, v.ptr), (4, addr(&host.scale))];
+        if let Some(t) = bias {
+            io.push((5, t.ptr));
+        }
+        if causal {
+            io.push((io.len() as i64 + 1, addr(&host.masked)));
+            if shifted_mask {
+                io.push((io.len() as i64 + 1, (&host.seq[0] as *const i32) as u64));
+                io.push((io.len() as i64 + 1, (&host.seq[1] as *const i32) as u64));
+            }
+        }
+        if let Some(d) = dropout {
+            io.push((io.len() as i64 + 1, d.seed.ptr));
+            io.push((io.len() as i64 + 1, d.offset.ptr));
+            io.push((io.len() as i64 + 1, addr(&host.dropout_scale)));
+        }
+        let inputs = io.len() as i64;
+        let mask_nodes = if causal { 4 + 2 * shifted_mask as i64 } else { 0 };
+        // The statistics are the output of the node after scores, scaled, [biased], the mask
+        // nodes and the five softmax nodes; o comes two nodes later (five with dropout).
+        let stats_uid = inputs + 2 + nb + mask_nodes + 6;
+        if let Some(st) = stats {
+            io.push((stats_uid, st.ptr));
+        }
+        if let Some(m) = mask {
+            io.push((stats_uid + 2, m.ptr));
+        }
+        io.push((stats_uid + 2 + 3 * dropout.is_some() as i64, o.ptr));
+        io
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sdpa_forward_impl(
+    stream: &Arc<CudaStream>,
+    q: &TensorRef,
+    k: &TensorRef,
+    v: &TensorRef,
+    bias: Option<&TensorRef>,
+    causal: bool,
+    o: &TensorRef,
+    scale: f32,
+    stats: Option<&TensorRef>,
+    dropout: Option<&AttentionDropout<'_>>,
+    mask: Option<&TensorRef>,
+    when_built: bool,
+) -> Result<bool> {
+    const OP: &str = "sdpa";
+    check(q, k, v, bias, o)?;
+    if let Some(d) = dropout {
+        d.check(OP)?;
+    }
+    if let Some(m) = mask {
+        m.check(OP, "mask")?;
+        let want = [q.dims[0], q.dims[1], q.dims[2], k.dims[2]];
+        if dropout.is_none() || m.dims[..] != want[..] || m.dtype != DataType::F32 {
+            return Err(Error::invalid_arg(
+                OP,
+                "mask",
+                format!("{:?} {:?}: need dropout and f32 {want:?}", m.dims, m.dtype),
+            ));
         }
     }
-    let inputs = io.len() as i64;
-    let mask_nodes = if causal { 4 + 2 * shifted_mask as i64 } else { 0 };
-    // The statistics are the output of the node after scores, scaled, [biased], the mask
-    // nodes and the five softmax nodes; o comes two nodes later.
-    let stats_uid = inputs + 2 + nb + mask_nodes + 6;
-    if let Some(st) = stats {
-        io.push((stats_uid, st.ptr));
+    if causal && q.dims[2] > k.dims[2] {
+        return Err(Error::invalid_arg(
+            OP,
+            "q",
+            format!(
+                "a causal mask needs no more queries ({}) than keys ({}): rows would see no key",
+                q.dims[2], k.dims[2]
+            ),
+        ));
     }
-    io.push((stats_uid + 2, o.ptr));
+    if let Some(st) = stats {
+        st.check(OP, "stats")?;
+        let want = [q.dims[0], q.dims[1], q.dims[2], 1];
+        if st.dims[..] != want[..] || st.dtype != DataType::F32 || !st.is_packed() {
+            return Err(Error::invalid_arg(
+                OP,
+                "stats",
+                format!("{:?} {:?}: need packed f32 {want:?}", st.dims, st.dtype),
+            ));
+        }
+    }
+    let operands = [
+        ("q", Some(q)),
+        ("k", Some(k)),
+        ("v", Some(v)),
+        ("bias", bias),
+        ("o", Some(o)),
+        ("stats", stats),
+        ("dropout seed", dropout.map(|d| d.seed)),
+        ("dropout offset", dropout.map(|d| d.offset)),
+        ("mask", mask),
+    ];
+    check_on_stream_device(stream, OP, &operands)?;
+    if o.is_empty() {
+        return Ok(true);
+    }
+    if !matches!(q.dtype, DataType::F16 | DataType::BF16) {
+        return Err(Error::Unsupported {
+            graph: format!("sdpa {:?} {:?}", q.dims, q.dtype),
+            reason: "cuDNN's fused attention engines take f16 or bf16 only".into(),
+        });
+    }
+    if k.dims[2] == 0 {
+        return Err(Error::Unsupported {
+            graph: format!("sdpa {:?}", q.dims),
+            reason: "an empty key sequence leaves the softmax undefined".into(),
+        });
+    }
+    let (sq, skv) = (q.dims[2], k.dims[2]);
+    // Bottom-right alignment shifts the row index by Skv - Sq (the frontend's pattern: + Skv, - Sq).
+    let shifted_mask = causal && sq != skv;
+    if dropout.is_some() && shifted_mask {
+        return Err(Error::Unsupported {
+            graph: format!("sdpa {:?} kv {skv}", q.dims),
+            reason: "cuDNN takes dropout with a causal mask only when Sq == Skv".into(),
+        });
+    }
+    let host = ForwardScalars {
+        scale,
+        masked: f32::NEG_INFINITY,
+        seq: [skv as i32, sq as i32],
+        dropout_scale: dropout.map_or(1.0, AttentionDropout::scale),
+    };
+    // The graph multiplies q by kᵀ: the same memory with the last two dims swapped.
+    let mut kt = k.clone();
+    kt.dims.swap(2, 3);
+    kt.strides.swap(2, 3);
+    let f = ForwardGraph {
+        q,
+        kt: &kt,
+        v,
+        bias,
+        causal,
+        o,
+        stats,
+        dropout,
+        mask,
+    };
+    let io = f.io(&host);
+    let build = || f.graph(&host);
+    let nb = bias.is_some() as i64;
     let mut key = OpKey::new(OP);
-    key.ints(&[nb, stats.is_some() as i64, causal as i64 + shifted_mask as i64])
-        .tensor(q)
-        .tensor(&kt)
-        .tensor(v)
-        .tensor(o);
+    // The keep probability is part of the graph (the generator's attribute).
+    let keep_bits = dropout.map_or(0, |d| d.keep().to_bits() as i64);
+    key.ints(&[
+        nb,
+        stats.is_some() as i64,
+        causal as i64 + shifted_mask as i64,
+        keep_bits,
+        mask.is_some() as i64,
+    ])
+    .tensor(q)
+    .tensor(&kt)
+    .tensor(v)
+    .tensor(o);
     if let Some(st) = stats {
         key.tensor(st);
     }
     if let Some(t) = bias {
         key.tensor(t);
+    }
+    if let Some(d) = dropout {
+        key.tensor(d.seed).tensor(d.offset);
+    }
+    if let Some(m) = mask {
+        key.tensor(m);
     }
     if when_built {
         run_when_built(stream, OP, key, &io, false, &build)
@@ -350,6 +581,8 @@ pub struct SdpaBackward<'a> {
     /// Gradient of the bias, if wanted (needs `bias`): the bias's dims, `q`'s dtype. It is
     /// `P ∘ (dO·Vᵀ − rowsum(dO ∘ O))` summed over the dims the bias broadcasts (size 1).
     pub d_bias: Option<&'a TensorMut<'a>>,
+    /// The forward's dropout (the same probability, seed and offset), if it had one.
+    pub dropout: Option<AttentionDropout<'a>>,
 }
 
 /// The transposed view of a virtual `[B, H, M, N]` product: dims `[B, H, N, M]`.
@@ -362,9 +595,12 @@ fn transposed_dims(dims: &[i64]) -> (Vec<i64>, Vec<i64>) {
 #[derive(Clone, Copy, Debug)]
 struct BackwardScalars {
     scale: TensorId,
+    /// The factor of `rowsum(dO ∘ O)`: 1, or the keep probability under dropout.
     one: TensorId,
     masked: Option<TensorId>,
     seq: Option<(TensorId, TensorId)>,
+    /// `1 / keep` under dropout.
+    dropout_scale: Option<TensorId>,
 }
 
 /// The backward graph of [`sdpa_backward`] and the device address of every tensor it binds
@@ -411,7 +647,16 @@ fn backward_graph(
         one: one_i,
         masked: None,
         seq: None,
+        dropout_scale: None,
     };
+    let drop = a.dropout.map(|d| {
+        let seed = input(&mut g, d.seed, "dropout_seed");
+        let offset = input(&mut g, d.offset, "dropout_offset");
+        let scale = g.scalar("dropout_scale", Scalar::F32(d.scale()), 4);
+        scalars.dropout_scale = Some(scale);
+        let m = g.rng_bernoulli(seed, offset, &[b, h, sq, skv], d.keep());
+        (m, scale)
+    });
     let mask = causal.then(|| {
         let fill = g.scalar("masked", Scalar::F32(f32::NEG_INFINITY), 4);
         scalars.masked = Some(fill);
@@ -423,7 +668,8 @@ fn backward_graph(
         });
         (fill, shift)
     });
-    // softmax_sum = rowsum(dO ∘ O) · 1 (an f32 output the pattern keeps in memory).
+    // softmax_sum = rowsum(dO ∘ O) · 1, or · keep under dropout (an f32 output the pattern
+    // keeps in memory).
     let prod = g.pointwise(PointwiseMode::Mul, doi, Some(oi));
     let rows = g.reduction(ReduceOp::Sum, prod, &[b, h, sq, 1]);
     let softmax_sum = g.pointwise(PointwiseMode::Mul, rows, Some(one_i));
@@ -448,17 +694,31 @@ fn backward_graph(
         s = g.select(s, fill, keep);
     }
     let p = g.pointwise(PointwiseMode::Exp, s, None);
-    // dV = Pᵀ · dO.
+    // dV = Pᵀ · dO, with the forward's dropout on P.
+    let p_out = match drop {
+        Some((m, d_scale)) => {
+            let kept = g.pointwise(PointwiseMode::Mul, p, Some(m));
+            g.pointwise(PointwiseMode::Mul, kept, Some(d_scale))
+        }
+        None => p,
+    };
     let (pt_dims, pt_strides) = transposed_dims(&[b, h, sq, skv]);
-    let pt = g.reshape(p, &pt_dims, &pt_strides);
+    let pt = g.reshape(p_out, &pt_dims, &pt_strides);
     g.set_virtual_dtype(pt, a.q.dtype);
     let dv_out = g.matmul(pt, doi);
     a.dv.bind_output(&mut g, dv_out);
     bound.push((dv_out, a.dv.ptr));
-    // dS = P ∘ (dO · Vᵀ − softmax_sum) · scale.
-    let dp = g.matmul(doi, vti);
+    // dS = P ∘ (dO · Vᵀ − softmax_sum) · scale; under dropout
+    // dS = P ∘ (dO · Vᵀ ∘ mask − keep · rowsum(dO ∘ O)) / keep · scale.
+    let mut dp = g.matmul(doi, vti);
+    if let Some((m, _)) = drop {
+        dp = g.pointwise(PointwiseMode::Mul, dp, Some(m));
+    }
     let centered = g.pointwise(PointwiseMode::Sub, dp, Some(softmax_sum));
-    let ds_raw = g.pointwise(PointwiseMode::Mul, centered, Some(p));
+    let mut ds_raw = g.pointwise(PointwiseMode::Mul, centered, Some(p));
+    if let Some((_, d_scale)) = drop {
+        ds_raw = g.pointwise(PointwiseMode::Mul, ds_raw, Some(d_scale));
+    }
     // dBias = dS before the scale, summed over the bias's broadcast dims.
     if let Some(d_bias) = a.d_bias {
         let db_out = g.reduction(ReduceOp::Sum, ds_raw, &d_bias.dims);
@@ -495,9 +755,13 @@ fn backward_key(a: &SdpaBackward<'_>, causal: bool) -> OpKey {
     let mut key = OpKey::new("sdpa_backward");
     // 0: no bias, 1: a bias, 2: a bias and its gradient.
     let bias_code = a.bias.is_some() as i64 + a.d_bias.is_some() as i64;
-    key.ints(&[bias_code, causal as i64 + shifted_mask as i64]);
+    let keep_bits = a.dropout.map_or(0, |d| d.keep().to_bits() as i64);
+    key.ints(&[bias_code, causal as i64 + shifted_mask as i64, keep_bits]);
     for t in [a.q, &kt, &vt, a.o, a.d_o, a.stats, a.dq, a.dk, a.dv] {
         key.tensor(t);
+    }
+    if let Some(d) = a.dropout {
+        key.tensor(d.seed).tensor(d.offset);
     }
     if let Some(t) = a.bias {
         key.tensor(t);
@@ -512,7 +776,7 @@ fn backward_key(a: &SdpaBackward<'_>, causal: bool) -> OpKey {
 /// just run (`q`, `k`, `v`, `o`, `stats`, `bias` as passed to [`sdpa_forward`]), so that on a
 /// fresh machine its runtime compilation overlaps the rest of the forward pass. With
 /// `bias_grad` (and a bias) it is the plan that also computes the bias's gradient, into a
-/// fresh packed tensor of the bias's dims. The gradients are assumed laid out like their
+/// fresh packed tensor of the bias's dims; `dropout` is the forward's. The gradients are assumed laid out like their
 /// forward tensors and freshly allocated (16-byte aligned); if the backward's tensors differ,
 /// it builds its own plan as it would have anyway.
 #[allow(clippy::too_many_arguments)]
@@ -527,6 +791,7 @@ pub fn sdpa_backward_prefetch(
     scale: f32,
     stats: &TensorRef,
     bias_grad: bool,
+    dropout: Option<&AttentionDropout<'_>>,
 ) -> Result<()> {
     if !matches!(q.dtype, DataType::F16 | DataType::BF16) || o.is_empty() || k.dims[2] == 0 {
         return Ok(());
@@ -554,6 +819,7 @@ pub fn sdpa_backward_prefetch(
         dk: &dk,
         dv: &dv,
         d_bias: d_bias.as_ref(),
+        dropout: dropout.copied(),
     };
     let acc_t = d_bias.is_none().then_some(&acc_t);
     super::prefetch(stream, "sdpa_backward", backward_key(&a, causal), &|| {
@@ -632,6 +898,15 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
         ));
     }
     check_d_bias(a)?;
+    if let Some(d) = &a.dropout {
+        d.check(OP)?;
+        if causal && sq != skv {
+            return Err(Error::Unsupported {
+                graph: format!("{OP} q {:?} kv {skv}", a.q.dims),
+                reason: "cuDNN takes dropout with a causal mask only when Sq == Skv".into(),
+            });
+        }
+    }
     let operands = [
         ("q", Some(a.q)),
         ("k", Some(a.k)),
@@ -644,6 +919,8 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
         ("dk", Some(a.dk)),
         ("dv", Some(a.dv)),
         ("d_bias", a.d_bias.map(TensorMut::as_input)),
+        ("dropout seed", a.dropout.map(|d| d.seed)),
+        ("dropout offset", a.dropout.map(|d| d.offset)),
     ];
     check_on_stream_device(stream, OP, &operands)?;
     if a.q.is_empty() || a.k.is_empty() {
@@ -673,7 +950,9 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
     };
     let sum_t = packed(0, &[b, h, sq, 1])?;
     let acc_t = with_acc.then(|| packed(sum_bytes, &[b, h, sq, d])).transpose()?;
-    let (neg_inf, one, skv32, sq32) = (f32::NEG_INFINITY, 1.0f32, skv as i32, sq as i32);
+    let one = a.dropout.map_or(1.0, |d| d.keep() as f32);
+    let drop_scale = a.dropout.map_or(1.0, |d| d.scale());
+    let (neg_inf, skv32, sq32) = (f32::NEG_INFINITY, skv as i32, sq as i32);
     let (g, bound, sc) = backward_graph(a, &sum_t, acc_t.as_deref(), causal, scale);
     let mut scalars = vec![
         (sc.scale, (&scale as *const f32) as u64),
@@ -685,6 +964,9 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
     if let Some((kv, q)) = sc.seq {
         scalars.push((kv, (&skv32 as *const i32) as u64));
         scalars.push((q, (&sq32 as *const i32) as u64));
+    }
+    if let Some(d) = sc.dropout_scale {
+        scalars.push((d, (&drop_scale as *const f32) as u64));
     }
     let mut io: Vec<(i64, u64)> = bound
         .iter()
@@ -705,6 +987,77 @@ mod tests {
 
     fn t(dims: &[i64], dtype: DataType, ptr: u64) -> TensorRef<'static> {
         TensorRef::fake_packed(dims, dtype, ptr)
+    }
+
+    #[test]
+    fn forward_graphs_bind_every_memory_tensor_at_its_uid() {
+        let bf = DataType::BF16;
+        let host = ForwardScalars {
+            scale: 0.25,
+            masked: f32::NEG_INFINITY,
+            seq: [7, 5],
+            dropout_scale: 1.0 / 0.9,
+        };
+        let (seed, offset) = (
+            t(&[1, 1, 1, 1], DataType::I64, 4096),
+            t(&[1, 1, 1, 1], DataType::I64, 4104),
+        );
+        let drop = AttentionDropout {
+            probability: 0.1,
+            seed: &seed,
+            offset: &offset,
+        };
+        for skv in [5, 7] {
+            let q = t(&[2, 3, 5, 16], bf, 256);
+            let kt = TensorRef::fake(&[2, 3, 16, skv], &[3 * skv * 16, skv * 16, 1, 16], bf, 512);
+            let v = t(&[2, 3, skv, 8], bf, 768);
+            let o = t(&[2, 3, 5, 8], bf, 1024);
+            let stats = t(&[2, 3, 5, 1], DataType::F32, 1280);
+            let bias = t(&[1, 3, 5, skv], bf, 1536);
+            let mask = t(&[2, 3, 5, skv], DataType::F32, 1792);
+            for bits in 0..32u32 {
+                let [causal, with_bias, with_stats, with_drop, with_mask] = [0, 1, 2, 3, 4].map(|i| bits >> i & 1 == 1);
+                // Dropout takes no bottom-right mask; a stored mask needs dropout.
+                if (with_drop && causal && skv != 5) || (with_mask && !with_drop) {
+                    continue;
+                }
+                let label = format!("skv {skv} causal {causal} bias {with_bias} stats {with_stats} dropout {with_drop} mask {with_mask}");
+                let f = ForwardGraph {
+                    q: &q,
+                    kt: &kt,
+                    v: &v,
+                    bias: with_bias.then_some(&bias),
+                    causal,
+                    o: &o,
+                    stats: with_stats.then_some(&stats),
+                    dropout: with_drop.then_some(&drop),
+                    mask: with_mask.then_some(&mask),
+                };
+                let mut g = f.graph(&host);
+                g.validate().unwrap_or_else(|e| panic!("{label}: {e}"));
+                let io = f.io(&host);
+                let uids: Vec<i64> = io.iter().map(|e| e.0).collect();
+                assert!(uids.windows(2).all(|w| w[0] < w[1]), "{label}: uid order {uids:?}");
+                let memory: Vec<i64> = g.tensors().iter().filter(|t| !t.is_virtual).map(|t| t.uid).collect();
+                assert_eq!(uids, memory, "{label}");
+                // Device operands sit at their own uids (host scalars have host addresses).
+                for tensor in g.tensors().iter().filter(|t| !t.is_virtual && t.by_value.is_none()) {
+                    let ptr = io.iter().find(|e| e.0 == tensor.uid).map(|e| e.1);
+                    let want = match tensor.name.as_str() {
+                        "q" => 256,
+                        "k_t" => 512,
+                        "v" => 768,
+                        "bias" => 1536,
+                        "dropout_seed" => 4096,
+                        "dropout_offset" => 4104,
+                        _ if tensor.dims == [2, 3, 5, 8] => 1024,
+                        _ if tensor.dims == [2, 3, 5, 1] => 1280,
+                        _ => 1792,
+                    };
+                    assert_eq!(ptr, Some(want), "{label}: `{}`", tensor.name);
+                }
+            }
+        }
     }
 
     #[test]
@@ -729,9 +1082,22 @@ mod tests {
         for bh in [[1, 1], [1, 3], [2, 1], [2, 3]] {
             cases.extend([(Some(bh), false), (Some(bh), true)]);
         }
-        for causal in [false, true] {
+        let (seed, offset) = (
+            t(&[1, 1, 1, 1], DataType::I64, 4096),
+            t(&[1, 1, 1, 1], DataType::I64, 4104),
+        );
+        let drop = AttentionDropout {
+            probability: 0.25,
+            seed: &seed,
+            offset: &offset,
+        };
+        // Dropout takes no bottom-right causal mask (these scores are 5 × 7).
+        for (causal, dropout) in [(false, None), (true, None), (false, Some(drop))] {
             for &(bias_bh, with_grad) in &cases {
-                let label = format!("causal {causal} bias {bias_bh:?} d_bias {with_grad}");
+                let label = format!(
+                    "causal {causal} bias {bias_bh:?} d_bias {with_grad} dropout {}",
+                    dropout.is_some()
+                );
                 let bias = bias_bh.map(|[bb, bh]| t(&[bb, bh, 5, 7], bf, 1792));
                 let d_bias = bias_bh
                     .filter(|_| with_grad)
@@ -748,6 +1114,7 @@ mod tests {
                     dk: &TensorMut::fake_of(&dk),
                     dv: &TensorMut::fake_of(&dv),
                     d_bias: d_bias.as_ref(),
+                    dropout,
                 };
                 check_d_bias(&a).unwrap_or_else(|e| panic!("{label}: {e}"));
                 let acc_t = (!with_grad).then_some(&acc);
@@ -758,6 +1125,7 @@ mod tests {
                 ids.extend([sc.scale, sc.one]);
                 ids.extend(sc.masked);
                 ids.extend(sc.seq.into_iter().flat_map(|(a, b)| [a, b]));
+                ids.extend(sc.dropout_scale);
                 let memory: Vec<usize> = g
                     .tensors()
                     .iter()
@@ -779,6 +1147,12 @@ mod tests {
                     backward_key(&a, causal).bytes() == backward_key(&plain, causal).bytes(),
                     !with_grad,
                     "{label}: key"
+                );
+                let undropped = SdpaBackward { dropout: None, ..a };
+                assert_eq!(
+                    backward_key(&a, causal).bytes() == backward_key(&undropped, causal).bytes(),
+                    dropout.is_none(),
+                    "{label}: dropout key"
                 );
             }
         }
@@ -806,6 +1180,7 @@ mod tests {
                 dk: &grads[1],
                 dv: &grads[2],
                 d_bias,
+                dropout: None,
             })
         };
         let good = TensorMut::fake_packed(&[1, 3, 5, 7], bf, 1536);

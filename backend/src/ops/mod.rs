@@ -24,7 +24,8 @@ mod tensor;
 pub use crate::types::ConvGeometry as ConvParams;
 pub use crate::types::{Activation, PoolMode, TensorMut, TensorRef};
 pub use attention::{
-    sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_when_built, sdpa_fusable, SdpaBackward,
+    sdpa_backward, sdpa_backward_prefetch, sdpa_forward, sdpa_forward_dropout, sdpa_forward_when_built, sdpa_fusable,
+    AttentionDropout, SdpaBackward,
 };
 pub use attention_math::{attention_math_backward, attention_math_forward, AttentionMathBackward};
 pub use batch_norm::{

@@ -6,11 +6,13 @@ use burn_core as burn;
 use burn_core::config::Config;
 use burn_core::module::{Initializer, Module};
 use burn_core::tensor::backend::Backend;
-use burn_core::tensor::{Bool, Tensor, TensorPrimitive};
+use burn_core::tensor::{Bool, Distribution, Int, Tensor, TensorPrimitive};
 use burn_nn::{Dropout, DropoutConfig, Gelu, Linear, LinearConfig};
 
-use crate::burn::route::{cast, on_our_backend};
+use crate::burn::route::{cast, cast_int, on_our_backend};
+use crate::burn::tensor::storage_type;
 use crate::burn::training::TrainingOps;
+use crate::ops;
 
 /// Configuration of [`MultiHeadAttention`] (the fields and defaults of
 /// `burn::nn::attention::MultiHeadAttentionConfig`).
@@ -37,15 +39,18 @@ pub struct MultiHeadAttentionConfig {
 /// Multi-head attention, a drop-in for `burn::nn::attention::MultiHeadAttention` (same
 /// fields, so records load both ways).
 ///
-/// On `Cudnn` and `Autodiff<Cudnn>` (and their fusion forms), with no quiet softmax and no
-/// active dropout, the attention runs as cuDNN's fused flash attention (f16/bf16; other
-/// dtypes compose it) with a fused backward, and [`MhaOutput::weights`] is `None` (the
-/// weights are never materialized, like PyTorch's `need_weights=False`). Padding and
+/// On `Cudnn` and `Autodiff<Cudnn>` (and their fusion forms), without quiet softmax, the
+/// attention runs as cuDNN's fused flash attention (f16/bf16 with head sizes cuDNN takes)
+/// with a fused backward, dropout included: the mask is drawn by cuDNN's Philox generator
+/// from a seed the backend's generator draws (so `B::seed` fixes it). Other dtypes run the
+/// engine's math path without dropout and Burn's composition with it. [`MhaOutput::weights`]
+/// is `None` on the fused path (the weights are never materialized, like PyTorch's
+/// `need_weights=False`). Padding and
 /// attention masks enter that graph as an additive bias of `min_float` on the masked scores
 /// (Burn replaces those scores by `min_float`: the weights agree wherever a row keeps one
 /// key; a row whose keys are all masked then weighs its raw scores instead of all keys
-/// alike). Quiet softmax, active dropout, and any other backend compute exactly what Burn's
-/// module computes, weights included.
+/// alike). Quiet softmax and any other backend compute exactly what Burn's module computes,
+/// weights included.
 #[derive(Module, Debug)]
 pub struct MultiHeadAttention<B: Backend> {
     /// Projection of the queries.
@@ -149,14 +154,24 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// Attention of the queries over the keys and values, then the output projection.
     pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let dropout_active = self.dropout.prob > 0.0 && B::ad_enabled(&input.query.device());
-        if self.quiet_softmax || dropout_active {
+        let s2 = input.key.dims()[1];
+        let fusable = storage_type(input.query.dtype())
+            .is_some_and(|dt| ops::sdpa_fusable(dt, self.d_k as i64, self.d_k as i64, s2 as i64));
+        // With dropout only the fused graphs take the attention (they draw and regenerate the
+        // mask); Burn's module composes every other case.
+        if self.quiet_softmax || (dropout_active && !fusable) {
             return self.burns(input);
         }
-        on_our_backend!(B, T => MhaOutput { weights: None, context: self.fused::<T>(input) }, else self.burns(input))
+        let dropout = dropout_active.then_some(self.dropout.prob);
+        on_our_backend!(B, T => match self.fused::<T>(input.clone(), dropout) {
+            Some(context) => MhaOutput { weights: None, context },
+            None => self.burns(input),
+        }, else self.burns(input))
     }
 
-    /// Projections, fused attention on backend `T` (which is `B`), output projection.
-    fn fused<T: TrainingOps>(&self, input: MhaInput<B>) -> Tensor<B, 3> {
+    /// Projections, fused attention on backend `T` (which is `B`), output projection; with
+    /// `dropout` (its probability) `None` when the fused graphs decline it.
+    fn fused<T: TrainingOps>(&self, input: MhaInput<B>, dropout: Option<f64>) -> Option<Tensor<B, 3>> {
         let [b, s1, d] = input.query.dims();
         let heads = |x: Tensor<B, 3>,
                      linear: &Linear<B>|
@@ -169,16 +184,26 @@ impl<B: Backend> MultiHeadAttention<B> {
             cast::<B, T, 4>(t).into_primitive().tensor()
         };
         let s2 = input.key.dims()[1];
+        let device = input.query.device();
         let bias = self.mask_bias(input.mask_pad, input.mask_attn, &input.query, [b, s1, s2]);
         let bias = bias.map(|t| cast::<B, T, 4>(t).into_primitive().tensor());
         let q = heads(input.query, &self.query);
         let k = heads(input.key, &self.key);
         let v = heads(input.value, &self.value);
         let scale = 1.0 / (self.d_k as f64).sqrt();
-        let o = T::sdpa(q, k, v, bias, false, scale);
+        let o = match dropout {
+            Some(p) => {
+                // A fresh Philox seed and offset per call, from the backend's generator (so
+                // `B::seed` makes the masks reproducible).
+                let rng = Tensor::<B, 1, Int>::random([2], Distribution::Uniform(0.0, 2f64.powi(31)), &device);
+                let rng = cast_int::<B, T, 1>(rng).into_primitive();
+                T::sdpa_dropout(q, k, v, bias, false, scale, p, rng)?
+            }
+            None => T::sdpa(q, k, v, bias, false, scale),
+        };
         let o: Tensor<B, 4> = cast::<T, B, 4>(Tensor::from_primitive(TensorPrimitive::Float(o)));
         // The fused output is stored [batch, seq, heads, d_k]: merging the heads is a view.
-        self.output.forward(o.swap_dims(1, 2).reshape([b, s1, d]))
+        Some(self.output.forward(o.swap_dims(1, 2).reshape([b, s1, d])))
     }
 
     /// The masks as one additive bias `[batch, 1, seq_1, seq_2]` of `like`'s dtype:

@@ -10,7 +10,7 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_autodiff::Autodiff;
 use burn_backend::ops::{ActivationOps, FloatTensorOps};
-use burn_backend::tensor::FloatTensor;
+use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{AutodiffBackend, Scalar, Shape, TensorMetadata};
 
 use super::kernels::TrainingKernels;
@@ -224,6 +224,7 @@ pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
         &v.primitive,
         bias.as_ref().map(|b| &b.primitive),
         causal,
+        false,
     );
     if fused {
         let r = B::attention_forward(
@@ -234,13 +235,10 @@ pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
             causal,
             scale,
             bias_tracked,
+            None,
         );
         if let Some((o, saved)) = r {
-            let node = AttentionNode::<B>(PhantomData);
-            return match bias {
-                Some(b) if bias_tracked => finish!(C, node, [q.node, k.node, v.node, b.node], saved, o),
-                _ => finish!(C, node, [q.node, k.node, v.node], saved, o),
-            };
+            return attention_node::<B, C>(q, k, v, bias, bias_tracked, o, saved);
         }
     }
     burn_backend::ops::attention::attention_fallback::<Autodiff<B, C>>(
@@ -251,4 +249,60 @@ pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
         bias,
         attention::options(causal, scale),
     )
+}
+
+/// Attention with dropout `probability` on the probabilities on `Autodiff<B, C>`: the fused
+/// forward and backward node, the mask drawn from the Philox seed and offset in `rng` (two
+/// `I64`); `None` when the fused graphs do not take the case (the caller composes it).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sdpa_dropout<B: TrainingKernels, C: CheckpointStrategy>(
+    q: FloatTensor<Autodiff<B, C>>,
+    k: FloatTensor<Autodiff<B, C>>,
+    v: FloatTensor<Autodiff<B, C>>,
+    bias: Option<FloatTensor<Autodiff<B, C>>>,
+    causal: bool,
+    scale: f64,
+    probability: f64,
+    rng: IntTensor<B>,
+) -> Option<FloatTensor<Autodiff<B, C>>> {
+    let bias_tracked = bias.as_ref().is_some_and(|b| !b.node.requirement.is_none());
+    let fused = B::attention_fusable(
+        &q.primitive,
+        &k.primitive,
+        &v.primitive,
+        bias.as_ref().map(|b| &b.primitive),
+        causal,
+        true,
+    );
+    if !fused {
+        return None;
+    }
+    let (o, saved) = B::attention_forward(
+        q.primitive.clone(),
+        k.primitive.clone(),
+        v.primitive.clone(),
+        bias.as_ref().map(|b| b.primitive.clone()),
+        causal,
+        scale,
+        bias_tracked,
+        Some((probability, rng)),
+    )?;
+    Some(attention_node::<B, C>(q, k, v, bias, bias_tracked, o, saved))
+}
+
+/// The autodiff node of a fused attention forward: parents q, k, v and a tracked bias.
+fn attention_node<B: TrainingKernels, C: CheckpointStrategy>(
+    q: FloatTensor<Autodiff<B, C>>,
+    k: FloatTensor<Autodiff<B, C>>,
+    v: FloatTensor<Autodiff<B, C>>,
+    bias: Option<FloatTensor<Autodiff<B, C>>>,
+    bias_tracked: bool,
+    o: FloatTensor<B>,
+    saved: B::AttentionSaved,
+) -> FloatTensor<Autodiff<B, C>> {
+    let node = AttentionNode::<B>(PhantomData);
+    match bias {
+        Some(b) if bias_tracked => finish!(C, node, [q.node, k.node, v.node, b.node], saved, o),
+        _ => finish!(C, node, [q.node, k.node, v.node], saved, o),
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 
-use burn_backend::tensor::FloatTensor;
+use burn_backend::tensor::{FloatTensor, IntTensor};
 
 use super::super::tensor::{expect, CudnnTensor};
 use super::super::Cudnn;
@@ -49,17 +49,21 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
         -> [Option<FloatTensor<Self>>; 3];
 
     /// Whether the fused attention graphs (f16/bf16) or the f32 math path take these tensors
-    /// (dims and dtypes only): `attention::trainable`.
+    /// (dims and dtypes only): `attention::trainable`; with `dropout`, the fused graphs only
+    /// (`attention::dropout_fusable_shapes`).
     fn attention_fusable(
         q: &FloatTensor<Self>,
         k: &FloatTensor<Self>,
         v: &FloatTensor<Self>,
         bias: Option<&FloatTensor<Self>>,
         causal: bool,
+        dropout: bool,
     ) -> bool;
 
     /// Fused attention forward keeping the softmax statistics: `(o, saved)`, or `None`
     /// when cuDNN declines the case. `bias_grad`: the backward will want the bias's gradient.
+    /// `dropout`: the probability of dropping and the Philox seed and offset (two `I64`).
+    #[allow(clippy::too_many_arguments)]
     fn attention_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -68,6 +72,7 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
         causal: bool,
         scale: f64,
         bias_grad: bool,
+        dropout: Option<(f64, IntTensor<Self>)>,
     ) -> Option<(FloatTensor<Self>, Self::AttentionSaved)>;
 
     /// `([dq, dk, dv], d_bias)`: the bias's gradient (its dims and dtype) only with
@@ -122,8 +127,13 @@ impl TrainingKernels for Cudnn {
         v: &CudnnTensor,
         bias: Option<&CudnnTensor>,
         causal: bool,
+        dropout: bool,
     ) -> bool {
-        attention::trainable(q, k, v, bias, causal)
+        if dropout {
+            attention::dropout_fusable(q, k, v, bias, causal)
+        } else {
+            attention::trainable(q, k, v, bias, causal)
+        }
     }
 
     fn attention_forward(
@@ -134,8 +144,13 @@ impl TrainingKernels for Cudnn {
         causal: bool,
         scale: f64,
         bias_grad: bool,
+        dropout: Option<(f64, CudnnTensor)>,
     ) -> Option<(CudnnTensor, Self::AttentionSaved)> {
-        expect("attention", attention::forward(q, k, v, bias, causal, scale, bias_grad))
+        let dropout = dropout.map(|(probability, rng)| attention::Dropout { probability, rng });
+        expect(
+            "attention",
+            attention::forward(q, k, v, bias, causal, scale, bias_grad, dropout),
+        )
     }
 
     fn attention_backward(

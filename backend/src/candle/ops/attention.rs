@@ -484,6 +484,7 @@ impl Sdpa {
                     dk: &views[1],
                     dv: &views[2],
                     d_bias: None,
+                    dropout: None,
                 };
                 crate::ops::sdpa_backward(&stream, &args, self.causal, self.scale as f32)
             }
