@@ -931,3 +931,95 @@ fn attention_drop_in_with_dropout_runs_fused_and_reproduces_from_the_seed() {
     check::<Autodiff<Gpu>>("Autodiff<Cudnn>");
     check::<Autodiff<GpuFusion>>("Autodiff<CudnnFusion>");
 }
+
+/// The drop-in encoder and decoder: records move both ways with Burn's modules, and on
+/// ndarray (no dropout) their outputs, masks included, equal Burn's on the same parameters;
+/// autoregressive inference runs Burn's module with Burn's cache.
+#[test]
+fn transformer_drop_ins_match_burns_modules_and_records() {
+    use burn::nn::transformer as theirs;
+    use cudnn_backend::burn::nn::{
+        TransformerDecoderConfig, TransformerDecoderInput, TransformerEncoderConfig, TransformerEncoderInput,
+    };
+    type B = Nd;
+    let device = Default::default();
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let (b, s, m, d) = (2, 12, 9, 32);
+    let mut rng = Rng::new(67);
+    let mut data = |dims: &[usize]| TensorData::new(uniform(&mut rng, dims.iter().product(), -1.0, 1.0), dims.to_vec());
+    let x = Tensor::<B, 3>::from_data(data(&[b, s, d]), &device);
+    let memory = Tensor::<B, 3>::from_data(data(&[b, m, d]), &device);
+    let pad: Vec<bool> = (0..b).flat_map(|i| (0..s).map(move |j| j >= s - 2 * i)).collect();
+    let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad, [b, s]), &device);
+    let causal = burn::nn::attention::generate_autoregressive_mask::<B>(b, s, &device);
+    let close = |label: &str, a: Tensor<B, 3>, b: Tensor<B, 3>| {
+        let diff = (a - b.clone()).abs().max().into_scalar();
+        let scale = b.abs().max().into_scalar();
+        assert!(diff <= 1e-5 * scale.max(1.0), "{label}: outputs differ by {diff}");
+    };
+    // A fresh drop-in (lazily initialized parameters) off our backends runs Burn's module on
+    // its own parameters: the same output every call.
+    let fresh = MultiHeadAttentionConfig::new(d, 4).with_dropout(0.0).init::<B>(&device);
+    let run = || fresh.forward(MhaInput::self_attn(x.clone())).context;
+    close("fresh attention called twice", run(), run());
+    for norm_first in [false, true] {
+        // Burn's modules run first (which initializes their lazy parameters), then their
+        // records load into ours, and ours back into fresh Burn modules.
+        let burns = theirs::TransformerEncoderConfig::new(d, 64, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(norm_first)
+            .init::<B>(&device);
+        let burn_input = theirs::TransformerEncoderInput::new(x.clone())
+            .mask_pad(mask_pad.clone())
+            .mask_attn(causal.clone());
+        let want = burns.forward(burn_input);
+        let bytes = recorder.record(burns.into_record(), ()).expect("record");
+        let ours = TransformerEncoderConfig::new(d, 64, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(norm_first)
+            .init::<B>(&device)
+            .load_record(recorder.load(bytes, &device).expect("load into ours"));
+        let input = TransformerEncoderInput::new(x.clone())
+            .mask_pad(mask_pad.clone())
+            .mask_attn(causal.clone());
+        let label = format!("encoder norm_first {norm_first}");
+        close(&label, ours.forward(input.clone()), want.clone());
+        let bytes = recorder.record(ours.clone().into_record(), ()).expect("record");
+        let back = theirs::TransformerEncoderConfig::new(d, 64, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(norm_first)
+            .init::<B>(&device)
+            .load_record(recorder.load(bytes, &device).expect("load into Burn's"));
+        let burn_input = theirs::TransformerEncoderInput::new(x.clone())
+            .mask_pad(mask_pad.clone())
+            .mask_attn(causal.clone());
+        close(&format!("{label} back in Burn's"), back.forward(burn_input), want);
+        let mut cache = ours.new_autoregressive_cache();
+        let step = ours.forward_autoregressive_inference(TransformerEncoderInput::new(x.clone()), &mut cache);
+        assert_eq!(step.dims(), [b, s, d], "{label}: autoregressive output");
+
+        let burns = theirs::TransformerDecoderConfig::new(d, 64, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(norm_first)
+            .init::<B>(&device);
+        let burn_input = theirs::TransformerDecoderInput::new(x.clone(), memory.clone())
+            .target_mask_pad(mask_pad.clone())
+            .target_mask_attn(causal.clone());
+        let want = burns.forward(burn_input);
+        let bytes = recorder.record(burns.into_record(), ()).expect("record");
+        let ours = TransformerDecoderConfig::new(d, 64, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(norm_first)
+            .init::<B>(&device)
+            .load_record(recorder.load(bytes, &device).expect("load into ours"));
+        let input = TransformerDecoderInput::new(x.clone(), memory.clone())
+            .target_mask_pad(mask_pad.clone())
+            .target_mask_attn(causal.clone());
+        let label = format!("decoder norm_first {norm_first}");
+        close(&label, ours.forward(input), want);
+        let mut cache = ours.new_autoregressive_cache();
+        let step =
+            ours.forward_autoregressive_inference(TransformerDecoderInput::new(x.clone(), memory.clone()), &mut cache);
+        assert_eq!(step.dims(), [b, s, d], "{label}: autoregressive output");
+    }
+}

@@ -224,13 +224,13 @@ impl<B: Backend> MultiHeadAttention<B> {
         Some(zeros.mask_fill(mask, self.min_float).reshape([b, 1, s1, s2]))
     }
 
-    /// Burn's own module on the same parameters.
-    fn burns(&self, input: MhaInput<B>) -> MhaOutput<B> {
-        let module = burn_nn::attention::MultiHeadAttention {
-            query: self.query.clone(),
-            key: self.key.clone(),
-            value: self.value.clone(),
-            output: self.output.clone(),
+    /// Burn's module on the same parameters.
+    pub fn to_burn(&self) -> burn_nn::attention::MultiHeadAttention<B> {
+        burn_nn::attention::MultiHeadAttention {
+            query: initialized_linear(&self.query),
+            key: initialized_linear(&self.key),
+            value: initialized_linear(&self.value),
+            output: initialized_linear(&self.output),
             dropout: self.dropout.clone(),
             activation: self.activation.clone(),
             d_model: self.d_model,
@@ -238,7 +238,12 @@ impl<B: Backend> MultiHeadAttention<B> {
             d_k: self.d_k,
             min_float: self.min_float,
             quiet_softmax: self.quiet_softmax,
-        };
+        }
+    }
+
+    /// Burn's own module on the same parameters.
+    fn burns(&self, input: MhaInput<B>) -> MhaOutput<B> {
+        let module = self.to_burn();
         let mut burn_input = burn_nn::attention::MhaInput::new(input.query, input.key, input.value);
         if let Some(m) = input.mask_pad {
             burn_input = burn_input.mask_pad(m);
@@ -252,4 +257,14 @@ impl<B: Backend> MultiHeadAttention<B> {
             context: out.context,
         }
     }
+}
+
+/// A clone of `linear` that shares its parameters' values: a lazily initialized parameter
+/// is initialized first (a clone of an uninitialized one would draw its own values).
+pub(crate) fn initialized_linear<B: Backend>(linear: &Linear<B>) -> Linear<B> {
+    let _ = linear.weight.val();
+    if let Some(b) = &linear.bias {
+        let _ = b.val();
+    }
+    linear.clone()
 }

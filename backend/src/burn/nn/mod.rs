@@ -5,7 +5,13 @@
 mod attention;
 mod batch_norm;
 mod norm;
+mod transformer;
 
 pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, MultiHeadAttentionRecord};
 pub use batch_norm::{BatchNorm, BatchNormConfig, BatchNormRecord};
 pub use norm::{LayerNorm, LayerNormConfig, LayerNormRecord, RmsNorm, RmsNormConfig, RmsNormRecord};
+pub use transformer::{
+    TransformerDecoder, TransformerDecoderConfig, TransformerDecoderInput, TransformerDecoderLayer,
+    TransformerDecoderLayerRecord, TransformerDecoderRecord, TransformerEncoder, TransformerEncoderConfig,
+    TransformerEncoderInput, TransformerEncoderLayer, TransformerEncoderLayerRecord, TransformerEncoderRecord,
+};

@@ -97,6 +97,20 @@ impl<B: Backend> LayerNorm<B> {
             ))),
         }
     }
+
+    /// Burn's `LayerNorm` on the same parameters.
+    pub fn to_burn(&self) -> burn_nn::LayerNorm<B> {
+        let gamma = self.gamma.val();
+        // Burn's epsilon is private: its config sets it, then the parameters are ours.
+        let mut norm = burn_nn::LayerNormConfig::new(gamma.dims()[0])
+            .with_epsilon(self.epsilon)
+            .with_bias(self.beta.is_some())
+            .init(&gamma.device());
+        // Initialized first: a clone of a lazy parameter would draw its own values.
+        norm.gamma = Param::initialized(self.gamma.id, gamma);
+        norm.beta = self.beta.as_ref().map(|b| Param::initialized(b.id, b.val()));
+        norm
+    }
 }
 
 /// Configuration of [`RmsNorm`] (the fields and defaults of `burn::nn::RmsNormConfig`).
