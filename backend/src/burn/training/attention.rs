@@ -150,6 +150,15 @@ impl Dropout {
         let one = [1i64; 4];
         Ok([rng.view(0, &one, &one)?, rng.view(1, &one, &one)?])
     }
+
+    /// The engine's dropout operand over `views` (from [`Dropout::views`]).
+    fn op<'a>(&self, [seed, offset]: &'a [TensorRef<'a>; 2]) -> ops::AttentionDropout<'a> {
+        ops::AttentionDropout {
+            probability: self.probability as f32,
+            seed,
+            offset,
+        }
+    }
 }
 
 /// What the backward pass needs.
@@ -248,14 +257,7 @@ pub(super) fn forward(
     let r = {
         let tb = bias.as_ref().map(|b| b.tref());
         let views = dropout.as_ref().map(Dropout::views).transpose()?;
-        let drop = match (&dropout, &views) {
-            (Some(d), Some([seed, offset])) => Some(ops::AttentionDropout {
-                probability: d.probability as f32,
-                seed,
-                offset,
-            }),
-            _ => None,
-        };
+        let drop = dropout.as_ref().zip(views.as_ref()).map(|(d, v)| d.op(v));
         // The backward's plan builds beside the forward's and the rest of the forward pass
         // (on a fresh machine both need a runtime compile).
         let prefetched = ops::sdpa_backward_prefetch(
@@ -432,14 +434,7 @@ pub(super) fn backward(s: &AttentionSaved, d_o: CudnnTensor, want_bias: bool) ->
         );
         let (tdq, tdk, tdv) = (dq.tmut(), dk.tmut(), dv.tmut());
         let views = s.dropout.as_ref().map(Dropout::views).transpose()?;
-        let dropout = match (&s.dropout, &views) {
-            (Some(d), Some([seed, offset])) => Some(ops::AttentionDropout {
-                probability: d.probability as f32,
-                seed,
-                offset,
-            }),
-            _ => None,
-        };
+        let dropout = s.dropout.as_ref().zip(views.as_ref()).map(|(d, v)| d.op(v));
         let args = SdpaBackward {
             q: &tq,
             k: &tk,
