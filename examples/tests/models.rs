@@ -289,6 +289,8 @@ where
     Autodiff::<cudnn_backend::burn::CudnnFusion>::seed(&gpu, 11);
     // One initialization, moved to both backends through a record.
     let ours = G::init(config, &gpu);
+    // Initialized before the clone: a clone of a lazy parameter would draw its own values.
+    floats::<Gpu, _>(&ours, None);
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = recorder.record(ours.clone().into_record(), ()).expect("record");
     let reference = R::init(config, &cpu).load_record(recorder.load(bytes, &cpu).expect("load"));
@@ -346,6 +348,8 @@ fn small_resnet_matches_f64(stock: bool) {
     let config = ResNetConfig::tiny(stock);
     // One initialization, moved to both backends through a record.
     let ours = config.init::<Gpu>(&gpu);
+    // Initialized before the clone: a clone of a lazy parameter would draw its own values.
+    floats::<Gpu, _>(&ours, None);
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
     let bytes = recorder.record(ours.clone().into_record(), ()).expect("record");
     let reference = config
