@@ -2,6 +2,9 @@
 //!
 //! Convolutions, pooling, matmuls and fused ops at cuDNN speed from Rust.
 //!
+//! The engine is the crate `cudnn-backend-core` (no framework dependency), re-exported here at
+//! the same paths; this crate adds the framework adapters.
+//!
 //! Layers (data flows one way):
 //! - [`ops`]: framework-neutral entry points on raw device buffers (conv forward/backward,
 //!   conv+bias+activation fused, matmul (+bias+activation), pooling forward/backward,
@@ -15,6 +18,8 @@
 //! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views;
 //! - [`collective`]: all-reduce, broadcast and all-gather between GPUs through NCCL;
 //! - [`config`]: every setting the crate reads from the environment, read once;
+//! - `burn` (feature `burn`, default): the Burn 0.21 backend `Cudnn`, `CudnnFusion` and
+//!   drop-in modules and optimizers;
 //! - `candle` (feature `candle`): Candle custom ops, the `CudnnExt` trait and candle-nn-style
 //!   layers (feature `candle-cuda` runs them on Candle's CUDA tensors).
 //!
@@ -31,22 +36,17 @@ pub mod burn;
 #[cfg(feature = "candle")]
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;
-pub mod collective;
-pub mod config;
-mod error;
-mod ffi;
-pub mod graph;
-pub mod handle;
-pub mod kernels;
-pub mod ops;
-pub mod plan;
-pub mod runtime;
-pub mod types;
-pub mod view;
+#[doc(inline)]
+pub use cudnn_backend_core::{collective, config, graph, handle, kernels, ops, plan, runtime, types, view};
+// The engine's error and FFI modules, for the adapters' `crate::error` and `crate::ffi` paths.
+#[cfg(feature = "burn")]
+use cudnn_backend_core::error;
+#[cfg(any(feature = "burn", feature = "candle"))]
+use cudnn_backend_core::ffi;
 
-pub use error::{CudnnStatus, Error, InOp, Result};
-pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES, NCCL_LIB_ENV, NCCL_LIB_NAMES};
-pub use runtime::Device;
+pub use cudnn_backend_core::Device;
+pub use cudnn_backend_core::{CudnnStatus, Error, InOp, Result};
+pub use cudnn_backend_core::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES, NCCL_LIB_ENV, NCCL_LIB_NAMES};
 
 /// Re-export of the `cudarc` version the crate is built on (streams, device memory).
-pub use cudarc;
+pub use cudnn_backend_core::cudarc;

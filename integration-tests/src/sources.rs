@@ -1,11 +1,16 @@
-//! The crate's own sources, for the tests that read them (module graph, process-wide state).
+//! The crates' own sources, for the tests that read them (module graph, process-wide state).
 
 use std::path::{Path, PathBuf};
 
-/// `backend/src`: the sources of `cudnn-backend`.
-pub fn backend_src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../backend/src")
+/// `backend/`: the folder of `cudnn-backend`, with `cudnn-backend-core` in `backend/core`.
+pub fn backend_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../backend")
 }
+
+/// The source folders of both crates, relative to [`backend_dir`]: `src` (`cudnn-backend`:
+/// the Burn and Candle adapters, and the engine's modules re-exported at its root) and
+/// `core/src` (`cudnn-backend-core`: the engine).
+pub const BACKEND_SRCS: [&str; 2] = ["src", "core/src"];
 
 /// Every `.rs` file under `dir`, at any depth, in path order.
 pub fn rust_files(dir: &Path) -> Vec<PathBuf> {

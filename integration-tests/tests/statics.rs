@@ -1,13 +1,14 @@
-//! The crate's process-wide state (CPU only, read from the sources): every `static` item of
-//! `cudnn-backend` outside `#[cfg(test)]` modules, `thread_local!` ones included, is listed
-//! here with why it exists. A new one fails this test until it is listed; one removed must be
-//! taken off the list. `Library` items follow the CUDA driver's own model (a loaded library,
-//! one primary context per device) and stay process-wide; `Engine` items are state a per-device
-//! engine object is to own (caches, pools, counters, configuration).
+//! The crates' process-wide state (CPU only, read from the sources): every `static` item of
+//! `cudnn-backend` and `cudnn-backend-core` outside `#[cfg(test)]` modules, `thread_local!`
+//! ones included, is listed here with why it exists. A new one fails this test until it is
+//! listed; one removed must be taken off the list. `Library` items follow the CUDA driver's
+//! own model (a loaded library, one primary context per device) and stay process-wide;
+//! `Engine` items are state a per-device engine object is to own (caches, pools, counters,
+//! configuration).
 
 use std::collections::BTreeSet;
 
-use integration_tests::sources::{backend_src, rust_files};
+use integration_tests::sources::{backend_dir, rust_files, BACKEND_SRCS};
 
 /// Why a process-wide item exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -19,87 +20,88 @@ enum Reason {
 }
 use Reason::{Engine, Library};
 
-/// Every allowed item: (file under `backend/src`, name, reason).
+/// Every allowed item: (file under `backend/`: `src/` for `cudnn-backend`, `core/src/` for
+/// `cudnn-backend-core`; name; reason).
 const ALLOWED: &[(&str, &str, Reason)] = &[
-    ("burn/buffer_cache.rs", "CACHES", Engine),
-    ("burn/distributed.rs", "ARRIVED", Engine),
-    ("burn/distributed.rs", "BUCKETS", Engine),
-    ("burn/distributed.rs", "COMMUNICATORS", Engine),
-    ("burn/distributed.rs", "PENDING", Engine),
-    ("burn/fusion/elementwise.rs", "WARNED", Engine),
-    ("burn/fusion/flusher.rs", "STARTED", Engine),
-    ("burn/fusion/reduce.rs", "WARNED", Engine),
-    ("burn/math.rs", "WARNED", Engine),
-    ("burn/memory.rs", "PREPARED", Engine),
-    ("burn/memory.rs", "RELEASER", Engine),
-    ("burn/random.rs", "GENERATOR", Engine),
-    ("collective/mod.rs", "GROUP", Engine),
-    ("collective/watchdog.rs", "LIST", Engine),
-    ("collective/watchdog.rs", "THREAD", Engine),
-    ("config.rs", "CONFIG", Engine),
-    ("ffi/api.rs", "API", Library),
-    ("ffi/counters.rs", "THREAD", Engine),
-    ("ffi/counters.rs", "TOTALS", Engine),
-    ("ffi/memory.rs", "VISIBLE", Library),
-    ("ffi/nccl.rs", "API", Library),
-    ("ffi/nvrtc.rs", "API", Library),
-    ("ffi/nvrtc.rs", "COMPILES", Engine),
-    ("ffi/nvrtc.rs", "COMPILE_DONE", Engine),
-    ("ffi/nvrtc.rs", "EXIT_STARTED", Engine),
-    ("ffi/nvrtc.rs", "GAVE_UP", Engine),
-    ("ffi/nvrtc.rs", "MAIN_THREAD_EXIT_WAIT", Engine),
-    ("ffi/nvrtc.rs", "NAMED", Engine),
-    ("ffi/nvrtc.rs", "PRIMED", Engine),
-    ("ffi/probe.rs", "CACHE", Library),
-    ("handle/pool.rs", "NEXT_POOL_ID", Engine),
-    ("handle/pool.rs", "WINDOW", Engine),
-    ("kernels/compile.rs", "INFO", Engine),
-    ("kernels/fused.rs", "B", Engine),
-    ("kernels/fused.rs", "SOURCES", Engine),
-    ("kernels/fused_reduce.rs", "SOURCES", Engine),
-    ("kernels/load.rs", "BUILDS", Engine),
-    ("kernels/load.rs", "CACHE", Engine),
-    ("kernels/load.rs", "COMPILED", Engine),
-    ("kernels/load.rs", "COMPILE_US", Engine),
-    ("kernels/load.rs", "DISK_HITS", Engine),
-    ("kernels/load.rs", "DISK_MISSES", Engine),
-    ("kernels/load.rs", "HASHES", Engine),
-    ("kernels/load.rs", "JOBS", Engine),
-    ("kernels/load.rs", "LOADED", Engine),
-    ("kernels/load.rs", "LOAD_US", Engine),
-    ("kernels/load.rs", "N", Engine),
-    ("kernels/load.rs", "PERMITS", Engine),
-    ("kernels/load.rs", "PREFETCHED", Engine),
-    ("kernels/load.rs", "PTX_FALLBACKS", Engine),
-    ("kernels/load.rs", "WARNED", Engine),
-    ("ops/conv_fallback.rs", "V", Engine),
-    ("ops/conv_fallback.rs", "WARNED", Engine),
-    ("ops/pool_kernels.rs", "LEGACY_MISSING", Engine),
-    ("plan/background.rs", "TABLE", Engine),
-    ("plan/executor.rs", "UNSUPPORTED", Engine),
-    ("plan/executor.rs", "WARNED", Engine),
-    ("plan/handles.rs", "POOL", Engine),
-    ("plan/kernel_cache.rs", "R", Engine),
-    ("plan/kernel_cache.rs", "S", Engine),
-    ("plan/mod.rs", "CHOICES", Engine),
-    ("plan/mod.rs", "STATS", Engine),
-    ("plan/persist.rs", "COUNTER", Engine),
-    ("plan/policy.rs", "POLICY", Engine),
-    ("plan/serialized.rs", "KNOWN", Engine),
-    ("plan/serialized.rs", "RESTORED", Engine),
-    ("plan/serialized.rs", "STORED", Engine),
-    ("runtime/build_trace.rs", "EPOCH", Engine),
-    ("runtime/build_trace.rs", "TRACE", Engine),
-    ("runtime/device.rs", "DEVICES", Library),
-    ("runtime/device.rs", "OPEN_LOCK", Library),
-    ("runtime/disk_cache.rs", "COUNTER", Engine),
-    ("runtime/fault.rs", "ARMED", Engine),
-    ("runtime/fault.rs", "ARMED_THREADS", Engine),
-    ("runtime/fault.rs", "FUSED_BUILDS_FAILED", Engine),
-    ("runtime/fault.rs", "FUSED_BUILD_FAULTS", Engine),
-    ("runtime/workspace.rs", "CACHE_RELEASERS", Engine),
-    ("runtime/workspace.rs", "PER_THREAD", Engine),
-    ("runtime/workspace.rs", "WORKSPACES", Engine),
+    ("src/burn/buffer_cache.rs", "CACHES", Engine),
+    ("src/burn/distributed.rs", "ARRIVED", Engine),
+    ("src/burn/distributed.rs", "BUCKETS", Engine),
+    ("src/burn/distributed.rs", "COMMUNICATORS", Engine),
+    ("src/burn/distributed.rs", "PENDING", Engine),
+    ("src/burn/fusion/elementwise.rs", "WARNED", Engine),
+    ("src/burn/fusion/flusher.rs", "STARTED", Engine),
+    ("src/burn/fusion/reduce.rs", "WARNED", Engine),
+    ("src/burn/math.rs", "WARNED", Engine),
+    ("src/burn/memory.rs", "PREPARED", Engine),
+    ("src/burn/memory.rs", "RELEASER", Engine),
+    ("src/burn/random.rs", "GENERATOR", Engine),
+    ("core/src/collective/mod.rs", "GROUP", Engine),
+    ("core/src/collective/watchdog.rs", "LIST", Engine),
+    ("core/src/collective/watchdog.rs", "THREAD", Engine),
+    ("core/src/config.rs", "CONFIG", Engine),
+    ("core/src/ffi/api.rs", "API", Library),
+    ("core/src/ffi/counters.rs", "THREAD", Engine),
+    ("core/src/ffi/counters.rs", "TOTALS", Engine),
+    ("core/src/ffi/memory.rs", "VISIBLE", Library),
+    ("core/src/ffi/nccl.rs", "API", Library),
+    ("core/src/ffi/nvrtc.rs", "API", Library),
+    ("core/src/ffi/nvrtc.rs", "COMPILES", Engine),
+    ("core/src/ffi/nvrtc.rs", "COMPILE_DONE", Engine),
+    ("core/src/ffi/nvrtc.rs", "EXIT_STARTED", Engine),
+    ("core/src/ffi/nvrtc.rs", "GAVE_UP", Engine),
+    ("core/src/ffi/nvrtc.rs", "MAIN_THREAD_EXIT_WAIT", Engine),
+    ("core/src/ffi/nvrtc.rs", "NAMED", Engine),
+    ("core/src/ffi/nvrtc.rs", "PRIMED", Engine),
+    ("core/src/ffi/probe.rs", "CACHE", Library),
+    ("core/src/handle/pool.rs", "NEXT_POOL_ID", Engine),
+    ("core/src/handle/pool.rs", "WINDOW", Engine),
+    ("core/src/kernels/compile.rs", "INFO", Engine),
+    ("core/src/kernels/fused.rs", "B", Engine),
+    ("core/src/kernels/fused.rs", "SOURCES", Engine),
+    ("core/src/kernels/fused_reduce.rs", "SOURCES", Engine),
+    ("core/src/kernels/load.rs", "BUILDS", Engine),
+    ("core/src/kernels/load.rs", "CACHE", Engine),
+    ("core/src/kernels/load.rs", "COMPILED", Engine),
+    ("core/src/kernels/load.rs", "COMPILE_US", Engine),
+    ("core/src/kernels/load.rs", "DISK_HITS", Engine),
+    ("core/src/kernels/load.rs", "DISK_MISSES", Engine),
+    ("core/src/kernels/load.rs", "HASHES", Engine),
+    ("core/src/kernels/load.rs", "JOBS", Engine),
+    ("core/src/kernels/load.rs", "LOADED", Engine),
+    ("core/src/kernels/load.rs", "LOAD_US", Engine),
+    ("core/src/kernels/load.rs", "N", Engine),
+    ("core/src/kernels/load.rs", "PERMITS", Engine),
+    ("core/src/kernels/load.rs", "PREFETCHED", Engine),
+    ("core/src/kernels/load.rs", "PTX_FALLBACKS", Engine),
+    ("core/src/kernels/load.rs", "WARNED", Engine),
+    ("core/src/ops/conv_fallback.rs", "V", Engine),
+    ("core/src/ops/conv_fallback.rs", "WARNED", Engine),
+    ("core/src/ops/pool_kernels.rs", "LEGACY_MISSING", Engine),
+    ("core/src/plan/background.rs", "TABLE", Engine),
+    ("core/src/plan/executor.rs", "UNSUPPORTED", Engine),
+    ("core/src/plan/executor.rs", "WARNED", Engine),
+    ("core/src/plan/handles.rs", "POOL", Engine),
+    ("core/src/plan/kernel_cache.rs", "R", Engine),
+    ("core/src/plan/kernel_cache.rs", "S", Engine),
+    ("core/src/plan/mod.rs", "CHOICES", Engine),
+    ("core/src/plan/mod.rs", "STATS", Engine),
+    ("core/src/plan/persist.rs", "COUNTER", Engine),
+    ("core/src/plan/policy.rs", "POLICY", Engine),
+    ("core/src/plan/serialized.rs", "KNOWN", Engine),
+    ("core/src/plan/serialized.rs", "RESTORED", Engine),
+    ("core/src/plan/serialized.rs", "STORED", Engine),
+    ("core/src/runtime/build_trace.rs", "EPOCH", Engine),
+    ("core/src/runtime/build_trace.rs", "TRACE", Engine),
+    ("core/src/runtime/device.rs", "DEVICES", Library),
+    ("core/src/runtime/device.rs", "OPEN_LOCK", Library),
+    ("core/src/runtime/disk_cache.rs", "COUNTER", Engine),
+    ("core/src/runtime/fault.rs", "ARMED", Engine),
+    ("core/src/runtime/fault.rs", "ARMED_THREADS", Engine),
+    ("core/src/runtime/fault.rs", "FUSED_BUILDS_FAILED", Engine),
+    ("core/src/runtime/fault.rs", "FUSED_BUILD_FAULTS", Engine),
+    ("core/src/runtime/workspace.rs", "CACHE_RELEASERS", Engine),
+    ("core/src/runtime/workspace.rs", "PER_THREAD", Engine),
+    ("core/src/runtime/workspace.rs", "WORKSPACES", Engine),
 ];
 
 /// The name of the `static` item `line` declares, unless it is a constant string or table
@@ -133,9 +135,12 @@ fn statics_of(src: &str) -> Vec<&str> {
 
 #[test]
 fn every_process_wide_item_is_listed_with_its_reason() {
-    let root = backend_src();
-    let files = rust_files(&root);
-    assert!(files.len() > 50, "found the crate's sources ({})", files.len());
+    let root = backend_dir();
+    let files: Vec<_> = BACKEND_SRCS
+        .iter()
+        .flat_map(|src| rust_files(&root.join(src)))
+        .collect();
+    assert!(files.len() > 50, "found the crates' sources ({})", files.len());
     let mut found = BTreeSet::new();
     for f in &files {
         let name = f.strip_prefix(&root).unwrap().display().to_string();

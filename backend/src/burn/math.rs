@@ -745,22 +745,24 @@ fn squash_expanded_batch(t: CudnnTensor) -> CudnnTensor {
 
 /// `t` with every size-1 dim given a stride past the extent of the others (cuDNN wants
 /// positive, non-overlapping strides; a size-1 dim's stride addresses nothing).
-fn positive_unit_strides(mut t: TensorRef) -> TensorRef {
-    let extent = t
-        .dims
+fn positive_unit_strides(t: TensorRef) -> Result<TensorRef> {
+    t.reshaped(t.dims(), &unit_strides_past_extent(t.dims(), t.strides()))
+}
+
+/// `strides` with the stride of every size-1 dim of `dims` set past the extent of the others.
+fn unit_strides_past_extent(dims: &[i64], strides: &[i64]) -> Vec<i64> {
+    let extent = dims
         .iter()
-        .zip(&t.strides)
+        .zip(strides)
         .filter(|(&d, _)| d > 1)
         .map(|(&d, &s)| d * s)
         .max()
         .unwrap_or(1)
         .max(1);
-    for (d, s) in t.dims.iter().zip(t.strides.iter_mut()) {
-        if *d == 1 {
-            *s = extent;
-        }
-    }
-    t
+    dims.iter()
+        .zip(strides)
+        .map(|(&d, &s)| if d == 1 { extent } else { s })
+        .collect()
 }
 
 /// Float batched matmul: cuDNN for F32/F16/BF16, the exact GEMM kernel for F64. Expanded
@@ -789,7 +791,7 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result
     let (a, b) = (a.matmul_ready()?, b.matmul_ready()?);
     let dims = matmul_dims(name, &a, &b)?;
     let out = a.empty_on(&dims, a.dtype, name)?;
-    let (ar, br) = (positive_unit_strides(a.tref()), positive_unit_strides(b.tref()));
+    let (ar, br) = (positive_unit_strides(a.tref())?, positive_unit_strides(b.tref())?);
     let product = crate::ops::matmul(a.stream(), &ar, &br, &out.tmut());
     let out = match product {
         Ok(()) => out,
@@ -904,17 +906,13 @@ mod tests {
 
     #[test]
     fn unit_dims_get_strides_past_the_extent() {
-        let t = TensorRef::fake(&[1, 4, 3], &[0, 3, 1], DataType::F32, 0x1000);
-        assert_eq!(positive_unit_strides(t).strides.to_vec(), vec![12, 3, 1]);
+        assert_eq!(unit_strides_past_extent(&[1, 4, 3], &[0, 3, 1]), vec![12, 3, 1]);
         // Transposed matrix: the batch stride covers the whole matrix.
-        let t = TensorRef::fake(&[1, 4, 3], &[0, 1, 4], DataType::F32, 0x1000);
-        assert_eq!(positive_unit_strides(t).strides.to_vec(), vec![12, 1, 4]);
+        assert_eq!(unit_strides_past_extent(&[1, 4, 3], &[0, 1, 4]), vec![12, 1, 4]);
         // Every dim 1: stride 1.
-        let t = TensorRef::fake(&[1, 1, 1], &[0, 0, 0], DataType::F32, 0x1000);
-        assert_eq!(positive_unit_strides(t).strides.to_vec(), vec![1, 1, 1]);
+        assert_eq!(unit_strides_past_extent(&[1, 1, 1], &[0, 0, 0]), vec![1, 1, 1]);
         // Dims > 1 keep their strides.
-        let t = TensorRef::fake(&[2, 1, 3], &[3, 0, 1], DataType::F16, 0x1000);
-        assert_eq!(positive_unit_strides(t).strides.to_vec(), vec![3, 6, 1]);
+        assert_eq!(unit_strides_past_extent(&[2, 1, 3], &[3, 0, 1]), vec![3, 6, 1]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use half::{bf16, f16};
 
 use super::arg_err;
-use crate::ffi::candle_interop::alloc_uninit;
+use crate::ffi::uninit::alloc_uninit;
 use crate::graph::DataType;
 use crate::types::{TensorMut, TensorRef};
 
@@ -39,7 +39,9 @@ pub(crate) fn input<'a>(
             return Err(arg_err(op, arg, msg));
         }
     };
-    Ok(whole.and_then(|w| w.view(start, &dims, &strides))?)
+    whole
+        .and_then(|w| w.view(start, &dims, &strides))
+        .map_err(candle_core::Error::wrap)
 }
 
 /// A writable view of `s` with layout `l` (storage Candle lent mutably, e.g. to an in-place
@@ -62,7 +64,9 @@ pub(crate) fn output_of<'a>(
             return Err(arg_err(op, arg, msg));
         }
     };
-    Ok(whole.and_then(|w| w.view_mut(start, &dims, &strides))?)
+    whole
+        .and_then(|w| w.view_mut(start, &dims, &strides))
+        .map_err(candle_core::Error::wrap)
 }
 
 /// Candle's layout as engine dims, strides and the element offset of its first element.
@@ -102,9 +106,9 @@ impl Output {
     /// `len` uninitialised elements of `dt` on `stream`.
     pub(crate) fn alloc(op: &'static str, stream: &Arc<CudaStream>, dt: DataType, len: usize) -> Result<Self> {
         Ok(match dt {
-            DataType::F32 => Output::F32(alloc_uninit(stream, len, op)?),
-            DataType::F16 => Output::F16(alloc_uninit(stream, len, op)?),
-            DataType::BF16 => Output::BF16(alloc_uninit(stream, len, op)?),
+            DataType::F32 => Output::F32(alloc_uninit(stream, len, op).map_err(candle_core::Error::wrap)?),
+            DataType::F16 => Output::F16(alloc_uninit(stream, len, op).map_err(candle_core::Error::wrap)?),
+            DataType::BF16 => Output::BF16(alloc_uninit(stream, len, op).map_err(candle_core::Error::wrap)?),
             other => return Err(arg_err(op, "dtype", format!("{other:?} is not supported"))),
         })
     }
@@ -117,11 +121,12 @@ impl Output {
         dims: &[i64],
         strides: &[i64],
     ) -> Result<TensorMut<'a>> {
-        Ok(match self {
+        match self {
             Output::F32(x) => TensorMut::from_slice(x, stream, dims, strides),
             Output::F16(x) => TensorMut::from_slice(x, stream, dims, strides),
             Output::BF16(x) => TensorMut::from_slice(x, stream, dims, strides),
-        }?)
+        }
+        .map_err(candle_core::Error::wrap)
     }
 
     /// Wraps the buffer as Candle storage of `dev`.
@@ -148,6 +153,6 @@ pub(crate) fn with_output(
 ) -> Result<CudaStorage> {
     let len = dims.iter().product::<i64>() as usize;
     let mut out = Output::alloc(op, stream, dt, len)?;
-    run(&out.view(stream, dims, strides)?)?;
+    run(&out.view(stream, dims, strides)?).map_err(candle_core::Error::wrap)?;
     Ok(out.into_storage(dev.clone()))
 }

@@ -36,7 +36,10 @@
 //! (masks, f32 attention, other dtypes, cuDNN declining a shape) compose Candle's own ops
 //! around our matmuls: see [`CudnnExt::cudnn_layer_norm`] and [`CudnnExt::cudnn_sdpa`].
 //!
-//! Errors are values: the crate's [`Error`](crate::Error) converts into `candle_core::Error`.
+//! Errors are values: the ops return `candle_core::Error`s that wrap the crate's
+//! [`Error`](crate::Error); an [`Error`](crate::Error) from the engine's own functions becomes
+//! one with `candle_core::Error::wrap` (the error type lives in `cudnn-backend-core`, so no
+//! `From` conversion into Candle's can be written).
 
 mod access;
 pub mod collective;
@@ -52,13 +55,7 @@ mod saved;
 pub use crate::ops::{Activation, ConvParams, PoolMode};
 pub use ext::{Conv1dParams, Conv2dParams, Conv3dParams, ConvTranspose2dParams, CudnnExt};
 
-impl From<crate::Error> for candle_core::Error {
-    fn from(e: crate::Error) -> Self {
-        candle_core::Error::wrap(e)
-    }
-}
-
 /// Shorthand for an argument error of `op` as a Candle error.
 pub(crate) fn arg_err(op: &'static str, arg: &'static str, reason: impl Into<String>) -> candle_core::Error {
-    crate::Error::invalid_arg(op, arg, reason).into()
+    candle_core::Error::wrap(crate::Error::invalid_arg(op, arg, reason))
 }

@@ -250,7 +250,7 @@ impl FusedAdamW {
                     step,
                 })
                 .collect();
-            Ok(adam_step(&stream, &params, &options)?)
+            adam_step(&stream, &params, &options).map_err(candle_core::Error::wrap)
         })
     }
 

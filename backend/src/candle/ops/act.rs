@@ -200,10 +200,10 @@ impl CustomOp2 for ActBackward {
         let stream = cuda::stream(gs);
         let g = cuda::input(OP, "grad", gs, gl, &stream)?;
         let v = cuda::input(OP, "v", vs, vl, &stream)?;
-        let (program, scalars) = backward_program(self.act, g.dtype, self.from_output);
+        let (program, scalars) = backward_program(self.act, g.dtype(), self.from_output);
         let dims = super::idims(gl.dims());
         let strides = super::packed_strides(gl.dims(), false);
-        let out = cuda::with_output(OP, &gs.device, &stream, g.dtype, &dims, &strides, |out| {
+        let out = cuda::with_output(OP, &gs.device, &stream, g.dtype(), &dims, &strides, |out| {
             crate::kernels::fused::run(
                 &stream,
                 &program,

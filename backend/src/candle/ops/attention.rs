@@ -289,16 +289,16 @@ impl CustomOp3 for Sdpa {
         let [qz, kz, vz, _] = g.sizes();
         let view = |name, s, l: &Layout, (len, x): (usize, usize)| -> Result<crate::ops::TensorRef<'_>> {
             let t = cuda::input(SDPA, name, s, l, &stream)?;
-            let (dims, strides) = g.bhlx(len, x, &t.strides);
-            Ok(t.reshaped(&dims, &strides)?)
+            let (dims, strides) = g.bhlx(len, x, t.strides());
+            t.reshaped(&dims, &strides).map_err(candle_core::Error::wrap)
         };
         let q = view("q", qs, ql, qz)?;
         let k = view("k", ks, kl, kz)?;
         let v = view("v", vs, vl, vz)?;
         let out_shape = g.shape(lq, dv);
         let (o_dims, o_strides) = g.bhlx(lq, dv, &super::packed_strides(&out_shape, false));
-        let mut o = cuda::Output::alloc(SDPA, &stream, q.dtype, b * h * lq * dv)?;
-        if q.dtype == DataType::F32 {
+        let mut o = cuda::Output::alloc(SDPA, &stream, q.dtype(), b * h * lq * dv)?;
+        if q.dtype() == DataType::F32 {
             // The math path; the probabilities are what its backward reads.
             let p_dims = [b, h, lq, lk];
             let mut p = cuda::Output::alloc(SDPA, &stream, DataType::F32, p_dims.iter().product())?;
@@ -309,17 +309,8 @@ impl CustomOp3 for Sdpa {
                     &super::packed_strides(&p_dims, false),
                 )?;
                 let ov = o.view(&stream, &o_dims, &o_strides)?;
-                crate::ops::attention_math_forward(
-                    &stream,
-                    &q,
-                    &k,
-                    &v,
-                    self.causal,
-                    self.scale as f32,
-                    &pv,
-                    None,
-                    &ov,
-                )?;
+                crate::ops::attention_math_forward(&stream, &q, &k, &v, self.causal, self.scale as f32, &pv, None, &ov)
+                    .map_err(candle_core::Error::wrap)?;
             }
             if self.training {
                 self.saved
@@ -356,11 +347,11 @@ impl CustomOp3 for Sdpa {
                 }
                 // No engine writes the statistics for this case: the inference graph, and a
                 // composed backward pass.
-                Err(e) if e.is_not_supported() => run(None)??,
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_not_supported() => run(None)?.map_err(candle_core::Error::wrap)?,
+                Err(e) => return Err(candle_core::Error::wrap(e)),
             }
         } else {
-            run(None)??
+            run(None)?.map_err(candle_core::Error::wrap)?
         }
         Ok((o.into_storage(qs.device.clone()), Shape::from(out_shape)))
     }
@@ -426,8 +417,8 @@ impl Sdpa {
             let t = cuda::input(OP, name, cuda::storage_of(OP, name, storage)?, layout, &stream)?;
             refs.push(match size {
                 Some((len, x)) => {
-                    let (dims, strides) = g.bhlx(len, x, &t.strides);
-                    t.reshaped(&dims, &strides)?
+                    let (dims, strides) = g.bhlx(len, x, t.strides());
+                    t.reshaped(&dims, &strides).map_err(candle_core::Error::wrap)?
                 }
                 None => t,
             });
@@ -440,7 +431,7 @@ impl Sdpa {
             let order = stride_order(&strides);
             let packed = packed_strides(&dims, &order);
             grads.push((
-                cuda::Output::alloc(OP, &stream, refs[0].dtype, t.elem_count())?,
+                cuda::Output::alloc(OP, &stream, refs[0].dtype(), t.elem_count())?,
                 order,
                 packed,
             ));
@@ -495,7 +486,7 @@ impl Sdpa {
                 tracing::debug!("{OP}: fused backward not used ({e}); composing it");
                 return Ok(None);
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(candle_core::Error::wrap(e)),
         }
         let dev = &cuda::storage_of(OP, "q", &guards[0].0)?.device;
         let mut out = Vec::with_capacity(3);

@@ -268,11 +268,19 @@ impl BatchNormTrain {
             aff.push(cuda::input(OP, name, s, l, &stream)?);
         }
         let c = g.c as i64;
-        let scale = aff.first().map(|t| t.reshaped(&[c], &[1])).transpose()?;
-        let bias = aff.get(1).map(|t| t.reshaped(&[c], &[1])).transpose()?;
+        let scale = aff
+            .first()
+            .map(|t| t.reshaped(&[c], &[1]))
+            .transpose()
+            .map_err(candle_core::Error::wrap)?;
+        let bias = aff
+            .get(1)
+            .map(|t| t.reshaped(&[c], &[1]))
+            .transpose()
+            .map_err(candle_core::Error::wrap)?;
         let dims = super::idims(&g.dims);
         let strides = super::packed_strides(&g.dims, g.channels_last);
-        let mut y = Output::alloc(OP, &stream, x.dtype, g.numel())?;
+        let mut y = Output::alloc(OP, &stream, x.dtype(), g.numel())?;
         let mut mean = Output::alloc(OP, &stream, DataType::F32, g.c)?;
         let mut inv = Output::alloc(OP, &stream, DataType::F32, g.c)?;
         {
@@ -290,13 +298,16 @@ impl BatchNormTrain {
                     saved_mean: &mr,
                     saved_inv_std: &ir,
                 };
-                Ok(crate::ops::batch_norm_train_forward(&stream, &a, &self.options)?)
+                crate::ops::batch_norm_train_forward(&stream, &a, &self.options).map_err(candle_core::Error::wrap)
             };
             match &self.running {
                 Some((rm, rv)) => {
                     let written = [rm.as_tensor(), rv.as_tensor()];
                     crate::candle::access::with_written(OP, &written, &mut |v| {
-                        let (m, var) = (v[0].reshaped_mut(&[c], &[1])?, v[1].reshaped_mut(&[c], &[1])?);
+                        let (m, var) = (
+                            v[0].reshaped_mut(&[c], &[1]).map_err(candle_core::Error::wrap)?,
+                            v[1].reshaped_mut(&[c], &[1]).map_err(candle_core::Error::wrap)?,
+                        );
                         run(Some(RunningStats {
                             mean: &m,
                             var: &var,
@@ -415,7 +426,7 @@ impl BatchNormTrain {
         let w = match &wg {
             Some((s, l)) => {
                 let t = cuda::input(OP, "weight", cuda::storage_of(OP, "weight", s)?, l, &stream)?;
-                Some(t.reshaped(&[c], &[1])?)
+                Some(t.reshaped(&[c], &[1]).map_err(candle_core::Error::wrap)?)
             }
             None => None,
         };
@@ -434,11 +445,11 @@ impl BatchNormTrain {
             &stream,
         )?;
         let numel = x.elem_count();
-        let mut dx = Output::alloc(OP, &stream, xr.dtype, numel)?;
+        let mut dx = Output::alloc(OP, &stream, xr.dtype(), numel)?;
         let mut dr = residual
-            .then(|| Output::alloc(OP, &stream, xr.dtype, numel))
+            .then(|| Output::alloc(OP, &stream, xr.dtype(), numel))
             .transpose()?;
-        let pdt = w.as_ref().map(|t| t.dtype);
+        let pdt = w.as_ref().map(|t| t.dtype());
         let mut dwb = match pdt {
             Some(dt) => Some([
                 Output::alloc(OP, &stream, dt, dims[1])?,
@@ -469,7 +480,7 @@ impl BatchNormTrain {
                 d_scale: views.as_ref().map(|v| &v[0]),
                 d_bias: views.as_ref().map(|v| &v[1]),
             };
-            crate::ops::batch_norm_backward(&stream, &a)?;
+            crate::ops::batch_norm_backward(&stream, &a).map_err(candle_core::Error::wrap)?;
         }
         let dev = &xs.device;
         let grad_of = |o: Output| logical(cuda::tensor(o.into_storage(dev.clone()), physical_dims(&dims, cl)), cl);
@@ -498,12 +509,12 @@ impl BatchNormTrain {
         use crate::graph::DataType;
         use crate::ops::BatchNormForward;
 
-        let c = x.dims[1] as usize;
-        let mut y = Output::alloc(OP, stream, x.dtype, x.numel() as usize)?;
+        let c = x.dims()[1] as usize;
+        let mut y = Output::alloc(OP, stream, x.dtype(), x.numel() as usize)?;
         let mut mean = Output::alloc(OP, stream, DataType::F32, c)?;
         let mut inv = Output::alloc(OP, stream, DataType::F32, c)?;
         {
-            let yr = y.view(stream, &x.dims, &x.strides)?;
+            let yr = y.view(stream, x.dims(), x.strides())?;
             let mr = mean.view(stream, &[c as i64], &[1])?;
             let ir = inv.view(stream, &[c as i64], &[1])?;
             let a = BatchNormForward {
@@ -520,7 +531,7 @@ impl BatchNormTrain {
                 relu: false,
                 ..self.options
             };
-            crate::ops::batch_norm_train_forward(stream, &a, &o)?;
+            crate::ops::batch_norm_train_forward(stream, &a, &o).map_err(candle_core::Error::wrap)?;
         }
         let dev = &xs.device;
         Ok(vec![

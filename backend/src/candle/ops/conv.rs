@@ -61,7 +61,7 @@ pub(crate) fn conv_out_dims(op: &'static str, p: &ConvParams, x: &[usize], w: &[
             ),
         ));
     }
-    let y = p.output_dims(&idims(x), &idims(w))?;
+    let y = p.output_dims(&idims(x), &idims(w)).map_err(candle_core::Error::wrap)?;
     Ok(cpu::udims(&y))
 }
 
@@ -112,7 +112,7 @@ impl CustomOp2 for Conv {
         let x = cuda::input(OP, "x", xs, xl, &stream)?;
         let w = cuda::input(OP, "w", ws, wl, &stream)?;
         let strides = super::packed_strides(&y, self.channels_last);
-        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(&y), &strides, |yr| {
+        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype(), &idims(&y), &strides, |yr| {
             crate::ops::conv_forward(&stream, &x, &w, yr, &self.params)
         })?;
         Ok((out, physical_dims(&y, self.channels_last).into()))
@@ -181,7 +181,7 @@ impl CustomOp2 for ConvBackwardData {
         let w = cuda::input(OP, "w", ws, wl, &stream)?;
         let x = &self.x_dims;
         let strides = super::packed_strides(x, self.channels_last);
-        let out = cuda::with_output(OP, &ds.device, &stream, dy.dtype, &idims(x), &strides, |dx| {
+        let out = cuda::with_output(OP, &ds.device, &stream, dy.dtype(), &idims(x), &strides, |dx| {
             crate::ops::conv_backward_data(&stream, &dy, &w, dx, &self.params)
         })?;
         Ok((out, physical_dims(x, self.channels_last).into()))
@@ -251,7 +251,7 @@ impl CustomOp2 for ConvBackwardFilter {
         let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
         let w = &self.w_dims;
         let strides = super::packed_strides(w, self.channels_last);
-        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(w), &strides, |dw| {
+        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype(), &idims(w), &strides, |dw| {
             crate::ops::conv_backward_filter(&stream, &x, &dy, dw, &self.params)
         })?;
         Ok((out, physical_dims(w, self.channels_last).into()))
@@ -338,7 +338,7 @@ impl CustomOp3 for ConvBiasAct {
         let w = cuda::input(OP, "w", ws, wl, &stream)?;
         let b = cuda::input(OP, "b", bs, bl, &stream)?;
         let strides = super::packed_strides(&y, self.channels_last);
-        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(&y), &strides, |yr| {
+        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype(), &idims(&y), &strides, |yr| {
             crate::ops::conv_bias_act_forward(&stream, &x, &w, &b, yr, &self.params, self.act)
         })?;
         Ok((out, physical_dims(&y, self.channels_last).into()))

@@ -43,8 +43,9 @@ fn ids_view<'a>(
         return Err(arg_err(op, "ids", "needs i64 ids"));
     };
     let (dims, strides, start) = crate::candle::cuda::layout(l);
-    let whole = crate::types::TensorRef::from_slice(x, stream, &[x.len() as i64], &[1])?;
-    Ok(whole.view(start, &dims, &strides)?)
+    let whole =
+        crate::types::TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]).map_err(candle_core::Error::wrap)?;
+    whole.view(start, &dims, &strides).map_err(candle_core::Error::wrap)
 }
 
 impl CustomOp2 for EmbeddingLookup {
@@ -67,7 +68,7 @@ impl CustomOp2 for EmbeddingLookup {
         let table = cuda::input(OP, "table", ts, tl, &stream)?;
         let ids = ids_view(OP, is, il, &stream)?;
         let dims = [n as i64, h as i64];
-        let out = cuda::with_output(OP, &ts.device, &stream, table.dtype, &dims, &[h as i64, 1], |out| {
+        let out = cuda::with_output(OP, &ts.device, &stream, table.dtype(), &dims, &[h as i64, 1], |out| {
             crate::kernels::index::index_select(&stream, &table, 0, &ids, out)
         })?;
         Ok((out, (n, h).into()))
@@ -111,7 +112,7 @@ impl CustomOp2 for EmbeddingGrad {
         let grad = cuda::input(OP, "grad", gs, gl, &stream)?;
         let ids = ids_view(OP, is, il, &stream)?;
         let dims = [self.vocab as i64, h as i64];
-        let out = cuda::with_output(OP, &gs.device, &stream, grad.dtype, &dims, &[h as i64, 1], |out| {
+        let out = cuda::with_output(OP, &gs.device, &stream, grad.dtype(), &dims, &[h as i64, 1], |out| {
             crate::kernels::elementwise::fill(&stream, out, 0.0)?;
             crate::kernels::index::index_add(&stream, out, 0, &ids, &grad)
         })?;

@@ -73,14 +73,12 @@ fn reduce_to(t: Tensor, dims: &[usize]) -> Result<Tensor> {
 }
 
 #[cfg(feature = "candle-cuda")]
-fn broadcast_batch(mut t: crate::ops::TensorRef) -> crate::ops::TensorRef {
-    let r = t.dims.len();
-    for i in 0..r.saturating_sub(2) {
-        if t.strides[i] == 0 {
-            t.dims[i] = 1;
-        }
-    }
-    t
+fn broadcast_batch(t: crate::ops::TensorRef) -> crate::Result<crate::ops::TensorRef> {
+    let r = t.dims().len();
+    let dims: Vec<i64> = (t.dims().iter().zip(t.strides()).enumerate())
+        .map(|(i, (&d, &s))| if i + 2 < r && s == 0 { 1 } else { d })
+        .collect();
+    t.reshaped(&dims, t.strides())
 }
 
 /// `c = a · b` (batched, broadcast batch dims). Inputs: a, b.
@@ -109,9 +107,12 @@ impl CustomOp2 for Matmul {
         let stream = cuda::stream(as_);
         let a = cuda::input(OP, "a", as_, al, &stream)?;
         let b = cuda::input(OP, "b", bs, bl, &stream)?;
-        let (a, b) = (broadcast_batch(a), broadcast_batch(b));
+        let (a, b) = (
+            broadcast_batch(a).map_err(candle_core::Error::wrap)?,
+            broadcast_batch(b).map_err(candle_core::Error::wrap)?,
+        );
         let strides = super::packed_strides(&c, false);
-        let out = cuda::with_output(OP, &as_.device, &stream, a.dtype, &super::idims(&c), &strides, |cr| {
+        let out = cuda::with_output(OP, &as_.device, &stream, a.dtype(), &super::idims(&c), &strides, |cr| {
             crate::ops::matmul(&stream, &a, &b, cr)
         })?;
         Ok((out, c.into()))
@@ -183,9 +184,12 @@ impl CustomOp3 for MatmulBiasAct {
         let a = cuda::input(OP, "a", as_, al, &stream)?;
         let b = cuda::input(OP, "b", bs, bl, &stream)?;
         let bias = cuda::input(OP, "bias", cs, cl, &stream)?;
-        let (a, b) = (broadcast_batch(a), broadcast_batch(b));
+        let (a, b) = (
+            broadcast_batch(a).map_err(candle_core::Error::wrap)?,
+            broadcast_batch(b).map_err(candle_core::Error::wrap)?,
+        );
         let strides = super::packed_strides(&c, false);
-        let out = cuda::with_output(OP, &as_.device, &stream, a.dtype, &super::idims(&c), &strides, |cr| {
+        let out = cuda::with_output(OP, &as_.device, &stream, a.dtype(), &super::idims(&c), &strides, |cr| {
             crate::ops::matmul_bias_act(&stream, &a, &b, Some(&bias), cr, self.act)
         })?;
         Ok((out, c.into()))
@@ -258,7 +262,7 @@ impl CustomOp1 for ColumnSums {
             OP,
             &xs.device,
             &stream,
-            x.dtype,
+            x.dtype(),
             &[1, n as i64],
             &[n as i64, 1],
             |out| crate::kernels::reduce::reduce(&stream, crate::kernels::reduce::ReduceOp::Sum, &x, 0, out),

@@ -168,7 +168,7 @@ mod tests {
     use candle_core::{DType, Device, Tensor};
 
     use super::*;
-    use crate::ops::{ConvParams, TensorRef};
+    use crate::ops::ConvParams;
 
     fn refs(t: &Tensor) -> (Vec<i64>, Vec<i64>) {
         (idims(t.dims()), idims(t.stride()))
@@ -189,8 +189,9 @@ mod tests {
                 .unwrap()
         };
         let want = |d: &[usize]| {
-            let r = TensorRef::fake_channels_last(&idims(d), crate::graph::DataType::F32, 0);
-            (r.dims.to_vec(), r.strides.to_vec())
+            let dims = idims(d);
+            let strides = crate::types::channels_last_strides(&dims).to_vec();
+            (dims, strides)
         };
         let x = packed(&nhwc([4, 10, 20, 18])).unwrap();
         assert!(is_channels_last(x.layout()));

@@ -133,20 +133,24 @@ impl Norm {
         let w = cuda::input(op, "weight", ws, wl, &stream)?;
         let b = bias.map(|(s, l)| cuda::input(op, "bias", s, l, &stream)).transpose()?;
         let (r, f) = (rows as i64, d as i64);
-        let x2 = x.reshaped(&[r, f], &[f, 1])?;
-        let w1 = w.reshaped(&[f], &[1])?;
-        let b1 = b.as_ref().map(|t| t.reshaped(&[f], &[1])).transpose()?;
+        let x2 = x.reshaped(&[r, f], &[f, 1]).map_err(candle_core::Error::wrap)?;
+        let w1 = w.reshaped(&[f], &[1]).map_err(candle_core::Error::wrap)?;
+        let b1 = b
+            .as_ref()
+            .map(|t| t.reshaped(&[f], &[1]))
+            .transpose()
+            .map_err(candle_core::Error::wrap)?;
         if rows * d == 0 {
-            let out = cuda::with_output(op, &xs.device, &stream, x.dtype, &x2.dims, &x2.strides, |_| Ok(()))?;
+            let out = cuda::with_output(op, &xs.device, &stream, x.dtype(), x2.dims(), x2.strides(), |_| Ok(()))?;
             return Ok((out, xl.shape().clone()));
         }
         if !self.training {
-            let out = cuda::with_output(op, &xs.device, &stream, x.dtype, &x2.dims, &x2.strides, |y| {
+            let out = cuda::with_output(op, &xs.device, &stream, x.dtype(), x2.dims(), x2.strides(), |y| {
                 crate::ops::norm_forward(&stream, self.mode, &x2, &w1, b1.as_ref(), y, self.eps, None)
             })?;
             return Ok((out, xl.shape().clone()));
         }
-        let mut y = Output::alloc(op, &stream, x.dtype, rows * d)?;
+        let mut y = Output::alloc(op, &stream, x.dtype(), rows * d)?;
         let mut inv = Output::alloc(op, &stream, DataType::F32, rows)?;
         let mut mean = self
             .centred()
@@ -166,7 +170,8 @@ impl Norm {
                 self.eps,
                 m.as_ref(),
                 &ir,
-            )?;
+            )
+            .map_err(candle_core::Error::wrap)?;
         }
         let dev = &xs.device;
         let mut kept = vec![cuda::tensor(inv.into_storage(dev.clone()), rows)];
@@ -231,9 +236,9 @@ impl Norm {
         let gr = cuda::input(op, "grad", cuda::storage_of(op, "grad", &gg)?, gl, &stream)?;
         let (wg, wl) = w.storage_and_layout();
         let wr = cuda::input(op, "weight", cuda::storage_of(op, "weight", &wg)?, wl, &stream)?;
-        let x2 = xr.reshaped(&[r, f], &[f, 1])?;
-        let g2 = gr.reshaped(&[r, f], &[f, 1])?;
-        let w1 = wr.reshaped(&[f], &[1])?;
+        let x2 = xr.reshaped(&[r, f], &[f, 1]).map_err(candle_core::Error::wrap)?;
+        let g2 = gr.reshaped(&[r, f], &[f, 1]).map_err(candle_core::Error::wrap)?;
+        let w1 = wr.reshaped(&[f], &[1]).map_err(candle_core::Error::wrap)?;
         let stats = match self.saved.get() {
             Some(s) if s.len() == 1 + self.centred() as usize => s,
             _ => self.recompute_stats_cuda(&stream, xs, &x2, &w1)?,
@@ -245,9 +250,11 @@ impl Norm {
             Some((mg, ml)) => Some(cuda::input(op, "mean", cuda::storage_of(op, "mean", mg)?, ml, &stream)?),
             None => None,
         };
-        let mut dx = Output::alloc(op, &stream, xr.dtype, rows * d)?;
-        let mut dw = Output::alloc(op, &stream, wr.dtype, d)?;
-        let mut db = with_bias.then(|| Output::alloc(op, &stream, wr.dtype, d)).transpose()?;
+        let mut dx = Output::alloc(op, &stream, xr.dtype(), rows * d)?;
+        let mut dw = Output::alloc(op, &stream, wr.dtype(), d)?;
+        let mut db = with_bias
+            .then(|| Output::alloc(op, &stream, wr.dtype(), d))
+            .transpose()?;
         {
             let dxr = dx.view(&stream, &[r, f], &[f, 1])?;
             let dwr = dw.view(&stream, &[f], &[1])?;
@@ -262,7 +269,7 @@ impl Norm {
                 d_scale: Some(&dwr),
                 d_bias: dbr.as_ref(),
             };
-            crate::ops::norm_backward(&stream, self.mode, &args)?;
+            crate::ops::norm_backward(&stream, self.mode, &args).map_err(candle_core::Error::wrap)?;
         }
         let dev = &xs.device;
         let db = db.map(|b| cuda::tensor(b.into_storage(dev.clone()), w.shape()));
@@ -284,8 +291,8 @@ impl Norm {
         use crate::graph::DataType;
 
         let op = self.op_name();
-        let (r, f) = (x2.dims[0], x2.dims[1]);
-        let mut y = Output::alloc(op, stream, x2.dtype, (r * f) as usize)?;
+        let (r, f) = (x2.dims()[0], x2.dims()[1]);
+        let mut y = Output::alloc(op, stream, x2.dtype(), (r * f) as usize)?;
         let mut inv = Output::alloc(op, stream, DataType::F32, r as usize)?;
         let mut mean = self
             .centred()
@@ -295,7 +302,8 @@ impl Norm {
             let yr = y.view(stream, &[r, f], &[f, 1])?;
             let ir = inv.view(stream, &[r], &[1])?;
             let m = mean.as_mut().map(|m| m.view(stream, &[r], &[1])).transpose()?;
-            crate::ops::norm_train_forward(stream, self.mode, x2, Some(w1), None, &yr, self.eps, m.as_ref(), &ir)?;
+            crate::ops::norm_train_forward(stream, self.mode, x2, Some(w1), None, &yr, self.eps, m.as_ref(), &ir)
+                .map_err(candle_core::Error::wrap)?;
         }
         let dev = &xs.device;
         let mut out = vec![cuda::tensor(inv.into_storage(dev.clone()), r as usize)];

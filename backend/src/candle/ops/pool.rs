@@ -32,7 +32,7 @@ pub(crate) fn pool_out_dims(op: &'static str, p: &PoolParams, x: &[usize]) -> Re
     if !(1..=3).contains(&p.window.len()) {
         return Err(arg_err(op, "params", "1, 2 or 3 spatial dims are supported"));
     }
-    let y = p.output_dims(&idims(x))?;
+    let y = p.output_dims(&idims(x)).map_err(candle_core::Error::wrap)?;
     if p.pre_padding != p.post_padding {
         return Err(arg_err(op, "padding", "pooling needs symmetric padding"));
     }
@@ -86,7 +86,7 @@ impl CustomOp1 for Pool {
         let stream = cuda::stream(xs);
         let x = cuda::input(OP, "x", xs, xl, &stream)?;
         let strides = super::packed_strides(&y, self.channels_last);
-        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(&y), &strides, |yr| {
+        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype(), &idims(&y), &strides, |yr| {
             crate::ops::pool_forward(&stream, &x, yr, &self.params)
         })?;
         Ok((out, physical_dims(&y, self.channels_last).into()))
@@ -174,7 +174,7 @@ impl CustomOp3 for PoolBackwardMax {
         let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
         let xd = xl.dims();
         let strides = super::packed_strides(xd, self.channels_last);
-        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype, &idims(xd), &strides, |dx| {
+        let out = cuda::with_output(OP, &xs.device, &stream, x.dtype(), &idims(xd), &strides, |dx| {
             crate::ops::pool_backward(&stream, Some(&x), Some(&y), &dy, dx, &self.params)
         })?;
         Ok((out, physical_dims(xd, self.channels_last).into()))
@@ -234,7 +234,7 @@ impl CustomOp1 for PoolBackwardAvg {
         let dy = cuda::input(OP, "dy", ds, dl, &stream)?;
         let xd = &self.x_dims;
         let strides = super::packed_strides(xd, self.channels_last);
-        let out = cuda::with_output(OP, &ds.device, &stream, dy.dtype, &idims(xd), &strides, |dx| {
+        let out = cuda::with_output(OP, &ds.device, &stream, dy.dtype(), &idims(xd), &strides, |dx| {
             crate::ops::pool_backward(&stream, None, None, &dy, dx, &self.params)
         })?;
         Ok((out, physical_dims(xd, self.channels_last).into()))

@@ -6,7 +6,8 @@ use crate::error::Result;
 use crate::ffi::launch::CountedLaunch;
 
 /// Most tensors one launch updates (`ADAM_MAX`).
-pub(crate) const ADAM_MAX: usize = 32;
+#[doc(hidden)]
+pub const ADAM_MAX: usize = 32;
 
 /// Threads per block (`ADAM_THREADS`).
 const ADAM_THREADS: u32 = 256;

@@ -15,7 +15,8 @@ use crate::types::{check_part, DataType, TensorMut, TensorRef};
 /// ordered on the one stream it was allocated on (the device stream that all framework ops
 /// use), so allocation and release are one driver call each (`cuMemAllocAsync` /
 /// `cuMemFreeAsync`), which matters for frameworks that create thousands of tensors a step.
-pub(crate) struct DeviceBuffer {
+#[doc(hidden)]
+pub struct DeviceBuffer {
     ptr: u64,
     bytes: usize,
     stream: Arc<CudaStream>,
@@ -23,7 +24,8 @@ pub(crate) struct DeviceBuffer {
 
 impl DeviceBuffer {
     /// `bytes` (> 0) of uninitialised memory, ordered on `stream`. `op` names the caller.
-    pub(crate) fn alloc(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<Self> {
+    #[doc(hidden)]
+    pub fn alloc(stream: &Arc<CudaStream>, bytes: usize, op: &'static str) -> Result<Self> {
         let _timer = HostTimer::start(Count::MemoryNs);
         let ctx = stream.context();
         ctx.bind_to_thread()?;
@@ -49,7 +51,8 @@ impl DeviceBuffer {
     }
 
     /// Copies `data` to the start of the buffer, ordered on its stream.
-    pub(crate) fn write(&self, data: &[u8]) -> Result<()> {
+    #[doc(hidden)]
+    pub fn write(&self, data: &[u8]) -> Result<()> {
         if data.len() > self.bytes {
             return Err(Error::invalid_arg(
                 "write",
@@ -66,13 +69,15 @@ impl DeviceBuffer {
     }
 
     /// Size in bytes.
-    pub(crate) fn bytes(&self) -> usize {
+    #[doc(hidden)]
+    pub fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Copies `out.len()` bytes starting `start` bytes into the buffer to the host, after
     /// all work queued on the stream, and waits for them.
-    pub(crate) fn read(&self, start: usize, out: &mut [u8]) -> Result<()> {
+    #[doc(hidden)]
+    pub fn read(&self, start: usize, out: &mut [u8]) -> Result<()> {
         if start + out.len() > self.bytes {
             return Err(Error::invalid_arg(
                 "read",
@@ -90,13 +95,15 @@ impl DeviceBuffer {
     }
 
     /// Device address of the first byte.
-    pub(crate) fn ptr(&self) -> u64 {
+    #[doc(hidden)]
+    pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
     /// Elements of `dtype` at element `offset` from the start of the buffer with `dims` and
     /// (possibly negative) element `strides`: a view checked to stay inside the buffer.
-    pub(crate) fn view(&self, offset: i64, dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorRef<'_>> {
+    #[doc(hidden)]
+    pub fn view(&self, offset: i64, dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorRef<'_>> {
         let ptr = self.part(offset, dims, strides, dtype)?;
         // SAFETY: every element of the part lies in the buffer (checked by `part`), which owns
         // its bytes until it drops and then frees them ordered on its stream, after the work
@@ -106,13 +113,8 @@ impl DeviceBuffer {
 
     /// [`view`](Self::view), writable. The buffer's owner decides who writes it: framework
     /// tensors write only buffers they allocated for the result or own alone.
-    pub(crate) fn view_mut(
-        &self,
-        offset: i64,
-        dims: &[i64],
-        strides: &[i64],
-        dtype: DataType,
-    ) -> Result<TensorMut<'_>> {
+    #[doc(hidden)]
+    pub fn view_mut(&self, offset: i64, dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorMut<'_>> {
         let ptr = self.part(offset, dims, strides, dtype)?;
         // SAFETY: as in `view`; the memory is the device's, written only by work on its stream.
         Ok(unsafe { TensorMut::from_raw(dims, strides, dtype, ptr) })
@@ -130,7 +132,8 @@ impl DeviceBuffer {
 }
 
 /// A view with no elements (of a tensor that has no buffer): an error unless some dim is 0.
-pub(crate) fn empty_view(dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorMut<'static>> {
+#[doc(hidden)]
+pub fn empty_view(dims: &[i64], strides: &[i64], dtype: DataType) -> Result<TensorMut<'static>> {
     if !dims.contains(&0) {
         return Err(Error::invalid_arg(
             "view",
@@ -164,7 +167,8 @@ impl Drop for DeviceBuffer {
 
 /// Keeps freed blocks in the device's default memory pool instead of returning them to
 /// the driver at every synchronisation, so a training step's allocations are reused.
-pub(crate) fn retain_pool_memory(stream: &Arc<CudaStream>) -> Result<()> {
+#[doc(hidden)]
+pub fn retain_pool_memory(stream: &Arc<CudaStream>) -> Result<()> {
     let ctx = stream.context();
     ctx.bind_to_thread()?;
     if !ctx.has_async_alloc() {
@@ -188,7 +192,8 @@ pub(crate) fn retain_pool_memory(stream: &Arc<CudaStream>) -> Result<()> {
 }
 
 /// Returns the unused memory of the device's default pool to the driver.
-pub(crate) fn trim_pool(stream: &Arc<CudaStream>) -> Result<()> {
+#[doc(hidden)]
+pub fn trim_pool(stream: &Arc<CudaStream>) -> Result<()> {
     let ctx = stream.context();
     ctx.bind_to_thread()?;
     if !ctx.has_async_alloc() {

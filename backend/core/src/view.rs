@@ -32,8 +32,8 @@ impl ViewLayout {
     }
 
     /// `dims` with `strides` at offset 0 (tests build views with it).
-    #[cfg(test)]
-    pub(crate) fn strided(dims: &[i64], strides: &[i64]) -> Self {
+    #[doc(hidden)]
+    pub fn strided(dims: &[i64], strides: &[i64]) -> Self {
         Self {
             dims: Shape::from_slice(dims),
             strides: Shape::from_slice(strides),
@@ -43,7 +43,8 @@ impl ViewLayout {
 
     /// The dim order (outermost first, size-1 dims in place) in which the strides pack the
     /// dims, or `None` when they do not (a broadcast, a gap, an overlap).
-    pub(crate) fn packed_order(&self) -> Option<Vec<usize>> {
+    #[doc(hidden)]
+    pub fn packed_order(&self) -> Option<Vec<usize>> {
         let (dims, strides) = (&self.dims, &self.strides);
         let mut moving: Vec<usize> = (0..dims.len()).filter(|&d| dims[d] != 1).collect();
         moving.sort_by_key(|&d| std::cmp::Reverse(strides[d].unsigned_abs()));

@@ -155,8 +155,8 @@ pub fn conv_backward_filter(
 /// followed by one bias+activation kernel.
 ///
 /// ```no_run
-/// use cudnn_backend::ops::{self, Activation, ConvParams, TensorMut, TensorRef};
-/// use cudnn_backend::Device;
+/// use cudnn_backend_core::ops::{self, Activation, ConvParams, TensorMut, TensorRef};
+/// use cudnn_backend_core::Device;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let device = Device::new(0)?;

@@ -7,13 +7,13 @@
 //! `cudarc`, after [`check_driver`] has checked that it can be loaded ([`probe`]).
 
 mod api;
-#[cfg(feature = "candle-cuda")]
-pub(crate) mod candle_interop;
-pub(crate) mod counters;
+#[doc(hidden)]
+pub mod counters;
 mod descriptor;
 pub(crate) mod driver;
 mod handle;
-pub(crate) mod launch;
+#[doc(hidden)]
+pub mod launch;
 pub(crate) mod launch_attention;
 pub(crate) mod launch_batch_norm;
 pub(crate) mod launch_conv;
@@ -23,19 +23,22 @@ pub(crate) mod launch_fused;
 pub(crate) mod launch_index;
 pub(crate) mod launch_linalg;
 pub(crate) mod launch_norm;
-pub(crate) mod launch_optim;
+#[doc(hidden)]
+pub mod launch_optim;
 pub(crate) mod launch_pool;
 pub(crate) mod launch_random;
 pub(crate) mod launch_reduce;
 pub(crate) mod launch_resize;
 pub(crate) mod launch_sort;
 pub(crate) mod legacy;
-#[cfg_attr(not(feature = "burn"), allow(dead_code))] // used by the Burn backend
-pub(crate) mod memory;
+#[doc(hidden)]
+pub mod memory;
 pub(crate) mod nccl;
 pub(crate) mod nvrtc;
 mod probe;
 pub(crate) mod replay;
+#[doc(hidden)]
+pub mod uninit;
 
 pub(crate) use api::{api, can_load, cudnn_version};
 pub use api::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES};

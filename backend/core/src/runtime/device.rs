@@ -42,7 +42,7 @@ impl Device {
     /// Fails with a clear [`Error`] when there is no driver, no device, or no such ordinal.
     ///
     /// ```no_run
-    /// use cudnn_backend::Device;
+    /// use cudnn_backend_core::Device;
     ///
     /// match Device::new(0) {
     ///     Ok(device) => {

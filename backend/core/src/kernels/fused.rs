@@ -138,7 +138,8 @@ fn storable(dtype: DataType) -> bool {
 
 impl Program {
     /// Whether output `j` is stored at the small layout (see [`Program::small_outputs`]).
-    pub(crate) fn is_small(&self, j: usize) -> bool {
+    #[doc(hidden)]
+    pub fn is_small(&self, j: usize) -> bool {
         self.small_outputs >> j & 1 == 1
     }
 

@@ -20,7 +20,8 @@ static CACHE_RELEASERS: Mutex<Vec<fn(usize)>> = Mutex::new(Vec::new());
 /// Registers `release` (call it once): when a workspace allocation fails on a device, the
 /// released memory is offered to it before the allocation is tried again, so a plan keeps its
 /// engine (and its results) as long as the memory can be found.
-pub(crate) fn release_cached_memory_on_shortage(release: fn(usize)) {
+#[doc(hidden)]
+pub fn release_cached_memory_on_shortage(release: fn(usize)) {
     CACHE_RELEASERS.lock().unwrap_or_else(|e| e.into_inner()).push(release);
 }
 

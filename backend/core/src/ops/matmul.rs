@@ -39,9 +39,9 @@ pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Tensor
 /// handle and heuristics query (about 0.5 s in a fresh process) then overlap the program's
 /// start-up instead of stalling its first cuDNN op. Does nothing in benchmark mode (whose
 /// builds need real buffers).
-// The Burn backend starts it; a Candle-only build has no caller.
-#[cfg_attr(not(feature = "burn"), allow(dead_code))]
-pub(crate) fn warm_up_cudnn(stream: &Arc<CudaStream>) -> Result<()> {
+// The Burn adapter starts it.
+#[doc(hidden)]
+pub fn warm_up_cudnn(stream: &Arc<CudaStream>) -> Result<()> {
     // Never dereferenced: the plan is built, not run.
     const FRESH: u64 = 256;
     let dims = [1i64, 64, 64];

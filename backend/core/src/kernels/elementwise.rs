@@ -97,7 +97,8 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// The kernel's op code (`U_*` in `elementwise.cu`).
-    pub(crate) fn code(self) -> i32 {
+    #[doc(hidden)]
+    pub fn code(self) -> i32 {
         match self {
             UnaryOp::Neg => 0,
             UnaryOp::Abs => 1,

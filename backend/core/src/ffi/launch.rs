@@ -79,7 +79,8 @@ pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result
 }
 
 /// Most dims a kernel layout carries (`struct Layout` in `kernels/common.cuh`).
-pub(crate) const MAX_KERNEL_RANK: usize = 8;
+#[doc(hidden)]
+pub const MAX_KERNEL_RANK: usize = 8;
 
 /// A strided view of up to [`MAX_KERNEL_RANK`] dims, passed to kernels by value; offsets and
 /// strides are in elements. Matches `struct Layout` in `kernels/common.cuh`.

@@ -33,8 +33,8 @@ pub use batch_norm::{
     BatchNormInference, BatchNormOptions, RunningStats,
 };
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward};
-#[cfg_attr(not(feature = "burn"), allow(unused_imports))]
-pub(crate) use matmul::warm_up_cudnn;
+#[doc(hidden)]
+pub use matmul::warm_up_cudnn;
 pub use matmul::{matmul, matmul_bias_act};
 pub use norm::{norm_forward, NormStats};
 pub use norm_train::{norm_backward, norm_train_forward, NormBackward};

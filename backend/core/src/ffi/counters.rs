@@ -8,7 +8,8 @@ use std::time::Instant;
 
 /// One counted quantity: an index into [`TOTALS`] and each thread's share.
 #[derive(Clone, Copy)]
-pub(crate) enum Count {
+#[doc(hidden)]
+pub enum Count {
     /// Kernel launches.
     Kernels,
     /// cuDNN plan executions.
@@ -38,7 +39,8 @@ thread_local! {
 }
 
 /// Adds `n` to `what`, in the process's totals and the calling thread's share.
-pub(crate) fn add(what: Count, n: u64) {
+#[doc(hidden)]
+pub fn add(what: Count, n: u64) {
     TOTALS[what as usize].fetch_add(n, Ordering::Relaxed);
     THREAD.with(|c| {
         let mut v = c.get();
@@ -48,14 +50,16 @@ pub(crate) fn add(what: Count, n: u64) {
 }
 
 /// Measures host time from its creation until it is dropped, then adds it to a `…Ns` count.
-pub(crate) struct HostTimer {
+#[doc(hidden)]
+pub struct HostTimer {
     what: Count,
     started: Instant,
 }
 
 impl HostTimer {
     /// Starts timing for `what` (one of the `…Ns` counts).
-    pub(crate) fn start(what: Count) -> Self {
+    #[doc(hidden)]
+    pub fn start(what: Count) -> Self {
         Self {
             what,
             started: Instant::now(),

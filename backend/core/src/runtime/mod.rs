@@ -14,7 +14,9 @@ pub(crate) use build_trace::record as record_build;
 pub use build_trace::{build_events, dropped_build_events, thread_ms, BuildEvent, BuildKind, MAX_EVENTS};
 pub use device::{Device, DeviceInfo, MAX_DEVICES};
 pub use probe::{check_driver, check_nvrtc, cudnn_version, device_count, report, RuntimeReport};
-pub(crate) use workspace::{release_cached_memory_on_shortage, with_workspace};
+#[doc(hidden)]
+pub use workspace::release_cached_memory_on_shortage;
+pub(crate) use workspace::with_workspace;
 pub use workspace::{release_unused_workspaces, workspace_bytes};
 
 /// The GPU whose device memory `ptr` (a `CUdeviceptr`) points into; `None` for host,

@@ -534,7 +534,6 @@ pub(crate) fn prefetch(dev: &Device, kernels: &[(KernelSource, &'static str)]) -
 }
 
 /// [`prefetch`] for kernels no caller waits for yet: their compiles take background slots.
-#[cfg_attr(not(feature = "burn"), allow(dead_code))]
 pub(crate) fn prefetch_in_background(dev: &Device, kernels: &[(KernelSource, &'static str)]) -> Result<()> {
     prefetch_with(dev, kernels, true)
 }
@@ -583,8 +582,8 @@ fn prefetch_with(dev: &Device, kernels: &[(KernelSource, &'static str)], backgro
 /// own start-up instead of stalling its first step one kernel at a time. Kernels already in
 /// the disk cache load in microseconds. The caller honours
 /// [`Config::warm_up`](crate::config::Config::warm_up).
-#[cfg_attr(not(feature = "burn"), allow(dead_code))]
-pub(crate) fn warm_up_in_background(dev: Arc<Device>) {
+#[doc(hidden)]
+pub fn warm_up_in_background(dev: Arc<Device>) {
     // The small integer and mask groups first: every program needs them early (labels,
     // indices, masks), whatever its float dtype; then the two-byte moves (the first kernels
     // of an f16/bf16 program), the bias + activation kernels (a network's first layers),

@@ -34,7 +34,10 @@ use cudnn_backend_kernels as kernel_sources;
 /// The on-disk kernel cache ([`crate::runtime::disk_cache`]).
 pub use crate::runtime::disk_cache as cache;
 pub(crate) mod compile;
-pub(crate) mod load;
+// Hidden, so its docs may link to private modules.
+#[doc(hidden)]
+#[allow(rustdoc::private_intra_doc_links)]
+pub mod load;
 pub(crate) mod warm;
 
 pub use load::{compile_stats, wait_for_background_compiles, CompileStats};
