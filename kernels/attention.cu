@@ -1,4 +1,4 @@
-// The row softmax of attention's f32 math path (backend/src/ops/attention_math.rs), over the
+// The row softmax of attention's f32 math path (backend/core/src/ops/attention_math.rs), over the
 // packed scores [rows, n] that a matmul wrote (rows = batch · heads · queries, n = keys):
 // forward P = softmax(scale · S) in place, with the bottom-right causal mask, and the row
 // log-sum-exp when asked; backward dS = P ∘ (dP − Σ P ∘ dP) · scale in place over dP.

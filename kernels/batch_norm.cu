@@ -1,5 +1,5 @@
 // Batch normalization (training forward, inference forward, backward) over views of
-// [N, C, S] (S = the product of the spatial dims; see backend/src/kernels/batch_norm.rs).
+// [N, C, S] (S = the product of the spatial dims; see backend/core/src/kernels/batch_norm.rs).
 // `common.cuh` is prepended.
 //
 // Each pass is three launches: a partial reduction per (chunk of a channel's elements,

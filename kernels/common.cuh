@@ -1,6 +1,6 @@
 // Shared definitions prepended to every kernel source that asks for them (NVRTC, no includes),
 // after prelude.cuh. Kernels are declared `KERNEL void name(...)`, not `extern "C" __global__`:
-// see prelude.cuh and backend/src/kernels/mod.rs ("Kernel convention").
+// see prelude.cuh and backend/core/src/kernels/mod.rs ("Kernel convention").
 
 typedef unsigned char u8;
 typedef signed char i8;

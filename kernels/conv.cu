@@ -1,6 +1,6 @@
 // Direct convolution (cross-correlation, cuDNN's CROSS_CORRELATION mode) forward, backward
 // data and backward filter on strided views, 1 to 3 spatial dims, with padding, stride,
-// dilation and groups (see backend/src/kernels/conv.rs). `common.cuh` is prepended.
+// dilation and groups (see backend/core/src/kernels/conv.rs). `common.cuh` is prepended.
 //
 // The host pads 1-D and 2-D problems to 3 spatial dims (leading size-1 dims, kernel 1,
 // stride 1, dilation 1, padding 0), so every kernel sees
@@ -12,7 +12,7 @@
 // (forward, backward data) or one block (backward filter, a fixed-shape tree reduction),
 // so results are bit-reproducible for the same shapes.
 
-// Geometry and strides; matches `ConvShape` on the host (backend/src/ffi/launch_conv.rs).
+// Geometry and strides; matches `ConvShape` on the host (backend/core/src/ffi/launch_conv.rs).
 struct ConvShape {
     i64 n, c, k, cg, kg;        // batch, input channels, output channels, per group
     i64 in[3], ker[3], out[3];  // spatial sizes

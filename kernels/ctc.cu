@@ -1,4 +1,4 @@
-// CTC loss (see backend/src/kernels/ctc.rs): the log-space forward (alpha) and backward
+// CTC loss (see backend/core/src/kernels/ctc.rs): the log-space forward (alpha) and backward
 // (beta) recursions over each sample's blank-extended target l' = [b, y1, b, y2, ..., b]
 // (S' = 2S + 1 positions), the loss, and the gradient with respect to the log-probabilities.
 // `common.cuh` is prepended. The host mirror is `ctc_loss` / `ctc_loss_backward` in the

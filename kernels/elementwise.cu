@@ -1,4 +1,4 @@
-// Elementwise kernels on strided views (see backend/src/kernels/elementwise.rs):
+// Elementwise kernels on strided views (see backend/core/src/kernels/elementwise.rs):
 // fill, copy/cast, unary, binary, compare and where. `common.cuh` is prepended.
 //
 // Every kernel runs a grid-stride loop over the `n` items of the (coalesced, broadcast)

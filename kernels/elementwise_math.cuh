@@ -1,5 +1,5 @@
 // Elementwise math shared by kernels/elementwise.cu and the generated fused kernels
-// (backend/src/kernels/fused.rs): op codes and the per-op float and integer functions.
+// (backend/core/src/kernels/fused.rs): op codes and the per-op float and integer functions.
 // Prepended after common.cuh; defines no kernels.
 
 // ---------------------------------------------------------------------------------------

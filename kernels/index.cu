@@ -1,4 +1,4 @@
-// Index kernels on strided views (see backend/src/kernels/index.rs): gather, index_select,
+// Index kernels on strided views (see backend/core/src/kernels/index.rs): gather, index_select,
 // scatter_add and index_add, plus gather_nd and scatter_nd (at the end of the file).
 // `common.cuh` is prepended.
 //

@@ -1,4 +1,4 @@
-// Linear-algebra and quantization kernels (see backend/src/kernels/linalg.rs): integer
+// Linear-algebra and quantization kernels (see backend/core/src/kernels/linalg.rs): integer
 // and exact float batched matmul, 3-vector cross product, and symmetric int8 quantize /
 // dequantize. `common.cuh` is prepended.
 

@@ -1,5 +1,5 @@
 // Layer and RMS normalization over packed rows [rows, D] for training: a forward that
-// writes the row statistics and the backward (see backend/src/ops/norm_train.rs).
+// writes the row statistics and the backward (see backend/core/src/ops/norm_train.rs).
 // `common.cuh` is prepended. One warp per row (NORM_ROWS rows per block); the parameter
 // gradients are column sums over chunks of rows, combined in chunk order (deterministic).
 // `rms` = 1: RMS norm (no centring, no mean). Parameters are f32 or the data dtype (`pdt`

@@ -1,4 +1,4 @@
-// Multi-tensor optimizer steps (see backend/src/ops/optim.rs). `common.cuh` is prepended.
+// Multi-tensor optimizer steps (see backend/core/src/ops/optim.rs). `common.cuh` is prepended.
 //
 // One launch updates up to ADAM_MAX tensors of one dtype: the tensors' addresses and sizes
 // travel in the kernel's parameter block (a __grid_constant__ struct, read in place), each

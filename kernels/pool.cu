@@ -1,4 +1,4 @@
-// 2-D pooling kernels on strided [N, C, H, W] views (see backend/src/kernels/pool.rs):
+// 2-D pooling kernels on strided [N, C, H, W] views (see backend/core/src/kernels/pool.rs):
 // max pooling with flat indices and its scatter backward (a gather form in deterministic
 // mode), average pooling (ceil_mode,
 // count_include_pad) and adaptive average pooling with gather backwards. `common.cuh`

@@ -1,5 +1,5 @@
 // Prepended by the crate to every kernel source, before common.cuh (see
-// backend/src/kernels/mod.rs, "Kernel convention").
+// backend/core/src/kernels/mod.rs, "Kernel convention").
 //
 // Declare every entry point with KERNEL instead of `extern "C" __global__`:
 //

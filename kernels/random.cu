@@ -1,4 +1,4 @@
-// Random number kernels (see backend/src/kernels/random.rs): uniform, normal, bernoulli
+// Random number kernels (see backend/core/src/kernels/random.rs): uniform, normal, bernoulli
 // and uniform_int on strided outputs. `common.cuh` is prepended.
 //
 // Generator: Philox4x32-10 (Salmon et al., Random123). The key is the 64-bit seed

@@ -1,4 +1,4 @@
-// Reductions and scans along one axis (see backend/src/kernels/reduce.rs).
+// Reductions and scans along one axis (see backend/core/src/kernels/reduce.rs).
 //
 // The host views every problem as `n_out` rows of `len` elements: the input `Layout` has
 // the reduced axis moved LAST, so row `o`, element `k` is at `offset_of(xl, o * len + k)`;

@@ -1,4 +1,4 @@
-// Resize kernels on strided [N, C, H, W] views (see backend/src/kernels/resize.rs):
+// Resize kernels on strided [N, C, H, W] views (see backend/core/src/kernels/resize.rs):
 // nearest, bilinear and bicubic interpolation with their backwards (scatter, or two gather
 // passes in deterministic mode), and bilinear
 // grid sampling with zeros padding. Index conventions follow burn-ndarray 0.21 (PyTorch):

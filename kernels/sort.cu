@@ -1,4 +1,4 @@
-// Sort kernels on strided views (see backend/src/kernels/sort.rs): a stable sort of every
+// Sort kernels on strided views (see backend/core/src/kernels/sort.rs): a stable sort of every
 // row along one axis, writing the sorted values and/or the original indices (i64).
 // `common.cuh` is prepended.
 //

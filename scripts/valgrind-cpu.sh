@@ -29,7 +29,7 @@ for t in handle_pool plan_cache; do
     bin=$(cargo test -p integration-tests --test "$t" --no-run 2>&1 | exe)
     runs+=("$t $bin")
 done
-lib=$(cargo test -p cudnn-backend --lib --no-run 2>&1 | exe)
+lib=$(cargo test -p cudnn-backend-core --lib --no-run 2>&1 | exe)
 runs+=("lib-handle-plan $lib handle:: plan::")
 
 supp=(--suppressions=scripts/valgrind-cpu.supp)
