@@ -42,10 +42,11 @@ pub struct MultiHeadAttentionConfig {
 /// On `Cudnn` and `Autodiff<Cudnn>` (and their fusion forms), without quiet softmax, the
 /// attention runs as cuDNN's fused flash attention (f16/bf16 with head sizes cuDNN takes)
 /// with a fused backward, dropout included: the mask is drawn by cuDNN's Philox generator
-/// from a seed the backend's generator draws (so `B::seed` fixes it). Other dtypes run the
-/// engine's math path without dropout and Burn's composition with it. [`MhaOutput::weights`]
-/// is `None` on the fused path (the weights are never materialized, like PyTorch's
-/// `need_weights=False`). Padding and
+/// from a seed the backend's generator draws (so `B::seed` fixes it), and it drops weights
+/// after the softmax (scaling the kept ones by `1 / (1 - p)`), as PyTorch does, where Burn's
+/// module zeroes scores before the softmax. Other dtypes run the engine's math path without
+/// dropout and Burn's composition with it. [`MhaOutput::weights`] is `None` on the fused path
+/// (the weights are never materialized, like PyTorch's `need_weights=False`). Padding and
 /// attention masks enter that graph as an additive bias of `min_float` on the masked scores
 /// (Burn replaces those scores by `min_float`: the weights agree wherever a row keeps one
 /// key; a row whose keys are all masked then weighs its raw scores instead of all keys
