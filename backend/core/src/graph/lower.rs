@@ -17,8 +17,8 @@ pub(crate) struct LoweredGraph {
     /// target for these graphs and their bias/activation fusions.
     pub(crate) convolution: bool,
     /// The kernel cache its plans are built with (dynamic-shape graphs only; see
-    /// [`KernelCache`]).
-    pub(crate) kernel_cache: Option<Arc<KernelCache>>,
+    /// [`DynamicKernelCache`]).
+    pub(crate) kernel_cache: Option<Arc<DynamicKernelCache>>,
     /// Lowered as a cuDNN dynamic-shape graph.
     pub(crate) dynamic: bool,
     _parts: Vec<Descriptor>,
@@ -28,9 +28,9 @@ pub(crate) struct LoweredGraph {
 /// shared by the plans of dynamic-shape graphs of one topology, it lets a runtime-compiled
 /// engine bind a kernel compiled for another size of the same graph. Plans are built with it
 /// one at a time (the lock).
-pub(crate) struct KernelCache(Mutex<Descriptor>);
+pub(crate) struct DynamicKernelCache(Mutex<Descriptor>);
 
-impl KernelCache {
+impl DynamicKernelCache {
     /// A kernel cache for graphs of the topology of `op_graph` (a finalized dynamic-shape
     /// operation graph).
     pub(crate) fn new(op_graph: &Descriptor) -> Result<Self> {

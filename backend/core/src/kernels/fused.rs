@@ -595,7 +595,7 @@ fn source_for(program: &Program, variant: Variant) -> Result<KernelSource> {
 /// one per distinct program: it is leaked, because the loader keys kernels by `&'static str`.
 pub(crate) fn generated_source(prefix: &str, body: String) -> KernelSource {
     let code = format!("{}\n{body}", super::ELEMENTWISE_MATH);
-    let name = format!("{prefix}-{:032x}.cu", super::cache::source_hash(&code));
+    let name = format!("{prefix}-{:032x}.cu", crate::runtime::disk_cache::source_hash(&code));
     KernelSource {
         name: Box::leak(name.into_boxed_str()),
         code: Box::leak(code.into_boxed_str()),

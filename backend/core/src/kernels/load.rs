@@ -2,7 +2,7 @@
 //!
 //! The hot path is one read-locked map lookup. A miss takes the kernel's own slot lock (so
 //! concurrent requests for one kernel compile it once, while different kernels compile in
-//! parallel), looks the image up in the disk cache ([`super::cache`]), compiles it with NVRTC
+//! parallel), looks the image up in the disk cache ([`crate::runtime::disk_cache`]), compiles it with NVRTC
 //! when absent ([`super::compile`]), and loads it with `cuModuleLoadData`. A kernel that had
 //! to be compiled also compiles, on other threads and at the same time, up to one less than
 //! the number of CPU cores of the kernels that usually run beside it ([`super::warm`]), so
@@ -16,11 +16,11 @@ use std::time::Instant;
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::cache::{self, CacheKey, CachedImage, ImageKind, KernelCache, KeyParts};
 use super::compile::{self, Target};
 use super::KernelSource;
 use crate::error::{Error, Result};
 use crate::ffi::nvrtc::Output;
+use crate::runtime::disk_cache::{self as cache, CacheKey, CachedImage, DiskCache, ImageKind, KeyParts};
 use crate::runtime::Device;
 
 /// The unit name of a source compiled whole (one that still uses `extern "C"`).
@@ -90,11 +90,11 @@ fn add_us(counter: &AtomicU64, since: Instant) {
 }
 
 /// The disk cache this process uses (resolved from the environment once).
-fn disk_cache() -> Option<&'static KernelCache> {
-    static CACHE: OnceLock<Option<KernelCache>> = OnceLock::new();
+fn disk_cache() -> Option<&'static DiskCache> {
+    static CACHE: OnceLock<Option<DiskCache>> = OnceLock::new();
     CACHE
         .get_or_init(|| {
-            let c = KernelCache::from_env();
+            let c = DiskCache::from_env();
             match &c {
                 Some(c) => tracing::debug!(dir = %c.dir().display(), "kernel cache"),
                 None => tracing::debug!("kernel cache off"),
@@ -199,7 +199,7 @@ fn load_image(dev: &Device, kind: ImageKind, bytes: Vec<u8>) -> Result<Arc<CudaM
 /// whether NVRTC ran. Needs no GPU.
 pub(crate) fn image_for(
     b: &Build,
-    disk: Option<&KernelCache>,
+    disk: Option<&DiskCache>,
     source: KernelSource,
     kernel: Option<&'static str>,
     skip_disk: bool,

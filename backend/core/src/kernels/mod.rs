@@ -5,7 +5,7 @@
 //! # Loading
 //!
 //! `kernels::function` (crate-internal) returns a kernel by its plain name (`"binary_f32"`). The first request in a
-//! process reads the kernel's CUBIN from the on-disk cache ([`cache`], on by default in the
+//! process reads the kernel's CUBIN from the on-disk cache ([`crate::runtime::disk_cache`], on by default in the
 //! user's cache directory, `CUDNN_BACKEND_KERNEL_CACHE` moves or disables it) or compiles it
 //! with NVRTC straight to a CUBIN for the device's architecture (`compile.rs`; PTX only when the
 //! GPU is newer than the NVRTC found), one kernel at a time, and loads it with
@@ -31,8 +31,6 @@
 use cudarc::driver::CudaFunction;
 use cudnn_backend_kernels as kernel_sources;
 
-/// The on-disk kernel cache ([`crate::runtime::disk_cache`]).
-pub use crate::runtime::disk_cache as cache;
 pub(crate) mod compile;
 // Hidden, so its docs may link to private modules.
 #[doc(hidden)]

@@ -155,13 +155,13 @@ fn a_bad_name_is_an_nvrtc_error_not_a_panic() {
 #[test]
 #[ignore = "needs libnvrtc on the loader path"]
 fn compiled_images_go_through_the_disk_cache() {
-    use super::cache::KernelCache;
     use super::load::{compile_stats, image_for, Build};
+    use crate::runtime::disk_cache::DiskCache;
     check_nvrtc().expect("libnvrtc");
     let (v, _) = compile::nvrtc_info().unwrap();
     let b = Build::new(SM90, v, 13000);
     let dir = tempfile::tempdir().unwrap();
-    let cache = KernelCache::at(dir.path().join("kernels"));
+    let cache = DiskCache::at(dir.path().join("kernels"));
     let mut compiles = 0;
     let before = compile_stats();
     let (first, compiled) = image_for(

@@ -556,7 +556,7 @@ fn plan_built(
         save_tuning(dev, cudnn);
         return Ok(plan);
     }
-    let lowered = Arc::new(super::kernel_cache::lower_for_plan(
+    let lowered = Arc::new(super::dynamic_shapes::lower_for_plan(
         graph,
         handle,
         policy,
@@ -596,7 +596,7 @@ pub(crate) fn select_plan(
     uids: &[i64],
     ptrs: &[*mut c_void],
 ) -> Result<BuiltPlan> {
-    let lowered = Arc::new(super::kernel_cache::lower_for_plan(
+    let lowered = Arc::new(super::dynamic_shapes::lower_for_plan(
         graph,
         handle,
         policy,
@@ -626,7 +626,7 @@ pub(crate) fn select_plan(
         // built for its shape from now on.
         Err(e) if lowered.dynamic && matches!(e.root(), Error::Unsupported { .. }) => {
             tracing::debug!(graph = %graph.describe(), reason = %e, "no engine as a dynamic-shape graph; built for its shape");
-            super::kernel_cache::mark_static_only(graph, stream.context().ordinal());
+            super::dynamic_shapes::mark_static_only(graph, stream.context().ordinal());
             select_plan(handle, graph, policy, stream, uids, ptrs)
         }
         // No engine honours the SM carveout (under `GRAPH_JIT_ONLY` the runtime-compiled

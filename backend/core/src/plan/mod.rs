@@ -9,8 +9,8 @@ mod executor;
 /// Fault injection for tests ([`crate::runtime::fault`]).
 #[doc(hidden)]
 pub use crate::runtime::fault;
+mod dynamic_shapes;
 mod handles;
-mod kernel_cache;
 pub mod persist;
 pub mod policy;
 mod serialized;
@@ -19,10 +19,10 @@ use std::sync::{Arc, OnceLock};
 
 pub use crate::config::PLAN_CACHE_CAPACITY_ENV;
 pub use background::wait_for_background_builds;
+pub use dynamic_shapes::dynamic_shape_kernel_caches;
 pub use executor::{execute_graph, execute_graph_on, Binding};
 pub(crate) use executor::{execute_keyed, execute_keyed_when_built, prefetch_keyed, with_cudnn_handle};
 pub use handles::{cudnn_pool, CudnnKind, PooledCudnn};
-pub use kernel_cache::dynamic_shape_kernel_caches;
 pub use policy::{policy, set_policy, ConvLayout, EnginePolicy, HeuristicMode};
 pub use serialized::{serialized_plan_counts, SerializedPlanCounts};
 

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use super::cache::{EngineChoice, Signature};
 use super::engine::{self, BuiltPlan};
 use crate::ffi::CudnnHandle;
-use crate::runtime::disk_cache::{CacheKey, CachedImage, ImageKind, KernelCache};
+use crate::runtime::disk_cache::{CacheKey, CachedImage, DiskCache, ImageKind};
 use crate::runtime::Device;
 
 static RESTORED: AtomicU64 = AtomicU64::new(0);
@@ -100,7 +100,7 @@ pub(crate) fn stored(sig: &Signature, dev: &Device, cudnn: usize) -> bool {
     if known_intact().lock().unwrap_or_else(|e| e.into_inner()).contains(&id) {
         return true;
     }
-    let intact = KernelCache::from_env().is_some_and(|cache| {
+    let intact = DiskCache::from_env().is_some_and(|cache| {
         cache
             .load(key(sig, dev, cudnn), "plan")
             .is_some_and(|e| e.kind == ImageKind::CudnnPlan)
@@ -114,7 +114,7 @@ pub(crate) fn stored(sig: &Signature, dev: &Device, cudnn: usize) -> bool {
 /// The plan of `sig` restored from the persistent cache, if an entry exists and cuDNN
 /// accepts it.
 pub(crate) fn restore(handle: &CudnnHandle, sig: &Signature, dev: &Device, cudnn: usize) -> Option<BuiltPlan> {
-    let cache = KernelCache::from_env()?;
+    let cache = DiskCache::from_env()?;
     let entry = cache.load(key(sig, dev, cudnn), "plan")?;
     if entry.kind != ImageKind::CudnnPlan {
         return None;
@@ -136,7 +136,7 @@ pub(crate) fn restore(handle: &CudnnHandle, sig: &Signature, dev: &Device, cudnn
 /// Writes `plan` to the persistent cache when cuDNN can serialize it (runtime-compiled
 /// engines); silently does nothing otherwise.
 pub(crate) fn store(plan: &BuiltPlan, sig: &Signature, dev: &Device, cudnn: usize) {
-    let Some(cache) = KernelCache::from_env() else {
+    let Some(cache) = DiskCache::from_env() else {
         return;
     };
     let Ok(json) = engine::serialize(plan) else {

@@ -1,6 +1,6 @@
 //! The on-disk cache of compiled kernels (and serialized cuDNN plans), so a process skips
 //! NVRTC and cuDNN's runtime compilation for every image an earlier process already built.
-//! The kernel loader (`kernels::cache` re-exports this module) and the plan layer share it.
+//! The kernel loader and the plan layer share it: the crate's one on-disk cache.
 //!
 //! On by default in the user's cache directory (`$XDG_CACHE_HOME/cudnn-backend/kernels`, else
 //! `~/.cache/cudnn-backend/kernels`); [`KERNEL_CACHE_ENV`] moves it (a path) or turns it off
@@ -33,7 +33,7 @@ pub use crate::config::{resolve_dir, KERNEL_CACHE_ENV};
 /// First bytes of every entry.
 pub const MAGIC: &[u8; 8] = b"CDNNBKRN";
 
-/// Version of the entry format written by [`KernelCache::store`]; other versions are ignored.
+/// Version of the entry format written by [`DiskCache::store`]; other versions are ignored.
 pub const FORMAT_VERSION: u32 = 1;
 
 const HEADER_LEN: usize = 8 + 4 + 4 + 16 + 4 + 8 + 8;
@@ -160,13 +160,14 @@ pub fn dir_from_env() -> Option<PathBuf> {
     crate::config::config().kernel_cache.clone()
 }
 
-/// A kernel cache directory (created on the first store).
+/// The on-disk cache directory of compiled kernels and serialized plans (created on the
+/// first store).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelCache {
+pub struct DiskCache {
     dir: PathBuf,
 }
 
-impl KernelCache {
+impl DiskCache {
     /// The cache in `dir`.
     pub fn at(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
@@ -384,7 +385,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = KernelCache::at(dir.path().join("nested/kernels"));
+        let cache = DiskCache::at(dir.path().join("nested/kernels"));
         assert_eq!(
             cache.load(key("binary_f32"), "binary_f32"),
             None,
@@ -468,7 +469,7 @@ mod tests {
     #[test]
     fn corrupt_truncated_and_mismatched_entries_are_ignored_and_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = KernelCache::at(dir.path());
+        let cache = DiskCache::at(dir.path());
         let k = key("binary_f32");
         let path = cache.path_for(k, "binary_f32");
         let good = encode(k, &entry());
@@ -522,7 +523,7 @@ mod tests {
     #[test]
     fn atomic_writes_under_concurrency() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = KernelCache::at(dir.path());
+        let cache = DiskCache::at(dir.path());
         let k = key("binary_f32");
         let a = entry();
         let b = CachedImage {
@@ -588,10 +589,10 @@ mod tests {
         let cache = |value: &str| {
             crate::config::Config::from_vars(|k| (k == KERNEL_CACHE_ENV).then(|| value.to_string()))
                 .kernel_cache
-                .map(KernelCache::at)
+                .map(DiskCache::at)
         };
         assert_eq!(cache("off"), None);
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(cache(dir.path().to_str().unwrap()), Some(KernelCache::at(dir.path())));
+        assert_eq!(cache(dir.path().to_str().unwrap()), Some(DiskCache::at(dir.path())));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::policy::EnginePolicy;
 use crate::error::Result;
 use crate::ffi::CudnnHandle;
-use crate::graph::lower::{lower, KernelCache, LoweredGraph};
+use crate::graph::lower::{lower, DynamicKernelCache, LoweredGraph};
 use crate::graph::{Graph, SignatureContext};
 
 /// The first cuDNN version with dynamic-shape kernel caches bound to an operation graph.
@@ -18,7 +18,7 @@ const MIN_CUDNN: usize = 90500;
 /// A device ordinal and a graph topology ([`Graph::topology_bytes`]).
 type TopologyKey = (usize, Vec<u8>);
 
-type Registry = Mutex<HashMap<TopologyKey, Arc<KernelCache>>>;
+type Registry = Mutex<HashMap<TopologyKey, Arc<DynamicKernelCache>>>;
 
 fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
@@ -79,7 +79,7 @@ pub(crate) fn lower_for_plan(
     let mut caches = registry().lock().unwrap_or_else(|e| e.into_inner());
     let cache = match caches.get(&key) {
         Some(c) => c.clone(),
-        None => match KernelCache::new(&lowered.op_graph) {
+        None => match DynamicKernelCache::new(&lowered.op_graph) {
             Ok(c) => caches.entry(key).or_insert(Arc::new(c)).clone(),
             Err(e) => {
                 tracing::debug!(graph = %graph.describe(), reason = %e, "no kernel cache for this graph");
