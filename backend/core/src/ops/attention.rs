@@ -215,7 +215,9 @@ pub fn sdpa_forward_dropout(
 /// is new (on a fresh machine it needs a runtime compile, about a second), the build starts
 /// on a background thread and `Ok(false)` says that nothing ran; later calls run the plan
 /// once it is built (`Ok(true)`). With a benchmark or deterministic policy it always runs.
-/// `dropout` as in [`sdpa_forward_dropout`].
+/// `dropout` as in [`sdpa_forward_dropout`]; with it a new plan is built before it runs
+/// (never `Ok(false)`), since a composed forward's mask is not the one the fused backward
+/// regenerates.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_forward_when_built(
     stream: &Arc<CudaStream>,
@@ -241,7 +243,7 @@ pub fn sdpa_forward_when_built(
         stats.map(TensorMut::as_input),
         dropout,
         None,
-        true,
+        dropout.is_none(),
     )
 }
 

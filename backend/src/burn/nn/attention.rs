@@ -155,12 +155,14 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// Attention of the queries over the keys and values, then the output projection.
     pub fn forward(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let dropout_active = self.dropout.prob > 0.0 && B::ad_enabled(&input.query.device());
-        let s2 = input.key.dims()[1];
-        let fusable = storage_type(input.query.dtype())
-            .is_some_and(|dt| ops::sdpa_fusable(dt, self.d_k as i64, self.d_k as i64, s2 as i64));
+        let s2 = input.key.dims()[1] as i64;
+        let fusable = || {
+            let d_k = self.d_k as i64;
+            storage_type(input.query.dtype()).is_some_and(|dt| ops::sdpa_fusable(dt, d_k, d_k, s2))
+        };
         // With dropout only the fused graphs take the attention (they draw and regenerate the
         // mask); Burn's module composes every other case.
-        if self.quiet_softmax || (dropout_active && !fusable) {
+        if self.quiet_softmax || (dropout_active && !fusable()) {
             return self.burns(input);
         }
         let dropout = dropout_active.then_some(self.dropout.prob);

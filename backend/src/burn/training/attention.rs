@@ -276,35 +276,20 @@ pub(super) fn forward(
         if let Err(e) = prefetched {
             tracing::debug!("{OP}: backward plan not prefetched ({e})");
         }
-        match &drop {
-            Some(d) => ops::sdpa_forward_dropout(
-                o.stream(),
-                &q.tref(),
-                &k.tref(),
-                &v.tref(),
-                tb.as_ref(),
-                causal,
-                &o.tmut(),
-                scale as f32,
-                Some(&stats.tmut()),
-                d,
-                None,
-            )
-            .map(|()| true),
-            // A new fused forward builds in the background; this call composes meanwhile.
-            None => ops::sdpa_forward_when_built(
-                o.stream(),
-                &q.tref(),
-                &k.tref(),
-                &v.tref(),
-                tb.as_ref(),
-                causal,
-                &o.tmut(),
-                scale as f32,
-                Some(&stats.tmut()),
-                None,
-            ),
-        }
+        // A new fused forward builds in the background and this call composes meanwhile,
+        // except with dropout (see `ops::sdpa_forward_when_built`).
+        ops::sdpa_forward_when_built(
+            o.stream(),
+            &q.tref(),
+            &k.tref(),
+            &v.tref(),
+            tb.as_ref(),
+            causal,
+            &o.tmut(),
+            scale as f32,
+            Some(&stats.tmut()),
+            drop.as_ref(),
+        )
     };
     match r {
         Ok(false) => Ok(None),

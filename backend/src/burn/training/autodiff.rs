@@ -217,29 +217,8 @@ pub(super) fn sdpa<B: TrainingKernels, C: CheckpointStrategy>(
     causal: bool,
     scale: f64,
 ) -> FloatTensor<Autodiff<B, C>> {
-    let bias_tracked = bias.as_ref().is_some_and(|b| !b.node.requirement.is_none());
-    let fused = B::attention_fusable(
-        &q.primitive,
-        &k.primitive,
-        &v.primitive,
-        bias.as_ref().map(|b| &b.primitive),
-        causal,
-        false,
-    );
-    if fused {
-        let r = B::attention_forward(
-            q.primitive.clone(),
-            k.primitive.clone(),
-            v.primitive.clone(),
-            bias.as_ref().map(|b| b.primitive.clone()),
-            causal,
-            scale,
-            bias_tracked,
-            None,
-        );
-        if let Some((o, saved)) = r {
-            return attention_node::<B, C>(q, k, v, bias, bias_tracked, o, saved);
-        }
+    if let Some(o) = fused_sdpa::<B, C>([&q, &k, &v], bias.as_ref(), causal, scale, None) {
+        return o;
     }
     burn_backend::ops::attention::attention_fallback::<Autodiff<B, C>>(
         q,
@@ -265,44 +244,44 @@ pub(super) fn sdpa_dropout<B: TrainingKernels, C: CheckpointStrategy>(
     probability: f64,
     rng: IntTensor<B>,
 ) -> Option<FloatTensor<Autodiff<B, C>>> {
-    let bias_tracked = bias.as_ref().is_some_and(|b| !b.node.requirement.is_none());
-    let fused = B::attention_fusable(
+    fused_sdpa::<B, C>([&q, &k, &v], bias.as_ref(), causal, scale, Some((probability, rng)))
+}
+
+/// The fused attention node over q, k, v and a tracked bias (its fourth parent), with the
+/// optional dropout; `None` when the fused graphs do not take the case.
+fn fused_sdpa<B: TrainingKernels, C: CheckpointStrategy>(
+    [q, k, v]: [&FloatTensor<Autodiff<B, C>>; 3],
+    bias: Option<&FloatTensor<Autodiff<B, C>>>,
+    causal: bool,
+    scale: f64,
+    dropout: Option<(f64, IntTensor<B>)>,
+) -> Option<FloatTensor<Autodiff<B, C>>> {
+    let bias_tracked = bias.is_some_and(|b| !b.node.requirement.is_none());
+    let bias_p = bias.map(|b| &b.primitive);
+    if !B::attention_fusable(
         &q.primitive,
         &k.primitive,
         &v.primitive,
-        bias.as_ref().map(|b| &b.primitive),
+        bias_p,
         causal,
-        true,
-    );
-    if !fused {
+        dropout.is_some(),
+    ) {
         return None;
     }
     let (o, saved) = B::attention_forward(
         q.primitive.clone(),
         k.primitive.clone(),
         v.primitive.clone(),
-        bias.as_ref().map(|b| b.primitive.clone()),
+        bias_p.cloned(),
         causal,
         scale,
         bias_tracked,
-        Some((probability, rng)),
+        dropout,
     )?;
-    Some(attention_node::<B, C>(q, k, v, bias, bias_tracked, o, saved))
-}
-
-/// The autodiff node of a fused attention forward: parents q, k, v and a tracked bias.
-fn attention_node<B: TrainingKernels, C: CheckpointStrategy>(
-    q: FloatTensor<Autodiff<B, C>>,
-    k: FloatTensor<Autodiff<B, C>>,
-    v: FloatTensor<Autodiff<B, C>>,
-    bias: Option<FloatTensor<Autodiff<B, C>>>,
-    bias_tracked: bool,
-    o: FloatTensor<B>,
-    saved: B::AttentionSaved,
-) -> FloatTensor<Autodiff<B, C>> {
     let node = AttentionNode::<B>(PhantomData);
-    match bias {
-        Some(b) if bias_tracked => finish!(C, node, [q.node, k.node, v.node, b.node], saved, o),
-        _ => finish!(C, node, [q.node, k.node, v.node], saved, o),
-    }
+    let [qn, kn, vn] = [q, k, v].map(|t| t.node.clone());
+    Some(match bias {
+        Some(b) if bias_tracked => finish!(C, node, [qn, kn, vn, b.node.clone()], saved, o),
+        _ => finish!(C, node, [qn, kn, vn], saved, o),
+    })
 }

@@ -6,7 +6,7 @@
 use burn_backend::{DType, Shape, TensorMetadata};
 
 use super::super::fusion::custom::{optional, record, take, Lazy};
-use super::super::tensor::expect;
+use super::super::tensor::{expect, CudnnTensor};
 use super::super::CudnnFusion;
 use super::attention::AttentionGrads;
 use super::kernels::TrainingKernels;
@@ -72,6 +72,13 @@ pub(crate) struct LazyAttentionSaved {
     dropout: Option<(f64, Lazy)>,
 }
 
+/// The recorded dropout's seed tensor, the next input when the op was recorded with a
+/// dropout `probability`.
+fn dropout_input(ins: &mut impl Iterator<Item = CudnnTensor>, probability: Option<f64>) -> Option<attention::Dropout> {
+    let rng = optional(ins, probability.is_some())?;
+    probability.map(|probability| attention::Dropout { probability, rng })
+}
+
 /// Records the fused attention forward keeping the softmax statistics; cuDNN decides when
 /// the queue executes, and a case it declines runs the composed forward there (same output
 /// and statistics). f32 attention without a bias records the math path instead, with the
@@ -112,10 +119,7 @@ fn record_attention(
         let mut ins = ins.into_iter();
         let [q, k, v] = take(&mut ins)?;
         let bias = optional(&mut ins, has_bias);
-        let drop = probability.and_then(|probability| {
-            let rng = ins.next()?;
-            Some(attention::Dropout { probability, rng })
-        });
+        let drop = dropout_input(&mut ins, probability);
         let fused = attention::forward(
             q.clone(),
             k.clone(),
@@ -325,10 +329,7 @@ impl TrainingKernels for CudnnFusion {
             let [q, k, v, o, stats, d_o] = take(&mut ins)?;
             let bias = optional(&mut ins, has_bias);
             let probs = optional(&mut ins, has_probs);
-            let dropout = probability.and_then(|probability| {
-                let rng = ins.next()?;
-                Some(attention::Dropout { probability, rng })
-            });
+            let dropout = dropout_input(&mut ins, probability);
             let saved =
                 attention::AttentionSaved::rebuild(q, k, v, o, stats, bias, causal, scale, dropout)?.with_probs(probs);
             let (grads, d_bias) = attention::backward(&saved, d_o, with_d_bias)?;
