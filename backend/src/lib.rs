@@ -45,6 +45,7 @@ use cudnn_backend_core::error;
 use cudnn_backend_core::ffi;
 
 pub use cudnn_backend_core::Device;
+pub use cudnn_backend_core::{engine, Engine};
 pub use cudnn_backend_core::{CudnnStatus, Error, InOp, Result};
 pub use cudnn_backend_core::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES, NCCL_LIB_ENV, NCCL_LIB_NAMES};
 

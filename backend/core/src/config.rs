@@ -13,7 +13,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `CUDNN_BACKEND_MODE`: `heuristic` (default), `benchmark`, `deterministic`, or
@@ -376,16 +375,11 @@ impl std::fmt::Debug for Config {
     }
 }
 
-/// The process's configuration: set by [`init`] or, at the first [`config()`] call, read from
-/// the environment. This is the one place the crate reads the process environment; every
-/// other module gets its settings from here.
-static CONFIG: OnceLock<Config> = OnceLock::new();
-
 /// The process's configuration: the one installed with [`init`], else the environment's,
 /// read once at the first call ([`Config::from_env`]). Every module takes its settings from
 /// here; nothing else in the crate reads environment variables.
 pub fn config() -> &'static Config {
-    CONFIG.get_or_init(Config::from_env)
+    crate::engine().config.get_or_init(Config::from_env)
 }
 
 /// Makes `config` the process's configuration, so that the crate never reads the environment.
@@ -393,7 +387,7 @@ pub fn config() -> &'static Config {
 /// before the crate's first use.
 #[must_use = "the configuration is not installed when the crate has already read one"]
 pub fn init(config: Config) -> bool {
-    CONFIG.set(config).is_ok()
+    crate::engine().config.set(config).is_ok()
 }
 
 /// The cache directory for the given values of [`KERNEL_CACHE_ENV`], `XDG_CACHE_HOME` and

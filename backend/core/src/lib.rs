@@ -16,7 +16,8 @@
 //! - [`view`]: strided-view algebra (permute, slice, expand, reshape, unfold) for framework tensors;
 //! - [`kernels`]: NVRTC-compiled elementwise and reduction kernels on strided views;
 //! - [`collective`]: all-reduce, broadcast and all-gather between GPUs through NCCL;
-//! - [`config`]: every setting the crate reads from the environment, read once.
+//! - [`config`]: every setting the crate reads from the environment, read once;
+//! - `Engine` (`engine()`, hidden): the one object that owns every cache, pool, table and counter.
 //!
 //! Items marked `#[doc(hidden)]` are the adapters' interface (what `cudnn-backend`'s Burn and
 //! Candle adapters reach in the engine), not a stable API.
@@ -42,6 +43,7 @@ pub mod kernels;
 pub mod ops;
 pub mod plan;
 pub mod runtime;
+mod state;
 pub mod types;
 pub mod view;
 
@@ -50,6 +52,18 @@ pub use error::{CudnnStatus, Error, InOp, Result};
 #[doc(inline)]
 pub use ffi::{CUDNN_LIB_ENV, CUDNN_LIB_NAMES, NCCL_LIB_ENV, NCCL_LIB_NAMES};
 pub use runtime::Device;
+#[doc(hidden)]
+pub use state::Engine;
+
+/// The process's engine (the layers reach their state through it).
+static ENGINE: Engine = Engine::new();
+
+/// The process's [`Engine`]: every cache, pool, table and counter of the crate (the
+/// adapters' interface, not a stable API).
+#[doc(hidden)]
+pub fn engine() -> &'static Engine {
+    &ENGINE
+}
 
 /// Re-export of the `cudarc` version the crate is built on (streams, device memory).
 pub use cudarc;

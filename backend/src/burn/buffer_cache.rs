@@ -15,20 +15,17 @@
 //! run from captured CUDA graphs (`plan::engine::execute`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use crate::ffi::memory::DeviceBuffer;
-use crate::runtime::{self, MAX_DEVICES};
+use crate::runtime;
 
 /// Free buffers of one device by size class (each list in descending address order), and
 /// their total size.
 #[derive(Default)]
-struct Cache {
+pub(super) struct Cache {
     free: HashMap<usize, Vec<DeviceBuffer>>,
     bytes: usize,
 }
-
-static CACHES: [Mutex<Option<Cache>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
 
 /// The allocation size of a request: whole 512-byte units below 1 MiB, whole 64 KiB units
 /// above, so tensors of nearby sizes share buffers while at most 1/16 of a buffer is unused.
@@ -55,7 +52,9 @@ fn limit_bytes(dev: &runtime::Device) -> usize {
 /// A cached buffer of exactly `class` bytes for `dev`'s stream, if one is free: the one at
 /// the lowest address.
 pub(crate) fn take(dev: &runtime::Device, class: usize) -> Option<DeviceBuffer> {
-    let mut guard = CACHES[dev.ordinal()].lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = super::state().buffer_caches[dev.ordinal()]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let cache = guard.as_mut()?;
     let buf = cache.free.get_mut(&class)?.pop()?;
     cache.bytes -= class;
@@ -67,7 +66,9 @@ pub(crate) fn take(dev: &runtime::Device, class: usize) -> Option<DeviceBuffer> 
 pub(crate) fn give_back(dev: &runtime::Device, buf: DeviceBuffer) {
     let class = buf.bytes();
     let limit = limit_bytes(dev);
-    let mut guard = CACHES[dev.ordinal()].lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = super::state().buffer_caches[dev.ordinal()]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let cache = guard.get_or_insert_with(Cache::default);
     if cache.bytes + class > limit {
         drop(guard);
@@ -83,7 +84,10 @@ pub(crate) fn give_back(dev: &runtime::Device, buf: DeviceBuffer) {
 /// Frees every cached buffer of device `ordinal` (stream-ordered; the pool keeps the memory
 /// until it is trimmed).
 pub(crate) fn release(ordinal: usize) {
-    let freed = CACHES[ordinal].lock().unwrap_or_else(|e| e.into_inner()).take();
+    let freed = super::state().buffer_caches[ordinal]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     drop(freed);
 }
 

@@ -78,19 +78,38 @@ impl<B: AutodiffBackend> ModuleMapper<B> for MarkDistributed {
     }
 }
 
-/// Communicators per group of device ordinals (sorted), made on first use.
-static COMMUNICATORS: Mutex<Option<HashMap<Vec<usize>, Vec<Communicator>>>> = Mutex::new(None);
 /// One queue of submitted tensors per device of a group (rank order).
 type DeviceQueues = Vec<VecDeque<CudnnTensor>>;
-/// Gradients waiting for the rest of their group, per group.
-static PENDING: Mutex<Option<HashMap<Vec<usize>, DeviceQueues>>> = Mutex::new(None);
-/// Signalled whenever a group's waiting gradients were complete (moved to a bucket).
-static ARRIVED: Condvar = Condvar::new();
-/// Complete gradients not launched yet, per group: launched together (one NCCL group) once
-/// they hold [`bucket_bytes`] or when a device of the group synchronizes. The lock is held
-/// while a bucket is launched, so a device that finds its group's bucket empty knows its
-/// reductions are enqueued.
-static BUCKETS: Mutex<Option<HashMap<Vec<usize>, Bucket>>> = Mutex::new(None);
+
+/// The data-parallel groups' state (in the adapter's [`BurnState`](super::shared_state::BurnState)).
+pub(crate) struct Groups {
+    /// Communicators per group of device ordinals (sorted), made on first use.
+    communicators: Mutex<Option<HashMap<Vec<usize>, Vec<Communicator>>>>,
+    /// Gradients waiting for the rest of their group, per group.
+    pending: Mutex<Option<HashMap<Vec<usize>, DeviceQueues>>>,
+    /// Signalled whenever a group's waiting gradients were complete (moved to a bucket).
+    arrived: Condvar,
+    /// Complete gradients not launched yet, per group: launched together (one NCCL group)
+    /// once they hold [`bucket_bytes`] or when a device of the group synchronizes. The lock
+    /// is held while a bucket is launched, so a device that finds its group's bucket empty
+    /// knows its reductions are enqueued.
+    buckets: Mutex<Option<HashMap<Vec<usize>, Bucket>>>,
+}
+
+impl Groups {
+    pub(crate) const fn new() -> Self {
+        Groups {
+            communicators: Mutex::new(None),
+            pending: Mutex::new(None),
+            arrived: Condvar::new(),
+            buckets: Mutex::new(None),
+        }
+    }
+}
+
+fn groups() -> &'static Groups {
+    &super::state().groups
+}
 
 /// Gradients of one group ready to reduce: per parameter, one tensor per device and the op.
 #[derive(Default)]
@@ -142,7 +161,7 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
     let dtype = tensor.dtype;
     let out = super::structure::owned(tensor, dtype, OP)?;
     let ready = {
-        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = groups().pending.lock().unwrap_or_else(|e| e.into_inner());
         let queues = pending
             .get_or_insert_with(HashMap::new)
             .entry(key.clone())
@@ -155,7 +174,7 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
     };
     if !ready.is_empty() {
         let bytes = ready[0].numel() as usize * ready[0].dtype.size();
-        let mut buckets = BUCKETS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buckets = groups().buckets.lock().unwrap_or_else(|e| e.into_inner());
         let bucket = buckets.get_or_insert_with(HashMap::new).entry(key.clone()).or_default();
         bucket.entries.push((ready, op));
         bucket.bytes += bytes;
@@ -166,7 +185,7 @@ fn all_reduce(tensor: CudnnTensor, op: ReduceOperation, device_ids: &[DeviceId])
             Ok(())
         };
         drop(buckets);
-        ARRIVED.notify_all();
+        groups().arrived.notify_all();
         launched?;
     }
     Ok(out)
@@ -233,7 +252,7 @@ fn launch(key: &[usize], bucket: Bucket) -> Result<()> {
 
 /// Launches the buckets of every group that holds GPU `ordinal`.
 fn flush_buckets(ordinal: usize) -> Result<()> {
-    let mut buckets = BUCKETS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut buckets = groups().buckets.lock().unwrap_or_else(|e| e.into_inner());
     let Some(all) = buckets.as_mut() else { return Ok(()) };
     for (key, bucket) in all.iter_mut().filter(|(key, _)| key.contains(&ordinal)) {
         launch(key, std::mem::take(bucket))?;
@@ -243,7 +262,7 @@ fn flush_buckets(ordinal: usize) -> Result<()> {
 
 /// The group's communicators (rank `i` on GPU `key[i]`), made once.
 fn communicators(key: &[usize]) -> Result<Vec<Communicator>> {
-    let mut all = COMMUNICATORS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut all = groups().communicators.lock().unwrap_or_else(|e| e.into_inner());
     let all = all.get_or_insert_with(HashMap::new);
     if let Some(comms) = all.get(key) {
         return Ok(comms.clone());
@@ -263,7 +282,7 @@ fn communicators(key: &[usize]) -> Result<Vec<Communicator>> {
 /// aborted.
 fn sync_collective(ordinal: usize) -> Result<()> {
     let deadline = Instant::now() + crate::collective::timeout_from_env();
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pending = groups().pending.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let waiting = pending
             .iter()
@@ -286,14 +305,15 @@ fn sync_collective(ordinal: usize) -> Result<()> {
                 ),
             });
         }
-        pending = ARRIVED
+        pending = groups()
+            .arrived
             .wait_timeout(pending, deadline - now)
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
     drop(pending);
     flush_buckets(ordinal)?;
-    let all = COMMUNICATORS.lock().unwrap_or_else(|e| e.into_inner());
+    let all = groups().communicators.lock().unwrap_or_else(|e| e.into_inner());
     for comm in all.iter().flat_map(|m| m.values()).flatten() {
         if comm.device().ordinal() == ordinal {
             comm.status()?;

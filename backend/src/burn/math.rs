@@ -800,8 +800,7 @@ pub(crate) fn float_matmul(a: CudnnTensor, b: CudnnTensor, name: &str) -> Result
         // where cuDNN's f32 engines are TF32, so the first such product is a warning: a
         // result that differs between two runs points here.
         Err(e) if e.is_not_supported() => {
-            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            if crate::engine().first_warning("matmul without a cuDNN engine") {
                 tracing::warn!(
                     reason = %e,
                     "{name}: cuDNN offered no engine for a {:?} x {:?} product; it runs on the exact GEMM kernel \

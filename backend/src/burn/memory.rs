@@ -1,25 +1,24 @@
 //! Device buffers behind Burn tensors: allocation, host transfers, per-device set-up.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::buffer_cache;
 use crate::error::{Error, Result};
 use crate::ffi::memory::{empty_view, retain_pool_memory, trim_pool, DeviceBuffer};
-use crate::runtime::{self, MAX_DEVICES};
+use crate::runtime;
 use crate::types::{DataType, TensorMut, TensorRef};
-
-static PREPARED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
 
 /// One-time per-device set-up for Burn: keep freed memory in the stream-ordered pool, and
 /// start the kernel and cuDNN warm-ups in the background.
 pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
-    let slot = &PREPARED[dev.ordinal()];
+    let slot = &super::state().prepared[dev.ordinal()];
     if slot.get().is_none() {
         retain_pool_memory(dev.stream())?;
         // A cuDNN workspace that cannot be allocated may find its memory among our cached
         // tensor buffers (rather than its plan switching to an engine that needs less).
-        static RELEASER: std::sync::Once = std::sync::Once::new();
-        RELEASER.call_once(|| runtime::release_cached_memory_on_shortage(buffer_cache::release));
+        super::state()
+            .releaser
+            .call_once(|| runtime::release_cached_memory_on_shortage(buffer_cache::release));
         if slot.set(()).is_ok() && crate::config::config().warm_up {
             crate::kernels::load::warm_up_in_background(dev.clone());
             if let Err(e) = crate::ops::warm_up_cudnn(dev.stream()) {

@@ -36,6 +36,7 @@ pub mod optim;
 pub mod process_group;
 mod random;
 mod route;
+mod shared_state;
 pub(crate) mod structure;
 mod tensor;
 mod training;
@@ -43,6 +44,14 @@ mod training;
 use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError};
 
 pub use device::{CudnnDevice, DEVICE_TYPE_ID};
+
+/// The adapter's state (its modules reach their part through [`state`]).
+static STATE: shared_state::BurnState = shared_state::BurnState::new();
+
+/// The Burn adapter's state: buffers, per-device set-up, flushers, the generator.
+pub(crate) fn state() -> &'static shared_state::BurnState {
+    &STATE
+}
 pub use fusion::CudnnFusion;
 pub use tensor::{CudnnQTensor, CudnnTensor};
 pub use training::{BatchNormOutput, TrainingOps};

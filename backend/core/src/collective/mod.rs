@@ -16,7 +16,7 @@
 //! returns that error.
 
 mod id;
-mod watchdog;
+pub(crate) mod watchdog;
 
 pub use id::{Bootstrap, UniqueId, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
 pub use watchdog::{timeout_from_env, DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};

@@ -198,12 +198,27 @@ impl Drop for Watched {
     }
 }
 
+/// The watchdog's part of the [`Engine`](crate::Engine): the communicators being
+/// watched, and the thread that polls them (started with the first).
+pub(crate) struct Watchdog {
+    list: Mutex<Vec<Weak<Watched>>>,
+    thread: OnceLock<()>,
+}
+
+impl Watchdog {
+    pub(crate) const fn new() -> Self {
+        Watchdog {
+            list: Mutex::new(Vec::new()),
+            thread: OnceLock::new(),
+        }
+    }
+}
+
 /// The communicators being watched.
 fn watch_list() -> &'static Mutex<Vec<Weak<Watched>>> {
-    static LIST: OnceLock<Mutex<Vec<Weak<Watched>>>> = OnceLock::new();
-    let list = LIST.get_or_init(|| Mutex::new(Vec::new()));
-    static THREAD: OnceLock<()> = OnceLock::new();
-    THREAD.get_or_init(|| {
+    let state = &crate::engine().watchdog;
+    let list = &state.list;
+    state.thread.get_or_init(|| {
         let spawned = std::thread::Builder::new()
             .name("cudnn-backend-nccl-watchdog".into())
             .spawn(|| loop {

@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// One counted quantity: an index into [`TOTALS`] and each thread's share.
+/// One counted quantity: an index into [`totals`] and each thread's share.
 #[derive(Clone, Copy)]
 #[doc(hidden)]
 pub enum Count {
@@ -31,17 +31,27 @@ pub enum Count {
 /// How many [`Count`]s there are.
 const COUNTS: usize = Count::EngineSwitches as usize + 1;
 
-static TOTALS: [AtomicU64; COUNTS] = [const { AtomicU64::new(0) }; COUNTS];
+/// The process's totals, one per [`Count`] (in the [`Engine`](crate::Engine)).
+pub(crate) type Totals = [AtomicU64; COUNTS];
+
+/// Zeroed totals.
+pub(crate) const fn zero_totals() -> Totals {
+    [const { AtomicU64::new(0) }; COUNTS]
+}
+
+fn totals() -> &'static Totals {
+    &crate::engine().counters
+}
 
 thread_local! {
-    /// This thread's share of [`TOTALS`].
+    /// This thread's share of [`totals`].
     static THREAD: Cell<[u64; COUNTS]> = const { Cell::new([0; COUNTS]) };
 }
 
 /// Adds `n` to `what`, in the process's totals and the calling thread's share.
 #[doc(hidden)]
 pub fn add(what: Count, n: u64) {
-    TOTALS[what as usize].fetch_add(n, Ordering::Relaxed);
+    totals()[what as usize].fetch_add(n, Ordering::Relaxed);
     THREAD.with(|c| {
         let mut v = c.get();
         v[what as usize] += n;
@@ -135,7 +145,7 @@ impl LaunchCounts {
 
 /// The counts so far (all threads and devices).
 pub fn launch_counts() -> LaunchCounts {
-    LaunchCounts::from_values(std::array::from_fn(|i| TOTALS[i].load(Ordering::Relaxed)))
+    LaunchCounts::from_values(std::array::from_fn(|i| totals()[i].load(Ordering::Relaxed)))
 }
 
 /// The work enqueued by the calling thread so far: unlike [`launch_counts`], launches made

@@ -35,7 +35,7 @@
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 /// A kind of per-device handle the pool manages (for example cuDNN handles).
@@ -269,8 +269,6 @@ thread_local! {
     };
 }
 
-static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
-
 /// Where a lent handle goes when the call that borrowed it ends.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Home {
@@ -353,7 +351,7 @@ impl<K: HandleKind> DeviceThreadHandlePool<K> {
     pub fn new(kind: K) -> Self {
         Self {
             shared: Arc::new(Shared {
-                id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+                id: crate::engine().next_pool_id.fetch_add(1, Ordering::Relaxed),
                 kind,
                 devices: Mutex::new(HashMap::new()),
                 first_done: Condvar::new(),

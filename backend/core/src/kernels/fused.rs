@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 
 use cudarc::driver::{CudaFunction, CudaStream};
 
@@ -575,9 +575,8 @@ const ENTRY: &str = "fused_elementwise";
 
 /// The kernel source of `program` in `variant` (generated once, then looked up).
 fn source_for(program: &Program, variant: Variant) -> Result<KernelSource> {
-    type Sources = HashMap<(Program, Variant), KernelSource>;
-    static SOURCES: OnceLock<Mutex<Sources>> = OnceLock::new();
-    let mut map = SOURCES
+    let mut map = super::state()
+        .fused_sources
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
@@ -603,9 +602,12 @@ pub(crate) fn generated_source(prefix: &str, body: String) -> KernelSource {
     }
 }
 
+/// The generated sources of elementwise programs, by program and variant.
+pub(super) type Sources = HashMap<(Program, Variant), KernelSource>;
+
 /// Builds queued in the background: (device ordinal, source name) pending or failed.
 #[derive(Default)]
-struct Builds {
+pub(super) struct Builds {
     queue: std::collections::VecDeque<(Arc<CudaStream>, KernelSource, &'static str)>,
     pending: std::collections::HashSet<(usize, &'static str)>,
     failed: HashMap<(usize, &'static str), String>,
@@ -613,8 +615,7 @@ struct Builds {
 }
 
 fn builds() -> &'static (Mutex<Builds>, Condvar) {
-    static B: OnceLock<(Mutex<Builds>, Condvar)> = OnceLock::new();
-    B.get_or_init(Default::default)
+    super::state().fused_builds.get_or_init(Default::default)
 }
 
 /// Compiles (or loads from the kernel cache) generated kernel `entry` of `source` for the

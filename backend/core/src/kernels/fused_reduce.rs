@@ -16,9 +16,8 @@
 //! deterministic. Sums accumulate in f32 whatever the storage dtype and are scaled once (a
 //! mean) before the result is rounded to its dtype.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream};
 
@@ -587,8 +586,8 @@ fn emit_grouped_body(s: &mut String, p: &Program, targets: &[Value], pass: Pass,
 
 /// The kernel source of `rp` (generated once, then looked up).
 fn source_for(rp: &ReduceProgram) -> Result<KernelSource> {
-    static SOURCES: OnceLock<Mutex<HashMap<ReduceProgram, KernelSource>>> = OnceLock::new();
-    let mut map = SOURCES
+    let mut map = super::state()
+        .reduce_sources
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());

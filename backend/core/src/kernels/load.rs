@@ -38,9 +38,52 @@ struct Loaded {
     slots: Mutex<HashMap<Key, Slot>>,
 }
 
+/// The loader's part of the [`Engine`](crate::Engine): loaded kernels per device, the
+/// disk cache, the per-architecture builds, source hashes, background jobs and counters.
+pub(crate) struct Loader {
+    loaded: OnceLock<Loaded>,
+    compiled: AtomicU64,
+    disk_hits: AtomicU64,
+    disk_misses: AtomicU64,
+    compile_us: AtomicU64,
+    load_us: AtomicU64,
+    prefetched: AtomicU64,
+    ptx_fallbacks: AtomicU64,
+    disk_cache: OnceLock<Option<DiskCache>>,
+    builds: OnceLock<Mutex<HashMap<(u32, u32), Build>>>,
+    hashes: OnceLock<Mutex<HashMap<&'static str, u128>>>,
+    parallelism: OnceLock<usize>,
+    jobs: OnceLock<(Mutex<usize>, std::sync::Condvar)>,
+    permits: OnceLock<(Mutex<Permits>, std::sync::Condvar)>,
+}
+
+impl Loader {
+    pub(crate) const fn new() -> Self {
+        Loader {
+            loaded: OnceLock::new(),
+            compiled: AtomicU64::new(0),
+            disk_hits: AtomicU64::new(0),
+            disk_misses: AtomicU64::new(0),
+            compile_us: AtomicU64::new(0),
+            load_us: AtomicU64::new(0),
+            prefetched: AtomicU64::new(0),
+            ptx_fallbacks: AtomicU64::new(0),
+            disk_cache: OnceLock::new(),
+            builds: OnceLock::new(),
+            hashes: OnceLock::new(),
+            parallelism: OnceLock::new(),
+            jobs: OnceLock::new(),
+            permits: OnceLock::new(),
+        }
+    }
+}
+
+fn state() -> &'static Loader {
+    &super::state().loader
+}
+
 fn loaded() -> &'static Loaded {
-    static LOADED: OnceLock<Loaded> = OnceLock::new();
-    LOADED.get_or_init(Default::default)
+    state().loaded.get_or_init(Default::default)
 }
 
 /// Counters of the kernel loader since the process started (see [`compile_stats`]).
@@ -63,25 +106,17 @@ pub struct CompileStats {
     pub ptx_fallbacks: u64,
 }
 
-static COMPILED: AtomicU64 = AtomicU64::new(0);
-static DISK_HITS: AtomicU64 = AtomicU64::new(0);
-static DISK_MISSES: AtomicU64 = AtomicU64::new(0);
-static COMPILE_US: AtomicU64 = AtomicU64::new(0);
-static LOAD_US: AtomicU64 = AtomicU64::new(0);
-static PREFETCHED: AtomicU64 = AtomicU64::new(0);
-static PTX_FALLBACKS: AtomicU64 = AtomicU64::new(0);
-
 /// The loader's counters: kernels compiled, disk cache hits and misses, NVRTC and load time.
 pub fn compile_stats() -> CompileStats {
     let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1000.0;
     CompileStats {
-        compiled: COMPILED.load(Ordering::Relaxed),
-        disk_hits: DISK_HITS.load(Ordering::Relaxed),
-        disk_misses: DISK_MISSES.load(Ordering::Relaxed),
-        compile_ms: ms(&COMPILE_US),
-        load_ms: ms(&LOAD_US),
-        prefetched: PREFETCHED.load(Ordering::Relaxed),
-        ptx_fallbacks: PTX_FALLBACKS.load(Ordering::Relaxed),
+        compiled: state().compiled.load(Ordering::Relaxed),
+        disk_hits: state().disk_hits.load(Ordering::Relaxed),
+        disk_misses: state().disk_misses.load(Ordering::Relaxed),
+        compile_ms: ms(&state().compile_us),
+        load_ms: ms(&state().load_us),
+        prefetched: state().prefetched.load(Ordering::Relaxed),
+        ptx_fallbacks: state().ptx_fallbacks.load(Ordering::Relaxed),
     }
 }
 
@@ -91,8 +126,8 @@ fn add_us(counter: &AtomicU64, since: Instant) {
 
 /// The disk cache this process uses (resolved from the environment once).
 fn disk_cache() -> Option<&'static DiskCache> {
-    static CACHE: OnceLock<Option<DiskCache>> = OnceLock::new();
-    CACHE
+    state()
+        .disk_cache
         .get_or_init(|| {
             let c = DiskCache::from_env();
             match &c {
@@ -129,9 +164,8 @@ impl Build {
 }
 
 fn build_for(dev: &Device) -> Result<Build> {
-    static BUILDS: OnceLock<Mutex<HashMap<(u32, u32), Build>>> = OnceLock::new();
     let cc = dev.info().compute_capability;
-    let map = BUILDS.get_or_init(Default::default);
+    let map = state().builds.get_or_init(Default::default);
     if let Some(b) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&cc) {
         return Ok(b.clone());
     }
@@ -155,8 +189,7 @@ fn build_for(dev: &Device) -> Result<Build> {
 
 /// The hash of `source`'s full text (once per source and process).
 fn source_hash(source: KernelSource) -> u128 {
-    static HASHES: OnceLock<Mutex<HashMap<&'static str, u128>>> = OnceLock::new();
-    let map = HASHES.get_or_init(Default::default);
+    let map = state().hashes.get_or_init(Default::default);
     if let Some(h) = map.lock().unwrap_or_else(|e| e.into_inner()).get(source.name) {
         return *h;
     }
@@ -169,7 +202,7 @@ fn load_image(dev: &Device, kind: ImageKind, bytes: Vec<u8>) -> Result<Arc<CudaM
     let image = match kind {
         ImageKind::Cubin => Ptx::from_binary(bytes),
         ImageKind::Ptx => {
-            PTX_FALLBACKS.fetch_add(1, Ordering::Relaxed);
+            state().ptx_fallbacks.fetch_add(1, Ordering::Relaxed);
             // cudarc turns PTX text into a C string (and would panic on a NUL byte).
             let text = String::from_utf8(bytes)
                 .ok()
@@ -223,13 +256,13 @@ pub(crate) fn image_for(
         let t = Instant::now();
         match cache.load(key, label) {
             Some(entry) if entry.kind == kind => {
-                add_us(&LOAD_US, t);
-                DISK_HITS.fetch_add(1, Ordering::Relaxed);
+                add_us(&state().load_us, t);
+                state().disk_hits.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(kernel = label, source = source.name, "kernel read from the disk cache");
                 return Ok((entry, false));
             }
             _ => {
-                DISK_MISSES.fetch_add(1, Ordering::Relaxed);
+                state().disk_misses.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -238,8 +271,8 @@ pub(crate) fn image_for(
     let image = compile::compile(source, kernel, b.target)?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     crate::runtime::record_build(crate::runtime::BuildKind::KernelCompile, label, t);
-    add_us(&COMPILE_US, t);
-    COMPILED.fetch_add(1, Ordering::Relaxed);
+    add_us(&state().compile_us, t);
+    state().compiled.fetch_add(1, Ordering::Relaxed);
     let entry = CachedImage {
         kind,
         symbol: image.symbol,
@@ -247,8 +280,7 @@ pub(crate) fn image_for(
     };
     if let Some(cache) = disk {
         if let Err(e) = cache.store(key, label, &entry) {
-            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            if WARNED.swap(true, Ordering::Relaxed) {
+            if !crate::engine().first_warning("kernel cache not writable") {
                 tracing::debug!(dir = %cache.dir().display(), reason = %e, "could not write the kernel cache");
             } else {
                 tracing::warn!(
@@ -289,7 +321,7 @@ fn build_module(
     let t = Instant::now();
     match load_image(dev, entry.kind, entry.image) {
         Ok(module) => {
-            add_us(&LOAD_US, t);
+            add_us(&state().load_us, t);
             Ok((module, entry.symbol, compiled))
         }
         Err(e) if !compiled => {
@@ -376,8 +408,9 @@ fn load_locked(
 
 /// Threads for parallel compiles: the CPU cores, at most 16.
 pub(crate) fn parallelism() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16))
+    *state()
+        .parallelism
+        .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16))
 }
 
 /// Loads `function` from `source` on `dev`: from memory, else the disk cache, else NVRTC.
@@ -411,7 +444,7 @@ pub(crate) fn function(dev: &Device, source: KernelSource, function: &'static st
                         let Some(_slot) = background_slot() else { return };
                         match load_locked(&dev, s2, n2, false, &mut || {}) {
                             Ok(Some((_, true))) => {
-                                PREFETCHED.fetch_add(1, Ordering::Relaxed);
+                                state().prefetched.fetch_add(1, Ordering::Relaxed);
                             }
                             Ok(_) => {}
                             Err(e) => tracing::debug!(kernel = n2, reason = %e, "prefetching a kernel failed"),
@@ -451,8 +484,7 @@ fn background_limit() -> usize {
 
 /// Background kernel jobs (warm-up and sibling threads) not yet finished, and their signal.
 fn background_jobs() -> &'static (Mutex<usize>, std::sync::Condvar) {
-    static JOBS: OnceLock<(Mutex<usize>, std::sync::Condvar)> = OnceLock::new();
-    JOBS.get_or_init(Default::default)
+    state().jobs.get_or_init(Default::default)
 }
 
 /// One background kernel job, counted from before its thread is spawned until it ends (so a
@@ -495,8 +527,7 @@ struct Permits {
 }
 
 fn background_permits() -> &'static (Mutex<Permits>, std::sync::Condvar) {
-    static PERMITS: OnceLock<(Mutex<Permits>, std::sync::Condvar)> = OnceLock::new();
-    PERMITS.get_or_init(Default::default)
+    state().permits.get_or_init(Default::default)
 }
 
 impl BackgroundPermit {

@@ -59,6 +59,32 @@ pub mod sort;
 use crate::error::Result;
 use crate::runtime::Device;
 
+/// The kernels' part of the [`Engine`](crate::Engine): the loader (loaded modules,
+/// disk cache, compile pool and counters) and the sources generated for fused programs with
+/// their background builds.
+pub(crate) struct KernelState {
+    loader: load::Loader,
+    fused_sources: std::sync::OnceLock<std::sync::Mutex<fused::Sources>>,
+    fused_builds: std::sync::OnceLock<(std::sync::Mutex<fused::Builds>, std::sync::Condvar)>,
+    reduce_sources:
+        std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<fused_reduce::ReduceProgram, KernelSource>>>,
+}
+
+impl KernelState {
+    pub(crate) const fn new() -> Self {
+        KernelState {
+            loader: load::Loader::new(),
+            fused_sources: std::sync::OnceLock::new(),
+            fused_builds: std::sync::OnceLock::new(),
+            reduce_sources: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+fn state() -> &'static KernelState {
+    &crate::engine().kernels
+}
+
 /// One kernel source file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct KernelSource {

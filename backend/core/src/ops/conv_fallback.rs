@@ -22,7 +22,7 @@
 //!   checking the result afterwards, so these are kept off cuDNN there.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaStream;
 use half::{bf16, f16};
@@ -35,14 +35,13 @@ use crate::types::{row_major_strides, DataType};
 /// Under `GRAPH_JIT_ONLY`: convolutions (their op keys) whose cuDNN result failed the check
 /// and run the direct kernel, and those whose result passed it.
 #[derive(Default)]
-struct Verdicts {
+pub(crate) struct Verdicts {
     direct: HashSet<Vec<u8>>,
     checked: HashSet<Vec<u8>>,
 }
 
 fn verdicts() -> &'static Mutex<Verdicts> {
-    static V: OnceLock<Mutex<Verdicts>> = OnceLock::new();
-    V.get_or_init(Default::default)
+    crate::engine().conv_verdicts.get_or_init(Default::default)
 }
 
 /// The key under which a convolution's verdict is kept: only under `GRAPH_JIT_ONLY`, where
@@ -111,13 +110,7 @@ pub(super) fn cudnn_or_direct(
 
 /// The first fallback of each op is a warning; later ones are debug messages.
 fn warn_once(op: &'static str, why: &str) {
-    static WARNED: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let first = WARNED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(op);
-    if first {
+    if crate::engine().first_warning(op) {
         tracing::warn!(
             "{op}: {why}. Running the backend's exact direct-convolution kernel instead (slower than cuDNN; \
              further cases of {op} are logged at debug level)"

@@ -10,7 +10,7 @@ mod attention;
 mod attention_math;
 mod batch_norm;
 mod conv;
-mod conv_fallback;
+pub(crate) mod conv_fallback;
 mod fallback;
 mod matmul;
 mod norm;

@@ -14,7 +14,7 @@
 //! leaves nothing behind: the caller's own build then reports the error as before.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use cudarc::driver::CudaStream;
@@ -52,7 +52,7 @@ enum State {
 }
 
 #[derive(Default)]
-struct Table {
+pub(super) struct Table {
     states: Mutex<HashMap<Signature, State>>,
     done: Condvar,
 }
@@ -69,8 +69,7 @@ fn kept_bytes(states: &HashMap<Signature, State>) -> usize {
 }
 
 fn table() -> &'static Table {
-    static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(Table::default)
+    super::state().background.get_or_init(Table::default)
 }
 
 /// Where the background build of a signature stands.

@@ -4,7 +4,7 @@
 //! it compiled for another size instead of compiling again.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use super::policy::EnginePolicy;
 use crate::error::Result;
@@ -16,20 +16,19 @@ use crate::graph::{Graph, SignatureContext};
 const MIN_CUDNN: usize = 90500;
 
 /// A device ordinal and a graph topology ([`Graph::topology_bytes`]).
-type TopologyKey = (usize, Vec<u8>);
+pub(super) type TopologyKey = (usize, Vec<u8>);
 
-type Registry = Mutex<HashMap<TopologyKey, Arc<DynamicKernelCache>>>;
+pub(super) type Registry = Mutex<HashMap<TopologyKey, Arc<DynamicKernelCache>>>;
+pub(super) type StaticOnly = Mutex<HashSet<TopologyKey>>;
 
 fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(Default::default)
+    super::state().dynamic.get_or_init(Default::default)
 }
 
 /// Topologies (per device) for which cuDNN offered no engine as a dynamic-shape graph: they
 /// are lowered static from then on.
-fn static_only() -> &'static Mutex<HashSet<TopologyKey>> {
-    static S: OnceLock<Mutex<HashSet<TopologyKey>>> = OnceLock::new();
-    S.get_or_init(Default::default)
+fn static_only() -> &'static StaticOnly {
+    super::state().static_only.get_or_init(Default::default)
 }
 
 /// The registry key of `graph` on GPU `ordinal`: the topology alone tells graphs apart, as

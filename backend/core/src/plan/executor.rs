@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cudarc::driver::CudaStream;
@@ -367,8 +367,7 @@ fn execute_core<'g>(
 /// The first graph that leaves its engine for lack of workspace memory is a warning (its
 /// results may then differ in rounding from earlier runs); later ones are debug messages.
 fn warn_engine_switch(graph: &Graph, workspace: usize, e: &Error) {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if crate::engine().first_warning("workspace engine switch") {
         tracing::warn!(
             graph = %graph.describe(),
             reason = %e,
@@ -651,9 +650,8 @@ fn whole_gpu(policy: &EnginePolicy) -> EnginePolicy {
 /// The first graph that no engine runs under the SM carveout is a warning; later ones are
 /// debug messages.
 fn warn_carveout_ignored(graph: &Graph, policy: &EnginePolicy, e: &Error) {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let target = policy.sm_count_target.unwrap_or(0);
-    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if crate::engine().first_warning("SM carveout ignored") {
         tracing::warn!(
             graph = %graph.describe(),
             reason = %e,
@@ -823,11 +821,10 @@ fn autotune(
     })
 }
 
-type UnsupportedMap = Mutex<HashMap<Signature, (String, String)>>;
+pub(super) type UnsupportedMap = Mutex<HashMap<Signature, (String, String)>>;
 
 fn unsupported() -> &'static UnsupportedMap {
-    static UNSUPPORTED: OnceLock<UnsupportedMap> = OnceLock::new();
-    UNSUPPORTED.get_or_init(Default::default)
+    super::state().unsupported.get_or_init(Default::default)
 }
 
 /// Signatures no engine supports, so repeated calls fail fast (and fallbacks run at once).

@@ -1,8 +1,6 @@
 //! The cuDNN handle kind: each pooled handle owns its plan LRU (plans are never shared
 //! between threads; they travel with their handle back to the pool).
 
-use std::sync::OnceLock;
-
 use super::cache::{PlanLru, DEFAULT_PLAN_CACHE_CAPACITY};
 use super::engine::BuiltPlan;
 use crate::error::{Error, Result};
@@ -55,8 +53,9 @@ impl HandleKind for CudnnKind {
     }
 }
 
-/// The process-wide cuDNN handle pool.
+/// The engine's cuDNN handle pool.
 pub fn cudnn_pool() -> &'static DeviceThreadHandlePool<CudnnKind> {
-    static POOL: OnceLock<DeviceThreadHandlePool<CudnnKind>> = OnceLock::new();
-    POOL.get_or_init(|| DeviceThreadHandlePool::new(CudnnKind))
+    super::state()
+        .handles
+        .get_or_init(|| DeviceThreadHandlePool::new(CudnnKind))
 }

@@ -15,7 +15,7 @@ pub mod persist;
 pub mod policy;
 mod serialized;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 pub use crate::config::PLAN_CACHE_CAPACITY_ENV;
 pub use background::wait_for_background_builds;
@@ -28,16 +28,52 @@ pub use serialized::{serialized_plan_counts, SerializedPlanCounts};
 
 use cache::{CacheStats, ChoiceCache, StatsSnapshot};
 
-/// Counters shared by every plan LRU and the choice cache.
-pub(crate) fn cache_stats() -> &'static Arc<CacheStats> {
-    static STATS: OnceLock<Arc<CacheStats>> = OnceLock::new();
-    STATS.get_or_init(CacheStats::new)
+/// The plan layer's part of the [`Engine`](crate::Engine): the caches of engine
+/// choices, the handle pool (whose handles carry the plan LRUs), the policy, the background
+/// builds, the dynamic-shape kernel caches and what is known unsupported or stored.
+pub(crate) struct PlanState {
+    stats: OnceLock<Arc<CacheStats>>,
+    choices: OnceLock<ChoiceCache>,
+    handles: OnceLock<crate::handle::DeviceThreadHandlePool<CudnnKind>>,
+    policy: RwLock<Option<EnginePolicy>>,
+    background: OnceLock<background::Table>,
+    serialized: serialized::Serialized,
+    dynamic: OnceLock<dynamic_shapes::Registry>,
+    static_only: OnceLock<dynamic_shapes::StaticOnly>,
+    unsupported: OnceLock<executor::UnsupportedMap>,
 }
 
-/// The process-wide engine-choice cache.
+impl PlanState {
+    pub(crate) const fn new() -> Self {
+        PlanState {
+            stats: OnceLock::new(),
+            choices: OnceLock::new(),
+            handles: OnceLock::new(),
+            policy: RwLock::new(None),
+            background: OnceLock::new(),
+            serialized: serialized::Serialized::new(),
+            dynamic: OnceLock::new(),
+            static_only: OnceLock::new(),
+            unsupported: OnceLock::new(),
+        }
+    }
+}
+
+/// The plan layer's state in the process's engine.
+fn state() -> &'static PlanState {
+    &crate::engine().plans
+}
+
+/// Counters shared by every plan LRU and the choice cache.
+pub(crate) fn cache_stats() -> &'static Arc<CacheStats> {
+    state().stats.get_or_init(CacheStats::new)
+}
+
+/// The engine-choice cache.
 pub(crate) fn choice_cache() -> &'static ChoiceCache {
-    static CHOICES: OnceLock<ChoiceCache> = OnceLock::new();
-    CHOICES.get_or_init(|| ChoiceCache::with_default_capacity(cache_stats().clone()))
+    state()
+        .choices
+        .get_or_init(|| ChoiceCache::with_default_capacity(cache_stats().clone()))
 }
 
 /// Hit / miss / build-time / eviction counters of the plan cache and the choice cache.

@@ -26,7 +26,6 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cache::{EngineChoice, Signature};
 
@@ -120,12 +119,11 @@ impl TuningFile {
         let file_name = path
             .file_name()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "tuning path has no file name"))?;
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let tmp = dir.join(format!(
             ".{}.tmp.{}.{}",
             file_name.to_string_lossy(),
             std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
+            crate::engine().temp_file_number()
         ));
         let result = (|| {
             let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;

@@ -1,8 +1,6 @@
 //! Engine selection policy: heuristic vs benchmark (autotune), determinism, TF32, workspace
 //! cap, SM carveout.
 
-use std::sync::RwLock;
-
 use crate::config::{config, Config};
 pub use crate::config::{
     ConvLayout, HeuristicMode, CONV_LAYOUT_ENV, DYNAMIC_SHAPES_ENV, GRAPH_REPLAY_ENV, HEURISTIC_ENV, LIB_CONFIG_ENV,
@@ -136,20 +134,19 @@ pub(crate) fn lib_config_bits() -> u64 {
     }
 }
 
-static POLICY: RwLock<Option<EnginePolicy>> = RwLock::new(None);
-
-/// The current process-wide policy.
+/// The engine's current policy.
 pub fn policy() -> EnginePolicy {
-    if let Some(p) = *POLICY.read().unwrap_or_else(|e| e.into_inner()) {
+    let slot = &super::state().policy;
+    if let Some(p) = *slot.read().unwrap_or_else(|e| e.into_inner()) {
         return p;
     }
-    let mut w = POLICY.write().unwrap_or_else(|e| e.into_inner());
+    let mut w = slot.write().unwrap_or_else(|e| e.into_inner());
     *w.get_or_insert_with(EnginePolicy::from_env)
 }
 
-/// Replaces the process-wide policy.
+/// Replaces the engine's policy.
 pub fn set_policy(p: EnginePolicy) {
-    *POLICY.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    *super::state().policy.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
 }
 
 #[cfg(test)]

@@ -16,8 +16,29 @@ use crate::ffi::CudnnHandle;
 use crate::runtime::disk_cache::{CacheKey, CachedImage, DiskCache, ImageKind};
 use crate::runtime::Device;
 
-static RESTORED: AtomicU64 = AtomicU64::new(0);
-static STORED: AtomicU64 = AtomicU64::new(0);
+/// Plan entries of the persistent cache: counts and the entries known intact.
+pub(super) struct Serialized {
+    restored: AtomicU64,
+    stored: AtomicU64,
+    /// By device ordinal and signature: [`stored`] answers them without reading the file
+    /// again (a restored attention plan is asked about at every training step, by the
+    /// backward's prefetch).
+    known_intact: OnceLock<Mutex<HashSet<(usize, Signature)>>>,
+}
+
+impl Serialized {
+    pub(super) const fn new() -> Self {
+        Serialized {
+            restored: AtomicU64::new(0),
+            stored: AtomicU64::new(0),
+            known_intact: OnceLock::new(),
+        }
+    }
+}
+
+fn state() -> &'static Serialized {
+    &super::state().serialized
+}
 
 /// Plans restored from and written to the persistent cache by this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,8 +52,8 @@ pub struct SerializedPlanCounts {
 /// The counts so far.
 pub fn serialized_plan_counts() -> SerializedPlanCounts {
     SerializedPlanCounts {
-        restored: RESTORED.load(Ordering::Relaxed),
-        stored: STORED.load(Ordering::Relaxed),
+        restored: state().restored.load(Ordering::Relaxed),
+        stored: state().stored.load(Ordering::Relaxed),
     }
 }
 
@@ -77,12 +98,9 @@ fn decode_choice(s: &str) -> Option<EngineChoice> {
     })
 }
 
-/// Plan entries this process found intact or restored, by device ordinal and signature:
-/// [`stored`] answers them without reading the file again (a restored attention plan is
-/// asked about at every training step, by the backward's prefetch).
+/// Plan entries this process found intact or restored.
 fn known_intact() -> &'static Mutex<HashSet<(usize, Signature)>> {
-    static KNOWN: OnceLock<Mutex<HashSet<(usize, Signature)>>> = OnceLock::new();
-    KNOWN.get_or_init(Default::default)
+    state().known_intact.get_or_init(Default::default)
 }
 
 fn remember_intact(sig: &Signature, dev: &Device) {
@@ -122,7 +140,7 @@ pub(crate) fn restore(handle: &CudnnHandle, sig: &Signature, dev: &Device, cudnn
     let choice = decode_choice(&entry.symbol)?;
     match engine::deserialize(handle, &entry.image, choice) {
         Ok(plan) => {
-            RESTORED.fetch_add(1, Ordering::Relaxed);
+            state().restored.fetch_add(1, Ordering::Relaxed);
             remember_intact(sig, dev);
             Some(plan)
         }
@@ -152,7 +170,7 @@ pub(crate) fn store(plan: &BuiltPlan, sig: &Signature, dev: &Device, cudnn: usiz
     };
     match cache.store(key(sig, dev, cudnn), "plan", &entry) {
         Ok(()) => {
-            STORED.fetch_add(1, Ordering::Relaxed);
+            state().stored.fetch_add(1, Ordering::Relaxed);
         }
         Err(e) => tracing::warn!(reason = %e, "could not write a serialized cuDNN plan"),
     }

@@ -47,19 +47,31 @@ struct Trace {
     dropped: u64,
 }
 
+/// The build trace's part of the [`Engine`](crate::Engine): the timeline's origin and
+/// its events.
+pub(crate) struct BuildTrace {
+    epoch: OnceLock<Instant>,
+    trace: Mutex<Trace>,
+}
+
+impl BuildTrace {
+    pub(crate) const fn new() -> Self {
+        BuildTrace {
+            epoch: OnceLock::new(),
+            trace: Mutex::new(Trace {
+                events: Vec::new(),
+                dropped: 0,
+            }),
+        }
+    }
+}
+
 fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+    *crate::engine().build_trace.epoch.get_or_init(Instant::now)
 }
 
 fn trace() -> &'static Mutex<Trace> {
-    static TRACE: OnceLock<Mutex<Trace>> = OnceLock::new();
-    TRACE.get_or_init(|| {
-        Mutex::new(Trace {
-            events: Vec::new(),
-            dropped: 0,
-        })
-    })
+    &crate::engine().build_trace.trace
 }
 
 /// Marks the start of the timeline (the first device open calls it); later calls do nothing.

@@ -26,7 +26,6 @@
 use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use crate::config::{resolve_dir, KERNEL_CACHE_ENV};
 
@@ -236,12 +235,11 @@ impl DiskCache {
     pub fn store(&self, key: CacheKey, label: &str, entry: &CachedImage) -> io::Result<()> {
         let path = self.path_for(key, label);
         fs::create_dir_all(&self.dir)?;
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let tmp = self.dir.join(format!(
             ".{}.tmp.{}.{}",
             path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
             std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
+            crate::engine().temp_file_number()
         ));
         let bytes = encode(key, entry);
         let result = (|| {

@@ -12,8 +12,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{CudnnStatus, Error};
 
-/// Threads that currently have at least one fault armed (the fast-path gate).
-static ARMED_THREADS: AtomicUsize = AtomicUsize::new(0);
+/// Fault injection's part of the [`Engine`](crate::Engine).
+pub(crate) struct Faults {
+    /// Threads that currently have at least one fault armed (the fast-path gate).
+    armed_threads: AtomicUsize,
+    /// Fused-kernel builds still to fail, whichever thread runs them.
+    fused_build_faults: AtomicUsize,
+    /// Fused-kernel build failures injected so far in this process.
+    fused_builds_failed: AtomicUsize,
+}
+
+impl Faults {
+    pub(crate) const fn new() -> Self {
+        Faults {
+            armed_threads: AtomicUsize::new(0),
+            fused_build_faults: AtomicUsize::new(0),
+            fused_builds_failed: AtomicUsize::new(0),
+        }
+    }
+}
+
+fn state() -> &'static Faults {
+    &crate::engine().faults
+}
 
 /// The status an injected plan-build failure reports: an internal device-allocation
 /// failure, i.e. a transient failure rather than "not supported".
@@ -36,7 +57,7 @@ impl Armed {
 impl Drop for Armed {
     fn drop(&mut self) {
         if self.any() {
-            ARMED_THREADS.fetch_sub(1, Ordering::Relaxed);
+            state().armed_threads.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -51,10 +72,10 @@ fn arm(set: impl FnOnce(&Armed)) {
         set(a);
         match (before, a.any()) {
             (false, true) => {
-                ARMED_THREADS.fetch_add(1, Ordering::Relaxed);
+                state().armed_threads.fetch_add(1, Ordering::Relaxed);
             }
             (true, false) => {
-                ARMED_THREADS.fetch_sub(1, Ordering::Relaxed);
+                state().armed_threads.fetch_sub(1, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -94,7 +115,7 @@ pub fn injected() -> (usize, usize) {
 
 /// Takes one armed fault from `pick`, counting it in `count`; false when none is armed.
 fn take(pick: impl Fn(&Armed) -> (&Cell<usize>, &Cell<usize>)) -> bool {
-    if ARMED_THREADS.load(Ordering::Relaxed) == 0 {
+    if state().armed_threads.load(Ordering::Relaxed) == 0 {
         return false;
     }
     let mut hit = false;
@@ -119,33 +140,29 @@ pub(crate) fn plan_build_fault() -> Option<Error> {
     })
 }
 
-/// Fused-kernel builds still to fail, whichever thread runs them.
-static FUSED_BUILD_FAULTS: AtomicUsize = AtomicUsize::new(0);
-/// Fused-kernel build failures injected so far in this process.
-static FUSED_BUILDS_FAILED: AtomicUsize = AtomicUsize::new(0);
-
 /// Makes the process's next `n` builds of generated (lazy-fusion) kernels fail as an NVRTC
 /// compile error would (replacing any count armed before; 0 disarms). Process-wide, unlike
 /// the other faults, as those builds run on background threads: a test arming it must keep
 /// other fusion work out of the process meanwhile.
 #[doc(hidden)]
 pub fn fail_next_fused_kernel_builds(n: usize) {
-    FUSED_BUILD_FAULTS.store(n, Ordering::SeqCst);
+    state().fused_build_faults.store(n, Ordering::SeqCst);
 }
 
 /// Fused-kernel build failures injected so far in this process.
 #[doc(hidden)]
 pub fn injected_fused_build_failures() -> usize {
-    FUSED_BUILDS_FAILED.load(Ordering::SeqCst)
+    state().fused_builds_failed.load(Ordering::SeqCst)
 }
 
 /// The error an armed fused-kernel build fault injects for `kernel`, if one is armed.
 pub(crate) fn fused_build_fault(kernel: &'static str) -> Option<Error> {
-    FUSED_BUILD_FAULTS
+    state()
+        .fused_build_faults
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .ok()
         .map(|_| {
-            FUSED_BUILDS_FAILED.fetch_add(1, Ordering::SeqCst);
+            state().fused_builds_failed.fetch_add(1, Ordering::SeqCst);
             Error::Nvrtc {
                 kernel,
                 log: "injected fault".into(),

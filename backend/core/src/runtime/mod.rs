@@ -1,13 +1,13 @@
 //! Run-time discovery and device management: library probing (libcuda, libcudnn,
 //! libnvrtc), devices with their context and default stream, and per-stream workspace.
 
-mod build_trace;
+pub(crate) mod build_trace;
 mod device;
 pub mod disk_cache;
 #[doc(hidden)]
 pub mod fault;
 mod probe;
-mod workspace;
+pub(crate) mod workspace;
 
 pub use crate::ffi::counters::{launch_counts, thread_launch_counts, LaunchCounts};
 pub(crate) use build_trace::record as record_build;

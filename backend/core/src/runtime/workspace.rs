@@ -11,25 +11,49 @@ use crate::error::{Error, Result};
 /// The buffer and its device address (read once, so calls never touch cudarc's event tracking).
 type Slot = Arc<Mutex<Option<(CudaSlice<u8>, u64)>>>;
 
-static WORKSPACES: OnceLock<Mutex<HashMap<(usize, usize), Slot>>> = OnceLock::new();
+/// The workspaces' part of the [`Engine`](crate::Engine).
+pub(crate) struct Workspaces {
+    /// By (device ordinal, stream handle).
+    slots: OnceLock<Mutex<HashMap<(usize, usize), Slot>>>,
+    /// Functions that free device memory a framework keeps cached (Burn's tensor buffers),
+    /// called with a device ordinal when a workspace cannot be allocated there.
+    cache_releasers: Mutex<Vec<fn(usize)>>,
+}
 
-/// Functions that free device memory a framework keeps cached (Burn's tensor buffers), called
-/// with a device ordinal when a workspace cannot be allocated there.
-static CACHE_RELEASERS: Mutex<Vec<fn(usize)>> = Mutex::new(Vec::new());
+impl Workspaces {
+    pub(crate) const fn new() -> Self {
+        Workspaces {
+            slots: OnceLock::new(),
+            cache_releasers: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+fn state() -> &'static Workspaces {
+    &crate::engine().workspaces
+}
 
 /// Registers `release` (call it once): when a workspace allocation fails on a device, the
 /// released memory is offered to it before the allocation is tried again, so a plan keeps its
 /// engine (and its results) as long as the memory can be found.
 #[doc(hidden)]
 pub fn release_cached_memory_on_shortage(release: fn(usize)) {
-    CACHE_RELEASERS.lock().unwrap_or_else(|e| e.into_inner()).push(release);
+    state()
+        .cache_releasers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(release);
 }
 
 /// Frees what the registered caches and the workspaces of gone streams hold on `stream`'s
 /// device, and waits for the device so those stream-ordered frees are back in the pool.
 fn relieve_shortage(stream: &Arc<CudaStream>) -> Result<()> {
     let ordinal = stream.context().ordinal();
-    let releasers = CACHE_RELEASERS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let releasers = state()
+        .cache_releasers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     for release in releasers {
         release(ordinal);
     }
@@ -72,7 +96,8 @@ fn slot(stream: &Arc<CudaStream>) -> Slot {
         }
     }
     let key = (ordinal, stream.cu_stream() as usize);
-    let mut map = WORKSPACES
+    let mut map = state()
+        .slots
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
@@ -128,7 +153,7 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
 /// Returns the bytes released (freed stream-ordered, so they return to the memory pool once
 /// the dead streams' last work completes).
 pub fn release_unused_workspaces(ordinal: usize) -> usize {
-    let Some(map) = WORKSPACES.get() else {
+    let Some(map) = state().slots.get() else {
         return 0;
     };
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());

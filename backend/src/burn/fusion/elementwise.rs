@@ -1,6 +1,5 @@
 //! A run of elementwise operations as one generated kernel: [`ElementwiseOptimization`].
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use burn_backend::DType;
@@ -62,8 +61,7 @@ impl ElementwiseOptimization {
     /// on, with a one-time warning); false, for [`ElementwiseOptimization::execute`].
     fn unbuildable_after(&mut self, e: crate::Error) -> bool {
         self.unbuildable = true;
-        static WARNED: AtomicBool = AtomicBool::new(false);
-        warn_unbuildable(&WARNED, "elementwise", &e)
+        warn_unbuildable("fused elementwise", &e)
     }
 
     /// Runs the program; false (nothing consumed) when its kernel is still being built or

@@ -14,14 +14,13 @@
 //! there is nothing to wake. `CUDNN_BACKEND_FUSION_FLUSH_US` sets the quiet time in
 //! microseconds (`0` turns the flusher off).
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use burn_fusion::client::GlobalFusionClient;
 
 use super::CudnnFusionRuntime;
 use crate::burn::CudnnDevice;
-use crate::runtime::{self, MAX_DEVICES};
+use crate::runtime;
 
 /// Period between flushes once nothing has been launched for [`IDLE_AFTER`].
 const IDLE_PERIOD: Duration = Duration::from_millis(1);
@@ -39,9 +38,8 @@ fn quiet_time() -> Option<Duration> {
 /// server's thread while it creates a stream, so the flusher's own client is made on the
 /// new thread: creating it here could wait on the server's own initialisation.
 pub(super) fn ensure_started(device: &CudnnDevice) {
-    static STARTED: [OnceLock<()>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
     let Some(quiet) = quiet_time() else { return };
-    let Some(slot) = STARTED.get(device.index as usize) else {
+    let Some(slot) = crate::burn::state().flushers.get(device.index as usize) else {
         return;
     };
     slot.get_or_init(|| {

@@ -692,8 +692,7 @@ impl ReduceOptimization {
     /// Marks the kernel as unbuildable for good, warning once; false (run unfused).
     fn unbuildable_after(&mut self, e: crate::Error) -> bool {
         self.unbuildable = true;
-        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        warn_unbuildable(&WARNED, "reduction", &e)
+        warn_unbuildable("fused reduction", &e)
     }
 
     /// Runs the reduction; false (nothing consumed) when its kernel is still being built or

@@ -2,8 +2,6 @@
 //! record them, the IR lookups and handle moves of an execution, and the walk order over
 //! channels-last operands.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use burn_backend::DType;
 use burn_fusion::stream::{Context, ScalarId};
 use burn_ir::{ScalarIr, TensorId, TensorIr, TensorStatus};
@@ -150,9 +148,9 @@ pub(crate) fn scalar_value(context: &Context<CudnnFusionHandle>, s: &FusedScalar
 
 /// The first time `warned` is unset: warns that a generated `kind` kernel could not be built
 /// (its operations then run one by one). False, for the executions that fall back.
-pub(crate) fn warn_unbuildable(warned: &AtomicBool, kind: &str, e: &crate::Error) -> bool {
-    if !warned.swap(true, Ordering::Relaxed) {
-        tracing::warn!(reason = %e, "cudnn-backend: a fused {kind} kernel could not be built; running its operations one by one (warned once)");
+pub(crate) fn warn_unbuildable(kind: &'static str, e: &crate::Error) -> bool {
+    if crate::engine().first_warning(kind) {
+        tracing::warn!(reason = %e, "cudnn-backend: a {kind} kernel could not be built; running its operations one by one (warned once)");
     }
     false
 }
