@@ -559,6 +559,148 @@ __device__ void bn_grad_apply_vec(const typename D::T* x, const typename D::T* y
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Packed planes path: every data operand packed [N, C, S] (S innermost, as NCHW), S a
+// multiple of V = 16 bytes / element and 16-byte-aligned addresses. A thread moves one
+// 16-byte vector of one (n, c) plane, so the channel costs one 32-bit division per vector
+// and a warp reads 512 consecutive bytes. The reductions keep the strided kernels' grid
+// (chunks x C, 1-D blocks of BN_THREADS), a chunk being a range of one channel's
+// N * S / V vectors, and write the strided kernels' partials.
+
+// The channel of vector `i` (plane_vecs vectors per plane).
+__device__ __forceinline__ i64 bn_plane_channel(i64 i, i64 plane_vecs, i64 C, bool small) {
+    if (small) return (i64)(((unsigned int)i / (unsigned int)plane_vecs) % (unsigned int)C);
+    return (i / plane_vecs) % C;
+}
+
+// Folds `visit(acc, element offset of a vector)` over the vectors of channel blockIdx.y
+// that chunk blockIdx.x owns, then reduces the block (thread 0 gets the result).
+template <class A, int V, class F>
+__device__ __forceinline__ A bn_walk_planes(i64 N, i64 C, i64 plane_vecs, i64 chunk_len, F visit) {
+    A acc;
+    acc = A();
+    const i64 c = blockIdx.y;
+    const i64 total = N * plane_vecs;
+    const i64 j0 = (i64)blockIdx.x * chunk_len, j1 = min(total, j0 + chunk_len);
+    if (total < 2147483647LL) {
+        const unsigned int pv = (unsigned int)plane_vecs;
+        for (unsigned int j = (unsigned int)j0 + threadIdx.x; j < (unsigned int)j1; j += BN_THREADS) {
+            const unsigned int n = j / pv;
+            visit(acc, (((i64)n * C + c) * plane_vecs + (i64)(j - n * pv)) * V);
+        }
+    } else {
+        for (i64 j = j0 + threadIdx.x; j < j1; j += BN_THREADS) {
+            const i64 n = j / plane_vecs;
+            visit(acc, ((n * C + c) * plane_vecs + (j - n * plane_vecs)) * V);
+        }
+    }
+    return block_reduce_1d(acc);
+}
+
+// Forward statistics, partials [chunks][C] of (count, mean, m2) as `bn_stats` writes them.
+template <class D>
+__device__ void bn_stats_planes(const typename D::T* x, i64 N, i64 C, i64 plane_vecs, i64 chunk_len, float* part) {
+    Welford w = bn_walk_planes<Welford, BnVec<D>::V>(N, C, plane_vecs, chunk_len, [&](Welford& acc, i64 o) {
+        float v[BnVec<D>::V];
+        bn_ld_vec<D>(x, o, v);
+#pragma unroll
+        for (int k = 0; k < BnVec<D>::V; ++k) welford_add(acc, v[k]);
+    });
+    if (threadIdx.x == 0) {
+        float* p = part + 3 * ((i64)blockIdx.x * C + blockIdx.y);
+        p[0] = w.n;
+        p[1] = w.mean;
+        p[2] = w.m2;
+    }
+}
+
+// y = x * coef[c] + coef[C + c] (+ z) (then ReLU when `relu`; NaN stays NaN).
+template <class D>
+__device__ void bn_apply_planes(const typename D::T* x, const typename D::T* z, typename D::T* y, i64 vecs,
+                                i64 plane_vecs, i64 C, const float* coef, int relu) {
+    const int V = BnVec<D>::V;
+    const bool small = vecs < 2147483647LL;
+    FOR_EACH(i, vecs) {
+        const i64 c = bn_plane_channel(i, plane_vecs, C, small);
+        const float a = coef[c], b = coef[C + c];
+        float v[V];
+        bn_ld_vec<D>(x, i * V, v);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] = v[k] * a + b;
+        if (z) {
+            float w[V];
+            bn_ld_vec<D>(z, i * V, w);
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[k] += w[k];
+        }
+        if (relu) {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (v[k] < 0.0f) v[k] = 0.0f;
+        }
+        bn_st_vec<D>(y, i * V, v);
+    }
+}
+
+// Backward partials [chunks][C] of (sum dy', sum dy' * (x - mean)) as `bn_grad_stats`.
+template <class D>
+__device__ void bn_grad_stats_planes(const typename D::T* x, const typename D::T* y, const typename D::T* dy, i64 N,
+                                     i64 C, i64 plane_vecs, i64 chunk_len, const float* mean, float* part) {
+    const float mu = mean[blockIdx.y];
+    Sum2 r = bn_walk_planes<Sum2, BnVec<D>::V>(N, C, plane_vecs, chunk_len, [&](Sum2& acc, i64 o) {
+        float g[BnVec<D>::V], xv[BnVec<D>::V];
+        bn_ld_vec<D>(dy, o, g);
+        bn_ld_vec<D>(x, o, xv);
+        if (y) {
+            float yv[BnVec<D>::V];
+            bn_ld_vec<D>(y, o, yv);
+#pragma unroll
+            for (int k = 0; k < BnVec<D>::V; ++k)
+                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < BnVec<D>::V; ++k) {
+            acc.a += g[k];
+            acc.b += g[k] * (xv[k] - mu);
+        }
+    });
+    if (threadIdx.x == 0) {
+        float* p = part + 2 * ((i64)blockIdx.x * C + blockIdx.y);
+        p[0] = r.a;
+        p[1] = r.b;
+    }
+}
+
+// dx = coef[c] * dy' + coef[C + c] * x + coef[2C + c]; dz = dy' when `dz` is set.
+template <class D>
+__device__ void bn_grad_apply_planes(const typename D::T* x, const typename D::T* y, const typename D::T* dy,
+                                     typename D::T* dx, typename D::T* dz, i64 vecs, i64 plane_vecs, i64 C,
+                                     const float* coef) {
+    const int V = BnVec<D>::V;
+    const bool small = vecs < 2147483647LL;
+    FOR_EACH(i, vecs) {
+        const i64 c = bn_plane_channel(i, plane_vecs, C, small);
+        float g[V];
+        bn_ld_vec<D>(dy, i * V, g);
+        if (y) {
+            float yv[V];
+            bn_ld_vec<D>(y, i * V, yv);
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+        }
+        if (dx) {
+            const float k0 = coef[c], k1 = coef[C + c], k2 = coef[2 * C + c];
+            float xv[V];
+            bn_ld_vec<D>(x, i * V, xv);
+#pragma unroll
+            for (int k = 0; k < V; ++k) xv[k] = k0 * g[k] + k1 * xv[k] + k2;
+            bn_st_vec<D>(dx, i * V, xv);
+        }
+        if (dz) bn_st_vec<D>(dz, i * V, g);
+    }
+}
+
 #define BN_ENTRIES(DT, D)                                                                                         \
     KERNEL void bn_stats_##DT(const D::T* x, BnView vx, i64 N, i64 C, i64 S, int order,          \
                                              i64 chunk_len, float* part) {                                        \
@@ -596,6 +738,24 @@ __device__ void bn_grad_apply_vec(const typename D::T* x, const typename D::T* y
     KERNEL void bn_grad_apply_vec_##DT(const D::T* x, const D::T* y, const D::T* dy, D::T* dx, D::T* dz,          \
                                        i64 vecs, i64 C, const float* coef) {                                      \
         bn_grad_apply_vec<D>(x, y, dy, dx, dz, vecs, C, coef);                                                    \
+    }                                                                                                             \
+    KERNEL void __launch_bounds__(BN_THREADS) bn_stats_planes_##DT(const D::T* x, i64 N, i64 C, i64 plane_vecs,   \
+                                                                  i64 chunk_len, float* part) {                  \
+        bn_stats_planes<D>(x, N, C, plane_vecs, chunk_len, part);                                                 \
+    }                                                                                                             \
+    KERNEL void bn_apply_planes_##DT(const D::T* x, const D::T* z, D::T* y, i64 vecs, i64 plane_vecs, i64 C,      \
+                                     const float* coef, int relu) {                                               \
+        bn_apply_planes<D>(x, z, y, vecs, plane_vecs, C, coef, relu);                                             \
+    }                                                                                                             \
+    KERNEL void __launch_bounds__(BN_THREADS) bn_grad_stats_planes_##DT(const D::T* x, const D::T* y,             \
+                                                                       const D::T* dy, i64 N, i64 C,             \
+                                                                       i64 plane_vecs, i64 chunk_len,            \
+                                                                       const float* mean, float* part) {         \
+        bn_grad_stats_planes<D>(x, y, dy, N, C, plane_vecs, chunk_len, mean, part);                               \
+    }                                                                                                             \
+    KERNEL void bn_grad_apply_planes_##DT(const D::T* x, const D::T* y, const D::T* dy, D::T* dx, D::T* dz,       \
+                                          i64 vecs, i64 plane_vecs, i64 C, const float* coef) {                   \
+        bn_grad_apply_planes<D>(x, y, dy, dx, dz, vecs, plane_vecs, C, coef);                                     \
     }
 
 BN_ENTRIES(f32, DF32)

@@ -411,3 +411,133 @@ pub(crate) fn grad_apply_vec(
     unsafe { b.launch_counted(grid_for(vecs as u64)) }?;
     Ok(())
 }
+
+/// Shape of a packed planes pass (the `*_planes_*` kernels): `n` x `c` planes of `s`
+/// elements, S innermost (packed NCHW), moved in 16-byte vectors of `vec` elements (`vec`
+/// divides `s`); reduction chunks of `chunk_len` vectors of one channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BnPlanesShape {
+    pub n: i64,
+    pub c: i64,
+    pub s: i64,
+    /// Elements per 16-byte vector (4 for f32, 8 for f16/bf16).
+    pub vec: i64,
+    pub chunk_len: i64,
+    pub chunks: i32,
+}
+
+impl BnPlanesShape {
+    /// The strided pass's shape over the same elements (what the finalize steps read).
+    pub(crate) fn as_shape(&self) -> BnShape {
+        BnShape {
+            n: self.n,
+            c: self.c,
+            s: self.s,
+            order: 0,
+            chunk_len: self.chunk_len * self.vec,
+            chunks: self.chunks,
+        }
+    }
+
+    fn plane_vecs(&self) -> i64 {
+        self.s / self.vec
+    }
+
+    fn vectors(&self) -> i64 {
+        self.n * self.c * self.plane_vecs()
+    }
+}
+
+/// Launches `bn_stats_planes_<dt>(x, N, C, plane_vecs, chunk_len, part)`.
+pub(crate) fn stats_planes(stream: &CudaStream, f: &CudaFunction, x: u64, sh: &BnPlanesShape, part: u64) -> Result<()> {
+    let pv = sh.plane_vecs();
+    let mut b = stream.launch_builder(f);
+    b.arg(&x).arg(&sh.n).arg(&sh.c).arg(&pv).arg(&sh.chunk_len).arg(&part);
+    // SAFETY: the arguments match `bn_stats_planes_<dt>(const T*, long long x4, float*)`; `x`
+    // is 16-byte aligned and holds N * C * S packed elements with S a multiple of the vector
+    // (checked by the caller), `part` holds 3 * chunks * C floats; the grid is chunks x C.
+    unsafe { b.launch_counted(reduction_grid(&sh.as_shape())) }?;
+    Ok(())
+}
+
+/// Launches `bn_apply_planes_<dt>(x, z, y, vecs, plane_vecs, C, coef, relu)`.
+pub(crate) fn apply_planes(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, z, y]: [u64; 3],
+    sh: &BnPlanesShape,
+    coef: u64,
+    relu: bool,
+) -> Result<()> {
+    let (relu, vecs, pv) = (relu as i32, sh.vectors(), sh.plane_vecs());
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&z)
+        .arg(&y)
+        .arg(&vecs)
+        .arg(&pv)
+        .arg(&sh.c)
+        .arg(&coef)
+        .arg(&relu);
+    // SAFETY: the arguments match `bn_apply_planes_<dt>(const T* x2, T*, long long x3, const
+    // float*, int)`; x, z (when non-null) and y are 16-byte aligned and packed [N, C, S] with
+    // S a multiple of the vector, y does not overlap x or z (checked by the caller), `coef`
+    // holds 2 * C floats written earlier on this stream.
+    unsafe { b.launch_counted(grid_for(vecs as u64)) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_stats_planes_<dt>(x, y, dy, N, C, plane_vecs, chunk_len, mean, part)`.
+pub(crate) fn grad_stats_planes(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, y, dy]: [u64; 3],
+    sh: &BnPlanesShape,
+    mean: u64,
+    part: u64,
+) -> Result<()> {
+    let pv = sh.plane_vecs();
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&y)
+        .arg(&dy)
+        .arg(&sh.n)
+        .arg(&sh.c)
+        .arg(&pv)
+        .arg(&sh.chunk_len)
+        .arg(&mean)
+        .arg(&part);
+    // SAFETY: the arguments match `bn_grad_stats_planes_<dt>(const T* x3, long long x4, const
+    // float*, float*)`; x, y (when non-null) and dy are 16-byte aligned and packed [N, C, S]
+    // with S a multiple of the vector, `mean` holds C floats and `part` 2 * chunks * C floats;
+    // the grid is chunks x C.
+    unsafe { b.launch_counted(reduction_grid(&sh.as_shape())) }?;
+    Ok(())
+}
+
+/// Launches `bn_grad_apply_planes_<dt>(x, y, dy, dx, dz, vecs, plane_vecs, C, coef)`.
+pub(crate) fn grad_apply_planes(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    [x, y, dy, dx, dz]: [u64; 5],
+    sh: &BnPlanesShape,
+    coef: u64,
+) -> Result<()> {
+    let (vecs, pv) = (sh.vectors(), sh.plane_vecs());
+    let mut b = stream.launch_builder(f);
+    b.arg(&x)
+        .arg(&y)
+        .arg(&dy)
+        .arg(&dx)
+        .arg(&dz)
+        .arg(&vecs)
+        .arg(&pv)
+        .arg(&sh.c)
+        .arg(&coef);
+    // SAFETY: the arguments match `bn_grad_apply_planes_<dt>(const T* x3, T* x2, long long
+    // x3, const float*)`; every non-null operand is 16-byte aligned and packed [N, C, S] with S
+    // a multiple of the vector, dx and dz do not overlap the inputs or each other (checked by
+    // the caller), `coef` holds 3 * C floats.
+    unsafe { b.launch_counted(grid_for(vecs as u64)) }?;
+    Ok(())
+}

@@ -56,6 +56,10 @@ macro_rules! training_group {
             (BATCH_NORM, concat!("bn_apply_", $s)),
             (BATCH_NORM, concat!("bn_grad_stats_", $s)),
             (BATCH_NORM, concat!("bn_grad_apply_", $s)),
+            (BATCH_NORM, concat!("bn_stats_planes_", $s)),
+            (BATCH_NORM, concat!("bn_apply_planes_", $s)),
+            (BATCH_NORM, concat!("bn_grad_stats_planes_", $s)),
+            (BATCH_NORM, concat!("bn_grad_apply_planes_", $s)),
             (OPTIM, concat!("adam_", $s)),
             (NORM, concat!("norm_fwd_", $s)),
             (NORM, concat!("norm_bwd_dx_", $s)),
@@ -152,7 +156,8 @@ mod tests {
     #[test]
     fn siblings_come_from_the_first_group_listing_the_kernel() {
         let s: Vec<_> = siblings(ELEMENTWISE, "binary_f32").map(|(_, n)| n).collect();
-        assert_eq!(s.len(), 36);
+        assert!(s.contains(&"bn_apply_planes_f32") && s.contains(&"bn_grad_stats_planes_f32"));
+        assert_eq!(s.len(), 40);
         assert!(s.contains(&"reduce_f32") && s.contains(&"cast") && !s.contains(&"binary_f32"));
         assert!(["reduce_split_f32", "reduce_cols_f32", "reduce_finish_f32"]
             .iter()

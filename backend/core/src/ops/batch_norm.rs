@@ -13,7 +13,9 @@ use cudarc::driver::CudaStream;
 
 use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
-use crate::ffi::launch_batch_norm::{self as launch, BnOperand, BnShape, BnVecShape, BnView, FinalizeArgs};
+use crate::ffi::launch_batch_norm::{
+    self as launch, BnOperand, BnPlanesShape, BnShape, BnVecShape, BnView, FinalizeArgs,
+};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::{stream_function, BATCH_NORM};
 use crate::runtime::{with_workspace, Device};
@@ -301,21 +303,119 @@ fn check_stats(op: &'static str, c: i64, stats: &[(&'static str, &TensorRef)]) -
     Ok(())
 }
 
-fn entry(kernel: &str, dtype: DataType) -> &'static str {
-    match (kernel, dtype) {
-        ("stats", DataType::F32) => "bn_stats_f32",
-        ("stats", DataType::F16) => "bn_stats_f16",
-        ("stats", _) => "bn_stats_bf16",
-        ("apply", DataType::F32) => "bn_apply_f32",
-        ("apply", DataType::F16) => "bn_apply_f16",
-        ("apply", _) => "bn_apply_bf16",
-        ("grad_stats", DataType::F32) => "bn_grad_stats_f32",
-        ("grad_stats", DataType::F16) => "bn_grad_stats_f16",
-        ("grad_stats", _) => "bn_grad_stats_bf16",
-        ("grad_apply", DataType::F32) => "bn_grad_apply_f32",
-        ("grad_apply", DataType::F16) => "bn_grad_apply_f16",
-        _ => "bn_grad_apply_bf16",
+/// A batch-norm kernel (each has an entry per pass family and data dtype).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    Stats,
+    Apply,
+    GradStats,
+    GradApply,
+}
+
+/// Entry points by kernel, family (strided, channels-last vectors, planes vectors) and data
+/// dtype (f32, f16, bf16).
+const ENTRIES: [[[&str; 3]; 3]; 4] = [
+    [
+        ["bn_stats_f32", "bn_stats_f16", "bn_stats_bf16"],
+        ["bn_stats_vec_f32", "bn_stats_vec_f16", "bn_stats_vec_bf16"],
+        ["bn_stats_planes_f32", "bn_stats_planes_f16", "bn_stats_planes_bf16"],
+    ],
+    [
+        ["bn_apply_f32", "bn_apply_f16", "bn_apply_bf16"],
+        ["bn_apply_vec_f32", "bn_apply_vec_f16", "bn_apply_vec_bf16"],
+        ["bn_apply_planes_f32", "bn_apply_planes_f16", "bn_apply_planes_bf16"],
+    ],
+    [
+        ["bn_grad_stats_f32", "bn_grad_stats_f16", "bn_grad_stats_bf16"],
+        [
+            "bn_grad_stats_vec_f32",
+            "bn_grad_stats_vec_f16",
+            "bn_grad_stats_vec_bf16",
+        ],
+        [
+            "bn_grad_stats_planes_f32",
+            "bn_grad_stats_planes_f16",
+            "bn_grad_stats_planes_bf16",
+        ],
+    ],
+    [
+        ["bn_grad_apply_f32", "bn_grad_apply_f16", "bn_grad_apply_bf16"],
+        [
+            "bn_grad_apply_vec_f32",
+            "bn_grad_apply_vec_f16",
+            "bn_grad_apply_vec_bf16",
+        ],
+        [
+            "bn_grad_apply_planes_f32",
+            "bn_grad_apply_planes_f16",
+            "bn_grad_apply_planes_bf16",
+        ],
+    ],
+];
+
+/// The kernels that run a call's passes over the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    /// Any layout `ncs` reads (the strided kernels).
+    Strided(BnShape),
+    /// Packed channels-last, 16-byte vectors across the channels (the `*_vec_*` kernels).
+    ChannelsLast(BnVecShape),
+    /// Packed planes (NCHW), 16-byte vectors along the spatial dims (the `*_planes_*` kernels).
+    Planes(BnPlanesShape),
+}
+
+impl Pass {
+    /// The fastest family whose layout every data operand present has (address not 0);
+    /// `channels_last_ok` false leaves the channels-last vectors out.
+    fn choose(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32, channels_last_ok: bool) -> Pass {
+        if let Some(v) = vec_shape(x, dtype, operands, sm_count).filter(|_| channels_last_ok) {
+            return Pass::ChannelsLast(v);
+        }
+        match planes_shape(x, dtype, operands, sm_count) {
+            Some(p) => Pass::Planes(p),
+            None => Pass::Strided(strided_shape(x, sm_count)),
+        }
     }
+
+    fn entry(&self, kernel: Kernel, dtype: DataType) -> &'static str {
+        let family = match self {
+            Pass::Strided(_) => 0,
+            Pass::ChannelsLast(_) => 1,
+            Pass::Planes(_) => 2,
+        };
+        let dt = match dtype {
+            DataType::F32 => 0,
+            DataType::F16 => 1,
+            _ => 2,
+        };
+        ENTRIES[kernel as usize][family][dt]
+    }
+
+    /// The pass's shape as the per-channel finalize steps read it.
+    fn shape(&self) -> BnShape {
+        match self {
+            Pass::Strided(sh) => *sh,
+            Pass::ChannelsLast(v) => v.as_shape(),
+            Pass::Planes(p) => p.as_shape(),
+        }
+    }
+}
+
+/// Floats of the reductions' partials (`per_channel` floats per chunk and channel).
+fn partial_floats(per_channel: usize, pass: &Pass) -> usize {
+    let sh = pass.shape();
+    per_channel * sh.chunks as usize * sh.c as usize
+}
+
+/// Bytes of a workspace holding `floats` f32 values, then `coef_floats` coefficients that
+/// start 16-byte aligned (the vector kernels read them 16 bytes at a time).
+fn scratch_bytes(floats: usize, coef_floats: usize) -> usize {
+    (floats + coef_floats) * 4 + 16
+}
+
+/// The coefficients' address in a workspace at `ws` after `floats` f32 values.
+fn coef_at(ws: u64, floats: usize) -> u64 {
+    (ws + floats as u64 * 4).next_multiple_of(16)
 }
 
 /// Channel lanes per block of the channels-last reductions (`BN_LANES`).
@@ -391,21 +491,32 @@ fn vec_shape(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32) -
     })
 }
 
-fn vec_entry(kernel: &str, dtype: DataType) -> &'static str {
-    match (kernel, dtype) {
-        ("stats", DataType::F32) => "bn_stats_vec_f32",
-        ("stats", DataType::F16) => "bn_stats_vec_f16",
-        ("stats", _) => "bn_stats_vec_bf16",
-        ("apply", DataType::F32) => "bn_apply_vec_f32",
-        ("apply", DataType::F16) => "bn_apply_vec_f16",
-        ("apply", _) => "bn_apply_vec_bf16",
-        ("grad_stats", DataType::F32) => "bn_grad_stats_vec_f32",
-        ("grad_stats", DataType::F16) => "bn_grad_stats_vec_f16",
-        ("grad_stats", _) => "bn_grad_stats_vec_bf16",
-        ("grad_apply", DataType::F32) => "bn_grad_apply_vec_f32",
-        ("grad_apply", DataType::F16) => "bn_grad_apply_vec_f16",
-        _ => "bn_grad_apply_vec_bf16",
+/// The vectorized planes pass over `x` (the `*_planes_*` kernels) when every data operand
+/// present (address not 0) is packed `[N, C, S]` with S innermost (packed NCHW) and 16-byte
+/// aligned, and S is a multiple of the 16-byte vector's element count; `None` otherwise.
+fn planes_shape(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32) -> Option<BnPlanesShape> {
+    let vec = (16 / dtype.size()) as i64;
+    let packed = |o: &&BnOperand| {
+        o.ptr == 0
+            || (o.ptr.is_multiple_of(16)
+                && o.view.ss == 1
+                && (x.c == 1 || o.view.sc == x.s)
+                && (x.n == 1 || o.view.sn == x.c * x.s))
+    };
+    if x.c == 0 || x.s == 0 || x.s % vec != 0 || !operands.iter().all(packed) {
+        return None;
     }
+    // The strided reductions' split, counted in vectors.
+    let in_vectors = Ncs { s: x.s / vec, ..*x };
+    let sh = plan_shape(&in_vectors, false, sm_count);
+    Some(BnPlanesShape {
+        n: x.n,
+        c: x.c,
+        s: x.s,
+        vec,
+        chunk_len: sh.chunk_len,
+        chunks: sh.chunks,
+    })
 }
 
 fn ptr(t: Option<&TensorRef>) -> u64 {
@@ -484,29 +595,21 @@ pub fn batch_norm_train_forward(
         ],
     )?;
     let sm = sm_count(stream)?;
-    let vsh = vec_shape(&xv, a.x.dtype, &[&xo, &zo, &yo], sm);
-    let sh = strided_shape(&xv, sm);
-    let most_chunks = vsh.map_or(sh.chunks, |v| v.chunks.max(sh.chunks));
+    let pass = Pass::choose(&xv, a.x.dtype, &[&xo, &zo, &yo], sm, true);
     let finalize = stream_function(stream, BATCH_NORM, "bn_finalize")?;
-    let part_floats = 3 * most_chunks as usize * c as usize;
-    let bytes = (part_floats + 2 * c as usize) * 4;
-    with_workspace(stream, bytes, |ws| {
-        let coef = ws + part_floats as u64 * 4;
-        // The vector kernels read `coef` 16 bytes at a time.
-        let vsh = vsh.filter(|_| coef.is_multiple_of(16));
-        let kernel = |k: &str| match vsh {
-            Some(_) => stream_function(stream, BATCH_NORM, vec_entry(k, a.x.dtype)),
-            None => stream_function(stream, BATCH_NORM, entry(k, a.x.dtype)),
-        };
-        let (stats, apply) = (kernel("stats")?, kernel("apply")?);
-        let chunks = vsh.map_or(sh.chunks, |v| v.chunks);
-        match &vsh {
-            Some(v) => launch::stats_vec(stream, &stats, xo.ptr, v, ws)?,
-            None => launch::stats(stream, &stats, xo.ptr, &xo.view, &sh, ws)?,
+    let kernel = |k: Kernel| stream_function(stream, BATCH_NORM, pass.entry(k, a.x.dtype));
+    let (stats, apply) = (kernel(Kernel::Stats)?, kernel(Kernel::Apply)?);
+    let part_floats = partial_floats(3, &pass);
+    with_workspace(stream, scratch_bytes(part_floats, 2 * c as usize), |ws| {
+        let coef = coef_at(ws, part_floats);
+        match &pass {
+            Pass::ChannelsLast(v) => launch::stats_vec(stream, &stats, xo.ptr, v, ws)?,
+            Pass::Planes(p) => launch::stats_planes(stream, &stats, xo.ptr, p, ws)?,
+            Pass::Strided(sh) => launch::stats(stream, &stats, xo.ptr, &xo.view, sh, ws)?,
         }
         let fin = FinalizeArgs {
             part: ws,
-            chunks,
+            chunks: pass.shape().chunks,
             c,
             eps: o.epsilon as f32,
             momentum: o.momentum as f32,
@@ -523,9 +626,10 @@ pub fn batch_norm_train_forward(
             coef,
         };
         launch::finalize(stream, &finalize, &fin)?;
-        match &vsh {
-            Some(v) => launch::apply_vec(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], v, coef, o.relu),
-            None => launch::apply(stream, &apply, [&xo, &zo, &yo], &sh, coef, o.relu),
+        match &pass {
+            Pass::ChannelsLast(v) => launch::apply_vec(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], v, coef, o.relu),
+            Pass::Planes(p) => launch::apply_planes(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], p, coef, o.relu),
+            Pass::Strided(sh) => launch::apply(stream, &apply, [&xo, &zo, &yo], sh, coef, o.relu),
         }
     })
 }
@@ -572,11 +676,11 @@ pub fn batch_norm_inference(
         ],
     )?;
     let sm = sm_count(stream)?;
-    let sh = strided_shape(&xv, sm);
-    let vsh = vec_shape(&xv, a.x.dtype, &[&xo, &zo, &yo], sm);
+    let pass = Pass::choose(&xv, a.x.dtype, &[&xo, &zo, &yo], sm, true);
     let coef_fn = stream_function(stream, BATCH_NORM, "bn_inference_coef")?;
-    with_workspace(stream, 2 * c as usize * 4, |coef| {
-        let vsh = vsh.filter(|_| coef.is_multiple_of(16));
+    let apply = stream_function(stream, BATCH_NORM, pass.entry(Kernel::Apply, a.x.dtype))?;
+    with_workspace(stream, scratch_bytes(0, 2 * c as usize), |ws| {
+        let coef = coef_at(ws, 0);
         launch::inference_coef(
             stream,
             &coef_fn,
@@ -589,15 +693,10 @@ pub fn batch_norm_inference(
             a.var.ptr,
             coef,
         )?;
-        match &vsh {
-            Some(v) => {
-                let apply = stream_function(stream, BATCH_NORM, vec_entry("apply", a.x.dtype))?;
-                launch::apply_vec(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], v, coef, relu)
-            }
-            None => {
-                let apply = stream_function(stream, BATCH_NORM, entry("apply", a.x.dtype))?;
-                launch::apply(stream, &apply, [&xo, &zo, &yo], &sh, coef, relu)
-            }
+        match &pass {
+            Pass::ChannelsLast(v) => launch::apply_vec(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], v, coef, relu),
+            Pass::Planes(p) => launch::apply_planes(stream, &apply, [xo.ptr, zo.ptr, yo.ptr], p, coef, relu),
+            Pass::Strided(sh) => launch::apply(stream, &apply, [&xo, &zo, &yo], sh, coef, relu),
         }
     })
 }
@@ -649,26 +748,23 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
         ],
     )?;
     let sm = sm_count(stream)?;
-    let strided = strided_shape(&xv, sm);
-    let vsh =
-        vec_shape(&xv, a.x.dtype, &[&xo, &yo, &dyo, &dxo, &dzo], sm).filter(|_| a.saved_mean.ptr.is_multiple_of(16));
-    let most_chunks = vsh.map_or(strided.chunks, |v| v.chunks.max(strided.chunks));
+    // The channels-last vectors also read the saved mean 16 bytes at a time.
+    let mean_aligned = a.saved_mean.ptr.is_multiple_of(16);
+    let pass = Pass::choose(&xv, a.x.dtype, &[&xo, &yo, &dyo, &dxo, &dzo], sm, mean_aligned);
     let grad_finalize = stream_function(stream, BATCH_NORM, "bn_grad_finalize")?;
-    let part_floats = 2 * most_chunks as usize * c as usize;
-    let bytes = (part_floats + 3 * c as usize) * 4;
-    with_workspace(stream, bytes, |ws| {
-        let coef = ws + part_floats as u64 * 4;
-        // The vector kernels read `coef` 16 bytes at a time.
-        let vsh = vsh.filter(|_| coef.is_multiple_of(16));
-        let kernel = |k: &str| match vsh {
-            Some(_) => stream_function(stream, BATCH_NORM, vec_entry(k, a.x.dtype)),
-            None => stream_function(stream, BATCH_NORM, entry(k, a.x.dtype)),
-        };
-        let (grad_stats, grad_apply) = (kernel("grad_stats")?, kernel("grad_apply")?);
-        let sh = vsh.map_or(strided, |v| v.as_shape());
-        match &vsh {
-            Some(v) => launch::grad_stats_vec(stream, &grad_stats, [xo.ptr, yo.ptr, dyo.ptr], v, a.saved_mean.ptr, ws)?,
-            None => launch::grad_stats(stream, &grad_stats, [&xo, &yo, &dyo], &sh, a.saved_mean.ptr, ws)?,
+    let kernel = |k: Kernel| stream_function(stream, BATCH_NORM, pass.entry(k, a.x.dtype));
+    let (grad_stats, grad_apply) = (kernel(Kernel::GradStats)?, kernel(Kernel::GradApply)?);
+    let part_floats = partial_floats(2, &pass);
+    with_workspace(stream, scratch_bytes(part_floats, 3 * c as usize), |ws| {
+        let coef = coef_at(ws, part_floats);
+        let sh = pass.shape();
+        let mean = a.saved_mean.ptr;
+        match &pass {
+            Pass::ChannelsLast(v) => {
+                launch::grad_stats_vec(stream, &grad_stats, [xo.ptr, yo.ptr, dyo.ptr], v, mean, ws)?
+            }
+            Pass::Planes(p) => launch::grad_stats_planes(stream, &grad_stats, [xo.ptr, yo.ptr, dyo.ptr], p, mean, ws)?,
+            Pass::Strided(sh) => launch::grad_stats(stream, &grad_stats, [&xo, &yo, &dyo], sh, mean, ws)?,
         }
         launch::grad_finalize(
             stream,
@@ -687,15 +783,11 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
         if a.dx.is_none() && a.d_residual.is_none() {
             return Ok(());
         }
-        match &vsh {
-            Some(v) => launch::grad_apply_vec(
-                stream,
-                &grad_apply,
-                [xo.ptr, yo.ptr, dyo.ptr, dxo.ptr, dzo.ptr],
-                v,
-                coef,
-            ),
-            None => launch::grad_apply(stream, &grad_apply, [&xo, &yo, &dyo, &dxo, &dzo], &sh, coef),
+        let data = [xo.ptr, yo.ptr, dyo.ptr, dxo.ptr, dzo.ptr];
+        match &pass {
+            Pass::ChannelsLast(v) => launch::grad_apply_vec(stream, &grad_apply, data, v, coef),
+            Pass::Planes(p) => launch::grad_apply_planes(stream, &grad_apply, data, p, coef),
+            Pass::Strided(sh) => launch::grad_apply(stream, &grad_apply, [&xo, &yo, &dyo, &dxo, &dzo], sh, coef),
         }
     })
 }
@@ -817,6 +909,82 @@ mod tests {
         )
         .unwrap();
         assert_eq!((v.chunks, v.chunk_len), (1, 6));
+    }
+
+    #[test]
+    fn packed_nchw_operands_take_the_planes_kernels() {
+        let nchw = |n: i64, c: i64, s: i64| Ncs {
+            n,
+            c,
+            s,
+            view: BnView {
+                sn: c * s,
+                sc: s,
+                ss: 1,
+            },
+        };
+        let op = |ptr: u64, view: BnView| BnOperand { ptr, view };
+        let x = nchw(64, 256, 56 * 56);
+        let p = planes_shape(&x, DataType::BF16, &[&op(4096, x.view), &op(0, BnView::default())], 132)
+            .expect("planes pass");
+        assert_eq!((p.vec, p.n, p.c, p.s), (8, 64, 256, 3136));
+        // The chunks cover one channel's N * S / V vectors once.
+        let per_channel = 64 * 3136 / 8;
+        assert!((p.chunks as i64 - 1) * p.chunk_len < per_channel && p.chunks as i64 * p.chunk_len >= per_channel);
+        let sh = p.as_shape();
+        assert_eq!((sh.order, sh.chunk_len, sh.chunks), (0, p.chunk_len * 8, p.chunks));
+        // 7 x 7 planes: 49 is no multiple of 8 (bf16) or 4 (f32); 14 x 14 = 196 is of 4 only.
+        let x7 = nchw(64, 2048, 49);
+        assert!(planes_shape(&x7, DataType::BF16, &[&op(4096, x7.view)], 132).is_none());
+        let x14 = nchw(64, 1024, 196);
+        assert!(planes_shape(&x14, DataType::BF16, &[&op(4096, x14.view)], 132).is_none());
+        assert_eq!(
+            planes_shape(&x14, DataType::F32, &[&op(4096, x14.view)], 132).map(|p| p.vec),
+            Some(4)
+        );
+        // Misaligned, channels-last, channel-sliced or batch-gapped operands do not.
+        assert!(planes_shape(&x, DataType::BF16, &[&op(4100, x.view)], 132).is_none());
+        let nhwc = BnView {
+            sn: 256 * 3136,
+            sc: 1,
+            ss: 256,
+        };
+        assert!(planes_shape(&x, DataType::BF16, &[&op(4096, nhwc)], 132).is_none());
+        let sliced = BnView {
+            sn: 512 * 3136,
+            ..x.view
+        };
+        assert!(planes_shape(&x, DataType::BF16, &[&op(4096, x.view), &op(8192, sliced)], 132).is_none());
+        // The channels-last vectors come first; packed NCHW takes the planes; the rest strided.
+        let ops = [&op(4096, x.view)];
+        assert!(matches!(
+            Pass::choose(&x, DataType::BF16, &ops, 132, true),
+            Pass::Planes(_)
+        ));
+        let cl = Ncs { view: nhwc, ..x };
+        let cl_ops = [&op(4096, nhwc)];
+        assert!(matches!(
+            Pass::choose(&cl, DataType::BF16, &cl_ops, 132, true),
+            Pass::ChannelsLast(_)
+        ));
+        assert!(matches!(
+            Pass::choose(&cl, DataType::BF16, &cl_ops, 132, false),
+            Pass::Strided(_)
+        ));
+        assert!(matches!(
+            Pass::choose(&x7, DataType::BF16, &[&op(4096, x7.view)], 132, true),
+            Pass::Strided(_)
+        ));
+        assert_eq!(
+            Pass::choose(&x, DataType::F16, &ops, 132, true).entry(Kernel::GradApply, DataType::F16),
+            "bn_grad_apply_planes_f16"
+        );
+        // Coefficients start 16-byte aligned after any number of partials.
+        for floats in [0, 1, 3, 6, 7] {
+            let coef = coef_at(256, floats);
+            assert!(coef.is_multiple_of(16) && coef >= 256 + floats as u64 * 4);
+            assert!(coef + 4 * 3 <= 256 + scratch_bytes(floats, 3) as u64);
+        }
     }
 
     #[test]
