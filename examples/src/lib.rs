@@ -971,3 +971,6 @@ pub mod host_profile {
 }
 
 pub mod models;
+
+#[cfg(feature = "candle")]
+pub mod candle_models;
