@@ -880,13 +880,25 @@ fn dropout_mha_run<B: AutodiffBackend>(dtype: DType, dropout: f64, seed: u64) ->
     let mut data = |dims: &[usize], scale: f64| {
         TensorData::new(uniform(&mut rng, dims.iter().product(), -scale, scale), dims.to_vec())
     };
-    // The same weights on every run (the generator seeded before the initialization).
-    B::seed(&device, 99);
     let mha: MultiHeadAttention<B> = MultiHeadAttentionConfig::new(d, 4).with_dropout(dropout).init(&device);
     let x = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device)
         .cast(dtype)
         .require_grad();
     let w = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device);
+    // The same weights on every run, in `dtype`.
+    let mut linear = || Linear {
+        weight: Param::from_tensor(Tensor::<B, 2>::from_data(data(&[d, d], 0.15), &device).cast(dtype)),
+        bias: Some(Param::from_tensor(
+            Tensor::<B, 1>::from_data(data(&[d], 0.1), &device).cast(dtype),
+        )),
+    };
+    let mha = MultiHeadAttention {
+        query: linear(),
+        key: linear(),
+        value: linear(),
+        output: linear(),
+        ..mha
+    };
     let pad_mask: Vec<bool> = (0..b).flat_map(|i| (0..s).map(move |j| j >= s - 5 * (i + 1))).collect();
     let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad_mask, [b, s]), &device);
     B::seed(&device, seed);
