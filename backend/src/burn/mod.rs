@@ -44,6 +44,9 @@ mod training;
 use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet, ExecutionError};
 
 pub use device::{CudnnDevice, DEVICE_TYPE_ID};
+pub use fusion::CudnnFusion;
+pub use tensor::{CudnnQTensor, CudnnTensor};
+pub use training::{BatchNormOutput, TrainingOps};
 
 /// The adapter's state (its modules reach their part through [`state`]).
 static STATE: shared_state::BurnState = shared_state::BurnState::new();
@@ -52,9 +55,6 @@ static STATE: shared_state::BurnState = shared_state::BurnState::new();
 pub(crate) fn state() -> &'static shared_state::BurnState {
     &STATE
 }
-pub use fusion::CudnnFusion;
-pub use tensor::{CudnnQTensor, CudnnTensor};
-pub use training::{BatchNormOutput, TrainingOps};
 
 /// The cuDNN backend for Burn: `type B = burn::backend::Autodiff<Cudnn>;`.
 #[derive(Clone, Copy, Debug, Default)]
