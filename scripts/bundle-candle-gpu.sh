@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Candle GPU check binary (backend/tests/candle_gpu.rs, feature `candle-cuda`) and the
-# train_candle and train_candle_transformer examples (examples feature `candle-cuda`), and writes
+# train_candle, train_candle_transformer and train_candle_models examples (examples feature
+# `candle-cuda`), and writes
 # them stripped and xz-compressed to .gpu-candle/<name>.xz (git-ignored) together
 # with run-candle-gpu.sh, train-bench.sh and the PyTorch scripts (compare_torch.py,
 # train_torch.py), for a CUDA machine without a Rust toolchain or nvcc.
@@ -27,11 +28,15 @@ train="$(cargo build --release -p examples --features candle-cuda --example trai
   --message-format=json | executable train_candle)"
 transformer="$(cargo build --release -p examples --features candle-cuda --example train_candle_transformer \
   --message-format=json | executable train_candle_transformer)"
+models="$(cargo build --release -p examples --features candle-cuda --example train_candle_models \
+  --message-format=json | executable train_candle_models)"
 mkdir -p .gpu-candle
-for pair in "candle_gpu:$tests" "train_candle:$train" "train_candle_transformer:$transformer"; do
+for pair in "candle_gpu:$tests" "train_candle:$train" "train_candle_transformer:$transformer" \
+  "train_candle_models:$models"; do
   name="${pair%%:*}"
   strip -o ".gpu-candle/$name" "${pair#*:}"
   xz -T0 -6 -f ".gpu-candle/$name"
 done
-cp scripts/run-candle-gpu.sh scripts/train-bench.sh bench/compare_torch.py bench/train_torch.py .gpu-candle/
+cp scripts/run-candle-gpu.sh scripts/train-bench.sh scripts/models-bench.sh bench/compare_torch.py bench/train_torch.py \
+  bench/train_models_torch.py .gpu-candle/
 ls -la .gpu-candle

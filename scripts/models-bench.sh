@@ -4,7 +4,9 @@
 # Run from the bundle (scripts/bundle-gpu.sh): .gpu/models-bench.sh LOG_DIR [CONFIG...] with
 # CONFIG = model:dtype:batch (default resnet50:bf16:64 resnet50:f32:64; models: resnet50, gpt2,
 # vit_b16, bert_base).
-# MODELS_BENCH_VARIANTS (default "stock-fusion fused-fusion"): ours, as in train-bench.sh;
+# MODELS_BENCH_VARIANTS (default "stock-fusion fused-fusion"): ours, as in train-bench.sh,
+# and `candle` / `candle-stock` (train_candle_models from the Candle bundle, resnet50 and gpt2,
+# this crate's Candle layers or candle-nn's);
 # a suffix +tf32 runs it with CUDNN_BACKEND_ALLOW_TF32=1 (TF32 f32 convolutions, as PyTorch's
 # default), +nhwc with CUDNN_BACKEND_CONV_LAYOUT=nhwc (channels-last convolutions), +nchw
 # with CUDNN_BACKEND_CONV_LAYOUT=nchw.
@@ -14,6 +16,7 @@
 # compiled settings run MODELS_BENCH_COMPILE_REPEATS rounds (default 1: each compiles for a
 # minute or more). MODELS_BENCH_STEPS (default 30) steps per epoch, 3 epochs, the last timed.
 # MODELS_BENCH_ENV adds environment settings to our runs (e.g. "CUDNN_BACKEND_CONV_LAYOUT=nchw").
+# MODELS_BIN_DIR: where our binaries are (default: this script's folder).
 # Every run's JSON line goes to LOG_DIR/results.jsonl; the table (medians) is printed last.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -29,6 +32,7 @@ read -r -a variants <<<"${MODELS_BENCH_VARIANTS:-stock-fusion fused-fusion}"
 read -r -a settings <<<"${MODELS_BENCH_TORCH:-default tuned compile}"
 read -r -a ours_env <<<"${MODELS_BENCH_ENV:-}"
 results="$logs/results.jsonl"
+bins="${MODELS_BIN_DIR:-$here}"
 failures=0
 # Runs one command into LOG and appends its JSON line (with the round) to results.jsonl.
 record() { # log round command...
@@ -55,6 +59,7 @@ for cfg in "${configs[@]}"; do
     done
     for v in "${variants[@]}"; do
       flags=(--benchmark --variant "$v")
+      bin=train_models
       v_env=("${ours_env[@]}")
       [[ $v == *+tf32* ]] && v_env+=(CUDNN_BACKEND_ALLOW_TF32=1)
       [[ $v == *+nchw* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nchw)
@@ -63,8 +68,10 @@ for cfg in "${configs[@]}"; do
         stock) flags+=(--stock) ;;
         stock-fusion) flags+=(--stock --fusion) ;;
         fused-fusion) flags+=(--fusion) ;;
+        candle) bin=train_candle_models ;;
+        candle-stock) bin=train_candle_models flags+=(--stock) ;;
       esac
-      record "$logs/ours-$v-$tag-r$round.log" "$round" env "${v_env[@]}" "$here/train_models" --model "$model" \
+      record "$logs/ours-$v-$tag-r$round.log" "$round" env "${v_env[@]}" "$bins/$bin" --model "$model" \
         --dtype "$dtype" --batch-size "$batch" --steps "$steps" "${flags[@]}"
     done
   done

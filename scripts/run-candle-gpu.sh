@@ -12,6 +12,10 @@
 #       candle:f32:128 candle:bf16:128 candle:f32:512 candle-transformer:f32:32
 #       candle-transformer:bf16:32 (train_candle_transformer); the table is printed and in
 #       LOG_DIR/train-bench.md (per-run logs in LOG_DIR/train-bench/)
+#   run-candle-gpu.sh LOG_DIR models [CONFIG...]
+#       models-bench.sh with train_candle_models (variants candle and candle-stock, or
+#       MODELS_BENCH_VARIANTS) next to PyTorch (bench/train_models_torch.py); CONFIG =
+#       model:dtype:batch, default resnet50:bf16:64 gpt2:bf16:8
 # The binaries link (by soname) libcuda.so.1, libcudart.so.13, libcublas.so.13, libcurand.so.10
 # and libnvrtc.so.13, and load libcudnn.so.9 at run time: all must be on the loader path.
 # CUDA_LIB_DIRS (colon-separated) replaces the default directories prepended to LD_LIBRARY_PATH;
@@ -23,6 +27,7 @@ logs="$(mkdir -p "${1:?log dir}" && cd "$1" && pwd)"; shift
 mode=tests
 if [[ ${1:-} == train ]]; then mode=train; shift; fi
 if [[ ${1:-} == bench ]]; then mode=bench; shift; fi
+if [[ ${1:-} == models ]]; then mode=models; shift; fi
 default_dirs="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib:/usr/local/cuda/targets/x86_64-linux/lib"
 export LD_LIBRARY_PATH="${CUDA_LIB_DIRS:-$default_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 unpack() { # name: decompresses the binary into LOG_DIR and checks that its libraries resolve
@@ -41,6 +46,13 @@ if [[ $mode == bench ]]; then
   TRAIN_BIN_DIR="$logs" PYTHON="${PYTHON:-/opt/torch/.venv/bin/python}" \
     "$here/train-bench.sh" "$logs/train-bench" "${configs[@]}" | tee "$logs/train-bench.md"
   exit "${PIPESTATUS[0]}"
+fi
+if [[ $mode == models ]]; then
+  unpack train_candle_models
+  configs=("$@"); [[ $# -eq 0 ]] && configs=(resnet50:bf16:64 gpt2:bf16:8)
+  MODELS_BIN_DIR="$logs" MODELS_BENCH_VARIANTS="${MODELS_BENCH_VARIANTS:-candle candle-stock}" \
+    PYTHON="${PYTHON:-/opt/torch/.venv/bin/python}" "$here/models-bench.sh" "$logs/models-bench" "${configs[@]}"
+  exit $?
 fi
 if [[ $mode == train ]]; then
   unpack train_candle
