@@ -41,6 +41,7 @@ pub(crate) mod warm;
 pub use load::{compile_stats, wait_for_background_compiles, CompileStats};
 pub(crate) use load::{function, prefetch};
 
+pub(crate) mod batch_norm;
 pub(crate) mod check;
 pub mod conv;
 pub mod ctc;
