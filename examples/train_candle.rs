@@ -39,7 +39,8 @@ use cudnn_backend::candle::nn::{
     batch_norm, conv2d_no_bias, linear, BatchNorm, BatchNormConfig, Conv2d, Conv2dConfig, Linear,
 };
 use cudnn_backend::candle::optim::FusedAdamW;
-use cudnn_backend::candle::{Conv2dParams, CudnnExt};
+use cudnn_backend::candle::CudnnExt;
+use examples::candle_models::open_gpu;
 use examples::curves::{epoch_bar, finish_epoch, save_run, History};
 
 /// conv (no bias) → batch norm (fused in training unless `stock`).
@@ -555,16 +556,6 @@ fn rate(r: f64) -> String {
     } else {
         format!("{r:.0}")
     }
-}
-
-/// Candle's CUDA device 0 when it opens and our cuDNN ops run on it (one tiny convolution).
-fn open_gpu() -> std::result::Result<Device, String> {
-    let dev = Device::new_cuda(0).map_err(|e| e.to_string())?;
-    let x = Tensor::ones((1, 1, 3, 3), DType::F32, &dev).map_err(|e| e.to_string())?;
-    x.cudnn_conv2d(&x, Conv2dParams::default())
-        .and_then(|y| y.flatten_all()?.to_vec1::<f32>())
-        .map_err(|e| format!("cuDNN: {e}"))?;
-    Ok(dev)
 }
 
 fn main() {

@@ -38,11 +38,10 @@
 
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
-use cudnn_backend::candle::{Conv2dParams, CudnnExt};
+use candle_core::{DType, Device};
 use examples::candle_models::gpt::{Gpt, GptConfig};
 use examples::candle_models::resnet::{ResNet, ResNetConfig};
-use examples::candle_models::{train, CandleModel, Report, TrainOptions};
+use examples::candle_models::{open_gpu, train, CandleModel, Report, TrainOptions};
 
 /// The models `--model` names.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -189,16 +188,6 @@ fn run<M: CandleModel>(
     Ok((train::<M>(config, &options, device, started)?, options.batch))
 }
 
-/// Candle's CUDA device 0 when it opens and our cuDNN ops run on it (one tiny convolution).
-fn open_gpu() -> Result<Device, String> {
-    let dev = Device::new_cuda(0).map_err(|e| e.to_string())?;
-    let x = Tensor::ones((1, 1, 3, 3), DType::F32, &dev).map_err(|e| e.to_string())?;
-    x.cudnn_conv2d(&x, Conv2dParams::default())
-        .and_then(|y| y.flatten_all()?.to_vec1::<f32>())
-        .map_err(|e| format!("cuDNN: {e}"))?;
-    Ok(dev)
-}
-
 fn main() {
     let started = Instant::now();
     let args = match parse_args() {
@@ -243,32 +232,5 @@ fn main() {
         .as_deref()
         .unwrap_or(if args.stock { "candle-stock" } else { "candle-fused" });
     let dtype = format!("{:?}", args.dtype).to_lowercase();
-    println!(
-        "train_candle_models {} {variant} dtype={dtype} batch={batch}: loss {:.4} -> {:.4}, {:.1} {}/s, \
-         {:.2} ms/step, {:.0} launches/step, first step {:.2} s, {} parameters",
-        args.model_name,
-        r.loss_first,
-        r.loss_last,
-        r.rate,
-        r.unit,
-        r.ms_per_step,
-        r.launches_per_step,
-        r.first_step_s,
-        r.params
-    );
-    println!(
-        "{{\"model\": \"{}\", \"variant\": \"{variant}\", \"dtype\": \"{dtype}\", \"batch\": {batch}, \"unit\": \
-         \"{}\", \"{}_per_s\": {:.2}, \"ms_per_step\": {:.3}, \"launches_per_step\": {:.0}, \"first_step_s\": {:.3}, \
-         \"loss_first\": {:.5}, \"loss_last\": {:.5}, \"params\": {}}}",
-        args.model_name,
-        r.unit,
-        r.unit,
-        r.rate,
-        r.ms_per_step,
-        r.launches_per_step,
-        r.first_step_s,
-        r.loss_first,
-        r.loss_last,
-        r.params
-    );
+    r.print("train_candle_models", &args.model_name, variant, &dtype, batch);
 }

@@ -44,6 +44,7 @@ use candle_nn::{AdamW, Embedding, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use cudnn_backend::candle::nn::LayerNormConfig;
 use cudnn_backend::candle::optim::FusedAdamW;
 use cudnn_backend::candle::Activation;
+use examples::candle_models::layers::{Dense, Norm};
 use examples::curves::{epoch_bar, finish_epoch, save_run, History};
 use markers::{generate, Set, CLASSES, VOCAB};
 
@@ -52,90 +53,35 @@ const HEADS: usize = 8;
 const D_FF: usize = 2048;
 const LN_EPS: f64 = 1e-5;
 
-/// A linear layer's variables, run as this crate's fused layer or as candle-nn's.
-#[derive(Clone)]
-struct Dense {
-    weight: Tensor,
-    bias: Tensor,
-    act: Activation,
-    stock: bool,
+/// A linear layer of candle-nn's initialization ([`Dense`]: this crate's fused layer or
+/// candle-nn's).
+fn dense(d_in: usize, d_out: usize, act: Activation, stock: bool, vb: VarBuilder) -> Result<Dense> {
+    let l = cudnn_backend::candle::nn::linear(d_in, d_out, vb)?;
+    let bias = l
+        .bias()
+        .cloned()
+        .ok_or_else(|| candle_core::Error::Msg("linear without bias".into()))?;
+    Ok(Dense {
+        weight: l.weight().clone(),
+        bias,
+        act,
+        stock,
+    })
 }
 
-impl Dense {
-    fn new(d_in: usize, d_out: usize, act: Activation, stock: bool, vb: VarBuilder) -> Result<Self> {
-        let l = cudnn_backend::candle::nn::linear(d_in, d_out, vb)?;
-        let bias = l
-            .bias()
-            .cloned()
-            .ok_or_else(|| candle_core::Error::Msg("linear without bias".into()))?;
-        Ok(Self {
-            weight: l.weight().clone(),
-            bias,
-            act,
-            stock,
-        })
-    }
-
-    fn cast(&self, dt: DType) -> Result<Self> {
-        Ok(Self {
-            weight: self.weight.to_dtype(dt)?,
-            bias: self.bias.to_dtype(dt)?,
-            ..*self
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.stock {
-            let y = candle_nn::Linear::new(self.weight.clone(), Some(self.bias.clone())).forward(x)?;
-            match self.act {
-                Activation::Gelu => y.gelu_erf(),
-                _ => Ok(y),
-            }
-        } else {
-            cudnn_backend::candle::nn::Linear::new(self.weight.clone(), Some(self.bias.clone()))
-                .with_activation(self.act)
-                .forward(x)
-        }
-    }
-}
-
-/// Layer norm over d_model: this crate's fused layer or candle-nn's composed one.
-#[derive(Clone)]
-struct Norm {
-    weight: Tensor,
-    bias: Tensor,
-    stock: bool,
-}
-
-impl Norm {
-    fn new(stock: bool, vb: VarBuilder) -> Result<Self> {
-        let n = cudnn_backend::candle::nn::layer_norm(D_MODEL, LayerNormConfig::default(), vb)?;
-        let bias = n
-            .bias()
-            .cloned()
-            .ok_or_else(|| candle_core::Error::Msg("layer norm without bias".into()))?;
-        Ok(Self {
-            weight: n.weight().clone(),
-            bias,
-            stock,
-        })
-    }
-
-    fn cast(&self, dt: DType) -> Result<Self> {
-        Ok(Self {
-            weight: self.weight.to_dtype(dt)?,
-            bias: self.bias.to_dtype(dt)?,
-            stock: self.stock,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.stock {
-            candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, LN_EPS as f32)
-        } else {
-            cudnn_backend::candle::nn::LayerNorm::new(self.weight.clone(), self.bias.clone(), LN_EPS).forward(x)
-        }
-    }
+/// Layer norm over d_model ([`Norm`]: this crate's fused layer or candle-nn's composed one).
+fn norm(stock: bool, vb: VarBuilder) -> Result<Norm> {
+    let n = cudnn_backend::candle::nn::layer_norm(D_MODEL, LayerNormConfig::default(), vb)?;
+    let bias = n
+        .bias()
+        .cloned()
+        .ok_or_else(|| candle_core::Error::Msg("layer norm without bias".into()))?;
+    Ok(Norm {
+        weight: n.weight().clone(),
+        bias,
+        eps: LN_EPS,
+        stock,
+    })
 }
 
 /// One post-norm encoder layer: `x = norm1(x + attn(x)); x = norm2(x + ff2(gelu(ff1(x))))`,
@@ -155,16 +101,16 @@ struct EncoderLayer {
 
 impl EncoderLayer {
     fn new(stock: bool, vb: VarBuilder) -> Result<Self> {
-        let dense = |d_in, d_out, act, name: &str| Dense::new(d_in, d_out, act, stock, vb.pp(name));
+        let dense = |d_in, d_out, act, name: &str| dense(d_in, d_out, act, stock, vb.pp(name));
         Ok(Self {
             query: dense(D_MODEL, D_MODEL, Activation::Identity, "query")?,
             key: dense(D_MODEL, D_MODEL, Activation::Identity, "key")?,
             value: dense(D_MODEL, D_MODEL, Activation::Identity, "value")?,
             output: dense(D_MODEL, D_MODEL, Activation::Identity, "output")?,
-            norm1: Norm::new(stock, vb.pp("norm1"))?,
+            norm1: norm(stock, vb.pp("norm1"))?,
             ff1: dense(D_MODEL, D_FF, Activation::Gelu, "ff1")?,
             ff2: dense(D_FF, D_MODEL, Activation::Identity, "ff2")?,
-            norm2: Norm::new(stock, vb.pp("norm2"))?,
+            norm2: norm(stock, vb.pp("norm2"))?,
             stock,
         })
     }
@@ -236,7 +182,7 @@ impl Net {
             layers: (0..layers)
                 .map(|i| EncoderLayer::new(stock, vb.pp(format!("layers.{i}"))))
                 .collect::<Result<_>>()?,
-            head: Dense::new(D_MODEL, CLASSES, Activation::Identity, stock, vb.pp("head"))?,
+            head: dense(D_MODEL, CLASSES, Activation::Identity, stock, vb.pp("head"))?,
         })
     }
 

@@ -44,7 +44,7 @@ use examples::models::bert::{Bert, BertConfig};
 use examples::models::gpt::{Gpt, GptConfig};
 use examples::models::resnet::{ResNet, ResNetConfig};
 use examples::models::vit::{Vit, VitConfig};
-use examples::models::TrainModel;
+use examples::models::{Report, TrainModel};
 
 /// The models `--model` names.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -158,20 +158,6 @@ fn parse_args() -> Result<Args, String> {
         ));
     }
     Ok(a)
-}
-
-/// What one run measured.
-struct Report {
-    params: usize,
-    /// What `rate` counts: "images" or "tokens".
-    unit: &'static str,
-    first_step_s: f64,
-    loss_first: f64,
-    loss_last: f64,
-    /// Units per second over the last epoch.
-    rate: f64,
-    ms_per_step: f64,
-    launches_per_step: f64,
 }
 
 /// Trains model `M` of `config` for `args.epochs` epochs of `args.steps` steps on `args.data`
@@ -361,34 +347,5 @@ fn main() {
         (false, false) => "fused",
     });
     let dtype = format!("{:?}", args.dtype).to_lowercase();
-    println!(
-        "train_models {} {variant} dtype={dtype} batch={}: loss {:.4} -> {:.4}, {:.1} {}/s, {:.2} ms/step, \
-         {:.0} launches/step, first step {:.2} s, {} parameters",
-        args.model_name,
-        args.batch,
-        r.loss_first,
-        r.loss_last,
-        r.rate,
-        r.unit,
-        r.ms_per_step,
-        r.launches_per_step,
-        r.first_step_s,
-        r.params
-    );
-    println!(
-        "{{\"model\": \"{}\", \"variant\": \"{variant}\", \"dtype\": \"{dtype}\", \"batch\": {}, \"unit\": \"{}\", \
-         \"{}_per_s\": {:.2}, \"ms_per_step\": {:.3}, \"launches_per_step\": {:.0}, \"first_step_s\": {:.3}, \
-         \"loss_first\": {:.5}, \"loss_last\": {:.5}, \"params\": {}}}",
-        args.model_name,
-        args.batch,
-        r.unit,
-        r.unit,
-        r.rate,
-        r.ms_per_step,
-        r.launches_per_step,
-        r.first_step_s,
-        r.loss_first,
-        r.loss_last,
-        r.params
-    );
+    r.print("train_models", &args.model_name, variant, &dtype, args.batch);
 }

@@ -365,6 +365,20 @@ __device__ __forceinline__ void bn_st_vec(typename D::T* p, i64 o, const float* 
     *reinterpret_cast<uint4*>(p + o) = raw;
 }
 
+// dy' at element offset `o`, one vector: dy, zeroed where the forward's ReLU output `y` (when
+// given) is not positive.
+template <class D>
+__device__ __forceinline__ void bn_ld_grad_vec(const typename D::T* dy, const typename D::T* y, i64 o, float* g) {
+    bn_ld_vec<D>(dy, o, g);
+    if (y) {
+        float yv[BnVec<D>::V];
+        bn_ld_vec<D>(y, o, yv);
+#pragma unroll
+        for (int k = 0; k < BnVec<D>::V; ++k)
+            if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+    }
+}
+
 // V consecutive floats of a 16-byte-aligned f32 array.
 template <int V>
 __device__ __forceinline__ void bn_ld_f32(const float* p, float* v) {
@@ -487,15 +501,8 @@ __device__ void bn_grad_stats_vec(const typename D::T* x, const typename D::T* y
         for (i64 r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
             const i64 o = r * C + cv * V;
             float g[V], xv[V];
-            bn_ld_vec<D>(dy, o, g);
+            bn_ld_grad_vec<D>(dy, y, o, g);
             bn_ld_vec<D>(x, o, xv);
-            if (y) {
-                float yv[V];
-                bn_ld_vec<D>(y, o, yv);
-#pragma unroll
-                for (int k = 0; k < V; ++k)
-                    if (!(yv[k] > 0.0f)) g[k] = 0.0f;
-            }
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 sa[k] += g[k];
@@ -537,14 +544,7 @@ __device__ void bn_grad_apply_vec(const typename D::T* x, const typename D::T* y
     FOR_EACH(i, vecs) {
         const i64 c0 = (small ? (i64)((unsigned int)i % (unsigned int)cvs) : i % cvs) * V;
         float g[V];
-        bn_ld_vec<D>(dy, i * V, g);
-        if (y) {
-            float yv[V];
-            bn_ld_vec<D>(y, i * V, yv);
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
-        }
+        bn_ld_grad_vec<D>(dy, y, i * V, g);
         if (dx) {
             float xv[V], k0[V], k1[V], k2[V];
             bn_ld_vec<D>(x, i * V, xv);
@@ -649,15 +649,8 @@ __device__ void bn_grad_stats_planes(const typename D::T* x, const typename D::T
     const float mu = mean[blockIdx.y];
     Sum2 r = bn_walk_planes<Sum2, BnVec<D>::V>(N, C, plane_vecs, chunk_len, [&](Sum2& acc, i64 o) {
         float g[BnVec<D>::V], xv[BnVec<D>::V];
-        bn_ld_vec<D>(dy, o, g);
+        bn_ld_grad_vec<D>(dy, y, o, g);
         bn_ld_vec<D>(x, o, xv);
-        if (y) {
-            float yv[BnVec<D>::V];
-            bn_ld_vec<D>(y, o, yv);
-#pragma unroll
-            for (int k = 0; k < BnVec<D>::V; ++k)
-                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
-        }
 #pragma unroll
         for (int k = 0; k < BnVec<D>::V; ++k) {
             acc.a += g[k];
@@ -681,14 +674,7 @@ __device__ void bn_grad_apply_planes(const typename D::T* x, const typename D::T
     FOR_EACH(i, vecs) {
         const i64 c = bn_plane_channel(i, plane_vecs, C, small);
         float g[V];
-        bn_ld_vec<D>(dy, i * V, g);
-        if (y) {
-            float yv[V];
-            bn_ld_vec<D>(y, i * V, yv);
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-                if (!(yv[k] > 0.0f)) g[k] = 0.0f;
-        }
+        bn_ld_grad_vec<D>(dy, y, i * V, g);
         if (dx) {
             const float k0 = coef[c], k1 = coef[C + c], k2 = coef[2 * C + c];
             float xv[V];

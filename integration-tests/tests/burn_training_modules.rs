@@ -765,6 +765,29 @@ fn fused_attention_backward_with_tracked_bias_matches_ndarray_in_half_precision(
     }
 }
 
+/// `mha` with its four projections `[d, d]` (and biases) drawn from `data` and cast to `dtype`.
+fn with_projections<B: Backend>(
+    mha: MultiHeadAttention<B>,
+    d: usize,
+    dtype: DType,
+    data: &mut impl FnMut(&[usize], f64) -> TensorData,
+    device: &B::Device,
+) -> MultiHeadAttention<B> {
+    let mut linear = || Linear {
+        weight: Param::from_tensor(Tensor::<B, 2>::from_data(data(&[d, d], 0.15), device).cast(dtype)),
+        bias: Some(Param::from_tensor(
+            Tensor::<B, 1>::from_data(data(&[d], 0.1), device).cast(dtype),
+        )),
+    };
+    MultiHeadAttention {
+        query: linear(),
+        key: linear(),
+        value: linear(),
+        output: linear(),
+        ..mha
+    }
+}
+
 /// Output and the gradients of the input and the four projection weights of
 /// `sum(mha(x, masks).context * w)` in `dtype` on backend `B`: this crate's drop-in (`ours`)
 /// or Burn's module on the same parameters, with a padding mask (the last `pad[i]` keys of
@@ -782,23 +805,11 @@ fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool) -> Vec<(String
         .require_grad();
     let w = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device);
     // The same weights on every backend, in `dtype`.
-    let mut linear = || Linear {
-        weight: Param::from_tensor(Tensor::<B, 2>::from_data(data(&[d, d], 0.15), &device).cast(dtype)),
-        bias: Some(Param::from_tensor(
-            Tensor::<B, 1>::from_data(data(&[d], 0.1), &device).cast(dtype),
-        )),
-    };
+    let mha = with_projections(mha, d, dtype, &mut data, &device);
     let pad = [3usize, 11];
     let pad_mask: Vec<bool> = (0..b).flat_map(|i| (0..s).map(move |j| j >= s - pad[i])).collect();
     let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad_mask, [b, s]), &device);
     let mask_attn = burn::nn::attention::generate_autoregressive_mask::<B>(b, s, &device);
-    let mha = MultiHeadAttention {
-        query: linear(),
-        key: linear(),
-        value: linear(),
-        output: linear(),
-        ..mha
-    };
     let context = if ours {
         let input = MhaInput::self_attn(x.clone()).mask_pad(mask_pad).mask_attn(mask_attn);
         let out = mha.forward(input);
@@ -886,19 +897,7 @@ fn dropout_mha_run<B: AutodiffBackend>(dtype: DType, dropout: f64, seed: u64) ->
         .require_grad();
     let w = Tensor::<B, 3>::from_data(data(&[b, s, d], 1.0), &device);
     // The same weights on every run, in `dtype`.
-    let mut linear = || Linear {
-        weight: Param::from_tensor(Tensor::<B, 2>::from_data(data(&[d, d], 0.15), &device).cast(dtype)),
-        bias: Some(Param::from_tensor(
-            Tensor::<B, 1>::from_data(data(&[d], 0.1), &device).cast(dtype),
-        )),
-    };
-    let mha = MultiHeadAttention {
-        query: linear(),
-        key: linear(),
-        value: linear(),
-        output: linear(),
-        ..mha
-    };
+    let mha = with_projections(mha, d, dtype, &mut data, &device);
     let pad_mask: Vec<bool> = (0..b).flat_map(|i| (0..s).map(move |j| j >= s - 5 * (i + 1))).collect();
     let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad_mask, [b, s]), &device);
     B::seed(&device, seed);

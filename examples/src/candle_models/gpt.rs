@@ -20,6 +20,7 @@ use candle_nn::{Init, VarBuilder};
 use cudnn_backend::candle::nn as ours;
 use cudnn_backend::candle::Activation;
 
+use super::layers::{Dense, Norm};
 use super::{uniform_labels, Batch, CandleModel};
 
 /// Standard deviation of the normal initialization of every weight matrix and embedding.
@@ -80,65 +81,24 @@ fn normal() -> Init {
     }
 }
 
-/// A linear layer (weight normal(0, 0.02), bias zero) with an activation: this crate's fused
-/// layer or candle-nn's followed by the activation.
-#[derive(Clone, Debug)]
-struct Dense {
-    weight: Tensor,
-    bias: Tensor,
-    act: Activation,
-    stock: bool,
+/// A linear layer of GPT-2's initialization (weight normal(0, 0.02), bias zero).
+fn dense(d_in: usize, d_out: usize, act: Activation, stock: bool, vb: VarBuilder) -> Result<Dense> {
+    Ok(Dense {
+        weight: vb.get_with_hints((d_out, d_in), "weight", normal())?,
+        bias: vb.get_with_hints(d_out, "bias", Init::Const(0.0))?,
+        act,
+        stock,
+    })
 }
 
-impl Dense {
-    fn new(d_in: usize, d_out: usize, act: Activation, stock: bool, vb: VarBuilder) -> Result<Self> {
-        Ok(Self {
-            weight: vb.get_with_hints((d_out, d_in), "weight", normal())?,
-            bias: vb.get_with_hints(d_out, "bias", Init::Const(0.0))?,
-            act,
-            stock,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (w, b) = (self.weight.clone(), Some(self.bias.clone()));
-        if self.stock {
-            let y = candle_nn::Linear::new(w, b).forward(x)?;
-            match self.act {
-                Activation::Gelu => y.gelu_erf(),
-                _ => Ok(y),
-            }
-        } else {
-            ours::Linear::new(w, b).with_activation(self.act).forward(x)
-        }
-    }
-}
-
-/// Layer norm over the model width (scale 1, shift 0): this crate's fused layer or
-/// candle-nn's composed one.
-#[derive(Clone, Debug)]
-struct Norm {
-    weight: Tensor,
-    bias: Tensor,
-    stock: bool,
-}
-
-impl Norm {
-    fn new(d: usize, stock: bool, vb: VarBuilder) -> Result<Self> {
-        Ok(Self {
-            weight: vb.get_with_hints(d, "weight", Init::Const(1.0))?,
-            bias: vb.get_with_hints(d, "bias", Init::Const(0.0))?,
-            stock,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.stock {
-            candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, LN_EPS as f32)
-        } else {
-            ours::LayerNorm::new(self.weight.clone(), self.bias.clone(), LN_EPS).forward(x)
-        }
-    }
+/// Layer norm over the model width (scale 1, shift 0).
+fn norm(d: usize, stock: bool, vb: VarBuilder) -> Result<Norm> {
+    Ok(Norm {
+        weight: vb.get_with_hints(d, "weight", Init::Const(1.0))?,
+        bias: vb.get_with_hints(d, "bias", Init::Const(0.0))?,
+        eps: LN_EPS,
+        stock,
+    })
 }
 
 /// One pre-norm decoder layer: `x + attn(norm1(x))`, then `x + mlp(norm2(x))`.
@@ -158,14 +118,14 @@ struct Layer {
 impl Layer {
     fn new(config: &GptConfig, stock: bool, vb: VarBuilder) -> Result<Self> {
         let d = config.d_model;
-        let dense = |d_in, d_out, act, name: &str| Dense::new(d_in, d_out, act, stock, vb.pp(name));
+        let dense = |d_in, d_out, act, name: &str| dense(d_in, d_out, act, stock, vb.pp(name));
         Ok(Self {
-            norm1: Norm::new(d, stock, vb.pp("norm1"))?,
+            norm1: norm(d, stock, vb.pp("norm1"))?,
             query: dense(d, d, Activation::Identity, "attn.query")?,
             key: dense(d, d, Activation::Identity, "attn.key")?,
             value: dense(d, d, Activation::Identity, "attn.value")?,
             output: dense(d, d, Activation::Identity, "attn.output")?,
-            norm2: Norm::new(d, stock, vb.pp("norm2"))?,
+            norm2: norm(d, stock, vb.pp("norm2"))?,
             fc1: dense(d, config.d_ff, Activation::Gelu, "mlp.fc1")?,
             fc2: dense(config.d_ff, d, Activation::Identity, "mlp.fc2")?,
             heads: config.heads,
@@ -237,7 +197,7 @@ impl Gpt {
             layers: (0..config.layers)
                 .map(|i| Layer::new(config, stock, vb.pp(format!("layers.{i}"))))
                 .collect::<Result<_>>()?,
-            norm: Norm::new(d, stock, vb.pp("norm"))?,
+            norm: norm(d, stock, vb.pp("norm"))?,
             mask,
             stock,
         })

@@ -6,6 +6,7 @@
 //! or candle-nn's `AdamW`.
 
 pub mod gpt;
+pub mod layers;
 pub mod resnet;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,8 @@ use candle_core::{DType, Device, Result, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use cudnn_backend::candle::optim::FusedAdamW;
+
+pub use crate::models::Report;
 
 /// Inputs and targets of one training batch, on the device.
 #[derive(Clone, Debug)]
@@ -86,29 +89,6 @@ pub struct TrainOptions {
     pub dtype: DType,
     /// candle-nn's layers and `AdamW` instead of this crate's.
     pub stock: bool,
-}
-
-/// What one run measured (the fields of `train_models`' result line).
-#[derive(Clone, Debug)]
-pub struct Report {
-    /// Elements of every variable of the `VarMap`, batch norms' running statistics included
-    /// (as Burn's `num_params`, which `train_models` reports).
-    pub params: usize,
-    /// What `rate` counts: "images" or "tokens".
-    pub unit: &'static str,
-    /// Seconds from `started` to the end of the first step.
-    pub first_step_s: f64,
-    /// The first step's loss.
-    pub loss_first: f64,
-    /// The last epoch's mean loss.
-    pub loss_last: f64,
-    /// Units per second over the last epoch.
-    pub rate: f64,
-    /// Milliseconds per step over the last epoch.
-    pub ms_per_step: f64,
-    /// This crate's kernel launches and cuDNN executions per step of the last epoch
-    /// (Candle's own kernels are not counted).
-    pub launches_per_step: f64,
 }
 
 /// The optimizer of a run: this crate's `FusedAdamW` or candle-nn's `AdamW`.
@@ -238,6 +218,18 @@ pub fn train<M: CandleModel>(
         ms_per_step,
         launches_per_step,
     })
+}
+
+/// Candle's CUDA device 0 when it opens and this crate's cuDNN ops run on it (one tiny
+/// convolution).
+pub fn open_gpu() -> std::result::Result<Device, String> {
+    use cudnn_backend::candle::{Conv2dParams, CudnnExt};
+    let dev = Device::new_cuda(0).map_err(|e| e.to_string())?;
+    let x = Tensor::ones((1, 1, 3, 3), DType::F32, &dev).map_err(|e| e.to_string())?;
+    x.cudnn_conv2d(&x, Conv2dParams::default())
+        .and_then(|y| y.flatten_all()?.to_vec1::<f32>())
+        .map_err(|e| format!("cuDNN: {e}"))?;
+    Ok(dev)
 }
 
 /// Parameter counts of a model from the shapes it asks its `VarBuilder` for.

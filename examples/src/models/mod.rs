@@ -14,6 +14,61 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
+/// What one training run measured: the fields of the trainers' result lines.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Parameter elements, batch norms' running statistics included (Burn's `num_params`).
+    pub params: usize,
+    /// What `rate` counts: "images" or "tokens".
+    pub unit: &'static str,
+    /// Seconds from `started` to the end of the first step.
+    pub first_step_s: f64,
+    /// The first step's loss.
+    pub loss_first: f64,
+    /// The last epoch's mean loss.
+    pub loss_last: f64,
+    /// Units per second over the last epoch.
+    pub rate: f64,
+    /// Milliseconds per step over the last epoch.
+    pub ms_per_step: f64,
+    /// This crate's kernel launches and cuDNN executions per step of the last epoch (a
+    /// framework's own kernels are not counted).
+    pub launches_per_step: f64,
+}
+
+impl Report {
+    /// Prints the run's two result lines: a summary for people, then the same figures as one
+    /// JSON object (the line `scripts/models-bench.sh` reads). `program` names the trainer.
+    pub fn print(&self, program: &str, model: &str, variant: &str, dtype: &str, batch: usize) {
+        println!(
+            "{program} {model} {variant} dtype={dtype} batch={batch}: loss {:.4} -> {:.4}, {:.1} {}/s, \
+             {:.2} ms/step, {:.0} launches/step, first step {:.2} s, {} parameters",
+            self.loss_first,
+            self.loss_last,
+            self.rate,
+            self.unit,
+            self.ms_per_step,
+            self.launches_per_step,
+            self.first_step_s,
+            self.params
+        );
+        println!(
+            "{{\"model\": \"{model}\", \"variant\": \"{variant}\", \"dtype\": \"{dtype}\", \"batch\": {batch}, \
+             \"unit\": \"{}\", \"{}_per_s\": {:.2}, \"ms_per_step\": {:.3}, \"launches_per_step\": {:.0}, \
+             \"first_step_s\": {:.3}, \"loss_first\": {:.5}, \"loss_last\": {:.5}, \"params\": {}}}",
+            self.unit,
+            self.unit,
+            self.rate,
+            self.ms_per_step,
+            self.launches_per_step,
+            self.first_step_s,
+            self.loss_first,
+            self.loss_last,
+            self.params
+        );
+    }
+}
+
 /// A model as the trainer and the tests drive it: built from a config, fed synthetic batches
 /// made on the device, trained on a scalar loss. One trait, so one training loop serves
 /// every model.
