@@ -3,7 +3,7 @@
 // `common.cuh` is prepended.
 //
 // Each pass is three launches: a partial reduction per (chunk of a channel's elements,
-// channel), a per-channel finalize that combines the partials in chunk order (so results
+// channel), a per-channel finalize that combines the partials in a fixed order (so results
 // are deterministic) and writes the statistics and the per-channel coefficients, and an
 // elementwise apply. Statistics and coefficients are f32 for every data dtype.
 //
@@ -112,6 +112,37 @@ __device__ __forceinline__ A block_reduce_rows(A v) {
     return v;
 }
 
+// One chunk's partial accumulator, stored as 3 (Welford) or 2 (Sum2) consecutive floats.
+__device__ __forceinline__ void bn_ld_part(const float* p, Welford& w) {
+    w.n = p[0];
+    w.mean = p[1];
+    w.m2 = p[2];
+}
+__device__ __forceinline__ void bn_ld_part(const float* p, Sum2& s) {
+    s.a = p[0];
+    s.b = p[1];
+}
+
+// Combines channel `c`'s partials over `chunks` chunks (`part` is [chunk][C][floats of A]) on
+// a (BN_LANES, BN_ROWS) block: row threadIdx.y merges chunks threadIdx.y, + BN_ROWS, ...,
+// then the rows merge in row order, so the order is fixed and the result deterministic.
+// Threads with threadIdx.y == 0 get the result; every thread of the block must call it.
+template <class A>
+__device__ __forceinline__ A bn_combine_chunks(const float* part, int chunks, i64 C, i64 c) {
+    const int floats = (int)(sizeof(A) / sizeof(float));
+    A acc;
+    acc = A();
+    if (c < C) {
+#pragma unroll 4
+        for (int k = threadIdx.y; k < chunks; k += BN_ROWS) {
+            A b;
+            bn_ld_part(part + floats * ((i64)k * C + c), b);
+            acc = acc_merge(acc, b);
+        }
+    }
+    return block_reduce_rows(acc);
+}
+
 // Walks the elements of channel `c` that chunk `k` owns and folds `visit(n, s)` into `acc`.
 // Planes order (grid: chunks x C, 1-D blocks): the chunk is a range of the channel's N*S
 // elements. Channels-last order (grid: chunks x ceil(C / BN_LANES), (BN_LANES, BN_ROWS)
@@ -179,20 +210,9 @@ KERNEL void bn_finalize(const float* part, int chunks, i64 C, float eps, float m
                                        const void* scale, const void* bias, int pdt, const void* rmean_in,
                                        const void* rvar_in, void* rmean_out, void* rvar_out, float* save_mean,
                                        float* save_invstd, float* coef) {
-    i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    Welford w;
-    w.n = 0.0f;
-    w.mean = 0.0f;
-    w.m2 = 0.0f;
-    for (int k = 0; k < chunks; ++k) {
-        const float* p = part + 3 * ((i64)k * C + c);
-        Welford b;
-        b.n = p[0];
-        b.mean = p[1];
-        b.m2 = p[2];
-        w = welford_merge(w, b);
-    }
+    const i64 c = blockIdx.x * (i64)BN_LANES + threadIdx.x;
+    const Welford w = bn_combine_chunks<Welford>(part, chunks, C, c);
+    if (c >= C || threadIdx.y != 0) return;
     float var = w.m2 / w.n;
     float invstd = 1.0f / sqrtf(var + eps);
     if (save_mean) save_mean[c] = w.mean;
@@ -297,14 +317,10 @@ __device__ void bn_grad_stats(const typename D::T* x, BnView vx, const typename 
 KERNEL void bn_grad_finalize(const float* part, int chunks, i64 C, float count, const void* scale,
                                             int pdt, const float* mean, const float* invstd, void* dscale,
                                             void* dbias, float* coef) {
-    i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sdy = 0.0f, sdyx = 0.0f;
-    for (int k = 0; k < chunks; ++k) {
-        const float* p = part + 2 * ((i64)k * C + c);
-        sdy += p[0];
-        sdyx += p[1];
-    }
+    const i64 c = blockIdx.x * (i64)BN_LANES + threadIdx.x;
+    const Sum2 sums = bn_combine_chunks<Sum2>(part, chunks, C, c);
+    if (c >= C || threadIdx.y != 0) return;
+    const float sdy = sums.a, sdyx = sums.b;
     float is = invstd[c];
     if (dbias) st_param(dbias, pdt, c, sdy);
     if (dscale) st_param(dscale, pdt, c, sdyx * is);

@@ -3,7 +3,8 @@
 # (kernel durations of the last PROFILE_STEPS steps, chosen by train_models' --profile-steps),
 # PyTorch with its profiler (one step per setting). Run from the bundle:
 # .gpu/profile-models.sh LOG_DIR [MODEL DTYPE BATCH]
-# PROFILE_VARIANTS (default "stock-fusion fused-fusion") and PROFILE_TORCH (default "default
+# PROFILE_VARIANTS (default "stock-fusion fused-fusion"; a suffix +nhwc runs that variant with
+# channels-last convolutions, as in models-bench.sh) and PROFILE_TORCH (default "default
 # tuned") pick the runs; PROFILE_ENV adds environment settings to ours. Writes ncu-VARIANT.csv,
 # ncu-VARIANT.txt (kernels by total time) and torch-SETTING.txt.
 set -uo pipefail
@@ -14,12 +15,14 @@ psteps="${PROFILE_STEPS:-2}"
 read -r -a ours_env <<<"${PROFILE_ENV:-}"
 for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
   flags=(--benchmark)
-  case $v in
+  v_env=("${ours_env[@]}")
+  [[ $v == *+nhwc* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nhwc)
+  case ${v%%+*} in
     stock) flags+=(--stock) ;;
     stock-fusion) flags+=(--stock --fusion) ;;
     fused-fusion) flags+=(--fusion) ;;
   esac
-  env "${ours_env[@]}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+  env "${v_env[@]}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
     "$here/train_models" --model "$model" --dtype "$dtype" --batch-size "$batch" --steps $((psteps + 4)) --epochs 1 \
     --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v.csv" 2>"$logs/ncu-$v.err"
   python3 "$here/ncu_summary.py" "$logs/ncu-$v.csv" "$psteps" >"$logs/ncu-$v.txt"

@@ -55,6 +55,16 @@ fn reduction_grid(sh: &BnShape) -> LaunchConfig {
     }
 }
 
+/// The grid of the finalize kernels: `(BN_LANES, BN_ROWS)` blocks, each combining the chunks'
+/// partials of `BN_LANES` channels (rows split the chunks).
+fn chunk_combine_grid(c: i64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((c as u32).div_ceil(BN_LANES), 1, 1),
+        block_dim: (BN_LANES, BN_ROWS, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 fn per_channel_grid(c: i64) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((c as u32).div_ceil(128), 1, 1),
@@ -126,7 +136,7 @@ pub(crate) fn finalize(stream: &CudaStream, f: &CudaFunction, a: &FinalizeArgs) 
     // int, const void* x2, int, const void* x2, void* x2, float* x3)`; `part` holds the
     // 3 * chunks * C partials the stats kernel wrote, every non-null parameter pointer holds
     // C elements of dtype `pdt`, the saved statistics C floats and `coef` 2 * C floats.
-    unsafe { b.launch_counted(per_channel_grid(a.c)) }?;
+    unsafe { b.launch_counted(chunk_combine_grid(a.c)) }?;
     Ok(())
 }
 
@@ -260,7 +270,7 @@ pub(crate) fn grad_finalize(
     // const void*, int, const float* x2, void* x2, float*)`; `part` holds the 2 * chunks * C
     // partials, mean/invstd C floats, scale/dscale/dbias (when non-null) C elements of dtype
     // `pdt`, `coef` 3 * C floats.
-    unsafe { b.launch_counted(per_channel_grid(sh.c)) }?;
+    unsafe { b.launch_counted(chunk_combine_grid(sh.c)) }?;
     Ok(())
 }
 

@@ -533,7 +533,13 @@ pub fn max_pool2d_backward(
         return Ok(());
     };
     let [z, f] = stream_functions(stream, POOL, [plan.zero_entry, plan.entry])?;
-    launch::zero(stream, &z, dx.ptr, &plan.layouts[2], plan.zero_n)?;
+    // A packed `dx` (any dim order) is one span of memory: the driver's memset clears it at
+    // copy bandwidth; other views take the strided zeroing kernel.
+    if dx.is_packed() {
+        crate::ffi::launch::memset_zero(stream, dx.ptr, plan.zero_n as usize * dx.dtype.size())?;
+    } else {
+        launch::zero(stream, &z, dx.ptr, &plan.layouts[2], plan.zero_n)?;
+    }
     if plan.n == 0 {
         return Ok(());
     }
