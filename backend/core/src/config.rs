@@ -77,6 +77,14 @@ pub const RANK_ENV: &str = "RANK";
 pub const WORLD_SIZE_ENV: &str = "WORLD_SIZE";
 /// `LOCAL_RANK`: this process's rank on its node.
 pub const LOCAL_RANK_ENV: &str = "LOCAL_RANK";
+/// `MASTER_ADDR`: rank 0's host, where the other ranks fetch the NCCL unique id over TCP (as
+/// `torchrun` sets it).
+pub const MASTER_ADDR_ENV: &str = "MASTER_ADDR";
+/// `MASTER_PORT`: the TCP port rank 0 serves the NCCL unique id on.
+pub const MASTER_PORT_ENV: &str = "MASTER_PORT";
+/// `TORCHELASTIC_USE_AGENT_STORE`: `True` when `torchrun`'s agent on rank 0's host already
+/// listens on `MASTER_PORT` (its key-value store), so the rendezvous takes the port above.
+pub const TORCHELASTIC_USE_AGENT_STORE_ENV: &str = "TORCHELASTIC_USE_AGENT_STORE";
 
 /// The user's cache directory (the kernel cache's default parent, when absolute).
 const XDG_CACHE_HOME_ENV: &str = "XDG_CACHE_HOME";
@@ -213,6 +221,16 @@ pub struct Config {
     /// [`LOCAL_RANK_ENV`] as given (parsed by [`Bootstrap`](crate::collective::Bootstrap)).
     /// Default: `None`.
     pub local_rank: Option<String>,
+    /// [`MASTER_ADDR_ENV`]: rank 0's host name or IP address for the TCP rendezvous, when set
+    /// and not empty. Default: `None`.
+    pub master_addr: Option<String>,
+    /// [`MASTER_PORT_ENV`] as given, when not empty (parsed, with an error for a bad port, by
+    /// [`Rendezvous`](crate::collective::Rendezvous)). Default: `None`.
+    pub master_port: Option<String>,
+    /// [`TORCHELASTIC_USE_AGENT_STORE_ENV`]: `True` (as `torchrun` writes it; also `true`
+    /// or `1`) when `torchrun`'s agent holds `MASTER_PORT`, so the rendezvous listens on
+    /// `MASTER_PORT + 1`. Default: `false`.
+    pub torchelastic_agent_store: bool,
 }
 
 impl Default for Config {
@@ -304,6 +322,10 @@ impl Config {
             rank: text(RANK_ENV),
             world_size: text(WORLD_SIZE_ENV),
             local_rank: text(LOCAL_RANK_ENV),
+            master_addr: non_empty(MASTER_ADDR_ENV),
+            master_port: non_empty(MASTER_PORT_ENV),
+            torchelastic_agent_store: text(TORCHELASTIC_USE_AGENT_STORE_ENV)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1"),
         }
     }
 }
@@ -340,6 +362,9 @@ impl std::fmt::Debug for Config {
             rank,
             world_size,
             local_rank,
+            master_addr,
+            master_port,
+            torchelastic_agent_store,
         } = self;
         f.debug_struct("Config")
             .field("mode", mode)
@@ -371,6 +396,9 @@ impl std::fmt::Debug for Config {
             .field("rank", rank)
             .field("world_size", world_size)
             .field("local_rank", local_rank)
+            .field("master_addr", master_addr)
+            .field("master_port", master_port)
+            .field("torchelastic_agent_store", torchelastic_agent_store)
             .finish()
     }
 }
@@ -465,6 +493,9 @@ pub(crate) mod test_vars {
     pub(crate) const EXIT_MARKER_ENV: &str = "CUDNN_BACKEND_TEST_EXIT_MARKER";
     /// `1` runs `kernels`' slow compile-timing measurements.
     pub(crate) const COMPILE_TIMINGS_ENV: &str = "CUDNN_BACKEND_COMPILE_TIMINGS";
+    /// Set in the child processes of `collective::rendezvous`'s multi-process test: the id
+    /// (hex) the child must fetch from the parent.
+    pub(crate) const RENDEZVOUS_CHILD_ENV: &str = "CUDNN_BACKEND_TEST_RENDEZVOUS_CHILD";
 
     /// The value of a test variable.
     pub(crate) fn var_os(name: &str) -> Option<OsString> {
@@ -666,6 +697,18 @@ mod tests {
         assert_eq!(c.nccl_id_file.as_deref(), Some(Path::new("/shared/id")));
         assert_eq!((c.rank.as_deref(), c.world_size.as_deref()), (Some("1"), Some("2")));
         assert_eq!(c.local_rank, None);
+        assert_eq!((c.master_addr.as_deref(), c.master_port.as_deref()), (None, None));
+        let c = with(&[(MASTER_ADDR_ENV, "node-0.cluster"), (MASTER_PORT_ENV, " 29500 ")]);
+        assert_eq!(c.master_addr.as_deref(), Some("node-0.cluster"));
+        assert_eq!(c.master_port.as_deref(), Some(" 29500 "), "parsed by the rendezvous");
+        let c = with(&[(MASTER_ADDR_ENV, ""), (MASTER_PORT_ENV, "")]);
+        assert_eq!((c.master_addr, c.master_port), (None, None), "empty means unset");
+        assert!(!c.torchelastic_agent_store);
+        for (value, on) in [("True", true), ("1", true), ("False", false), ("", false)] {
+            let c = with(&[(TORCHELASTIC_USE_AGENT_STORE_ENV, value)]);
+            assert_eq!(c.torchelastic_agent_store, on, "{value:?}");
+        }
+        let c = with(&[(NCCL_ID_ENV, "abc")]);
         let shown = format!("{c:?}");
         assert!(!shown.contains("abc") && shown.contains("nccl_id: Some(..)"), "{shown}");
     }

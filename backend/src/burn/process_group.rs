@@ -10,7 +10,8 @@
 //! use cudnn_backend::burn::process_group::ProcessGroup;
 //! use cudnn_backend::burn::Cudnn;
 //! type B = Autodiff<Cudnn>;
-//! // RANK, WORLD_SIZE, LOCAL_RANK and CUDNN_BACKEND_NCCL_ID (or _ID_FILE) set by the launcher.
+//! // RANK, WORLD_SIZE and LOCAL_RANK set by the launcher, and CUDNN_BACKEND_NCCL_ID,
+//! // CUDNN_BACKEND_NCCL_ID_FILE or MASTER_ADDR and MASTER_PORT to find the NCCL id.
 //! let group = ProcessGroup::from_env()?;
 //! let device = group.device();
 //! // let model = group.broadcast_parameters::<B, _>(Net::new(&device))?;
@@ -48,8 +49,11 @@ impl ProcessGroup {
 
     /// Joins the job this process was launched into: rank and world size from `RANK` and
     /// `WORLD_SIZE`, the GPU from `LOCAL_RANK`, the NCCL id from
-    /// [`NCCL_ID_ENV`](crate::collective::NCCL_ID_ENV) or
-    /// [`NCCL_ID_FILE_ENV`](crate::collective::NCCL_ID_FILE_ENV) (see [`Bootstrap`]).
+    /// [`NCCL_ID_ENV`](crate::collective::NCCL_ID_ENV), else through the file
+    /// [`NCCL_ID_FILE_ENV`](crate::collective::NCCL_ID_FILE_ENV) names, else over TCP from
+    /// rank 0 at [`MASTER_ADDR_ENV`](crate::collective::MASTER_ADDR_ENV) and
+    /// [`MASTER_PORT_ENV`](crate::collective::MASTER_PORT_ENV) (see
+    /// [`Bootstrap::unique_id_with`]).
     pub fn from_env() -> Result<Self> {
         let job = Bootstrap::from_env()?;
         let device = Device::new(job.local_rank)?;

@@ -1,11 +1,13 @@
 //! How the ranks of a communicator agree on its NCCL unique id and on who they are: the id
-//! made by rank 0 and handed to the others as hex text, through an environment variable or a
-//! file on a shared filesystem (the way multi-process and multi-node jobs start), and the
-//! rank and world size read from the variables launchers such as `torchrun` set.
+//! made by rank 0 and handed to the others as hex text through an environment variable or a
+//! file on a shared filesystem, or over TCP from rank 0's host (`MASTER_ADDR` and
+//! `MASTER_PORT`, as `torchrun` sets them; see [`Rendezvous`]), and the rank and world size
+//! read from the variables such launchers set.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::rendezvous::{Rendezvous, MASTER_ADDR_ENV, MASTER_PORT_ENV};
 use crate::config::{config, Config, LOCAL_RANK_ENV, RANK_ENV, WORLD_SIZE_ENV};
 use crate::error::{Error, Result};
 use crate::ffi::nccl;
@@ -165,29 +167,55 @@ impl Bootstrap {
         Self::from_config(config())
     }
 
-    /// The job's unique id: from [`NCCL_ID_ENV`] when set; else through the file named by
-    /// [`NCCL_ID_FILE_ENV`], which rank 0 creates and the others wait for up to `timeout`.
-    /// Use a fresh path per job: a file left by an earlier job would be read as this one's.
+    /// The job's unique id, [`unique_id_with`](Self::unique_id_with) the process's
+    /// configuration (the environment, read once).
     pub fn unique_id(&self, timeout: Duration) -> Result<UniqueId> {
-        if let Some(id) = UniqueId::from_env()? {
-            return Ok(id);
+        self.unique_id_with(config(), timeout)
+    }
+
+    /// The job's unique id, found through the first of these that `config` sets:
+    /// 1. [`NCCL_ID_ENV`]: the id itself;
+    /// 2. [`NCCL_ID_FILE_ENV`]: a file that rank 0 creates and the others wait for up to
+    ///    `timeout` (use a fresh path per job: a file left by an earlier job would be read as
+    ///    this one's);
+    /// 3. [`MASTER_ADDR_ENV`] and [`MASTER_PORT_ENV`]: rank 0 makes the id and serves it over
+    ///    TCP until every other rank has it; the others connect to it, trying again until
+    ///    `timeout` (see [`Rendezvous`]).
+    pub fn unique_id_with(&self, config: &Config, timeout: Duration) -> Result<UniqueId> {
+        if let Some(text) = &config.nccl_id {
+            return UniqueId::from_hex(text);
         }
-        let Some(path) = &config().nccl_id_file else {
+        if let Some(path) = &config.nccl_id_file {
+            return if self.rank == 0 {
+                let id = UniqueId::new()?;
+                id.write_file(path)?;
+                Ok(id)
+            } else {
+                UniqueId::read_file(path, timeout)
+            };
+        }
+        let Some(rendezvous) = Rendezvous::from_config(config)? else {
             return Err(Error::Collective {
                 op: "finding the NCCL unique id",
                 reason: format!(
-                    "neither {NCCL_ID_ENV} nor {NCCL_ID_FILE_ENV} is set; set {NCCL_ID_FILE_ENV} to a path every \
-                     rank can reach (rank 0 writes the id there), or pass the id of UniqueId::new().to_hex() \
-                     in {NCCL_ID_ENV}"
+                    "none of {NCCL_ID_ENV}, {NCCL_ID_FILE_ENV} or {MASTER_ADDR_ENV}/{MASTER_PORT_ENV} is set; on \
+                     several hosts set {MASTER_ADDR_ENV} to rank 0's host and {MASTER_PORT_ENV} to a free port there \
+                     on every rank (as torchrun does; rank 0 serves the id over TCP), or set {NCCL_ID_FILE_ENV} to a \
+                     path every rank can reach (rank 0 writes the id there), or pass the id of \
+                     UniqueId::new().to_hex() in {NCCL_ID_ENV}"
                 ),
             });
         };
-        if self.rank == 0 {
-            let id = UniqueId::new()?;
-            id.write_file(path)?;
-            Ok(id)
+        if self.rank != 0 {
+            rendezvous.fetch(self.rank, self.world_size, timeout)
+        } else if self.world_size == 1 {
+            UniqueId::new()
         } else {
-            UniqueId::read_file(path, timeout)
+            // Listen first: a port in use fails before NCCL is loaded.
+            let server = rendezvous.listen()?;
+            let id = UniqueId::new()?;
+            server.serve(&id, self.world_size, timeout)?;
+            Ok(id)
         }
     }
 }

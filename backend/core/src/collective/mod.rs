@@ -7,8 +7,9 @@
 //! - **one process, one thread driving several GPUs**: [`Communicator::init_all`], and the
 //!   collectives of all ranks issued inside one [`group`];
 //! - **one process (or thread) per GPU**: [`Communicator::init_rank`] with a [`UniqueId`] that
-//!   rank 0 made and handed to the others ([`Bootstrap`] reads the rank, world size and id
-//!   from the environment or a shared file, the way multi-process and multi-node jobs start).
+//!   rank 0 made and handed to the others ([`Bootstrap`] reads the rank and world size from
+//!   the environment, and finds the id there, in a shared file, or over TCP from rank 0's
+//!   host through [`Rendezvous`], the ways multi-process and multi-host jobs start).
 //!
 //! Nothing hangs silently: a watchdog aborts a communicator whose collective has not
 //! completed within its timeout ([`NCCL_TIMEOUT_ENV`], 10 minutes by default) or that NCCL
@@ -16,9 +17,11 @@
 //! returns that error.
 
 mod id;
+mod rendezvous;
 pub(crate) mod watchdog;
 
 pub use id::{Bootstrap, UniqueId, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
+pub use rendezvous::{IdServer, Rendezvous, MASTER_ADDR_ENV, MASTER_PORT_ENV, TORCHELASTIC_USE_AGENT_STORE_ENV};
 pub use watchdog::{timeout_from_env, DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};
 
 use std::cell::RefCell;
@@ -141,7 +144,8 @@ impl Communicator {
     }
 
     /// [`init_rank`](Self::init_rank) for a process of a multi-process job: rank and world
-    /// size from [`Bootstrap::from_env`], the id through [`Bootstrap::unique_id`], the GPU the
+    /// size from [`Bootstrap::from_env`], the id through [`Bootstrap::unique_id`] (the id
+    /// variable, the id file or the `MASTER_ADDR`/`MASTER_PORT` rendezvous), the GPU the
     /// caller chose (usually `LOCAL_RANK`'s), the timeout from [`NCCL_TIMEOUT_ENV`].
     pub fn from_env(device: &Arc<Device>) -> Result<Self> {
         let job = Bootstrap::from_env()?;
