@@ -64,10 +64,12 @@ struct CachedPack {
 pub(crate) const REPLAY_AFTER: u32 = 2;
 
 /// Pointer sets a plan keeps a variant pack (and a captured graph) for. Layers of one shape
-/// share a plan: a 4-layer transformer's query, key, value and output projections are 16
-/// executions of one plan per step, for the forward and for each gradient, so a plan keeps
-/// twice that many.
-const MAX_PACKS: usize = 32;
+/// share a plan: a 12-layer transformer's query, key, value and output projections are 48
+/// executions of one plan per step, for the forward and for each gradient. The packs are
+/// kept most recent first, so a step that cycles through more pointer sets than the plan
+/// keeps would miss on every execution (a new pack, never a replay): the bound leaves room
+/// for 24-layer models with their four projections sharing a shape, and more.
+const MAX_PACKS: usize = 256;
 
 /// The SM-count target to pass cuDNN for `graph` under `policy`: the policy's carveout, for
 /// the graphs cuDNN honours it on (convolutions and their fusions).
