@@ -20,6 +20,7 @@ use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{Conv2dOpIr, ModuleOperationIr, OperationIr, TensorIr};
 use cubecl_cuda::CudaRuntime;
 use cubecl_runtime::runtime::Runtime;
+use cudnn_backend_core::kernels::elementwise::copy;
 use cudnn_backend_core::ops::{conv_forward, ConvParams, TensorMut, TensorRef};
 use cudnn_backend_core::types::DataType;
 
@@ -265,6 +266,36 @@ fn dims_i64(t: &TensorIr) -> Vec<i64> {
     t.shape.iter().map(|&d| d as i64).collect()
 }
 
+/// `src` itself, or (with `packed`) a packed copy of it made on `stream` at address `packed`.
+///
+/// # Safety
+/// `packed`, when given, addresses `dims`' element count of `dtype` on `stream`'s device,
+/// alive and unused by others until the returned view's last use on `stream`.
+unsafe fn packed_view<'a>(
+    stream: &std::sync::Arc<cudnn_backend_core::cudarc::driver::CudaStream>,
+    src: TensorRef<'a>,
+    packed: Option<u64>,
+    dims: &[usize],
+    dtype: DataType,
+) -> cudnn_backend_core::Result<TensorRef<'a>> {
+    let Some(ptr) = packed else { return Ok(src) };
+    let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    let strides: Vec<i64> = contiguous(dims).iter().map(|&s| s as i64).collect();
+    // SAFETY: the caller guarantees `ptr` holds `dims`' elements of `dtype`, exclusively ours.
+    let dst = unsafe { TensorMut::from_raw(&dims_i64, &strides, dtype, ptr) };
+    copy(stream, &src, &dst)?;
+    // SAFETY: as above; the copy into it is enqueued on `stream` before any later reader.
+    Ok(unsafe { TensorRef::from_raw(&dims_i64, &strides, dtype, ptr) })
+}
+
+/// Whether `strides` lay `dims` out row-major with no gaps (size-1 dims' strides ignored).
+fn is_packed(dims: &[usize], strides: &[usize]) -> bool {
+    let want = contiguous(dims);
+    dims.iter()
+        .zip(strides.iter().zip(&want))
+        .all(|(&d, (&s, &w))| d == 1 || s == w)
+}
+
 fn contiguous(dims: &[usize]) -> Vec<usize> {
     let mut strides = vec![1usize; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
@@ -322,6 +353,23 @@ fn run_conv(context: &mut Context<CubeFusionHandle>, op: &Conv2dOpIr) -> Result<
     let (x_res, w_res, y_res) = (get(&xh.handle, "x")?, get(&wh.handle, "w")?, get(&out, "y")?);
     let (x_ptr, w_ptr, y_ptr) = (x_res.resource().ptr, w_res.resource().ptr, y_res.resource().ptr);
 
+    // CubeCL stores tensors made from host data "pitched" (each row padded to 16 bytes), which
+    // cuDNN takes for a filter only packed and runs slowly for an activation: such an operand
+    // is copied into a packed buffer from CubeCL's allocator, on our stream, after the wait.
+    let x_dims: Vec<usize> = x_ir.shape.iter().copied().collect();
+    let w_dims: Vec<usize> = w_ir.shape.iter().copied().collect();
+    let staging = |dims: &[usize], strides: &[usize]| {
+        (!is_packed(dims, strides)).then(|| client.empty(dims.iter().product::<usize>() * dtype.size()))
+    };
+    let (x_stage, w_stage) = (staging(&x_dims, &xh.strides), staging(&w_dims, &wh.strides));
+    let staged =
+        |h: &Option<burn_cubecl::cubecl::server::Handle>, what: &str| h.as_ref().map(|h| get(h, what)).transpose();
+    let (xs_res, ws_res) = (staged(&x_stage, "packed x")?, staged(&w_stage, "packed w")?);
+    let (xs_ptr, ws_ptr) = (
+        xs_res.as_ref().map(|r| r.resource().ptr),
+        ws_res.as_ref().map(|r| r.resource().ptr),
+    );
+
     let ticket = ordering.before(&client)?;
     let i64s = |s: &[usize]| s.iter().map(|&v| v as i64).collect::<Vec<_>>();
     // SAFETY: the three addresses come from `get_resource` guards (`*_res`), which keep the
@@ -330,11 +378,16 @@ fn run_conv(context: &mut Context<CubeFusionHandle>, op: &Conv2dOpIr) -> Result<
     // above), with the dtype the IR states. The ordering makes CubeCL's earlier writes of x and
     // w precede the convolution, and its later work (reuse of any of the three included) follow
     // it: `before` above, `after` below (or the synchronize on failure).
+    // `xs_ptr` / `ws_ptr` (packed copies, when made) come from the `xs_res` / `ws_res` guards,
+    // allocated above like `y` and used by nothing else, so `packed_view`'s contract holds.
     let result = unsafe {
         let x = TensorRef::from_raw(&dims_i64(&x_ir), &i64s(&xh.strides), dtype, x_ptr);
         let w = TensorRef::from_raw(&dims_i64(&w_ir), &i64s(&wh.strides), dtype, w_ptr);
         let y = TensorMut::from_raw(&dims_i64(&out_ir), &i64s(&out_strides), dtype, y_ptr);
-        conv_forward(&ordering.stream, &x, &w, &y, &params)
+        let stream = &ordering.stream;
+        packed_view(stream, x, xs_ptr, &x_dims, dtype)
+            .and_then(|x| Ok((x, packed_view(stream, w, ws_ptr, &w_dims, dtype)?)))
+            .and_then(|(x, w)| conv_forward(stream, &x, &w, &y, &params))
     };
     let ordered = ordering.after(&client, ticket, result.is_ok());
     if result.is_err() || ordered.is_err() {
@@ -343,7 +396,7 @@ fn run_conv(context: &mut Context<CubeFusionHandle>, op: &Conv2dOpIr) -> Result<
     }
     result?;
     ordered?;
-    drop((x_res, w_res, y_res));
+    drop((x_res, w_res, y_res, xs_res, ws_res));
 
     // Success: consume the inputs as Burn's convolution would, and register the output.
     let _ = context.handles.get_handle(&x_ir.id, &x_ir.status);
