@@ -18,10 +18,12 @@
 
 mod id;
 mod rendezvous;
+mod unique_id;
 pub(crate) mod watchdog;
 
-pub use id::{Bootstrap, UniqueId, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
+pub use id::{Bootstrap, NCCL_ID_ENV, NCCL_ID_FILE_ENV};
 pub use rendezvous::{IdServer, Rendezvous, MASTER_ADDR_ENV, MASTER_PORT_ENV, TORCHELASTIC_USE_AGENT_STORE_ENV};
+pub use unique_id::UniqueId;
 pub use watchdog::{timeout_from_env, DEFAULT_TIMEOUT, NCCL_TIMEOUT_ENV};
 
 use std::cell::RefCell;

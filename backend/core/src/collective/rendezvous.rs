@@ -24,7 +24,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::id::UniqueId;
+use super::unique_id::UniqueId;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ffi::nccl::UNIQUE_ID_BYTES;
