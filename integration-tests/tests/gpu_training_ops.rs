@@ -1,6 +1,7 @@
 //! The training ops — batch norm (training forward, inference, backward; residual + ReLU
-//! fusions) and the multi-tensor Adam/AdamW step — against float64 references on random
-//! shapes, NCHW and NHWC, f32/f16/bf16, outputs poisoned. Needs a CUDA GPU.
+//! fusions), the multi-tensor Adam/AdamW step, the training layer/RMS norms and the
+//! cross-entropy — against float64 references on random shapes, NCHW and NHWC, f32/f16/bf16,
+//! outputs poisoned. Needs a CUDA GPU.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use cudnn_backend::cudarc::driver::CudaStream;
 use cudnn_backend::graph::DataType;
 use cudnn_backend::ops::{
     self, AdamOptions, AdamParam, BatchNormBackward, BatchNormForward, BatchNormInference, BatchNormOptions,
-    RunningStats, TensorMut, TensorRef,
+    CrossEntropyBackward, CrossEntropyForward, CrossEntropyMean, RunningStats, TensorMut, TensorRef,
 };
 use cudnn_backend::types::row_major_strides;
 use cudnn_backend::Device;
@@ -647,4 +648,242 @@ fn layer_and_rms_norm_training_match_f64_reference() {
         runs += 1;
     }
     check.finish("norm training", runs);
+}
+
+/// Logits `[rows, classes]` (uniform in [-4, 4), never zero) uploaded in `dtype`, one element
+/// into their buffer when `offset` (rows then start off the 16-byte grid), with the views and
+/// the rounded values.
+struct Logits {
+    dev: DevTensor,
+    t: TensorRef<'static>,
+    m: TensorMut<'static>,
+    values: Vec<f64>,
+}
+
+fn logits(s: &Arc<CudaStream>, rng: &mut SplitMix64, rows: i64, classes: i64, dtype: DataType, offset: bool) -> Logits {
+    let n = rows * classes;
+    let skip = i64::from(offset);
+    let v: Vec<f64> = values(rng, (n + skip) as usize, -4.0, 4.0)
+        .into_iter()
+        .map(|x| if x == 0.0 { 0.5 } else { x })
+        .collect();
+    let dev = upload(s, &v, &[n + skip], &[1], dtype);
+    let dims = [rows, classes];
+    let st = row_major_strides(&dims);
+    let t = dev.t.view(skip, &dims, &st).expect("logits view");
+    let m = dev.m.view_mut(skip, &dims, &st).expect("logits view");
+    let values = dev.values[skip as usize..].to_vec();
+    Logits { dev, t, m, values }
+}
+
+/// Targets uniform over the classes, every fifth row -100 (ignored), at `stride` elements
+/// apart in their buffer.
+fn targets(s: &Arc<CudaStream>, rng: &mut SplitMix64, rows: i64, classes: i64, stride: i64) -> (DevTensor, Vec<i64>) {
+    let t: Vec<i64> = (0..rows)
+        .map(|i| if i % 5 == 2 { -100 } else { range(rng, 0, classes - 1) })
+        .collect();
+    let v: Vec<f64> = t.iter().map(|&x| x as f64).collect();
+    (upload(s, &v, &[rows], &[stride], DataType::I64), t)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cross_entropy_forward_and_backward_match_f64_reference() {
+    let s = stream();
+    let mut rng = SplitMix64::new(2029);
+    let mut check = Check::new();
+    let mut runs = 0;
+    // GPT-2's vocabulary (odd: no multiple of any vector width), ImageNet's and CIFAR's class
+    // counts, both sides of the warp / block threshold (2048), one class, rows past the grid.
+    let shapes: [(i64, i64); 8] = [
+        (8, 50_257),
+        (37, 10),
+        (64, 2048),
+        (5, 2049),
+        (3, 1),
+        (130, 3),
+        (12, 1000),
+        (4, 8191),
+    ];
+    let ignore = [-100, 3];
+    for (case, &(rows, classes)) in shapes.iter().enumerate() {
+        for (di, dtype) in [DataType::F32, DataType::BF16, DataType::F16].into_iter().enumerate() {
+            let k = case * 3 + di;
+            let offset = k % 2 == 1;
+            let mean_over = if k % 3 == 1 {
+                CrossEntropyMean::TargetRows
+            } else {
+                CrossEntropyMean::AllRows
+            };
+            let in_place = k % 4 == 3;
+            let t_stride = if case % 2 == 0 { 1 } else { 3 };
+            let label = format!(
+                "{dtype:?} [{rows}, {classes}] offset {offset} {mean_over:?} in place {in_place} target stride {t_stride}"
+            );
+            let x = logits(&s, &mut rng, rows, classes, dtype, offset);
+            let (tg, tv) = targets(&s, &mut rng, rows, classes, t_stride);
+            let (lse, row_loss) = (poisoned1(&s, rows, DataType::F32), poisoned1(&s, rows, DataType::F32));
+            let mean = poisoned(&s, &[1], &[1], dtype);
+            let fwd = CrossEntropyForward {
+                logits: &x.t,
+                targets: &tg.t,
+                ignore: &ignore,
+                lse: &lse.m,
+                row_loss: Some(&row_loss.m),
+                mean: Some(&mean.m),
+                mean_over,
+            };
+            ops::cross_entropy_forward(&s, &fwd).unwrap_or_else(|e| panic!("{label}: {e}"));
+            let counted = mean_over == CrossEntropyMean::TargetRows;
+            let r = cpu::cross_entropy(&x.values, classes as usize, &tv, &ignore, counted);
+            // Row statistics are f32 whatever the logits' dtype.
+            check.cmp(&label, "row loss", &download(&s, &row_loss), &r.row_loss, 1e-5);
+            check.cmp(&label, "lse", &download(&s, &lse), &r.lse, 1e-5);
+            check.cmp(&label, "mean", &download(&s, &mean), &[r.mean], bound(dtype));
+
+            let grad = vec1(&s, &[0.75], dtype);
+            let dx = poisoned(&s, &[rows, classes], &row_major_strides(&[rows, classes]), dtype);
+            let d_logits = if in_place { &x.m } else { &dx.m };
+            let bwd = CrossEntropyBackward {
+                logits: &x.t,
+                targets: &tg.t,
+                ignore: &ignore,
+                lse: &lse.t,
+                grad: &grad.t,
+                mean_over,
+                d_logits,
+            };
+            ops::cross_entropy_backward(&s, &bwd).unwrap_or_else(|e| panic!("{label} backward: {e}"));
+            let rdx = cpu::cross_entropy_backward(&x.values, classes as usize, &tv, &ignore, counted, grad.values[0]);
+            let got = if in_place {
+                download(&s, &x.dev)[usize::from(offset)..].to_vec()
+            } else {
+                download(&s, &dx)
+            };
+            check.cmp(&label, "d_logits", &got, &rdx, bound(dtype));
+            runs += 1;
+        }
+    }
+    check.finish("cross_entropy", runs);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cross_entropy_flags_out_of_range_targets_and_is_deterministic() {
+    let s = stream();
+    let mut rng = SplitMix64::new(31);
+    let (rows, classes) = (6, 50_257);
+    let x = logits(&s, &mut rng, rows, classes, DataType::BF16, true);
+    // Row 1 ignored, row 3 past the last class, row 4 negative and not ignored.
+    let tv = [5i64, -100, 50_256, 50_257, -1, 0];
+    let tg = upload(&s, &tv.map(|t| t as f64), &[rows], &[1], DataType::I64);
+    let run = || {
+        let (lse, row_loss) = (poisoned1(&s, rows, DataType::F32), poisoned1(&s, rows, DataType::F32));
+        let mean = poisoned(&s, &[1], &[1], DataType::F32);
+        let fwd = CrossEntropyForward {
+            logits: &x.t,
+            targets: &tg.t,
+            ignore: &[-100],
+            lse: &lse.m,
+            row_loss: Some(&row_loss.m),
+            mean: Some(&mean.m),
+            mean_over: CrossEntropyMean::AllRows,
+        };
+        ops::cross_entropy_forward(&s, &fwd).expect("forward");
+        let grad = vec1(&s, &[1.0], DataType::F32);
+        let dx = poisoned(
+            &s,
+            &[rows, classes],
+            &row_major_strides(&[rows, classes]),
+            DataType::BF16,
+        );
+        let bwd = CrossEntropyBackward {
+            logits: &x.t,
+            targets: &tg.t,
+            ignore: &[-100],
+            lse: &lse.t,
+            grad: &grad.t,
+            mean_over: CrossEntropyMean::AllRows,
+            d_logits: &dx.m,
+        };
+        ops::cross_entropy_backward(&s, &bwd).expect("backward");
+        (download(&s, &row_loss), download(&s, &mean), download(&s, &dx))
+    };
+    let (loss, mean, dx) = run();
+    let bad = |r: usize| r == 3 || r == 4;
+    for r in 0..rows as usize {
+        let row = &dx[r * classes as usize..(r + 1) * classes as usize];
+        if bad(r) {
+            assert!(
+                loss[r].is_nan() && row.iter().all(|v| v.is_nan()),
+                "row {r}: out of range, not NaN"
+            );
+        } else if r == 1 {
+            assert!(
+                loss[r] == 0.0 && row.iter().all(|&v| v == 0.0),
+                "row {r}: ignored, not zero"
+            );
+        } else {
+            assert!(
+                loss[r].is_finite() && row.iter().all(|v| v.is_finite()),
+                "row {r}: not finite"
+            );
+        }
+    }
+    assert!(mean[0].is_nan(), "the mean of NaN rows: {}", mean[0]);
+    // Fixed reduction orders: a second run gives the same bits.
+    let again = run();
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&again.0), bits(&loss), "row losses differ between runs");
+    assert_eq!(bits(&again.2), bits(&dx), "gradients differ between runs");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cross_entropy_refuses_bad_input_with_typed_errors() {
+    let s = stream();
+    let mut rng = SplitMix64::new(5);
+    let x = logits(&s, &mut rng, 4, 10, DataType::F32, false);
+    let (tg, _) = targets(&s, &mut rng, 4, 10, 1);
+    let (lse, loss) = (poisoned1(&s, 4, DataType::F32), poisoned1(&s, 4, DataType::F32));
+    let fwd = |logits: &TensorRef, targets: &TensorRef, ignore: &[i64], lse: &TensorMut| {
+        let a = CrossEntropyForward {
+            logits,
+            targets,
+            ignore,
+            lse,
+            row_loss: Some(&loss.m),
+            mean: None,
+            mean_over: CrossEntropyMean::AllRows,
+        };
+        match ops::cross_entropy_forward(&s, &a) {
+            Err(cudnn_backend::Error::InvalidArgument { arg, .. }) => arg,
+            other => panic!("expected an invalid argument, got {other:?}"),
+        }
+    };
+    let transposed = x.t.view(0, &[4, 10], &[1, 4]).expect("view");
+    assert_eq!(fwd(&transposed, &tg.t, &[], &lse.m), "logits");
+    let int32 = poisoned(&s, &[4], &[1], DataType::I32);
+    assert_eq!(fwd(&x.t, &int32.t, &[], &lse.m), "targets");
+    assert_eq!(fwd(&x.t, &tg.t, &[0; 9], &lse.m), "ignore");
+    let short = poisoned1(&s, 3, DataType::F32);
+    assert_eq!(fwd(&x.t, &tg.t, &[], &short.m), "lse");
+    // The row losses written over the lse.
+    assert_eq!(fwd(&x.t, &tg.t, &[], &loss.m), "row_loss");
+    // A gradient that overlaps the logits without being them.
+    let grad = vec1(&s, &[1.0], DataType::F32);
+    let wide = logits(&s, &mut rng, 5, 10, DataType::F32, false);
+    let shifted = wide.m.view_mut(10, &[4, 10], &[10, 1]).expect("view");
+    let base = wide.t.view(0, &[4, 10], &[10, 1]).expect("view");
+    let bwd = CrossEntropyBackward {
+        logits: &base,
+        targets: &tg.t,
+        ignore: &[],
+        lse: &lse.t,
+        grad: &grad.t,
+        mean_over: CrossEntropyMean::AllRows,
+        d_logits: &shifted,
+    };
+    let e = ops::cross_entropy_backward(&s, &bwd).expect_err("overlapping gradient");
+    assert!(e.to_string().contains("d_logits"), "{e}");
 }

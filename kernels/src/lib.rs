@@ -67,6 +67,10 @@ pub const ATTENTION: &str = include_str!("../attention.cu");
 /// CTC loss: the log-space forward and backward recursions and the gradient.
 pub const CTC: &str = include_str!("../ctc.cu");
 
+/// Cross-entropy of logits rows against class targets: the one-pass forward (row loss and
+/// log-sum-exp), the one-pass logits gradient, and the mean's small reductions.
+pub const CROSS_ENTROPY: &str = include_str!("../cross_entropy.cu");
+
 /// Direct convolution (cross-correlation) forward, backward data and backward filter on
 /// strided views, 1 to 3 spatial dims, with groups.
 pub const CONV: &str = include_str!("../conv.cu");

@@ -1356,6 +1356,126 @@ pub fn ctc_loss_backward(p: &CtcProblem, grad_loss: &[f64]) -> Vec<f64> {
 }
 
 // ---------------------------------------------------------------------------
+// Cross-entropy
+// ---------------------------------------------------------------------------
+
+/// What [`cross_entropy`] computes over logits rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CrossEntropyOutput {
+    /// `lse - x[target]` per row: 0 on ignored rows, NaN where the target is outside
+    /// `[0, classes)` and not ignored.
+    pub row_loss: Vec<f64>,
+    /// `log(sum(exp(x)))` per row (0 on ignored rows).
+    pub lse: Vec<f64>,
+    /// The summed row losses over every row, or with `targets_only` over the rows not ignored.
+    pub mean: f64,
+}
+
+/// Whether `target` is ignored (`Some(false)`), a class of `[0, classes)` (`Some(true)`), or
+/// out of range (`None`).
+fn class_of(target: i64, classes: usize, ignore: &[i64]) -> Option<bool> {
+    if ignore.contains(&target) {
+        Some(false)
+    } else {
+        (0..classes as i64).contains(&target).then_some(true)
+    }
+}
+
+/// The denominator of [`cross_entropy`]'s mean.
+fn xent_denominator(targets: &[i64], classes: usize, ignore: &[i64], targets_only: bool) -> f64 {
+    if targets_only {
+        targets
+            .iter()
+            .filter(|&&t| class_of(t, classes, ignore) != Some(false))
+            .count() as f64
+    } else {
+        targets.len() as f64
+    }
+}
+
+/// Cross-entropy of row-major logits `[targets.len(), classes]` against class `targets`:
+/// rows whose target is in `ignore` have loss 0 (Burn's `pad_tokens`); the mean divides by
+/// every row (Burn's `CrossEntropyLoss`) or, with `targets_only`, by the rows not ignored
+/// (PyTorch's `ignore_index`). Panics on inconsistent lengths.
+pub fn cross_entropy(
+    logits: &[f64],
+    classes: usize,
+    targets: &[i64],
+    ignore: &[i64],
+    targets_only: bool,
+) -> CrossEntropyOutput {
+    assert!(classes > 0, "cross_entropy: no classes");
+    assert_eq!(
+        logits.len(),
+        targets.len() * classes,
+        "cross_entropy: logits are not [rows, classes]"
+    );
+    let (mut row_loss, mut lse) = (Vec::with_capacity(targets.len()), Vec::with_capacity(targets.len()));
+    for (row, &t) in logits.chunks(classes).zip(targets) {
+        let Some(valid) = class_of(t, classes, ignore) else {
+            lse.push(log_sum_exp(row));
+            row_loss.push(f64::NAN);
+            continue;
+        };
+        if !valid {
+            lse.push(0.0);
+            row_loss.push(0.0);
+            continue;
+        }
+        let l = log_sum_exp(row);
+        lse.push(l);
+        row_loss.push(l - row[t as usize]);
+    }
+    let mean = row_loss.iter().sum::<f64>() / xent_denominator(targets, classes, ignore, targets_only);
+    CrossEntropyOutput { row_loss, lse, mean }
+}
+
+/// Gradient of `grad ·` [`cross_entropy`]`(...).mean` with respect to the logits:
+/// `grad / denominator · (softmax(row) - onehot(target))`, zero on ignored rows, NaN on rows
+/// whose target is out of range.
+pub fn cross_entropy_backward(
+    logits: &[f64],
+    classes: usize,
+    targets: &[i64],
+    ignore: &[i64],
+    targets_only: bool,
+    grad: f64,
+) -> Vec<f64> {
+    assert!(classes > 0, "cross_entropy_backward: no classes");
+    assert_eq!(
+        logits.len(),
+        targets.len() * classes,
+        "cross_entropy_backward: logits are not [rows, classes]"
+    );
+    let scale = grad / xent_denominator(targets, classes, ignore, targets_only);
+    let mut dx = Vec::with_capacity(logits.len());
+    for (row, &t) in logits.chunks(classes).zip(targets) {
+        match class_of(t, classes, ignore) {
+            None => dx.extend(row.iter().map(|_| f64::NAN)),
+            Some(false) => dx.extend(row.iter().map(|_| 0.0)),
+            Some(true) => {
+                let l = log_sum_exp(row);
+                dx.extend(
+                    row.iter()
+                        .enumerate()
+                        .map(|(c, &x)| scale * ((x - l).exp() - f64::from(c as i64 == t))),
+                );
+            }
+        }
+    }
+    dx
+}
+
+/// `log(sum(exp(row)))`, shifted by the row's maximum.
+fn log_sum_exp(row: &[f64]) -> f64 {
+    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + row.iter().map(|&x| (x - m).exp()).sum::<f64>().ln()
+}
+
+// ---------------------------------------------------------------------------
 // Layout helpers
 // ---------------------------------------------------------------------------
 
@@ -2034,5 +2154,57 @@ mod tests {
             seen[a.below(7) as usize] = true;
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn cross_entropy_by_hand() {
+        // Rows [0, 0] (target 0), [0, ln 3] (target 1), and one ignored (-100).
+        let x = [0.0, 0.0, 0.0, 3f64.ln(), 5.0, -2.0];
+        let t = [0, 1, -100];
+        let all = cross_entropy(&x, 2, &t, &[-100], false);
+        let (l0, l1) = (2f64.ln(), (4.0f64 / 3.0).ln());
+        assert!((all.row_loss[0] - l0).abs() < 1e-15 && (all.row_loss[1] - l1).abs() < 1e-15);
+        assert_eq!(all.row_loss[2], 0.0);
+        assert!((all.lse[0] - 2f64.ln()).abs() < 1e-15 && (all.lse[1] - 4f64.ln()).abs() < 1e-15);
+        assert!((all.mean - (l0 + l1) / 3.0).abs() < 1e-15);
+        let counted = cross_entropy(&x, 2, &t, &[-100], true);
+        assert!((counted.mean - (l0 + l1) / 2.0).abs() < 1e-15);
+        // softmax - onehot, times grad / 3: [-1/2, 1/2], [1/4, -1/4], zeros.
+        let dx = cross_entropy_backward(&x, 2, &t, &[-100], false, 1.5);
+        let want = [-0.25, 0.25, 0.125, -0.125, 0.0, 0.0];
+        assert!(dx.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-15), "{dx:?}");
+        let dx = cross_entropy_backward(&x, 2, &t, &[-100], true, 1.0);
+        assert!((dx[0] + 0.25).abs() < 1e-15 && (dx[3] + 0.125).abs() < 1e-15);
+        // A target outside [0, classes) that is not ignored: NaN row, NaN mean.
+        let bad = cross_entropy(&x, 2, &[0, 2, -100], &[-100], false);
+        assert!(bad.row_loss[1].is_nan() && bad.mean.is_nan() && !bad.row_loss[0].is_nan());
+        let dx = cross_entropy_backward(&x, 2, &[0, 2, -100], &[-100], false, 1.0);
+        assert!(dx[2].is_nan() && dx[3].is_nan() && dx[0].is_finite() && dx[4] == 0.0);
+        // Large logits do not overflow; every gradient row sums to 0.
+        let big = cross_entropy(&[1000.0, 1000.0], 2, &[1], &[], false);
+        assert!((big.mean - 2f64.ln()).abs() < 1e-12);
+        let mut rng = SplitMix64::new(4);
+        let x = rng.fill(5 * 7);
+        let dx = cross_entropy_backward(&x, 7, &[0, 6, 3, 3, 1], &[], false, 1.0);
+        for row in dx.chunks(7) {
+            assert!(row.iter().sum::<f64>().abs() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn cross_entropy_gradient_matches_finite_differences() {
+        let mut rng = SplitMix64::new(8);
+        let x = rng.fill(4 * 5);
+        let t = [2, 0, 9, 4];
+        let dx = cross_entropy_backward(&x, 5, &t, &[9], true, 0.7);
+        let h = 1e-6;
+        for i in 0..x.len() {
+            let (mut up, mut down) = (x.clone(), x.clone());
+            up[i] += h;
+            down[i] -= h;
+            let fd = 0.7 * (cross_entropy(&up, 5, &t, &[9], true).mean - cross_entropy(&down, 5, &t, &[9], true).mean)
+                / (2.0 * h);
+            assert!((fd - dx[i]).abs() < 1e-8, "{i}: {} vs fd {fd}", dx[i]);
+        }
     }
 }

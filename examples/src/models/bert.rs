@@ -47,7 +47,8 @@ pub struct BertConfig {
     pub min_len: usize,
     /// Dropout of the embeddings, the attention scores and the residual branches.
     pub dropout: f64,
-    /// Burn's own `LayerNorm` and `MultiHeadAttention` (`true`) or this crate's drop-ins.
+    /// Burn's own `LayerNorm`, `MultiHeadAttention` and `CrossEntropyLoss` (`true`) or this
+    /// crate's drop-ins.
     pub stock: bool,
 }
 
@@ -222,7 +223,7 @@ impl<B: Backend> TrainModel<B> for Bert<B> {
         let [n, s, d] = h.dims();
         let selected = h.reshape([n * s, d]).select(0, batch.positions.clone());
         let logits = self.mlm_logits(selected);
-        cross_entropy(logits, batch.targets.clone())
+        cross_entropy(logits, batch.targets.clone(), self.head_norm.is_stock())
     }
 
     fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {

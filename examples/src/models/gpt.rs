@@ -30,7 +30,8 @@ pub struct GptConfig {
     pub vocab: usize,
     /// Sequence length (and number of learned positions).
     pub seq: usize,
-    /// Burn's own `LayerNorm` and `MultiHeadAttention` (`true`) or this crate's drop-ins.
+    /// Burn's own `LayerNorm`, `MultiHeadAttention` and `CrossEntropyLoss` (`true`) or this
+    /// crate's drop-ins.
     pub stock: bool,
 }
 
@@ -153,7 +154,11 @@ impl<B: Backend> TrainModel<B> for Gpt<B> {
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {
         let logits = self.forward(batch.inputs.clone());
         let [n, s, vocab] = logits.dims();
-        cross_entropy(logits.reshape([n * s, vocab]), batch.targets.clone())
+        cross_entropy(
+            logits.reshape([n * s, vocab]),
+            batch.targets.clone(),
+            self.norm.is_stock(),
+        )
     }
 
     fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {

@@ -104,11 +104,17 @@ pub trait TrainModel<B: Backend>: Module<B> + Sized {
 }
 
 /// Mean cross-entropy of `logits` (`[M, classes]`) against `targets` (`[M]`): the loss of
-/// every model here.
-pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-    CrossEntropyLossConfig::new()
-        .init(&logits.device())
-        .forward(logits, targets)
+/// every model here, through Burn's `CrossEntropyLoss` (`stock`) or this crate's drop-in (one
+/// kernel pass over the logits forward and one backward on the cuDNN backends).
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>, stock: bool) -> Tensor<B, 1> {
+    let device = logits.device();
+    if stock {
+        CrossEntropyLossConfig::new().init(&device).forward(logits, targets)
+    } else {
+        cudnn_backend::burn::nn::loss::CrossEntropyLossConfig::new()
+            .init(&device)
+            .forward(logits, targets)
+    }
 }
 
 /// Images and class labels: the batches of ResNet-50 and ViT-B/16.
@@ -143,9 +149,10 @@ impl<B: Backend> ImageBatch<B> {
         }
     }
 
-    /// Mean cross-entropy of `logits` (`[N, classes]`) against the labels.
-    pub fn loss(&self, logits: Tensor<B, 2>) -> Tensor<B, 1> {
-        cross_entropy(logits, self.labels.clone())
+    /// Mean cross-entropy of `logits` (`[N, classes]`) against the labels (Burn's loss when
+    /// `stock`, else this crate's drop-in).
+    pub fn loss(&self, logits: Tensor<B, 2>, stock: bool) -> Tensor<B, 1> {
+        cross_entropy(logits, self.labels.clone(), stock)
     }
 }
 
@@ -164,7 +171,7 @@ impl<B: Backend> TrainModel<B> for resnet::ResNet<B> {
     }
 
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {
-        batch.loss(self.forward(batch.images.clone()))
+        batch.loss(self.forward(batch.images.clone()), self.is_stock())
     }
 
     fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {

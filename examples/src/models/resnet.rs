@@ -19,7 +19,7 @@ pub struct ResNetConfig {
     pub width: usize,
     /// Output classes (1000 for ImageNet).
     pub classes: usize,
-    /// Burn's own `BatchNorm` (`true`) or this crate's fused drop-in.
+    /// Burn's own `BatchNorm` and `CrossEntropyLoss` (`true`) or this crate's fused drop-ins.
     pub stock: bool,
 }
 
@@ -110,6 +110,11 @@ impl<B: Backend> Norm<B> {
         }
     }
 
+    /// Whether this is Burn's `BatchNorm` (the model's stock variant).
+    pub fn is_stock(&self) -> bool {
+        self.stock.is_some()
+    }
+
     /// `norm(x)`, then `relu(· + skip)` with a skip, else `relu(·)` when `relu`.
     pub fn forward(&self, x: Tensor<B, 4>, skip: Option<Tensor<B, 4>>, relu: bool) -> Tensor<B, 4> {
         match (&self.stock, &self.fused) {
@@ -194,5 +199,11 @@ impl<B: Backend> ResNet<B> {
             x = block.forward(x);
         }
         self.head.forward(self.gap.forward(x).flatten(1, 3))
+    }
+
+    /// Whether the network holds Burn's own modules (the stock variant, which keeps Burn's
+    /// loss too) rather than this crate's drop-ins.
+    pub fn is_stock(&self) -> bool {
+        self.stem_norm.is_stock()
     }
 }

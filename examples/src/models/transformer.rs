@@ -73,6 +73,11 @@ impl<B: Backend> Norm<B> {
         }
     }
 
+    /// Whether this is Burn's `LayerNorm` (the model's stock variant).
+    pub fn is_stock(&self) -> bool {
+        self.stock.is_some()
+    }
+
     /// `x` normalized over its last dim.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match (&self.stock, &self.fused) {

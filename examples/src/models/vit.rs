@@ -30,7 +30,8 @@ pub struct VitConfig {
     pub d_ff: usize,
     /// Output classes.
     pub classes: usize,
-    /// Burn's own `LayerNorm` and `MultiHeadAttention` (`true`) or this crate's drop-ins.
+    /// Burn's own `LayerNorm`, `MultiHeadAttention` and `CrossEntropyLoss` (`true`) or this
+    /// crate's drop-ins.
     pub stock: bool,
 }
 
@@ -146,7 +147,7 @@ impl<B: Backend> TrainModel<B> for Vit<B> {
     }
 
     fn loss(&self, batch: &Self::Batch) -> Tensor<B, 1> {
-        batch.loss(self.forward(batch.images.clone()))
+        batch.loss(self.forward(batch.images.clone()), self.norm.is_stock())
     }
 
     fn batch_to_data(batch: &Self::Batch) -> Vec<TensorData> {

@@ -17,6 +17,7 @@ pub mod launch;
 pub(crate) mod launch_attention;
 pub(crate) mod launch_batch_norm;
 pub(crate) mod launch_conv;
+pub(crate) mod launch_cross_entropy;
 pub(crate) mod launch_ctc;
 pub(crate) mod launch_elementwise;
 pub(crate) mod launch_fused;

@@ -109,3 +109,58 @@ pub(crate) fn float_slot(op: &'static str, arg: &'static str, dtype: DataType) -
 pub(crate) fn view_layout(op: &'static str, t: &TensorRef) -> Result<KernelLayout> {
     kernel_layout(op, &t.dims, &t.strides)
 }
+
+/// The lowest and highest byte addresses (inclusive) of a non-empty view, or `None` when it
+/// is empty (validated views: the extent fits in 64 bits).
+fn byte_range(t: &TensorRef) -> Option<(u64, u64)> {
+    if t.dims.contains(&0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0i128, 0i128);
+    for (&d, &s) in t.dims.iter().zip(&t.strides) {
+        let reach = (d as i128 - 1) * s as i128;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    let size = t.dtype.size() as i128;
+    let base = t.ptr as i128;
+    let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
+    Some((clamp(base + lo * size), clamp(base + (hi + 1) * size - 1)))
+}
+
+/// Checks that the written operand's memory does not meet an input's.
+pub(crate) fn check_disjoint(
+    op: &'static str,
+    arg: &'static str,
+    out: &TensorRef,
+    other: &str,
+    input: &TensorRef,
+) -> Result<()> {
+    if let (Some((a0, a1)), Some((b0, b1))) = (byte_range(out), byte_range(input)) {
+        if a0 <= b1 && b0 <= a1 {
+            return Err(Error::invalid_arg(
+                op,
+                arg,
+                format!("memory overlaps {other}'s (the output must not alias an input)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a non-empty view's address is aligned to its element size.
+pub(crate) fn check_aligned(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
+    if !t.dims.contains(&0) && !t.ptr.is_multiple_of(t.dtype.size() as u64) {
+        let msg = format!(
+            "pointer {:#x} is not aligned to its {:?} element size ({} bytes)",
+            t.ptr,
+            t.dtype,
+            t.dtype.size()
+        );
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    Ok(())
+}

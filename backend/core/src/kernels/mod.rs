@@ -44,6 +44,7 @@ pub(crate) use load::{function, prefetch};
 pub(crate) mod batch_norm;
 pub(crate) mod check;
 pub mod conv;
+pub(crate) mod cross_entropy;
 pub mod ctc;
 pub mod elementwise;
 pub mod fused;
@@ -231,6 +232,13 @@ pub(crate) const CTC: KernelSource = KernelSource {
     common: true,
 };
 
+/// Cross-entropy over logits rows: one-pass forward and logits gradient, and the mean.
+pub(crate) const CROSS_ENTROPY: KernelSource = KernelSource {
+    name: "cross_entropy.cu",
+    code: kernel_sources::CROSS_ENTROPY,
+    common: true,
+};
+
 /// Direct convolution forward, backward data and backward filter (exact fallbacks for
 /// convolutions no cuDNN engine runs).
 pub(crate) const CONV: KernelSource = KernelSource {
@@ -257,6 +265,7 @@ pub(crate) const ALL_SOURCES: &[KernelSource] = &[
     ATTENTION,
     CTC,
     CONV,
+    CROSS_ENTROPY,
 ];
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! rather than one per kernel. Only a hint: a name that no caller asks for costs CPU time,
 //! never correctness; a kernel in no group is simply compiled alone.
 
-use super::{KernelSource, BATCH_NORM, BIAS_ACT, CONV, ELEMENTWISE, INDEX, NORM, OPTIM, POOL, RANDOM, REDUCE};
+use super::{
+    KernelSource, BATCH_NORM, BIAS_ACT, CONV, CROSS_ENTROPY, ELEMENTWISE, INDEX, NORM, OPTIM, POOL, RANDOM, REDUCE,
+};
 
 type Group = &'static [(KernelSource, &'static str)];
 
@@ -83,6 +85,19 @@ macro_rules! conv_group {
     };
 }
 
+/// A cross-entropy forward, its backward and the mean's reductions (`$v`: `""` for a block per
+/// row, `"warp_"` for a warp per row).
+macro_rules! cross_entropy_group {
+    ($v:literal, $s:literal) => {
+        &[
+            (CROSS_ENTROPY, concat!("xent_fwd_", $v, $s)),
+            (CROSS_ENTROPY, concat!("xent_bwd_", $v, $s)),
+            (CROSS_ENTROPY, "xent_mean"),
+            (CROSS_ENTROPY, "xent_scale"),
+        ]
+    };
+}
+
 /// See the two-byte entry of [`GROUPS`].
 pub(super) const TWO_BYTE_MOVES: Group = &[
     (ELEMENTWISE, "fill_b2"),
@@ -137,6 +152,13 @@ pub(crate) const GROUPS: &[Group] = &[
     conv_group!("f16"),
     conv_group!("bf16"),
     conv_group!("f64"),
+    // A training loss: the first forward compiles its backward alongside.
+    cross_entropy_group!("", "f32"),
+    cross_entropy_group!("", "f16"),
+    cross_entropy_group!("", "bf16"),
+    cross_entropy_group!("warp_", "f32"),
+    cross_entropy_group!("warp_", "f16"),
+    cross_entropy_group!("warp_", "bf16"),
 ];
 
 /// The other kernels of the first group that lists `name` of `source` (none when no group does).
@@ -172,6 +194,9 @@ mod tests {
         assert_eq!(s, ["copy_b2", "where_b2", "gather_b2"]);
         assert!(siblings(RANDOM, "normal_bf16").all(|(_, n)| !n.ends_with("f16") || n.ends_with("bf16")));
         assert_eq!(siblings(ELEMENTWISE, "no_such_kernel").count(), 0);
+        // A cross-entropy forward brings its own backward and the shared reductions.
+        let s: Vec<_> = siblings(CROSS_ENTROPY, "xent_fwd_warp_bf16").map(|(_, n)| n).collect();
+        assert_eq!(s, ["xent_bwd_warp_bf16", "xent_mean", "xent_scale"]);
     }
 
     const SORT_LIKE: KernelSource = super::super::SORT;

@@ -11,6 +11,7 @@ mod attention_math;
 mod batch_norm;
 mod conv;
 pub(crate) mod conv_fallback;
+mod cross_entropy;
 mod fallback;
 mod matmul;
 mod norm;
@@ -33,6 +34,10 @@ pub use batch_norm::{
     BatchNormInference, BatchNormOptions, RunningStats,
 };
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward};
+pub use cross_entropy::{
+    cross_entropy_backward, cross_entropy_forward, CrossEntropyBackward, CrossEntropyForward, CrossEntropyMean,
+    CROSS_ENTROPY_MAX_IGNORE,
+};
 #[doc(hidden)]
 pub use matmul::warm_up_cudnn;
 pub use matmul::{matmul, matmul_bias_act};

@@ -4,6 +4,7 @@
 
 mod attention;
 mod batch_norm;
+pub mod loss;
 mod norm;
 mod transformer;
 

@@ -16,7 +16,7 @@ use burn_backend::{AutodiffBackend, Scalar, Shape, TensorMetadata};
 use super::kernels::TrainingKernels;
 use super::{attention, BatchNormOutput};
 use crate::graph::NormMode;
-use crate::ops::BatchNormOptions;
+use crate::ops::{BatchNormOptions, CrossEntropyMean};
 
 /// Runs a backward node: `backward(state, dy, tracked)` gets the output's gradient and which
 /// of the `N` parents are tracked, and returns their gradients in parent order; each tracked
@@ -85,6 +85,20 @@ impl<B: TrainingKernels, const N: usize> Backward<B, N> for AttentionNode<B> {
             let ([dq, dk, dv], d_bias) = B::attention_backward(s, d_o, want_bias);
             let mut all = [Some(dq), Some(dk), Some(dv), d_bias].into_iter();
             std::array::from_fn(|_| all.next().flatten())
+        });
+    }
+}
+
+/// The backward node of a cross-entropy: one parent, the logits (the targets are integers).
+#[derive(Debug)]
+struct CrossEntropyNode<B>(PhantomData<fn() -> B>);
+
+impl<B: TrainingKernels> Backward<B, 1> for CrossEntropyNode<B> {
+    type State = B::XentSaved;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        register_parent_grads::<B, _, 1>(ops, grads, |s, grad, [tracked]| {
+            [tracked.then(|| B::xent_backward(s, grad))]
         });
     }
 }
@@ -284,4 +298,15 @@ fn fused_sdpa<B: TrainingKernels, C: CheckpointStrategy>(
         Some(b) if bias_tracked => finish!(C, node, [qn, kn, vn, b.node.clone()], saved, o),
         _ => finish!(C, node, [qn, kn, vn], saved, o),
     })
+}
+
+/// Cross-entropy on `Autodiff<B, C>` with its backward node (the logits' gradient only).
+pub(super) fn cross_entropy<B: TrainingKernels, C: CheckpointStrategy>(
+    logits: FloatTensor<Autodiff<B, C>>,
+    targets: IntTensor<B>,
+    ignore: &[i64],
+    mean_over: CrossEntropyMean,
+) -> FloatTensor<Autodiff<B, C>> {
+    let (loss, saved) = B::xent_forward(logits.primitive.clone(), targets, ignore, mean_over);
+    finish!(C, CrossEntropyNode::<B>(PhantomData), [logits.node], saved, loss)
 }

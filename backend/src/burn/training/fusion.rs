@@ -1,7 +1,8 @@
 //! The fused training ops on `Fusion<Cudnn>`: each forward and backward is recorded in
 //! burn-fusion's lazy queue as one custom operation that runs the [`Cudnn`] kernels when
 //! the queue executes, so `Autodiff<CudnnFusion>` trains with the same fused batch norm,
-//! norm and attention passes as `Autodiff<Cudnn>` while the fusers take the rest.
+//! norm, attention and cross-entropy passes as `Autodiff<Cudnn>` while the fusers take the
+//! rest.
 
 use burn_backend::{DType, Shape, TensorMetadata};
 
@@ -10,9 +11,9 @@ use super::super::tensor::{expect, CudnnTensor};
 use super::super::CudnnFusion;
 use super::attention::AttentionGrads;
 use super::kernels::TrainingKernels;
-use super::{attention, batch_norm, norm, BatchNormOutput, TrainingOps};
+use super::{attention, batch_norm, cross_entropy, norm, BatchNormOutput, TrainingOps};
 use crate::graph::NormMode;
-use crate::ops::BatchNormOptions;
+use crate::ops::{BatchNormOptions, CrossEntropyMean};
 
 /// Per-channel (or per-feature) metadata: `[n]` of `dtype`.
 fn vector(n: usize, dtype: DType) -> (Shape, DType) {
@@ -70,6 +71,16 @@ pub(crate) struct LazyAttentionSaved {
     probs: Option<Lazy>,
     /// The dropout probability and its Philox seed and offset (two `I64`).
     dropout: Option<(f64, Lazy)>,
+}
+
+/// What a recorded cross-entropy's backward needs.
+#[derive(Clone, Debug)]
+pub(crate) struct LazyXentSaved {
+    logits: Lazy,
+    targets: Lazy,
+    lse: Lazy,
+    ignore: Vec<i64>,
+    mean_over: CrossEntropyMean,
 }
 
 /// The recorded dropout's seed tensor, the next input when the op was recorded with a
@@ -176,6 +187,7 @@ impl TrainingKernels for CudnnFusion {
     type BnSaved = LazyBnSaved;
     type NormSaved = LazyNormSaved;
     type AttentionSaved = LazyAttentionSaved;
+    type XentSaved = LazyXentSaved;
 
     fn bn_forward(
         x: Lazy,
@@ -341,6 +353,41 @@ impl TrainingKernels for CudnnFusion {
         let grads = expect(OP, take(&mut out));
         (grads, optional(&mut out, with_d_bias))
     }
+
+    fn xent_forward(logits: Lazy, targets: Lazy, ignore: &[i64], mean_over: CrossEntropyMean) -> (Lazy, LazyXentSaved) {
+        const OP: &str = "cudnn_cross_entropy";
+        let rows = logits.shape.to_vec().first().copied().unwrap_or(0);
+        let outputs = vec![vector(1, logits.dtype), vector(rows, DType::F32)];
+        let kept = ignore.to_vec();
+        let out = record(OP, vec![logits.clone(), targets.clone()], outputs, move |ins| {
+            let [logits, targets] = take(&mut ins.into_iter())?;
+            let (loss, saved) = cross_entropy::forward(logits, targets, &kept, mean_over)?;
+            Ok(vec![loss, saved.lse().clone()])
+        });
+        let [loss, lse] = expect(OP, take(&mut out.into_iter()));
+        let saved = LazyXentSaved {
+            logits,
+            targets,
+            lse,
+            ignore: ignore.to_vec(),
+            mean_over,
+        };
+        (loss, saved)
+    }
+
+    fn xent_backward(s: &LazyXentSaved, grad: Lazy) -> Lazy {
+        const OP: &str = "cudnn_cross_entropy_backward";
+        let outputs = vec![(s.logits.shape(), s.logits.dtype)];
+        let (ignore, mean_over) = (s.ignore.clone(), s.mean_over);
+        let inputs = vec![s.logits.clone(), s.targets.clone(), s.lse.clone(), grad];
+        let out = record(OP, inputs, outputs, move |ins| {
+            let [logits, targets, lse, grad] = take(&mut ins.into_iter())?;
+            let saved = cross_entropy::XentSaved::rebuild(logits, targets, lse, ignore.clone(), mean_over)?;
+            Ok(vec![cross_entropy::backward(&saved, grad)?])
+        });
+        let [dx] = expect(OP, take(&mut out.into_iter()));
+        dx
+    }
 }
 
 impl TrainingOps for CudnnFusion {
@@ -427,5 +474,9 @@ impl TrainingOps for CudnnFusion {
             return None;
         }
         Some(record_attention(q, k, v, bias, causal, scale, false, Some((probability, rng))).0)
+    }
+
+    fn cross_entropy(logits: Lazy, targets: Lazy, ignore: &[i64], mean_over: CrossEntropyMean) -> Lazy {
+        Self::xent_forward(logits, targets, ignore, mean_over).0
     }
 }

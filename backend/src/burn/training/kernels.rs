@@ -9,9 +9,9 @@ use burn_backend::tensor::{FloatTensor, IntTensor};
 use super::super::tensor::{expect, CudnnTensor};
 use super::super::Cudnn;
 use super::attention::AttentionGrads;
-use super::{attention, batch_norm, norm, TrainingOps};
+use super::{attention, batch_norm, cross_entropy, norm, TrainingOps};
 use crate::graph::NormMode;
-use crate::ops::BatchNormOptions;
+use crate::ops::{BatchNormOptions, CrossEntropyMean};
 
 /// The primitives behind the fused training ops' forward and backward passes.
 pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
@@ -21,6 +21,8 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
     type NormSaved: Clone + Send + Debug + 'static;
     /// What an attention's backward needs.
     type AttentionSaved: Clone + Send + Debug + 'static;
+    /// What a cross-entropy's backward needs.
+    type XentSaved: Clone + Send + Debug + 'static;
 
     /// Batch-norm training forward: `(y, [running mean, running var] updated, saved)`.
     fn bn_forward(
@@ -82,12 +84,24 @@ pub(crate) trait TrainingKernels: TrainingOps + crate::burn::AutodiffInner {
         d_o: FloatTensor<Self>,
         want_bias: bool,
     ) -> AttentionGrads<FloatTensor<Self>>;
+
+    /// Cross-entropy forward: `(mean loss [1], saved)`.
+    fn xent_forward(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        ignore: &[i64],
+        mean_over: CrossEntropyMean,
+    ) -> (FloatTensor<Self>, Self::XentSaved);
+
+    /// The logits' gradient for the gradient of the mean loss.
+    fn xent_backward(saved: &Self::XentSaved, grad: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 impl TrainingKernels for Cudnn {
     type BnSaved = batch_norm::BnSaved;
     type NormSaved = norm::NormSaved;
     type AttentionSaved = attention::AttentionSaved;
+    type XentSaved = cross_entropy::XentSaved;
 
     fn bn_forward(
         x: CudnnTensor,
@@ -159,5 +173,21 @@ impl TrainingKernels for Cudnn {
         want_bias: bool,
     ) -> AttentionGrads<CudnnTensor> {
         expect("attention_backward", attention::backward(saved, d_o, want_bias))
+    }
+
+    fn xent_forward(
+        logits: CudnnTensor,
+        targets: CudnnTensor,
+        ignore: &[i64],
+        mean_over: CrossEntropyMean,
+    ) -> (CudnnTensor, Self::XentSaved) {
+        expect(
+            "cross_entropy",
+            cross_entropy::forward(logits, targets, ignore, mean_over),
+        )
+    }
+
+    fn xent_backward(saved: &Self::XentSaved, grad: CudnnTensor) -> CudnnTensor {
+        expect("cross_entropy_backward", cross_entropy::backward(saved, grad))
     }
 }

@@ -14,6 +14,7 @@ use burn_backend::Backend;
 mod attention;
 mod autodiff;
 mod batch_norm;
+mod cross_entropy;
 mod fusion;
 mod kernels;
 mod norm;
@@ -21,7 +22,7 @@ mod norm;
 use super::tensor::{expect, CudnnTensor};
 use super::{Cudnn, CudnnFusion};
 use crate::graph::NormMode;
-use crate::ops::BatchNormOptions;
+use crate::ops::{BatchNormOptions, CrossEntropyMean};
 
 /// What a batch-norm training step returns: the output and the updated running statistics
 /// (not tracked by autodiff).
@@ -109,6 +110,19 @@ pub trait TrainingOps: Backend {
         probability: f64,
         rng: IntTensor<Self>,
     ) -> Option<FloatTensor<Self>>;
+
+    /// Mean cross-entropy of `logits` `[rows, classes]` (F32, F16 or BF16) against the class
+    /// indices `targets` `[rows]`, as one pass over the logits forward and one backward (the
+    /// gradient with respect to the logits; the targets get none). Rows whose target is in
+    /// `ignore` (at most [`crate::ops::CROSS_ENTROPY_MAX_IGNORE`] values) count 0, and
+    /// `mean_over` picks the mean's denominator. Returns `[1]` in the logits' dtype. A target
+    /// outside `[0, classes)` that is not ignored makes the loss and its gradient NaN.
+    fn cross_entropy(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        ignore: &[i64],
+        mean_over: CrossEntropyMean,
+    ) -> FloatTensor<Self>;
 }
 
 impl TrainingOps for Cudnn {
@@ -186,6 +200,19 @@ impl TrainingOps for Cudnn {
         let r = attention::forward(q, k, v, bias, causal, scale, false, Some(dropout));
         expect("sdpa_dropout", r).map(|(o, _)| o)
     }
+
+    fn cross_entropy(
+        logits: CudnnTensor,
+        targets: CudnnTensor,
+        ignore: &[i64],
+        mean_over: CrossEntropyMean,
+    ) -> CudnnTensor {
+        expect(
+            "cross_entropy",
+            cross_entropy::forward(logits, targets, ignore, mean_over),
+        )
+        .0
+    }
 }
 
 /// `TrainingOps` for `Autodiff<$inner, C>` through the generic autodiff nodes.
@@ -258,6 +285,15 @@ macro_rules! autodiff_training_ops {
                 rng: IntTensor<Self>,
             ) -> Option<FloatTensor<Self>> {
                 autodiff::sdpa_dropout::<$inner, C>(q, k, v, bias, causal, scale, probability, rng)
+            }
+
+            fn cross_entropy(
+                logits: FloatTensor<Self>,
+                targets: IntTensor<Self>,
+                ignore: &[i64],
+                mean_over: CrossEntropyMean,
+            ) -> FloatTensor<Self> {
+                autodiff::cross_entropy::<$inner, C>(logits, targets, ignore, mean_over)
             }
         }
     };
