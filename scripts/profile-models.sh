@@ -5,7 +5,10 @@
 # .gpu/profile-models.sh LOG_DIR [MODEL DTYPE BATCH]
 # PROFILE_VARIANTS (default "stock-fusion fused-fusion"; a suffix +nhwc runs that variant with
 # channels-last convolutions, as in models-bench.sh) and PROFILE_TORCH (default "default
-# tuned") pick the runs; PROFILE_ENV adds environment settings to ours. Writes ncu-VARIANT.csv,
+# tuned") pick the runs; PROFILE_ENV adds environment settings to ours. PROFILE_DETAIL=REGEX
+# adds, per variant, Nsight Compute's throughput, occupancy and launch sections for the first
+# PROFILE_DETAIL_COUNT (default 12) kernels of the profiled steps whose name matches REGEX
+# (ncu-VARIANT-detail.txt): why a kernel is slow, not only how long it takes. Writes ncu-VARIANT.csv,
 # ncu-VARIANT.txt (kernels by total time) and torch-SETTING.txt.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -26,6 +29,12 @@ for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
     "$here/train_models" --model "$model" --dtype "$dtype" --batch-size "$batch" --steps $((psteps + 4)) --epochs 1 \
     --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v.csv" 2>"$logs/ncu-$v.err"
   python3 "$here/ncu_summary.py" "$logs/ncu-$v.csv" "$psteps" >"$logs/ncu-$v.txt"
+  if [[ -n ${PROFILE_DETAIL:-} ]]; then
+    env "${v_env[@]}" ncu --profile-from-start off --clock-control none --kernel-name "regex:$PROFILE_DETAIL" \
+      --launch-count "${PROFILE_DETAIL_COUNT:-12}" --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis "$here/train_models" --model "$model" --dtype "$dtype" --batch-size "$batch" \
+      --steps $((psteps + 4)) --epochs 1 --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v-detail.txt" 2>&1
+  fi
 done
 for s in ${PROFILE_TORCH:-default tuned}; do
   PYTHONUNBUFFERED=1 python3 "$here/train_models_torch.py" --model "$model" --setting "$s" --dtype "$dtype" \
