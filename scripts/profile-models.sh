@@ -16,6 +16,7 @@ logs="${1:?log dir}"; model="${2:-resnet50}"; dtype="${3:-bf16}"; batch="${4:-64
 mkdir -p "$logs"
 psteps="${PROFILE_STEPS:-2}"
 read -r -a ours_env <<<"${PROFILE_ENV:-}"
+failures=0
 for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
   flags=(--benchmark)
   v_env=("${ours_env[@]}")
@@ -27,7 +28,7 @@ for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
   esac
   env "${v_env[@]}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
     "$here/train_models" --model "$model" --dtype "$dtype" --batch-size "$batch" --steps $((psteps + 4)) --epochs 1 \
-    --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v.csv" 2>"$logs/ncu-$v.err"
+    --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v.csv" 2>"$logs/ncu-$v.err" || failures=$((failures + 1))
   python3 "$here/ncu_summary.py" "$logs/ncu-$v.csv" "$psteps" >"$logs/ncu-$v.txt"
   if [[ -n ${PROFILE_DETAIL:-} ]]; then
     env "${v_env[@]}" ncu --profile-from-start off --clock-control none --kernel-name "regex:$PROFILE_DETAIL" \
@@ -38,7 +39,13 @@ for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
 done
 for s in ${PROFILE_TORCH:-default tuned}; do
   PYTHONUNBUFFERED=1 python3 "$here/train_models_torch.py" --model "$model" --setting "$s" --dtype "$dtype" \
-    --batch-size "$batch" --steps 5 --epochs 1 --profile "$logs/torch-$s.txt" >"$logs/torch-$s.log" 2>&1
+    --batch-size "$batch" --steps 5 --epochs 1 --profile "$logs/torch-$s.txt" >"$logs/torch-$s.log" 2>&1 \
+    || failures=$((failures + 1))
 done
 for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do echo "== ours $v"; head -22 "$logs/ncu-$v.txt"; done
 for s in ${PROFILE_TORCH:-default tuned}; do echo "== torch $s"; grep -E 'Self CUDA time total|^train_models_torch' "$logs/torch-$s.txt" "$logs/torch-$s.log"; done
+# A profile that did not run fails the script, so a run cannot look complete by accident.
+if ((failures > 0)); then
+  echo "$failures profiled run(s) failed (see the .err and .log files)"
+  exit 1
+fi
