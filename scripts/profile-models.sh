@@ -5,7 +5,7 @@
 # .gpu/profile-models.sh LOG_DIR [MODEL DTYPE BATCH]
 # PROFILE_VARIANTS (default "stock-fusion fused-fusion"; a suffix +nhwc runs that variant with
 # channels-last convolutions, as in models-bench.sh) and PROFILE_TORCH (default "default
-# tuned") pick the runs; PROFILE_ENV adds environment settings to ours. PROFILE_DETAIL=REGEX
+# tuned"; "none" for no PyTorch run) pick the runs; PROFILE_ENV adds environment settings to ours. PROFILE_DETAIL=REGEX
 # adds, per variant, Nsight Compute's throughput, occupancy and launch sections for the first
 # PROFILE_DETAIL_COUNT (default 12) kernels of the profiled steps whose name matches REGEX
 # (ncu-VARIANT-detail.txt): why a kernel is slow, not only how long it takes. Writes ncu-VARIANT.csv,
@@ -38,12 +38,13 @@ for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
   fi
 done
 for s in ${PROFILE_TORCH:-default tuned}; do
+  [[ $s == none ]] && continue
   PYTHONUNBUFFERED=1 python3 "$here/train_models_torch.py" --model "$model" --setting "$s" --dtype "$dtype" \
     --batch-size "$batch" --steps 5 --epochs 1 --profile "$logs/torch-$s.txt" >"$logs/torch-$s.log" 2>&1 \
     || failures=$((failures + 1))
 done
 for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do echo "== ours $v"; head -22 "$logs/ncu-$v.txt"; done
-for s in ${PROFILE_TORCH:-default tuned}; do echo "== torch $s"; grep -E 'Self CUDA time total|^train_models_torch' "$logs/torch-$s.txt" "$logs/torch-$s.log"; done
+for s in ${PROFILE_TORCH:-default tuned}; do [[ $s == none ]] && continue; echo "== torch $s"; grep -E 'Self CUDA time total|^train_models_torch' "$logs/torch-$s.txt" "$logs/torch-$s.log"; done
 # A profile that did not run fails the script, so a run cannot look complete by accident.
 if ((failures > 0)); then
   echo "$failures profiled run(s) failed (see the .err and .log files)"
