@@ -972,5 +972,8 @@ pub mod host_profile {
 
 pub mod models;
 
+/// A small CNN trained with burn-train's `Learner` (the train_learner example).
+pub mod learner;
+
 #[cfg(feature = "candle")]
 pub mod candle_models;
