@@ -164,3 +164,15 @@ pub(crate) fn check_aligned(op: &'static str, arg: &'static str, t: &TensorRef) 
     }
     Ok(())
 }
+
+/// Checks that a non-empty 2-D view `[rows, cols]` has packed rows (strides `[cols, 1]`;
+/// a size-1 dim's stride is free). `cols` names the columns in the message (`features`,
+/// `classes`).
+pub(crate) fn check_packed_rows(op: &'static str, arg: &'static str, t: &TensorRef, cols: &str) -> Result<()> {
+    let (d, st) = (&t.dims, &t.strides);
+    if t.numel() > 0 && ((d[1] > 1 && st[1] != 1) || (d[0] > 1 && st[0] != d[1])) {
+        let msg = format!("strides {st:?}: rows must be packed ([{cols}, 1]); pass a packed copy");
+        return Err(Error::invalid_arg(op, arg, msg));
+    }
+    Ok(())
+}

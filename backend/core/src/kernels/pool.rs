@@ -532,14 +532,16 @@ pub fn max_pool2d_backward(
     let Some(plan) = plan_max_pool2d_backward(indices, dy, dx)? else {
         return Ok(());
     };
-    let [z, f] = stream_functions(stream, POOL, [plan.zero_entry, plan.entry])?;
     // A packed `dx` (any dim order) is one span of memory: the driver's memset clears it at
     // copy bandwidth; other views take the strided zeroing kernel.
-    if dx.is_packed() {
+    let f = if dx.is_packed() {
         crate::ffi::launch::memset_zero(stream, dx.ptr, plan.zero_n as usize * dx.dtype.size())?;
+        stream_function(stream, POOL, plan.entry)?
     } else {
+        let [z, f] = stream_functions(stream, POOL, [plan.zero_entry, plan.entry])?;
         launch::zero(stream, &z, dx.ptr, &plan.layouts[2], plan.zero_n)?;
-    }
+        f
+    };
     if plan.n == 0 {
         return Ok(());
     }

@@ -21,7 +21,7 @@ use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch_cross_entropy::{self as launch, XentProblem, MAX_IGNORE};
 use crate::graph::DataType;
-use crate::kernels::check::{check_aligned, check_disjoint, check_tensor};
+use crate::kernels::check::{check_aligned, check_disjoint, check_packed_rows, check_tensor};
 use crate::kernels::cross_entropy::{ignore_set, scalar_code, vectors_line_up, Kernel, Variant, MEAN, SCALE};
 use crate::kernels::{stream_functions, CROSS_ENTROPY};
 use crate::runtime::with_workspace;
@@ -104,7 +104,7 @@ fn check_problem(op: &'static str, logits: &TensorRef, targets: &TensorRef, igno
             "no classes: the softmax of an empty row is undefined",
         ));
     }
-    check_packed(op, "logits", logits)?;
+    check_packed_rows(op, "logits", logits, "classes")?;
     check_aligned(op, "logits", logits)?;
     check_tensor(op, "targets", targets)?;
     if targets.dims() != [rows] || targets.dtype() != DataType::I64 {
@@ -127,19 +127,6 @@ fn check_problem(op: &'static str, logits: &TensorRef, targets: &TensorRef, igno
         ));
     }
     Ok((rows, classes, targets.strides()[0]))
-}
-
-/// Checks that a `[rows, classes]` operand is packed row-major.
-fn check_packed(op: &'static str, arg: &'static str, t: &TensorRef) -> Result<()> {
-    let (dims, strides) = (t.dims(), t.strides());
-    if (dims[1] > 1 && strides[1] != 1) || (dims[0] > 1 && strides[0] != dims[1]) {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("strides {strides:?}: rows must be packed ([classes, 1]); pass a packed copy"),
-        ));
-    }
-    Ok(())
 }
 
 /// Checks a per-row f32 operand: `rows` packed F32 elements.
@@ -275,7 +262,7 @@ pub fn cross_entropy_backward(stream: &Arc<CudaStream>, a: &CrossEntropyBackward
             ),
         ));
     }
-    check_packed(OP, "d_logits", dx)?;
+    check_packed_rows(OP, "d_logits", dx, "classes")?;
     check_aligned(OP, "d_logits", dx)?;
     let in_place = dx.ptr() == a.logits.ptr();
     let mut read = vec![("targets", a.targets), ("lse", a.lse), ("grad", a.grad)];

@@ -14,6 +14,7 @@ use super::{check_on_stream_device, TensorMut, TensorRef};
 use crate::error::{Error, Result};
 use crate::ffi::launch_norm::{self as launch, NormArgs};
 use crate::graph::{DataType, NormMode};
+use crate::kernels::check::check_packed_rows;
 use crate::kernels::{stream_function, NORM};
 use crate::runtime::with_workspace;
 
@@ -75,15 +76,7 @@ fn rows_like(op: &'static str, arg: &'static str, x: &TensorRef, t: &TensorRef) 
             format!("dtype {:?}: F32, F16 or BF16", t.dtype),
         ));
     }
-    let f = t.dims[1];
-    if t.numel() > 0 && ((t.strides[1] != 1 && f > 1) || (t.strides[0] != f && t.dims[0] > 1)) {
-        return Err(Error::invalid_arg(
-            op,
-            arg,
-            format!("strides {:?}: rows must be packed ([features, 1])", t.strides),
-        ));
-    }
-    Ok(())
+    check_packed_rows(op, arg, t, "features")
 }
 
 /// Checks the per-feature parameters (one dtype: f32 or the data's); returns its code.
