@@ -3,8 +3,13 @@
 # crates.io but no other download host, e.g. an air-gapped build machine or CI. On a normal
 # machine, build Burn as Burn documents; this recipe is only needed without the LLVM download.
 #
-# Usage: scripts/burn-0.22-offline.sh [MANIFEST]   (BURN_022_PROFILE=release for a GPU run)
-# Output: target/burn-0.22/{debug,release}/<binary>
+# Usage: scripts/burn-0.22-offline.sh [MANIFEST [TARGET-SELECTION...]]
+#   TARGET-SELECTION: cargo's target flags (default `--bins --tests`), e.g.
+#   `--lib --tests --examples` for backend/cudnn-burn. BURN_022_PROFILE=release for a GPU run;
+#   BURN_022_TEST=1 also runs the selected tests afterwards (`cargo test`, same flags and
+#   link setup: the #[ignore]d GPU tests are skipped).
+# Output: target/burn-0.22/{debug,release}/<binary> (tests and examples under deps/ and
+# examples/; the script prints each executable's path)
 #
 # Why: Burn 0.22's CUDA backend (cubecl-cuda 0.11) always compiles two kernel compilers, CUDA
 # C++ through NVRTC and an LLVM path (cubecl-llvm, llvm-sys), whose build scripts download a
@@ -26,6 +31,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 manifest="$(realpath "${1:-$root/external/burn-0.22-app/Cargo.toml}")"
+shift $(($# > 0 ? 1 : 0))
+selection=("$@")
+((${#selection[@]} > 0)) || selection=(--bins --tests)
 profile="${BURN_022_PROFILE:-dev}"
 target="$root/target/burn-0.22"
 stubs="$target/llvm-stubs"
@@ -34,7 +42,7 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 mkdir -p "$stubs"
 # Paths of the executables a build links (binaries and test harnesses).
 build() {
-  cargo build --manifest-path "$manifest" --target-dir "$target" --profile "$profile" --bins --tests \
+  cargo build --manifest-path "$manifest" --target-dir "$target" --profile "$profile" "${selection[@]}" \
       --message-format=json-render-diagnostics \
     | python3 -c '
 import json, sys
@@ -82,3 +90,7 @@ while read -r exe; do
   fi
   echo "built $exe"
 done <"$stubs/executables.txt"
+if [[ "${BURN_022_TEST:-}" == 1 ]]; then
+  BURN_022_LLVM_STUBS="$stubs/llvm_stubs.o" \
+    cargo test --manifest-path "$manifest" --target-dir "$target" --profile "$profile" "${selection[@]}"
+fi

@@ -1,0 +1,279 @@
+//! Every node cudnn-burn claims, run by Burn 0.22 on `Device::cuda(0)` with `register()` in
+//! the process, against a float64 reference (f32 and bf16), with the provider's counters
+//! showing that the engine ran each of them. One test: registering is process-wide.
+//!
+//! ```sh
+//! BURN_022_PROFILE=release bash scripts/burn-0.22-offline.sh backend/cudnn-burn/Cargo.toml --lib --tests --examples
+//! target/burn-0.22/release/deps/gpu_ops-<hash> --include-ignored --nocapture
+//! ```
+
+use burn::prelude::*;
+use burn::tensor::module::{avg_pool2d, conv1d, conv2d, conv3d, max_pool2d};
+use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
+use burn::tensor::{bf16, FloatDType, TensorData};
+use cudnn_backend_reference as reference;
+use cudnn_backend_reference::{rel_l2_error, ConvGeometry, PoolGeometry, SplitMix64};
+use cudnn_burn::Stats;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dtype {
+    F32,
+    Bf16,
+}
+
+impl Dtype {
+    /// The relative L2 error a correct result stays under: f32 allows TF32 tensor cores,
+    /// bf16 the rounding of bf16 outputs.
+    fn tolerance(self) -> f64 {
+        match self {
+            Dtype::F32 => 5e-3,
+            Dtype::Bf16 => 2e-2,
+        }
+    }
+}
+
+/// `n` values uniform in [-scale, scale), bf16-exact for bf16 runs (so the reference sees the
+/// values the GPU reads).
+fn values(rng: &mut SplitMix64, n: usize, scale: f64, dtype: Dtype) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let v = (rng.next_f64() * scale) as f32;
+            match dtype {
+                Dtype::F32 => v,
+                Dtype::Bf16 => bf16::from_f32(v).to_f32(),
+            }
+        })
+        .collect()
+}
+
+fn upload<const D: usize>(device: &Device, v: &[f32], shape: [usize; D], dtype: Dtype) -> Tensor<D> {
+    let t = Tensor::<D>::from_data(TensorData::new(v.to_vec(), shape), device);
+    match dtype {
+        Dtype::F32 => t,
+        Dtype::Bf16 => t.cast(FloatDType::BF16),
+    }
+}
+
+fn download<const D: usize>(t: Tensor<D>) -> Vec<f64> {
+    let data = t.cast(FloatDType::F32).into_data();
+    data.try_to_vec::<f32>()
+        .expect("f32 data")
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+fn wide(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// Collects (case, error) rows and the worst error per tolerance.
+struct Checks {
+    rows: Vec<(String, f64, bool)>,
+}
+
+impl Checks {
+    fn check(&mut self, case: &str, dtype: Dtype, got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "{case}: length");
+        let err = rel_l2_error(got, want);
+        let ok = err <= dtype.tolerance();
+        println!(
+            "{case:<48} {dtype:?} rel L2 {err:.2e} {}",
+            if ok { "ok" } else { "FAIL" }
+        );
+        self.rows.push((format!("{case} {dtype:?}"), err, ok));
+    }
+}
+
+fn stats() -> Stats {
+    cudnn_burn::stats().expect("registered")
+}
+
+/// A convolution with bias of `dims`-D spatial size, forward and both gradients through
+/// autodiff (loss = sum(y * g) for a random g, so dy = g).
+fn conv_case<const D: usize, const S: usize>(
+    checks: &mut Checks,
+    dtype: Dtype,
+    x_dims: [usize; D],
+    w_dims: [usize; D],
+    g: ConvGeometry,
+    run: impl Fn(Tensor<D>, Tensor<D>, Tensor<1>) -> Tensor<D>,
+) {
+    let device = Device::cuda(0).autodiff();
+    let mut rng = SplitMix64::new(0xC0DE + D as u64 + g.groups as u64);
+    let fan_in: usize = w_dims[1..].iter().product();
+    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
+    let w = values(&mut rng, w_dims.iter().product(), 1.0 / (fan_in as f64).sqrt(), dtype);
+    let b = values(&mut rng, w_dims[0], 0.5, dtype);
+    let mut want_y = reference::conv_forward(&wide(&x), &x_dims, &wide(&w), &w_dims, &g);
+    let y_dims = {
+        let mut d = vec![x_dims[0], w_dims[0]];
+        for i in 0..S {
+            let span = (w_dims[i + 2] - 1) * g.dilation[i] + 1;
+            d.push((x_dims[i + 2] + g.pre_padding[i] + g.post_padding[i] - span) / g.stride[i] + 1);
+        }
+        d
+    };
+    let per_channel: usize = y_dims[2..].iter().product();
+    for (i, v) in want_y.iter_mut().enumerate() {
+        *v += f64::from(b[(i / per_channel) % w_dims[0]]);
+    }
+    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
+    let want_dx = reference::conv_backward_data(&wide(&gy), &y_dims, &wide(&w), &w_dims, &x_dims, &g);
+    let want_dw = reference::conv_backward_filter(&wide(&x), &x_dims, &wide(&gy), &y_dims, &w_dims, &g);
+
+    let xt = upload(&device, &x, x_dims, dtype).require_grad();
+    let wt = upload(&device, &w, w_dims, dtype).require_grad();
+    let bt = upload(&device, &b, [w_dims[0]], dtype);
+    let y_shape: [usize; D] = y_dims.clone().try_into().expect("rank");
+    let gt = upload(&device, &gy, y_shape, dtype);
+    let y = run(xt.clone(), wt.clone(), bt);
+    let grads = (y.clone() * gt).sum().backward();
+    let case = format!("conv{S}d x{x_dims:?} w{w_dims:?} groups {}", g.groups);
+    checks.check(&format!("{case} forward"), dtype, &download(y), &want_y);
+    checks.check(
+        &format!("{case} dx"),
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        &want_dx,
+    );
+    checks.check(
+        &format!("{case} dw"),
+        dtype,
+        &download(wt.grad(&grads).expect("dw")),
+        &want_dw,
+    );
+}
+
+/// 3x2 windows, stride 2, padding (1, 0): the max pooling the pooling cases run.
+fn max_options() -> MaxPoolOptions<2> {
+    MaxPoolOptions::new([3, 2]).with_stride([2, 2]).with_padding([1, 0])
+}
+
+fn pool_case(checks: &mut Checks, dtype: Dtype, max: bool) {
+    let device = Device::cuda(0).autodiff();
+    let mut rng = SplitMix64::new(0x9001 + u64::from(max));
+    let x_dims = [2usize, 3, 9, 8];
+    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
+    let g = PoolGeometry {
+        window: vec![3, 2],
+        stride: vec![2, 2],
+        pre_padding: vec![1, 0],
+        post_padding: vec![1, 0],
+        mode: if max {
+            reference::PoolMode::Max
+        } else {
+            reference::PoolMode::AvgIncludePadding
+        },
+    };
+    let y_dims = g.output_dims(&x_dims);
+    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
+    let want_y = reference::pool_forward(&wide(&x), &x_dims, &g);
+    let want_dx = reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g);
+    let y_shape: [usize; 4] = y_dims.clone().try_into().expect("rank");
+
+    let xt = upload(&device, &x, x_dims, dtype).require_grad();
+    let gt = upload(&device, &gy, y_shape, dtype);
+    let y = if max {
+        max_pool2d(xt.clone(), max_options())
+    } else {
+        avg_pool2d(
+            xt.clone(),
+            AvgPoolOptions::new([3, 2])
+                .with_stride([2, 2])
+                .with_padding([1, 0])
+                .with_count_include_pad(true),
+        )
+    };
+    let grads = (y.clone() * gt).sum().backward();
+    let case = if max {
+        "max_pool2d 3x2 s2 p(1,0)"
+    } else {
+        "avg_pool2d 3x2 s2 p(1,0) incl. pad"
+    };
+    checks.check(&format!("{case} forward"), dtype, &download(y), &want_y);
+    checks.check(
+        &format!("{case} dx"),
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        &want_dx,
+    );
+
+    if max {
+        // Outside autodiff max pooling is a plain `MaxPool2d` node (no indices).
+        let plain = Device::cuda(0);
+        let y = max_pool2d(upload(&plain, &x, x_dims, dtype), max_options());
+        checks.check(&format!("{case} forward, no autodiff"), dtype, &download(y), &want_y);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn claimed_nodes_match_float64_and_run_on_the_engine() {
+    cudnn_burn::register().expect("register before the first tensor operation");
+    let mut checks = Checks { rows: Vec::new() };
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        let before = stats();
+        // 2-D: asymmetric padding, stride, dilation, groups.
+        let g2 = ConvGeometry {
+            pre_padding: vec![1, 2],
+            post_padding: vec![1, 2],
+            stride: vec![2, 1],
+            dilation: vec![1, 2],
+            groups: 2,
+        };
+        conv_case::<4, 2>(&mut checks, dtype, [2, 4, 11, 10], [6, 2, 3, 3], g2, |x, w, b| {
+            conv2d(x, w, Some(b), ConvOptions::new([2, 1], [1, 2], [1, 2], 2))
+        });
+        let g1 = ConvGeometry {
+            pre_padding: vec![2],
+            post_padding: vec![2],
+            stride: vec![1],
+            dilation: vec![1],
+            groups: 1,
+        };
+        conv_case::<3, 1>(&mut checks, dtype, [2, 3, 17], [5, 3, 5], g1, |x, w, b| {
+            conv1d(x, w, Some(b), ConvOptions::new([1], [2], [1], 1))
+        });
+        let g3 = ConvGeometry {
+            pre_padding: vec![1, 0, 1],
+            post_padding: vec![1, 0, 1],
+            stride: vec![1, 1, 2],
+            dilation: vec![1, 1, 1],
+            groups: 1,
+        };
+        conv_case::<5, 3>(&mut checks, dtype, [1, 2, 5, 4, 6], [3, 2, 3, 1, 3], g3, |x, w, b| {
+            conv3d(x, w, Some(b), ConvOptions::new([1, 1, 2], [1, 0, 1], [1, 1, 1], 1))
+        });
+        pool_case(&mut checks, dtype, false);
+        pool_case(&mut checks, dtype, true);
+        let d = stats().since(before);
+        println!("{dtype:?}: {d:?}");
+        assert!(
+            d.conv_forward >= 3,
+            "{dtype:?}: convolution forwards on the engine: {d:?}"
+        );
+        assert!(
+            d.conv_backward_data >= 3,
+            "{dtype:?}: data gradients on the engine: {d:?}"
+        );
+        assert!(
+            d.conv_backward_filter >= 3,
+            "{dtype:?}: weight gradients on the engine: {d:?}"
+        );
+        assert!(
+            d.pool_forward >= 2,
+            "{dtype:?}: avg and plain max pooling on the engine: {d:?}"
+        );
+        assert!(
+            d.pool_backward >= 2,
+            "{dtype:?}: avg and max pooling gradients on the engine: {d:?}"
+        );
+        assert_eq!(
+            d.fallbacks, 0,
+            "{dtype:?}: claimed nodes that ran Burn's instead: {d:?}"
+        );
+    }
+    let failed: Vec<_> = checks.rows.iter().filter(|r| !r.2).collect();
+    assert!(failed.is_empty(), "results off the float64 reference: {failed:?}");
+}
