@@ -1,37 +1,32 @@
-//! The Burn 0.22 spike: can this project's cuDNN engine run Burn 0.22's convolutions through
-//! CubeCL's fusion registry (`burn_cubecl::fusion::register`), ordered with CubeCL's CUDA
-//! stream, with outputs from CubeCL's allocator? It answers with printed evidence:
+//! The Burn 0.22 spike: does this project's cuDNN engine run Burn 0.22's convolutions through
+//! CubeCL's fusion registry, ordered with CubeCL's CUDA stream, with outputs from CubeCL's
+//! allocator? It registers the `cudnn-burn` crate's provider (`cudnn_burn::register`, which
+//! claims convolution and pooling nodes and orders the engine's stream with CubeCL's on the
+//! GPU) and answers with printed evidence:
 //!
-//! - (a) ordering: a registered provider claims 2-D convolution forward nodes and runs them with
-//!   `cudnn_backend_core::ops::conv_forward`, ordered by `--order host-wait|stream-memory`
-//!   (see `ordering.rs`); results are checked against a float64 reference with a race
-//!   amplifier on, and a probe counts early passes of the GPU-side wait;
-//! - (b) whether single-convolution segments are offered to the registered fuser and whether
-//!   it wins them: counters over a conv -> relu -> conv -> add chain and the timed runs;
+//! - (a) correctness and speed of the claimed 2-D convolutions on ResNet-50 shapes against a
+//!   float64 reference;
+//! - (b) whether single-convolution segments reach the provider and it wins them: its
+//!   counters (`cudnn_burn::stats`) over a conv -> relu -> conv -> add chain and the timed runs;
 //! - (c) memory: outputs through `client.empty`, and how the cuDNN workspace is provided.
 //!
 //! Registering is process-wide and sealed once fusion starts, so each configuration runs in
-//! its own process: `--mode burn` (nothing registered: Burn's own convolution), `--mode cudnn
-//! --order host-wait|stream-memory`; `--mode all` (default) runs the three as child processes
-//! and prints one table. Correctness is judged in every process against the same float64
-//! reference (fixed-seed inputs; full outputs for the small chain, a fixed sample of output
-//! points for the ResNet-50 shapes), so the modes are compared through it; the whole-output
-//! L2 norm is printed too.
+//! its own process: `--mode burn` (nothing registered: Burn's own convolution), `--mode
+//! cudnn`; `--mode all` (default) runs both as child processes and prints one table.
+//! Correctness is judged in every process against the same float64 reference (fixed-seed
+//! inputs; full outputs for the small chain, a fixed sample of output points for the
+//! ResNet-50 shapes); the whole-output L2 norm is printed too.
 //!
 //! ```sh
 //! scripts/burn-0.22-offline.sh   # BURN_022_PROFILE=release for timings
-//! target/burn-0.22/release/cudnn_spike [--mode all|burn|cudnn] [--order host-wait|stream-memory]
-//!     [--batch 64] [--reps 50] [--rounds 3] [--samples 4096] [--amplify-us 200]
+//! target/burn-0.22/release/cudnn_spike [--mode all|burn|cudnn] [--batch 64] [--reps 50]
+//!     [--rounds 3] [--samples 4096]
 //! ```
 
 // The modules live in `cudnn_spike/` next to this file (a binary root resolves `mod` in its own
 // directory, `src/bin/`).
 #[path = "cudnn_spike/error.rs"]
 mod error;
-#[path = "cudnn_spike/ordering.rs"]
-mod ordering;
-#[path = "cudnn_spike/provider.rs"]
-mod provider;
 #[path = "cudnn_spike/reference.rs"]
 mod reference;
 #[path = "cudnn_spike/scenarios.rs"]
@@ -41,10 +36,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 
 use burn::prelude::Device;
+use cudnn_burn::Stats;
 
 use error::{Result, SpikeError};
-use ordering::{Order, Ordering};
-use provider::{CudnnConvProvider, Snapshot, COUNTERS, ORDERING, SCORE};
 use reference::ConvShape;
 use scenarios::{Dtype, ShapePlan};
 
@@ -52,26 +46,21 @@ use scenarios::{Dtype, ShapePlan};
 #[derive(Clone, Debug)]
 struct Args {
     mode: String,
-    order: Order,
     batch: usize,
     reps: usize,
     rounds: usize,
     samples: usize,
-    amplify_us: u64,
 }
 
-const USAGE: &str = "usage: cudnn_spike [--mode all|burn|cudnn] [--order host-wait|stream-memory] \
-                     [--batch N] [--reps N] [--rounds N] [--samples N] [--amplify-us N]";
+const USAGE: &str = "usage: cudnn_spike [--mode all|burn|cudnn] [--batch N] [--reps N] [--rounds N] [--samples N]";
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
         mode: "all".into(),
-        order: Order::StreamMemory,
         batch: 64,
         reps: 50,
         rounds: 3,
         samples: 4096,
-        amplify_us: 200,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -86,14 +75,10 @@ fn parse_args() -> Result<Args> {
         };
         match flag.as_str() {
             "--mode" if ["all", "burn", "cudnn"].contains(&value.as_str()) => a.mode = value.clone(),
-            "--order" => {
-                a.order = Order::parse(value).ok_or_else(|| SpikeError::Usage(format!("--order {value}\n{USAGE}")))?
-            }
             "--batch" => a.batch = number()?.max(1) as usize,
             "--reps" => a.reps = number()?.max(1) as usize,
             "--rounds" => a.rounds = number()?.max(1) as usize,
             "--samples" => a.samples = number()?.max(1) as usize,
-            "--amplify-us" => a.amplify_us = number()?,
             _ => return Err(SpikeError::Usage(format!("unknown argument {flag} {value}\n{USAGE}"))),
         }
     }
@@ -153,84 +138,50 @@ fn preflight(need_cudnn: bool) -> Result<String> {
     ))
 }
 
-fn label(args: &Args) -> String {
-    match args.mode.as_str() {
-        "cudnn" => format!("cudnn/{}", args.order.name()),
-        other => other.to_string(),
-    }
-}
-
-fn count_line(label: &str, section: &str, c: &Snapshot, convs: u64) -> String {
+fn count_line(label: &str, section: &str, c: &Stats, convs: u64) -> String {
     format!(
-        "COUNT|{label}|{section}|{}|{}|{}|{}|{}|{}|{}|{convs}",
-        c.conv_heads, c.conv_declined, c.other_heads, c.fed, c.claims, c.cudnn_runs, c.fallbacks
+        "COUNT|{label}|{section}|{}|{}|{}|{}|{convs}",
+        c.offered, c.claimed, c.engine_runs, c.fallbacks
     )
 }
 
 /// One configuration (`--mode burn|cudnn`) in this process. Returns whether every check passed.
 fn run_one(args: &Args) -> Result<bool> {
     let cudnn = args.mode == "cudnn";
-    let label = label(args);
+    let label = args.mode.clone();
     println!("== cudnn_spike, mode {label} ==");
     println!("{}", preflight(cudnn)?);
     let mut ok = true;
     let mut notes = Vec::new();
 
     if cudnn {
-        let ordering = Ordering::new(args.order)?;
-        if ORDERING.set(ordering).is_err() {
-            return Err(SpikeError::Run("ordering set twice".into()));
-        }
-        burn_cubecl::fusion::register(CudnnConvProvider)
-            .map_err(|e| SpikeError::run("burn_cubecl::fusion::register", e))?;
+        cudnn_burn::register().map_err(|e| SpikeError::run("cudnn_burn::register", e))?;
         println!(
-            "registered provider `CudnnConv2d` (score {SCORE}) next to the built-ins {:?}",
-            burn_cubecl::fusion::BUILTIN_NAMES
-        );
-        let client = burn_cubecl::CubeDevice::Cuda(cubecl_runtime::device::CudaDevice::new(0)).client();
-        let ordering = ORDERING
-            .get()
-            .ok_or_else(|| SpikeError::Run("ordering missing".into()))?;
-        println!("ordering {}: {}", args.order.name(), ordering.self_test(&client)?);
-        println!(
-            "not possible with burn-cubecl 0.22.1 / cubecl 0.11: (1) enqueueing cuDNN on CubeCL's own CUstream: \
-             cubecl-cuda's CudaServer keeps its streams private and Client exposes no stream, event or \
-             run-on-stream hook; next best: the engine's own stream, ordered by {}. (2) a cuDNN workspace from \
-             CubeCL's allocator: cudnn_backend_core::ops::conv_forward takes no workspace (the engine keeps its own, \
-             see (c)); outputs do come from client.empty.",
-            args.order.name()
+            "registered cudnn-burn's provider `{}` (score {}): convolutions and pooling on the engine's stream, \
+             ordered with CubeCL's by stream memory operations",
+            cudnn_burn::NAME,
+            cudnn_burn::SCORE
         );
     } else {
         println!("nothing registered: Burn 0.22's own convolution (the baseline)");
     }
-    let ordering = ORDERING.get();
     let device = Device::cuda(0);
 
-    println!(
-        "\n-- (b) fusion offers and claims: out = conv2(relu(conv1(x))) + x, 4 reps, [2,8,12,12], full float64 check{} --",
-        if cudnn && args.order == Order::StreamMemory && args.amplify_us > 0 {
-            format!(", race amplifier {} us", args.amplify_us)
-        } else {
-            String::new()
-        }
-    );
+    println!("\n-- (b) fusion offers and claims: out = conv2(relu(conv1(x))) + x, 4 reps, [2,8,12,12], full float64 check --");
     for dtype in [Dtype::F32, Dtype::Bf16] {
-        let r = scenarios::chain(&device, dtype, 4, ordering, args.amplify_us * 1000)?;
+        let r = scenarios::chain(&device, dtype, 4)?;
         let pass = r.rel_err <= dtype.tolerance();
         ok &= pass;
         let c = r.counts;
         println!(
-            "{}: rel L2 vs float64 {:.2e} ({}); fed {} ops; block heads: {} accepted convs, {} declined convs, \
-             {} other; blocks won (finish) {}; claimed convs run on cuDNN {}, by fallback {}; convs executed {}",
+            "{}: rel L2 vs float64 {:.2e} ({}); blocks offered {}, won {}; claimed nodes run on the engine {}, by \
+             fallback {}; convs executed {}",
             dtype.name(),
             r.rel_err,
             if pass { "ok" } else { "FAIL" },
-            c.fed,
-            c.conv_heads,
-            c.conv_declined,
-            c.other_heads,
-            c.claims,
-            c.cudnn_runs,
+            c.offered,
+            c.claimed,
+            c.engine_runs,
             c.fallbacks,
             r.convs
         );
@@ -238,32 +189,23 @@ fn run_one(args: &Args) -> Result<bool> {
     }
 
     println!(
-        "\n-- (a) ResNet-50 convolutions, batch {}: correctness ({} sampled points vs float64{}), then {} rounds of \
-         {} back-to-back convolutions --",
-        args.batch,
-        args.samples,
-        if cudnn && args.order == Order::StreamMemory && args.amplify_us > 0 {
-            format!(", race amplifier {} us on both streams", args.amplify_us)
-        } else {
-            String::new()
-        },
-        args.rounds,
-        args.reps
+        "\n-- (a) ResNet-50 convolutions, batch {}: correctness ({} sampled points vs float64), then {} rounds of {} \
+         back-to-back convolutions --",
+        args.batch, args.samples, args.rounds, args.reps
     );
     let plan = ShapePlan {
         samples: args.samples,
         reps: args.reps,
         rounds: args.rounds,
-        amplify_ns: args.amplify_us * 1000,
     };
     let mut rows = Vec::new();
     for shape in shapes(args.batch) {
         for dtype in [Dtype::F32, Dtype::Bf16] {
-            let r = scenarios::run_shape(&device, &shape, dtype, &plan, ordering)?;
+            let r = scenarios::run_shape(&device, &shape, dtype, &plan)?;
             let pass = r.rel_err <= dtype.tolerance();
             ok &= pass;
             println!(
-                "{:<22} {:<4} rel L2 {:.2e} ({}) |y| {:.6e}  {:.3} ms/conv (median {:.3}); timed convs {}: cuDNN {}, \
+                "{:<22} {:<4} rel L2 {:.2e} ({}) |y| {:.6e}  {:.3} ms/conv (median {:.3}); timed convs {}: engine {}, \
                  fallback {}",
                 shape.label(),
                 dtype.name(),
@@ -273,7 +215,7 @@ fn run_one(args: &Args) -> Result<bool> {
                 r.ms_best,
                 r.ms_median,
                 r.timed_convs,
-                r.counts.cudnn_runs,
+                r.counts.engine_runs,
                 r.counts.fallbacks
             );
             rows.push(format!(
@@ -296,40 +238,18 @@ fn run_one(args: &Args) -> Result<bool> {
     }
 
     println!("\n-- (c) memory --");
-    if let Some(o) = ordering {
-        let total = COUNTERS.snapshot();
-        println!(
-            "outputs: client.empty(bytes) on the handle's client (CubeCL's allocator), {:.1} MiB over {} claimed convs",
-            total.output_bytes as f64 / (1 << 20) as f64,
-            total.cudnn_runs
-        );
-        println!(
-            "cuDNN workspace: NOT through CubeCL. conv_forward takes no workspace argument; cudnn-backend-core keeps \
-             a per-stream workspace (cudarc allocation on its own stream, grown to the largest plan, reused), now {} \
-             bytes on our stream",
-            cudnn_backend_core::runtime::workspace_bytes(&o.stream)
-        );
+    if cudnn {
         device.sync().map_err(|e| SpikeError::run("final sync", e))?;
-        if let Some(w) = o.words()? {
-            let v = w.violations;
-            ok &= v == 0 && w.signals == w.writes && w.waits == w.signals;
-            println!(
-                "stream-memory words (self-test included): {} signal kernels ran, our stream's last write {}, {} wait \
-                 kernels ran to their end; probe: {v} waits let our stream through before their signal ({})",
-                w.signals,
-                w.writes,
-                w.waits,
-                if v == 0 && w.signals == w.writes && w.waits == w.signals {
-                    "ok"
-                } else {
-                    "FAIL"
-                }
-            );
-            notes.push(format!("PROBE|{label}|{v}|{}|{}", w.signals, w.waits));
-        }
+        let engine = cudnn_backend_core::Device::new(0)?;
+        println!(
+            "outputs: client.empty(bytes) on the input handle's client (CubeCL's allocator); cuDNN workspace: the \
+             engine's per-stream buffer (not CubeCL's), now {} bytes",
+            cudnn_backend_core::runtime::workspace_bytes(engine.stream())
+        );
         let lc = cudnn_backend_core::runtime::launch_counts();
         println!(
-            "engine: {} cuDNN plan executions, {} engine NVRTC kernel launches (direct-convolution fallback, memsets)",
+            "engine: {} cuDNN plan executions, {} engine NVRTC kernel launches (packing copies, direct-convolution \
+             fallback, memsets)",
             lc.cudnn_executions, lc.kernels
         );
     } else {
@@ -358,10 +278,9 @@ fn run_one(args: &Args) -> Result<bool> {
 struct Collected {
     rows: Vec<Vec<String>>,
     counts: Vec<Vec<String>>,
-    probes: Vec<Vec<String>>,
 }
 
-/// `--mode all`: the three configurations as child processes, their output passed through,
+/// `--mode all`: the two configurations as child processes, their output passed through,
 /// then one table.
 fn run_all(args: &Args) -> Result<bool> {
     println!("{}", preflight(true)?);
@@ -375,14 +294,8 @@ fn run_all(args: &Args) -> Result<bool> {
         args.rounds.to_string(),
         "--samples".into(),
         args.samples.to_string(),
-        "--amplify-us".into(),
-        args.amplify_us.to_string(),
     ];
-    let configs: [&[&str]; 3] = [
-        &["--mode", "burn"],
-        &["--mode", "cudnn", "--order", "host-wait"],
-        &["--mode", "cudnn", "--order", "stream-memory"],
-    ];
+    let configs: [&[&str]; 2] = [&["--mode", "burn"], &["--mode", "cudnn"]];
     let mut all = Collected::default();
     let mut ok = true;
     for config in configs {
@@ -402,7 +315,6 @@ fn run_all(args: &Args) -> Result<bool> {
             match fields.first().map(String::as_str) {
                 Some("ROW") => all.rows.push(fields),
                 Some("COUNT") => all.counts.push(fields),
-                Some("PROBE") => all.probes.push(fields),
                 _ => println!("{line}"),
             }
         }
@@ -416,14 +328,14 @@ fn run_all(args: &Args) -> Result<bool> {
         println!();
     }
 
-    let modes = ["burn", "cudnn/host-wait", "cudnn/stream-memory"];
+    let modes = ["burn", "cudnn"];
     println!(
         "== cudnn_spike summary (batch {}, {} convs per timed round, best of {}) ==",
         args.batch, args.reps, args.rounds
     );
     println!(
-        "{:<22} {:<5} | {:>9} {:>8} | {:>9} {:>8} | {:>9} {:>8} | {:>11}",
-        "shape", "dtype", "burn err", "ms", "host err", "ms", "smem err", "ms", "|y| spread"
+        "{:<22} {:<5} | {:>9} {:>8} | {:>9} {:>8} | {:>11}",
+        "shape", "dtype", "burn err", "ms", "cudnn err", "ms", "|y| spread"
     );
     let mut keys: Vec<(String, String)> = Vec::new();
     for r in &all.rows {
@@ -453,25 +365,13 @@ fn run_all(args: &Args) -> Result<bool> {
         };
         println!("{shape:<22} {dtype:<5} | {} | {spread:>11}", cells.join(" | "));
     }
-    println!(
-        "\nfusion counters (conv heads accepted / declined / other heads / ops fed / blocks won / cuDNN runs / \
-         fallbacks / convs executed):"
-    );
+    println!("\nprovider counters (blocks offered / won / engine runs / fallbacks / convs executed):");
     for c in all
         .counts
         .iter()
         .filter(|c| c[2].starts_with("chain") || c[2].contains("64->64"))
     {
         println!("  {:<20} {:<34} {}", c[1], c[2], c[3..].join(" / "));
-    }
-    for p in &all.probes {
-        println!(
-            "  {:<20} stream-memory: probe violations {}, signal kernels {}, wait kernels {}",
-            p[1],
-            p[2],
-            p.get(3).map_or("-", String::as_str),
-            p.get(4).map_or("-", String::as_str)
-        );
     }
     Ok(ok)
 }

@@ -41,9 +41,3 @@ impl From<cudnn_backend_core::Error> for SpikeError {
         SpikeError::run("cudnn-backend-core", e)
     }
 }
-
-impl From<cudnn_backend_core::cudarc::driver::DriverError> for SpikeError {
-    fn from(e: cudnn_backend_core::cudarc::driver::DriverError) -> Self {
-        SpikeError::run("CUDA driver", e)
-    }
-}

@@ -9,10 +9,10 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{FloatDType, TensorData};
 
-use crate::error::{Result, SpikeError};
-use crate::ordering::Ordering;
-use crate::provider::{Snapshot, COUNTERS};
 use cudnn_backend_reference::{rel_l2_error, SplitMix64};
+use cudnn_burn::Stats;
+
+use crate::error::{Result, SpikeError};
 
 use crate::reference::{l2, random_values, ConvShape};
 
@@ -82,22 +82,20 @@ fn inputs(shape: &ConvShape, dtype: Dtype, seed: u64) -> (Vec<f32>, Vec<f32>) {
 /// The chain section: its error and what the counters saw.
 pub struct ChainReport {
     pub rel_err: f64,
-    pub counts: Snapshot,
+    pub counts: Stats,
     pub convs: u64,
+}
+
+/// The registered provider's counters now (all zero when nothing is registered).
+pub fn stats() -> Stats {
+    cudnn_burn::stats().unwrap_or_default()
 }
 
 /// `out = conv2(relu(conv1(x))) + x`, `reps` times on the same inputs (the first rep explores
 /// and builds the fusion plans, the later ones reuse them), every result checked against the
 /// float64 chain: relu reads a claimed convolution's output and the second convolution reads
-/// relu's, so both directions of the ordering are exercised (with the race amplifier
-/// `amplify_ns` on, stream-memory only).
-pub fn chain(
-    device: &Device,
-    dtype: Dtype,
-    reps: usize,
-    ordering: Option<&Ordering>,
-    amplify_ns: u64,
-) -> Result<ChainReport> {
+/// relu's, so both directions of the ordering are exercised.
+pub fn chain(device: &Device, dtype: Dtype, reps: usize) -> Result<ChainReport> {
     let shape = ConvShape {
         n: 2,
         c: 8,
@@ -127,13 +125,10 @@ pub fn chain(
 
     let dims = [shape.n, shape.c, shape.h, shape.w];
     let wdims = [shape.k, shape.c, shape.r, shape.s];
-    let before = COUNTERS.snapshot();
+    let before = stats();
     let xt = upload(device, x, dims, dtype);
     let (w1t, w2t) = (upload(device, w1, wdims, dtype), upload(device, w2, wdims, dtype));
     let opts = options(&shape);
-    if let Some(o) = ordering {
-        o.set_amplifier(amplify_ns);
-    }
     let mut outs = Vec::with_capacity(reps);
     for _ in 0..reps {
         let h = relu(conv2d(xt.clone(), w1t.clone(), None, opts.clone()));
@@ -146,12 +141,9 @@ pub fn chain(
         worst = worst.max(err);
     }
     device.sync().map_err(execution("sync after the chain"))?;
-    if let Some(o) = ordering {
-        o.set_amplifier(0);
-    }
     Ok(ChainReport {
         rel_err: worst,
-        counts: COUNTERS.snapshot().since(before),
+        counts: stats().since(before),
         convs: 2 * reps as u64,
     })
 }
@@ -166,7 +158,7 @@ pub struct ShapeReport {
     pub ms_best: f64,
     pub ms_median: f64,
     /// Counters over the timed rounds.
-    pub counts: Snapshot,
+    pub counts: Stats,
     pub timed_convs: u64,
 }
 
@@ -175,20 +167,12 @@ pub struct ShapePlan {
     pub samples: usize,
     pub reps: usize,
     pub rounds: usize,
-    /// Race amplifier for the correctness pass (stream-memory only; 0: off).
-    pub amplify_ns: u64,
 }
 
-/// Correctness (one convolution, its sampled points against float64, amplifier on), then
+/// Correctness (one convolution, its sampled points against float64), then
 /// `rounds` timed rounds of `reps` back-to-back convolutions of the same input (outputs kept
 /// alive until the round's final sync), after one untimed warm-up round.
-pub fn run_shape(
-    device: &Device,
-    shape: &ConvShape,
-    dtype: Dtype,
-    plan: &ShapePlan,
-    ordering: Option<&Ordering>,
-) -> Result<ShapeReport> {
+pub fn run_shape(device: &Device, shape: &ConvShape, dtype: Dtype, plan: &ShapePlan) -> Result<ShapeReport> {
     let (x, w) = inputs(shape, dtype, 0x5EED_0000 + shape.c as u64 * 31 + shape.r as u64);
     let picks = shape.sample(plan.samples);
     let want: Vec<f64> = picks.iter().map(|&i| shape.at(&x, &w, i)).collect();
@@ -196,13 +180,7 @@ pub fn run_shape(
     let wt = upload(device, w, [shape.k, shape.c, shape.r, shape.s], dtype);
     let opts = options(shape);
 
-    if let Some(o) = ordering {
-        o.set_amplifier(plan.amplify_ns);
-    }
     let y = download(conv2d(xt.clone(), wt.clone(), None, opts.clone()), dtype)?;
-    if let Some(o) = ordering {
-        o.set_amplifier(0);
-    }
     let rel_err = rel_l2_error(&picks.iter().map(|&i| y[i] as f64).collect::<Vec<_>>(), &want);
     let norm = l2(&y);
     drop(y);
@@ -220,9 +198,9 @@ pub fn run_shape(
         Ok(ms)
     };
     round()?;
-    let before = COUNTERS.snapshot();
+    let before = stats();
     let mut times = (0..plan.rounds.max(1)).map(|_| round()).collect::<Result<Vec<f64>>>()?;
-    let counts = COUNTERS.snapshot().since(before);
+    let counts = stats().since(before);
     times.sort_by(f64::total_cmp);
     Ok(ShapeReport {
         rel_err,
