@@ -144,7 +144,9 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
     let ordered = ordering.after(&client, ticket, result.is_ok());
     if result.is_err() || ordered.is_err() {
         // Whatever was enqueued finishes before the buffers go back to CubeCL.
-        let _ = stream.synchronize();
+        stream
+            .synchronize()
+            .map_err(|e| Error::cuda("cuStreamSynchronize", e))?;
     }
     result?;
     ordered?;
@@ -160,6 +162,9 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
 }
 
 /// The engine call for `claim` on `stream`, with packed copies of strided operands first.
+/// `operands` are the operands the engine reads, in the order `execute` lists them per claim
+/// (convolution forward: x, w, bias; data gradient: w, dy; filter gradient: x, dy; pooling
+/// forward: x; average pooling backward: dy; max pooling backward: x, dy).
 ///
 /// # Safety
 /// `ptrs[i]` addresses `operands[i]` as stored (and its packed staging buffer, if any);
@@ -179,12 +184,16 @@ unsafe fn enqueue(
 ) -> Result<()> {
     let mut views = Vec::with_capacity(operands.len());
     for (o, &(ptr, staged)) in operands.iter().zip(ptrs) {
-        // SAFETY: the caller's contract for `ptr` and `staged`.
+        // SAFETY: the caller guarantees that `ptr` addresses the operand as stored (dims,
+        // strides, dtype), alive and ordered with `stream`.
         let stored = unsafe { TensorRef::from_raw(&to_i64(&o.dims), &to_i64(&o.strides), dtype, ptr) };
+        // SAFETY: the caller guarantees that `staged`, when given, is a buffer of the operand's
+        // element count used by nothing else until the enqueued work has run.
         views.push(unsafe { packed_view(stream, stored, staged, &o.dims, dtype) }?);
     }
     let packed_out = |dims: &[usize], ptr: u64| {
-        // SAFETY: the caller's contract for `out_ptr` / `pooled_ptr`.
+        // SAFETY: the caller guarantees that `out_ptr` (`pooled_ptr`) addresses a packed buffer
+        // of `dims`' elements, used by nothing else until the enqueued work has run.
         unsafe { TensorMut::from_raw(&to_i64(dims), &to_i64(&contiguous(dims)), dtype, ptr) }
     };
     let y = packed_out(out_dims, out_ptr);

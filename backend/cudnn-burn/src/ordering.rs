@@ -61,8 +61,9 @@ pub struct Orderings {
 type StreamSlot = std::result::Result<Arc<Mutex<StreamOrdering>>, String>;
 
 impl Orderings {
-    /// The ordering of the calling thread's CubeCL stream on GPU `ordinal` (the stream
-    /// `client` launches on), set up and self-tested on first use.
+    /// The ordering of the calling thread's current CubeCL stream on GPU `ordinal`, set up and
+    /// self-tested on first use. That is the stream `client` launches on: the clients of
+    /// Burn's tensor handles carry no fixed stream, so they launch on the current one.
     pub fn for_current_stream(&self, ordinal: usize, client: &Client) -> Result<Arc<Mutex<StreamOrdering>>> {
         let key = (ordinal, StreamId::current().value);
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
