@@ -73,6 +73,61 @@ KERNEL void scatter_add_i64 SCATTER_ADD_ARGS(i64) { SCATTER_ADD_BODY(NATIVE_ADD)
 KERNEL void scatter_add_f16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(F16_ADD) }
 KERNEL void scatter_add_bf16 SCATTER_ADD_ARGS(u16) { SCATTER_ADD_BODY(BF16_ADD) }
 
+// index_add of whole rows along axis 0 through sorted indices (an embedding's gradient): the
+// target is `[axis_len, d]` rows `ts` elements apart, the values `[m, d]` rows `vs` apart,
+// `sorted` the m indices in ascending order and `perm` the values row of each. A block takes
+// IAR_CHUNK consecutive sorted positions and a tile of columns (one per thread), sums each run
+// of equal indices in the accumulator type and adds the sum to its target row once. Many
+// indices on one row (padding or mask tokens) then cost one atomic add per chunk instead of one
+// per index, and halfs round once per chunk.
+#define IAR_CHUNK 32
+
+__device__ __forceinline__ void row_flush(DF32, float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void row_flush(DF64, double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void row_flush(DF16, u16* p, float v) { atomic_add_half_value<false>(p, f32_to_f16(v)); }
+__device__ __forceinline__ void row_flush(DBF16, u16* p, float v) { atomic_add_half_value<true>(p, f32_to_bf16(v)); }
+
+template <typename D>
+__device__ __forceinline__ void index_add_rows(typename D::T* target, const void* sorted, int idx64,
+                                               const i64* perm, const typename D::T* values, i64 ts, i64 vs,
+                                               i64 d, i64 axis_len, i64 m) {
+    __shared__ i64 key[IAR_CHUNK];
+    __shared__ i64 row[IAR_CHUNK];
+    const i64 c0 = (i64)blockIdx.x * IAR_CHUNK;
+    const int len = (int)min((i64)IAR_CHUNK, m - c0);
+    if ((int)threadIdx.x < len) {
+        key[threadIdx.x] = load_index(sorted, idx64, c0 + threadIdx.x);
+        row[threadIdx.x] = perm[c0 + threadIdx.x];
+    }
+    __syncthreads();
+    const i64 col = (i64)blockIdx.y * blockDim.x + threadIdx.x;
+    if (col >= d) return;
+    typename D::A acc = 0;
+    i64 cur = key[0];
+    for (int j = 0; j < len; ++j) {
+        const i64 k = key[j];
+        if (k != cur) {
+            if (cur >= 0 && cur < axis_len) row_flush(D(), target + cur * ts + col, acc);
+            acc = 0;
+            cur = k;
+        }
+        acc += D::ld(values, row[j] * vs + col);
+    }
+    if (cur >= 0 && cur < axis_len) row_flush(D(), target + cur * ts + col, acc);
+}
+
+#define INDEX_ADD_ROWS(DT, D)                                                                 \
+    KERNEL void index_add_rows_##DT(D::T* target, const void* sorted, int idx64, const i64* perm, \
+                                    const D::T* values, i64 ts, i64 vs, i64 d, i64 axis_len,  \
+                                    i64 m) {                                                  \
+        index_add_rows<D>(target, sorted, idx64, perm, values, ts, vs, d, axis_len, m);       \
+    }
+
+INDEX_ADD_ROWS(f32, DF32)
+INDEX_ADD_ROWS(f64, DF64)
+INDEX_ADD_ROWS(f16, DF16)
+INDEX_ADD_ROWS(bf16, DBF16)
+
 // scatter_add / index_add for deterministic mode: the host orders the iteration shape with
 // the axis last, so item `l * len + a` is step `a` of line `l`; one thread per line adds its
 // steps in axis order with plain loads and stores (lines never share a target element), so

@@ -494,6 +494,57 @@ fn index_add_every_dtype_with_duplicates() {
     r.finish();
 }
 
+/// `index_add` of whole rows along axis 0 with enough indices for the sorted-rows kernel (an
+/// embedding's gradient): 3,000 indices into 50 rows of 300 elements (two column tiles), 40 %
+/// of them on one hot row, a few out of range (skipped), the target's rows gapped; every
+/// float dtype, I64 and I32 indices, against f64 sums.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn index_add_rows_with_a_hot_row() {
+    let s = stream();
+    let mut r = KernelReport::new("index", "index_add rows");
+    let mut rng = SplitMix64::new(35);
+    let (rows, d, m) = (50i64, 300i64, 3000i64);
+    let (td, ts) = (vec![rows, d], vec![320i64, 1]);
+    for dtype in [F32, F16, BF16, F64] {
+        for it in INDEX_TYPES {
+            let idx_vals: Vec<f64> = (0..m)
+                .map(|i| match i % 10 {
+                    0..=3 => 3.0,
+                    4 if i % 100 == 4 => -1.0,
+                    5 if i % 100 == 5 => rows as f64,
+                    _ => rng.below(rows as u64) as f64,
+                })
+                .collect();
+            let target = upload(&s, &rand_vec(&mut rng, numel(&td), dtype), &td, &ts, dtype);
+            let idx = upload(&s, &idx_vals, &[m], &[1], it);
+            let values = upload(
+                &s,
+                &rand_vec(&mut rng, (m * d) as usize, dtype),
+                &[m, d],
+                &packed(&[m, d]),
+                dtype,
+            );
+            let name = format!("{dtype:?} idx {it:?}");
+            if let Err(e) = ix::index_add(&s, &target.m, 0, &idx.t, &values.t) {
+                r.error(name, e);
+                continue;
+            }
+            let mut want = target.values.clone();
+            for (i, &k) in idx_vals.iter().enumerate() {
+                if (0.0..rows as f64).contains(&k) {
+                    let k = k as usize;
+                    for c in 0..d as usize {
+                        want[k * d as usize + c] += values.values[i * d as usize + c];
+                    }
+                }
+            }
+            r.close(name, dtype, &download(&s, &target), &want, add_bound(dtype));
+        }
+    }
+    r.finish();
+}
+
 // ---------------------------------------------------------------------------------------
 // Out-of-range indices
 

@@ -5,7 +5,7 @@
 //! element a kernel touches lies inside the views the caller was handed (indices outside
 //! the indexed axis are skipped by the kernels themselves).
 
-use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
@@ -123,6 +123,69 @@ pub(crate) fn scatter_add(
     // the target is updated (atomically) only at `offset + k * axis_stride` with
     // `0 <= k < axis_len`, inside its view (validated by the caller).
     unsafe { b.launch_counted(grid_for(n as u64)) }?;
+    Ok(())
+}
+
+/// Sorted positions one block of `index_add_rows_<dt>` sums (`IAR_CHUNK` in
+/// `kernels/index.cu`).
+pub(crate) const ROWS_CHUNK: i64 = 32;
+
+/// The rows of an `index_add_rows_<dt>` launch: `m` sorted indices into a target of
+/// `axis_len` rows; each row is `d` contiguous elements, target rows `target_stride`
+/// elements apart and values rows `values_stride` apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RowsAdd {
+    pub m: i64,
+    pub d: i64,
+    pub axis_len: i64,
+    pub target_stride: i64,
+    pub values_stride: i64,
+}
+
+/// Launches `index_add_rows_<dt>(T* target, const void* sorted, int idx64, const i64* perm,
+/// const T* values, i64 ts, i64 vs, i64 d, i64 axis_len, i64 m)`: a block per
+/// [`ROWS_CHUNK`] sorted positions and tile of up to 256 columns.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn index_add_rows(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    target: u64,
+    sorted: u64,
+    idx64: bool,
+    perm: u64,
+    values: u64,
+    rows: &RowsAdd,
+) -> Result<()> {
+    let idx64 = idx64 as i32;
+    // At least one warp: the first ROWS_CHUNK threads stage the chunk's keys.
+    let threads = ((rows.d + 31) / 32 * 32).clamp(32, 256);
+    let cfg = LaunchConfig {
+        grid_dim: (
+            ((rows.m + ROWS_CHUNK - 1) / ROWS_CHUNK) as u32,
+            ((rows.d + threads - 1) / threads) as u32,
+            1,
+        ),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(f);
+    b.arg(&target)
+        .arg(&sorted)
+        .arg(&idx64)
+        .arg(&perm)
+        .arg(&values)
+        .arg(&rows.target_stride)
+        .arg(&rows.values_stride)
+        .arg(&rows.d)
+        .arg(&rows.axis_len)
+        .arg(&rows.m);
+    // SAFETY: the arguments match `index_add_rows_<dt>(T*, const void*, int, const i64*,
+    // const T*, long long x5)`; `sorted` (of the type `idx64` names) and `perm` hold `m`
+    // elements, every `perm` value is a row of `values` (a permutation of 0..m, written by
+    // the sort), every row of values and target is `d` contiguous elements at its stride
+    // inside its view, and the target is updated (atomically) only at rows `0 <= k <
+    // axis_len` (validated by the caller).
+    unsafe { b.launch_counted(cfg) }?;
     Ok(())
 }
 

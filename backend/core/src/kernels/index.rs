@@ -22,7 +22,11 @@
 //! `gather_nd_b{1,2,4,8}` and `scatter_nd_<dt>`).
 //! The adds use atomics (f32/f64/i32/i64 natively; f16 from sm_70 and bf16 from sm_90 by the
 //! hardware's half add, before that by 16-bit compare-and-swap), so
-//! float sums with duplicate indices are not bit-reproducible. `scatter_nd` updates
+//! float sums with duplicate indices are not bit-reproducible. An `index_add` of whole rows
+//! along axis 0 (an embedding's gradient, where padding or mask tokens send thousands of
+//! indices to one row) sorts the indices first and adds each run of equal indices within a
+//! chunk of 32 as one sum (`index_add_rows_<dt>`), so a hot row takes one atomic add per
+//! chunk. `scatter_nd` updates
 //! atomically too (native add/min/max where the hardware has them, compare-and-swap loops
 //! otherwise). For 1-byte dtypes (i8, u8, bool) the loop works on the containing aligned
 //! 32-bit word: their output buffers must be allocated in whole 4-byte words (the Burn
@@ -41,12 +45,12 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::ffi::launch::KernelLayout;
-use crate::ffi::launch_index::{self as launch, IndexAxis};
+use crate::ffi::launch_index::{self as launch, IndexAxis, RowsAdd};
 use crate::ffi::memory::DeviceBuffer;
 use crate::graph::DataType;
 use crate::kernels::layout::{coalesce, kernel_layout};
 use crate::kernels::{stream_function, stream_functions, INDEX};
-use crate::types::{TensorMut, TensorRef};
+use crate::types::{row_major_strides, TensorMut, TensorRef};
 
 // ---------------------------------------------------------------------------------------
 // Plans (pure host logic)
@@ -403,6 +407,82 @@ pub(crate) fn plan_index_add(
         n,
         line_len,
     }))
+}
+
+/// Indices from which an [`index_add`] of whole rows sorts them first (fewer cost more to
+/// sort than their atomic adds).
+const ROWS_MIN_INDICES: i64 = 64;
+
+/// An [`index_add`] of whole rows along axis 0 (an embedding's gradient) through sorted
+/// indices: its kernel and rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct RowsPlan {
+    entry: &'static str,
+    idx64: bool,
+    rows: RowsAdd,
+}
+
+/// The sorted-rows plan of a validated, non-empty `index_add` when it adds whole rows: axis
+/// 0, a float dtype, at least [`ROWS_MIN_INDICES`] indices, and target and values each
+/// contiguous after their first dim. `None`: the element-wise atomic kernel runs it.
+pub(crate) fn plan_index_add_rows(
+    target: &TensorRef,
+    axis: usize,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Option<RowsPlan> {
+    let entry = match target.dtype {
+        DataType::F32 => "index_add_rows_f32",
+        DataType::F64 => "index_add_rows_f64",
+        DataType::F16 => "index_add_rows_f16",
+        DataType::BF16 => "index_add_rows_bf16",
+        _ => return None,
+    };
+    let m = indices.dims[0];
+    let rows_contiguous = |t: &TensorRef| t.strides[1..] == row_major_strides(&t.dims[1..])[..];
+    let d: i64 = target.dims[1..].iter().product();
+    let tiles = (d + 255) / 256;
+    (axis == 0
+        && m >= ROWS_MIN_INDICES
+        && d > 0
+        && tiles <= i64::from(u16::MAX)
+        && rows_contiguous(target)
+        && rows_contiguous(values))
+    .then_some(RowsPlan {
+        entry,
+        idx64: indices.dtype == DataType::I64,
+        rows: RowsAdd {
+            m,
+            d,
+            axis_len: target.dims[0],
+            target_stride: target.strides[0],
+            values_stride: values.strides[0],
+        },
+    })
+}
+
+/// Enqueues a [`RowsPlan`]: a stable sort of the indices (keys and their positions into
+/// scratch memory freed in stream order), then `index_add_rows_<dt>`.
+fn index_add_rows(
+    stream: &Arc<CudaStream>,
+    p: &RowsPlan,
+    target: &TensorRef,
+    indices: &TensorRef,
+    values: &TensorRef,
+) -> Result<()> {
+    let m = p.rows.m;
+    let key_bytes = m as usize * indices.dtype.size();
+    // Positions (i64) after the keys, 8-byte aligned.
+    let perm_at = key_bytes.div_ceil(8) * 8;
+    let scratch = DeviceBuffer::alloc(stream, perm_at + m as usize * 8, "index_add")?;
+    let keys = scratch.view_mut(0, &[m], &[1], indices.dtype)?;
+    let perm = scratch.view_mut(perm_at as i64 / 8, &[m], &[1], DataType::I64)?;
+    crate::kernels::sort::sort(stream, indices, 0, false, Some(&keys), Some(&perm))?;
+    let f = stream_function(stream, INDEX, p.entry)?;
+    launch::index_add_rows(stream, &f, target.ptr, keys.ptr, p.idx64, perm.ptr, values.ptr, &p.rows)?;
+    drop((keys, perm));
+    drop(scratch);
+    Ok(())
 }
 
 /// How [`scatter_nd`] combines a value with the element it lands on.
@@ -811,6 +891,21 @@ pub fn index_add(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
+    let ordered = deterministic();
+    if !ordered {
+        on_stream(
+            stream,
+            "index_add",
+            &[("target", target), ("indices", indices), ("values", values)],
+        )?;
+        let Some(p) = plan_index_add(target, axis, indices, values, false)? else {
+            return Ok(());
+        };
+        return match plan_index_add_rows(target, axis, indices, values) {
+            Some(rows) => index_add_rows(stream, &rows, target, indices, values),
+            None => launch_add(stream, &p, target, indices, values),
+        };
+    }
     add_with(
         stream,
         "index_add",
@@ -819,7 +914,7 @@ pub fn index_add(
         axis,
         indices,
         values,
-        deterministic(),
+        ordered,
     )
 }
 
@@ -988,6 +1083,33 @@ mod tests {
 
     fn ts(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
         TensorRef::fake(dims, strides, dtype, P)
+    }
+
+    #[test]
+    fn whole_rows_along_axis_0_take_the_sorted_kernel() {
+        let (target, idx, values) = (t(&[30522, 768], BF16), t(&[8192], I64), t(&[8192, 768], BF16));
+        let p = plan_index_add_rows(&target, 0, &idx, &values).expect("rows plan");
+        assert_eq!((p.entry, p.idx64), ("index_add_rows_bf16", true));
+        assert_eq!(
+            p.rows,
+            RowsAdd {
+                m: 8192,
+                d: 768,
+                axis_len: 30522,
+                target_stride: 768,
+                values_stride: 768
+            }
+        );
+        // Trailing dims merge into the row; a gapped target row stride is kept.
+        let target3 = ts(&[10, 4, 8], &[40, 8, 1], F32);
+        let p = plan_index_add_rows(&target3, 0, &t(&[64], I32), &t(&[64, 4, 8], F32)).expect("rows plan");
+        assert_eq!((p.rows.d, p.rows.target_stride, p.idx64), (32, 40, false));
+        // Other axes, ints, few indices and non-contiguous rows keep the element-wise kernel.
+        assert!(plan_index_add_rows(&t(&[768, 100], F32), 1, &t(&[100], I64), &t(&[768, 100], F32)).is_none());
+        assert!(plan_index_add_rows(&t(&[100, 8], I64), 0, &idx, &t(&[8192, 8], I64)).is_none());
+        assert!(plan_index_add_rows(&t(&[100, 8], F32), 0, &t(&[63], I64), &t(&[63, 8], F32)).is_none());
+        let transposed = ts(&[100, 8], &[1, 100], F32);
+        assert!(plan_index_add_rows(&transposed, 0, &t(&[64], I64), &t(&[64, 8], F32)).is_none());
     }
 
     #[test]
