@@ -670,6 +670,40 @@ fn matmul_of_unaligned_views_matches_reference() {
     report.finish();
 }
 
+/// A language model's logits products, large enough that operands whose leading dimension is
+/// not 16-byte aligned (a vocabulary of 2,053) are copied to a padded stride first: the
+/// forward `h · Wᵀ` (odd output rows), the input gradient `dY · W` (odd rows read) and the
+/// weight gradient `dYᵀ · h` (an odd column-major operand).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn matmul_with_odd_leading_dimensions_matches_reference() {
+    let s = stream();
+    let mut report = Report::new("matmul_odd_leading_dimension").tf32_matmul();
+    let mut rng = SplitMix64::new(24);
+    let (m, k, vocab) = (1024i64, 768i64, 2053i64);
+    for dtype in DTYPES {
+        // (label, a dims, a strides, b dims, b strides)
+        let cases = [
+            ("h·Wt", [m, k], vec![k, 1], [k, vocab], vec![1, k]),
+            ("dY·W", [m, vocab], vec![vocab, 1], [vocab, k], vec![k, 1]),
+            ("dYt·h", [vocab, m], vec![1, vocab], [m, k], vec![k, 1]),
+        ];
+        for (name, ad, as_, bd, bs) in cases {
+            let a = random(&s, &mut rng, &ad, &as_, dtype);
+            let b = random(&s, &mut rng, &bd, &bs, dtype);
+            let (reference, cd) = cpu::matmul(&a.values, &udims(&a), &b.values, &udims(&b));
+            let cd: Vec<i64> = cd.iter().map(|&d| d as i64).collect();
+            let c = poisoned(&s, &cd, &row_major_strides(&cd), dtype);
+            let label = format!("{dtype:?} {name}");
+            match ops::matmul(&s, &a.t, &b.t, &c.m) {
+                Ok(()) => report.check(label, dtype, &download(&s, &c), &reference),
+                Err(e) => report.error(label, e),
+            }
+        }
+    }
+    report.finish();
+}
+
 fn pool_cases(seed: u64) -> Vec<(Vec<i64>, PoolParams)> {
     let mut rng = SplitMix64::new(seed);
     let modes = [PoolMode::Max, PoolMode::AvgIncludePadding, PoolMode::AvgExcludePadding];
