@@ -791,8 +791,9 @@ fn with_projections<B: Backend>(
 /// Output and the gradients of the input and the four projection weights of
 /// `sum(mha(x, masks).context * w)` in `dtype` on backend `B`: this crate's drop-in (`ours`)
 /// or Burn's module on the same parameters, with a padding mask (the last `pad[i]` keys of
-/// sample `i`) and a causal attention mask.
-fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool) -> Vec<(String, TensorData)> {
+/// sample `i`) and a causal attention mask (with `causal_flag`, ours gets the causal flag
+/// `MhaInput::mask_causal` instead of the mask tensor).
+fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool, causal_flag: bool) -> Vec<(String, TensorData)> {
     let device = Default::default();
     let (b, s, d) = (2, 40, 64);
     let mha: MultiHeadAttention<B> = MultiHeadAttentionConfig::new(d, 4).with_dropout(0.0).init(&device);
@@ -811,9 +812,17 @@ fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool) -> Vec<(String
     let mask_pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad_mask, [b, s]), &device);
     let mask_attn = burn::nn::attention::generate_autoregressive_mask::<B>(b, s, &device);
     let context = if ours {
-        let input = MhaInput::self_attn(x.clone()).mask_pad(mask_pad).mask_attn(mask_attn);
+        let input = MhaInput::self_attn(x.clone()).mask_pad(mask_pad);
+        let input = match causal_flag {
+            true => input.mask_causal(),
+            false => input.mask_attn(mask_attn),
+        };
         let out = mha.forward(input);
-        assert!(out.weights.is_none(), "the masked attention took Burn's composed path");
+        let on_gpu = std::any::type_name::<B>().contains("Cudnn");
+        assert!(
+            !on_gpu || out.weights.is_none(),
+            "the masked attention took Burn's composed path"
+        );
         out.context
     } else {
         let theirs = burn::nn::attention::MultiHeadAttention {
@@ -854,6 +863,15 @@ fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool) -> Vec<(String
     ]
 }
 
+/// On other backends the causal flag becomes Burn's autoregressive mask: the drop-in with
+/// `mask_causal` is Burn's module with `generate_autoregressive_mask` (ndarray, f32).
+#[test]
+fn causal_flag_on_ndarray_is_burns_autoregressive_mask() {
+    let want = masked_mha_grads::<Autodiff<Nd>>(DType::F32, false, false);
+    let got = masked_mha_grads::<Autodiff<Nd>>(DType::F32, true, true);
+    assert_close("causal flag on ndarray", &got, &want, Tol::Rel(1e-6));
+}
+
 /// The drop-in attention with a padding and a causal mask takes cuDNN's fused path (the
 /// masks as an additive bias) in half precision and matches Burn's own module with the same
 /// masks on ndarray in f32, unfused and under fusion.
@@ -861,24 +879,28 @@ fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool) -> Vec<(String
 #[ignore = "needs a CUDA GPU"]
 fn masked_attention_drop_in_runs_fused_and_matches_burns_module() {
     let _serial = serial();
-    let want = masked_mha_grads::<Autodiff<Nd>>(DType::F32, false);
+    let want = masked_mha_grads::<Autodiff<Nd>>(DType::F32, false, false);
     for dtype in [DType::BF16, DType::F16] {
-        let _ = masked_mha_grads::<Autodiff<Gpu>>(dtype, true);
-        cudnn_backend::ops::wait_for_builds();
-        let label = format!("masked drop-in attention {dtype:?} vs Burn's module (ndarray f32)");
-        assert_close(
-            &label,
-            &masked_mha_grads::<Autodiff<Gpu>>(dtype, true),
-            &want,
-            Tol::Rel(3e-2),
-        );
-        let label = format!("masked drop-in attention {dtype:?} under fusion vs Burn's module (ndarray f32)");
-        assert_close(
-            &label,
-            &masked_mha_grads::<Autodiff<GpuFusion>>(dtype, true),
-            &want,
-            Tol::Rel(3e-2),
-        );
+        for causal_flag in [false, true] {
+            let _ = masked_mha_grads::<Autodiff<Gpu>>(dtype, true, causal_flag);
+            cudnn_backend::ops::wait_for_builds();
+            let how = if causal_flag { "causal flag" } else { "mask tensor" };
+            let label = format!("masked drop-in attention ({how}) {dtype:?} vs Burn's module (ndarray f32)");
+            assert_close(
+                &label,
+                &masked_mha_grads::<Autodiff<Gpu>>(dtype, true, causal_flag),
+                &want,
+                Tol::Rel(3e-2),
+            );
+            let label =
+                format!("masked drop-in attention ({how}) {dtype:?} under fusion vs Burn's module (ndarray f32)");
+            assert_close(
+                &label,
+                &masked_mha_grads::<Autodiff<GpuFusion>>(dtype, true, causal_flag),
+                &want,
+                Tol::Rel(3e-2),
+            );
+        }
     }
 }
 

@@ -95,12 +95,19 @@ pub struct AttentionMask<B: Backend> {
     pub pad: Option<Tensor<B, 2, Bool>>,
     /// Masked query-key pairs `[batch, seq, seq]` (GPT-2's causal mask).
     pub attn: Option<Tensor<B, 3, Bool>>,
+    /// `attn` is the causal mask: the drop-in attention takes it as its causal flag
+    /// (`MhaInput::mask_causal`, cuDNN's causal mode) instead of a mask tensor.
+    pub causal: bool,
 }
 
 impl<B: Backend> AttentionMask<B> {
     /// No mask (ViT).
     pub fn none() -> Self {
-        Self { pad: None, attn: None }
+        Self {
+            pad: None,
+            attn: None,
+            causal: false,
+        }
     }
 
     /// The causal mask of `seq` positions, from Burn's `generate_autoregressive_mask`.
@@ -108,6 +115,7 @@ impl<B: Backend> AttentionMask<B> {
         Self {
             pad: None,
             attn: Some(generate_autoregressive_mask(batch, seq, device)),
+            causal: true,
         }
     }
 
@@ -116,6 +124,7 @@ impl<B: Backend> AttentionMask<B> {
         Self {
             pad: Some(pad),
             attn: None,
+            causal: false,
         }
     }
 }
@@ -169,7 +178,9 @@ impl<B: Backend> Attention<B> {
                 if let Some(pad) = &mask.pad {
                     input = input.mask_pad(pad.clone());
                 }
-                if let Some(attn) = &mask.attn {
+                if mask.causal {
+                    input = input.mask_causal();
+                } else if let Some(attn) = &mask.attn {
                     input = input.mask_attn(attn.clone());
                 }
                 m.forward(input).context

@@ -86,6 +86,7 @@ pub struct MhaInput<B: Backend> {
     value: Tensor<B, 3>,
     mask_pad: Option<Tensor<B, 2, Bool>>,
     mask_attn: Option<Tensor<B, 3, Bool>>,
+    causal: bool,
 }
 
 impl<B: Backend> MhaInput<B> {
@@ -102,6 +103,7 @@ impl<B: Backend> MhaInput<B> {
             value,
             mask_pad: None,
             mask_attn: None,
+            causal: false,
         }
     }
 
@@ -114,6 +116,16 @@ impl<B: Backend> MhaInput<B> {
     /// An attention mask `[batch, seq_1, seq_2]` (true = masked).
     pub fn mask_attn(mut self, mask_attn: Tensor<B, 3, Bool>) -> Self {
         self.mask_attn = Some(mask_attn);
+        self
+    }
+
+    /// Causal masking: query `i` attends to keys `0..=i` (PyTorch's `is_causal`; for square
+    /// scores the mask of Burn's `generate_autoregressive_mask`), combined with any other
+    /// mask. Burn's `MhaInput` has no such flag, only the mask tensor, which the fused path
+    /// must treat as an arbitrary bias; this flag instead runs cuDNN's causal mode (no mask
+    /// tensor, the masked tiles skipped). Paths that run Burn's module pass it the mask.
+    pub fn mask_causal(mut self) -> Self {
+        self.causal = true;
         self
     }
 }
@@ -188,7 +200,13 @@ impl<B: Backend> MultiHeadAttention<B> {
         };
         let s2 = input.key.dims()[1];
         let device = input.query.device();
-        let bias = self.mask_bias(input.mask_pad, input.mask_attn, &input.query, [b, s1, s2]);
+        // cuDNN's causal mode covers square scores; rectangular ones take the mask as a bias.
+        let causal = input.causal && s1 == s2;
+        let mask_attn = match input.causal && !causal {
+            true => Some(or_causal(input.mask_attn, [b, s1, s2], &device)),
+            false => input.mask_attn,
+        };
+        let bias = self.mask_bias(input.mask_pad, mask_attn, &input.query, [b, s1, s2]);
         let bias = bias.map(|t| cast::<B, T, 4>(t).into_primitive().tensor());
         let q = heads(input.query, &self.query);
         let k = heads(input.key, &self.key);
@@ -200,9 +218,9 @@ impl<B: Backend> MultiHeadAttention<B> {
                 // `B::seed` makes the masks reproducible).
                 let rng = Tensor::<B, 1, Int>::random([2], Distribution::Uniform(0.0, 2f64.powi(31)), &device);
                 let rng = cast_int::<B, T, 1>(rng).into_primitive();
-                T::sdpa_dropout(q, k, v, bias, false, scale, p, rng)?
+                T::sdpa_dropout(q, k, v, bias, causal, scale, p, rng)?
             }
-            None => T::sdpa(q, k, v, bias, false, scale),
+            None => T::sdpa(q, k, v, bias, causal, scale),
         };
         let o: Tensor<B, 4> = cast::<T, B, 4>(Tensor::from_primitive(TensorPrimitive::Float(o)));
         // The fused output is stored [batch, seq, heads, d_k]: merging the heads is a view.
@@ -247,11 +265,17 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// Burn's own module on the same parameters.
     fn burns(&self, input: MhaInput<B>) -> MhaOutput<B> {
         let module = self.to_burn();
+        let [b, s1, _] = input.query.dims();
+        let s2 = input.key.dims()[1];
+        let mask_attn = match input.causal {
+            true => Some(or_causal(input.mask_attn, [b, s1, s2], &input.query.device())),
+            false => input.mask_attn,
+        };
         let mut burn_input = burn_nn::attention::MhaInput::new(input.query, input.key, input.value);
         if let Some(m) = input.mask_pad {
             burn_input = burn_input.mask_pad(m);
         }
-        if let Some(m) = input.mask_attn {
+        if let Some(m) = mask_attn {
             burn_input = burn_input.mask_attn(m);
         }
         let out = module.forward(burn_input);
@@ -259,6 +283,26 @@ impl<B: Backend> MultiHeadAttention<B> {
             weights: Some(out.weights),
             context: out.context,
         }
+    }
+}
+
+/// `mask` (if any) or the causal mask `[batch, seq_1, seq_2]`: key `j` masked for query `i`
+/// when `j > i`.
+fn or_causal<B: Backend>(
+    mask: Option<Tensor<B, 3, Bool>>,
+    [b, s1, s2]: [usize; 3],
+    device: &B::Device,
+) -> Tensor<B, 3, Bool> {
+    let query = Tensor::<B, 1, Int>::arange(0..s1 as i64, device)
+        .reshape([1, s1, 1])
+        .expand([b, s1, s2]);
+    let key = Tensor::<B, 1, Int>::arange(0..s2 as i64, device)
+        .reshape([1, 1, s2])
+        .expand([b, s1, s2]);
+    let causal = key.greater(query);
+    match mask {
+        Some(m) => m.bool_or(causal),
+        None => causal,
     }
 }
 
