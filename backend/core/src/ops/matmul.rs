@@ -264,7 +264,7 @@ fn matmul3(
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    let large = a.dims[0].max(c.dims[0]) * a.dims[1] * a.dims[2] * b.dims[2] >= REPACK_MIN_MACS;
+    let large = macs(a, b, c) >= REPACK_MIN_MACS;
     if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16)
         || (large && [a, b, c].into_iter().any(ld_misaligned))
     {
@@ -309,6 +309,11 @@ fn matmul3(
 /// language model's logits so, and cuBLASLt then runs element-aligned kernels several times
 /// slower than the copy.
 const REPACK_MIN_MACS: i64 = 1 << 30;
+
+/// Multiply-adds of the rank-3 product `c = a · b`.
+fn macs(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> i64 {
+    a.dims[0].max(c.dims[0]) * a.dims[1] * a.dims[2] * b.dims[2]
+}
 
 /// The leading dimension of a rank-3 operand whose inner dims are row- or column-major (the
 /// stride between its rows or columns), when there is more than one of them.
@@ -361,7 +366,7 @@ fn matmul3_aligned(
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    let large = a.dims[0].max(c.dims[0]) * a.dims[1] * a.dims[2] * b.dims[2] >= REPACK_MIN_MACS;
+    let large = macs(a, b, c) >= REPACK_MIN_MACS;
     // Per operand: its buffer and the strides of the copy in it.
     let scratch = |t: &TensorRef, matrix: bool| -> Result<Option<(DeviceBuffer, Vec<i64>)>> {
         if matrix && large && ld_misaligned(t) {
