@@ -264,10 +264,7 @@ fn matmul3(
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    let large = macs(a, b, c) >= REPACK_MIN_MACS;
-    if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16)
-        || (large && [a, b, c].into_iter().any(ld_misaligned))
-    {
+    if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
         return matmul3_aligned(stream, op, a, b, bias, c, act);
     }
     let fused = bias.is_some() || act != Activation::Identity;
@@ -304,59 +301,9 @@ fn matmul3(
     }
 }
 
-/// Multiply-adds from which a product whose row (leading) stride is not a multiple of 16 bytes
-/// copies that operand to a padded stride first: a vocabulary of 50,257 or 30,522 leaves a
-/// language model's logits so, and cuBLASLt then runs element-aligned kernels several times
-/// slower than the copy.
-const REPACK_MIN_MACS: i64 = 1 << 30;
-
-/// Multiply-adds of the rank-3 product `c = a · b`.
-fn macs(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> i64 {
-    a.dims[0].max(c.dims[0]) * a.dims[1] * a.dims[2] * b.dims[2]
-}
-
-/// The leading dimension of a rank-3 operand whose inner dims are row- or column-major (the
-/// stride between its rows or columns), when there is more than one of them.
-fn leading_stride(t: &TensorRef) -> Option<i64> {
-    let [rows, cols] = [t.dims[1], t.dims[2]];
-    match (t.strides[1], t.strides[2]) {
-        (ld, 1) if cols > 1 => (rows > 1).then_some(ld),
-        (1, ld) if rows > 1 => (cols > 1).then_some(ld),
-        _ => None,
-    }
-}
-
-/// Whether `t`'s leading dimension (or, batched, its batch stride) is not a multiple of 16
-/// bytes.
-fn ld_misaligned(t: &TensorRef) -> bool {
-    let size = t.dtype.size() as i64;
-    let batch = t.dims[0] > 1 && t.strides[0] * size % 16 != 0;
-    batch || leading_stride(t).is_some_and(|ld| ld * size % 16 != 0)
-}
-
-/// Strides for a copy of `t` in its own buffer whose leading dimension is padded to a multiple
-/// of 16 bytes, keeping `t`'s orientation (row- or column-major inner dims), and the buffer's
-/// element count.
-fn padded_strides(t: &TensorRef) -> (Vec<i64>, i64) {
-    let per = (16 / t.dtype.size() as i64).max(1);
-    let pad = |n: i64| (n + per - 1) / per * per;
-    let [b, r, c] = [t.dims[0], t.dims[1], t.dims[2]];
-    let strides = if t.strides[1] == 1 && t.strides[2] != 1 && r > 1 {
-        let ld = pad(r);
-        vec![ld * c, 1, ld]
-    } else {
-        let ld = pad(c);
-        vec![ld * r, ld, 1]
-    };
-    let elems = strides[0] * b;
-    (strides, elems.max(1))
-}
-
-/// `matmul3` with operands copied to fresh buffers: operands whose pointers are not 16-byte
-/// aligned (a view starting at an odd element: cuDNN accepts the declared alignment but its
-/// cuBLASLt engines fail at run time), and in a large product operands whose leading
-/// dimension is not 16-byte aligned (copied with a padded stride, see [`REPACK_MIN_MACS`]);
-/// `c` is copied back.
+/// `matmul3` for operands whose pointers are not 16-byte aligned (a view starting at an odd
+/// element): cuDNN accepts the declared alignment but its cuBLASLt engines fail at run
+/// time, so such operands are copied into fresh packed buffers (and `c` copied back).
 fn matmul3_aligned(
     stream: &Arc<CudaStream>,
     op: &'static str,
@@ -366,42 +313,23 @@ fn matmul3_aligned(
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    let large = macs(a, b, c) >= REPACK_MIN_MACS;
-    // Per operand: its buffer and the strides of the copy in it.
-    let scratch = |t: &TensorRef, matrix: bool| -> Result<Option<(DeviceBuffer, Vec<i64>)>> {
-        if matrix && large && ld_misaligned(t) {
-            let (strides, elems) = padded_strides(t);
-            return Ok(Some((
-                DeviceBuffer::alloc(stream, elems as usize * t.dtype.size(), op)?,
-                strides,
-            )));
-        }
+    let scratch = |t: &TensorRef| -> Result<Option<DeviceBuffer>> {
         if t.alignment() >= 16 {
             return Ok(None);
         }
-        let strides = row_major_strides(&t.dims).to_vec();
-        Ok(Some((
-            DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op)?,
-            strides,
-        )))
+        DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op).map(Some)
     };
     let bufs = [
-        scratch(a, true)?,
-        scratch(b, true)?,
-        scratch(c, true)?,
-        bias.map(|t| scratch(t, false)).transpose()?.flatten(),
+        scratch(a)?,
+        scratch(b)?,
+        scratch(c)?,
+        bias.map(scratch).transpose()?.flatten(),
     ];
-    let view = |k: usize, t: &TensorRef| -> Result<Option<TensorMut<'_>>> {
-        bufs[k]
-            .as_ref()
-            .map(|(buf, strides)| buf.view_mut(0, &t.dims, strides, t.dtype))
-            .transpose()
-    };
     let [a2, b2, c2, bias2] = [
-        view(0, a)?,
-        view(1, b)?,
-        view(2, c)?,
-        bias.map(|t| view(3, t)).transpose()?.flatten(),
+        packed_in(&bufs[0], a)?,
+        packed_in(&bufs[1], b)?,
+        packed_in(&bufs[2], c)?,
+        bias.map(|t| packed_in(&bufs[3], t)).transpose()?.flatten(),
     ];
     for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(bias.map(|t| (t, &bias2))) {
         if let Some(dst) = dst {
@@ -428,32 +356,4 @@ pub(super) fn packed_in<'b>(buf: &'b Option<DeviceBuffer>, t: &TensorRef) -> Res
     buf.as_ref()
         .map(|buf| buf.view_mut(0, &t.dims, &row_major_strides(&t.dims), t.dtype))
         .transpose()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(dims: &[i64], strides: &[i64], dtype: DataType) -> TensorRef<'static> {
-        TensorRef::fake(dims, strides, dtype, 0x1000)
-    }
-
-    #[test]
-    fn odd_leading_dimensions_are_padded_in_their_orientation() {
-        use DataType::*;
-        // GPT-2's logits [8192, 50257] (row-major) and their transpose as a product operand.
-        let logits = t(&[1, 8192, 50257], &[8192 * 50257, 50257, 1], BF16);
-        assert!(ld_misaligned(&logits));
-        assert_eq!(padded_strides(&logits), (vec![8192 * 50264, 50264, 1], 8192 * 50264));
-        let transposed = t(&[1, 50257, 8192], &[8192 * 50257, 1, 50257], BF16);
-        assert!(ld_misaligned(&transposed));
-        assert_eq!(padded_strides(&transposed).0, vec![50264 * 8192, 1, 50264]);
-        // f32 pads to 4 elements; aligned operands and vectors are left alone.
-        assert_eq!(padded_strides(&t(&[1, 3, 5], &[15, 5, 1], F32)).0, vec![24, 8, 1]);
-        assert!(!ld_misaligned(&t(&[1, 8192, 768], &[8192 * 768, 768, 1], BF16)));
-        assert!(!ld_misaligned(&t(&[1, 768, 50257], &[768 * 50257, 1, 768], BF16)));
-        assert!(!ld_misaligned(&t(&[1, 7, 1], &[7, 1, 1], BF16)));
-        // A batch stride that is not 16-byte aligned counts.
-        assert!(ld_misaligned(&t(&[2, 4, 8], &[33, 8, 1], BF16)));
-    }
 }
