@@ -153,9 +153,11 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
     drop(ordering);
     drop(guards);
 
-    // Success: consume the inputs as Burn's implementation would, register the output.
-    for t in &inputs {
-        let _ = context.handles.get_handle(&t.id, &t.status);
+    // Success: consume the inputs as Burn's implementation would, register the output. The
+    // node's (relative) tensors carry this operation's status: the context's copies may not
+    // (a tensor read again later must stay).
+    for (global, relative) in inputs.iter().zip(claim.inputs()) {
+        let _ = context.handles.get_handle(&global.id, &relative.status);
     }
     register_output(context, &client, first.device.clone(), out, &out_ir, &out_dims);
     Ok(())
