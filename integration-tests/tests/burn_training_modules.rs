@@ -813,9 +813,10 @@ fn masked_mha_grads<B: AutodiffBackend>(dtype: DType, ours: bool, causal_flag: b
     let mask_attn = burn::nn::attention::generate_autoregressive_mask::<B>(b, s, &device);
     let context = if ours {
         let input = MhaInput::self_attn(x.clone()).mask_pad(mask_pad);
-        let input = match causal_flag {
-            true => input.mask_causal(),
-            false => input.mask_attn(mask_attn),
+        let input = if causal_flag {
+            input.mask_causal()
+        } else {
+            input.mask_attn(mask_attn)
         };
         let out = mha.forward(input);
         let on_gpu = std::any::type_name::<B>().contains("Cudnn");

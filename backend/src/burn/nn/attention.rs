@@ -202,9 +202,10 @@ impl<B: Backend> MultiHeadAttention<B> {
         let device = input.query.device();
         // cuDNN's causal mode covers square scores; rectangular ones take the mask as a bias.
         let causal = input.causal && s1 == s2;
-        let mask_attn = match input.causal && !causal {
-            true => Some(or_causal(input.mask_attn, [b, s1, s2], &device)),
-            false => input.mask_attn,
+        let mask_attn = if input.causal && !causal {
+            Some(or_causal(input.mask_attn, [b, s1, s2], &device))
+        } else {
+            input.mask_attn
         };
         let bias = self.mask_bias(input.mask_pad, mask_attn, &input.query, [b, s1, s2]);
         let bias = bias.map(|t| cast::<B, T, 4>(t).into_primitive().tensor());
@@ -267,9 +268,10 @@ impl<B: Backend> MultiHeadAttention<B> {
         let module = self.to_burn();
         let [b, s1, _] = input.query.dims();
         let s2 = input.key.dims()[1];
-        let mask_attn = match input.causal {
-            true => Some(or_causal(input.mask_attn, [b, s1, s2], &input.query.device())),
-            false => input.mask_attn,
+        let mask_attn = if input.causal {
+            Some(or_causal(input.mask_attn, [b, s1, s2], &input.query.device()))
+        } else {
+            input.mask_attn
         };
         let mut burn_input = burn_nn::attention::MhaInput::new(input.query, input.key, input.value);
         if let Some(m) = input.mask_pad {
