@@ -670,9 +670,10 @@ fn matmul_of_unaligned_views_matches_reference() {
     report.finish();
 }
 
-/// A language model's logits products with a vocabulary whose rows are not 16-byte aligned
-/// (2,053): the forward `h · Wᵀ` (odd output rows), the input gradient `dY · W` (odd rows
-/// read) and the weight gradient `dYᵀ · h` (an odd column-major operand).
+/// A language model's logits products with a vocabulary that is not a multiple of 16 bytes
+/// (2,053), large enough that the engine pads that dim with zeros first: the forward `h · Wᵀ`
+/// (odd output rows), the input gradient `dY · W` (the odd dim reduced) and the weight
+/// gradient `dYᵀ · h` (an odd column-major operand).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn matmul_with_odd_leading_dimensions_matches_reference() {

@@ -267,6 +267,9 @@ fn matmul3(
     if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
         return matmul3_aligned(stream, op, a, b, bias, c, act);
     }
+    if let Some(padded) = PaddedDims::of(a, b, c) {
+        return matmul3_padded(stream, op, &padded, a, b, bias, c, act);
+    }
     let fused = bias.is_some() || act != Activation::Identity;
     let build = || matmul_graph(a, b, bias, c, act);
     // uids as matmul_graph assigns them.
@@ -299,6 +302,135 @@ fn matmul3(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Multiply-adds from which a product pads a dim that is some operand's contiguous dim and not
+/// a multiple of 16 bytes: cuBLASLt and cuDNN pick element-aligned kernels for such a dim
+/// (a language model's vocabulary of 50,257 or 30,522) whatever the strides, several times
+/// slower than copying the operands to zero-padded buffers first.
+const PAD_MIN_MACS: i64 = 1 << 30;
+
+/// The dims `[M, K, N]` of a large rank-3 product with every dim that is some operand's
+/// contiguous dim rounded up to a multiple of 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PaddedDims {
+    m: i64,
+    k: i64,
+    n: i64,
+}
+
+impl PaddedDims {
+    /// `None` when the product is small or no dim needs padding.
+    fn of(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Option<Self> {
+        let [m, k, n] = [a.dims[1], a.dims[2], b.dims[2]];
+        if a.dims[0].max(c.dims[0]) * m * k * n < PAD_MIN_MACS {
+            return None;
+        }
+        let per = (16 / c.dtype.size() as i64).max(1);
+        // Whether inner dim `d` (1: rows, 2: columns) of `t` is its contiguous one.
+        let contiguous = |t: &TensorRef, d: usize| t.strides[d] == 1 && t.strides[3 - d] != 1;
+        let pad = |n: i64, needed: bool| {
+            if needed && n % per != 0 {
+                (n + per - 1) / per * per
+            } else {
+                n
+            }
+        };
+        let padded = Self {
+            m: pad(m, contiguous(a, 1) || contiguous(c, 1)),
+            k: pad(k, contiguous(a, 2) || contiguous(b, 1)),
+            n: pad(n, contiguous(b, 2) || contiguous(c, 2)),
+        };
+        (padded != Self { m, k, n }).then_some(padded)
+    }
+}
+
+/// Strides of a packed `[batch, rows, cols]` buffer in `t`'s orientation (column-major inner
+/// dims when `t` is), and its element count.
+fn packed_like(t: &TensorRef, [batch, rows, cols]: [i64; 3]) -> (Vec<i64>, i64) {
+    let strides = if t.strides[1] == 1 && t.strides[2] != 1 {
+        vec![rows * cols, 1, rows]
+    } else {
+        vec![rows * cols, cols, 1]
+    };
+    (strides, (batch * rows * cols).max(1))
+}
+
+/// `matmul3` on zero-padded copies of the operands whose dims [`PaddedDims`] enlarges (the
+/// padded part of a reduced dim adds zeros; padded rows or columns of `c` are dropped when
+/// its part is copied back).
+#[allow(clippy::too_many_arguments)]
+fn matmul3_padded(
+    stream: &Arc<CudaStream>,
+    op: &'static str,
+    p: &PaddedDims,
+    a: &TensorRef,
+    b: &TensorRef,
+    bias: Option<&TensorRef>,
+    c: &TensorMut,
+    act: Activation,
+) -> Result<()> {
+    let want = |t: &TensorRef, rows: i64, cols: i64| [t.dims[0], rows, cols];
+    let shapes = [want(a, p.m, p.k), want(b, p.k, p.n), want(c, p.m, p.n), [1, 1, p.n]];
+    let operands = [Some(a), Some(b), Some(&**c), bias];
+    // Per operand whose dims grow: its buffer and the strides of its padded view.
+    let mut bufs = Vec::with_capacity(4);
+    for (t, shape) in operands.iter().zip(shapes) {
+        bufs.push(match t {
+            Some(t) if t.dims[..] != shape[..] => {
+                let (strides, elems) = packed_like(t, shape);
+                let buf = DeviceBuffer::alloc(stream, elems as usize * t.dtype.size(), op)?;
+                Some((buf, strides))
+            }
+            _ => None,
+        });
+    }
+    let padded = |k: usize, t: &TensorRef| -> Result<Option<(TensorMut<'_>, TensorMut<'_>)>> {
+        let Some((buf, strides)) = &bufs[k] else {
+            return Ok(None);
+        };
+        let whole = buf.view_mut(0, &shapes[k], strides, t.dtype)?;
+        let part = buf.view_mut(0, &t.dims, strides, t.dtype)?;
+        Ok(Some((whole, part)))
+    };
+    let views = [
+        padded(0, a)?,
+        padded(1, b)?,
+        padded(2, c)?,
+        bias.map(|t| padded(3, t)).transpose()?.flatten(),
+    ];
+    // Inputs: zeros, then their elements (the padding of a reduced dim must add nothing).
+    for (k, t) in [(0, Some(a)), (1, Some(b)), (3, bias)] {
+        if let (Some(t), Some((whole, part))) = (t, &views[k]) {
+            zero_fill(stream, whole)?;
+            copy(stream, t, part)?;
+        }
+    }
+    {
+        let a2 = match &views[0] {
+            Some((whole, _)) => (**whole).clone(),
+            None => a.clone(),
+        };
+        let b2 = match &views[1] {
+            Some((whole, _)) => (**whole).clone(),
+            None => b.clone(),
+        };
+        let bias2 = match (&views[3], bias) {
+            (Some((whole, _)), _) => Some((**whole).clone()),
+            (None, t) => t.cloned(),
+        };
+        match &views[2] {
+            Some((whole, part)) => {
+                matmul3(stream, op, &a2, &b2, bias2.as_ref(), whole, act)?;
+                copy(stream, part, c)?;
+            }
+            None => matmul3(stream, op, &a2, &b2, bias2.as_ref(), c, act)?,
+        }
+    }
+    // The buffers are freed in stream order, after the work above.
+    drop(views);
+    drop(bufs);
+    Ok(())
 }
 
 /// `matmul3` for operands whose pointers are not 16-byte aligned (a view starting at an odd
@@ -356,4 +488,53 @@ pub(super) fn packed_in<'b>(buf: &'b Option<DeviceBuffer>, t: &TensorRef) -> Res
     buf.as_ref()
         .map(|buf| buf.view_mut(0, &t.dims, &row_major_strides(&t.dims), t.dtype))
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dims: &[i64], strides: &[i64]) -> TensorRef<'static> {
+        TensorRef::fake(dims, strides, DataType::BF16, 0x1000)
+    }
+
+    #[test]
+    fn a_large_product_pads_an_odd_contiguous_dim() {
+        let (m, k, v) = (8192i64, 768i64, 50257i64);
+        // GPT-2's logits h · Wᵀ: the vocabulary is c's contiguous dim.
+        let (h, wt) = (t(&[1, m, k], &[m * k, k, 1]), t(&[1, k, v], &[v * k, 1, k]));
+        let logits = t(&[1, m, v], &[m * v, v, 1]);
+        assert_eq!(PaddedDims::of(&h, &wt, &logits), Some(PaddedDims { m, k, n: 50264 }));
+        // The input gradient dY · W: the vocabulary is the reduced dim.
+        let w = t(&[1, v, k], &[v * k, k, 1]);
+        let dh = t(&[1, m, k], &[m * k, k, 1]);
+        assert_eq!(PaddedDims::of(&logits, &w, &dh), Some(PaddedDims { m, k: 50264, n: k }));
+        // The weight gradient dYᵀ · h: the vocabulary is the column-major a's rows.
+        let dyt = t(&[1, v, m], &[m * v, 1, v]);
+        let dw = t(&[1, v, k], &[v * k, k, 1]);
+        assert_eq!(PaddedDims::of(&dyt, &h, &dw), Some(PaddedDims { m: 50264, k: m, n: k }));
+        // Aligned dims, and small products, are left alone.
+        let (a, b) = (t(&[1, m, k], &[m * k, k, 1]), t(&[1, k, 3072], &[3072 * k, 3072, 1]));
+        assert_eq!(PaddedDims::of(&a, &b, &t(&[1, m, 3072], &[m * 3072, 3072, 1])), None);
+        let small = t(&[1, 64, 1001], &[64 * 1001, 1001, 1]);
+        assert_eq!(
+            PaddedDims::of(
+                &t(&[1, 64, k], &[64 * k, k, 1]),
+                &t(&[1, k, 1001], &[1001 * k, 1001, 1]),
+                &small
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn padded_copies_keep_the_operand_orientation() {
+        let wt = t(&[1, 768, 50257], &[768 * 50257, 1, 768]);
+        assert_eq!(
+            packed_like(&wt, [1, 768, 50264]),
+            (vec![768 * 50264, 1, 768], 768 * 50264)
+        );
+        let logits = t(&[2, 4, 5], &[20, 5, 1]);
+        assert_eq!(packed_like(&logits, [2, 4, 8]), (vec![32, 8, 1], 64));
+    }
 }
