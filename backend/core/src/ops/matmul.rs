@@ -310,6 +310,9 @@ fn matmul3(
 /// slower than copying the operands to zero-padded buffers first.
 const PAD_MIN_MACS: i64 = 1 << 30;
 
+/// The smallest of M, K and N from which such a product is padded.
+const PAD_MIN_DIM: i64 = 128;
+
 /// The dims `[M, K, N]` of a large rank-3 product with every dim that is some operand's
 /// contiguous dim rounded up to a multiple of 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,7 +326,9 @@ impl PaddedDims {
     /// `None` when the product is small or no dim needs padding.
     fn of(a: &TensorRef, b: &TensorRef, c: &TensorRef) -> Option<Self> {
         let [m, k, n] = [a.dims[1], a.dims[2], b.dims[2]];
-        if a.dims[0].max(c.dims[0]) * m * k * n < PAD_MIN_MACS {
+        // Thin products (a matrix-vector one) are bound by reading the operands, which a
+        // padded copy would only add to.
+        if a.dims[0].max(c.dims[0]) * m * k * n < PAD_MIN_MACS || m.min(k).min(n) < PAD_MIN_DIM {
             return None;
         }
         let per = (16 / c.dtype.size() as i64).max(1);
@@ -513,7 +518,7 @@ mod tests {
         let dyt = t(&[1, v, m], &[m * v, 1, v]);
         let dw = t(&[1, v, k], &[v * k, k, 1]);
         assert_eq!(PaddedDims::of(&dyt, &h, &dw), Some(PaddedDims { m: 50264, k: m, n: k }));
-        // Aligned dims, and small products, are left alone.
+        // Aligned dims, small products and thin ones are left alone.
         let (a, b) = (t(&[1, m, k], &[m * k, k, 1]), t(&[1, k, 3072], &[3072 * k, 3072, 1]));
         assert_eq!(PaddedDims::of(&a, &b, &t(&[1, m, 3072], &[m * 3072, 3072, 1])), None);
         let small = t(&[1, 64, 1001], &[64 * 1001, 1001, 1]);
