@@ -264,11 +264,14 @@ fn matmul3(
     c: &TensorMut,
     act: Activation,
 ) -> Result<()> {
-    if [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
-        return matmul3_aligned(stream, op, a, b, bias, c, act);
-    }
-    if let Some(padded) = PaddedDims::of(a, b, c) {
-        return matmul3_padded(stream, op, &padded, a, b, bias, c, act);
+    let padded = PaddedDims::of(a, b, c);
+    if padded.is_some() || [a, b, c].into_iter().chain(bias).any(|t| t.alignment() < 16) {
+        let dims = padded.unwrap_or(PaddedDims {
+            m: a.dims[1],
+            k: a.dims[2],
+            n: b.dims[2],
+        });
+        return matmul3_repacked(stream, op, &dims, a, b, bias, c, act);
     }
     let fused = bias.is_some() || act != Activation::Identity;
     let build = || matmul_graph(a, b, bias, c, act);
@@ -361,11 +364,13 @@ fn packed_like(t: &TensorRef, [batch, rows, cols]: [i64; 3]) -> (Vec<i64>, i64) 
     (strides, (batch * rows * cols).max(1))
 }
 
-/// `matmul3` on zero-padded copies of the operands whose dims [`PaddedDims`] enlarges (the
-/// padded part of a reduced dim adds zeros; padded rows or columns of `c` are dropped when
-/// its part is copied back).
+/// `matmul3` on copies in fresh buffers of the operands that need them (`c` copied back):
+/// operands whose pointers are not 16-byte aligned (a view starting at an odd element: cuDNN
+/// accepts the declared alignment but its cuBLASLt engines fail at run time), and operands
+/// whose dims `p` enlarges (zero-filled first, so the padding of a reduced dim adds nothing;
+/// padded rows or columns of `c` are dropped by the copy back).
 #[allow(clippy::too_many_arguments)]
-fn matmul3_padded(
+fn matmul3_repacked(
     stream: &Arc<CudaStream>,
     op: &'static str,
     p: &PaddedDims,
@@ -378,20 +383,21 @@ fn matmul3_padded(
     let want = |t: &TensorRef, rows: i64, cols: i64| [t.dims[0], rows, cols];
     let shapes = [want(a, p.m, p.k), want(b, p.k, p.n), want(c, p.m, p.n), [1, 1, p.n]];
     let operands = [Some(a), Some(b), Some(&**c), bias];
-    // Per operand whose dims grow: its buffer and the strides of its padded view.
+    // Per operand that moves: its buffer, the strides of its copy, and whether its dims grow.
     let mut bufs = Vec::with_capacity(4);
     for (t, shape) in operands.iter().zip(shapes) {
         bufs.push(match t {
-            Some(t) if t.dims[..] != shape[..] => {
+            Some(t) if t.dims[..] != shape[..] || t.alignment() < 16 => {
                 let (strides, elems) = packed_like(t, shape);
                 let buf = DeviceBuffer::alloc(stream, elems as usize * t.dtype.size(), op)?;
-                Some((buf, strides))
+                Some((buf, strides, t.dims[..] != shape[..]))
             }
             _ => None,
         });
     }
-    let padded = |k: usize, t: &TensorRef| -> Result<Option<(TensorMut<'_>, TensorMut<'_>)>> {
-        let Some((buf, strides)) = &bufs[k] else {
+    // Per moved operand: its whole (padded) view and the part that holds its elements.
+    let moved = |k: usize, t: &TensorRef| -> Result<Option<(TensorMut<'_>, TensorMut<'_>)>> {
+        let Some((buf, strides, _)) = &bufs[k] else {
             return Ok(None);
         };
         let whole = buf.view_mut(0, &shapes[k], strides, t.dtype)?;
@@ -399,31 +405,24 @@ fn matmul3_padded(
         Ok(Some((whole, part)))
     };
     let views = [
-        padded(0, a)?,
-        padded(1, b)?,
-        padded(2, c)?,
-        bias.map(|t| padded(3, t)).transpose()?.flatten(),
+        moved(0, a)?,
+        moved(1, b)?,
+        moved(2, c)?,
+        bias.map(|t| moved(3, t)).transpose()?.flatten(),
     ];
-    // Inputs: zeros, then their elements (the padding of a reduced dim must add nothing).
     for (k, t) in [(0, Some(a)), (1, Some(b)), (3, bias)] {
         if let (Some(t), Some((whole, part))) = (t, &views[k]) {
-            zero_fill(stream, whole)?;
+            if bufs[k].as_ref().is_some_and(|(_, _, grown)| *grown) {
+                zero_fill(stream, whole)?;
+            }
             copy(stream, t, part)?;
         }
     }
     {
-        let a2 = match &views[0] {
-            Some((whole, _)) => (**whole).clone(),
-            None => a.clone(),
-        };
-        let b2 = match &views[1] {
-            Some((whole, _)) => (**whole).clone(),
-            None => b.clone(),
-        };
-        let bias2 = match (&views[3], bias) {
-            (Some((whole, _)), _) => Some((**whole).clone()),
-            (None, t) => t.cloned(),
-        };
+        let pick = |k: usize| views[k].as_ref().map(|(whole, _)| (**whole).clone());
+        let a2 = pick(0).unwrap_or_else(|| a.clone());
+        let b2 = pick(1).unwrap_or_else(|| b.clone());
+        let bias2 = pick(3).or_else(|| bias.cloned());
         match &views[2] {
             Some((whole, part)) => {
                 matmul3(stream, op, &a2, &b2, bias2.as_ref(), whole, act)?;
@@ -434,56 +433,6 @@ fn matmul3_padded(
     }
     // The buffers are freed in stream order, after the work above.
     drop(views);
-    drop(bufs);
-    Ok(())
-}
-
-/// `matmul3` for operands whose pointers are not 16-byte aligned (a view starting at an odd
-/// element): cuDNN accepts the declared alignment but its cuBLASLt engines fail at run
-/// time, so such operands are copied into fresh packed buffers (and `c` copied back).
-fn matmul3_aligned(
-    stream: &Arc<CudaStream>,
-    op: &'static str,
-    a: &TensorRef,
-    b: &TensorRef,
-    bias: Option<&TensorRef>,
-    c: &TensorMut,
-    act: Activation,
-) -> Result<()> {
-    let scratch = |t: &TensorRef| -> Result<Option<DeviceBuffer>> {
-        if t.alignment() >= 16 {
-            return Ok(None);
-        }
-        DeviceBuffer::alloc(stream, t.numel() as usize * t.dtype.size(), op).map(Some)
-    };
-    let bufs = [
-        scratch(a)?,
-        scratch(b)?,
-        scratch(c)?,
-        bias.map(scratch).transpose()?.flatten(),
-    ];
-    let [a2, b2, c2, bias2] = [
-        packed_in(&bufs[0], a)?,
-        packed_in(&bufs[1], b)?,
-        packed_in(&bufs[2], c)?,
-        bias.map(|t| packed_in(&bufs[3], t)).transpose()?.flatten(),
-    ];
-    for (src, dst) in [(a, &a2), (b, &b2)].into_iter().chain(bias.map(|t| (t, &bias2))) {
-        if let Some(dst) = dst {
-            copy(stream, src, dst)?;
-        }
-    }
-    let (a_in, b_in, c_out) = (
-        a2.as_deref().unwrap_or(a),
-        b2.as_deref().unwrap_or(b),
-        c2.as_ref().unwrap_or(c),
-    );
-    matmul3(stream, op, a_in, b_in, bias2.as_deref().or(bias), c_out, act)?;
-    if let Some(c2) = &c2 {
-        copy(stream, c2, c)?;
-    }
-    // The buffers are freed in stream order, after the work above.
-    drop((a2, b2, c2, bias2));
     drop(bufs);
     Ok(())
 }
