@@ -891,31 +891,21 @@ pub fn index_add(
     indices: &TensorRef,
     values: &TensorRef,
 ) -> Result<()> {
-    let ordered = deterministic();
-    if !ordered {
-        on_stream(
-            stream,
-            "index_add",
-            &[("target", target), ("indices", indices), ("values", values)],
-        )?;
-        let Some(p) = plan_index_add(target, axis, indices, values, false)? else {
-            return Ok(());
-        };
-        return match plan_index_add_rows(target, axis, indices, values) {
-            Some(rows) => index_add_rows(stream, &rows, target, indices, values),
-            None => launch_add(stream, &p, target, indices, values),
-        };
+    if deterministic() {
+        return index_add_ordered(stream, target, axis, indices, values);
     }
-    add_with(
+    on_stream(
         stream,
         "index_add",
-        plan_index_add,
-        target,
-        axis,
-        indices,
-        values,
-        ordered,
-    )
+        &[("target", target), ("indices", indices), ("values", values)],
+    )?;
+    let Some(p) = plan_index_add(target, axis, indices, values, false)? else {
+        return Ok(());
+    };
+    match plan_index_add_rows(target, axis, indices, values) {
+        Some(rows) => index_add_rows(stream, &rows, target, indices, values),
+        None => launch_add(stream, &p, target, indices, values),
+    }
 }
 
 /// [`index_add`] with every element's additions in index order (one thread per line along

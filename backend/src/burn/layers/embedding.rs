@@ -45,9 +45,8 @@ pub(crate) fn embedding_backward(weights: &CudnnTensor, dy: CudnnTensor, indices
     let [v, d] = [weights.dims()[0], weights.dims()[1]];
     let idx = flat_indices(indices, OP)?;
     let dtype = dy.dtype;
-    // Half-precision rows are summed in f32: native float atomics instead of 16-bit
-    // compare-and-swap loops, which many indices hitting one row (small vocabularies,
-    // positions repeated over a batch) serialize.
+    // Half-precision rows are summed in an f32 table and rounded once (the sorted row adds
+    // of `index_add` would round each chunk's sum into a half table).
     let work = compute_dtype(dtype);
     let dy = exec::cast(dy.reshape(&[idx.numel(), d])?, work, OP)?;
     let out = exec::full(dy.device(), &[v, d], work, 0.0, OP)?;
