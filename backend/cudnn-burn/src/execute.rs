@@ -130,8 +130,8 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
     let pooled_ptr = pooled.as_ref().map(&mut addr).transpose()?;
 
     let ordering = orderings.for_current_stream(ordinal, &client)?;
-    let ordering = ordering.lock().unwrap_or_else(|e| e.into_inner());
-    let stream = &ordering.stream;
+    let mut ordering = ordering.lock().unwrap_or_else(|e| e.into_inner());
+    let stream = &ordering.stream.clone();
     let ticket = ordering.before(&client)?;
     // SAFETY: every address comes from a `get_resource` guard in `guards`, alive and in place
     // until this function returns, after the engine's work is enqueued and (on failure)

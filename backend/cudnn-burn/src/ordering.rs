@@ -27,7 +27,6 @@
 //! that stream may still read them at any later time.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -84,8 +83,8 @@ pub struct StreamOrdering {
     issued: u64,
     /// Word `done` (+4), written by the engine's stream.
     done: u64,
-    /// The value the next signal kernel writes, minus one.
-    next: AtomicU32,
+    /// The value the last signal kernel wrote (the ordering is used under its mutex).
+    last: u32,
     signal: CudaText,
     wait: CudaText,
 }
@@ -108,11 +107,11 @@ impl StreamOrdering {
         // SAFETY: `base` is the 16-byte allocation just made.
         unsafe { result::memset_d8_sync(base, 0, 16) }.map_err(|e| Error::cuda("cuMemsetD8", e))?;
         let (issued, done) = (base, base + 4);
-        let this = Self {
+        let mut this = Self {
             stream,
             issued,
             done,
-            next: AtomicU32::new(0),
+            last: 0,
             signal: CudaText::signal(issued),
             wait: CudaText::wait(issued, done),
         };
@@ -123,8 +122,8 @@ impl StreamOrdering {
     /// Runs each kernel once through `client` and checks that the words moved: CubeCL only
     /// logs a `PrecompiledSource` it refuses, so without this check the first claimed
     /// operation would wait forever.
-    fn self_test(&self, client: &Client) -> Result<()> {
-        let value = self.next.fetch_add(1, AtomicOrdering::SeqCst).wrapping_add(1);
+    fn self_test(&mut self, client: &Client) -> Result<()> {
+        let value = self.next_value();
         client.launch(Box::new(self.signal.clone()), one_cube(), KernelArguments::new());
         client.flush().map_err(|e| Error::cubecl("client.flush", e))?;
         let t0 = Instant::now();
@@ -152,8 +151,8 @@ impl StreamOrdering {
     }
 
     /// Orders the engine's stream after every launch CubeCL made so far on `client`'s stream.
-    pub fn before(&self, client: &Client) -> Result<Ticket> {
-        let value = self.next.fetch_add(1, AtomicOrdering::SeqCst).wrapping_add(1);
+    pub fn before(&mut self, client: &Client) -> Result<Ticket> {
+        let value = self.next_value();
         client.launch(Box::new(self.signal.clone()), one_cube(), KernelArguments::new());
         // The launch is a submission to CubeCL's device thread; the flush hands it to the
         // driver before the engine's stream waits for it, so no host wait inside the engine
@@ -172,6 +171,12 @@ impl StreamOrdering {
             client.launch(Box::new(self.wait.clone()), one_cube(), KernelArguments::new());
         }
         Ok(())
+    }
+
+    /// The value the next signal kernel writes.
+    fn next_value(&mut self) -> u32 {
+        self.last = self.last.wrapping_add(1);
+        self.last
     }
 
     fn stream_wait(&self, value: u32) -> Result<()> {
