@@ -8,15 +8,11 @@ use std::sync::Arc;
 use cudnn_backend_core::cudarc::driver::CudaStream;
 use cudnn_backend_core::kernels::elementwise::copy;
 use cudnn_backend_core::ops::{TensorMut, TensorRef};
-use cudnn_backend_core::types::DataType;
+use cudnn_backend_core::types::{row_major_strides, DataType};
 
 /// Row-major strides (in elements) of a packed tensor of `dims`.
 pub fn contiguous(dims: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1usize; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * dims[i + 1];
-    }
-    strides
+    row_major_strides(&to_i64(dims)).iter().map(|&s| s as usize).collect()
 }
 
 /// Whether `strides` lay `dims` out row-major with no gaps (the strides of size-1 dims do not
