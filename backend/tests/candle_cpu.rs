@@ -561,6 +561,70 @@ fn norms_and_attention_match_candle() {
 }
 
 #[test]
+fn cross_entropy_matches_candle_nn_with_its_gradient() {
+    use cudnn_backend::candle::ops::{cross_entropy, cross_entropy_ignore_index};
+    let mut rng = SplitMix64::new(31);
+    let (rows, classes) = (6, 9);
+    let logits = Var::from_tensor(&(rand_t(&mut rng, &[rows, classes]) * 4.0).unwrap()).unwrap();
+    let targets = Tensor::new(&[3u32, 0, 8, 8, 5, 1], &Device::Cpu).unwrap();
+
+    let ours = cross_entropy(logits.as_tensor(), &targets).unwrap();
+    let theirs = candle_nn::loss::cross_entropy(logits.as_tensor(), &targets).unwrap();
+    assert_eq!(ours.dims(), theirs.dims(), "a scalar, as candle-nn's");
+    assert_close(&ours, &theirs, 1e-12, "cross-entropy");
+    let g_ours = grads_of(&[&logits], &(ours.clone() * 3.0).unwrap());
+    let g_theirs = grads_of(&[&logits], &(theirs.clone() * 3.0).unwrap());
+    assert_close(&g_ours[0], &g_theirs[0], 1e-12, "cross-entropy gradient");
+
+    // Rows whose target is ignored add nothing; the mean is over the others (PyTorch's
+    // ignore_index), here rows 2 and 3.
+    let ignored = cross_entropy_ignore_index(logits.as_tensor(), &targets, 8).unwrap();
+    let keep = Tensor::new(&[0u32, 1, 4, 5], &Device::Cpu).unwrap();
+    let kept = logits.as_tensor().index_select(&keep, 0).unwrap();
+    let kept_targets = targets.index_select(&keep, 0).unwrap();
+    let expected = candle_nn::loss::cross_entropy(&kept, &kept_targets).unwrap();
+    assert_close(&ignored, &expected, 1e-12, "cross-entropy with an ignored class");
+    let g_ignored = grads_of(&[&logits], &ignored).remove(0);
+    let g_rows: Vec<f64> = (0..rows)
+        .map(|r| vals(&g_ignored.get(r).unwrap()).iter().map(|v| v.abs()).sum())
+        .collect();
+    assert!(
+        g_rows[2] == 0.0 && g_rows[3] == 0.0,
+        "ignored rows get no gradient: {g_rows:?}"
+    );
+    assert!(g_rows.iter().enumerate().all(|(r, &g)| r == 2 || r == 3 || g > 0.0));
+
+    // f32 and bf16 logits give a scalar of their own dtype.
+    for dt in [DType::F32, DType::BF16] {
+        let l = logits.as_tensor().to_dtype(dt).unwrap();
+        let y = cross_entropy(&l, &targets).unwrap();
+        assert_eq!(y.dtype(), dt);
+        let tol = if dt == DType::F32 { 1e-6 } else { 1e-2 };
+        assert_close(&y, &theirs, tol, "cross-entropy in a narrower dtype");
+    }
+
+    for (what, r, names) in [
+        (
+            "1-D logits",
+            cross_entropy(&logits.as_tensor().flatten_all().unwrap(), &targets),
+            &["logits"][..],
+        ),
+        (
+            "targets of another length",
+            cross_entropy(logits.as_tensor(), &targets.narrow(0, 0, 4).unwrap()),
+            &["targets"][..],
+        ),
+        (
+            "float targets",
+            cross_entropy(logits.as_tensor(), &targets.to_dtype(DType::F32).unwrap()),
+            &["targets"][..],
+        ),
+    ] {
+        assert_rejected(what, r, names);
+    }
+}
+
+#[test]
 fn invalid_arguments_are_errors_not_panics() {
     let mut rng = SplitMix64::new(13);
     let x = rand_t(&mut rng, &[1, 4, 5, 5]);

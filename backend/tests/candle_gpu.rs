@@ -655,6 +655,44 @@ fn embedding_lookup_and_gradient_match_candles() -> Result<()> {
     Ok(())
 }
 
+/// The fused cross-entropy on CUDA (loss and logits gradient) against the float64 reference
+/// on the CPU device, with and without an ignored class, including a vocabulary-sized row.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cross_entropy_and_gradient_match_f64_reference() -> Result<()> {
+    use cudnn_backend::candle::ops::{cross_entropy, cross_entropy_ignore_index};
+    let dev = gpu();
+    let mut rng = SplitMix64::new(53);
+    for dt in DTYPES {
+        for (rows, classes) in [(37, 11), (64, 1000), (8, 50_257)] {
+            let x = (rand_cpu(&mut rng, &[rows, classes]) * 6.0)?;
+            let t: Vec<u32> = (0..rows).map(|_| rng.below(classes as u64) as u32).collect();
+            let targets = Tensor::from_vec(t, rows, &Device::Cpu)?;
+            for ignore in [None, Some(i64::from(targets.get(0)?.to_scalar::<u32>()?))] {
+                let loss = |logits: &Tensor, targets: &Tensor| match ignore {
+                    Some(i) => cross_entropy_ignore_index(logits, targets, i),
+                    None => cross_entropy(logits, targets),
+                };
+                // The reference sees the logits rounded to the dtype, as the GPU does.
+                let x_cpu = Var::from_tensor(&x.to_dtype(dt)?.to_dtype(DType::F64)?)?;
+                let want = loss(x_cpu.as_tensor(), &targets)?;
+                let want_grad = want.backward()?.get(x_cpu.as_tensor()).unwrap().clone();
+                let x_gpu = Var::from_tensor(&x.to_dtype(dt)?.to_device(&dev)?)?;
+                let got = loss(x_gpu.as_tensor(), &targets.to_device(&dev)?)?;
+                assert_eq!(got.dtype(), dt);
+                let got_grad = got.backward()?.get(x_gpu.as_tensor()).unwrap().clone();
+                let (e, eg) = (rel_err(&got, &want), rel_err(&got_grad, &want_grad));
+                assert!(
+                    e < tol(dt, 1e-6) && eg < tol(dt, 1e-6),
+                    "{dt:?} [{rows}, {classes}] ignore {ignore:?}: loss rel {e:.2e}, gradient rel L2 {eg:.2e}"
+                );
+                println!("cross-entropy {dt:?} [{rows}, {classes}] ignore {ignore:?}: loss {e:.2e}, gradient {eg:.2e}");
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pooling_matches_f64_reference() {

@@ -51,6 +51,25 @@ pub(crate) fn read(op: &'static str, arg: &'static str, s: &CpuStorage, l: &Layo
     })
 }
 
+/// The logical (row-major) values of a strided integer tensor (class targets, ids) as int64.
+pub(crate) fn read_ints(op: &'static str, arg: &'static str, s: &CpuStorage, l: &Layout) -> Result<Vec<i64>> {
+    let o = offsets(l);
+    Ok(match s {
+        CpuStorage::U8(v) => o.iter().map(|&i| i64::from(v[i])).collect(),
+        CpuStorage::U32(v) => o.iter().map(|&i| i64::from(v[i])).collect(),
+        CpuStorage::I16(v) => o.iter().map(|&i| i64::from(v[i])).collect(),
+        CpuStorage::I32(v) => o.iter().map(|&i| i64::from(v[i])).collect(),
+        CpuStorage::I64(v) => o.iter().map(|&i| v[i]).collect(),
+        other => {
+            return Err(arg_err(
+                op,
+                arg,
+                format!("dtype {:?} is not an integer type", other.dtype()),
+            ))
+        }
+    })
+}
+
 /// Row-major float64 values as a storage of `dtype`.
 pub(crate) fn write(op: &'static str, v: &[f64], dtype: DType) -> Result<CpuStorage> {
     Ok(match dtype {

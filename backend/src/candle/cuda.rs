@@ -44,6 +44,24 @@ pub(crate) fn input<'a>(
         .map_err(candle_core::Error::wrap)
 }
 
+/// An int64 view of `s` with layout `l` (ids, class targets), borrowed for reading by work on
+/// `stream`.
+pub(crate) fn i64_input<'a>(
+    op: &'static str,
+    arg: &'static str,
+    s: &'a CudaStorage,
+    l: &Layout,
+    stream: &'a CudaStream,
+) -> Result<TensorRef<'a>> {
+    let CudaStorageSlice::I64(x) = &s.slice else {
+        return Err(arg_err(op, arg, format!("needs i64 values, not {:?}", s_dtype(s))));
+    };
+    let (dims, strides, start) = layout(l);
+    TensorRef::from_slice(x, stream, &[x.len() as i64], &[1])
+        .and_then(|w| w.view(start, &dims, &strides))
+        .map_err(candle_core::Error::wrap)
+}
+
 /// A writable view of `s` with layout `l` (storage Candle lent mutably, e.g. to an in-place
 /// op), for work on `stream` (cudarc records the write there when the view drops).
 pub(crate) fn output_of<'a>(

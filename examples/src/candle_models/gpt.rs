@@ -10,10 +10,12 @@
 //! (bias, and GELU in the MLP's first layer, fused into the matmul graph), causal attention as
 //! `ops::sdpa_heads` on the projections as they come (cuDNN's fused flash attention forward and
 //! backward for f16/bf16, the mask computed inside the kernel; for f32 the engine's math path)
-//! and the tied output projection on `ops::matmul` (the table read transposed through its
-//! strides). `stock` runs candle-nn's `Embedding` and `Linear`, its composed layer norm
-//! (`ops::layer_norm_slow`: candle-nn's fused one has no backward pass), and attention from
-//! Candle's matmul, an additive causal mask and candle-nn's softmax.
+//! the tied output projection on `ops::matmul` (the table read transposed through its
+//! strides), and the loss as `ops::cross_entropy` on the logits in the model's dtype.
+//! `stock` runs candle-nn's `Embedding` and `Linear`, its composed layer norm
+//! (`ops::layer_norm_slow`: candle-nn's fused one has no backward pass), attention from
+//! Candle's matmul, an additive causal mask and candle-nn's softmax, and candle-nn's
+//! `loss::cross_entropy` on f32 logits.
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
@@ -207,7 +209,15 @@ impl Gpt {
     /// positions).
     pub fn forward(&self, tokens: &Tensor) -> Result<Tensor> {
         let (n, s) = tokens.dims2()?;
-        let (vocab, d) = self.tokens.dims2()?;
+        let logits = self.logits(tokens)?;
+        let vocab = logits.dim(1)?;
+        logits.reshape((n, s, vocab))?.to_dtype(DType::F32)
+    }
+
+    /// Next-token logits `(N * S, vocab)` in the model's dtype.
+    fn logits(&self, tokens: &Tensor) -> Result<Tensor> {
+        let (n, s) = tokens.dims2()?;
+        let (_, d) = self.tokens.dims2()?;
         let x = if self.stock {
             candle_nn::Embedding::new(self.tokens.clone(), d).forward(tokens)?
         } else {
@@ -224,12 +234,11 @@ impl Gpt {
         let h = self.norm.forward(&x)?.reshape((n * s, d))?;
         // Tied embeddings: the output projection is the token embedding, transposed.
         let table = self.tokens.t()?;
-        let logits = if self.stock {
-            h.matmul(&table)?
+        if self.stock {
+            h.matmul(&table)
         } else {
-            cudnn_backend::candle::ops::matmul(&h, &table)?
-        };
-        logits.reshape((n, s, vocab))?.to_dtype(DType::F32)
+            cudnn_backend::candle::ops::matmul(&h, &table)
+        }
     }
 }
 
@@ -259,10 +268,15 @@ impl CandleModel for Gpt {
         config.seq
     }
 
-    /// Mean next-token cross-entropy over every position.
+    /// Mean next-token cross-entropy over every position: candle-nn's (log-softmax, gather,
+    /// mean) on f32 logits for `stock`, else this crate's fused loss on the logits as they
+    /// are (f32 accumulation inside), as PyTorch's `F.cross_entropy` on bf16 logits.
     fn loss(&self, batch: &Batch) -> Result<Tensor> {
-        let logits = self.forward(&batch.inputs)?;
-        let (n, s, vocab) = logits.dims3()?;
-        candle_nn::loss::cross_entropy(&logits.reshape((n * s, vocab))?, &batch.targets)
+        let logits = self.logits(&batch.inputs)?;
+        if self.stock {
+            candle_nn::loss::cross_entropy(&logits.to_dtype(DType::F32)?, &batch.targets)
+        } else {
+            cudnn_backend::candle::ops::cross_entropy(&logits, &batch.targets)?.to_dtype(DType::F32)
+        }
     }
 }

@@ -31,23 +31,6 @@ fn cpu_refused(op: &'static str) -> Result<(CpuStorage, Shape)> {
     ))
 }
 
-/// An i64 view of `ids` (1-D, any layout Candle lends as a slice).
-#[cfg(feature = "candle-cuda")]
-fn ids_view<'a>(
-    op: &'static str,
-    s: &'a CudaStorage,
-    l: &Layout,
-    stream: &'a cudarc::driver::CudaStream,
-) -> Result<crate::types::TensorRef<'a>> {
-    let candle_core::cuda_backend::CudaStorageSlice::I64(x) = &s.slice else {
-        return Err(arg_err(op, "ids", "needs i64 ids"));
-    };
-    let (dims, strides, start) = crate::candle::cuda::layout(l);
-    let whole =
-        crate::types::TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]).map_err(candle_core::Error::wrap)?;
-    whole.view(start, &dims, &strides).map_err(candle_core::Error::wrap)
-}
-
 impl CustomOp2 for EmbeddingLookup {
     fn name(&self) -> &'static str {
         "cudnn-embedding"
@@ -66,7 +49,7 @@ impl CustomOp2 for EmbeddingLookup {
         };
         let stream = cuda::stream(ts);
         let table = cuda::input(OP, "table", ts, tl, &stream)?;
-        let ids = ids_view(OP, is, il, &stream)?;
+        let ids = cuda::i64_input(OP, "ids", is, il, &stream)?;
         let dims = [n as i64, h as i64];
         let out = cuda::with_output(OP, &ts.device, &stream, table.dtype(), &dims, &[h as i64, 1], |out| {
             crate::kernels::index::index_select(&stream, &table, 0, &ids, out)
@@ -110,7 +93,7 @@ impl CustomOp2 for EmbeddingGrad {
         };
         let stream = cuda::stream(gs);
         let grad = cuda::input(OP, "grad", gs, gl, &stream)?;
-        let ids = ids_view(OP, is, il, &stream)?;
+        let ids = cuda::i64_input(OP, "ids", is, il, &stream)?;
         let dims = [self.vocab as i64, h as i64];
         let out = cuda::with_output(OP, &gs.device, &stream, grad.dtype(), &dims, &[h as i64, 1], |out| {
             crate::kernels::elementwise::fill(&stream, out, 0.0)?;

@@ -19,6 +19,7 @@ mod act;
 mod attention;
 mod batch_norm;
 mod conv;
+mod cross_entropy;
 mod embedding;
 mod matmul;
 mod norm;
@@ -31,6 +32,7 @@ pub use conv::{
     conv, conv_backward_data, conv_backward_filter, conv_bias_act, conv_transpose, Conv, ConvBackwardData,
     ConvBackwardFilter, ConvBiasAct,
 };
+pub use cross_entropy::{cross_entropy, cross_entropy_ignore_index, CrossEntropy};
 pub use embedding::embedding_lookup;
 pub use matmul::{matmul, matmul_bias_act, Matmul, MatmulBiasAct};
 pub use norm::{norm, Norm};
