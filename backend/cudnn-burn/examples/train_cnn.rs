@@ -2,17 +2,17 @@
 //! pooling, linear) with Burn 0.22's Adam on synthetic data on `Device::cuda(0)`, with or
 //! without `cudnn_burn::register()` (`--register`): the same model code either way.
 //!
-//! Prints the loss of every step, then one JSON line:
-//! `{"variant":"burn"|"cudnn-burn","ms_per_step":..,"loss_first":..,"loss_last":..}`
-//! (`ms_per_step` over the steps after the first, which compiles kernels and builds plans).
+//! Shows a progress bar, then the loss curve and one JSON line (`common::Run::finish`;
+//! `ms_per_step` over the steps after the first, which compiles kernels and builds plans).
 //!
 //! ```sh
 //! BURN_022_PROFILE=release bash scripts/burn-0.22-offline.sh backend/cudnn-burn/Cargo.toml --lib --tests --examples
-//! target/burn-0.22/release/examples/train_cnn --register [--steps 30] [--batch-size 64]
+//! target/burn-0.22/release/examples/train_cnn --register [--steps 30] [--batch-size 64] [--dtype bf16]
 //! ```
 
+mod common;
+
 use std::process::ExitCode;
-use std::time::Instant;
 
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
@@ -77,79 +77,35 @@ impl Net {
     }
 }
 
-struct Args {
-    register: bool,
-    steps: usize,
-    batch: usize,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        register: false,
-        steps: 30,
-        batch: 64,
-    };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        let mut number = || -> Result<usize, String> {
-            let v = it.next().ok_or(format!("{flag} needs a value"))?;
-            v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"))
-        };
-        match flag.as_str() {
-            "--register" => a.register = true,
-            "--steps" => a.steps = number()?.max(2),
-            "--batch-size" => a.batch = number()?.max(1),
-            _ => return Err(format!("unknown argument {flag}")),
-        }
-    }
-    Ok(a)
-}
-
 fn main() -> ExitCode {
-    let args = match parse_args() {
+    let args = match common::parse_args(64) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("train_cnn: {e}\nusage: train_cnn [--register] [--steps N] [--batch-size N]");
+            eprintln!(
+                "train_cnn: {e}\nusage: train_cnn [--register] [--steps N] [--batch-size N] [--dtype f32|f16|bf16]"
+            );
             return ExitCode::from(2);
         }
     };
-    if args.register {
-        // Before the first tensor operation: Burn's fusion registry is sealed once it runs.
-        if let Err(e) = cudnn_burn::register() {
+    let device = match common::training_device(&args) {
+        Ok(d) => d,
+        Err(e) => {
             eprintln!("train_cnn: {e}");
             return ExitCode::FAILURE;
         }
-    }
-    let device = Device::cuda(0).autodiff();
+    };
     let mut model = Net::new(&device);
     let mut optim = AdamConfig::new().init();
     let x = Tensor::<4>::random([args.batch, 3, 32, 32], Distribution::Normal(0.0, 1.0), &device);
     let y = Tensor::<1, Int>::random([args.batch], Distribution::Uniform(0.0, 10.0), &device);
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
-    let (mut loss_first, mut loss_last) = (f32::NAN, f32::NAN);
-    let mut timed = None;
-    for step in 0..args.steps {
+    let mut run = common::Run::new(args.steps);
+    for _ in 0..args.steps {
         let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model, grads);
-        let value: f32 = loss.into_scalar();
-        println!("step {step}: loss {value:.4}");
-        if step == 0 {
-            loss_first = value;
-            timed = Some(Instant::now());
-        }
-        loss_last = value;
+        run.step(loss.into_scalar());
     }
-    let ms_per_step = timed.map_or(f64::NAN, |t0| {
-        t0.elapsed().as_secs_f64() * 1e3 / (args.steps - 1) as f64
-    });
-    if let Some(s) = cudnn_burn::stats() {
-        println!("cudnn-burn: {s:?}");
-    }
-    let variant = if args.register { "cudnn-burn" } else { "burn" };
-    println!(
-        "{{\"variant\":\"{variant}\",\"ms_per_step\":{ms_per_step:.3},\"loss_first\":{loss_first:.5},\"loss_last\":{loss_last:.5}}}"
-    );
+    run.finish("cnn", &args);
     ExitCode::SUCCESS
 }
