@@ -268,3 +268,28 @@ fn every_folder_s_modules_depend_on_each_other_one_way() {
     }
     assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
 }
+
+#[test]
+fn adapters_reach_the_engine_through_ops() {
+    // The Burn 0.21 and Candle adapters (`cudnn-backend`'s `src`) and the Burn 0.22 adapter
+    // (`cudnn-burn`) call the engine's `ops`, which alone chooses a cuDNN graph or a kernel
+    // (and holds the kernel-only families); they name no `kernels::` module directly.
+    let adapters = [backend_dir().join("src"), backend_dir().join("cudnn-burn/src")];
+    let mut found = Vec::new();
+    for dir in &adapters {
+        for file in rust_files(dir) {
+            let code = code_of(&std::fs::read_to_string(&file).unwrap());
+            for (i, line) in code.lines().enumerate() {
+                if line.contains("crate::kernels") || line.contains("cudnn_backend_core::kernels") {
+                    found.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(rust_files(&adapters[1]).len() > 3, "found cudnn-burn's sources");
+    assert!(
+        found.is_empty(),
+        "adapters naming kernels:: directly:\n{}",
+        found.join("\n")
+    );
+}

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use cudnn_backend_core::cudarc::driver::CudaStream;
-use cudnn_backend_core::kernels::elementwise::copy;
+use cudnn_backend_core::ops::elementwise::copy;
 use cudnn_backend_core::ops::{TensorMut, TensorRef};
 use cudnn_backend_core::types::{row_major_strides, DataType};
 

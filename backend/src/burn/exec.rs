@@ -9,7 +9,7 @@ use burn_backend::{BoolDType, BoolStore, DType, Scalar};
 
 use super::tensor::{engine_dtype, matmul_strides, packed_strides_in, CudnnTensor};
 use crate::error::{Error, InOp, Result};
-use crate::kernels::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
+use crate::ops::elementwise::{self as ew, BinaryOp, CompareOp, UnaryOp};
 use crate::runtime;
 use crate::view::ViewLayout;
 

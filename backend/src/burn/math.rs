@@ -7,8 +7,8 @@
 
 use burn_backend::{BoolDType, DType, Distribution, Scalar, Shape};
 
-pub(crate) use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
-pub(crate) use crate::kernels::reduce::{ArgOp, ReduceOp, ScanOp};
+pub(crate) use crate::ops::elementwise::{BinaryOp, CompareOp, UnaryOp};
+pub(crate) use crate::ops::reduce::{ArgOp, ReduceOp, ScanOp};
 
 use super::exec;
 use super::random::with_generator;
@@ -16,9 +16,9 @@ use super::tensor::{tmut_of, CudnnTensor};
 use super::CudnnDevice;
 use crate::error::{Error, InOp, Result};
 use crate::graph::DataType;
-use crate::kernels::sort::MAX_SORT_LEN;
-use crate::kernels::{index, linalg, random as rng, reduce, sort as ksort};
+use crate::ops::sort::MAX_SORT_LEN;
 use crate::ops::TensorRef;
+use crate::ops::{index, linalg, random as rng, reduce, sort as ksort};
 
 // ---------------------------------------------------------------------------------------
 // Elementwise

@@ -20,7 +20,7 @@ pub(crate) fn prepare_device(dev: &Arc<runtime::Device>) -> Result<()> {
             .releaser
             .call_once(|| runtime::release_cached_memory_on_shortage(buffer_cache::release));
         if slot.set(()).is_ok() && crate::config::config().warm_up {
-            crate::kernels::load::warm_up_in_background(dev.clone());
+            crate::ops::warm_up_in_background(dev.clone());
             if let Err(e) = crate::ops::warm_up_cudnn(dev.stream()) {
                 tracing::debug!(reason = %e, "cuDNN warm-up not started");
             }

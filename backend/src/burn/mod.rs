@@ -9,8 +9,8 @@
 //!
 //! Convolutions (1-D/2-D/3-D, transposed, and their backward passes), pooling and matmuls
 //! run as cuDNN graphs through [`crate::ops`] (handle pool, plan cache); every other op
-//! runs in the NVRTC kernels of [`crate::kernels`]. Ops enqueue on the device's stream and
-//! never wait; [`Backend::sync`] and reading data wait.
+//! runs in the NVRTC kernel families `ops` also holds. Ops enqueue on the device's stream
+//! and never wait; [`Backend::sync`] and reading data wait.
 
 mod buffer_cache;
 pub(crate) mod data;

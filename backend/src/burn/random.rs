@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::kernels::random::Philox;
+use crate::ops::random::Philox;
 
 /// Restarts the generator at `seed` (`Backend::seed`).
 pub(crate) fn seed(seed: u64) {

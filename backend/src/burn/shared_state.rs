@@ -6,7 +6,7 @@
 
 use std::sync::{Mutex, Once, OnceLock};
 
-use crate::kernels::random::Philox;
+use crate::ops::random::Philox;
 use crate::runtime::MAX_DEVICES;
 
 /// Everything the Burn adapter keeps between calls (see the module docs).

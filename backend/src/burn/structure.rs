@@ -3,7 +3,7 @@
 //! Every function here is dtype-agnostic: the float, int and bool trait methods call the same
 //! function with their op name (used in error messages). Views (permute, swap, transpose,
 //! expand, unfold, reshape of viewable layouts, slices whose strides stay non-negative) share
-//! the buffer; everything else runs in the kernels of [`crate::kernels`] on the tensor's
+//! the buffer; everything else runs in the kernel families of [`crate::ops`] on the tensor's
 //! stream. The only host read is the element count of [`argwhere`] (its output shape depends
 //! on the data).
 
@@ -19,9 +19,9 @@ use super::tensor::{to_dims, CudnnTensor};
 use super::CudnnDevice;
 use crate::error::{Error, InOp, Result};
 use crate::graph::{packed_strides, DataType};
-use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
-use crate::kernels::reduce::{self as red, ScanOp};
-use crate::kernels::{index as ix, resize};
+use crate::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
+use crate::ops::reduce::{self as red, ScanOp};
+use crate::ops::{index as ix, resize};
 use crate::runtime;
 use crate::types::{TensorMut, TensorRef};
 use crate::view::ViewLayout;

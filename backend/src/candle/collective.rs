@@ -87,7 +87,7 @@ impl CustomOp1 for Broadcast {
         let dims = x.dims().to_vec();
         let strides = crate::types::row_major_strides(&dims);
         let out = super::cuda::with_output(OP, &s.device, &stream, x.dtype(), &dims, &strides, |out| {
-            crate::kernels::elementwise::copy(&stream, &x, out)?;
+            crate::ops::elementwise::copy(&stream, &x, out)?;
             self.comm.broadcast(&stream, out, self.root)
         })?;
         Ok((out, l.shape().clone()))

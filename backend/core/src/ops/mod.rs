@@ -47,6 +47,17 @@ pub use optim::{adam_step, AdamOptions, AdamParam};
 pub use pool::{pool_backward, pool_forward, PoolParams};
 use tensor::check_on_stream_device;
 
+// The families that only NVRTC kernels implement, and the generated (fused) kernels' program
+// types: the adapters reach every family through `ops`, and `ops` alone chooses between a
+// cuDNN graph and a kernel where a family has both (pooling, convolution, normalization,
+// attention, matmul).
+/// Compiles the kernels a training step needs on a background thread (see
+/// [`crate::kernels::load`]).
+#[doc(hidden)]
+pub use crate::kernels::load::warm_up_in_background;
+pub use crate::kernels::pool as pool2d;
+pub use crate::kernels::{ctc, elementwise, fused, fused_reduce, index, linalg, random, reduce, resize, sort};
+
 use std::borrow::Cow;
 use std::ffi::c_void;
 use std::sync::Arc;

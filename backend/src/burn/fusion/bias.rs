@@ -29,7 +29,7 @@ use crate::burn::layers::linear_act;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::{exec, math, Cudnn};
 use crate::error::Result;
-use crate::kernels::elementwise::BinaryOp;
+use crate::ops::elementwise::BinaryOp;
 use crate::types::Activation;
 
 /// The matched run, in relative ids: what the optimization reads and writes.

@@ -17,7 +17,7 @@ use super::CudnnFusionHandle;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::{exec, Cudnn, CudnnDevice};
 use crate::error::Result;
-use crate::kernels::fused::{self, FusedLaunch, Program, Variant};
+use crate::ops::fused::{self, FusedLaunch, Program, Variant};
 use crate::view::ViewLayout;
 
 /// A run of elementwise operations as one generated kernel.

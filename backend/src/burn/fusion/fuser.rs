@@ -1,5 +1,5 @@
 //! The elementwise fuser: collects a run of float/bool elementwise operations of one output
-//! shape (inputs may broadcast) into a [`kernels::fused::Program`](crate::kernels::fused::Program).
+//! shape (inputs may broadcast) into a [`kernels::fused::Program`](crate::ops::fused::Program).
 //! Fills (`ones`, `zeros`, `full`) are constants of the run; a reshape of a tensor made before
 //! the run, or a sum or mean of one over a dim of size 1, is read as a view of it, and so is a
 //! swap or permutation of its dims (in a run that stays plain: inputs keep their strides,
@@ -28,8 +28,8 @@ use super::run::{last_use, Axes, FusedInput, FusedScalar, FusedView};
 use super::CudnnOptimization;
 use crate::burn::CudnnDevice;
 use crate::graph::DataType;
-use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
-use crate::kernels::fused::{FusedOp, Program, Value, MAX_INPUTS, MAX_OPS, MAX_OUTPUTS, MAX_SCALARS};
+use crate::ops::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::ops::fused::{FusedOp, Program, Value, MAX_INPUTS, MAX_OPS, MAX_OUTPUTS, MAX_SCALARS};
 
 /// An operand of one described operation.
 enum Arg<'a> {
@@ -343,7 +343,7 @@ pub(crate) struct ElementwiseFuser {
     /// broadcasts to it (Burn's batch-norm statistics `[1, C, 1, 1]`, and the `[C]` running
     /// statistics read as them, beside the `[N, C, H, W]` normalization): the small values
     /// are computed by every thread and stored once per element (see
-    /// [`crate::kernels::fused::Program::small_outputs`]).
+    /// [`crate::ops::fused::Program::small_outputs`]).
     mixed: Option<Mixed>,
     /// The values of the small shape (or of a lower rank with its non-unit dims).
     small_values: HashSet<TensorId>,

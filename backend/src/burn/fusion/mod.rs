@@ -13,7 +13,7 @@
 //! - **elementwise** (`fuser.rs`): a run of float and bool elementwise operations of one output
 //!   shape (activations as Burn composes them, residual adds, scaling, masks, casts, the
 //!   per-parameter arithmetic of Burn's optimizers, the elementwise parts of backward passes)
-//!   becomes one generated kernel ([`crate::kernels::fused`]), compiled once per distinct
+//!   becomes one generated kernel ([`crate::ops::fused`]), compiled once per distinct
 //!   chain and kept in the persistent kernel cache. Inputs may broadcast, values of one
 //!   smaller shape may sit beside the run's (stored once each), and dims along which no input
 //!   varies are computed once (the outputs are broadcast views); a tensor whose last use is in
@@ -41,7 +41,7 @@
 //! - **reduction** (`reduce.rs`): an elementwise run ending in sums or means over some dims
 //!   of one of its values (burn-autodiff's broadcast gradients, Burn's batch-norm statistics
 //!   through their channel view) becomes one generated kernel
-//!   ([`crate::kernels::fused_reduce`]): the value summed and the channel view's copy are
+//!   ([`crate::ops::fused_reduce`]): the value summed and the channel view's copy are
 //!   never stored; values of the kept elements' shape computed beside it are stored once each.
 //!   Further chains of sums over the same dims that follow in the same pass (burn-autodiff's
 //!   batch-norm gradients: three such sums) join the same kernel, each into its own result.

@@ -1,5 +1,5 @@
 //! The reduction fuser: an elementwise run that ends in sums or means over some dims of one of
-//! its values, as one generated kernel ([`crate::kernels::fused_reduce`]).
+//! its values, as one generated kernel ([`crate::ops::fused_reduce`]).
 //!
 //! Burn composes the statistics and gradients of its own batch norm (and every broadcast
 //! gradient under `Autodiff`) from such runs:
@@ -50,10 +50,8 @@ use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::error::Result;
 use crate::graph::DataType;
-use crate::kernels::fused::Value;
-use crate::kernels::fused_reduce::{
-    self, needs_wide, Epilogue, PackedReduce, ReduceLaunch, ReduceOperands, ReduceProgram,
-};
+use crate::ops::fused::Value;
+use crate::ops::fused_reduce::{self, needs_wide, Epilogue, PackedReduce, ReduceLaunch, ReduceOperands, ReduceProgram};
 use crate::types::row_major_strides;
 
 /// Where the fuser is in its pattern.
@@ -766,7 +764,7 @@ impl ReduceOptimization {
         }
         // The kernel runs over the merged dims (see `fused_reduce::coalesce`), the same as
         // before for inputs of the same dims, strides and alignment.
-        crate::kernels::fused::launch_key(self.launches.key_mut(), &in_refs, &full, None);
+        crate::ops::fused::launch_key(self.launches.key_mut(), &in_refs, &full, None);
         let mut entry = match self.launches.take() {
             Some(entry) => entry,
             None => match fused_reduce::Coalesced::of(walk.as_ref().unwrap_or(&self.reduction), &full, &in_refs) {
@@ -833,7 +831,7 @@ impl ReduceOptimization {
         let arrivals_len = cached.arrivals_len as i64;
         if arrivals_len > 0 && self.arrivals.as_ref().is_none_or(|t| t.dims()[0] < arrivals_len) {
             let counters = CudnnTensor::empty(&device, &[arrivals_len.max(MIN_ARRIVALS)], DType::I32, OP)?;
-            crate::kernels::elementwise::fill(&stream, &counters.tmut(), 0.0)?;
+            crate::ops::elementwise::fill(&stream, &counters.tmut(), 0.0)?;
             self.arrivals = Some(counters);
         }
         let arrivals = self.arrivals.clone().filter(|_| arrivals_len > 0);
@@ -913,8 +911,8 @@ mod tests {
 
     use super::*;
     use crate::burn::fusion::test_ir::t;
-    use crate::kernels::elementwise::BinaryOp;
-    use crate::kernels::fused::FusedOp;
+    use crate::ops::elementwise::BinaryOp;
+    use crate::ops::fused::FusedOp;
 
     use TensorStatus::{NotInit, ReadOnly, ReadWrite};
 

@@ -3,7 +3,7 @@
 use super::*;
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
-use crate::kernels::elementwise::{BinaryOp, UnaryOp};
+use crate::ops::elementwise::{BinaryOp, UnaryOp};
 
 /// `grad` where `output > 0`, else 0 (relu's backward from its output, as Burn's default:
 /// a NaN output passes the gradient).

@@ -3,7 +3,7 @@
 use super::*;
 use crate::burn::tensor::CudnnTensor;
 use crate::burn::{exec, layout};
-use crate::kernels::elementwise::BinaryOp;
+use crate::ops::elementwise::BinaryOp;
 use crate::ops::{self, Activation, ConvParams};
 use crate::types::ConvGeometry;
 

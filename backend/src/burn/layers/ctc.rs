@@ -1,13 +1,13 @@
 //! CTC loss (`ModuleOps::ctc_loss` and its native backward) through the CTC kernels: one
 //! launch for the forward recursion instead of a dozen ops per time step, computed in f64
-//! whatever the log-probabilities' dtype (see [`crate::kernels::ctc`]).
+//! whatever the log-probabilities' dtype (see [`crate::ops::ctc`]).
 
 use burn_backend::DType;
 
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
 use crate::error::Result;
-use crate::kernels::ctc::{self as kctc, CtcInputs};
+use crate::ops::ctc::{self as kctc, CtcInputs};
 
 /// The dtype of the recursions' workspaces and of the loss before it is cast back
 /// ([`kctc::WORKSPACE_DTYPE`]).

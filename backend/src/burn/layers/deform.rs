@@ -12,9 +12,9 @@ use super::{arange, binary_into, conv_bias_backward, require_cudnn_float, sum_ax
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
 use crate::error::{Error, Result};
-use crate::kernels::elementwise::{BinaryOp, UnaryOp};
-use crate::kernels::index as kindex;
 use crate::ops;
+use crate::ops::elementwise::{BinaryOp, UnaryOp};
+use crate::ops::index as kindex;
 
 /// Gradients of [`deform_conv2d`] (`mask` and `bias` only when those inputs were given).
 pub(crate) struct DeformGrads {

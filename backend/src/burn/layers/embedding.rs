@@ -5,7 +5,7 @@ use burn_backend::DType;
 use super::*;
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
-use crate::kernels::index as kindex;
+use crate::ops::index as kindex;
 use crate::view::ViewLayout;
 
 /// `indices` flattened to 1-D, as I64 or I32 (what the index kernels take).

@@ -14,8 +14,8 @@ use super::{arange, check_pair, fill, narrow, require_float, view};
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
 use crate::error::{Error, InOp, Result};
-use crate::kernels::elementwise::{BinaryOp, UnaryOp};
-use crate::kernels::linalg;
+use crate::ops::elementwise::{BinaryOp, UnaryOp};
+use crate::ops::linalg;
 
 /// Most elements of one generated twiddle block.
 const MAX_BLOCK: i64 = 1 << 24;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::burn::tensor::CudnnTensor;
-use crate::kernels::resize::{self as kresize, InterpolateMode as KMode};
+use crate::ops::resize::{self as kresize, InterpolateMode as KMode};
 
 /// The kernels' mode for Burn's, or an error naming the unsupported one.
 fn interp_mode(op: &str, mode: &burn_backend::ops::InterpolateMode) -> Result<KMode> {

@@ -5,7 +5,7 @@ use burn_backend::DType;
 use super::*;
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
-use crate::kernels::elementwise::BinaryOp;
+use crate::ops::elementwise::BinaryOp;
 use crate::ops::{self, Activation};
 
 /// `[.., K]` as `[M, K]` (a view when the strides allow, else a packed copy).

@@ -38,8 +38,8 @@ use burn_backend::DType;
 use super::exec;
 use super::tensor::CudnnTensor;
 use crate::error::{Error, InOp, Result};
-use crate::kernels::elementwise::{self as ew, BinaryOp, UnaryOp};
-use crate::kernels::reduce::{self as kreduce, ReduceOp, ScanOp};
+use crate::ops::elementwise::{self as ew, BinaryOp, UnaryOp};
+use crate::ops::reduce::{self as kreduce, ReduceOp, ScanOp};
 use crate::runtime;
 use crate::view::ViewLayout;
 

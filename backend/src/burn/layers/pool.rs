@@ -5,7 +5,7 @@ use burn_backend::DType;
 use super::*;
 use crate::burn::exec;
 use crate::burn::tensor::CudnnTensor;
-use crate::kernels::pool::{self as kpool, Pool2d};
+use crate::ops::pool2d::{self as kpool, Pool2d};
 use crate::ops::{self, PoolMode, PoolParams};
 
 /// Burn's 2-D pooling arguments.

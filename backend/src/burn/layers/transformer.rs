@@ -10,8 +10,8 @@ use super::super::{math, structure, Cudnn};
 use super::exec;
 use crate::error::Result;
 use crate::graph::NormMode;
-use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::ops;
+use crate::ops::elementwise::{BinaryOp, CompareOp, UnaryOp};
 
 /// Burn's layer norm over the last dim: one cuDNN norm graph for f32/f16/bf16 rows, the
 /// composed mean/variance path otherwise (f64, or a case cuDNN rejects).

@@ -10,7 +10,7 @@ use crate::burn::exec;
 use crate::burn::layers;
 use crate::burn::tensor::expect;
 use crate::burn::Cudnn;
-use crate::kernels::elementwise::UnaryOp;
+use crate::ops::elementwise::UnaryOp;
 
 impl ActivationOps<Cudnn> for Cudnn {
     fn leaky_relu(tensor: FloatTensor<Cudnn>, negative_slope: Scalar) -> FloatTensor<Cudnn> {

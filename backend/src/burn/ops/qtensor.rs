@@ -33,8 +33,8 @@ use crate::burn::structure as st;
 use crate::burn::tensor::{expect, to_dims, CudnnTensor};
 use crate::burn::{data, exec, Cudnn, CudnnDevice, CudnnQTensor};
 use crate::error::{Error, Result};
-use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
-use crate::kernels::{linalg, reduce};
+use crate::ops::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::ops::{linalg, reduce};
 use crate::view::ViewLayout;
 
 /// Whether the backend implements quantization scheme `scheme`: symmetric, per-tensor or

@@ -14,7 +14,7 @@ use super::super::math::{self, ReduceOp};
 use super::super::tensor::{storage_type, CudnnTensor};
 use super::super::{exec, structure};
 use crate::error::{InOp, Result};
-use crate::kernels::elementwise::{BinaryOp, UnaryOp};
+use crate::ops::elementwise::{BinaryOp, UnaryOp};
 use crate::ops::{self, SdpaBackward, TensorRef};
 
 /// A tensor's dims and dtype: what decides which attention path takes it.

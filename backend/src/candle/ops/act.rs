@@ -4,8 +4,8 @@
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
 use crate::graph::DataType;
-use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
-use crate::kernels::fused::{FusedOp, Program, Value};
+use crate::ops::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::ops::fused::{FusedOp, Program, Value};
 use crate::ops::Activation;
 
 /// True when `act'` is taken from the activation's output `y` of dtype `dtype` alone (no need
@@ -204,7 +204,7 @@ impl CustomOp2 for ActBackward {
         let dims = super::idims(gl.dims());
         let strides = super::packed_strides(gl.dims(), false);
         let out = cuda::with_output(OP, &gs.device, &stream, g.dtype(), &dims, &strides, |out| {
-            crate::kernels::fused::run(
+            crate::ops::fused::run(
                 &stream,
                 &program,
                 &[g.clone(), v.clone()],

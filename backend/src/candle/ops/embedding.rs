@@ -52,7 +52,7 @@ impl CustomOp2 for EmbeddingLookup {
         let ids = cuda::i64_input(OP, "ids", is, il, &stream)?;
         let dims = [n as i64, h as i64];
         let out = cuda::with_output(OP, &ts.device, &stream, table.dtype(), &dims, &[h as i64, 1], |out| {
-            crate::kernels::index::index_select(&stream, &table, 0, &ids, out)
+            crate::ops::index::index_select(&stream, &table, 0, &ids, out)
         })?;
         Ok((out, (n, h).into()))
     }
@@ -96,8 +96,8 @@ impl CustomOp2 for EmbeddingGrad {
         let ids = cuda::i64_input(OP, "ids", is, il, &stream)?;
         let dims = [self.vocab as i64, h as i64];
         let out = cuda::with_output(OP, &gs.device, &stream, grad.dtype(), &dims, &[h as i64, 1], |out| {
-            crate::kernels::elementwise::fill(&stream, out, 0.0)?;
-            crate::kernels::index::index_add(&stream, out, 0, &ids, &grad)
+            crate::ops::elementwise::fill(&stream, out, 0.0)?;
+            crate::ops::index::index_add(&stream, out, 0, &ids, &grad)
         })?;
         Ok((out, (self.vocab, h).into()))
     }

@@ -265,7 +265,7 @@ impl CustomOp1 for ColumnSums {
             x.dtype(),
             &[1, n as i64],
             &[n as i64, 1],
-            |out| crate::kernels::reduce::reduce(&stream, crate::kernels::reduce::ReduceOp::Sum, &x, 0, out),
+            |out| crate::ops::reduce::reduce(&stream, crate::ops::reduce::ReduceOp::Sum, &x, 0, out),
         )?;
         Ok((out, (1, n).into()))
     }
