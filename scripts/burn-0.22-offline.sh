@@ -40,11 +40,17 @@ stubs="$target/llvm-stubs"
 export DOCS_RS=1 CUDARC_CUDA_VERSION="${CUDARC_CUDA_VERSION:-13000}"
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 mkdir -p "$stubs"
+# With BURN_022_TEST=1 the test harnesses `cargo test` runs are linked (and their symbols
+# stubbed) too: `--lib` alone builds no executable with `cargo build`.
+commands=("build")
+[[ "${BURN_022_TEST:-}" == 1 ]] && commands+=("test --no-run")
 # Paths of the executables a build links (binaries and test harnesses).
 build() {
-  cargo build --manifest-path "$manifest" --target-dir "$target" --profile "$profile" "${selection[@]}" \
-      --message-format=json-render-diagnostics \
-    | python3 -c '
+  for command in "${commands[@]}"; do
+    # shellcheck disable=SC2086 # the command's words
+    cargo $command --manifest-path "$manifest" --target-dir "$target" --profile "$profile" "${selection[@]}" \
+      --message-format=json-render-diagnostics
+  done | python3 -c '
 import json, sys
 for line in sys.stdin:
     try:

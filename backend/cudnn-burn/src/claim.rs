@@ -6,6 +6,7 @@
 
 use burn_backend::DType;
 use burn_ir::{ModuleOperationIr, TensorIr};
+use cudnn_backend_core::ops::pool2d::Pool2d;
 use cudnn_backend_core::ops::{ConvParams, PoolMode, PoolParams};
 use cudnn_backend_core::types::DataType;
 
@@ -88,6 +89,51 @@ pub enum Claim {
         /// Window geometry.
         params: PoolParams,
     },
+    /// Average pooling by the engine's pooling kernels, which follow PyTorch's (and Burn's)
+    /// `ceil_mode` and divisor rules: `ops::pool2d::avg_pool2d`. 2-D pooling with
+    /// `ceil_mode`, and every 1-D average pooling (as 2-D with a unit height).
+    AvgPoolKernel {
+        /// Input.
+        x: TensorIr,
+        /// Output.
+        out: TensorIr,
+        /// Window geometry (2-D; a 1-D pool's height is 1).
+        pool: Pool2d,
+        /// Whether padded elements count in the divisor.
+        count_include_pad: bool,
+    },
+    /// The gradient of [`Claim::AvgPoolKernel`]: `ops::pool2d::avg_pool2d_backward` (the node
+    /// also reads x).
+    AvgPoolKernelBackward {
+        /// The forward's input (read by the node, not by the engine).
+        x: TensorIr,
+        /// Output gradient.
+        dy: TensorIr,
+        /// Input gradient.
+        out: TensorIr,
+        /// Window geometry.
+        pool: Pool2d,
+        /// Whether padded elements count in the divisor.
+        count_include_pad: bool,
+    },
+    /// Adaptive average pooling (1-D or 2-D): `ops::pool2d::adaptive_avg_pool2d`, the output
+    /// size from the output's dims.
+    AdaptiveAvgPool {
+        /// Input.
+        x: TensorIr,
+        /// Output.
+        out: TensorIr,
+    },
+    /// The gradient of [`Claim::AdaptiveAvgPool`]: `ops::pool2d::adaptive_avg_pool2d_backward`
+    /// (the node also reads x).
+    AdaptiveAvgPoolBackward {
+        /// The forward's input (read by the node, not by the engine).
+        x: TensorIr,
+        /// Output gradient.
+        dy: TensorIr,
+        /// Input gradient.
+        out: TensorIr,
+    },
 }
 
 /// Why a node stays Burn's.
@@ -97,7 +143,8 @@ pub enum Declined {
     NotClaimed,
     /// A dtype other than f32, f16 or bf16, or operands of different dtypes.
     DType,
-    /// Pooling with `ceil_mode` (the engine's output size rounds down).
+    /// Max pooling with `ceil_mode` (cuDNN's output size rounds down; the pooling kernels'
+    /// max pooling writes indices, which the plain node has no tensor for).
     CeilMode,
     /// Max pooling with a dilation other than 1.
     Dilation,
@@ -123,27 +170,61 @@ impl Claim {
             M::Conv3dWeightBackward(op) => {
                 conv_filter(&op.x, &op.weight, &op.output_grad, &op.out, conv3d(&op.options))
             }
-            M::AvgPool2d(op) => {
-                if op.ceil_mode {
-                    return Err(Declined::CeilMode);
-                }
-                Claim::PoolForward {
-                    x: op.x.clone(),
-                    out: op.out.clone(),
-                    params: pool(avg_mode(op.count_include_pad), op.kernel_size, op.stride, op.padding),
-                }
-            }
-            M::AvgPool2dBackward(op) => {
-                if op.ceil_mode {
-                    return Err(Declined::CeilMode);
-                }
-                Claim::AvgPoolBackward {
-                    x: op.x.clone(),
-                    dy: op.grad.clone(),
-                    out: op.out.clone(),
-                    params: pool(avg_mode(op.count_include_pad), op.kernel_size, op.stride, op.padding),
-                }
-            }
+            M::AvgPool2d(op) if op.ceil_mode => Claim::AvgPoolKernel {
+                x: op.x.clone(),
+                out: op.out.clone(),
+                pool: pool2d(op.kernel_size, op.stride, op.padding, true),
+                count_include_pad: op.count_include_pad,
+            },
+            M::AvgPool2d(op) => Claim::PoolForward {
+                x: op.x.clone(),
+                out: op.out.clone(),
+                params: pool(avg_mode(op.count_include_pad), op.kernel_size, op.stride, op.padding),
+            },
+            M::AvgPool2dBackward(op) if op.ceil_mode => Claim::AvgPoolKernelBackward {
+                x: op.x.clone(),
+                dy: op.grad.clone(),
+                out: op.out.clone(),
+                pool: pool2d(op.kernel_size, op.stride, op.padding, true),
+                count_include_pad: op.count_include_pad,
+            },
+            M::AvgPool2dBackward(op) => Claim::AvgPoolBackward {
+                x: op.x.clone(),
+                dy: op.grad.clone(),
+                out: op.out.clone(),
+                params: pool(avg_mode(op.count_include_pad), op.kernel_size, op.stride, op.padding),
+            },
+            M::AvgPool1d(op) => Claim::AvgPoolKernel {
+                x: op.x.clone(),
+                out: op.out.clone(),
+                pool: pool2d([1, op.kernel_size], [1, op.stride], [0, op.padding], op.ceil_mode),
+                count_include_pad: op.count_include_pad,
+            },
+            M::AvgPool1dBackward(op) => Claim::AvgPoolKernelBackward {
+                x: op.x.clone(),
+                dy: op.grad.clone(),
+                out: op.out.clone(),
+                pool: pool2d([1, op.kernel_size], [1, op.stride], [0, op.padding], op.ceil_mode),
+                count_include_pad: op.count_include_pad,
+            },
+            M::AdaptiveAvgPool1d(op) => Claim::AdaptiveAvgPool {
+                x: op.x.clone(),
+                out: op.out.clone(),
+            },
+            M::AdaptiveAvgPool2d(op) => Claim::AdaptiveAvgPool {
+                x: op.x.clone(),
+                out: op.out.clone(),
+            },
+            M::AdaptiveAvgPool1dBackward(op) => Claim::AdaptiveAvgPoolBackward {
+                x: op.x.clone(),
+                dy: op.grad.clone(),
+                out: op.out.clone(),
+            },
+            M::AdaptiveAvgPool2dBackward(op) => Claim::AdaptiveAvgPoolBackward {
+                x: op.x.clone(),
+                dy: op.grad.clone(),
+                out: op.out.clone(),
+            },
             M::MaxPool2d(op) => {
                 max_pool_supported(op.ceil_mode, op.dilation)?;
                 Claim::PoolForward {
@@ -174,8 +255,11 @@ impl Claim {
             Claim::ConvForward { .. } => "conv_forward",
             Claim::ConvBackwardData { .. } => "conv_backward_data",
             Claim::ConvBackwardFilter { .. } => "conv_backward_filter",
-            Claim::PoolForward { .. } => "pool_forward",
-            Claim::AvgPoolBackward { .. } | Claim::MaxPoolBackward { .. } => "pool_backward",
+            Claim::PoolForward { .. } | Claim::AvgPoolKernel { .. } | Claim::AdaptiveAvgPool { .. } => "pool_forward",
+            Claim::AvgPoolBackward { .. }
+            | Claim::MaxPoolBackward { .. }
+            | Claim::AvgPoolKernelBackward { .. }
+            | Claim::AdaptiveAvgPoolBackward { .. } => "pool_backward",
         }
     }
 
@@ -185,8 +269,10 @@ impl Claim {
         match self {
             Claim::ConvForward { x, w, bias, .. } => [Some(x), Some(w), bias.as_ref()].into_iter().flatten().collect(),
             Claim::ConvBackwardData { x, w, dy, .. } | Claim::ConvBackwardFilter { x, w, dy, .. } => vec![x, w, dy],
-            Claim::PoolForward { x, .. } => vec![x],
-            Claim::AvgPoolBackward { x, dy, .. } => vec![x, dy],
+            Claim::PoolForward { x, .. } | Claim::AvgPoolKernel { x, .. } | Claim::AdaptiveAvgPool { x, .. } => vec![x],
+            Claim::AvgPoolBackward { x, dy, .. }
+            | Claim::AvgPoolKernelBackward { x, dy, .. }
+            | Claim::AdaptiveAvgPoolBackward { x, dy, .. } => vec![x, dy],
             Claim::MaxPoolBackward { x, dy, indices, .. } => vec![x, dy, indices],
         }
     }
@@ -199,7 +285,11 @@ impl Claim {
             | Claim::ConvBackwardFilter { out, .. }
             | Claim::PoolForward { out, .. }
             | Claim::AvgPoolBackward { out, .. }
-            | Claim::MaxPoolBackward { out, .. } => out,
+            | Claim::MaxPoolBackward { out, .. }
+            | Claim::AvgPoolKernel { out, .. }
+            | Claim::AvgPoolKernelBackward { out, .. }
+            | Claim::AdaptiveAvgPool { out, .. }
+            | Claim::AdaptiveAvgPoolBackward { out, .. } => out,
         }
     }
 
@@ -294,6 +384,32 @@ fn avg_mode(count_include_pad: bool) -> PoolMode {
 
 fn pool(mode: PoolMode, window: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> PoolParams {
     PoolParams::new(mode, &i64s(&window), &i64s(&stride), &i64s(&padding))
+}
+
+/// The pooling kernels' 2-D geometry (no dilation: average pooling has none).
+fn pool2d(window: [usize; 2], stride: [usize; 2], padding: [usize; 2], ceil_mode: bool) -> Pool2d {
+    let i = |v: [usize; 2]| v.map(|x| x as i64);
+    Pool2d {
+        kernel: i(window),
+        stride: i(stride),
+        padding: i(padding),
+        dilation: [1, 1],
+        ceil_mode,
+    }
+}
+
+impl Claim {
+    /// Whether the engine runs the node's 3-D `[N, C, L]` operands as `[N, C, 1, L]` (1-D
+    /// pooling on the 2-D kernels).
+    pub fn unit_height(&self) -> bool {
+        match self {
+            Claim::AvgPoolKernel { x, .. }
+            | Claim::AvgPoolKernelBackward { x, .. }
+            | Claim::AdaptiveAvgPool { x, .. }
+            | Claim::AdaptiveAvgPoolBackward { x, .. } => x.shape.num_dims() == 3,
+            _ => false,
+        }
+    }
 }
 
 fn max_pool_supported(ceil_mode: bool, dilation: [usize; 2]) -> Result<(), Declined> {
@@ -477,7 +593,18 @@ mod tests {
         assert!(
             matches!(Claim::from_ir(&avg(true, false)), Ok(Claim::PoolForward { params, .. }) if params.mode == PoolMode::AvgIncludePadding)
         );
-        assert_eq!(Claim::from_ir(&avg(true, true)), Err(Declined::CeilMode));
+        // `ceil_mode` takes the pooling kernels (PyTorch's output size and divisor rules).
+        match Claim::from_ir(&avg(true, true)).unwrap() {
+            Claim::AvgPoolKernel {
+                pool,
+                count_include_pad,
+                ..
+            } => {
+                assert!(pool.ceil_mode && count_include_pad);
+                assert_eq!((pool.kernel, pool.stride, pool.padding), ([3, 2], [2, 2], [1, 0]));
+            }
+            other => panic!("{other:?}"),
+        }
         let max = |dilation| {
             ModuleOperationIr::MaxPool2d(MaxPool2dOpIr {
                 x: t(1, &[1, 3, 8, 8], DType::F32),
@@ -493,6 +620,72 @@ mod tests {
             matches!(Claim::from_ir(&max([1, 1])), Ok(Claim::PoolForward { params, .. }) if params.mode == PoolMode::Max)
         );
         assert_eq!(Claim::from_ir(&max([2, 2])), Err(Declined::Dilation));
+    }
+
+    #[test]
+    fn one_d_and_adaptive_average_pooling_take_the_pooling_kernels() {
+        let avg1 = ModuleOperationIr::AvgPool1d(burn_ir::AvgPool1dOpIr {
+            x: t(1, &[2, 3, 17], DType::F32),
+            kernel_size: 4,
+            stride: 3,
+            padding: 1,
+            count_include_pad: false,
+            ceil_mode: true,
+            out: t(2, &[2, 3, 7], DType::F32),
+        });
+        let c = Claim::from_ir(&avg1).unwrap();
+        assert!(c.unit_height(), "[N, C, L] runs as [N, C, 1, L]");
+        assert_eq!(c.name(), "pool_forward");
+        match c {
+            Claim::AvgPoolKernel {
+                pool,
+                count_include_pad,
+                ..
+            } => {
+                assert_eq!((pool.kernel, pool.stride, pool.padding), ([1, 4], [1, 3], [0, 1]));
+                assert!(pool.ceil_mode && !count_include_pad);
+            }
+            other => panic!("{other:?}"),
+        }
+        let back1 = ModuleOperationIr::AvgPool1dBackward(burn_ir::AvgPool1dBackwardOpIr {
+            x: t(1, &[2, 3, 17], DType::BF16),
+            grad: t(2, &[2, 3, 7], DType::BF16),
+            kernel_size: 4,
+            stride: 3,
+            padding: 1,
+            count_include_pad: true,
+            ceil_mode: false,
+            out: t(3, &[2, 3, 17], DType::BF16),
+        });
+        let c = Claim::from_ir(&back1).unwrap();
+        assert_eq!(
+            (c.name(), c.inputs().len(), c.unit_height()),
+            ("pool_backward", 2, true)
+        );
+        assert_eq!(c.dtype(), Ok(DataType::BF16));
+
+        let adaptive2 = ModuleOperationIr::AdaptiveAvgPool2d(burn_ir::AdaptiveAvgPool2dOpIr {
+            x: t(1, &[4, 2048, 7, 7], DType::F16),
+            output_size: [1, 1],
+            out: t(2, &[4, 2048, 1, 1], DType::F16),
+        });
+        let c = Claim::from_ir(&adaptive2).unwrap();
+        assert!(matches!(c, Claim::AdaptiveAvgPool { .. }) && !c.unit_height());
+        let adaptive1_back = ModuleOperationIr::AdaptiveAvgPool1dBackward(burn_ir::AdaptiveAvgPool1dBackwardOpIr {
+            x: t(1, &[2, 5, 30], DType::F32),
+            grad: t(2, &[2, 5, 7], DType::F32),
+            out: t(3, &[2, 5, 30], DType::F32),
+        });
+        let c = Claim::from_ir(&adaptive1_back).unwrap();
+        assert!(matches!(c, Claim::AdaptiveAvgPoolBackward { .. }) && c.unit_height());
+        assert_eq!(c.output().id.value(), 3);
+        // 3-D adaptive pooling stays Burn's.
+        let adaptive3 = ModuleOperationIr::AdaptiveAvgPool3d(burn_ir::AdaptiveAvgPool3dOpIr {
+            x: t(1, &[1, 2, 4, 4, 4], DType::F32),
+            output_size: [2, 2, 2],
+            out: t(2, &[1, 2, 2, 2, 2], DType::F32),
+        });
+        assert_eq!(Claim::from_ir(&adaptive3), Err(Declined::NotClaimed));
     }
 
     #[test]

@@ -77,8 +77,10 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
         Claim::ConvForward { bias: None, .. } => &[0, 1],
         Claim::ConvBackwardData { .. } => &[1, 2],
         Claim::ConvBackwardFilter { .. } => &[0, 2],
-        Claim::PoolForward { .. } => &[0],
-        Claim::AvgPoolBackward { .. } => &[1],
+        Claim::PoolForward { .. } | Claim::AvgPoolKernel { .. } | Claim::AdaptiveAvgPool { .. } => &[0],
+        Claim::AvgPoolBackward { .. } | Claim::AvgPoolKernelBackward { .. } | Claim::AdaptiveAvgPoolBackward { .. } => {
+            &[1]
+        }
         Claim::MaxPoolBackward { .. } => &[0, 1],
     };
     let mut operands = Vec::with_capacity(reads.len());
@@ -199,6 +201,23 @@ unsafe fn enqueue(
         unsafe { TensorMut::from_raw(&to_i64(dims), &to_i64(&contiguous(dims)), dtype, ptr) }
     };
     let y = packed_out(out_dims, out_ptr);
+    // 1-D pooling runs on the 2-D kernels: `[N, C, L]` as `[N, C, 1, L]` (all packed here).
+    let (views, y) = if claim.unit_height() {
+        let unsqueeze = |dims: &[i64]| -> (Vec<i64>, Vec<i64>) {
+            let d = vec![dims[0], dims[1], 1, dims[2]];
+            let s = vec![dims[1] * dims[2], dims[2], dims[2], 1];
+            (d, s)
+        };
+        let mut four = Vec::with_capacity(views.len());
+        for v in &views {
+            let (d, s) = unsqueeze(v.dims());
+            four.push(v.reshaped(&d, &s)?);
+        }
+        let (d, s) = unsqueeze(y.dims());
+        (four, y.reshaped_mut(&d, &s)?)
+    } else {
+        (views, y)
+    };
     match claim {
         Claim::ConvForward { bias: None, params, .. } => ops::conv_forward(stream, &views[0], &views[1], &y, params)?,
         Claim::ConvForward {
@@ -218,6 +237,18 @@ unsafe fn enqueue(
         }
         Claim::PoolForward { params, .. } => ops::pool_forward(stream, &views[0], &y, params)?,
         Claim::AvgPoolBackward { params, .. } => ops::pool_backward(stream, None, None, &views[0], &y, params)?,
+        Claim::AvgPoolKernel {
+            pool,
+            count_include_pad,
+            ..
+        } => ops::pool2d::avg_pool2d(stream, &views[0], pool, *count_include_pad, &y)?,
+        Claim::AvgPoolKernelBackward {
+            pool,
+            count_include_pad,
+            ..
+        } => ops::pool2d::avg_pool2d_backward(stream, &views[0], pool, *count_include_pad, &y)?,
+        Claim::AdaptiveAvgPool { .. } => ops::pool2d::adaptive_avg_pool2d(stream, &views[0], &y)?,
+        Claim::AdaptiveAvgPoolBackward { .. } => ops::pool2d::adaptive_avg_pool2d_backward(stream, &views[0], &y)?,
         Claim::MaxPoolBackward { params, .. } => {
             let ptr =
                 pooled_ptr.ok_or_else(|| Error::unsupported("pool_backward", "no buffer for the pooled output"))?;

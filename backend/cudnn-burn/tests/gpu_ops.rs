@@ -8,7 +8,9 @@
 //! ```
 
 use burn::prelude::*;
-use burn::tensor::module::{avg_pool2d, conv1d, conv2d, conv3d, max_pool2d};
+use burn::tensor::module::{
+    adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d, conv3d, max_pool2d,
+};
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
 use burn::tensor::{bf16, FloatDType, TensorData};
 use cudnn_backend_reference as reference;
@@ -207,6 +209,145 @@ fn pool_case(checks: &mut Checks, dtype: Dtype, max: bool) {
     }
 }
 
+/// Output `i` of `o` adaptive windows over `l` inputs: `floor(i * l / o) .. ceil((i + 1) * l / o)`.
+fn adaptive_window(i: usize, o: usize, l: usize) -> std::ops::Range<usize> {
+    (i * l / o)..((i + 1) * l).div_ceil(o)
+}
+
+/// Adaptive average pooling of `x` `[planes, h, w]` to `[planes, oh, ow]` and its gradient for
+/// `gy`, in float64.
+fn adaptive_reference(x: &[f64], [planes, h, w]: [usize; 3], gy: &[f64], [oh, ow]: [usize; 2]) -> (Vec<f64>, Vec<f64>) {
+    let (mut y, mut dx) = (vec![0.0; planes * oh * ow], vec![0.0; x.len()]);
+    for p in 0..planes {
+        for i in 0..oh {
+            for j in 0..ow {
+                let (rows, cols) = (adaptive_window(i, oh, h), adaptive_window(j, ow, w));
+                let n = (rows.len() * cols.len()) as f64;
+                let o = (p * oh + i) * ow + j;
+                for r in rows.clone() {
+                    for c in cols.clone() {
+                        y[o] += x[(p * h + r) * w + c] / n;
+                        dx[(p * h + r) * w + c] += gy[o] / n;
+                    }
+                }
+            }
+        }
+    }
+    (y, dx)
+}
+
+/// The pools the engine runs on its pooling kernels: 2-D average pooling with `ceil_mode`,
+/// 1-D average pooling (with `ceil_mode` too), and 1-D and 2-D adaptive average pooling (a
+/// ResNet head's 7x7 -> 1x1 and a non-dividing size), forward and gradient through autodiff.
+fn kernel_pool_cases(checks: &mut Checks, dtype: Dtype) {
+    let device = Device::cuda(0).autodiff();
+    let mut rng = SplitMix64::new(0x9101);
+    // 2-D and 1-D average pooling with ceil_mode, padding excluded from the divisor: the
+    // reference's exclusive average with the ceil-mode window as extra trailing padding.
+    let x_dims = [2usize, 3, 8, 9];
+    let g = PoolGeometry {
+        window: vec![3, 3],
+        stride: vec![2, 2],
+        pre_padding: vec![1, 0],
+        post_padding: vec![2, 1],
+        mode: reference::PoolMode::AvgExcludePadding,
+    };
+    let y_dims = g.output_dims(&x_dims);
+    assert_eq!(y_dims, vec![2, 3, 5, 4], "ceil_mode output size");
+    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
+    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
+    let xt = upload(&device, &x, x_dims, dtype).require_grad();
+    let options = AvgPoolOptions::new([3, 3])
+        .with_stride([2, 2])
+        .with_padding([1, 0])
+        .with_count_include_pad(false)
+        .with_ceil_mode(true);
+    let y = avg_pool2d(xt.clone(), options);
+    let grads = (y.clone() * upload(&device, &gy, [2, 3, 5, 4], dtype)).sum().backward();
+    let case = "avg_pool2d 3x3 s2 p(1,0) ceil excl. pad";
+    checks.check(
+        &format!("{case} forward"),
+        dtype,
+        &download(y),
+        &reference::pool_forward(&wide(&x), &x_dims, &g),
+    );
+    let want_dx = reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g);
+    checks.check(
+        &format!("{case} dx"),
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        &want_dx,
+    );
+
+    let x_dims = [2usize, 4, 1, 17];
+    let g = PoolGeometry {
+        window: vec![1, 4],
+        stride: vec![1, 3],
+        pre_padding: vec![0, 1],
+        post_padding: vec![0, 2],
+        mode: reference::PoolMode::AvgExcludePadding,
+    };
+    let y_dims = g.output_dims(&x_dims);
+    assert_eq!(y_dims, vec![2, 4, 1, 6], "1-D ceil_mode output size");
+    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
+    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
+    let xt = upload(&device, &x, [2, 4, 17], dtype).require_grad();
+    let options = AvgPoolOptions::new([4])
+        .with_stride([3])
+        .with_padding([1])
+        .with_count_include_pad(false)
+        .with_ceil_mode(true);
+    let y = avg_pool1d(xt.clone(), options);
+    let grads = (y.clone() * upload(&device, &gy, [2, 4, 6], dtype)).sum().backward();
+    let case = "avg_pool1d 4 s3 p1 ceil excl. pad";
+    checks.check(
+        &format!("{case} forward"),
+        dtype,
+        &download(y),
+        &reference::pool_forward(&wide(&x), &x_dims, &g),
+    );
+    let want_dx = reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g);
+    checks.check(
+        &format!("{case} dx"),
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        &want_dx,
+    );
+
+    for ([n, c, h, w], [oh, ow]) in [([2usize, 8, 7, 7], [1usize, 1]), ([2, 3, 9, 7], [4, 3])] {
+        let x = values(&mut rng, n * c * h * w, 1.0, dtype);
+        let gy = values(&mut rng, n * c * oh * ow, 1.0, dtype);
+        let (want_y, want_dx) = adaptive_reference(&wide(&x), [n * c, h, w], &wide(&gy), [oh, ow]);
+        let xt = upload(&device, &x, [n, c, h, w], dtype).require_grad();
+        let y = adaptive_avg_pool2d(xt.clone(), [oh, ow]);
+        let grads = (y.clone() * upload(&device, &gy, [n, c, oh, ow], dtype))
+            .sum()
+            .backward();
+        let case = format!("adaptive_avg_pool2d {h}x{w} -> {oh}x{ow}");
+        checks.check(&format!("{case} forward"), dtype, &download(y), &want_y);
+        checks.check(
+            &format!("{case} dx"),
+            dtype,
+            &download(xt.grad(&grads).expect("dx")),
+            &want_dx,
+        );
+    }
+    let (n, c, l, o) = (2usize, 5usize, 30usize, 7usize);
+    let x = values(&mut rng, n * c * l, 1.0, dtype);
+    let gy = values(&mut rng, n * c * o, 1.0, dtype);
+    let (want_y, want_dx) = adaptive_reference(&wide(&x), [n * c, 1, l], &wide(&gy), [1, o]);
+    let xt = upload(&device, &x, [n, c, l], dtype).require_grad();
+    let y = adaptive_avg_pool1d(xt.clone(), o);
+    let grads = (y.clone() * upload(&device, &gy, [n, c, o], dtype)).sum().backward();
+    checks.check("adaptive_avg_pool1d 30 -> 7 forward", dtype, &download(y), &want_y);
+    checks.check(
+        "adaptive_avg_pool1d 30 -> 7 dx",
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        &want_dx,
+    );
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn claimed_nodes_match_float64_and_run_on_the_engine() {
@@ -247,6 +388,7 @@ fn claimed_nodes_match_float64_and_run_on_the_engine() {
         });
         pool_case(&mut checks, dtype, false);
         pool_case(&mut checks, dtype, true);
+        kernel_pool_cases(&mut checks, dtype);
         let d = stats().since(before);
         println!("{dtype:?}: {d:?}");
         assert!(
@@ -262,12 +404,12 @@ fn claimed_nodes_match_float64_and_run_on_the_engine() {
             "{dtype:?}: weight gradients on the engine: {d:?}"
         );
         assert!(
-            d.pool_forward >= 2,
-            "{dtype:?}: avg and plain max pooling on the engine: {d:?}"
+            d.pool_forward >= 2 + 5,
+            "{dtype:?}: avg, plain max and the kernel-run pools on the engine: {d:?}"
         );
         assert!(
-            d.pool_backward >= 2,
-            "{dtype:?}: avg and max pooling gradients on the engine: {d:?}"
+            d.pool_backward >= 2 + 5,
+            "{dtype:?}: their gradients on the engine: {d:?}"
         );
         assert_eq!(
             d.fallbacks, 0,

@@ -149,7 +149,12 @@ mod tests {
         assert_eq!(sparkline(&[3.0, 2.0, 1.0]), "█▅▁");
         assert_eq!(sparkline(&[1.0, f32::NAN]), "▁?");
         assert_eq!(sparkline(&[2.0, 2.0]), "▁▁");
-        assert_eq!(sparkline(&(0..600).map(|i| i as f32).collect::<Vec<_>>()).chars().count(), 60);
+        assert_eq!(
+            sparkline(&(0..600).map(|i| i as f32).collect::<Vec<_>>())
+                .chars()
+                .count(),
+            60
+        );
         assert_eq!(sparkline(&[]), "");
     }
 }
