@@ -7,7 +7,7 @@
 use burn_backend::DType;
 use burn_ir::{ModuleOperationIr, TensorIr};
 use cudnn_backend_core::ops::pool2d::Pool2d;
-use cudnn_backend_core::ops::{ConvParams, PoolMode, PoolParams};
+use cudnn_backend_core::ops::{ConvParams, ConvTransposeParams, PoolMode, PoolParams};
 use cudnn_backend_core::types::DataType;
 
 /// One engine call for one IR node.
@@ -52,6 +52,21 @@ pub enum Claim {
         out: TensorIr,
         /// Forward geometry.
         params: ConvParams,
+    },
+    /// `out = conv_transpose(x, w) (+ bias)`: `ops::conv_transpose_forward` (cuDNN's
+    /// backward-data of the convolution it transposes; the bias added by the engine's bias
+    /// kernel). Its gradients reach the fusion stream as convolution nodes.
+    ConvTransposeForward {
+        /// Input `[N, C_in, spatial..]`.
+        x: TensorIr,
+        /// Filter `[C_in, C_out/groups, window..]`.
+        w: TensorIr,
+        /// Bias `[C_out]`, if any.
+        bias: Option<TensorIr>,
+        /// Output `[N, C_out, spatial..]`.
+        out: TensorIr,
+        /// Geometry.
+        params: ConvTransposeParams,
     },
     /// `out = pool(x)`: `ops::pool_forward` (max without indices, or average).
     PoolForward {
@@ -170,6 +185,45 @@ impl Claim {
             M::Conv3dWeightBackward(op) => {
                 conv_filter(&op.x, &op.weight, &op.output_grad, &op.out, conv3d(&op.options))
             }
+            M::ConvTranspose1d(op) => conv_transpose(
+                &op.x,
+                &op.weight,
+                &op.bias,
+                &op.out,
+                transposed(
+                    &op.options.padding,
+                    &op.options.stride,
+                    &op.options.dilation,
+                    &op.options.padding_out,
+                    op.options.groups,
+                ),
+            ),
+            M::ConvTranspose2d(op) => conv_transpose(
+                &op.x,
+                &op.weight,
+                &op.bias,
+                &op.out,
+                transposed(
+                    &op.options.padding,
+                    &op.options.stride,
+                    &op.options.dilation,
+                    &op.options.padding_out,
+                    op.options.groups,
+                ),
+            ),
+            M::ConvTranspose3d(op) => conv_transpose(
+                &op.x,
+                &op.weight,
+                &op.bias,
+                &op.out,
+                transposed(
+                    &op.options.padding,
+                    &op.options.stride,
+                    &op.options.dilation,
+                    &op.options.padding_out,
+                    op.options.groups,
+                ),
+            ),
             M::AvgPool2d(op) if op.ceil_mode => Claim::AvgPoolKernel {
                 x: op.x.clone(),
                 out: op.out.clone(),
@@ -255,6 +309,7 @@ impl Claim {
             Claim::ConvForward { .. } => "conv_forward",
             Claim::ConvBackwardData { .. } => "conv_backward_data",
             Claim::ConvBackwardFilter { .. } => "conv_backward_filter",
+            Claim::ConvTransposeForward { .. } => "conv_transpose_forward",
             Claim::PoolForward { .. } | Claim::AvgPoolKernel { .. } | Claim::AdaptiveAvgPool { .. } => "pool_forward",
             Claim::AvgPoolBackward { .. }
             | Claim::MaxPoolBackward { .. }
@@ -267,7 +322,9 @@ impl Claim {
     /// for their shape included), then its integer inputs.
     pub fn inputs(&self) -> Vec<&TensorIr> {
         match self {
-            Claim::ConvForward { x, w, bias, .. } => [Some(x), Some(w), bias.as_ref()].into_iter().flatten().collect(),
+            Claim::ConvForward { x, w, bias, .. } | Claim::ConvTransposeForward { x, w, bias, .. } => {
+                [Some(x), Some(w), bias.as_ref()].into_iter().flatten().collect()
+            }
             Claim::ConvBackwardData { x, w, dy, .. } | Claim::ConvBackwardFilter { x, w, dy, .. } => vec![x, w, dy],
             Claim::PoolForward { x, .. } | Claim::AvgPoolKernel { x, .. } | Claim::AdaptiveAvgPool { x, .. } => vec![x],
             Claim::AvgPoolBackward { x, dy, .. }
@@ -281,6 +338,7 @@ impl Claim {
     pub fn output(&self) -> &TensorIr {
         match self {
             Claim::ConvForward { out, .. }
+            | Claim::ConvTransposeForward { out, .. }
             | Claim::ConvBackwardData { out, .. }
             | Claim::ConvBackwardFilter { out, .. }
             | Claim::PoolForward { out, .. }
@@ -326,6 +384,36 @@ fn conv_forward(x: &TensorIr, w: &TensorIr, bias: &Option<TensorIr>, out: &Tenso
         bias: bias.clone(),
         out: out.clone(),
         params,
+    }
+}
+
+fn conv_transpose(
+    x: &TensorIr,
+    w: &TensorIr,
+    bias: &Option<TensorIr>,
+    out: &TensorIr,
+    params: ConvTransposeParams,
+) -> Claim {
+    Claim::ConvTransposeForward {
+        x: x.clone(),
+        w: w.clone(),
+        bias: bias.clone(),
+        out: out.clone(),
+        params,
+    }
+}
+
+/// The engine geometry of Burn's transposed-convolution options (symmetric padding).
+fn transposed(
+    padding: &[usize],
+    stride: &[usize],
+    dilation: &[usize],
+    padding_out: &[usize],
+    groups: usize,
+) -> ConvTransposeParams {
+    ConvTransposeParams {
+        conv: ConvParams::new(&i64s(padding), &i64s(stride), &i64s(dilation), groups as i64),
+        padding_out: i64s(padding_out),
     }
 }
 
@@ -546,6 +634,44 @@ mod tests {
             Claim::ConvBackwardFilter { out, params, .. } => {
                 assert_eq!(out.id.value(), 4);
                 assert_eq!(params, conv2d(&opts2()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn transposed_convolutions_map_to_the_engines_transposed_op() {
+        let node = ModuleOperationIr::ConvTranspose2d(burn_ir::ConvTranspose2dOpIr {
+            x: t(1, &[2, 4, 5, 6], DType::BF16),
+            weight: t(2, &[4, 3, 3, 3], DType::BF16),
+            bias: Some(t(3, &[6], DType::BF16)),
+            options: burn_ir::ConvTranspose2dOptionsIr {
+                stride: [2, 1],
+                padding: [1, 0],
+                padding_out: [1, 0],
+                dilation: [1, 2],
+                groups: 2,
+            },
+            out: t(4, &[2, 6, 10, 10], DType::BF16),
+        });
+        let c = Claim::from_ir(&node).unwrap();
+        assert_eq!(c.name(), "conv_transpose_forward");
+        assert_eq!(
+            c.inputs().iter().map(|t| t.id.value()).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        match c {
+            Claim::ConvTransposeForward { params, .. } => {
+                assert_eq!(params.padding_out, vec![1, 0]);
+                assert_eq!(
+                    (
+                        params.conv.pre_padding,
+                        params.conv.stride,
+                        params.conv.dilation,
+                        params.conv.groups
+                    ),
+                    (vec![1, 0], vec![2, 1], vec![1, 2], 2)
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -73,8 +73,8 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
 
     // The operands the engine reads (indices into `inputs`), in the engine call's order.
     let reads: &[usize] = match claim {
-        Claim::ConvForward { bias: Some(_), .. } => &[0, 1, 2],
-        Claim::ConvForward { bias: None, .. } => &[0, 1],
+        Claim::ConvForward { bias: Some(_), .. } | Claim::ConvTransposeForward { bias: Some(_), .. } => &[0, 1, 2],
+        Claim::ConvForward { bias: None, .. } | Claim::ConvTransposeForward { bias: None, .. } => &[0, 1],
         Claim::ConvBackwardData { .. } => &[1, 2],
         Claim::ConvBackwardFilter { .. } => &[0, 2],
         Claim::PoolForward { .. } | Claim::AvgPoolKernel { .. } | Claim::AdaptiveAvgPool { .. } => &[0],
@@ -167,8 +167,9 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
 
 /// The engine call for `claim` on `stream`, with packed copies of strided operands first.
 /// `operands` are the operands the engine reads, in the order `execute` lists them per claim
-/// (convolution forward: x, w, bias; data gradient: w, dy; filter gradient: x, dy; pooling
-/// forward: x; average pooling backward: dy; max pooling backward: x, dy).
+/// (convolution and transposed convolution forward: x, w, bias; data gradient: w, dy; filter
+/// gradient: x, dy; pooling forward: x; average pooling backward: dy; max pooling backward:
+/// x, dy).
 ///
 /// # Safety
 /// `ptrs[i]` addresses `operands[i]` as stored (and its packed staging buffer, if any);
@@ -231,6 +232,9 @@ unsafe fn enqueue(
             params,
             Activation::Identity,
         )?,
+        Claim::ConvTransposeForward { params, .. } => {
+            ops::conv_transpose_forward(stream, &views[0], &views[1], views.get(2), &y, params)?
+        }
         Claim::ConvBackwardData { params, .. } => ops::conv_backward_data(stream, &views[1], &views[0], &y, params)?,
         Claim::ConvBackwardFilter { params, .. } => {
             ops::conv_backward_filter(stream, &views[0], &views[1], &y, params)?

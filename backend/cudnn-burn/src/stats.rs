@@ -13,6 +13,7 @@ pub(crate) struct Counters {
     conv_forward: AtomicU64,
     conv_backward_data: AtomicU64,
     conv_backward_filter: AtomicU64,
+    conv_transpose_forward: AtomicU64,
     pool_forward: AtomicU64,
     pool_backward: AtomicU64,
 }
@@ -35,6 +36,8 @@ pub struct Stats {
     pub conv_backward_data: u64,
     /// Engine runs of convolution backward filter.
     pub conv_backward_filter: u64,
+    /// Engine runs of transposed convolutions.
+    pub conv_transpose_forward: u64,
     /// Engine runs of pooling forward.
     pub pool_forward: u64,
     /// Engine runs of pooling backward.
@@ -52,6 +55,7 @@ impl Stats {
             conv_forward: self.conv_forward - earlier.conv_forward,
             conv_backward_data: self.conv_backward_data - earlier.conv_backward_data,
             conv_backward_filter: self.conv_backward_filter - earlier.conv_backward_filter,
+            conv_transpose_forward: self.conv_transpose_forward - earlier.conv_transpose_forward,
             pool_forward: self.pool_forward - earlier.pool_forward,
             pool_backward: self.pool_backward - earlier.pool_backward,
         }
@@ -83,6 +87,7 @@ impl Counters {
                     "conv_forward" => add(&self.conv_forward),
                     "conv_backward_data" => add(&self.conv_backward_data),
                     "conv_backward_filter" => add(&self.conv_backward_filter),
+                    "conv_transpose_forward" => add(&self.conv_transpose_forward),
                     "pool_forward" => add(&self.pool_forward),
                     "pool_backward" => add(&self.pool_backward),
                     _ => {}
@@ -101,6 +106,7 @@ impl Counters {
             conv_forward: l(&self.conv_forward),
             conv_backward_data: l(&self.conv_backward_data),
             conv_backward_filter: l(&self.conv_backward_filter),
+            conv_transpose_forward: l(&self.conv_transpose_forward),
             pool_forward: l(&self.pool_forward),
             pool_backward: l(&self.pool_backward),
         }

@@ -9,9 +9,10 @@
 
 use burn::prelude::*;
 use burn::tensor::module::{
-    adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d, conv3d, max_pool2d,
+    adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d,
+    max_pool2d,
 };
-use burn::tensor::ops::{AvgPoolOptions, ConvOptions, MaxPoolOptions};
+use burn::tensor::ops::{AvgPoolOptions, ConvOptions, ConvTransposeOptions, MaxPoolOptions};
 use burn::tensor::{bf16, FloatDType, TensorData};
 use cudnn_backend_reference as reference;
 use cudnn_backend_reference::{rel_l2_error, ConvGeometry, PoolGeometry, SplitMix64};
@@ -209,6 +210,108 @@ fn pool_case(checks: &mut Checks, dtype: Dtype, max: bool) {
     }
 }
 
+/// A grouped 2-D transposed convolution in float64 by its definition
+/// (`y[n, g·cog + co, i·s + k·d - p] += x[n, g·cig + ci, i] · w[g·cig + ci, co, k]` per axis),
+/// with its input and filter gradients for `dy`: `(y, dx, dw)`.
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose2d_reference(
+    x: &[f64],
+    [n, cin, h, w_in]: [usize; 4],
+    w: &[f64],
+    [kh, kw]: [usize; 2],
+    cog: usize,
+    groups: usize,
+    [s, p, po, d]: [[usize; 2]; 4],
+    dy: &[f64],
+) -> (Vec<f64>, [usize; 4], Vec<f64>, Vec<f64>) {
+    let out = |l: usize, i: usize| (l - 1) * s[i] + d[i] * ([kh, kw][i] - 1) + 1 + po[i] - 2 * p[i];
+    let (oh, ow) = (out(h, 0), out(w_in, 1));
+    let cout = cog * groups;
+    let cig = cin / groups;
+    let mut y = vec![0.0; n * cout * oh * ow];
+    let (mut dx, mut dw) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+    for b in 0..n {
+        for g in 0..groups {
+            for ci in 0..cig {
+                for co in 0..cog {
+                    for i in 0..h {
+                        for j in 0..w_in {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
+                                    let oi = (i * s[0] + ki * d[0]) as isize - p[0] as isize;
+                                    let oj = (j * s[1] + kj * d[1]) as isize - p[1] as isize;
+                                    if oi < 0 || oj < 0 || oi >= oh as isize || oj >= ow as isize {
+                                        continue;
+                                    }
+                                    let xi = ((b * cin + g * cig + ci) * h + i) * w_in + j;
+                                    let wi = (((g * cig + ci) * cog + co) * kh + ki) * kw + kj;
+                                    let yi = ((b * cout + g * cog + co) * oh + oi as usize) * ow + oj as usize;
+                                    y[yi] += x[xi] * w[wi];
+                                    dx[xi] += dy[yi] * w[wi];
+                                    dw[wi] += dy[yi] * x[xi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (y, [n, cout, oh, ow], dx, dw)
+}
+
+/// A grouped, strided 2-D transposed convolution with `padding_out` and bias, forward and
+/// gradients through autodiff (its gradients reach the provider as convolution nodes).
+fn conv_transpose_case(checks: &mut Checks, dtype: Dtype) {
+    let device = Device::cuda(0).autodiff();
+    let mut rng = SplitMix64::new(0x7a11);
+    let (x_dims, (kh, kw), cog, groups) = ([2usize, 4, 5, 6], (3usize, 2usize), 3usize, 2usize);
+    let geometry = [[2, 1], [1, 0], [1, 0], [1, 2]];
+    let w_dims = [x_dims[1], cog, kh, kw];
+    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
+    let w = values(&mut rng, w_dims.iter().product(), 0.5, dtype);
+    let b = values(&mut rng, cog * groups, 1.0, dtype);
+    // (l - 1)·s + d·(k - 1) + 1 + padding_out - 2·padding: 10 x 8.
+    let y_dims = [x_dims[0], cog * groups, 10, 8];
+    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
+    let (mut want_y, ref_dims, want_dx, want_dw) = conv_transpose2d_reference(
+        &wide(&x),
+        x_dims,
+        &wide(&w),
+        [kh, kw],
+        cog,
+        groups,
+        geometry,
+        &wide(&gy),
+    );
+    assert_eq!(ref_dims, y_dims);
+    let plane = y_dims[2] * y_dims[3];
+    for (i, v) in want_y.iter_mut().enumerate() {
+        *v += f64::from(b[(i / plane) % (cog * groups)]);
+    }
+    let xt = upload(&device, &x, x_dims, dtype).require_grad();
+    let wt = upload(&device, &w, w_dims, dtype).require_grad();
+    let bt = upload(&device, &b, [cog * groups], dtype).require_grad();
+    let options = ConvTransposeOptions::new([2, 1], [1, 0], [1, 0], [1, 2], groups);
+    let y = conv_transpose2d(xt.clone(), wt.clone(), Some(bt), options);
+    let gt = upload(&device, &gy, y_dims, dtype);
+    let grads = (y.clone() * gt).sum().backward();
+    let case = "conv_transpose2d s(2,1) p(1,0) po(1,0) d(1,2) g2";
+    checks.check(&format!("{case} forward"), dtype, &download(y), &want_y);
+    checks.check(
+        &format!("{case} dx"),
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        &want_dx,
+    );
+    checks.check(
+        &format!("{case} dw"),
+        dtype,
+        &download(wt.grad(&grads).expect("dw")),
+        &want_dw,
+    );
+}
+
 /// Output `i` of `o` adaptive windows over `l` inputs: `floor(i * l / o) .. ceil((i + 1) * l / o)`.
 fn adaptive_window(i: usize, o: usize, l: usize) -> std::ops::Range<usize> {
     (i * l / o)..((i + 1) * l).div_ceil(o)
@@ -389,6 +492,7 @@ fn claimed_nodes_match_float64_and_run_on_the_engine() {
         pool_case(&mut checks, dtype, false);
         pool_case(&mut checks, dtype, true);
         kernel_pool_cases(&mut checks, dtype);
+        conv_transpose_case(&mut checks, dtype);
         let d = stats().since(before);
         println!("{dtype:?}: {d:?}");
         assert!(
@@ -402,6 +506,10 @@ fn claimed_nodes_match_float64_and_run_on_the_engine() {
         assert!(
             d.conv_backward_filter >= 3,
             "{dtype:?}: weight gradients on the engine: {d:?}"
+        );
+        assert!(
+            d.conv_transpose_forward >= 1,
+            "{dtype:?}: the transposed convolution on the engine: {d:?}"
         );
         assert!(
             d.pool_forward >= 2 + 5,

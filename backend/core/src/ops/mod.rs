@@ -11,6 +11,7 @@ mod attention_math;
 mod batch_norm;
 mod conv;
 pub(crate) mod conv_fallback;
+mod conv_transpose;
 mod cross_entropy;
 mod fallback;
 mod matmul;
@@ -34,6 +35,10 @@ pub use batch_norm::{
     BatchNormInference, BatchNormOptions, RunningStats,
 };
 pub use conv::{conv_backward_data, conv_backward_filter, conv_bias_act_forward, conv_forward};
+pub use conv_transpose::{
+    conv_transpose_backward_data, conv_transpose_backward_filter, conv_transpose_forward, ConvTransposeParams,
+    ConvTransposePlan,
+};
 pub use cross_entropy::{
     cross_entropy_backward, cross_entropy_forward, CrossEntropyBackward, CrossEntropyForward, CrossEntropyMean,
     CROSS_ENTROPY_MAX_IGNORE,

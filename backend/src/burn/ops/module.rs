@@ -5,7 +5,7 @@
 use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
-use crate::burn::layers::{self, ConvTransposeGeom, PoolArgs};
+use crate::burn::layers::{self, PoolArgs};
 use crate::burn::tensor::{expect, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::types::ConvGeometry;
@@ -19,8 +19,8 @@ pub(crate) fn conv_geom<const N: usize>(o: &ConvOptions<N>) -> ConvGeometry {
     ConvGeometry::new(&i64s(&o.padding), &i64s(&o.stride), &i64s(&o.dilation), o.groups as i64)
 }
 
-fn transpose_geom<const N: usize>(o: &ConvTransposeOptions<N>) -> ConvTransposeGeom {
-    ConvTransposeGeom {
+fn transpose_geom<const N: usize>(o: &ConvTransposeOptions<N>) -> crate::ops::ConvTransposeParams {
+    crate::ops::ConvTransposeParams {
         conv: ConvGeometry::new(&i64s(&o.padding), &i64s(&o.stride), &i64s(&o.dilation), o.groups as i64),
         padding_out: i64s(&o.padding_out),
     }
