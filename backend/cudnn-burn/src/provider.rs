@@ -2,7 +2,8 @@
 //! convolution and pooling nodes, and the operation that runs them on the engine (or Burn's
 //! implementation through the fallback when the engine cannot).
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use burn_cubecl::fusion::{
     CubeFuser, CubeFusionHandle, CubeOptimization, CubeOptimizationState, FallbackOperation, FusedOperation,
@@ -31,6 +32,16 @@ pub const SCORE: u64 = 10;
 pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) orderings: Orderings,
+    /// The operations whose fallback was already reported.
+    warned: Mutex<BTreeSet<&'static str>>,
+}
+
+impl Shared {
+    /// True the first time a claimed `op` falls back to Burn's implementation in this process:
+    /// the fallback is logged once per operation, and counted every time.
+    pub(crate) fn first_fallback(&self, op: &'static str) -> bool {
+        self.warned.lock().unwrap_or_else(|e| e.into_inner()).insert(op)
+    }
 }
 
 /// The provider [`crate::register`] registers.
@@ -144,7 +155,17 @@ impl FusedOperation for CudnnOperation {
                     shared.counters.bump(Event::Ran(claim.name()));
                     true
                 }
-                Err(_) => false,
+                Err(e) => {
+                    if shared.first_fallback(claim.name()) {
+                        tracing::warn!(
+                            op = claim.name(),
+                            error = %e,
+                            "cudnn-burn: the engine could not run a claimed node, Burn's implementation \
+                             runs it (later fallbacks of this operation are counted in cudnn_burn::stats())"
+                        );
+                    }
+                    false
+                }
             },
             _ => false,
         };
@@ -163,5 +184,18 @@ impl FusedOperation for CudnnOperation {
 
     fn from_state(_device: &CubeDevice, state: Self::State) -> Self {
         Self::new(state, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shared;
+
+    #[test]
+    fn a_fallback_is_reported_once_per_operation() {
+        let shared = Shared::default();
+        assert!(shared.first_fallback("conv_forward"));
+        assert!(!shared.first_fallback("conv_forward"));
+        assert!(shared.first_fallback("pool_backward"));
     }
 }
