@@ -1,11 +1,13 @@
 //! Which Burn IR nodes this crate runs, and the engine parameters each maps to.
 //!
-//! A [`Claim`] is built from one `ModuleOperationIr` node (stream-relative IR: ids and shapes
-//! are placeholders until the operation runs) and names the tensors the node reads and
-//! writes and the engine call. Everything here is pure and runs on the CPU.
+//! A [`Claim`] is built from one IR node (a `ModuleOperationIr`, or the float `select_assign`
+//! with addition that Burn's embedding gradient is; stream-relative IR: ids and shapes are
+//! placeholders until the operation runs) and names the tensors the node reads and writes
+//! and the engine call. Everything here is pure and runs on the CPU.
 
+use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::DType;
-use burn_ir::{ModuleOperationIr, TensorIr};
+use burn_ir::{BaseOperationIr, ModuleOperationIr, OperationIr, TensorIr};
 use cudnn_backend_core::ops::pool2d::Pool2d;
 use cudnn_backend_core::ops::{ConvParams, ConvTransposeParams, PoolMode, PoolParams};
 use cudnn_backend_core::types::DataType;
@@ -149,6 +151,20 @@ pub enum Claim {
         /// Input gradient.
         out: TensorIr,
     },
+    /// `out = tensor` with row `i` of `value` added to row `indices[i]` (a float
+    /// `select_assign` along dim 0 with addition: Burn's embedding gradient): a copy, then
+    /// `ops::index::index_add`, which sums the rows of equal indices before adding them (many
+    /// padding tokens on one row do not serialize in atomics).
+    RowsAdd {
+        /// The tensor added to `[rows, ..]`.
+        tensor: TensorIr,
+        /// Row of each value row, `[n]` I32 or I64.
+        indices: TensorIr,
+        /// The rows added, `[n, ..]` (tensor's trailing dims).
+        value: TensorIr,
+        /// The result (tensor's dims).
+        out: TensorIr,
+    },
 }
 
 /// Why a node stays Burn's.
@@ -166,6 +182,36 @@ pub enum Declined {
 }
 
 impl Claim {
+    /// The claim for a stream operation, or why it stays Burn's.
+    pub fn from_operation(op: &OperationIr) -> Result<Self, Declined> {
+        match op {
+            OperationIr::Module(node) => Self::from_ir(node),
+            OperationIr::BaseFloat(BaseOperationIr::SelectAssign(a)) => {
+                let (t, v, i) = (&a.tensor.shape, &a.value.shape, &a.indices.shape);
+                let rows_of_tensor = a.dim == 0
+                    && t.num_dims() == v.num_dims()
+                    && i.num_dims() == 1
+                    && i[0] == v[0]
+                    && t.iter().skip(1).eq(v.iter().skip(1));
+                if a.update != IndexingUpdateOp::Add || !rows_of_tensor {
+                    return Err(Declined::NotClaimed);
+                }
+                if !matches!(a.indices.dtype, DType::I32 | DType::I64) {
+                    return Err(Declined::DType);
+                }
+                let claim = Claim::RowsAdd {
+                    tensor: a.tensor.clone(),
+                    indices: a.indices.clone(),
+                    value: a.value.clone(),
+                    out: a.out.clone(),
+                };
+                claim.dtype()?;
+                Ok(claim)
+            }
+            _ => Err(Declined::NotClaimed),
+        }
+    }
+
     /// The claim for `node`, or why it stays Burn's.
     pub fn from_ir(node: &ModuleOperationIr) -> Result<Self, Declined> {
         use ModuleOperationIr as M;
@@ -315,6 +361,7 @@ impl Claim {
             | Claim::MaxPoolBackward { .. }
             | Claim::AvgPoolKernelBackward { .. }
             | Claim::AdaptiveAvgPoolBackward { .. } => "pool_backward",
+            Claim::RowsAdd { .. } => "index_add",
         }
     }
 
@@ -330,6 +377,9 @@ impl Claim {
             Claim::AvgPoolBackward { x, dy, .. }
             | Claim::AvgPoolKernelBackward { x, dy, .. }
             | Claim::AdaptiveAvgPoolBackward { x, dy, .. } => vec![x, dy],
+            Claim::RowsAdd {
+                tensor, indices, value, ..
+            } => vec![tensor, indices, value],
             Claim::MaxPoolBackward { x, dy, indices, .. } => vec![x, dy, indices],
         }
     }
@@ -347,7 +397,8 @@ impl Claim {
             | Claim::AvgPoolKernel { out, .. }
             | Claim::AvgPoolKernelBackward { out, .. }
             | Claim::AdaptiveAvgPool { out, .. }
-            | Claim::AdaptiveAvgPoolBackward { out, .. } => out,
+            | Claim::AdaptiveAvgPoolBackward { out, .. }
+            | Claim::RowsAdd { out, .. } => out,
         }
     }
 
@@ -363,8 +414,12 @@ impl Claim {
     }
 }
 
-fn is_indices(claim: &Claim, t: &TensorIr) -> bool {
-    matches!(claim, Claim::MaxPoolBackward { indices, .. } if indices.id == t.id)
+/// Whether `t` is the claim's integer operand (indices), which the dtype rule skips.
+pub fn is_indices(claim: &Claim, t: &TensorIr) -> bool {
+    match claim {
+        Claim::MaxPoolBackward { indices, .. } | Claim::RowsAdd { indices, .. } => indices.id == t.id,
+        _ => false,
+    }
 }
 
 /// The engine dtype of a Burn float dtype this crate runs.
@@ -675,6 +730,50 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_embedding_gradients_row_adds_are_claimed() {
+        let op = |dim, update, indices_dtype| {
+            OperationIr::BaseFloat(BaseOperationIr::SelectAssign(burn_ir::SelectAssignOpIr {
+                tensor: t(1, &[30522, 768], DType::BF16),
+                dim,
+                indices: t(2, &[8192], indices_dtype),
+                value: t(3, &[8192, 768], DType::BF16),
+                update,
+                out: t(4, &[30522, 768], DType::BF16),
+            }))
+        };
+        let c = Claim::from_operation(&op(0, IndexingUpdateOp::Add, DType::I32)).unwrap();
+        assert_eq!((c.name(), c.dtype()), ("index_add", Ok(DataType::BF16)));
+        assert_eq!(
+            c.inputs().iter().map(|t| t.id.value()).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert!(is_indices(&c, c.inputs()[1]) && !is_indices(&c, c.inputs()[0]));
+        assert!(Claim::from_operation(&op(0, IndexingUpdateOp::Add, DType::I64)).is_ok());
+        assert_eq!(
+            Claim::from_operation(&op(0, IndexingUpdateOp::Assign, DType::I64)),
+            Err(Declined::NotClaimed)
+        );
+        assert_eq!(
+            Claim::from_operation(&op(1, IndexingUpdateOp::Add, DType::I64)),
+            Err(Declined::NotClaimed)
+        );
+        assert_eq!(
+            Claim::from_operation(&op(0, IndexingUpdateOp::Add, DType::F32)),
+            Err(Declined::DType)
+        );
+        // Module nodes go through `from_ir`.
+        let pool = OperationIr::Module(ModuleOperationIr::AdaptiveAvgPool2d(burn_ir::AdaptiveAvgPool2dOpIr {
+            x: t(1, &[1, 2, 4, 4], DType::F32),
+            output_size: [1, 1],
+            out: t(2, &[1, 2, 1, 1], DType::F32),
+        }));
+        assert!(matches!(
+            Claim::from_operation(&pool),
+            Ok(Claim::AdaptiveAvgPool { .. })
+        ));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use burn_backend::DType;
 use burn_cubecl::cubecl::client::Client;
 use burn_cubecl::cubecl::server::Handle;
 use burn_cubecl::cubecl::zspace::Strides;
@@ -17,7 +18,7 @@ use cudnn_backend_core::cudarc::driver::CudaStream;
 use cudnn_backend_core::ops::{self, Activation, TensorMut, TensorRef};
 use cudnn_backend_core::types::DataType;
 
-use crate::claim::Claim;
+use crate::claim::{is_indices, Claim};
 use crate::error::{Error, Result};
 use crate::layout::{contiguous, is_packed, numel, packed_view, to_i64};
 use crate::ordering::Orderings;
@@ -25,10 +26,12 @@ use crate::ordering::Orderings;
 /// CubeCL's CUDA server, the type `Client::get_resource` names.
 type CudaServer = <CudaRuntime as Runtime>::Server;
 
-/// A float operand the engine reads, as stored by CubeCL.
+/// An operand the engine reads, as stored by CubeCL.
 struct Operand {
     dims: Vec<usize>,
     strides: Vec<usize>,
+    /// The claim's float dtype, or the integer dtype of its indices.
+    dtype: DataType,
     handle: Handle,
     /// A packed copy's buffer, when the stored layout is not packed row-major.
     staging: Option<Handle>,
@@ -81,6 +84,7 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
         Claim::AvgPoolBackward { .. } | Claim::AvgPoolKernelBackward { .. } | Claim::AdaptiveAvgPoolBackward { .. } => {
             &[1]
         }
+        Claim::RowsAdd { .. } => &[0, 1, 2],
         Claim::MaxPoolBackward { .. } => &[0, 1],
     };
     let mut operands = Vec::with_capacity(reads.len());
@@ -91,10 +95,12 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
         }
         let dims: Vec<usize> = inputs[i].shape.iter().copied().collect();
         let strides: Vec<usize> = h.strides.iter().copied().collect();
+        let dtype = operand_dtype(claim, &inputs[i], dtype)?;
         let staging = (!is_packed(&dims, &strides)).then(|| client.empty(numel(&dims) * dtype.size()));
         operands.push(Operand {
             dims,
             strides,
+            dtype,
             handle: h.handle.clone(),
             staging,
         });
@@ -169,7 +175,7 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
 /// `operands` are the operands the engine reads, in the order `execute` lists them per claim
 /// (convolution and transposed convolution forward: x, w, bias; data gradient: w, dy; filter
 /// gradient: x, dy; pooling forward: x; average pooling backward: dy; max pooling backward:
-/// x, dy).
+/// x, dy; rows add: tensor, indices, value).
 ///
 /// # Safety
 /// `ptrs[i]` addresses `operands[i]` as stored (and its packed staging buffer, if any);
@@ -191,10 +197,10 @@ unsafe fn enqueue(
     for (o, &(ptr, staged)) in operands.iter().zip(ptrs) {
         // SAFETY: the caller guarantees that `ptr` addresses the operand as stored (dims,
         // strides, dtype), alive and ordered with `stream`.
-        let stored = unsafe { TensorRef::from_raw(&to_i64(&o.dims), &to_i64(&o.strides), dtype, ptr) };
+        let stored = unsafe { TensorRef::from_raw(&to_i64(&o.dims), &to_i64(&o.strides), o.dtype, ptr) };
         // SAFETY: the caller guarantees that `staged`, when given, is a buffer of the operand's
         // element count used by nothing else until the enqueued work has run.
-        views.push(unsafe { packed_view(stream, stored, staged, &o.dims, dtype) }?);
+        views.push(unsafe { packed_view(stream, stored, staged, &o.dims, o.dtype) }?);
     }
     let packed_out = |dims: &[usize], ptr: u64| {
         // SAFETY: the caller guarantees that `out_ptr` (`pooled_ptr`) addresses a packed buffer
@@ -253,6 +259,10 @@ unsafe fn enqueue(
         } => ops::pool2d::avg_pool2d_backward(stream, &views[0], pool, *count_include_pad, &y)?,
         Claim::AdaptiveAvgPool { .. } => ops::pool2d::adaptive_avg_pool2d(stream, &views[0], &y)?,
         Claim::AdaptiveAvgPoolBackward { .. } => ops::pool2d::adaptive_avg_pool2d_backward(stream, &views[0], &y)?,
+        Claim::RowsAdd { .. } => {
+            ops::elementwise::copy(stream, &views[0], &y)?;
+            ops::index::index_add(stream, &y, 0, &views[1], &views[2])?
+        }
         Claim::MaxPoolBackward { params, .. } => {
             let ptr =
                 pooled_ptr.ok_or_else(|| Error::unsupported("pool_backward", "no buffer for the pooled output"))?;
@@ -262,6 +272,19 @@ unsafe fn enqueue(
         }
     }
     Ok(())
+}
+
+/// The engine dtype of operand `t` of `claim`: the claim's float dtype, or I32/I64 for its
+/// indices.
+fn operand_dtype(claim: &Claim, t: &TensorIr, float: DataType) -> Result<DataType> {
+    if !is_indices(claim, t) {
+        return Ok(float);
+    }
+    match t.dtype {
+        DType::I32 => Ok(DataType::I32),
+        DType::I64 => Ok(DataType::I64),
+        other => Err(Error::unsupported(claim.name(), format!("indices of dtype {other:?}"))),
+    }
 }
 
 /// Registers `out` as the node's output: packed row-major, on the inputs' client and device.

@@ -1,6 +1,7 @@
-//! The fusion provider registered with Burn's CUDA backend: a fuser that claims single
-//! convolution and pooling nodes, and the operation that runs them on the engine (or Burn's
-//! implementation through the fallback when the engine cannot).
+//! The fusion provider registered with Burn's CUDA backend: a fuser that claims single nodes
+//! the engine runs ([`Claim`]: convolutions, pooling, the embedding gradient's row adds), and
+//! the operation that runs them on the engine (or Burn's implementation through the fallback
+//! when the engine cannot).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use burn_cubecl::fusion::{
 use burn_cubecl::CubeDevice;
 use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::{ModuleOperationIr, OperationIr};
+use burn_ir::OperationIr;
 
 use crate::claim::Claim;
 use crate::execute::{cuda_ordinal, execute};
@@ -73,7 +74,7 @@ struct NodeFuser {
     shared: Arc<Shared>,
     /// Whether the fuser's stream is on a CUDA device (elsewhere it claims nothing).
     cuda: bool,
-    node: Option<ModuleOperationIr>,
+    node: Option<OperationIr>,
     status: FuserStatus,
 }
 
@@ -82,11 +83,9 @@ impl OperationFuser<CubeOptimization> for NodeFuser {
         if self.status == FuserStatus::Closed {
             return;
         }
-        if let OperationIr::Module(node) = operation {
-            if self.cuda && Claim::from_ir(node).is_ok() {
-                self.shared.counters.bump(Event::Offered);
-                self.node = Some(node.clone());
-            }
+        if self.cuda && Claim::from_operation(operation).is_ok() {
+            self.shared.counters.bump(Event::Offered);
+            self.node = Some(operation.clone());
         }
         self.status = FuserStatus::Closed;
     }
@@ -125,21 +124,21 @@ impl OperationFuser<CubeOptimization> for NodeFuser {
 /// One claimed node. Its state (for Burn's serialized execution plans) is the IR node; an
 /// operation restored without the provider's shared state runs Burn's implementation.
 pub(crate) struct CudnnOperation {
-    node: Option<ModuleOperationIr>,
+    node: Option<OperationIr>,
     claim: Option<Claim>,
     shared: Option<Arc<Shared>>,
 }
 
 impl CudnnOperation {
-    fn new(node: Option<ModuleOperationIr>, shared: Option<Arc<Shared>>) -> Self {
-        let claim = node.as_ref().and_then(|n| Claim::from_ir(n).ok());
+    fn new(node: Option<OperationIr>, shared: Option<Arc<Shared>>) -> Self {
+        let claim = node.as_ref().and_then(|n| Claim::from_operation(n).ok());
         Self { node, claim, shared }
     }
 }
 
 impl FusedOperation for CudnnOperation {
     const NAME: &'static str = NAME;
-    type State = Option<ModuleOperationIr>;
+    type State = Option<OperationIr>;
 
     fn num_ops_fused(&self) -> usize {
         usize::from(self.node.is_some())

@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     conv_backward_data: AtomicU64,
     conv_backward_filter: AtomicU64,
     conv_transpose_forward: AtomicU64,
+    index_add: AtomicU64,
     pool_forward: AtomicU64,
     pool_backward: AtomicU64,
 }
@@ -38,6 +39,8 @@ pub struct Stats {
     pub conv_backward_filter: u64,
     /// Engine runs of transposed convolutions.
     pub conv_transpose_forward: u64,
+    /// Engine runs of row adds (`select_assign` with addition: embedding gradients).
+    pub index_add: u64,
     /// Engine runs of pooling forward.
     pub pool_forward: u64,
     /// Engine runs of pooling backward.
@@ -56,6 +59,7 @@ impl Stats {
             conv_backward_data: self.conv_backward_data - earlier.conv_backward_data,
             conv_backward_filter: self.conv_backward_filter - earlier.conv_backward_filter,
             conv_transpose_forward: self.conv_transpose_forward - earlier.conv_transpose_forward,
+            index_add: self.index_add - earlier.index_add,
             pool_forward: self.pool_forward - earlier.pool_forward,
             pool_backward: self.pool_backward - earlier.pool_backward,
         }
@@ -88,6 +92,7 @@ impl Counters {
                     "conv_backward_data" => add(&self.conv_backward_data),
                     "conv_backward_filter" => add(&self.conv_backward_filter),
                     "conv_transpose_forward" => add(&self.conv_transpose_forward),
+                    "index_add" => add(&self.index_add),
                     "pool_forward" => add(&self.pool_forward),
                     "pool_backward" => add(&self.pool_backward),
                     _ => {}
@@ -107,6 +112,7 @@ impl Counters {
             conv_backward_data: l(&self.conv_backward_data),
             conv_backward_filter: l(&self.conv_backward_filter),
             conv_transpose_forward: l(&self.conv_transpose_forward),
+            index_add: l(&self.index_add),
             pool_forward: l(&self.pool_forward),
             pool_backward: l(&self.pool_backward),
         }

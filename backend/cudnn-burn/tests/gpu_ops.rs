@@ -10,7 +10,7 @@
 use burn::prelude::*;
 use burn::tensor::module::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d,
-    max_pool2d,
+    embedding, max_pool2d,
 };
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, ConvTransposeOptions, MaxPoolOptions};
 use burn::tensor::{bf16, FloatDType, TensorData};
@@ -312,6 +312,40 @@ fn conv_transpose_case(checks: &mut Checks, dtype: Dtype) {
     );
 }
 
+/// An embedding lookup whose gradient (a `select_assign` with addition) the provider runs as
+/// the engine's row adds: 4,096 ids of which 40 % name row 0 and 20 % row 1 (padding and mask
+/// tokens), the rest uniform over a 1,000-row table; the table gradient against float64.
+fn embedding_case(checks: &mut Checks, dtype: Dtype) {
+    let device = Device::cuda(0).autodiff();
+    let mut rng = SplitMix64::new(0xe3b);
+    let (vocab, width, batch, seq) = (1000usize, 96usize, 8usize, 512usize);
+    let table = values(&mut rng, vocab * width, 1.0, dtype);
+    let ids: Vec<i64> = (0..batch * seq)
+        .map(|_| match rng.below(10) {
+            0..=3 => 0,
+            4 | 5 => 1,
+            _ => rng.below(vocab as u64) as i64,
+        })
+        .collect();
+    let gy = values(&mut rng, batch * seq * width, 1.0, dtype);
+    let mut want = vec![0.0; vocab * width];
+    for (k, &id) in ids.iter().enumerate() {
+        for c in 0..width {
+            want[id as usize * width + c] += f64::from(gy[k * width + c]);
+        }
+    }
+    let wt = upload(&device, &table, [vocab, width], dtype).require_grad();
+    let idx = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), &device);
+    let y = embedding(wt.clone(), idx);
+    let grads = (y * upload(&device, &gy, [batch, seq, width], dtype)).sum().backward();
+    checks.check(
+        "embedding gradient, 60 % of ids on two rows",
+        dtype,
+        &download(wt.grad(&grads).expect("dtable")),
+        &want,
+    );
+}
+
 /// Output `i` of `o` adaptive windows over `l` inputs: `floor(i * l / o) .. ceil((i + 1) * l / o)`.
 fn adaptive_window(i: usize, o: usize, l: usize) -> std::ops::Range<usize> {
     (i * l / o)..((i + 1) * l).div_ceil(o)
@@ -493,6 +527,7 @@ fn claimed_nodes_match_float64_and_run_on_the_engine() {
         pool_case(&mut checks, dtype, true);
         kernel_pool_cases(&mut checks, dtype);
         conv_transpose_case(&mut checks, dtype);
+        embedding_case(&mut checks, dtype);
         let d = stats().since(before);
         println!("{dtype:?}: {d:?}");
         assert!(
@@ -506,6 +541,10 @@ fn claimed_nodes_match_float64_and_run_on_the_engine() {
         assert!(
             d.conv_backward_filter >= 3,
             "{dtype:?}: weight gradients on the engine: {d:?}"
+        );
+        assert!(
+            d.index_add >= 1,
+            "{dtype:?}: the embedding gradient's row adds on the engine: {d:?}"
         );
         assert!(
             d.conv_transpose_forward >= 1,
