@@ -1,5 +1,7 @@
 //! Fault injection for tests: make the calling thread's next plan builds or workspace
-//! allocations fail as cuDNN or the allocator would, to exercise the recovery paths.
+//! allocations fail as cuDNN or the allocator would, to exercise the recovery paths. The
+//! arming functions exist with the crate feature `unstable` only (the test suites turn it on);
+//! the checks the engine runs cost one relaxed atomic load when nothing is armed.
 //!
 //! Faults are armed per thread (ops run their plan builds and workspace allocations on the
 //! calling thread), so tests running in parallel do not see each other's faults. When no
@@ -84,6 +86,7 @@ fn arm(set: impl FnOnce(&Armed)) {
 
 /// Makes this thread's next `n` execution-plan finalizations fail with
 /// [`INJECTED_BUILD_STATUS`] (replacing any count armed before; 0 disarms).
+#[cfg(any(test, feature = "unstable"))]
 #[doc(hidden)]
 pub fn fail_next_plan_builds(n: usize) {
     arm(|a| a.plan_builds.set(n));
@@ -91,12 +94,14 @@ pub fn fail_next_plan_builds(n: usize) {
 
 /// Makes this thread's next `n` workspace allocations fail with [`Error::OutOfMemory`]
 /// (replacing any count armed before; 0 disarms).
+#[cfg(any(test, feature = "unstable"))]
 #[doc(hidden)]
 pub fn fail_next_workspace_allocs(n: usize) {
     arm(|a| a.workspace_allocs.set(n));
 }
 
 /// Disarms every fault of this thread.
+#[cfg(any(test, feature = "unstable"))]
 #[doc(hidden)]
 pub fn disarm() {
     arm(|a| {
@@ -106,6 +111,7 @@ pub fn disarm() {
 }
 
 /// Plan-build and workspace-allocation faults injected on this thread so far.
+#[cfg(any(test, feature = "unstable"))]
 #[doc(hidden)]
 pub fn injected() -> (usize, usize) {
     ARMED
@@ -144,12 +150,14 @@ pub(crate) fn plan_build_fault() -> Option<Error> {
 /// compile error would (replacing any count armed before; 0 disarms). Process-wide, unlike
 /// the other faults, as those builds run on background threads: a test arming it must keep
 /// other fusion work out of the process meanwhile.
+#[cfg(any(test, feature = "unstable"))]
 #[doc(hidden)]
 pub fn fail_next_fused_kernel_builds(n: usize) {
     state().fused_build_faults.store(n, Ordering::SeqCst);
 }
 
 /// Fused-kernel build failures injected so far in this process.
+#[cfg(any(test, feature = "unstable"))]
 #[doc(hidden)]
 pub fn injected_fused_build_failures() -> usize {
     state().fused_builds_failed.load(Ordering::SeqCst)
