@@ -2,8 +2,8 @@
 //!
 //! burn-fusion serves every run of the same operations with one optimization, so a pattern
 //! such as Burn's batch-norm statistics executes at every layer, each with its own shapes. A
-//! cache of one launch was repacked (and rechecked) whenever two such layers alternated;
-//! this one keeps the last [`ENTRIES`] keys, most recent first.
+//! cache of one launch would repack (and recheck) it whenever two such layers alternate; this
+//! one keeps the last [`ENTRIES`] keys, most recent first.
 
 /// Keys kept per optimization: more than the distinct shapes one pattern meets in a step of
 /// the usual networks (one per resolution and width).

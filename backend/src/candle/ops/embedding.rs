@@ -1,8 +1,8 @@
 //! Embedding lookup on Candle tensors whose backward pass is the engine's scatter-add. Candle's
 //! own lookup (`index_select`) differentiates through its `index_add` kernel, which gives each
-//! of the table's columns one thread that walks every id in turn (4 ms for 8,192 ids of a
-//! 512-wide table on an H200); the engine's `index_add` spreads the ids over the GPU (atomic
-//! adds, or per-column in id order in deterministic mode).
+//! of the table's columns one thread that walks every id in turn (serial in the number of
+//! ids); the engine's `index_add` spreads the ids over the GPU (rows of equal ids summed
+//! before atomic adds, or per-column in id order in deterministic mode).
 
 #[cfg(feature = "candle-cuda")]
 use candle_core::CudaStorage;
