@@ -24,7 +24,8 @@
 //! `candle-stock`). Smaller models, for checks on the CPU: `--layers N` (GPT-2's decoder
 //! layers; ResNet's bottlenecks in every stage), `--width N` (GPT-2's model width, MLP 4·N;
 //! ResNet's first-stage width), `--heads N`, `--seq N`, `--vocab N` (GPT-2), `--image N`,
-//! `--classes N` (ResNet).
+//! `--classes N` (ResNet). `--profile-steps N`: an attached Nsight Compute (started with
+//! `--profile-from-start off`) collects the last N steps of the last epoch.
 //!
 //! The last lines are `train_candle_models MODEL VARIANT …: N images/s …` (tokens/s for GPT-2)
 //! and the same figures as one JSON object with `train_models`' keys (`{"model": …}`, `unit`,
@@ -71,11 +72,12 @@ struct Args {
     vocab: Option<usize>,
     image: Option<usize>,
     classes: Option<usize>,
+    profile_steps: usize,
 }
 
 const HELP: &str = "flags: --model resnet50|gpt2 --dtype f32|f16|bf16 --batch-size N --steps N --epochs N --data N \
                     --lr X --stock --device gpu|cpu --benchmark --variant NAME --layers N --width N --heads N --seq N \
-                    --vocab N --image N --classes N";
+                    --vocab N --image N --classes N --profile-steps N";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -98,6 +100,7 @@ fn parse_args() -> Result<Args, String> {
         vocab: None,
         image: None,
         classes: None,
+        profile_steps: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -122,6 +125,7 @@ fn parse_args() -> Result<Args, String> {
             "--vocab" => a.vocab = Some(number(value()?)?),
             "--image" => a.image = Some(number(value()?)?),
             "--classes" => a.classes = Some(number(value()?)?),
+            "--profile-steps" => a.profile_steps = number(value()?)?,
             "--help" | "-h" => return Err(HELP.into()),
             other => return Err(format!("unknown flag {other} (--help lists them)")),
         }
@@ -184,6 +188,7 @@ fn run<M: CandleModel>(
         lr: a.lr.unwrap_or(M::LR),
         dtype: a.dtype,
         stock: a.stock,
+        profile_steps: a.profile_steps,
     };
     Ok((train::<M>(config, &options, device, started)?, options.batch))
 }

@@ -4,7 +4,8 @@
 # PyTorch with its profiler (one step per setting). Run from the bundle:
 # .gpu/profile-models.sh LOG_DIR [MODEL DTYPE BATCH]
 # PROFILE_VARIANTS (default "stock-fusion fused-fusion"; a suffix +nhwc runs that variant with
-# channels-last convolutions, as in models-bench.sh) and PROFILE_TORCH (default "default
+# channels-last convolutions, as in models-bench.sh; `candle` and `candle-stock` profile
+# train_candle_models from the Candle bundle) and PROFILE_TORCH (default "default
 # tuned"; "none" for no PyTorch run) pick the runs; PROFILE_ENV adds environment settings to ours. PROFILE_DETAIL=REGEX
 # adds, per variant, Nsight Compute's throughput, occupancy and launch sections for the first
 # PROFILE_DETAIL_COUNT (default 12) kernels of the profiled steps whose name matches REGEX
@@ -19,21 +20,24 @@ read -r -a ours_env <<<"${PROFILE_ENV:-}"
 failures=0
 for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
   flags=(--benchmark)
+  bin=train_models
   v_env=("${ours_env[@]}")
   [[ $v == *+nhwc* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nhwc)
   case ${v%%+*} in
     stock) flags+=(--stock) ;;
     stock-fusion) flags+=(--stock --fusion) ;;
     fused-fusion) flags+=(--fusion) ;;
+    candle) bin=train_candle_models ;;
+    candle-stock) bin=train_candle_models flags+=(--stock) ;;
   esac
   env "${v_env[@]}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
-    "$here/train_models" --model "$model" --dtype "$dtype" --batch-size "$batch" --steps $((psteps + 4)) --epochs 1 \
+    "$here/$bin" --model "$model" --dtype "$dtype" --batch-size "$batch" --steps $((psteps + 4)) --epochs 1 \
     --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v.csv" 2>"$logs/ncu-$v.err" || failures=$((failures + 1))
   python3 "$here/ncu_summary.py" "$logs/ncu-$v.csv" "$psteps" >"$logs/ncu-$v.txt"
   if [[ -n ${PROFILE_DETAIL:-} ]]; then
     env "${v_env[@]}" ncu --profile-from-start off --clock-control none --kernel-name "regex:$PROFILE_DETAIL" \
       --launch-count "${PROFILE_DETAIL_COUNT:-12}" --section SpeedOfLight --section Occupancy --section LaunchStats \
-      --section MemoryWorkloadAnalysis "$here/train_models" --model "$model" --dtype "$dtype" --batch-size "$batch" \
+      --section MemoryWorkloadAnalysis "$here/$bin" --model "$model" --dtype "$dtype" --batch-size "$batch" \
       --steps $((psteps + 4)) --epochs 1 --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v-detail.txt" 2>&1
   fi
 done

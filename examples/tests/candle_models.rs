@@ -133,6 +133,7 @@ fn tiny_options(batch: usize, lr: f64, stock: bool) -> TrainOptions {
         lr,
         dtype: DType::F32,
         stock,
+        profile_steps: 0,
     }
 }
 

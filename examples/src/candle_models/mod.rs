@@ -89,6 +89,15 @@ pub struct TrainOptions {
     pub dtype: DType,
     /// candle-nn's layers and `AdamW` instead of this crate's.
     pub stock: bool,
+    /// The last epoch's last steps an attached profiler collects (Nsight Compute with
+    /// `--profile-from-start off`); 0 for none. On Candle's CUDA device only.
+    pub profile_steps: usize,
+}
+
+/// Starts or stops an attached profiler's collection on the CUDA device `ordinal`.
+fn profile_collect(ordinal: usize, on: bool) -> std::result::Result<(), String> {
+    let device = cudnn_backend::Device::new(ordinal).map_err(|e| e.to_string())?;
+    cudnn_backend::runtime::profiler_collect(&device, on).map_err(|e| e.to_string())
 }
 
 /// The optimizer of a run: this crate's `FusedAdamW` or candle-nn's `AdamW`.
@@ -120,6 +129,16 @@ pub fn train<M: CandleModel>(
     if [options.batch, options.steps, options.epochs, options.data].contains(&0) {
         return Err("the batch, steps, epochs and data must be positive".into());
     }
+    if options.profile_steps > options.steps {
+        return Err(format!(
+            "--profile-steps {} is more than the {} steps of an epoch",
+            options.profile_steps, options.steps
+        ));
+    }
+    let cuda_ordinal = match device.location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => Some(gpu_id),
+        _ => None,
+    };
     if device.is_cuda() {
         device.set_seed(2024).map_err(err)?; // Candle's CPU device draws from an unseeded generator
     }
@@ -156,7 +175,14 @@ pub fn train<M: CandleModel>(
         let launches_before = cudnn_backend::runtime::launch_counts();
         let replays_before = crate::startup::graph_replays();
         let mut loss_sum = Tensor::zeros((), DType::F32, device).map_err(err)?;
+        let profiled = epoch == options.epochs && options.profile_steps > 0;
         for step in 0..options.steps {
+            if profiled && step == options.steps - options.profile_steps {
+                device.synchronize().map_err(err)?;
+                if let Some(ordinal) = cuda_ordinal {
+                    profile_collect(ordinal, true)?;
+                }
+            }
             let i = ((epoch - 1) * options.steps + step) % options.data;
             let loss = (|| -> Result<Tensor> {
                 let loss = model.loss(&batches[i])?;
@@ -175,6 +201,9 @@ pub fn train<M: CandleModel>(
         }
         let mean_loss = loss_sum.to_scalar::<f32>().map_err(err)? as f64 / options.steps as f64;
         device.synchronize().map_err(err)?;
+        if let (true, Some(ordinal)) = (profiled, cuda_ordinal) {
+            profile_collect(ordinal, false)?;
+        }
         let seconds = epoch_started.elapsed().as_secs_f64();
         let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
         launches_per_step = launches.total() as f64 / options.steps as f64;
