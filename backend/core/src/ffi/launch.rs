@@ -3,6 +3,11 @@
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
+use crate::types::DeviceAddress;
+
+// SAFETY: `DeviceAddress` is a `#[repr(transparent)]` u64: the kernels take it by value as
+// a pointer (8 bytes), as they took the bare u64.
+unsafe impl cudarc::driver::DeviceRepr for DeviceAddress {}
 
 /// [`cudarc::driver::LaunchArgs::launch`], counted in `runtime::launch_counts`.
 pub(crate) trait CountedLaunch {
@@ -35,8 +40,8 @@ pub(crate) fn warp_per_row(rows: i64, rows_per_block: u32) -> LaunchConfig {
 
 /// Arguments of `bias_act_*` in `kernels/bias_act.cu`.
 pub(crate) struct BiasActArgs {
-    pub y: u64,
-    pub bias: u64,
+    pub y: DeviceAddress,
+    pub bias: DeviceAddress,
     pub n: i64,
     pub channel_stride: i64,
     pub channels: i64,
@@ -69,12 +74,12 @@ pub(crate) fn bias_act(stream: &CudaStream, f: &CudaFunction, a: &BiasActArgs) -
 }
 
 /// Zero-fills `bytes` bytes at device address `ptr`, ordered on `stream`.
-pub(crate) fn memset_zero(stream: &CudaStream, ptr: u64, bytes: usize) -> Result<()> {
+pub(crate) fn memset_zero(stream: &CudaStream, ptr: DeviceAddress, bytes: usize) -> Result<()> {
     super::counters::add(super::counters::Count::Kernels, 1);
     stream.context().bind_to_thread()?;
     // SAFETY: the caller guarantees `ptr..ptr+bytes` is device memory it owns on this
     // stream's context; the memset is enqueued on `stream`.
-    unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }?;
+    unsafe { cudarc::driver::result::memset_d8_async(ptr.get(), 0, bytes, stream.cu_stream()) }?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{warp_per_row, CountedLaunch};
+use crate::types::DeviceAddress;
 
 /// Rows per block (`ATTN_ROWS`; one warp per row).
 const ROWS: u32 = 8;
@@ -23,8 +24,8 @@ fn row_grid(rows: i64) -> LaunchConfig {
 pub(crate) fn softmax(
     stream: &CudaStream,
     f: &CudaFunction,
-    s: u64,
-    lse: u64,
+    s: DeviceAddress,
+    lse: DeviceAddress,
     rows: i64,
     n: i64,
     lq: i64,
@@ -45,8 +46,8 @@ pub(crate) fn softmax(
 pub(crate) fn softmax_backward(
     stream: &CudaStream,
     f: &CudaFunction,
-    p: u64,
-    dp: u64,
+    p: DeviceAddress,
+    dp: DeviceAddress,
     rows: i64,
     n: i64,
     scale: f32,

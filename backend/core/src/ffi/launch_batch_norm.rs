@@ -8,6 +8,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch};
+use crate::types::DeviceAddress;
 
 /// Strides (elements) of the N, C and S axes; `struct BnView` in the kernel source.
 #[repr(C)]
@@ -74,7 +75,14 @@ fn per_channel_grid(c: i64) -> LaunchConfig {
 }
 
 /// Launches `bn_stats_<dt>(x, vx, N, C, S, order, chunk_len, part)`.
-pub(crate) fn stats(stream: &CudaStream, f: &CudaFunction, x: u64, vx: &BnView, sh: &BnShape, part: u64) -> Result<()> {
+pub(crate) fn stats(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    x: DeviceAddress,
+    vx: &BnView,
+    sh: &BnShape,
+    part: DeviceAddress,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&x)
         .arg(vx)
@@ -95,22 +103,22 @@ pub(crate) fn stats(stream: &CudaStream, f: &CudaFunction, x: u64, vx: &BnView, 
 /// Per-channel inputs and outputs of `bn_finalize` (0 = absent).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct FinalizeArgs {
-    pub part: u64,
+    pub part: DeviceAddress,
     pub chunks: i32,
     pub c: i64,
     pub eps: f32,
     pub momentum: f32,
     pub unbiased: i32,
-    pub scale: u64,
-    pub bias: u64,
+    pub scale: DeviceAddress,
+    pub bias: DeviceAddress,
     pub pdt: i32,
-    pub rmean_in: u64,
-    pub rvar_in: u64,
-    pub rmean_out: u64,
-    pub rvar_out: u64,
-    pub save_mean: u64,
-    pub save_invstd: u64,
-    pub coef: u64,
+    pub rmean_in: DeviceAddress,
+    pub rvar_in: DeviceAddress,
+    pub rmean_out: DeviceAddress,
+    pub rvar_out: DeviceAddress,
+    pub save_mean: DeviceAddress,
+    pub save_invstd: DeviceAddress,
+    pub coef: DeviceAddress,
 }
 
 /// Launches `bn_finalize`.
@@ -147,12 +155,12 @@ pub(crate) fn inference_coef(
     f: &CudaFunction,
     c: i64,
     eps: f32,
-    scale: u64,
-    bias: u64,
+    scale: DeviceAddress,
+    bias: DeviceAddress,
     pdt: i32,
-    rmean: u64,
-    rvar: u64,
-    coef: u64,
+    rmean: DeviceAddress,
+    rvar: DeviceAddress,
+    coef: DeviceAddress,
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&c)
@@ -173,7 +181,7 @@ pub(crate) fn inference_coef(
 /// A data operand of the apply kernels: address (0 = absent) and view.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct BnOperand {
-    pub ptr: u64,
+    pub ptr: DeviceAddress,
     pub view: BnView,
 }
 
@@ -183,7 +191,7 @@ pub(crate) fn apply(
     f: &CudaFunction,
     [x, z, y]: [&BnOperand; 3],
     sh: &BnShape,
-    coef: u64,
+    coef: DeviceAddress,
     relu: bool,
 ) -> Result<()> {
     let relu = relu as i32;
@@ -214,8 +222,8 @@ pub(crate) fn grad_stats(
     f: &CudaFunction,
     [x, y, dy]: [&BnOperand; 3],
     sh: &BnShape,
-    mean: u64,
-    part: u64,
+    mean: DeviceAddress,
+    part: DeviceAddress,
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&x.ptr)
@@ -246,12 +254,12 @@ pub(crate) fn grad_finalize(
     stream: &CudaStream,
     f: &CudaFunction,
     sh: &BnShape,
-    part: u64,
-    scale: u64,
+    part: DeviceAddress,
+    scale: DeviceAddress,
     pdt: i32,
-    [mean, invstd]: [u64; 2],
-    [dscale, dbias]: [u64; 2],
-    coef: u64,
+    [mean, invstd]: [DeviceAddress; 2],
+    [dscale, dbias]: [DeviceAddress; 2],
+    coef: DeviceAddress,
 ) -> Result<()> {
     let count = (sh.n * sh.s) as f32;
     let mut b = stream.launch_builder(f);
@@ -280,7 +288,7 @@ pub(crate) fn grad_apply(
     f: &CudaFunction,
     [x, y, dy, dx, dz]: [&BnOperand; 5],
     sh: &BnShape,
-    coef: u64,
+    coef: DeviceAddress,
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
     for o in [x, y, dy, dx, dz] {
@@ -339,7 +347,13 @@ impl BnVecShape {
 }
 
 /// Launches `bn_stats_vec_<dt>(x, rows, C, chunk_len, part)`.
-pub(crate) fn stats_vec(stream: &CudaStream, f: &CudaFunction, x: u64, sh: &BnVecShape, part: u64) -> Result<()> {
+pub(crate) fn stats_vec(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    x: DeviceAddress,
+    sh: &BnVecShape,
+    part: DeviceAddress,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&x).arg(&sh.rows).arg(&sh.c).arg(&sh.chunk_len).arg(&part);
     // SAFETY: the arguments match `bn_stats_vec_<dt>(const T*, long long x3, float*)`; `x`
@@ -354,9 +368,9 @@ pub(crate) fn stats_vec(stream: &CudaStream, f: &CudaFunction, x: u64, sh: &BnVe
 pub(crate) fn apply_vec(
     stream: &CudaStream,
     f: &CudaFunction,
-    [x, z, y]: [u64; 3],
+    [x, z, y]: [DeviceAddress; 3],
     sh: &BnVecShape,
-    coef: u64,
+    coef: DeviceAddress,
     relu: bool,
 ) -> Result<()> {
     let (relu, vecs) = (relu as i32, sh.vectors());
@@ -374,10 +388,10 @@ pub(crate) fn apply_vec(
 pub(crate) fn grad_stats_vec(
     stream: &CudaStream,
     f: &CudaFunction,
-    [x, y, dy]: [u64; 3],
+    [x, y, dy]: [DeviceAddress; 3],
     sh: &BnVecShape,
-    mean: u64,
-    part: u64,
+    mean: DeviceAddress,
+    part: DeviceAddress,
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&x)
@@ -400,9 +414,9 @@ pub(crate) fn grad_stats_vec(
 pub(crate) fn grad_apply_vec(
     stream: &CudaStream,
     f: &CudaFunction,
-    [x, y, dy, dx, dz]: [u64; 5],
+    [x, y, dy, dx, dz]: [DeviceAddress; 5],
     sh: &BnVecShape,
-    coef: u64,
+    coef: DeviceAddress,
 ) -> Result<()> {
     let vecs = sh.vectors();
     let mut b = stream.launch_builder(f);
@@ -459,7 +473,13 @@ impl BnPlanesShape {
 }
 
 /// Launches `bn_stats_planes_<dt>(x, N, C, plane_vecs, chunk_len, part)`.
-pub(crate) fn stats_planes(stream: &CudaStream, f: &CudaFunction, x: u64, sh: &BnPlanesShape, part: u64) -> Result<()> {
+pub(crate) fn stats_planes(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    x: DeviceAddress,
+    sh: &BnPlanesShape,
+    part: DeviceAddress,
+) -> Result<()> {
     let pv = sh.plane_vecs();
     let mut b = stream.launch_builder(f);
     b.arg(&x).arg(&sh.n).arg(&sh.c).arg(&pv).arg(&sh.chunk_len).arg(&part);
@@ -474,9 +494,9 @@ pub(crate) fn stats_planes(stream: &CudaStream, f: &CudaFunction, x: u64, sh: &B
 pub(crate) fn apply_planes(
     stream: &CudaStream,
     f: &CudaFunction,
-    [x, z, y]: [u64; 3],
+    [x, z, y]: [DeviceAddress; 3],
     sh: &BnPlanesShape,
-    coef: u64,
+    coef: DeviceAddress,
     relu: bool,
 ) -> Result<()> {
     let (relu, vecs, pv) = (relu as i32, sh.vectors(), sh.plane_vecs());
@@ -501,10 +521,10 @@ pub(crate) fn apply_planes(
 pub(crate) fn grad_stats_planes(
     stream: &CudaStream,
     f: &CudaFunction,
-    [x, y, dy]: [u64; 3],
+    [x, y, dy]: [DeviceAddress; 3],
     sh: &BnPlanesShape,
-    mean: u64,
-    part: u64,
+    mean: DeviceAddress,
+    part: DeviceAddress,
 ) -> Result<()> {
     let pv = sh.plane_vecs();
     let mut b = stream.launch_builder(f);
@@ -529,9 +549,9 @@ pub(crate) fn grad_stats_planes(
 pub(crate) fn grad_apply_planes(
     stream: &CudaStream,
     f: &CudaFunction,
-    [x, y, dy, dx, dz]: [u64; 5],
+    [x, y, dy, dx, dz]: [DeviceAddress; 5],
     sh: &BnPlanesShape,
-    coef: u64,
+    coef: DeviceAddress,
 ) -> Result<()> {
     let (vecs, pv) = (sh.vectors(), sh.plane_vecs());
     let mut b = stream.launch_builder(f);

@@ -11,6 +11,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch};
+use crate::types::DeviceAddress;
 
 /// Geometry and strides of one convolution, padded to 3 spatial dims. Matches
 /// `struct ConvShape` in `kernels/conv.cu`.
@@ -68,9 +69,9 @@ pub(crate) const CONV_RED_THREADS: u32 = 256;
 pub(crate) fn per_element(
     stream: &CudaStream,
     f: &CudaFunction,
-    a: u64,
-    b: u64,
-    out: u64,
+    a: DeviceAddress,
+    b: DeviceAddress,
+    out: DeviceAddress,
     shape: &ConvShape,
     n: i64,
 ) -> Result<()> {
@@ -92,9 +93,9 @@ pub(crate) fn per_element(
 pub(crate) fn backward_filter(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    dy: u64,
-    dw: u64,
+    x: DeviceAddress,
+    dy: DeviceAddress,
+    dw: DeviceAddress,
     shape: &ConvShape,
     n: i64,
     threads: u32,

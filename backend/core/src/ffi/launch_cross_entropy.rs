@@ -9,6 +9,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::CountedLaunch;
+use crate::types::DeviceAddress;
 
 /// Most target values one call ignores (`XENT_MAX_IGNORE`).
 pub(crate) const MAX_IGNORE: usize = 8;
@@ -53,7 +54,7 @@ impl RowGrid {
 /// The problem every kernel of the family reads: targets, sizes and ignored values.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct XentProblem {
-    pub targets: u64,
+    pub targets: DeviceAddress,
     pub t_stride: i64,
     pub rows: i64,
     pub k: i64,
@@ -68,8 +69,8 @@ pub(crate) fn forward(
     f: &CudaFunction,
     grid: RowGrid,
     p: &XentProblem,
-    x: u64,
-    [loss, lse]: [u64; 2],
+    x: DeviceAddress,
+    [loss, lse]: [DeviceAddress; 2],
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&x)
@@ -95,10 +96,10 @@ pub(crate) fn backward(
     f: &CudaFunction,
     grid: RowGrid,
     p: &XentProblem,
-    x: u64,
-    [lse, scale]: [u64; 2],
+    x: DeviceAddress,
+    [lse, scale]: [DeviceAddress; 2],
     vec: bool,
-    dx: u64,
+    dx: DeviceAddress,
 ) -> Result<()> {
     let vec = i32::from(vec);
     let mut b = stream.launch_builder(f);
@@ -134,8 +135,8 @@ pub(crate) fn mean(
     stream: &CudaStream,
     f: &CudaFunction,
     p: &XentProblem,
-    loss: u64,
-    out: u64,
+    loss: DeviceAddress,
+    out: DeviceAddress,
     odt: i32,
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
@@ -156,7 +157,14 @@ pub(crate) fn mean(
 }
 
 /// Launches `xent_scale(g, gdt, targets, t_stride, rows, k, ignore, counted, scale)`.
-pub(crate) fn scale(stream: &CudaStream, f: &CudaFunction, p: &XentProblem, g: u64, gdt: i32, out: u64) -> Result<()> {
+pub(crate) fn scale(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    p: &XentProblem,
+    g: DeviceAddress,
+    gdt: i32,
+    out: DeviceAddress,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&g)
         .arg(&gdt)

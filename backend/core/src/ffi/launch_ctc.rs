@@ -7,6 +7,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::CountedLaunch;
+use crate::types::DeviceAddress;
 
 /// Threads per block of the recursions (one block per sample, threads over target positions).
 const RECURSION_THREADS: u32 = 256;
@@ -41,10 +42,10 @@ unsafe impl cudarc::driver::DeviceRepr for CtcArgs {}
 /// Device addresses of the inputs every CTC kernel reads.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CtcInputPtrs {
-    pub log_probs: u64,
-    pub targets: u64,
-    pub input_lengths: u64,
-    pub target_lengths: u64,
+    pub log_probs: DeviceAddress,
+    pub targets: DeviceAddress,
+    pub input_lengths: DeviceAddress,
+    pub target_lengths: DeviceAddress,
 }
 
 fn blocks(n: i64, threads: u32) -> LaunchConfig {
@@ -61,8 +62,8 @@ pub(crate) fn alpha(
     f: &CudaFunction,
     p: &CtcInputPtrs,
     args: &CtcArgs,
-    alpha: u64,
-    nll: u64,
+    alpha: DeviceAddress,
+    nll: DeviceAddress,
 ) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&p.log_probs)
@@ -81,7 +82,13 @@ pub(crate) fn alpha(
 }
 
 /// Launches `ctc_beta_<dt>(lp, targets, il, tl, CtcArgs, A* beta)`.
-pub(crate) fn beta(stream: &CudaStream, f: &CudaFunction, p: &CtcInputPtrs, args: &CtcArgs, beta: u64) -> Result<()> {
+pub(crate) fn beta(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    p: &CtcInputPtrs,
+    args: &CtcArgs,
+    beta: DeviceAddress,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&p.log_probs)
         .arg(&p.targets)
@@ -98,13 +105,13 @@ pub(crate) fn beta(stream: &CudaStream, f: &CudaFunction, p: &CtcInputPtrs, args
 /// The recursions' outputs the gradient reads, and the per-sample loss gradient.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CtcGradPtrs {
-    pub alpha: u64,
-    pub beta: u64,
-    pub nll: u64,
-    pub grad_loss: u64,
+    pub alpha: DeviceAddress,
+    pub beta: DeviceAddress,
+    pub nll: DeviceAddress,
+    pub grad_loss: DeviceAddress,
     /// Element stride of `grad_loss`.
     pub grad_loss_stride: i64,
-    pub grad: u64,
+    pub grad: DeviceAddress,
 }
 
 /// Launches `ctc_grad_<dt>(lp, targets, il, tl, CtcArgs, alpha, beta, nll, grad_loss,

@@ -8,12 +8,13 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Launches `fill_b{1,2,4,8}(T* out, Layout lo, i64 n, u64 bits)`.
 pub(crate) fn fill(
     stream: &CudaStream,
     f: &CudaFunction,
-    out: u64,
+    out: DeviceAddress,
     lo: &KernelLayout,
     n: i64,
     bits: u64,
@@ -31,8 +32,8 @@ pub(crate) fn fill(
 pub(crate) fn copy(
     stream: &CudaStream,
     f: &CudaFunction,
-    src: u64,
-    dst: u64,
+    src: DeviceAddress,
+    dst: DeviceAddress,
     layouts: &[KernelLayout; 2],
     n: i64,
 ) -> Result<()> {
@@ -50,9 +51,9 @@ pub(crate) fn copy(
 pub(crate) fn cast(
     stream: &CudaStream,
     f: &CudaFunction,
-    src: u64,
+    src: DeviceAddress,
     src_code: i32,
-    dst: u64,
+    dst: DeviceAddress,
     dst_code: i32,
     layouts: &[KernelLayout; 2],
     n: i64,
@@ -86,8 +87,8 @@ pub(crate) enum UnaryParams {
 pub(crate) fn unary(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    y: u64,
+    x: DeviceAddress,
+    y: DeviceAddress,
     layouts: &[KernelLayout; 2],
     n: i64,
     op: i32,
@@ -117,9 +118,9 @@ pub(crate) fn unary(
 pub(crate) fn binary(
     stream: &CudaStream,
     f: &CudaFunction,
-    a: u64,
-    b_ptr: u64,
-    out: u64,
+    a: DeviceAddress,
+    b_ptr: DeviceAddress,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 3],
     n: i64,
     op: i32,
@@ -146,10 +147,10 @@ pub(crate) fn binary(
 pub(crate) fn where_(
     stream: &CudaStream,
     f: &CudaFunction,
-    cond: u64,
-    a: u64,
-    b_ptr: u64,
-    out: u64,
+    cond: DeviceAddress,
+    a: DeviceAddress,
+    b_ptr: DeviceAddress,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 4],
     n: i64,
 ) -> Result<()> {
@@ -186,8 +187,8 @@ pub(crate) enum ScalarParam {
 pub(crate) fn with_scalar(
     stream: &CudaStream,
     f: &CudaFunction,
-    a: u64,
-    out: u64,
+    a: DeviceAddress,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 2],
     n: i64,
     op: i32,
@@ -248,8 +249,8 @@ pub(crate) struct VecStep {
 pub(crate) fn unary_vec(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    y: u64,
+    x: DeviceAddress,
+    y: DeviceAddress,
     layouts: &[KernelLayout; 2],
     step: VecStep,
     params: (f64, f64),
@@ -278,9 +279,9 @@ pub(crate) fn unary_vec(
 pub(crate) fn binary_vec(
     stream: &CudaStream,
     f: &CudaFunction,
-    a: u64,
-    b_ptr: u64,
-    out: u64,
+    a: DeviceAddress,
+    b_ptr: DeviceAddress,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 3],
     step: VecStep,
 ) -> Result<()> {
@@ -308,8 +309,8 @@ pub(crate) fn binary_vec(
 pub(crate) fn with_scalar_vec(
     stream: &CudaStream,
     f: &CudaFunction,
-    a: u64,
-    out: u64,
+    a: DeviceAddress,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 2],
     step: VecStep,
     scalar: f64,

@@ -4,6 +4,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Most inputs of one fused program.
 pub const MAX_INPUTS: usize = 16;
@@ -19,7 +20,7 @@ pub const MAX_SCALARS: usize = 32;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FusedArgs {
-    pub ptr: [u64; MAX_INPUTS + MAX_OUTPUTS],
+    pub ptr: [DeviceAddress; MAX_INPUTS + MAX_OUTPUTS],
     pub in_layout: [KernelLayout; MAX_INPUTS],
     pub out_layout: KernelLayout,
     pub small_layout: KernelLayout,
@@ -85,7 +86,7 @@ pub(crate) const ARRIVALS_SLOT: usize = SCRATCH_SLOT + 1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReduceArgs {
-    pub ptr: [u64; ARRIVALS_SLOT + 1],
+    pub ptr: [DeviceAddress; ARRIVALS_SLOT + 1],
     pub in_layout: [KernelLayout; MAX_INPUTS],
     pub full: KernelLayout,
     pub s: [f32; MAX_SCALARS],
@@ -149,7 +150,7 @@ pub(crate) fn fused_reduce(
     };
     launch(0, grid, block)?;
     if args.chunks > 1 {
-        if args.ptr[ARRIVALS_SLOT] == 0 {
+        if args.ptr[ARRIVALS_SLOT] == DeviceAddress::NULL {
             let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
             launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
         }

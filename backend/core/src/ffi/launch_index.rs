@@ -9,6 +9,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// The indexed axis of an index kernel: indices must lie in `0..len`; one step along it
 /// is `stride` elements of the indexed operand.
@@ -24,10 +25,10 @@ pub(crate) struct IndexAxis {
 pub(crate) fn gather(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    idx: u64,
+    x: DeviceAddress,
+    idx: DeviceAddress,
     idx64: bool,
-    out: u64,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 3],
     axis: IndexAxis,
     n: i64,
@@ -59,10 +60,10 @@ pub(crate) fn gather(
 pub(crate) fn scatter_add_seq(
     stream: &CudaStream,
     f: &CudaFunction,
-    target: u64,
-    idx: u64,
+    target: DeviceAddress,
+    idx: DeviceAddress,
     idx64: bool,
-    values: u64,
+    values: DeviceAddress,
     layouts: &[KernelLayout; 3],
     axis: IndexAxis,
     lines: i64,
@@ -97,10 +98,10 @@ pub(crate) fn scatter_add_seq(
 pub(crate) fn scatter_add(
     stream: &CudaStream,
     f: &CudaFunction,
-    target: u64,
-    idx: u64,
+    target: DeviceAddress,
+    idx: DeviceAddress,
     idx64: bool,
-    values: u64,
+    values: DeviceAddress,
     layouts: &[KernelLayout; 3],
     axis: IndexAxis,
     n: i64,
@@ -149,11 +150,11 @@ pub(crate) struct RowsAdd {
 pub(crate) fn index_add_rows(
     stream: &CudaStream,
     f: &CudaFunction,
-    target: u64,
-    sorted: u64,
+    target: DeviceAddress,
+    sorted: DeviceAddress,
     idx64: bool,
-    perm: u64,
-    values: u64,
+    perm: DeviceAddress,
+    values: DeviceAddress,
     rows: &RowsAdd,
 ) -> Result<()> {
     let idx64 = idx64 as i32;
@@ -196,10 +197,10 @@ pub(crate) fn index_add_rows(
 pub(crate) fn gather_nd(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    idx: u64,
+    x: DeviceAddress,
+    idx: DeviceAddress,
     idx64: bool,
-    out: u64,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 3],
     indexed: &KernelLayout,
     coord_stride: i64,
@@ -234,10 +235,10 @@ pub(crate) fn gather_nd(
 pub(crate) fn scatter_nd(
     stream: &CudaStream,
     f: &CudaFunction,
-    target: u64,
-    idx: u64,
+    target: DeviceAddress,
+    idx: DeviceAddress,
     idx64: bool,
-    values: u64,
+    values: DeviceAddress,
     layouts: &[KernelLayout; 3],
     indexed: &KernelLayout,
     coord_stride: i64,
@@ -276,9 +277,9 @@ pub(crate) fn scatter_nd(
 pub(crate) fn scatter_nd_keys(
     stream: &CudaStream,
     f: &CudaFunction,
-    idx: u64,
+    idx: DeviceAddress,
     idx64: bool,
-    keys: u64,
+    keys: DeviceAddress,
     index_layout: &KernelLayout,
     indexed: &KernelLayout,
     coord_stride: i64,
@@ -313,10 +314,10 @@ pub(crate) fn scatter_nd_keys(
 pub(crate) fn scatter_nd_ordered(
     stream: &CudaStream,
     f: &CudaFunction,
-    target: u64,
-    keys: u64,
-    perm: u64,
-    values: u64,
+    target: DeviceAddress,
+    keys: DeviceAddress,
+    perm: DeviceAddress,
+    values: DeviceAddress,
     layouts: &[KernelLayout; 3],
     indexed: &KernelLayout,
     slice: i64,

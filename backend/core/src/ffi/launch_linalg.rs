@@ -8,6 +8,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Side of the square output tile (and thread block) of `int_matmul_*` and `matmul_*`.
 pub(crate) const MM_TILE: u32 = 16;
@@ -35,7 +36,7 @@ pub(crate) struct MatmulShape {
 pub(crate) fn batched_matmul(
     stream: &CudaStream,
     f: &CudaFunction,
-    ptrs: [u64; 3],
+    ptrs: [DeviceAddress; 3],
     batch_layouts: &[KernelLayout; 3],
     s: &MatmulShape,
 ) -> Result<()> {
@@ -74,7 +75,7 @@ pub(crate) fn batched_matmul(
 pub(crate) fn cross3(
     stream: &CudaStream,
     f: &CudaFunction,
-    ptrs: [u64; 3],
+    ptrs: [DeviceAddress; 3],
     layouts: &[KernelLayout; 3],
     axis_strides: [i64; 3],
     n: i64,
@@ -104,8 +105,8 @@ pub(crate) fn cross3(
 pub(crate) fn quant_scales(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    scales: u64,
+    x: DeviceAddress,
+    scales: DeviceAddress,
     block: i64,
     nblocks: i64,
 ) -> Result<()> {
@@ -127,9 +128,9 @@ pub(crate) fn quant_scales(
 pub(crate) fn quantize(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    scales: u64,
-    out: u64,
+    x: DeviceAddress,
+    scales: DeviceAddress,
+    out: DeviceAddress,
     block: i64,
     n: i64,
 ) -> Result<()> {
@@ -146,9 +147,9 @@ pub(crate) fn quantize(
 pub(crate) fn dequantize(
     stream: &CudaStream,
     f: &CudaFunction,
-    q: u64,
-    scales: u64,
-    out: u64,
+    q: DeviceAddress,
+    scales: DeviceAddress,
+    out: DeviceAddress,
     block: i64,
     n: i64,
 ) -> Result<()> {

@@ -8,6 +8,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{warp_per_row, CountedLaunch};
+use crate::types::DeviceAddress;
 
 /// Rows per block (`NORM_ROWS`; one warp per row).
 const ROWS: u32 = 8;
@@ -21,18 +22,18 @@ fn row_grid(rows: i64) -> LaunchConfig {
 /// Addresses of one norm pass (0 = absent) and its sizes.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct NormArgs {
-    pub x: u64,
-    pub y_or_dy: u64,
-    pub dx: u64,
+    pub x: DeviceAddress,
+    pub y_or_dy: DeviceAddress,
+    pub dx: DeviceAddress,
     pub rows: i64,
     pub n: i64,
-    pub gamma: u64,
-    pub beta: u64,
+    pub gamma: DeviceAddress,
+    pub beta: DeviceAddress,
     pub pdt: i32,
     pub eps: f32,
     pub rms: i32,
-    pub mean: u64,
-    pub invstd: u64,
+    pub mean: DeviceAddress,
+    pub invstd: DeviceAddress,
 }
 
 /// Launches `norm_fwd_<dt>(x, y, rows, n, gamma, beta, pdt, eps, rms, mean, invstd)`.
@@ -84,7 +85,7 @@ pub(crate) fn backward_params(
     a: &NormArgs,
     chunk: i64,
     chunks: u32,
-    part: u64,
+    part: DeviceAddress,
 ) -> Result<()> {
     let cfg = LaunchConfig {
         grid_dim: ((a.n as u64).div_ceil(LANES as u64) as u32, chunks, 1),
@@ -112,10 +113,10 @@ pub(crate) fn backward_params(
 pub(crate) fn params_finalize(
     stream: &CudaStream,
     f: &CudaFunction,
-    part: u64,
+    part: DeviceAddress,
     chunks: i32,
     n: i64,
-    [dgamma, dbeta]: [u64; 2],
+    [dgamma, dbeta]: [DeviceAddress; 2],
     pdt: i32,
 ) -> Result<()> {
     let cfg = LaunchConfig {

@@ -4,6 +4,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::CountedLaunch;
+use crate::types::DeviceAddress;
 
 /// Most tensors one launch updates (`ADAM_MAX`).
 #[doc(hidden)]
@@ -17,15 +18,15 @@ const ADAM_THREADS: u32 = 256;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct AdamTensor {
-    pub p: u64,
-    pub g: u64,
-    pub m: u64,
-    pub v: u64,
-    pub vmax: u64,
-    pub p_out: u64,
-    pub m_out: u64,
-    pub v_out: u64,
-    pub vmax_out: u64,
+    pub p: DeviceAddress,
+    pub g: DeviceAddress,
+    pub m: DeviceAddress,
+    pub v: DeviceAddress,
+    pub vmax: DeviceAddress,
+    pub p_out: DeviceAddress,
+    pub m_out: DeviceAddress,
+    pub v_out: DeviceAddress,
+    pub vmax_out: DeviceAddress,
     pub numel: i64,
     pub a: f32,
     pub e: f32,

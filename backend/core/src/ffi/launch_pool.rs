@@ -10,6 +10,7 @@ use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Window geometry, height then width. Matches `struct PoolWin` in `kernels/pool.cu`.
 #[repr(C)]
@@ -35,9 +36,9 @@ unsafe impl cudarc::driver::DeviceRepr for PoolWindow {}
 pub(crate) fn max_forward(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    out: u64,
-    indices: u64,
+    x: DeviceAddress,
+    out: DeviceAddress,
+    indices: DeviceAddress,
     layouts: &[KernelLayout; 3],
     window: PoolWindow,
     n: i64,
@@ -64,9 +65,9 @@ pub(crate) fn max_forward(
 pub(crate) fn max_backward(
     stream: &CudaStream,
     f: &CudaFunction,
-    indices: u64,
-    dy: u64,
-    dx: u64,
+    indices: DeviceAddress,
+    dy: DeviceAddress,
+    dx: DeviceAddress,
     layouts: &[KernelLayout; 3],
     n: i64,
 ) -> Result<()> {
@@ -92,9 +93,9 @@ pub(crate) fn max_backward(
 pub(crate) fn max_backward_gather(
     stream: &CudaStream,
     f: &CudaFunction,
-    indices: u64,
-    dy: u64,
-    dx: u64,
+    indices: DeviceAddress,
+    dy: DeviceAddress,
+    dx: DeviceAddress,
     layouts: &[KernelLayout; 3],
     window: &PoolWindow,
     n: i64,
@@ -118,7 +119,13 @@ pub(crate) fn max_backward_gather(
 
 /// Launches `pool_zero_b{2,4,8}(T* p, Layout l, i64 n)`: zero bits at every element of a
 /// rank-4 view.
-pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &KernelLayout, n: i64) -> Result<()> {
+pub(crate) fn zero(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    ptr: DeviceAddress,
+    layout: &KernelLayout,
+    n: i64,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&ptr).arg(layout).arg(&n);
     // SAFETY: the arguments match `pool_zero_bN(T*, Layout, long long)`; the view is
@@ -133,8 +140,8 @@ pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &Ker
 pub(crate) fn avg(
     stream: &CudaStream,
     f: &CudaFunction,
-    src: u64,
-    dst: u64,
+    src: DeviceAddress,
+    dst: DeviceAddress,
     layouts: &[KernelLayout; 2],
     window: PoolWindow,
     count_include_pad: bool,
@@ -162,8 +169,8 @@ pub(crate) fn avg(
 pub(crate) fn adaptive(
     stream: &CudaStream,
     f: &CudaFunction,
-    src: u64,
-    dst: u64,
+    src: DeviceAddress,
+    dst: DeviceAddress,
     layouts: &[KernelLayout; 2],
     n: i64,
 ) -> Result<()> {

@@ -10,12 +10,13 @@ use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// The output view and generator position shared by every random kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct RandomTarget<'a> {
     /// Device address of the output view.
-    pub out: u64,
+    pub out: DeviceAddress,
     /// Its (coalesced) layout.
     pub layout: &'a KernelLayout,
     /// Number of outputs.

@@ -4,6 +4,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Threads per block of every `kernels/reduce.cu` kernel (`RED_THREADS` there).
 pub(crate) const REDUCE_THREADS: u32 = 256;
@@ -13,11 +14,11 @@ pub(crate) const REDUCE_THREADS: u32 = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RowArgs {
     /// Device address of the input's element (0, ..., 0).
-    pub x: u64,
+    pub x: DeviceAddress,
     /// The input view with the axis moved last (row `o`, element `k` = index `o * len + k`).
     pub x_layout: KernelLayout,
     /// Device address of the output's element (0, ..., 0).
-    pub out: u64,
+    pub out: DeviceAddress,
     /// The output view (`n_out` elements for reductions, `n_out * len` for scans).
     pub out_layout: KernelLayout,
     /// Number of rows.
@@ -70,11 +71,11 @@ pub(crate) fn launch_rows(stream: &CudaStream, f: &CudaFunction, a: &RowArgs) ->
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitArgs {
     /// Device address of the input's element (0, ..., 0).
-    pub x: u64,
+    pub x: DeviceAddress,
     /// The input view with the axis moved last (as in [`RowArgs::x_layout`]).
     pub x_layout: KernelLayout,
     /// Scratch for `n_out * parts` accumulators (chunk `c` of row `o` at `c * n_out + o`).
-    pub partial: u64,
+    pub partial: DeviceAddress,
     /// Number of rows.
     pub n_out: i64,
     /// Row length.
@@ -118,7 +119,7 @@ pub(crate) fn launch_split(stream: &CudaStream, f: &CudaFunction, a: &SplitArgs)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ColArgs {
     /// Device address of the input's element (0, 0, 0) (the scratch partials for a finish).
-    pub x: u64,
+    pub x: DeviceAddress,
     /// Outer extent.
     pub outer: i64,
     /// Reduced extent.
@@ -130,12 +131,12 @@ pub(crate) struct ColArgs {
     /// Element stride of the reduced dim.
     pub len_stride: i64,
     /// Device address of the output's element (0, ..., 0) (unused when `partial` is set).
-    pub out: u64,
+    pub out: DeviceAddress,
     /// The output view, enumerating the `outer * inner` outputs.
     pub out_layout: KernelLayout,
     /// 0: store finished results to `out`; else scratch for `parts * outer * inner`
     /// accumulators (chunk `c` of output `o` at `c * outer * inner + o`).
-    pub partial: u64,
+    pub partial: DeviceAddress,
     /// Reduced-dim elements per chunk (`blockIdx.y` picks the chunk).
     pub chunk: i64,
     /// Divisor of [`crate::kernels::reduce::ReduceOp::Mean`] (the full reduced length).

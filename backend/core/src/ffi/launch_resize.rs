@@ -10,6 +10,7 @@ use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Launches `interp_<mode>_{fwd,bwd}_<dt>(const T* src, T* dst, Layout ls, Layout ld,
 /// int align, i64 n)` over `n` elements (the destination's for the forwards and the
@@ -18,8 +19,8 @@ use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
 pub(crate) fn interp(
     stream: &CudaStream,
     f: &CudaFunction,
-    src: u64,
-    dst: u64,
+    src: DeviceAddress,
+    dst: DeviceAddress,
     layouts: &[KernelLayout; 2],
     align_corners: bool,
     n: i64,
@@ -43,7 +44,13 @@ pub(crate) fn interp(
 
 /// Launches `resize_zero_b{2,4,8}(T* p, Layout l, i64 n)`: zero bits at every element of
 /// a rank-4 view.
-pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &KernelLayout, n: i64) -> Result<()> {
+pub(crate) fn zero(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    ptr: DeviceAddress,
+    layout: &KernelLayout,
+    n: i64,
+) -> Result<()> {
     let mut b = stream.launch_builder(f);
     b.arg(&ptr).arg(layout).arg(&n);
     // SAFETY: the arguments match `resize_zero_bN(T*, Layout, long long)`; the view is
@@ -58,9 +65,9 @@ pub(crate) fn zero(stream: &CudaStream, f: &CudaFunction, ptr: u64, layout: &Ker
 pub(crate) fn grid_sample(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    grid: u64,
-    out: u64,
+    x: DeviceAddress,
+    grid: DeviceAddress,
+    out: DeviceAddress,
     layouts: &[KernelLayout; 3],
     align_corners: bool,
     n: i64,

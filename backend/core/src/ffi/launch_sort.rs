@@ -8,6 +8,7 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::ffi::launch::{grid_for, CountedLaunch, KernelLayout};
+use crate::types::DeviceAddress;
 
 /// Most blocks a sort launch uses (each loops over rows `blockIdx.x + k * gridDim.x`).
 const MAX_BLOCKS: i64 = 65_535 * 8;
@@ -33,15 +34,15 @@ pub(crate) struct SortRows {
 pub(crate) fn sort_rows(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    values: u64,
-    indices: u64,
+    x: DeviceAddress,
+    values: DeviceAddress,
+    indices: DeviceAddress,
     layouts: &[KernelLayout; 3],
     axis_strides: &[i64; 3],
     rows: &SortRows,
 ) -> Result<()> {
-    let write_values = (values != 0) as i32;
-    let write_indices = (indices != 0) as i32;
+    let write_values = (values != DeviceAddress::NULL) as i32;
+    let write_indices = (indices != DeviceAddress::NULL) as i32;
     let descending = rows.descending as i32;
     let cfg = LaunchConfig {
         grid_dim: (rows.rows.clamp(1, MAX_BLOCKS) as u32, 1, 1),
@@ -82,9 +83,9 @@ pub(crate) fn sort_rows(
 pub(crate) fn sort_chunks(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    keys: u64,
-    idx: u64,
+    x: DeviceAddress,
+    keys: DeviceAddress,
+    idx: DeviceAddress,
     lx: &KernelLayout,
     sx: i64,
     chunks: i64,
@@ -137,19 +138,19 @@ pub(crate) struct MergePass {
 pub(crate) fn merge_runs(
     stream: &CudaStream,
     f: &CudaFunction,
-    x: u64,
-    src: (u64, u64),
-    dst: Option<(u64, u64)>,
-    values: u64,
-    indices: u64,
+    x: DeviceAddress,
+    src: (DeviceAddress, DeviceAddress),
+    dst: Option<(DeviceAddress, DeviceAddress)>,
+    values: DeviceAddress,
+    indices: DeviceAddress,
     layouts: &[KernelLayout; 3],
     axis_strides: &[i64; 3],
     pass: &MergePass,
 ) -> Result<()> {
     let final_pass = dst.is_none() as i32;
-    let (dkeys, didx) = dst.unwrap_or((0, 0));
-    let write_values = (values != 0) as i32;
-    let write_indices = (indices != 0) as i32;
+    let (dkeys, didx) = dst.unwrap_or((DeviceAddress::NULL, DeviceAddress::NULL));
+    let write_values = (values != DeviceAddress::NULL) as i32;
+    let write_indices = (indices != DeviceAddress::NULL) as i32;
     let tiles = pass.rows.saturating_mul((pass.len + pass.items - 1) / pass.items);
     let mut b = stream.launch_builder(f);
     b.arg(&x)

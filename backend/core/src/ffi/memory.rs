@@ -100,6 +100,11 @@ impl DeviceBuffer {
         self.ptr
     }
 
+    /// The buffer's address as a launcher argument.
+    pub(crate) fn address(&self) -> crate::types::DeviceAddress {
+        crate::types::DeviceAddress::of_allocation(self.ptr)
+    }
+
     /// Elements of `dtype` at element `offset` from the start of the buffer with `dims` and
     /// (possibly negative) element `strides`: a view checked to stay inside the buffer.
     #[doc(hidden)]

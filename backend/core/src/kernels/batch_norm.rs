@@ -6,6 +6,7 @@
 
 use crate::ffi::launch_batch_norm::{BnOperand, BnPlanesShape, BnShape, BnVecShape, BnView};
 use crate::graph::DataType;
+use crate::types::DeviceAddress;
 
 /// An `[N, C, S]` reading of one data operand (S = the product of the spatial dims).
 #[derive(Clone, Copy, Debug)]
@@ -133,8 +134,9 @@ pub(crate) fn scratch_bytes(floats: usize, coef_floats: usize) -> usize {
 }
 
 /// The coefficients' address in a workspace at `ws` after `floats` f32 values.
-pub(crate) fn coef_at(ws: u64, floats: usize) -> u64 {
-    (ws + floats as u64 * 4).next_multiple_of(16)
+pub(crate) fn coef_at(ws: DeviceAddress, floats: usize) -> DeviceAddress {
+    let end = ws.get() + floats as u64 * 4;
+    ws.offset_bytes(end.next_multiple_of(16) - ws.get())
 }
 
 /// Channel lanes per block of the channels-last reductions (`BN_LANES`).
@@ -177,8 +179,8 @@ fn strided_shape(x: &Ncs, sm_count: u32) -> BnShape {
 fn vec_shape(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32) -> Option<BnVecShape> {
     let vec = (16 / dtype.size()) as i64;
     let packed = |o: &&BnOperand| {
-        o.ptr == 0
-            || (o.ptr.is_multiple_of(16)
+        o.ptr == crate::types::DeviceAddress::NULL
+            || (o.ptr.get().is_multiple_of(16)
                 && o.view.sc == 1
                 && (x.s == 1 || o.view.ss == x.c)
                 && (x.n == 1 || o.view.sn == x.s * x.c))
@@ -212,8 +214,8 @@ fn vec_shape(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32) -
 fn planes_shape(x: &Ncs, dtype: DataType, operands: &[&BnOperand], sm_count: u32) -> Option<BnPlanesShape> {
     let vec = (16 / dtype.size()) as i64;
     let packed = |o: &&BnOperand| {
-        o.ptr == 0
-            || (o.ptr.is_multiple_of(16)
+        o.ptr == crate::types::DeviceAddress::NULL
+            || (o.ptr.get().is_multiple_of(16)
                 && o.view.ss == 1
                 && (x.c == 1 || o.view.sc == x.s)
                 && (x.n == 1 || o.view.sn == x.c * x.s))
@@ -273,7 +275,10 @@ mod tests {
                 ss: 256,
             },
         };
-        let op = |ptr: u64, view: BnView| BnOperand { ptr, view };
+        let op = |ptr: u64, view: BnView| BnOperand {
+            ptr: DeviceAddress::of_allocation(ptr),
+            view,
+        };
         let packed = op(4096, x.view);
         let v = vec_shape(&x, DataType::BF16, &[&packed, &op(0, BnView::default())], 132).expect("vector pass");
         assert_eq!((v.vec, v.lanes, v.rows), (8, 32, 64 * 3136));
@@ -337,7 +342,10 @@ mod tests {
                 ss: 1,
             },
         };
-        let op = |ptr: u64, view: BnView| BnOperand { ptr, view };
+        let op = |ptr: u64, view: BnView| BnOperand {
+            ptr: DeviceAddress::of_allocation(ptr),
+            view,
+        };
         let x = nchw(64, 256, 56 * 56);
         let p = planes_shape(&x, DataType::BF16, &[&op(4096, x.view), &op(0, BnView::default())], 132)
             .expect("planes pass");
@@ -395,7 +403,7 @@ mod tests {
         );
         // Coefficients start 16-byte aligned after any number of partials.
         for floats in [0, 1, 3, 6, 7] {
-            let coef = coef_at(256, floats);
+            let coef = coef_at(DeviceAddress::of_allocation(256), floats).get();
             assert!(coef.is_multiple_of(16) && coef >= 256 + floats as u64 * 4);
             assert!(coef + 4 * 3 <= 256 + scratch_bytes(floats, 3) as u64);
         }

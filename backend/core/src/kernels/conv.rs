@@ -332,7 +332,7 @@ pub fn conv_forward(
         return Ok(());
     };
     let f = stream_function(stream, CONV, plan.entry)?;
-    launch::per_element(stream, &f, x.ptr, w.ptr, y.ptr, &plan.shape, plan.n)
+    launch::per_element(stream, &f, x.address(), w.address(), y.address(), &plan.shape, plan.n)
 }
 
 /// Gradient of [`conv_forward`] with respect to its input: writes every element of `dx`
@@ -353,7 +353,7 @@ pub fn conv_backward_data(
         return Ok(());
     };
     let f = stream_function(stream, CONV, plan.entry)?;
-    launch::per_element(stream, &f, dy.ptr, w.ptr, dx.ptr, &plan.shape, plan.n)
+    launch::per_element(stream, &f, dy.address(), w.address(), dx.address(), &plan.shape, plan.n)
 }
 
 /// Gradient of [`conv_forward`] with respect to its filter: writes every element of `dw`
@@ -373,7 +373,16 @@ pub fn conv_backward_filter(
         return Ok(());
     };
     let f = stream_function(stream, CONV, plan.entry)?;
-    launch::backward_filter(stream, &f, x.ptr, dy.ptr, dw.ptr, &plan.shape, plan.n, plan.threads)
+    launch::backward_filter(
+        stream,
+        &f,
+        x.address(),
+        dy.address(),
+        dw.address(),
+        &plan.shape,
+        plan.n,
+        plan.threads,
+    )
 }
 
 #[cfg(test)]

@@ -184,10 +184,10 @@ pub(crate) fn plan(inputs: &CtcInputs) -> Result<Option<CtcPlan>> {
 
 fn input_ptrs(inputs: &CtcInputs) -> CtcInputPtrs {
     CtcInputPtrs {
-        log_probs: inputs.log_probs.ptr,
-        targets: inputs.targets.ptr,
-        input_lengths: inputs.input_lengths.ptr,
-        target_lengths: inputs.target_lengths.ptr,
+        log_probs: inputs.log_probs.address(),
+        targets: inputs.targets.address(),
+        input_lengths: inputs.input_lengths.address(),
+        target_lengths: inputs.target_lengths.address(),
     }
 }
 
@@ -215,7 +215,14 @@ pub fn ctc_forward(stream: &Arc<CudaStream>, inputs: &CtcInputs, log_alpha: &Ten
     expect_packed_output("log_alpha", log_alpha, &workspace_dims(inputs), acc, "[T, N, 2S + 1]")?;
     expect_packed_output("nll", nll, &[p.args.batch], acc, "[N]")?;
     let f = stream_function(stream, CTC, p.entries[0])?;
-    launch::alpha(stream, &f, &input_ptrs(inputs), &p.args, log_alpha.ptr, nll.ptr)
+    launch::alpha(
+        stream,
+        &f,
+        &input_ptrs(inputs),
+        &p.args,
+        log_alpha.address(),
+        nll.address(),
+    )
 }
 
 /// The gradient of `sum_n grad_loss[n] * loss[n]` with respect to the log-probabilities into
@@ -254,18 +261,18 @@ pub fn ctc_backward(
     expect_packed_output("grad", grad, &inputs.log_probs.dims, dtype, "[T, N, C]")?;
     let ptrs = input_ptrs(inputs);
     let beta = stream_function(stream, CTC, p.entries[1])?;
-    launch::beta(stream, &beta, &ptrs, &p.args, log_beta.ptr)?;
+    launch::beta(stream, &beta, &ptrs, &p.args, log_beta.address())?;
     if grad.numel() == 0 {
         return Ok(());
     }
     let g = stream_function(stream, CTC, p.entries[2])?;
     let gp = CtcGradPtrs {
-        alpha: log_alpha.ptr,
-        beta: log_beta.ptr,
-        nll: nll.ptr,
-        grad_loss: grad_loss.ptr,
+        alpha: log_alpha.address(),
+        beta: log_beta.address(),
+        nll: nll.address(),
+        grad_loss: grad_loss.address(),
         grad_loss_stride: grad_loss.strides[0],
-        grad: grad.ptr,
+        grad: grad.address(),
     };
     launch::grad(stream, &g, &ptrs, &p.args, &gp)
 }

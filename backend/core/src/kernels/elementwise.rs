@@ -840,7 +840,7 @@ pub fn fill(stream: &Arc<CudaStream>, out: &TensorMut, value: f64) -> Result<()>
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::fill(stream, &f, out.ptr, &p.layout, p.n, p.bits)
+    launch::fill(stream, &f, out.address(), &p.layout, p.n, p.bits)
 }
 
 /// Copies `src` (broadcast to `dst.dims`) into `dst`, casting when the dtypes differ
@@ -858,8 +858,8 @@ pub fn copy(stream: &Arc<CudaStream>, src: &TensorRef, dst: &TensorMut) -> Resul
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     match p.cast {
-        Some((s, d)) => launch::cast(stream, &f, src.ptr, s, dst.ptr, d, &p.layouts, p.n),
-        None => launch::copy(stream, &f, src.ptr, dst.ptr, &p.layouts, p.n),
+        Some((s, d)) => launch::cast(stream, &f, src.address(), s, dst.address(), d, &p.layouts, p.n),
+        None => launch::copy(stream, &f, src.address(), dst.address(), &p.layouts, p.n),
     }
 }
 
@@ -874,9 +874,9 @@ pub fn unary(stream: &Arc<CudaStream>, op: UnaryOp, x: &TensorRef, out: &TensorM
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     match (p.vec_step(), p.params) {
         (Some(step), UnaryParams::Float(p0, p1)) => {
-            launch::unary_vec(stream, &f, x.ptr, out.ptr, &p.layouts, step, (p0, p1))
+            launch::unary_vec(stream, &f, x.address(), out.address(), &p.layouts, step, (p0, p1))
         }
-        _ => launch::unary(stream, &f, x.ptr, out.ptr, &p.layouts, p.n, p.op, p.params),
+        _ => launch::unary(stream, &f, x.address(), out.address(), &p.layouts, p.n, p.op, p.params),
     }
 }
 
@@ -889,8 +889,17 @@ pub fn binary(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, b: &TensorR
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     match p.vec_step() {
-        Some(step) => launch::binary_vec(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, step),
-        None => launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op),
+        Some(step) => launch::binary_vec(stream, &f, a.address(), b.address(), out.address(), &p.layouts, step),
+        None => launch::binary(
+            stream,
+            &f,
+            a.address(),
+            b.address(),
+            out.address(),
+            &p.layouts,
+            p.n,
+            p.op,
+        ),
     }
 }
 
@@ -904,8 +913,10 @@ pub fn binary_scalar(stream: &Arc<CudaStream>, op: BinaryOp, a: &TensorRef, s: f
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
     match (p.vec_step(), p.scalar) {
-        (Some(step), ScalarParam::Float(v)) => launch::with_scalar_vec(stream, &f, a.ptr, out.ptr, &p.layouts, step, v),
-        _ => launch::with_scalar(stream, &f, a.ptr, out.ptr, &p.layouts, p.n, p.op, p.scalar),
+        (Some(step), ScalarParam::Float(v)) => {
+            launch::with_scalar_vec(stream, &f, a.address(), out.address(), &p.layouts, step, v)
+        }
+        _ => launch::with_scalar(stream, &f, a.address(), out.address(), &p.layouts, p.n, p.op, p.scalar),
     }
 }
 
@@ -917,7 +928,7 @@ pub fn compare_scalar(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, s:
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::with_scalar(stream, &f, a.ptr, out.ptr, &p.layouts, p.n, p.op, p.scalar)
+    launch::with_scalar(stream, &f, a.address(), out.address(), &p.layouts, p.n, p.op, p.scalar)
 }
 
 /// `out = a op b` as 0/1 bytes (`out` Bool or U8), `a` and `b` of one dtype and broadcast
@@ -928,7 +939,16 @@ pub fn compare(stream: &Arc<CudaStream>, op: CompareOp, a: &TensorRef, b: &Tenso
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::binary(stream, &f, a.ptr, b.ptr, out.ptr, &p.layouts, p.n, p.op)
+    launch::binary(
+        stream,
+        &f,
+        a.address(),
+        b.address(),
+        out.address(),
+        &p.layouts,
+        p.n,
+        p.op,
+    )
 }
 
 /// `out = cond ? a : b` elementwise (`cond` Bool or U8, nonzero is true), all broadcast to
@@ -939,7 +959,16 @@ pub fn where_(stream: &Arc<CudaStream>, cond: &TensorRef, a: &TensorRef, b: &Ten
         return Ok(());
     };
     let f = stream_function(stream, ELEMENTWISE, p.entry)?;
-    launch::where_(stream, &f, cond.ptr, a.ptr, b.ptr, out.ptr, &p.layouts, p.n)
+    launch::where_(
+        stream,
+        &f,
+        cond.address(),
+        a.address(),
+        b.address(),
+        out.address(),
+        &p.layouts,
+        p.n,
+    )
 }
 
 #[cfg(test)]

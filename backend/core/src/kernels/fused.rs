@@ -30,7 +30,7 @@ use crate::kernels::check::{check_layout, check_tensor};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, KernelSource};
-use crate::types::{row_major_strides, Shape, TensorMut, TensorRef};
+use crate::types::{row_major_strides, DeviceAddress, Shape, TensorMut, TensorRef};
 
 pub use crate::ffi::launch_fused::{MAX_INPUTS, MAX_OUTPUTS, MAX_SCALARS};
 
@@ -771,6 +771,7 @@ struct OutputDesc<'t> {
     strides: &'t [i64],
     dtype: DataType,
     ptr: u64,
+    address: DeviceAddress,
 }
 
 impl<'t> OutputDesc<'t> {
@@ -780,6 +781,7 @@ impl<'t> OutputDesc<'t> {
             strides: &t.strides,
             dtype: t.dtype,
             ptr: t.ptr,
+            address: t.address(),
         }
     }
 }
@@ -934,7 +936,7 @@ impl<'a> FusedLaunch<'a> {
         }
         let variant = choose_variant(&shape, &all_strides, &addrs, &sizes, n);
         let mut args = FusedArgs {
-            ptr: [0; MAX_INPUTS + MAX_OUTPUTS],
+            ptr: [crate::types::DeviceAddress::NULL; MAX_INPUTS + MAX_OUTPUTS],
             in_layout: [KernelLayout::default(); MAX_INPUTS],
             out_layout: kernel_layout(OP, &shape, out_strides)?,
             small_layout: kernel_layout(OP, &shape, small_strides)?,
@@ -942,11 +944,11 @@ impl<'a> FusedLaunch<'a> {
             n,
         };
         for (k, t) in inputs.iter().enumerate() {
-            args.ptr[k] = t.ptr;
+            args.ptr[k] = t.address();
             args.in_layout[k] = kernel_layout(OP, &shape, &strides[k])?;
         }
         for (j, o) in outputs.iter().enumerate() {
-            args.ptr[MAX_INPUTS + j] = o.ptr;
+            args.ptr[MAX_INPUTS + j] = o.address;
         }
         args.s[..scalars.len()].copy_from_slice(scalars);
         Ok(Self {
@@ -983,6 +985,7 @@ impl<'a> FusedLaunch<'a> {
                     strides: if dims == out_dims { &strides } else { &small_strides },
                     dtype,
                     ptr: OUTPUT_ALIGNMENT,
+                    address: DeviceAddress::NULL,
                 }
             })
             .collect();
@@ -1014,7 +1017,7 @@ impl<'a> FusedLaunch<'a> {
     pub fn from_packed(packed: &PackedLaunch, inputs: &[TensorRef<'a>]) -> Self {
         let mut args = packed.args;
         for (k, t) in inputs.iter().enumerate() {
-            args.ptr[k] = t.ptr;
+            args.ptr[k] = t.address();
         }
         Self {
             args,
@@ -1066,7 +1069,7 @@ impl<'a> FusedLaunch<'a> {
             }
             // Narrower widths keep every other condition of the variant (they divide it).
             self.variant.vec = vec as u8;
-            self.args.ptr[MAX_INPUTS + j] = o.ptr;
+            self.args.ptr[MAX_INPUTS + j] = o.address();
         }
         self.variant.wide = self.args.n / i64::from(self.variant.vec) >= 1 << 31;
         self.args.s[..scalars.len()].copy_from_slice(scalars);

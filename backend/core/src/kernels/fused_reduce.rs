@@ -917,7 +917,7 @@ impl<'a> ReduceLaunch<'a> {
         p.check_operand_counts(OP, inputs.len(), outputs.len(), scalars.len())?;
         let packed = row_major_strides(full);
         let mut args = ReduceArgs {
-            ptr: [0; ARRIVALS_SLOT + 1],
+            ptr: [crate::types::DeviceAddress::NULL; ARRIVALS_SLOT + 1],
             in_layout: [KernelLayout::default(); MAX_INPUTS],
             full: kernel_layout(OP, full, &packed)?,
             s: [0.0; MAX_SCALARS],
@@ -947,7 +947,7 @@ impl<'a> ReduceLaunch<'a> {
             }
         }
         for (k, (t, strides)) in inputs.iter().zip(&input_strides).enumerate() {
-            args.ptr[k] = t.ptr;
+            args.ptr[k] = t.address();
             args.in_layout[k] = kernel_layout(OP, full, strides)?;
         }
         // The kernel counts the innermost coordinate in groups of `vec` elements.
@@ -977,7 +977,7 @@ impl<'a> ReduceLaunch<'a> {
                     ),
                 ));
             }
-            args.ptr[MAX_INPUTS + j] = o.ptr;
+            args.ptr[MAX_INPUTS + j] = o.address();
         }
         let targets = rp.targets().count();
         if results.len() != targets || scales.len() != targets {
@@ -1008,7 +1008,7 @@ impl<'a> ReduceLaunch<'a> {
                     ),
                 ));
             }
-            args.ptr[RESULT_SLOT + t] = result.ptr;
+            args.ptr[RESULT_SLOT + t] = result.address();
             args.scale[t] = scales[t];
         }
         // An epilogue reads the result through its input: the same elements.
@@ -1062,7 +1062,7 @@ impl<'a> ReduceLaunch<'a> {
         let mut signature = Vec::new();
         operand_signature(&mut signature, operands);
         let mut args = self.args;
-        args.ptr = [0; ARRIVALS_SLOT + 1];
+        args.ptr = [crate::types::DeviceAddress::NULL; ARRIVALS_SLOT + 1];
         PackedReduce {
             args,
             grid: self.grid,
@@ -1103,18 +1103,18 @@ impl<'a> ReduceLaunch<'a> {
         }
         let mut args = packed.args;
         for (k, t) in inputs.iter().enumerate() {
-            args.ptr[k] = t.ptr;
+            args.ptr[k] = t.address();
         }
         for (j, o) in outputs.iter().enumerate() {
-            args.ptr[MAX_INPUTS + j] = o.ptr;
+            args.ptr[MAX_INPUTS + j] = o.address();
         }
         for (t, (r, &scale)) in results.iter().zip(scales).enumerate() {
-            args.ptr[RESULT_SLOT + t] = r.ptr;
+            args.ptr[RESULT_SLOT + t] = r.address();
             args.scale[t] = scale;
         }
         if args.chunks > 1 {
-            args.ptr[SCRATCH_SLOT] = scratch.map_or(0, |t| t.ptr);
-            args.ptr[ARRIVALS_SLOT] = arrivals.map_or(0, |t| t.ptr);
+            args.ptr[SCRATCH_SLOT] = scratch.map_or(crate::types::DeviceAddress::NULL, |t| t.address());
+            args.ptr[ARRIVALS_SLOT] = arrivals.map_or(crate::types::DeviceAddress::NULL, |t| t.address());
         }
         args.s = [0.0; MAX_SCALARS];
         args.s[..scalars.len()].copy_from_slice(scalars);
@@ -1185,12 +1185,12 @@ fn buffer_error(name: &'static str, need: i64, dtype: DataType) -> Error {
 }
 
 /// The address of `t`, a buffer operand `name` of at least `need` packed `dtype` elements.
-fn packed_buffer(name: &'static str, t: &TensorMut, need: i64, dtype: DataType) -> Result<u64> {
+fn packed_buffer(name: &'static str, t: &TensorMut, need: i64, dtype: DataType) -> Result<crate::types::DeviceAddress> {
     if t.dtype != dtype || t.dims.iter().product::<i64>() < need || t.strides[..] != row_major_strides(&t.dims)[..] {
         return Err(buffer_error(name, need, dtype));
     }
     check_tensor(OP, name, t)?;
-    Ok(t.ptr)
+    Ok(t.address())
 }
 
 #[cfg(test)]

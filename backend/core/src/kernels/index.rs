@@ -479,7 +479,16 @@ fn index_add_rows(
     let perm = scratch.view_mut(perm_at as i64 / 8, &[m], &[1], DataType::I64)?;
     crate::kernels::sort::sort(stream, indices, 0, false, Some(&keys), Some(&perm))?;
     let f = stream_function(stream, INDEX, p.entry)?;
-    launch::index_add_rows(stream, &f, target.ptr, keys.ptr, p.idx64, perm.ptr, values.ptr, &p.rows)?;
+    launch::index_add_rows(
+        stream,
+        &f,
+        target.address(),
+        keys.address(),
+        p.idx64,
+        perm.address(),
+        values.address(),
+        &p.rows,
+    )?;
     drop((keys, perm));
     drop(scratch);
     Ok(())
@@ -724,10 +733,10 @@ pub fn gather(
     launch::gather(
         stream,
         &f,
-        x.ptr,
-        indices.ptr,
+        x.address(),
+        indices.address(),
         p.idx64,
-        out.ptr,
+        out.address(),
         &p.layouts,
         p.axis,
         p.n,
@@ -826,10 +835,10 @@ fn launch_add(
         return launch::scatter_add_seq(
             stream,
             &f,
-            target.ptr,
-            indices.ptr,
+            target.address(),
+            indices.address(),
             p.idx64,
-            values.ptr,
+            values.address(),
             &p.layouts,
             p.axis,
             p.n / p.line_len,
@@ -839,10 +848,10 @@ fn launch_add(
     launch::scatter_add(
         stream,
         &f,
-        target.ptr,
-        indices.ptr,
+        target.address(),
+        indices.address(),
         p.idx64,
-        values.ptr,
+        values.address(),
         &p.layouts,
         p.axis,
         p.n,
@@ -868,10 +877,10 @@ pub fn index_select(
     launch::gather(
         stream,
         &f,
-        x.ptr,
-        indices.ptr,
+        x.address(),
+        indices.address(),
         p.idx64,
-        out.ptr,
+        out.address(),
         &p.layouts,
         p.axis,
         p.n,
@@ -934,10 +943,10 @@ pub fn gather_nd(stream: &Arc<CudaStream>, x: &TensorRef, indices: &TensorRef, o
     launch::gather_nd(
         stream,
         &f,
-        x.ptr,
-        indices.ptr,
+        x.address(),
+        indices.address(),
         p.idx64,
-        out.ptr,
+        out.address(),
         &p.layouts,
         &p.indexed,
         p.coord_stride,
@@ -980,10 +989,10 @@ pub fn scatter_nd(
     launch::scatter_nd(
         stream,
         &f,
-        target.ptr,
-        indices.ptr,
+        target.address(),
+        indices.address(),
         p.idx64,
-        values.ptr,
+        values.address(),
         &p.layouts,
         &p.indexed,
         p.coord_stride,
@@ -1033,9 +1042,9 @@ pub fn scatter_nd_ordered(
     launch::scatter_nd_keys(
         stream,
         &keys_fn,
-        indices.ptr,
+        indices.address(),
         p.idx64,
-        keys.ptr,
+        keys.address(),
         &p.layouts[1],
         &p.indexed,
         p.coord_stride,
@@ -1046,10 +1055,10 @@ pub fn scatter_nd_ordered(
     launch::scatter_nd_ordered(
         stream,
         &update_fn,
-        target.ptr,
-        sorted.ptr,
-        perm.ptr,
-        values.ptr,
+        target.address(),
+        sorted.address(),
+        perm.address(),
+        values.address(),
         &p.layouts,
         &p.indexed,
         p.slice,

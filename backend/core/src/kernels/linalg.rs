@@ -514,7 +514,13 @@ pub fn int_matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Te
         return Ok(());
     };
     let f = stream_function(stream, LINALG, p.entry)?;
-    launch::batched_matmul(stream, &f, [a.ptr, b.ptr, c.ptr], &p.batch_layouts, &p.shape)
+    launch::batched_matmul(
+        stream,
+        &f,
+        [a.address(), b.address(), c.address()],
+        &p.batch_layouts,
+        &p.shape,
+    )
 }
 
 /// `c[.., M, N] = a[.., M, K] · b[.., K, N]` on F32, F64, F16 or BF16 (all three the same
@@ -528,7 +534,13 @@ pub fn matmul(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, c: &Tensor
         return Ok(());
     };
     let f = stream_function(stream, LINALG, p.entry)?;
-    launch::batched_matmul(stream, &f, [a.ptr, b.ptr, c.ptr], &p.batch_layouts, &p.shape)
+    launch::batched_matmul(
+        stream,
+        &f,
+        [a.address(), b.address(), c.address()],
+        &p.batch_layouts,
+        &p.shape,
+    )
 }
 
 /// `out = a × b`, the 3-vector cross product along `axis` (where `out` has size 3; `a`
@@ -540,7 +552,14 @@ pub fn cross3(stream: &Arc<CudaStream>, a: &TensorRef, b: &TensorRef, axis: usiz
         return Ok(());
     };
     let f = stream_function(stream, LINALG, p.entry)?;
-    launch::cross3(stream, &f, [a.ptr, b.ptr, out.ptr], &p.layouts, p.axis_strides, p.n)
+    launch::cross3(
+        stream,
+        &f,
+        [a.address(), b.address(), out.address()],
+        &p.layouts,
+        p.axis_strides,
+        p.n,
+    )
 }
 
 /// Symmetric int8 quantization of `x` (F32, F16, BF16 or F64, packed row-major) into
@@ -564,8 +583,8 @@ pub fn quantize_symmetric_i8(
         return Ok(());
     };
     let [fs, fq] = stream_functions(stream, LINALG, [p.scales_entry, p.entry])?;
-    launch::quant_scales(stream, &fs, x.ptr, scales.ptr, p.block, p.nblocks)?;
-    launch::quantize(stream, &fq, x.ptr, scales.ptr, out.ptr, p.block, p.n)
+    launch::quant_scales(stream, &fs, x.address(), scales.address(), p.block, p.nblocks)?;
+    launch::quantize(stream, &fq, x.address(), scales.address(), out.address(), p.block, p.n)
 }
 
 /// `out = scale * q` per block: `q` (I8, packed row-major), `scales` (F32 packed, one per
@@ -587,7 +606,7 @@ pub fn dequantize_symmetric_i8(
         return Ok(());
     };
     let f = stream_function(stream, LINALG, p.entry)?;
-    launch::dequantize(stream, &f, q.ptr, scales.ptr, out.ptr, p.block, p.n)
+    launch::dequantize(stream, &f, q.address(), scales.address(), out.address(), p.block, p.n)
 }
 
 #[cfg(test)]

@@ -505,9 +505,9 @@ pub fn max_pool2d_with_indices(
     launch::max_forward(
         stream,
         &f,
-        x.ptr,
-        out.ptr,
-        indices.ptr,
+        x.address(),
+        out.address(),
+        indices.address(),
         &plan.layouts,
         plan.window,
         plan.n,
@@ -535,17 +535,25 @@ pub fn max_pool2d_backward(
     // A packed `dx` (any dim order) is one span of memory: the driver's memset clears it at
     // copy bandwidth; other views take the strided zeroing kernel.
     let f = if dx.is_packed() {
-        crate::ffi::launch::memset_zero(stream, dx.ptr, plan.zero_n as usize * dx.dtype.size())?;
+        crate::ffi::launch::memset_zero(stream, dx.address(), plan.zero_n as usize * dx.dtype.size())?;
         stream_function(stream, POOL, plan.entry)?
     } else {
         let [z, f] = stream_functions(stream, POOL, [plan.zero_entry, plan.entry])?;
-        launch::zero(stream, &z, dx.ptr, &plan.layouts[2], plan.zero_n)?;
+        launch::zero(stream, &z, dx.address(), &plan.layouts[2], plan.zero_n)?;
         f
     };
     if plan.n == 0 {
         return Ok(());
     }
-    launch::max_backward(stream, &f, indices.ptr, dy.ptr, dx.ptr, &plan.layouts, plan.n)
+    launch::max_backward(
+        stream,
+        &f,
+        indices.address(),
+        dy.address(),
+        dx.address(),
+        &plan.layouts,
+        plan.n,
+    )
 }
 
 /// [`max_pool2d_backward`] without atomics: every `dx` element sums, in window order, the
@@ -567,7 +575,16 @@ pub fn max_pool2d_backward_gather(
         return Ok(());
     };
     let f = stream_function(stream, POOL, plan.entry)?;
-    launch::max_backward_gather(stream, &f, indices.ptr, dy.ptr, dx.ptr, &plan.layouts, &window, plan.n)
+    launch::max_backward_gather(
+        stream,
+        &f,
+        indices.address(),
+        dy.address(),
+        dx.address(),
+        &plan.layouts,
+        &window,
+        plan.n,
+    )
 }
 
 /// Average pooling of `x` `[N, C, H, W]` into `out` `[N, C, OH, OW]` (same dtype;
@@ -589,8 +606,8 @@ pub fn avg_pool2d(
     launch::avg(
         stream,
         &f,
-        x.ptr,
-        out.ptr,
+        x.address(),
+        out.address(),
         &plan.layouts,
         plan.window,
         plan.count_include_pad,
@@ -616,8 +633,8 @@ pub fn avg_pool2d_backward(
     launch::avg(
         stream,
         &f,
-        dy.ptr,
-        dx.ptr,
+        dy.address(),
+        dx.address(),
         &plan.layouts,
         plan.window,
         plan.count_include_pad,
@@ -634,7 +651,7 @@ pub fn adaptive_avg_pool2d(stream: &Arc<CudaStream>, x: &TensorRef, out: &Tensor
         return Ok(());
     };
     let f = stream_function(stream, POOL, plan.entry)?;
-    launch::adaptive(stream, &f, x.ptr, out.ptr, &plan.layouts, plan.n)
+    launch::adaptive(stream, &f, x.address(), out.address(), &plan.layouts, plan.n)
 }
 
 /// Adaptive average pooling backward: writes every element of `dx` `[N, C, H, W]` with
@@ -645,7 +662,7 @@ pub fn adaptive_avg_pool2d_backward(stream: &Arc<CudaStream>, dy: &TensorRef, dx
         return Ok(());
     };
     let f = stream_function(stream, POOL, plan.entry)?;
-    launch::adaptive(stream, &f, dy.ptr, dx.ptr, &plan.layouts, plan.n)
+    launch::adaptive(stream, &f, dy.address(), dx.address(), &plan.layouts, plan.n)
 }
 
 #[cfg(test)]

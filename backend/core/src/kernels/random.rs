@@ -427,7 +427,7 @@ fn run(stream: &Arc<CudaStream>, gen: &mut Philox, out: &TensorRef, plan: Option
     let f = stream_function(stream, RANDOM, p.entry)?;
     let at = gen.advance(p.n as u64);
     let t = RandomTarget {
-        out: out.ptr,
+        out: out.address(),
         layout: &p.layout,
         n: p.n,
         offset: at.offset,

@@ -206,7 +206,7 @@ pub(crate) struct TwoPass {
 
 impl TwoPass {
     /// Both launches with the scratch buffer at `scratch`.
-    pub(crate) fn with_scratch(&self, scratch: u64) -> (FirstPass, ColArgs) {
+    pub(crate) fn with_scratch(&self, scratch: crate::types::DeviceAddress) -> (FirstPass, ColArgs) {
         let first = match self.first {
             FirstPass::Split(e, a) => FirstPass::Split(e, SplitArgs { partial: scratch, ..a }),
             FirstPass::Cols(e, a) => FirstPass::Cols(e, ColArgs { partial: scratch, ..a }),
@@ -262,10 +262,17 @@ fn split_len(units: i64, len: i64, min_len: i64, align: i64) -> (i64, i64) {
 
 /// The finish of a two-pass reduction: `parts` partials per output, read as the column
 /// problem `(1, parts, n_out)`, stored through `out_layout` (mean divided by `mean_len`).
-fn finish_args(n_out: i64, parts: i64, out: u64, out_layout: KernelLayout, mean_len: i64, op: i32) -> ColArgs {
+fn finish_args(
+    n_out: i64,
+    parts: i64,
+    out: crate::types::DeviceAddress,
+    out_layout: KernelLayout,
+    mean_len: i64,
+    op: i32,
+) -> ColArgs {
     let tx = tile_width(n_out);
     ColArgs {
-        x: 0,
+        x: crate::types::DeviceAddress::NULL,
         outer: 1,
         len: parts,
         inner: n_out,
@@ -273,7 +280,7 @@ fn finish_args(n_out: i64, parts: i64, out: u64, out_layout: KernelLayout, mean_
         len_stride: n_out,
         out,
         out_layout,
-        partial: 0,
+        partial: crate::types::DeviceAddress::NULL,
         chunk: parts,
         mean_len,
         op,
@@ -287,8 +294,8 @@ fn finish_args(n_out: i64, parts: i64, out: u64, out_layout: KernelLayout, mean_
 /// when the rows are short or numerous enough for one block per row.
 fn split_rows_plan(
     dtype: DataType,
-    (x, x_layout): (u64, KernelLayout),
-    (out, out_layout): (u64, KernelLayout),
+    (x, x_layout): (crate::types::DeviceAddress, KernelLayout),
+    (out, out_layout): (crate::types::DeviceAddress, KernelLayout),
     n_out: i64,
     len: i64,
     op: i32,
@@ -303,7 +310,7 @@ fn split_rows_plan(
     let first = SplitArgs {
         x,
         x_layout,
-        partial: 0,
+        partial: crate::types::DeviceAddress::NULL,
         n_out,
         len,
         chunk,
@@ -356,15 +363,15 @@ fn col_plan(op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Option
     let tx = tile_width(inner);
     let tiles = outer * ceil_div(inner, tx);
     let args = ColArgs {
-        x: x.ptr,
+        x: x.address(),
         outer,
         len,
         inner,
         outer_stride,
         len_stride: x.strides[axis],
-        out: out.ptr,
+        out: out.address(),
         out_layout,
-        partial: 0,
+        partial: crate::types::DeviceAddress::NULL,
         chunk: len,
         mean_len: len,
         op: op.code(),
@@ -389,7 +396,7 @@ fn col_plan(op: ReduceOp, x: &TensorRef, axis: usize, out: &TensorRef) -> Option
                 ),
                 finish: (
                     entry(Kind::Finish, x.dtype),
-                    finish_args(n_out, parts, out.ptr, out_layout, len, op.code()),
+                    finish_args(n_out, parts, out.address(), out_layout, len, op.code()),
                 ),
                 scratch_bytes: (n_out * parts) as usize * acc_bytes(x.dtype),
             }));
@@ -565,7 +572,14 @@ fn rows_or_split(
     op: ReduceOp,
 ) -> ReducePlan {
     let (x_layout, out_layout, n_out, len) = layouts;
-    match split_rows_plan(x.dtype, (x.ptr, x_layout), (out.ptr, out_layout), n_out, len, op.code()) {
+    match split_rows_plan(
+        x.dtype,
+        (x.address(), x_layout),
+        (out.address(), out_layout),
+        n_out,
+        len,
+        op.code(),
+    ) {
         Some(t) => ReducePlan::TwoPass(t),
         None => ReducePlan::Rows(row_plan(entry(Kind::Reduce, x.dtype), x, out, layouts, op.code())),
     }
@@ -582,9 +596,9 @@ fn row_plan(
     RowPlan {
         entry,
         args: RowArgs {
-            x: x.ptr,
+            x: x.address(),
             x_layout,
-            out: out.ptr,
+            out: out.address(),
             out_layout,
             n_out,
             len,
@@ -675,9 +689,9 @@ pub(crate) fn plan_scan(op: ScanOp, x: &TensorRef, axis: usize, out: &TensorRef)
     Ok(Some(RowPlan {
         entry: entry(Kind::Scan, x.dtype),
         args: RowArgs {
-            x: x.ptr,
+            x: x.address(),
             x_layout,
-            out: out.ptr,
+            out: out.address(),
             out_layout,
             n_out,
             len,
@@ -707,7 +721,7 @@ fn launch_reduce(stream: &Arc<CudaStream>, plan: Option<ReducePlan>) -> Result<(
         Some(ReducePlan::TwoPass(t)) => {
             let [first_fn, finish_fn] = stream_functions(stream, REDUCE, [t.first.entry(), t.finish.0])?;
             let scratch = DeviceBuffer::alloc(stream, t.scratch_bytes, "reduce")?;
-            let (first, finish) = t.with_scratch(scratch.ptr());
+            let (first, finish) = t.with_scratch(scratch.address());
             match first {
                 FirstPass::Split(_, a) => launch_split(stream, &first_fn, &a)?,
                 FirstPass::Cols(_, a) => launch_cols(stream, &first_fn, &a)?,
@@ -1072,7 +1086,10 @@ mod tests {
         let ty = THREADS / tx;
         let tiles_per_outer = ceil_div(a.inner, tx);
         let n_out = a.outer * a.inner;
-        assert!(a.partial != 0 || a.parts == 1, "an unsplit launch stores its results");
+        assert!(
+            a.partial != crate::types::DeviceAddress::NULL || a.parts == 1,
+            "an unsplit launch stores its results"
+        );
         let mut m = Reads::new();
         for c in 0..a.parts as i64 {
             let (k0, k1) = (c * a.chunk, (c * a.chunk + a.chunk).min(a.len));
@@ -1092,7 +1109,7 @@ mod tests {
                     }
                     for (j, r) in acc {
                         let o = i * a.inner + j;
-                        let d = if a.partial != 0 {
+                        let d = if a.partial != crate::types::DeviceAddress::NULL {
                             Dest::Part(c * n_out + o)
                         } else {
                             Dest::Out(a.out_layout.host_offset(o))
@@ -1116,21 +1133,37 @@ mod tests {
                 sim_rows(&p.args)
             }
             ReducePlan::Cols(_, a) => {
-                assert_eq!((a.mean_len, a.len, a.partial), (full_len, full_len, 0));
+                assert_eq!(
+                    (a.mean_len, a.len, a.partial),
+                    (full_len, full_len, crate::types::DeviceAddress::NULL)
+                );
                 sim_cols(a)
             }
             ReducePlan::TwoPass(t) => {
-                let (first, finish) = t.with_scratch(SCRATCH);
-                assert_eq!((finish.x, finish.partial, finish.parts), (SCRATCH, 0, 1));
+                let (first, finish) = t.with_scratch(crate::types::DeviceAddress::of_allocation(SCRATCH));
+                assert_eq!(
+                    (finish.x, finish.partial, finish.parts),
+                    (
+                        crate::types::DeviceAddress::of_allocation(SCRATCH),
+                        crate::types::DeviceAddress::NULL,
+                        1
+                    )
+                );
                 assert_eq!(finish.mean_len, full_len);
                 let mut parts = match first {
                     FirstPass::Split(e, a) => {
-                        assert!(e.starts_with("reduce_split_") && a.partial == SCRATCH);
+                        assert!(
+                            e.starts_with("reduce_split_")
+                                && a.partial == crate::types::DeviceAddress::of_allocation(SCRATCH)
+                        );
                         assert!(a.parts >= 2 && a.chunk * (a.parts - 1) < a.len && a.chunk * a.parts >= a.len);
                         sim_split(&a)
                     }
                     FirstPass::Cols(e, a) => {
-                        assert!(e.starts_with("reduce_cols_") && a.partial == SCRATCH);
+                        assert!(
+                            e.starts_with("reduce_cols_")
+                                && a.partial == crate::types::DeviceAddress::of_allocation(SCRATCH)
+                        );
                         let p = a.parts as i64;
                         assert!(p >= 2 && a.chunk * (p - 1) < a.len && a.chunk * p >= a.len);
                         assert_eq!(a.outer * a.inner, finish.inner);

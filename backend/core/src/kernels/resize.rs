@@ -296,7 +296,12 @@ pub(crate) fn plan_grid_sample_2d(
 // ---------------------------------------------------------------------------------------
 // Public API
 
-fn run(stream: &Arc<CudaStream>, plan: &InterpPlan, src: u64, dst: u64) -> Result<()> {
+fn run(
+    stream: &Arc<CudaStream>,
+    plan: &InterpPlan,
+    src: crate::types::DeviceAddress,
+    dst: crate::types::DeviceAddress,
+) -> Result<()> {
     let f = stream_function(stream, RESIZE, plan.entry)?;
     if let Some(z) = plan.zero_entry {
         let z = stream_function(stream, RESIZE, z)?;
@@ -322,7 +327,7 @@ pub fn interpolate(
     let Some(plan) = plan_interpolate(x, mode, align_corners, out)? else {
         return Ok(());
     };
-    run(stream, &plan, x.ptr, out.ptr)
+    run(stream, &plan, x.address(), out.address())
 }
 
 /// Interpolation backward: writes `dx` `[N, C, H, W]` with the adjoint of
@@ -343,7 +348,7 @@ pub fn interpolate_backward(
     let Some(plan) = plan_interpolate_backward(dy, mode, align_corners, dx)? else {
         return Ok(());
     };
-    run(stream, &plan, dy.ptr, dx.ptr)
+    run(stream, &plan, dy.address(), dx.address())
 }
 
 /// [`interpolate_backward`] without atomics: two gather passes over the separable weights
@@ -363,7 +368,7 @@ pub fn interpolate_backward_ordered(
         return Ok(());
     };
     let entries = match mode {
-        InterpolateMode::Nearest => return run(stream, &plan, dy.ptr, dx.ptr),
+        InterpolateMode::Nearest => return run(stream, &plan, dy.address(), dx.address()),
         InterpolateMode::Bilinear => &BWD_ORDERED[0],
         InterpolateMode::Bicubic => &BWD_ORDERED[1],
     };
@@ -383,8 +388,8 @@ pub fn interpolate_backward_ordered(
         launch::interp(
             stream,
             &fw,
-            dy.ptr,
-            tmp.ptr,
+            dy.address(),
+            tmp.address(),
             &[plan.layouts[0], lt],
             align_corners,
             tmp_n,
@@ -393,8 +398,8 @@ pub fn interpolate_backward_ordered(
     launch::interp(
         stream,
         &fh,
-        tmp.ptr,
-        dx.ptr,
+        tmp.address(),
+        dx.address(),
         &[lt, plan.layouts[1]],
         align_corners,
         dx.numel(),
@@ -420,9 +425,9 @@ pub fn grid_sample_2d(
     launch::grid_sample(
         stream,
         &f,
-        x.ptr,
-        grid.ptr,
-        out.ptr,
+        x.address(),
+        grid.address(),
+        out.address(),
         &plan.layouts,
         plan.align_corners,
         plan.n,

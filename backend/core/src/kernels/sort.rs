@@ -102,10 +102,14 @@ impl MergeSort {
     }
 
     /// Device addresses of scratch pair `k` (keys, indices) in a buffer at `base`.
-    pub fn pair(&self, base: u64, k: usize) -> (u64, u64) {
+    pub(crate) fn pair(
+        &self,
+        base: crate::types::DeviceAddress,
+        k: usize,
+    ) -> (crate::types::DeviceAddress, crate::types::DeviceAddress) {
         let n = self.elements as u64;
-        let keys = base + 8 * n * k as u64;
-        let idx = base + 8 * n * self.pairs as u64 + 4 * n * k as u64;
+        let keys = base.offset_bytes(8 * n * k as u64);
+        let idx = base.offset_bytes(8 * n * self.pairs as u64 + 4 * n * k as u64);
         (keys, idx)
     }
 }
@@ -274,10 +278,17 @@ pub(crate) fn plan_sort(
 /// Enqueues the long-row path of `p`: the chunk sort into scratch memory, then the merge
 /// passes, the last one writing `values` / `indices` (0 when not written). The scratch
 /// buffer is freed stream-ordered after the last pass.
-fn merge_sort(stream: &Arc<CudaStream>, p: &SortPlan, m: &MergeSort, x: u64, values: u64, indices: u64) -> Result<()> {
+fn merge_sort(
+    stream: &Arc<CudaStream>,
+    p: &SortPlan,
+    m: &MergeSort,
+    x: crate::types::DeviceAddress,
+    values: crate::types::DeviceAddress,
+    indices: crate::types::DeviceAddress,
+) -> Result<()> {
     let [chunk_fn, merge_fn] = stream_functions(stream, SORT, [m.chunk_entry, m.merge_entry])?;
     let scratch = DeviceBuffer::alloc(stream, m.scratch_bytes(), "sort")?;
-    let pair = |k: usize| m.pair(scratch.ptr(), k);
+    let pair = |k: usize| m.pair(scratch.address(), k);
     let (keys, idx) = pair(0);
     launch::sort_chunks(
         stream,
@@ -348,13 +359,22 @@ pub fn sort(
         return Ok(());
     };
     // A pointer of 0 tells the kernel not to write that output.
-    let values = values_out.map_or(0, |t| t.ptr);
-    let indices = indices_out.map_or(0, |t| t.ptr);
+    let values = crate::types::DeviceAddress::of(values_out);
+    let indices = crate::types::DeviceAddress::of(indices_out);
     if let Some(m) = &p.merge {
-        return merge_sort(stream, &p, m, x.ptr, values, indices);
+        return merge_sort(stream, &p, m, x.address(), values, indices);
     }
     let f = stream_function(stream, SORT, p.entry)?;
-    launch::sort_rows(stream, &f, x.ptr, values, indices, &p.layouts, &p.axis_strides, &p.rows)
+    launch::sort_rows(
+        stream,
+        &f,
+        x.address(),
+        values,
+        indices,
+        &p.layouts,
+        &p.axis_strides,
+        &p.rows,
+    )
 }
 
 #[cfg(test)]
@@ -558,9 +578,13 @@ mod tests {
             assert_eq!(m.scratch_bytes(), pairs * 3 * len as usize * 12);
             // Scratch pairs: keys first (8-byte aligned), then the i32 indices.
             let n = 3 * len as u64;
-            assert_eq!(m.pair(0x1000, 0), (0x1000, 0x1000 + 8 * n * pairs as u64));
+            let raw = |k| {
+                let (a, b) = m.pair(crate::types::DeviceAddress::of_allocation(0x1000), k);
+                (a.get(), b.get())
+            };
+            assert_eq!(raw(0), (0x1000, 0x1000 + 8 * n * pairs as u64));
             if pairs == 2 {
-                assert_eq!(m.pair(0x1000, 1), (0x1000 + 8 * n, 0x1000 + 8 * n * 2 + 4 * n));
+                assert_eq!(raw(1), (0x1000 + 8 * n, 0x1000 + 8 * n * 2 + 4 * n));
             }
         }
         for (d, e) in [

@@ -945,7 +945,7 @@ pub fn sdpa_backward(stream: &Arc<CudaStream>, a: &SdpaBackward<'_>, causal: boo
     let scratch = crate::ffi::memory::DeviceBuffer::alloc(stream, sum_bytes + acc_bytes, "attention backward scratch")?;
     if with_acc && crate::runtime::cudnn_version().unwrap_or(0) < 90600 {
         // Older cuDNN reads the accumulator before writing it.
-        crate::ffi::launch::memset_zero(stream, scratch.ptr() + sum_bytes as u64, acc_bytes)?;
+        crate::ffi::launch::memset_zero(stream, scratch.address().offset_bytes(sum_bytes as u64), acc_bytes)?;
     }
     let packed = |offset: usize, dims: &[i64]| {
         scratch.view_mut((offset / 4) as i64, dims, &row_major_strides(dims), DataType::F32)

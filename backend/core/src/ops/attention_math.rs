@@ -180,7 +180,17 @@ pub fn attention_math_forward(
     );
     matmul(stream, q, &k.transposed(2, 3), p)?;
     let f = stream_function(stream, ATTENTION, "attn_softmax_f32")?;
-    launch::softmax(stream, &f, p.ptr, lse.map_or(0, |l| l.ptr), rows, lk, lq, scale, causal)?;
+    launch::softmax(
+        stream,
+        &f,
+        p.address(),
+        lse.map_or(crate::types::DeviceAddress::NULL, |l| l.address()),
+        rows,
+        lk,
+        lq,
+        scale,
+        causal,
+    )?;
     matmul(stream, p.as_input(), v, o2.as_ref().unwrap_or(o))?;
     if let Some(o2) = &o2 {
         copy(stream, o2, o)?;
@@ -271,7 +281,7 @@ pub fn attention_math_backward(stream: &Arc<CudaStream>, a: &AttentionMathBackwa
     matmul(stream, &a.p.transposed(2, 3), d_o, dv)?;
     matmul(stream, d_o, &v.transposed(2, 3), a.ds)?;
     let f = stream_function(stream, ATTENTION, "attn_softmax_bwd_f32")?;
-    launch::softmax_backward(stream, &f, a.p.ptr, a.ds.ptr, rows, lk, scale)?;
+    launch::softmax_backward(stream, &f, a.p.address(), a.ds.address(), rows, lk, scale)?;
     matmul(stream, a.ds.as_input(), k, dq)?;
     matmul(stream, &a.ds.as_input().transposed(2, 3), q, dk)?;
     for (src, dst) in [(&dq2, a.dq), (&dk2, a.dk), (&dv2, a.dv)] {

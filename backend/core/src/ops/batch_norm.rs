@@ -18,6 +18,7 @@ use crate::graph::{may_overlap, DataType};
 use crate::kernels::batch_norm::{coef_at, partial_floats, scratch_bytes, Kernel, Ncs, Pass};
 use crate::kernels::{stream_function, BATCH_NORM};
 use crate::runtime::{with_workspace, Device};
+use crate::types::DeviceAddress;
 
 /// Hyper-parameters of a batch-norm training pass.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -207,7 +208,7 @@ fn like_x(op: &'static str, arg: &'static str, x: &TensorRef, t: &TensorRef, wri
         ));
     }
     Ok(BnOperand {
-        ptr: t.ptr,
+        ptr: t.address(),
         view: v.view,
     })
 }
@@ -297,8 +298,8 @@ fn sm_count(stream: &Arc<CudaStream>) -> Result<u32> {
     Ok(Device::new(stream.context().ordinal())?.info().sm_count)
 }
 
-fn ptr(t: Option<&TensorRef>) -> u64 {
-    t.map_or(0, |t| t.ptr)
+fn ptr(t: Option<&TensorRef>) -> DeviceAddress {
+    DeviceAddress::of(t)
 }
 
 /// Rejects batches with at most one value per channel (their variance is undefined), as
@@ -399,8 +400,8 @@ pub fn batch_norm_train_forward(
             rvar_in: ptr(run.map(|r| r.var)),
             rmean_out: ptr(run.map(|r| r.mean_out.as_input())),
             rvar_out: ptr(run.map(|r| r.var_out.as_input())),
-            save_mean: a.saved_mean.ptr,
-            save_invstd: a.saved_inv_std.ptr,
+            save_mean: a.saved_mean.address(),
+            save_invstd: a.saved_inv_std.address(),
             coef,
         };
         launch::finalize(stream, &finalize, &fin)?;
@@ -467,8 +468,8 @@ pub fn batch_norm_inference(
             ptr(a.scale),
             ptr(a.bias),
             pdt,
-            a.mean.ptr,
-            a.var.ptr,
+            a.mean.address(),
+            a.var.address(),
             coef,
         )?;
         match &pass {
@@ -536,7 +537,7 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
     with_workspace(stream, scratch_bytes(part_floats, 3 * c as usize), |ws| {
         let coef = coef_at(ws, part_floats);
         let sh = pass.shape();
-        let mean = a.saved_mean.ptr;
+        let mean = a.saved_mean.address();
         match &pass {
             Pass::ChannelsLast(v) => {
                 launch::grad_stats_vec(stream, &grad_stats, [xo.ptr, yo.ptr, dyo.ptr], v, mean, ws)?
@@ -551,7 +552,7 @@ pub fn batch_norm_backward(stream: &Arc<CudaStream>, a: &BatchNormBackward<'_>) 
             ws,
             ptr(a.scale),
             pdt,
-            [a.saved_mean.ptr, a.saved_inv_std.ptr],
+            [a.saved_mean.address(), a.saved_inv_std.address()],
             [
                 ptr(a.d_scale.map(TensorMut::as_input)),
                 ptr(a.d_bias.map(TensorMut::as_input)),

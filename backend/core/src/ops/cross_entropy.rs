@@ -178,7 +178,7 @@ fn problem(
     mean_over: CrossEntropyMean,
 ) -> XentProblem {
     XentProblem {
-        targets: targets.ptr(),
+        targets: targets.address(),
         t_stride,
         rows,
         k: classes,
@@ -223,17 +223,24 @@ pub fn cross_entropy_forward(stream: &Arc<CudaStream>, a: &CrossEntropyForward<'
         CROSS_ENTROPY,
         [variant.entry(Kernel::Forward, a.logits.dtype()), MEAN],
     )?;
-    let run = |loss: u64| -> Result<()> {
+    let run = |loss: crate::types::DeviceAddress| -> Result<()> {
         if rows > 0 {
-            launch::forward(stream, &fwd, variant.grid(), &p, a.logits.ptr(), [loss, a.lse.ptr()])?;
+            launch::forward(
+                stream,
+                &fwd,
+                variant.grid(),
+                &p,
+                a.logits.address(),
+                [loss, a.lse.address()],
+            )?;
         }
         match a.mean {
-            Some(m) => launch::mean(stream, &mean, &p, loss, m.ptr(), scalar_code(m.dtype())),
+            Some(m) => launch::mean(stream, &mean, &p, loss, m.address(), scalar_code(m.dtype())),
             None => Ok(()),
         }
     };
     match a.row_loss {
-        Some(l) => run(l.ptr()),
+        Some(l) => run(l.address()),
         None => with_workspace(stream, rows as usize * 4, run),
     }
 }
@@ -293,16 +300,16 @@ pub fn cross_entropy_backward(stream: &Arc<CudaStream>, a: &CrossEntropyBackward
     )?;
     let vec = vectors_line_up(a.logits.ptr(), dx.ptr());
     with_workspace(stream, 4, |ws| {
-        launch::scale(stream, &scale, &p, a.grad.ptr(), scalar_code(a.grad.dtype()), ws)?;
+        launch::scale(stream, &scale, &p, a.grad.address(), scalar_code(a.grad.dtype()), ws)?;
         launch::backward(
             stream,
             &bwd,
             variant.grid(),
             &p,
-            a.logits.ptr(),
-            [a.lse.ptr(), ws],
+            a.logits.address(),
+            [a.lse.address(), ws],
             vec,
-            dx.ptr(),
+            dx.address(),
         )
     })
 }

@@ -44,8 +44,8 @@ pub(crate) fn bias_act_in_place(
     let f = stream_function(stream, BIAS_ACT, name)?;
     let (activation, param) = act.kernel_code();
     let args = BiasActArgs {
-        y: y.ptr,
-        bias: bias.map_or(0, |b| b.ptr),
+        y: y.address(),
+        bias: bias.map_or(crate::types::DeviceAddress::NULL, |b| b.address()),
         n: y.numel(),
         channel_stride: y.strides[channel_axis].max(1),
         channels: y.dims[channel_axis].max(1),

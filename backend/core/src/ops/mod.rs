@@ -211,5 +211,5 @@ fn validated<'g>(op: &'static str, build: &dyn Fn() -> Graph) -> Result<Cow<'g, 
 /// Zero-fills an output whose op has an empty reduction (e.g. a batch of 0 in wgrad).
 fn zero_fill(stream: &Arc<CudaStream>, t: &TensorMut) -> Result<()> {
     let bytes = t.extent_elements() as usize * t.dtype.size();
-    crate::ffi::launch::memset_zero(stream, t.ptr, bytes)
+    crate::ffi::launch::memset_zero(stream, t.address(), bytes)
 }

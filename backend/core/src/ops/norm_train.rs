@@ -17,6 +17,7 @@ use crate::graph::{DataType, NormMode};
 use crate::kernels::check::check_packed_rows;
 use crate::kernels::{stream_function, NORM};
 use crate::runtime::with_workspace;
+use crate::types::DeviceAddress;
 
 /// Rows per chunk of the parameter-gradient partial sums.
 const CHUNK_ROWS: i64 = 256;
@@ -127,8 +128,8 @@ fn check_stats(op: &'static str, rows: i64, stats: &[(&'static str, Option<&Tens
     Ok(())
 }
 
-fn ptr(t: Option<&TensorRef>) -> u64 {
-    t.map_or(0, |t| t.ptr)
+fn ptr(t: Option<&TensorRef>) -> DeviceAddress {
+    DeviceAddress::of(t)
 }
 
 /// Layer or RMS norm forward for training over packed rows `x [rows, features]`:
@@ -187,8 +188,8 @@ pub fn norm_train_forward(
         stream,
         &f,
         &NormArgs {
-            x: x.ptr,
-            y_or_dy: y.ptr,
+            x: x.address(),
+            y_or_dy: y.address(),
             rows,
             n: features,
             gamma: ptr(scale),
@@ -197,7 +198,7 @@ pub fn norm_train_forward(
             eps: epsilon as f32,
             rms: rms as i32,
             mean: ptr(mean),
-            invstd: inv_std.ptr,
+            invstd: inv_std.address(),
             ..Default::default()
         },
     )
@@ -250,8 +251,8 @@ pub fn norm_backward(stream: &Arc<CudaStream>, mode: NormMode, a: &NormBackward<
         return Ok(());
     }
     let args = NormArgs {
-        x: a.x.ptr,
-        y_or_dy: a.dy.ptr,
+        x: a.x.address(),
+        y_or_dy: a.dy.address(),
         dx: ptr(a.dx.map(TensorMut::as_input)),
         rows,
         n: features,
@@ -259,7 +260,7 @@ pub fn norm_backward(stream: &Arc<CudaStream>, mode: NormMode, a: &NormBackward<
         pdt,
         rms: rms as i32,
         mean: ptr(a.mean),
-        invstd: a.inv_std.ptr,
+        invstd: a.inv_std.address(),
         ..Default::default()
     };
     if a.dx.is_some() && rows > 0 {

@@ -180,7 +180,7 @@ pub fn adam_step(stream: &Arc<CudaStream>, params: &[AdamParam<'_>], o: &AdamOpt
         amsgrad: o.amsgrad as i32,
         cautious: o.cautious as i32,
     };
-    let ptr = |t: Option<&TensorRef>| t.map_or(0, |t| t.ptr);
+    let ptr = crate::types::DeviceAddress::of;
     for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
         let group: Vec<&AdamParam<'_>> = params
             .iter()
@@ -201,14 +201,14 @@ pub fn adam_step(stream: &Arc<CudaStream>, params: &[AdamParam<'_>], o: &AdamOpt
                 let (a, e) = bias_correction(o, p.step);
                 let numel = p.param.numel();
                 b.t[i] = AdamTensor {
-                    p: p.param.ptr,
-                    g: p.grad.ptr,
+                    p: p.param.address(),
+                    g: p.grad.address(),
                     m: ptr(p.moment1),
                     v: ptr(p.moment2),
                     vmax: ptr(p.max_moment2),
-                    p_out: p.param_out.ptr,
-                    m_out: p.moment1_out.ptr,
-                    v_out: p.moment2_out.ptr,
+                    p_out: p.param_out.address(),
+                    m_out: p.moment1_out.address(),
+                    v_out: p.moment2_out.address(),
                     vmax_out: ptr(p.max_moment2_out.map(TensorMut::as_input)),
                     numel,
                     a,

@@ -319,7 +319,7 @@ fn execute_core<'g>(
         }
         let capture_on = if replay { capture_stream.as_ref() } else { None };
         match with_workspace(stream, plan.workspace, |ws| {
-            engine::execute(handle, plan, uids, ptrs, ws, stream, capture_on)
+            engine::execute(handle, plan, uids, ptrs, ws.get(), stream, capture_on)
         }) {
             // Deterministic mode keeps every graph on its engine: another engine rounds
             // differently, so the allocation failure is the caller's.
@@ -352,7 +352,7 @@ fn execute_core<'g>(
                 warn_engine_switch(&g, plan.workspace, &oom);
                 crate::ffi::counters::add(crate::ffi::counters::Count::EngineSwitches, 1);
                 with_workspace(stream, smaller_plan.workspace, |ws| {
-                    engine::execute(handle, &mut smaller_plan, uids, ptrs, ws, stream, None)
+                    engine::execute(handle, &mut smaller_plan, uids, ptrs, ws.get(), stream, None)
                 })?;
                 plans.insert(sig.clone(), smaller_plan);
                 Ok(())
@@ -796,10 +796,10 @@ fn autotune(
     let mut best: Option<(f32, BuiltPlan)> = None;
     for mut plan in plans {
         let timed = with_workspace(stream, plan.workspace, |ws| {
-            engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)?;
+            engine::execute(handle, &mut plan, uids, ptrs, ws.get(), stream, None)?;
             let start = stream.record_event(Some(CU_EVENT_DEFAULT))?;
             for _ in 0..RUNS {
-                engine::execute(handle, &mut plan, uids, ptrs, ws, stream, None)?;
+                engine::execute(handle, &mut plan, uids, ptrs, ws.get(), stream, None)?;
             }
             let end = stream.record_event(Some(CU_EVENT_DEFAULT))?;
             end.synchronize()?;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::error::{Error, Result};
+use crate::types::DeviceAddress;
 
 /// The buffer and its device address (read once, so calls never touch cudarc's event tracking).
 type Slot = Arc<Mutex<Option<(CudaSlice<u8>, u64)>>>;
@@ -120,14 +121,18 @@ fn orphaned(slot: &Slot) -> bool {
             .is_ok_and(|g| g.as_ref().is_none_or(|(b, _)| Arc::strong_count(b.stream()) == 1))
 }
 
-/// Runs `f` with a device pointer to at least `bytes` of scratch memory owned by `stream`
-/// (0 when `bytes` is 0). The buffer grows when needed (freed stream-ordered, so work
+/// Runs `f` with the address of at least `bytes` of scratch memory owned by `stream`
+/// ([`DeviceAddress::NULL`] when `bytes` is 0). The buffer grows when needed (freed stream-ordered, so work
 /// already queued on the stream keeps its old buffer); calls on one stream share it,
 /// which is safe because the stream orders their kernels. An allocation that fails is tried
 /// once more after the cached memory of the device is released.
-pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl FnOnce(u64) -> Result<R>) -> Result<R> {
+pub(crate) fn with_workspace<R>(
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+    f: impl FnOnce(DeviceAddress) -> Result<R>,
+) -> Result<R> {
     if bytes == 0 {
-        return f(0);
+        return f(DeviceAddress::NULL);
     }
     let slot = slot(stream);
     let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -144,7 +149,7 @@ pub(crate) fn with_workspace<R>(stream: &Arc<CudaStream>, bytes: usize, f: impl 
         *guard = Some(fresh);
     }
     let ptr = guard.as_ref().map_or(0, |(_, p)| *p);
-    f(ptr)
+    f(DeviceAddress::of_allocation(ptr))
 }
 
 /// Frees the workspaces of streams that no one else holds any more (threads that exited,

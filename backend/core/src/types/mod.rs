@@ -18,4 +18,5 @@ pub use layout::{
 };
 pub use op_kinds::{Activation, PoolMode};
 pub(crate) use tensor::check_part;
+pub(crate) use tensor::DeviceAddress;
 pub use tensor::{TensorMut, TensorRef};

@@ -48,6 +48,39 @@ struct Lender<'a> {
     borrow: PhantomData<&'a ()>,
 }
 
+/// The device address a kernel launcher passes for a pointer argument: the first element of a
+/// checked view ([`TensorRef::address`]) or an allocation the engine made (workspace, scratch).
+/// Launchers take these rather than bare integers, so an address reaches a kernel only from
+/// a view or an allocation; [`DeviceAddress::NULL`] stands for an absent optional operand.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct DeviceAddress(u64);
+
+impl DeviceAddress {
+    /// No operand (the kernels test optional pointers against 0).
+    pub(crate) const NULL: Self = Self(0);
+
+    /// The address of memory the engine allocated (a workspace, a scratch buffer).
+    pub(crate) fn of_allocation(ptr: u64) -> Self {
+        Self(ptr)
+    }
+
+    /// The address of an optional view's first element, or [`DeviceAddress::NULL`].
+    pub(crate) fn of(t: Option<&TensorRef>) -> Self {
+        t.map_or(Self::NULL, TensorRef::address)
+    }
+
+    /// The address `bytes` further into the same allocation.
+    pub(crate) fn offset_bytes(self, bytes: u64) -> Self {
+        Self(self.0 + bytes)
+    }
+
+    /// The raw value (for the driver's own calls, e.g. a memset).
+    pub(crate) fn get(self) -> u64 {
+        self.0
+    }
+}
+
 /// A strided tensor in device memory that ops write (and may read: in-place updates pass
 /// the same `TensorMut` as input and output). Dereferences to its [`TensorRef`].
 pub struct TensorMut<'a>(TensorRef<'a>);
@@ -229,6 +262,11 @@ impl<'a> TensorRef<'a> {
     /// Element type.
     pub fn dtype(&self) -> DataType {
         self.dtype
+    }
+
+    /// The address of element `(0, …, 0)` as a launcher argument.
+    pub(crate) fn address(&self) -> DeviceAddress {
+        DeviceAddress(self.ptr)
     }
 
     /// Device address of element `(0, …, 0)`.
