@@ -2,7 +2,7 @@
 //! activation in its epilogue.
 //!
 //! Burn's conv2d op carries its bias, which `Cudnn` already adds in the convolution's graph;
-//! the relu after it is recorded as its composed operations ([`super::act_tail`]). Where the
+//! the relu after it is recorded as its composed operations ([`super::engine::act_tail`]). Where the
 //! convolution's output is dropped after the relu (inference: under `Autodiff` Burn keeps it
 //! for the backward pass), [`ConvActFuser`] takes the run and [`ConvActOptimization`]
 //! computes it as one conv → bias → relu graph; a run recorded with other scalars runs its
@@ -14,9 +14,9 @@ use burn_backend::ops::ConvOptions;
 use burn_fusion::stream::Context;
 use burn_ir::{Conv2dOpIr, ModuleOperationIr, OperationIr, TensorId};
 
-use super::act_tail::{scalars_match, Tail, TailScalars};
-use super::run::{global_ir, is_float, last_use, take_inputs};
-use super::staged::{self, StagedFuser};
+use super::engine::act_tail::{scalars_match, Tail, TailScalars};
+use super::engine::run::{global_ir, is_float, last_use, take_inputs};
+use super::engine::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use super::CudnnOptimization;
 use crate::burn::layers::conv_bias_act;
@@ -131,7 +131,7 @@ mod tests {
     use burn_ir::{Conv2dOptionsIr, TensorIr, TensorStatus};
 
     use super::*;
-    use crate::burn::fusion::act_tail::tests::{gelu, relu};
+    use crate::burn::fusion::engine::act_tail::tests::{gelu, relu};
     use TensorStatus::{NotInit, ReadOnly};
 
     fn t(id: u64, dims: &[usize], status: TensorStatus) -> TensorIr {

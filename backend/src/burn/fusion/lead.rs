@@ -153,9 +153,9 @@ mod tests {
         ScalarOpIr, SliceOpIr, TensorStatus, UnaryOpIr,
     };
 
-    use super::super::fuser::ElementwiseFuser;
     use super::super::test_ir::t;
     use super::*;
+    use crate::burn::fusion::elementwise::ElementwiseFuser;
 
     const F: DType = DType::F32;
 

@@ -10,7 +10,7 @@
 //! what no fuser takes runs through [`Cudnn`] exactly as without fusion (convolutions,
 //! matmuls, pooling and norms stay cuDNN graphs). The fusers:
 //!
-//! - **elementwise** (`fuser.rs`): a run of float and bool elementwise operations of one output
+//! - **elementwise** (`elementwise/`): a run of float and bool elementwise operations of one output
 //!   shape (activations as Burn composes them, residual adds, scaling, masks, casts, the
 //!   per-parameter arithmetic of Burn's optimizers, the elementwise parts of backward passes)
 //!   becomes one generated kernel ([`crate::ops::fused`]), compiled once per distinct
@@ -22,23 +22,23 @@
 //!   kernel that fails to build falls back to the operations one by one, with a one-time
 //!   warning.
 //!
-//! - **linear weight gradient** (`linear.rs`): Burn's composed `linear_weight_backward` (a
+//! - **linear weight gradient** (`linear/weight_grad.rs`): Burn's composed `linear_weight_backward` (a
 //!   batched matmul of the swapped input with the gradient, then a sum over the batch) runs
 //!   as one GEMM over the folded batch.
 //!
-//! - **linear forward** (`bias.rs`): Burn's composed `Linear` forward (the weight reshaped, a
+//! - **linear forward** (`linear/bias.rs`): Burn's composed `Linear` forward (the weight reshaped, a
 //!   matmul, the bias reshaped, an add) runs as one cuDNN matmul graph adding the bias in its
 //!   epilogue; Burn's relu or gelu after it joins the epilogue where the pre-activation is
-//!   not kept (`act_tail.rs`: inference; `Autodiff` keeps it for the backward pass).
+//!   not kept (`engine/act_tail.rs`: inference; `Autodiff` keeps it for the backward pass).
 //!
 //! - **convolution + relu** (`conv_act.rs`): a biased conv2d and Burn's relu after it run as
 //!   one conv → bias → relu graph where the convolution's output is not kept (inference).
 //!
-//! - **linear bias gradient** (`leading_sum.rs`): Burn's composed `linear_bias_backward` (a
+//! - **linear bias gradient** (`reduce/leading_sum.rs`): Burn's composed `linear_bias_backward` (a
 //!   sum over each leading dim in turn, then a reshape to `[N]`), or any such chain of sums
 //!   over dims `0, 1, ..`, runs as one reduction over the folded leading dims.
 //!
-//! - **reduction** (`reduce.rs`): an elementwise run ending in sums or means over some dims
+//! - **reduction** (`reduce/`): an elementwise run ending in sums or means over some dims
 //!   of one of its values (burn-autodiff's broadcast gradients, Burn's batch-norm statistics
 //!   through their channel view) becomes one generated kernel
 //!   ([`crate::ops::fused_reduce`]): the value summed and the channel view's copy are
@@ -55,24 +55,17 @@
 //! one queue entry each, running the [`Cudnn`] kernels when the queue executes.
 //!
 //! A background thread per device flushes burn-fusion's operation channel when launches stall
-//! (`flusher.rs`; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
+//! (`engine/flusher.rs`; `CUDNN_BACKEND_FUSION_FLUSH_US`). `CUDNN_BACKEND_FUSION=0` turns the fusers off (every operation then runs unfused through
 //! the lazy queue, for comparisons).
 
-mod act_tail;
-mod bias;
 mod conv_act;
 pub(crate) mod custom;
 mod elementwise;
-mod flusher;
-mod fuser;
-mod launch_cache;
+mod engine;
 mod lead;
-mod leading_sum;
 mod linear;
 mod quantize;
 mod reduce;
-mod run;
-mod staged;
 
 /// IR builders shared by the fusers' tests.
 #[cfg(test)]
@@ -135,17 +128,17 @@ impl FusionRuntime for CudnnFusionRuntime {
     type FusionDevice = CudnnDevice;
 
     fn fusers(device: CudnnDevice) -> Vec<Box<dyn OperationFuser<CudnnOptimization>>> {
-        flusher::ensure_started(&device);
+        engine::flusher::ensure_started(&device);
         if fusers_enabled() {
             vec![
-                Box::new(fuser::ElementwiseFuser::on(device)),
+                Box::new(elementwise::ElementwiseFuser::on(device)),
                 Box::new(linear::LinearGradFuser::default()),
-                Box::new(bias::MatmulBiasFuser::default()),
+                Box::new(linear::MatmulBiasFuser::default()),
                 Box::new(conv_act::ConvActFuser::default()),
-                Box::new(leading_sum::LeadingSumFuser::default()),
+                Box::new(reduce::LeadingSumFuser::default()),
                 Box::new(quantize::QuantizeDynamicFuser::default()),
                 Box::new(reduce::ReduceFuser::default()),
-                Box::new(lead::LeadFuser::new(fuser::ElementwiseFuser::on(device))),
+                Box::new(lead::LeadFuser::new(elementwise::ElementwiseFuser::on(device))),
                 Box::new(lead::LeadFuser::new(reduce::ReduceFuser::default())),
             ]
         } else {
@@ -223,11 +216,11 @@ pub enum CudnnOptimization {
     LinearGrad(linear::LinearGradOptimization),
     /// Burn's composed linear forward (matmul, then the bias add, then relu or gelu where the
     /// sum is dropped) as one matmul graph.
-    MatmulBias(bias::MatmulBiasOptimization),
+    MatmulBias(linear::MatmulBiasOptimization),
     /// A biased conv2d and Burn's relu after it (its output dropped) as one graph.
     ConvAct(conv_act::ConvActOptimization),
     /// Burn's chain of sums over the leading dims (the linear bias gradient) as one reduction.
-    LeadingSum(leading_sum::LeadingSumOptimization),
+    LeadingSum(reduce::LeadingSumOptimization),
     /// Burn's composed dynamic quantization as `Cudnn`'s (scales in f32).
     QuantizeDynamic(quantize::QuantizeDynamicOptimization),
     /// An elementwise run ending in sums or means over some dims, as one generated kernel.
@@ -351,7 +344,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
     fn from_state(device: &CudnnDevice, state: CudnnOptimizationState) -> Self {
         match state {
             CudnnOptimizationState::Elementwise(ops) => {
-                match fuser::ElementwiseFuser::from_operations(&ops, Some(*device)) {
+                match elementwise::ElementwiseFuser::from_operations(&ops, Some(*device)) {
                     Some(e) => CudnnOptimization::Elementwise(e),
                     None => panic!("cudnn-backend: a saved fusion state does not describe an elementwise run"),
                 }
@@ -360,7 +353,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                 Some(l) => CudnnOptimization::LinearGrad(l),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear weight gradient"),
             },
-            CudnnOptimizationState::MatmulBias(ops) => match bias::MatmulBiasFuser::matched(&ops) {
+            CudnnOptimizationState::MatmulBias(ops) => match linear::MatmulBiasFuser::matched(&ops) {
                 Some(m) => CudnnOptimization::MatmulBias(m),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a linear forward with a bias"),
             },
@@ -370,7 +363,7 @@ impl Optimization<CudnnFusionRuntime> for CudnnOptimization {
                     panic!("cudnn-backend: a saved fusion state does not describe a convolution and its relu")
                 }
             },
-            CudnnOptimizationState::LeadingSum(ops) => match leading_sum::LeadingSumFuser::from_operations(&ops) {
+            CudnnOptimizationState::LeadingSum(ops) => match reduce::LeadingSumFuser::from_operations(&ops) {
                 Some(s) => CudnnOptimization::LeadingSum(s),
                 None => panic!("cudnn-backend: a saved fusion state does not describe a sum over leading dims"),
             },

@@ -17,8 +17,8 @@ use burn_backend::quantization::{QuantLevel, QuantScheme};
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr};
 
-use super::run::{global_ir, handle_tensor, is_float, last_use, scalar_f64};
-use super::staged::{self, StagedFuser};
+use super::engine::run::{global_ir, handle_tensor, is_float, last_use, scalar_f64};
+use super::engine::staged::{self, StagedFuser};
 use super::CudnnFusionHandle;
 use super::CudnnOptimization;
 use crate::burn::ops::qtensor::{quantize_dynamic_impl, supports_scheme};

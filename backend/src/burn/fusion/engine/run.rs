@@ -7,7 +7,7 @@ use burn_fusion::stream::{Context, ScalarId};
 use burn_ir::{ScalarIr, TensorId, TensorIr, TensorStatus};
 use smallvec::SmallVec;
 
-use super::CudnnFusionHandle;
+use crate::burn::fusion::CudnnFusionHandle;
 use crate::burn::tensor::CudnnTensor;
 use crate::burn::{layout, Cudnn};
 use crate::error::Result;

@@ -11,10 +11,10 @@
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::run::{global_ir, is_float, last_use, take_inputs};
-use super::staged::{self, StagedFuser};
-use super::CudnnFusionHandle;
-use super::CudnnOptimization;
+use crate::burn::fusion::engine::run::{global_ir, is_float, last_use, take_inputs};
+use crate::burn::fusion::engine::staged::{self, StagedFuser};
+use crate::burn::fusion::CudnnFusionHandle;
+use crate::burn::fusion::CudnnOptimization;
 use crate::burn::layers::linear_weight_backward;
 use crate::burn::Cudnn;
 use crate::error::Result;

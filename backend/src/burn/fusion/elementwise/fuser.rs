@@ -23,9 +23,9 @@ use burn_ir::{
     TensorStatus,
 };
 
-use super::elementwise::ElementwiseOptimization;
-use super::run::{last_use, Axes, FusedInput, FusedScalar, FusedView};
-use super::CudnnOptimization;
+use crate::burn::fusion::elementwise::optimization::ElementwiseOptimization;
+use crate::burn::fusion::engine::run::{last_use, Axes, FusedInput, FusedScalar, FusedView};
+use crate::burn::fusion::CudnnOptimization;
 use crate::burn::CudnnDevice;
 use crate::graph::DataType;
 use crate::ops::elementwise::{BinaryOp, CompareOp, UnaryOp};
@@ -114,7 +114,7 @@ fn constant(out: &TensorIr, value: f64) -> Desc<'_> {
 }
 
 /// Whether dim `axis` of `t` has size 1 (relative dim id 0).
-pub(super) fn size_one(t: &TensorIr, axis: usize) -> bool {
+pub(crate) fn size_one(t: &TensorIr, axis: usize) -> bool {
     t.shape.get(axis) == Some(&0)
 }
 
@@ -160,7 +160,7 @@ fn permutation(op: &OperationIr) -> Option<(&TensorIr, &TensorIr, Axes)> {
 }
 
 /// Relative dims of the value `op` makes, when it is an elementwise operation the fuser takes.
-pub(super) fn output_shape(op: &OperationIr) -> Option<Vec<usize>> {
+pub(crate) fn output_shape(op: &OperationIr) -> Option<Vec<usize>> {
     describe(op).map(|d| d.out.shape.iter().copied().collect())
 }
 
@@ -441,7 +441,7 @@ impl ElementwiseFuser {
 
     /// A fuser whose runs never become flat and whose mixed runs take only operands of the
     /// run's rank (for a prologue that a reduction reads with broadcast strides).
-    pub(super) fn without_flat_runs() -> Self {
+    pub(crate) fn without_flat_runs() -> Self {
         Self {
             allow_flat: false,
             ..Self::default()
@@ -498,7 +498,7 @@ impl ElementwiseFuser {
     }
 
     /// Adds `op` if it fits; false (and no change) otherwise.
-    pub(super) fn try_add(&mut self, op: &OperationIr) -> bool {
+    pub(crate) fn try_add(&mut self, op: &OperationIr) -> bool {
         if let Some((source, out)) = same_elements(op) {
             if !self.registers.contains_key(&source.id) {
                 return self.try_view(source, out, None);
@@ -719,7 +719,7 @@ impl ElementwiseFuser {
     }
 
     /// The program value of tensor `t`, registering a new input or a last use.
-    pub(super) fn operand(&mut self, t: &TensorIr) -> Value {
+    pub(crate) fn operand(&mut self, t: &TensorIr) -> Value {
         let last_use = t.status == TensorStatus::ReadWrite;
         if let Some(&(r, _)) = self.registers.get(&t.id) {
             if last_use {
@@ -744,23 +744,23 @@ impl ElementwiseFuser {
     }
 
     /// Whether tensor `id` is made by the run or already one of its inputs.
-    pub(super) fn knows(&self, id: TensorId) -> bool {
+    pub(crate) fn knows(&self, id: TensorId) -> bool {
         self.registers.contains_key(&id) || self.inputs.iter().any(|i| i.id == id)
     }
 
     /// Whether the program reads at least one tensor (the reduction fuser's runs launch on
     /// the device of a tensor they read).
-    pub(super) fn has_inputs(&self) -> bool {
+    pub(crate) fn has_inputs(&self) -> bool {
         !self.inputs.is_empty()
     }
 
     /// Whether one more input fits the program.
-    pub(super) fn has_input_room(&self) -> bool {
+    pub(crate) fn has_input_room(&self) -> bool {
         self.inputs.len() < MAX_INPUTS
     }
 
     /// How many operations the program has.
-    pub(super) fn operation_count(&self) -> usize {
+    pub(crate) fn operation_count(&self) -> usize {
         self.ops.len()
     }
 
@@ -768,7 +768,7 @@ impl ElementwiseFuser {
     /// whose operands and value broadcast to `full`, and not a view of a tensor made before
     /// the run (the reduction's result, which such an operation may read, exists only once
     /// the run has executed).
-    pub(super) fn fits_epilogue(&self, op: &OperationIr, full: &[usize]) -> bool {
+    pub(crate) fn fits_epilogue(&self, op: &OperationIr, full: &[usize]) -> bool {
         if let Some((source, _)) = same_elements(op) {
             if !self.registers.contains_key(&source.id) {
                 return false;
@@ -784,7 +784,7 @@ impl ElementwiseFuser {
 
     /// The mixed run's small shape (relative dims, the run's rank) when a value of it would
     /// be stored (read after the run).
-    pub(super) fn stored_small_shape(&self) -> Option<&[usize]> {
+    pub(crate) fn stored_small_shape(&self) -> Option<&[usize]> {
         let mixed = self.mixed.as_ref()?;
         self.made
             .iter()
@@ -793,13 +793,13 @@ impl ElementwiseFuser {
     }
 
     /// Relative dims of the run's values (`None` before the first operation).
-    pub(super) fn run_shape(&self) -> Option<&[usize]> {
+    pub(crate) fn run_shape(&self) -> Option<&[usize]> {
         self.shape.as_deref()
     }
 
     /// A drop of tensor `t` inside the run: a value or view of the run is then not stored, a
     /// tensor made outside has its handle released when the run executes.
-    pub(super) fn drop_tensor(&mut self, t: &TensorIr) {
+    pub(crate) fn drop_tensor(&mut self, t: &TensorIr) {
         if self.is_view(t.id) {
             self.consumed_views.insert(t.id);
         } else if self.registers.contains_key(&t.id) {
@@ -809,7 +809,7 @@ impl ElementwiseFuser {
         }
     }
 
-    pub(super) fn build(&self) -> ElementwiseOptimization {
+    pub(crate) fn build(&self) -> ElementwiseOptimization {
         let outputs: Vec<(TensorId, u16, DType)> = self
             .made
             .iter()

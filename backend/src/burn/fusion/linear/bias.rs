@@ -13,18 +13,18 @@
 //!
 //! Burn's relu or gelu right after the add, with the sum dropped after it (inference: under
 //! `Autodiff` the sum is kept for the backward pass), joins the run as the graph's activation
-//! epilogue ([`super::act_tail`]); small products, f64 and other scalars run such a run's
+//! epilogue ([`crate::burn::fusion::engine::act_tail`]); small products, f64 and other scalars run such a run's
 //! operations one by one.
 
 use burn_backend::DType;
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::act_tail::{scalars_match, Tail, TailScalars};
-use super::run::{global_ir, is_float, last_use, take_inputs};
-use super::staged::{self, StagedFuser};
-use super::CudnnFusionHandle;
-use super::CudnnOptimization;
+use crate::burn::fusion::engine::act_tail::{scalars_match, Tail, TailScalars};
+use crate::burn::fusion::engine::run::{global_ir, is_float, last_use, take_inputs};
+use crate::burn::fusion::engine::staged::{self, StagedFuser};
+use crate::burn::fusion::CudnnFusionHandle;
+use crate::burn::fusion::CudnnOptimization;
 use crate::burn::layers::linear_act;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::{exec, math, Cudnn};
@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_relu_or_gelu_after_it_joins_the_epilogue() {
-        use crate::burn::fusion::act_tail::tests::{gelu, relu};
+        use crate::burn::fusion::engine::act_tail::tests::{gelu, relu};
         for (tail, act, out) in [
             (relu(7, &[1, 2, 4], 8, true), Activation::Relu, 9),
             (gelu(7, &[1, 2, 4], 8), Activation::Gelu, 12),

@@ -15,8 +15,8 @@
 use burn_fusion::stream::Context;
 use burn_ir::{BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId, TensorIr};
 
-use super::run::{last_use, scalar_f64};
-use super::CudnnFusionHandle;
+use crate::burn::fusion::engine::run::{last_use, scalar_f64};
+use crate::burn::fusion::CudnnFusionHandle;
 use crate::types::Activation;
 
 /// The scalars a matched tail was recorded with and the values Burn's composition uses.

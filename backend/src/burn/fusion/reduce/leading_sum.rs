@@ -22,9 +22,9 @@ use burn_fusion::stream::Context;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr};
 
-use super::run::{global_ir, handle_tensor, is_float, last_use, status_of};
-use super::CudnnFusionHandle;
-use super::CudnnOptimization;
+use crate::burn::fusion::engine::run::{global_ir, handle_tensor, is_float, last_use, status_of};
+use crate::burn::fusion::CudnnFusionHandle;
+use crate::burn::fusion::CudnnOptimization;
 use crate::burn::math::{self, ReduceOp};
 use crate::burn::tensor::to_dims;
 use crate::burn::{Cudnn, CudnnTensor};

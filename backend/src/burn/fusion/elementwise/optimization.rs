@@ -8,12 +8,12 @@ use burn_ir::{OperationIr, TensorId};
 use cudarc::driver::CudaFunction;
 use smallvec::SmallVec;
 
-use super::launch_cache::LaunchCache;
-use super::run::{
+use crate::burn::fusion::engine::launch_cache::LaunchCache;
+use crate::burn::fusion::engine::run::{
     channels_last_walk, global_ir, inverse, permuted, release_consumed, run_inputs, scalar_value, warn_unbuildable,
     FusedInput, FusedScalar, FusedView,
 };
-use super::CudnnFusionHandle;
+use crate::burn::fusion::CudnnFusionHandle;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::{exec, Cudnn, CudnnDevice};
 use crate::error::Result;
@@ -66,7 +66,7 @@ impl ElementwiseOptimization {
 
     /// Runs the program; false (nothing consumed) when its kernel is still being built or
     /// cannot be built, so the caller runs the operations one by one instead.
-    pub(super) fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
+    pub(crate) fn execute(&mut self, context: &mut Context<CudnnFusionHandle>) -> Result<bool> {
         const OP: &str = "fused elementwise";
         if self.unbuildable {
             return Ok(false);

@@ -38,14 +38,14 @@ use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, TensorId, Tensor
 use cudarc::driver::CudaFunction;
 use smallvec::SmallVec;
 
-use super::fuser::{output_shape, size_one, ElementwiseFuser};
-use super::launch_cache::LaunchCache;
-use super::run::{
+use crate::burn::fusion::elementwise::fuser::{output_shape, size_one, ElementwiseFuser};
+use crate::burn::fusion::engine::launch_cache::LaunchCache;
+use crate::burn::fusion::engine::run::{
     global_ir, inverse, is_float, last_use, memory_walk, permuted, release_consumed, run_inputs, scalar_value,
     status_of, warn_unbuildable, FusedInput, FusedScalar, FusedView,
 };
-use super::CudnnFusionHandle;
-use super::CudnnOptimization;
+use crate::burn::fusion::CudnnFusionHandle;
+use crate::burn::fusion::CudnnOptimization;
 use crate::burn::tensor::{to_dims, CudnnTensor};
 use crate::burn::Cudnn;
 use crate::error::Result;

@@ -7,8 +7,8 @@
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
 
-use super::run::status_of;
-use super::CudnnOptimization;
+use crate::burn::fusion::engine::run::status_of;
+use crate::burn::fusion::CudnnOptimization;
 
 /// Where a fixed-sequence match stands.
 pub(crate) trait Stage: Clone + Default + std::fmt::Debug + Send + Sync + 'static {

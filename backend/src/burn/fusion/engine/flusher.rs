@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use burn_fusion::client::GlobalFusionClient;
 
-use super::CudnnFusionRuntime;
+use crate::burn::fusion::CudnnFusionRuntime;
 use crate::burn::CudnnDevice;
 use crate::runtime;
 
@@ -37,7 +37,7 @@ fn quiet_time() -> Option<Duration> {
 /// Starts the flusher of `device` once (later calls do nothing). Called from the fusion
 /// server's thread while it creates a stream, so the flusher's own client is made on the
 /// new thread: creating it here could wait on the server's own initialisation.
-pub(super) fn ensure_started(device: &CudnnDevice) {
+pub(crate) fn ensure_started(device: &CudnnDevice) {
     let Some(quiet) = quiet_time() else { return };
     let Some(slot) = crate::burn::state().flushers.get(device.index as usize) else {
         return;
