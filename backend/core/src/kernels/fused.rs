@@ -28,6 +28,7 @@ use crate::ffi::launch_fused::{self as launch, FusedArgs};
 use crate::graph::{may_overlap, DataType};
 use crate::kernels::check::{check_layout, check_tensor};
 use crate::kernels::elementwise::{BinaryOp, CompareOp, UnaryOp};
+use crate::kernels::emit::{Expr, Let, Ty};
 use crate::kernels::layout::{broadcast_strides, coalesce, kernel_layout};
 use crate::kernels::{stream_function, KernelSource};
 use crate::types::{row_major_strides, DeviceAddress, Shape, TensorMut, TensorRef};
@@ -49,13 +50,18 @@ pub enum Value {
 }
 
 impl Value {
-    /// The value's name in the generated source: `xK` (input), `rK` (register), `a.s[K]`.
-    pub(crate) fn expr(self) -> String {
-        match self {
+    /// The value in the generated source: `xK` (input), `rK` (register), `a.s[K]` (scalar).
+    pub(crate) fn to_expr(self) -> Expr {
+        Expr::var(match self {
             Value::Input(k) => format!("x{k}"),
             Value::Reg(r) => format!("r{r}"),
             Value::Scalar(k) => format!("a.s[{k}]"),
-        }
+        })
+    }
+
+    /// [`Value::to_expr`] as text.
+    pub(crate) fn expr(self) -> String {
+        self.to_expr().to_string()
     }
 }
 
@@ -100,6 +106,34 @@ impl FusedOp {
             self,
             FusedOp::Compare(..) | FusedOp::Not(_) | FusedOp::And(..) | FusedOp::Or(..)
         )
+    }
+
+    /// What the operation computes, as an expression of its operands.
+    pub(crate) fn value(&self) -> Expr {
+        let v = |x: Value| x.to_expr();
+        let math = |name, code, x, lo, hi| Expr::Call(name, vec![Expr::Int(code), x, lo, hi]);
+        match *self {
+            FusedOp::Unary(code, x) => math("unary_math_f32", code, v(x), Expr::Float("0.0f"), Expr::Float("0.0f")),
+            FusedOp::Binary(b, x, y) => Expr::Call("binary_math_f32", vec![Expr::Int(b.code()), v(x), v(y)]),
+            FusedOp::Compare(c, x, y) => {
+                let sym = match c {
+                    CompareOp::Eq => "==",
+                    CompareOp::Ne => "!=",
+                    CompareOp::Lt => "<",
+                    CompareOp::Le => "<=",
+                    CompareOp::Gt => ">",
+                    CompareOp::Ge => ">=",
+                };
+                v(x).infix(sym, v(y))
+            }
+            FusedOp::Select(c, x, y) => Expr::select(v(c), v(x), v(y)),
+            FusedOp::Clamp(x, lo, hi) => math("unary_math_f32", 26, v(x), v(lo), v(hi)),
+            FusedOp::Round(x, d) => Expr::round(v(x), d),
+            FusedOp::FromBool(x) => Expr::select(v(x), Expr::Float("1.0f"), Expr::Float("0.0f")),
+            FusedOp::Not(x) => Expr::Not(Box::new(v(x))),
+            FusedOp::And(x, y) => v(x).infix("&&", v(y)),
+            FusedOp::Or(x, y) => v(x).infix("||", v(y)),
+        }
     }
 
     /// The values the operation reads.
@@ -240,34 +274,13 @@ impl Program {
 
     /// [`Program::emit_operations`] for the first `n` operations only.
     pub(crate) fn emit_operations_upto(&self, s: &mut String, indent: &str, n: usize) {
-        let v = Value::expr;
         for (i, op) in self.ops.iter().enumerate().take(n) {
-            let ty = if op.gives_bool() { "bool" } else { "float" };
-            let expr = match *op {
-                FusedOp::Unary(code, x) => format!("unary_math_f32({code}, {}, 0.0f, 0.0f)", v(x)),
-                FusedOp::Binary(b, x, y) => format!("binary_math_f32({}, {}, {})", b.code(), v(x), v(y)),
-                FusedOp::Compare(c, x, y) => {
-                    let sym = match c {
-                        CompareOp::Eq => "==",
-                        CompareOp::Ne => "!=",
-                        CompareOp::Lt => "<",
-                        CompareOp::Le => "<=",
-                        CompareOp::Gt => ">",
-                        CompareOp::Ge => ">=",
-                    };
-                    format!("({} {sym} {})", v(x), v(y))
-                }
-                FusedOp::Select(c, x, y) => format!("({} ? {} : {})", v(c), v(x), v(y)),
-                FusedOp::Clamp(x, lo, hi) => format!("unary_math_f32(26, {}, {}, {})", v(x), v(lo), v(hi)),
-                FusedOp::Round(x, DataType::F16) => format!("f16_to_f32(f32_to_f16({}))", v(x)),
-                FusedOp::Round(x, DataType::BF16) => format!("bf16_to_f32(f32_to_bf16({}))", v(x)),
-                FusedOp::Round(x, _) => v(x),
-                FusedOp::FromBool(x) => format!("({} ? 1.0f : 0.0f)", v(x)),
-                FusedOp::Not(x) => format!("(!{})", v(x)),
-                FusedOp::And(x, y) => format!("({} && {})", v(x), v(y)),
-                FusedOp::Or(x, y) => format!("({} || {})", v(x), v(y)),
+            let value = Let {
+                ty: if op.gives_bool() { Ty::Bool } else { Ty::Float },
+                name: format!("r{i}"),
+                value: op.value(),
             };
-            let _ = writeln!(s, "{indent}const {ty} r{i} = {expr};");
+            let _ = writeln!(s, "{indent}{value}");
         }
     }
 
@@ -295,8 +308,12 @@ impl Program {
     /// `raw(K)`, each line prefixed by `indent`.
     pub(crate) fn emit_input_values(&self, s: &mut String, indent: &str, raw: impl Fn(usize) -> String) {
         for (k, d) in self.inputs.iter().enumerate() {
-            let ty = if *d == DataType::Bool { "bool" } else { "float" };
-            let _ = writeln!(s, "{indent}const {ty} x{k} = {};", load_expr(&raw(k), *d));
+            let value = Let {
+                ty: if *d == DataType::Bool { Ty::Bool } else { Ty::Float },
+                name: format!("x{k}"),
+                value: Expr::load(Expr::var(raw(k)), *d),
+            };
+            let _ = writeln!(s, "{indent}{value}");
         }
     }
 
@@ -440,24 +457,10 @@ impl Program {
     }
 }
 
-/// The f32 (or bool) value of the storage element `raw` of dtype `d`.
-fn load_expr(raw: &str, d: DataType) -> String {
-    match d {
-        DataType::F32 => raw.to_string(),
-        DataType::F16 => format!("f16_to_f32({raw})"),
-        DataType::BF16 => format!("bf16_to_f32({raw})"),
-        _ => format!("({raw} != 0)"),
-    }
-}
-
-/// The storage element of dtype `d` for the f32 (or bool) value `value`.
+/// The storage element of dtype `d` for the f32 (or bool) value `value` (an expression's
+/// text), as text.
 pub(crate) fn store_expr(value: &str, d: DataType) -> String {
-    match d {
-        DataType::F32 => value.to_string(),
-        DataType::F16 => format!("f32_to_f16({value})"),
-        DataType::BF16 => format!("f32_to_bf16({value})"),
-        _ => format!("(u8)({value} ? 1 : 0)"),
-    }
+    Expr::store(Expr::var(value), d).to_string()
 }
 
 /// The CUDA type an operand of storage dtype `d` is read and written as.
@@ -1133,6 +1136,74 @@ pub(crate) fn scaled_fill_program() -> Program {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every operation kind, every operand kind and every storage dtype, as the kernel
+    /// source spells them: the generated text the fused kernels are compiled from.
+    #[test]
+    fn operations_loads_and_stores_are_spelled_exactly() {
+        let (x0, x1, x2) = (Value::Input(0), Value::Input(1), Value::Input(2));
+        let p = Program {
+            inputs: vec![DataType::F32, DataType::F16, DataType::Bool, DataType::BF16],
+            scalars: 2,
+            ops: vec![
+                FusedOp::unary(UnaryOp::Exp, x0).unwrap(),
+                FusedOp::Binary(BinaryOp::Mul, Value::Reg(0), Value::Scalar(1)),
+                FusedOp::Compare(CompareOp::Gt, x1, Value::Scalar(0)),
+                FusedOp::Select(x2, Value::Reg(1), Value::Input(3)),
+                FusedOp::Clamp(Value::Reg(3), Value::Scalar(0), Value::Scalar(1)),
+                FusedOp::Round(Value::Reg(4), DataType::F16),
+                FusedOp::Round(Value::Reg(5), DataType::BF16),
+                FusedOp::Round(Value::Reg(6), DataType::F32),
+                FusedOp::FromBool(Value::Reg(2)),
+                FusedOp::Not(x2),
+                FusedOp::And(Value::Reg(2), Value::Reg(9)),
+                FusedOp::Or(Value::Reg(10), x2),
+                FusedOp::Compare(CompareOp::Eq, Value::Reg(7), Value::Reg(8)),
+            ],
+            outputs: vec![
+                (7, DataType::F32),
+                (6, DataType::F16),
+                (5, DataType::BF16),
+                (11, DataType::Bool),
+            ],
+            small_outputs: 0,
+        };
+        p.validate().unwrap();
+        let mut ops = String::new();
+        p.emit_operations(&mut ops, "  ");
+        let exp = UnaryOp::Exp.code();
+        let mul = BinaryOp::Mul.code();
+        let want = format!(
+            "  const float r0 = unary_math_f32({exp}, x0, 0.0f, 0.0f);
+  const float r1 = binary_math_f32({mul}, r0, a.s[1]);
+  const bool r2 = (x1 > a.s[0]);
+  const float r3 = (x2 ? r1 : x3);
+  const float r4 = unary_math_f32(26, r3, a.s[0], a.s[1]);
+  const float r5 = f16_to_f32(f32_to_f16(r4));
+  const float r6 = bf16_to_f32(f32_to_bf16(r5));
+  const float r7 = r6;
+  const float r8 = (r2 ? 1.0f : 0.0f);
+  const bool r9 = (!x2);
+  const bool r10 = (r2 && r9);
+  const bool r11 = (r10 || x2);
+  const bool r12 = (r7 == r8);
+"
+        );
+        assert_eq!(ops, want);
+        let mut loads = String::new();
+        p.emit_input_values(&mut loads, "", |k| format!("v{k}[v]"));
+        assert_eq!(
+            loads,
+            "const float x0 = v0[v];\nconst float x1 = f16_to_f32(v1[v]);\nconst bool x2 = (v2[v] != 0);\n\
+             const float x3 = bf16_to_f32(v3[v]);\n"
+        );
+        let stores: Vec<String> = p
+            .outputs
+            .iter()
+            .map(|&(r, d)| store_expr(&format!("r{r}"), d))
+            .collect();
+        assert_eq!(stores, ["r7", "f32_to_f16(r6)", "f32_to_bf16(r5)", "(u8)(r11 ? 1 : 0)"]);
+    }
 
     fn relu_add() -> Program {
         // y = max(a + b, 0) stored f16, and the mask a + b <= 0 stored as bools.

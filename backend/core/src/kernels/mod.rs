@@ -47,6 +47,7 @@ pub mod conv;
 pub(crate) mod cross_entropy;
 pub mod ctc;
 pub mod elementwise;
+pub(crate) mod emit;
 pub mod fused;
 pub mod fused_reduce;
 pub mod index;
