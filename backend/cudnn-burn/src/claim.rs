@@ -231,45 +231,9 @@ impl Claim {
             M::Conv3dWeightBackward(op) => {
                 conv_filter(&op.x, &op.weight, &op.output_grad, &op.out, conv3d(&op.options))
             }
-            M::ConvTranspose1d(op) => conv_transpose(
-                &op.x,
-                &op.weight,
-                &op.bias,
-                &op.out,
-                transposed(
-                    &op.options.padding,
-                    &op.options.stride,
-                    &op.options.dilation,
-                    &op.options.padding_out,
-                    op.options.groups,
-                ),
-            ),
-            M::ConvTranspose2d(op) => conv_transpose(
-                &op.x,
-                &op.weight,
-                &op.bias,
-                &op.out,
-                transposed(
-                    &op.options.padding,
-                    &op.options.stride,
-                    &op.options.dilation,
-                    &op.options.padding_out,
-                    op.options.groups,
-                ),
-            ),
-            M::ConvTranspose3d(op) => conv_transpose(
-                &op.x,
-                &op.weight,
-                &op.bias,
-                &op.out,
-                transposed(
-                    &op.options.padding,
-                    &op.options.stride,
-                    &op.options.dilation,
-                    &op.options.padding_out,
-                    op.options.groups,
-                ),
-            ),
+            M::ConvTranspose1d(op) => conv_transpose!(op),
+            M::ConvTranspose2d(op) => conv_transpose!(op),
+            M::ConvTranspose3d(op) => conv_transpose!(op),
             M::AvgPool2d(op) if op.ceil_mode => Claim::AvgPoolKernel {
                 x: op.x.clone(),
                 out: op.out.clone(),
@@ -442,21 +406,25 @@ fn conv_forward(x: &TensorIr, w: &TensorIr, bias: &Option<TensorIr>, out: &Tenso
     }
 }
 
-fn conv_transpose(
-    x: &TensorIr,
-    w: &TensorIr,
-    bias: &Option<TensorIr>,
-    out: &TensorIr,
-    params: ConvTransposeParams,
-) -> Claim {
-    Claim::ConvTransposeForward {
-        x: x.clone(),
-        w: w.clone(),
-        bias: bias.clone(),
-        out: out.clone(),
-        params,
-    }
+/// The claim of a `ConvTranspose{1,2,3}dOpIr` (the three differ only in their options' rank).
+macro_rules! conv_transpose {
+    ($op:expr) => {
+        Claim::ConvTransposeForward {
+            x: $op.x.clone(),
+            w: $op.weight.clone(),
+            bias: $op.bias.clone(),
+            out: $op.out.clone(),
+            params: transposed(
+                &$op.options.padding,
+                &$op.options.stride,
+                &$op.options.dilation,
+                &$op.options.padding_out,
+                $op.options.groups,
+            ),
+        }
+    };
 }
+use conv_transpose;
 
 /// The engine geometry of Burn's transposed-convolution options (symmetric padding).
 fn transposed(

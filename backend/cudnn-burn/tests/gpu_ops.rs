@@ -373,99 +373,99 @@ fn adaptive_reference(x: &[f64], [planes, h, w]: [usize; 3], gy: &[f64], [oh, ow
     (y, dx)
 }
 
+/// Runs `f` on `x` with autodiff and checks its output and input gradient (for the output
+/// gradient `gy`) against `want_y` and `want_dx`.
+#[allow(clippy::too_many_arguments)]
+fn check_forward_and_dx<const D: usize>(
+    checks: &mut Checks,
+    dtype: Dtype,
+    case: &str,
+    (x, x_shape): (&[f32], [usize; D]),
+    (gy, y_shape): (&[f32], [usize; D]),
+    f: impl Fn(Tensor<D>) -> Tensor<D>,
+    want_y: &[f64],
+    want_dx: &[f64],
+) {
+    let device = Device::cuda(0).autodiff();
+    let xt = upload(&device, x, x_shape, dtype).require_grad();
+    let y = f(xt.clone());
+    let grads = (y.clone() * upload(&device, gy, y_shape, dtype)).sum().backward();
+    checks.check(&format!("{case} forward"), dtype, &download(y), want_y);
+    checks.check(
+        &format!("{case} dx"),
+        dtype,
+        &download(xt.grad(&grads).expect("dx")),
+        want_dx,
+    );
+}
+
 /// The pools the engine runs on its pooling kernels: 2-D average pooling with `ceil_mode`,
 /// 1-D average pooling (with `ceil_mode` too), and 1-D and 2-D adaptive average pooling (a
 /// ResNet head's 7x7 -> 1x1 and a non-dividing size), forward and gradient through autodiff.
+/// Average pooling with `ceil_mode` and padding excluded from the divisor is the
+/// reference's exclusive average with the ceil-mode window as extra trailing padding.
 fn kernel_pool_cases(checks: &mut Checks, dtype: Dtype) {
-    let device = Device::cuda(0).autodiff();
     let mut rng = SplitMix64::new(0x9101);
-    // 2-D and 1-D average pooling with ceil_mode, padding excluded from the divisor: the
-    // reference's exclusive average with the ceil-mode window as extra trailing padding.
-    let x_dims = [2usize, 3, 8, 9];
-    let g = PoolGeometry {
-        window: vec![3, 3],
-        stride: vec![2, 2],
-        pre_padding: vec![1, 0],
-        post_padding: vec![2, 1],
+    let exclusive = |window: [usize; 2], stride: [usize; 2], pre: [usize; 2], post: [usize; 2]| PoolGeometry {
+        window: window.to_vec(),
+        stride: stride.to_vec(),
+        pre_padding: pre.to_vec(),
+        post_padding: post.to_vec(),
         mode: reference::PoolMode::AvgExcludePadding,
     };
-    let y_dims = g.output_dims(&x_dims);
-    assert_eq!(y_dims, vec![2, 3, 5, 4], "ceil_mode output size");
-    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
-    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
-    let xt = upload(&device, &x, x_dims, dtype).require_grad();
+
+    let (x_dims, g) = ([2usize, 3, 8, 9], exclusive([3, 3], [2, 2], [1, 0], [2, 1]));
+    assert_eq!(g.output_dims(&x_dims), vec![2, 3, 5, 4], "ceil_mode output size");
+    let x = values(&mut rng, 2 * 3 * 8 * 9, 1.0, dtype);
+    let gy = values(&mut rng, 2 * 3 * 5 * 4, 1.0, dtype);
     let options = AvgPoolOptions::new([3, 3])
         .with_stride([2, 2])
         .with_padding([1, 0])
         .with_count_include_pad(false)
         .with_ceil_mode(true);
-    let y = avg_pool2d(xt.clone(), options);
-    let grads = (y.clone() * upload(&device, &gy, [2, 3, 5, 4], dtype)).sum().backward();
-    let case = "avg_pool2d 3x3 s2 p(1,0) ceil excl. pad";
-    checks.check(
-        &format!("{case} forward"),
+    check_forward_and_dx(
+        checks,
         dtype,
-        &download(y),
+        "avg_pool2d 3x3 s2 p(1,0) ceil excl. pad",
+        (&x, x_dims),
+        (&gy, [2, 3, 5, 4]),
+        |t| avg_pool2d(t, options.clone()),
         &reference::pool_forward(&wide(&x), &x_dims, &g),
-    );
-    let want_dx = reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g);
-    checks.check(
-        &format!("{case} dx"),
-        dtype,
-        &download(xt.grad(&grads).expect("dx")),
-        &want_dx,
+        &reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g),
     );
 
-    let x_dims = [2usize, 4, 1, 17];
-    let g = PoolGeometry {
-        window: vec![1, 4],
-        stride: vec![1, 3],
-        pre_padding: vec![0, 1],
-        post_padding: vec![0, 2],
-        mode: reference::PoolMode::AvgExcludePadding,
-    };
-    let y_dims = g.output_dims(&x_dims);
-    assert_eq!(y_dims, vec![2, 4, 1, 6], "1-D ceil_mode output size");
-    let x = values(&mut rng, x_dims.iter().product(), 1.0, dtype);
-    let gy = values(&mut rng, y_dims.iter().product(), 1.0, dtype);
-    let xt = upload(&device, &x, [2, 4, 17], dtype).require_grad();
+    let (x_dims, g) = ([2usize, 4, 1, 17], exclusive([1, 4], [1, 3], [0, 1], [0, 2]));
+    assert_eq!(g.output_dims(&x_dims), vec![2, 4, 1, 6], "1-D ceil_mode output size");
+    let x = values(&mut rng, 2 * 4 * 17, 1.0, dtype);
+    let gy = values(&mut rng, 2 * 4 * 6, 1.0, dtype);
     let options = AvgPoolOptions::new([4])
         .with_stride([3])
         .with_padding([1])
         .with_count_include_pad(false)
         .with_ceil_mode(true);
-    let y = avg_pool1d(xt.clone(), options);
-    let grads = (y.clone() * upload(&device, &gy, [2, 4, 6], dtype)).sum().backward();
-    let case = "avg_pool1d 4 s3 p1 ceil excl. pad";
-    checks.check(
-        &format!("{case} forward"),
+    check_forward_and_dx(
+        checks,
         dtype,
-        &download(y),
+        "avg_pool1d 4 s3 p1 ceil excl. pad",
+        (&x, [2, 4, 17]),
+        (&gy, [2, 4, 6]),
+        |t| avg_pool1d(t, options.clone()),
         &reference::pool_forward(&wide(&x), &x_dims, &g),
-    );
-    let want_dx = reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g);
-    checks.check(
-        &format!("{case} dx"),
-        dtype,
-        &download(xt.grad(&grads).expect("dx")),
-        &want_dx,
+        &reference::pool_backward(&wide(&x), &x_dims, &wide(&gy), &g),
     );
 
     for ([n, c, h, w], [oh, ow]) in [([2usize, 8, 7, 7], [1usize, 1]), ([2, 3, 9, 7], [4, 3])] {
         let x = values(&mut rng, n * c * h * w, 1.0, dtype);
         let gy = values(&mut rng, n * c * oh * ow, 1.0, dtype);
         let (want_y, want_dx) = adaptive_reference(&wide(&x), [n * c, h, w], &wide(&gy), [oh, ow]);
-        let xt = upload(&device, &x, [n, c, h, w], dtype).require_grad();
-        let y = adaptive_avg_pool2d(xt.clone(), [oh, ow]);
-        let grads = (y.clone() * upload(&device, &gy, [n, c, oh, ow], dtype))
-            .sum()
-            .backward();
-        let case = format!("adaptive_avg_pool2d {h}x{w} -> {oh}x{ow}");
-        checks.check(&format!("{case} forward"), dtype, &download(y), &want_y);
-        checks.check(
-            &format!("{case} dx"),
+        check_forward_and_dx(
+            checks,
             dtype,
-            &download(xt.grad(&grads).expect("dx")),
+            &format!("adaptive_avg_pool2d {h}x{w} -> {oh}x{ow}"),
+            (&x, [n, c, h, w]),
+            (&gy, [n, c, oh, ow]),
+            |t| adaptive_avg_pool2d(t, [oh, ow]),
+            &want_y,
             &want_dx,
         );
     }
@@ -473,14 +473,14 @@ fn kernel_pool_cases(checks: &mut Checks, dtype: Dtype) {
     let x = values(&mut rng, n * c * l, 1.0, dtype);
     let gy = values(&mut rng, n * c * o, 1.0, dtype);
     let (want_y, want_dx) = adaptive_reference(&wide(&x), [n * c, 1, l], &wide(&gy), [1, o]);
-    let xt = upload(&device, &x, [n, c, l], dtype).require_grad();
-    let y = adaptive_avg_pool1d(xt.clone(), o);
-    let grads = (y.clone() * upload(&device, &gy, [n, c, o], dtype)).sum().backward();
-    checks.check("adaptive_avg_pool1d 30 -> 7 forward", dtype, &download(y), &want_y);
-    checks.check(
-        "adaptive_avg_pool1d 30 -> 7 dx",
+    check_forward_and_dx(
+        checks,
         dtype,
-        &download(xt.grad(&grads).expect("dx")),
+        "adaptive_avg_pool1d 30 -> 7",
+        (&x, [n, c, l]),
+        (&gy, [n, c, o]),
+        |t| adaptive_avg_pool1d(t, o),
+        &want_y,
         &want_dx,
     );
 }

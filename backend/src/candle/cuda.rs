@@ -29,7 +29,6 @@ pub(crate) fn input<'a>(
     l: &Layout,
     stream: &'a CudaStream,
 ) -> Result<TensorRef<'a>> {
-    let (dims, strides, start) = layout(l);
     let whole = match &s.slice {
         CudaStorageSlice::F32(x) => TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]),
         CudaStorageSlice::F16(x) => TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]),
@@ -39,9 +38,7 @@ pub(crate) fn input<'a>(
             return Err(arg_err(op, arg, msg));
         }
     };
-    whole
-        .and_then(|w| w.view(start, &dims, &strides))
-        .map_err(candle_core::Error::wrap)
+    laid_out(whole, l)
 }
 
 /// An int64 view of `s` with layout `l` (ids, class targets), borrowed for reading by work on
@@ -56,8 +53,13 @@ pub(crate) fn i64_input<'a>(
     let CudaStorageSlice::I64(x) = &s.slice else {
         return Err(arg_err(op, arg, format!("needs i64 values, not {:?}", s_dtype(s))));
     };
+    laid_out(TensorRef::from_slice(x, stream, &[x.len() as i64], &[1]), l)
+}
+
+/// The part of a whole storage's view that layout `l` describes.
+fn laid_out<'a>(whole: crate::Result<TensorRef<'a>>, l: &Layout) -> Result<TensorRef<'a>> {
     let (dims, strides, start) = layout(l);
-    TensorRef::from_slice(x, stream, &[x.len() as i64], &[1])
+    whole
         .and_then(|w| w.view(start, &dims, &strides))
         .map_err(candle_core::Error::wrap)
 }
