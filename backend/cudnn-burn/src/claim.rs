@@ -379,7 +379,7 @@ impl Claim {
 }
 
 /// Whether `t` is the claim's integer operand (indices), which the dtype rule skips.
-pub fn is_indices(claim: &Claim, t: &TensorIr) -> bool {
+fn is_indices(claim: &Claim, t: &TensorIr) -> bool {
     match claim {
         Claim::MaxPoolBackward { indices, .. } | Claim::RowsAdd { indices, .. } => indices.id == t.id,
         _ => false,

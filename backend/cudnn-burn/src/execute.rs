@@ -18,7 +18,7 @@ use cudnn_backend_core::cudarc::driver::CudaStream;
 use cudnn_backend_core::ops::{self, Activation, TensorMut, TensorRef};
 use cudnn_backend_core::types::DataType;
 
-use crate::claim::{is_indices, Claim};
+use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::layout::{contiguous, is_packed, numel, packed_view, to_i64};
 use crate::ordering::Orderings;
@@ -95,7 +95,7 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
         }
         let dims: Vec<usize> = inputs[i].shape.iter().copied().collect();
         let strides: Vec<usize> = h.strides.iter().copied().collect();
-        let dtype = operand_dtype(claim, &inputs[i], dtype)?;
+        let dtype = operand_dtype(&inputs[i], dtype);
         let staging = (!is_packed(&dims, &strides)).then(|| client.empty(numel(&dims) * dtype.size()));
         operands.push(Operand {
             dims,
@@ -274,16 +274,13 @@ unsafe fn enqueue(
     Ok(())
 }
 
-/// The engine dtype of operand `t` of `claim`: the claim's float dtype, or I32/I64 for its
-/// indices.
-fn operand_dtype(claim: &Claim, t: &TensorIr, float: DataType) -> Result<DataType> {
-    if !is_indices(claim, t) {
-        return Ok(float);
-    }
+/// The engine dtype of operand `t` (the context's tensor): I32 or I64 for integer indices,
+/// else the claim's float dtype.
+fn operand_dtype(t: &TensorIr, float: DataType) -> DataType {
     match t.dtype {
-        DType::I32 => Ok(DataType::I32),
-        DType::I64 => Ok(DataType::I64),
-        other => Err(Error::unsupported(claim.name(), format!("indices of dtype {other:?}"))),
+        DType::I32 => DataType::I32,
+        DType::I64 => DataType::I64,
+        _ => float,
     }
 }
 
