@@ -6,15 +6,19 @@
 //! that claims
 //!
 //! - convolution forward 1-3-D (with or without bias), and the data and weight gradients
-//!   (`Conv{1,2,3}d`, `Conv{1,2,3}dXBackward`, `Conv{1,2,3}dWeightBackward`),
-//! - 2-D average pooling forward and backward, and 2-D max pooling forward (without indices)
-//!   and backward (`AvgPool2d`, `AvgPool2dBackward`, `MaxPool2d`,
-//!   `MaxPool2dWithIndicesBackward`; no `ceil_mode`, no max-pool dilation),
+//!   (`Conv{1,2,3}d`, `Conv{1,2,3}dXBackward`, `Conv{1,2,3}dWeightBackward`), and transposed
+//!   convolutions 1-3-D (`ConvTranspose{1,2,3}d`),
+//! - 2-D average pooling forward and backward (with or without `ceil_mode`), 1-D average
+//!   pooling, 1-D and 2-D adaptive average pooling and their backward nodes, and 2-D max
+//!   pooling forward (without indices) and backward (`MaxPool2d`,
+//!   `MaxPool2dWithIndicesBackward`; no `ceil_mode`, no dilation),
+//! - the row adds of an embedding gradient (a float `select_assign` with addition along dim 0),
 //!
 //! in f32, f16 and bf16, and runs them with `cudnn_backend_core::ops` on the engine's stream,
 //! ordered with CubeCL's stream on the GPU (stream memory operations, no host synchronization).
 //! Everything else stays Burn's, and a claimed node the engine cannot run (shape, layout,
-//! cuDNN support) runs Burn's implementation through the fusion fallback: never a panic.
+//! cuDNN support) runs Burn's implementation through the fusion fallback: never a panic, one
+//! warning per operation.
 //!
 //! ```no_run
 //! fn main() -> Result<(), cudnn_burn::Error> {
