@@ -74,7 +74,8 @@ struct NodeFuser {
     shared: Arc<Shared>,
     /// Whether the fuser's stream is on a CUDA device (elsewhere it claims nothing).
     cuda: bool,
-    node: Option<OperationIr>,
+    /// The claimed node and its claim (made once, when the node is offered).
+    node: Option<(OperationIr, Claim)>,
     status: FuserStatus,
 }
 
@@ -83,16 +84,21 @@ impl OperationFuser<CubeOptimization> for NodeFuser {
         if self.status == FuserStatus::Closed {
             return;
         }
-        if self.cuda && Claim::from_operation(operation).is_ok() {
+        if let Some(claim) = self.cuda.then(|| Claim::from_operation(operation).ok()).flatten() {
             self.shared.counters.bump(Event::Offered);
-            self.node = Some(operation.clone());
+            self.node = Some((operation.clone(), claim));
         }
         self.status = FuserStatus::Closed;
     }
 
     fn finish(&mut self) -> CubeOptimization {
         self.shared.counters.bump(Event::Claimed);
-        CubeOptimization::new(CudnnOperation::new(self.node.clone(), Some(self.shared.clone())))
+        let (node, claim) = self.node.clone().unzip();
+        CubeOptimization::new(CudnnOperation {
+            node,
+            claim,
+            shared: Some(self.shared.clone()),
+        })
     }
 
     fn reset(&mut self) {

@@ -73,6 +73,23 @@ pub(crate) fn bias_act(stream: &CudaStream, f: &CudaFunction, a: &BiasActArgs) -
     Ok(())
 }
 
+/// Launches a strided zero-fill kernel, `pool_zero_b{2,4,8}` or `resize_zero_b{2,4,8}`
+/// (`T* p, Layout l, i64 n`): zero bits at every element of a rank-4 view.
+pub(crate) fn zero_view(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    ptr: DeviceAddress,
+    layout: &KernelLayout,
+    n: i64,
+) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    b.arg(&ptr).arg(layout).arg(&n);
+    // SAFETY: the arguments match `{pool,resize}_zero_bN(T*, Layout, long long)`; the view is
+    // rank 4, of n elements, and in bounds (validated by the caller).
+    unsafe { b.launch_counted(grid_for(n as u64)) }?;
+    Ok(())
+}
+
 /// Zero-fills `bytes` bytes at device address `ptr`, ordered on `stream`.
 pub(crate) fn memset_zero(stream: &CudaStream, ptr: DeviceAddress, bytes: usize) -> Result<()> {
     super::counters::add(super::counters::Count::Kernels, 1);

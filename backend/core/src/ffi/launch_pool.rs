@@ -117,23 +117,6 @@ pub(crate) fn max_backward_gather(
     Ok(())
 }
 
-/// Launches `pool_zero_b{2,4,8}(T* p, Layout l, i64 n)`: zero bits at every element of a
-/// rank-4 view.
-pub(crate) fn zero(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    ptr: DeviceAddress,
-    layout: &KernelLayout,
-    n: i64,
-) -> Result<()> {
-    let mut b = stream.launch_builder(f);
-    b.arg(&ptr).arg(layout).arg(&n);
-    // SAFETY: the arguments match `pool_zero_bN(T*, Layout, long long)`; the view is
-    // rank 4, of n elements, and in bounds (validated by the caller).
-    unsafe { b.launch_counted(grid_for(n as u64)) }?;
-    Ok(())
-}
-
 /// Launches `avgpool2d_{fwd,bwd}_<dt>(const T* src, T* dst, Layout lsrc, Layout ldst,
 /// PoolWin p, int count_include_pad, i64 n)` over the `n` elements of dst.
 #[allow(clippy::too_many_arguments)]

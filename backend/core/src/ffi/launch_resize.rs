@@ -42,23 +42,6 @@ pub(crate) fn interp(
     Ok(())
 }
 
-/// Launches `resize_zero_b{2,4,8}(T* p, Layout l, i64 n)`: zero bits at every element of
-/// a rank-4 view.
-pub(crate) fn zero(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    ptr: DeviceAddress,
-    layout: &KernelLayout,
-    n: i64,
-) -> Result<()> {
-    let mut b = stream.launch_builder(f);
-    b.arg(&ptr).arg(layout).arg(&n);
-    // SAFETY: the arguments match `resize_zero_bN(T*, Layout, long long)`; the view is
-    // rank 4, of n elements, and in bounds (validated by the caller).
-    unsafe { b.launch_counted(grid_for(n as u64)) }?;
-    Ok(())
-}
-
 /// Launches `grid_sample_<dt>(const T* x, const T* grid, T* out, Layout lx, Layout lg,
 /// Layout lo, int align, i64 n)` over the `n` output elements.
 #[allow(clippy::too_many_arguments)]

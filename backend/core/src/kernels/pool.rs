@@ -539,7 +539,7 @@ pub fn max_pool2d_backward(
         stream_function(stream, POOL, plan.entry)?
     } else {
         let [z, f] = stream_functions(stream, POOL, [plan.zero_entry, plan.entry])?;
-        launch::zero(stream, &z, dx.address(), &plan.layouts[2], plan.zero_n)?;
+        crate::ffi::launch::zero_view(stream, &z, dx.address(), &plan.layouts[2], plan.zero_n)?;
         f
     };
     if plan.n == 0 {

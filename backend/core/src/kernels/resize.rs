@@ -305,7 +305,7 @@ fn run(
     let f = stream_function(stream, RESIZE, plan.entry)?;
     if let Some(z) = plan.zero_entry {
         let z = stream_function(stream, RESIZE, z)?;
-        launch::zero(stream, &z, dst, &plan.layouts[1], plan.zero_n)?;
+        crate::ffi::launch::zero_view(stream, &z, dst, &plan.layouts[1], plan.zero_n)?;
     }
     if plan.n == 0 {
         return Ok(());

@@ -16,7 +16,7 @@ use super::{conv_backward_data, conv_backward_filter, conv_forward, ConvParams, 
 use crate::error::{Error, Result};
 use crate::ffi::memory::DeviceBuffer;
 use crate::kernels::elementwise::{copy, fill};
-use crate::types::{row_major_strides, Activation};
+use crate::types::{row_major_strides, Activation, DataType};
 
 /// Transposed-convolution geometry: the convolution it transposes (symmetric padding in
 /// `conv.pre_padding`) and the extra outputs after each spatial dim.
@@ -120,32 +120,43 @@ impl ConvTransposeParams {
     }
 }
 
-/// `view`'s leading `valid` part of each spatial dim (from dim 2).
-fn spatial_prefix<'a>(t: &TensorRef<'a>, valid: &[i64]) -> Result<TensorRef<'a>> {
+/// `t`'s dims with the spatial ones (from dim 2) replaced by `valid`.
+fn with_spatial(t: &TensorRef, valid: &[i64]) -> Vec<i64> {
     let mut dims = t.dims().to_vec();
     dims[2..].copy_from_slice(valid);
-    t.view(0, &dims, t.strides())
+    dims
 }
 
-/// `dy`'s valid part as cuDNN reads it: the view itself when it covers `dy`, else a packed
-/// copy in `buf` (a strided part of a tensor is not a layout every cuDNN engine takes).
-fn valid_part<'b>(
+/// A packed buffer of `dims` elements of `dtype` on `stream`.
+fn packed_buffer(stream: &Arc<CudaStream>, op: &'static str, dims: &[i64], dtype: DataType) -> Result<DeviceBuffer> {
+    DeviceBuffer::alloc(stream, dims.iter().product::<i64>() as usize * dtype.size(), op)
+}
+
+/// What a gradient of the transposed convolution reads of `dy`, for the plan of input
+/// spatial dims `input` and kernel spatial dims `kernel`: the convolution's params and `dy`'s
+/// valid part (the view itself when it covers `dy`, else a packed copy in `buf`: a strided
+/// part of a tensor is not a layout every cuDNN engine takes); `None` when no output receives
+/// a contribution, so the gradient is zero.
+fn gradient_input<'b>(
     stream: &Arc<CudaStream>,
     op: &'static str,
+    p: &ConvTransposeParams,
+    (input, kernel): (&[i64], &[i64]),
     dy: &TensorRef<'b>,
-    valid: &[i64],
     buf: &'b mut Option<DeviceBuffer>,
-) -> Result<TensorRef<'b>> {
-    if dy.dims()[2..] == *valid {
-        return Ok(dy.clone());
+) -> Result<Option<(ConvParams, TensorRef<'b>)>> {
+    let plan = p.plan(op, input, kernel)?;
+    if plan.valid.iter().any(|&v| v <= 0) {
+        return Ok(None);
     }
-    let part = spatial_prefix(dy, valid)?;
-    let dims = part.dims().to_vec();
-    let bytes = dims.iter().product::<i64>() as usize * dy.dtype().size();
-    let buf = buf.insert(DeviceBuffer::alloc(stream, bytes, op)?);
+    if dy.dims()[2..] == *plan.valid {
+        return Ok(Some((plan.params, dy.clone())));
+    }
+    let dims = with_spatial(dy, &plan.valid);
+    let buf = buf.insert(packed_buffer(stream, op, &dims, dy.dtype())?);
     let packed = buf.view_mut(0, &dims, &row_major_strides(&dims), dy.dtype())?;
-    copy(stream, &part, &packed)?;
-    Ok((*packed).clone())
+    copy(stream, &dy.view(0, &dims, dy.strides())?, &packed)?;
+    Ok(Some((plan.params, (*packed).clone())))
 }
 
 /// Transposed convolution `y = conv_transpose(x, w) (+ bias)`: `x [N, C_in, in..]`,
@@ -184,13 +195,11 @@ pub fn conv_transpose_forward(
         fill(stream, y, 0.0)?;
         if plan.valid.iter().all(|&v| v > 0) {
             // cuDNN writes a packed buffer of the valid part, copied into y's leading part.
-            let mut vd = dims[..2].to_vec();
-            vd.extend(&plan.valid);
-            let part = DeviceBuffer::alloc(stream, vd.iter().product::<i64>() as usize * y.dtype().size(), OP)?;
+            let vd = with_spatial(y, &plan.valid);
+            let part = packed_buffer(stream, OP, &vd, y.dtype())?;
             let tmp = part.view_mut(0, &vd, &row_major_strides(&vd), y.dtype())?;
             conv_backward_data(stream, x, w, &tmp, &plan.params)?;
-            let dst = spatial_prefix(y, &plan.valid)?;
-            copy(stream, &tmp, &y.view_mut(0, dst.dims(), dst.strides())?)?;
+            copy(stream, &tmp, &y.view_mut(0, &vd, y.strides())?)?;
         }
     }
     match bias {
@@ -209,13 +218,12 @@ pub fn conv_transpose_backward_data(
     p: &ConvTransposeParams,
 ) -> Result<()> {
     const OP: &str = "conv_transpose_backward_data";
-    let plan = p.plan(OP, &dx.dims()[2..], &w.dims()[2..])?;
-    if plan.valid.iter().any(|&v| v <= 0) {
-        return fill(stream, dx, 0.0);
-    }
     let mut buf = None;
-    let dy = valid_part(stream, OP, dy, &plan.valid, &mut buf)?;
-    conv_forward(stream, &dy, w, dx, &plan.params)
+    let input = gradient_input(stream, OP, p, (&dx.dims()[2..], &w.dims()[2..]), dy, &mut buf)?;
+    match input {
+        Some((params, dy)) => conv_forward(stream, &dy, w, dx, &params),
+        None => fill(stream, dx, 0.0),
+    }
 }
 
 /// Gradient of [`conv_transpose_forward`] with respect to `w`: cuDNN's backward-filter of
@@ -229,13 +237,12 @@ pub fn conv_transpose_backward_filter(
     p: &ConvTransposeParams,
 ) -> Result<()> {
     const OP: &str = "conv_transpose_backward_filter";
-    let plan = p.plan(OP, &x.dims()[2..], &dw.dims()[2..])?;
-    if plan.valid.iter().any(|&v| v <= 0) {
-        return fill(stream, dw, 0.0);
-    }
     let mut buf = None;
-    let dy = valid_part(stream, OP, dy, &plan.valid, &mut buf)?;
-    conv_backward_filter(stream, &dy, x, dw, &plan.params)
+    let input = gradient_input(stream, OP, p, (&x.dims()[2..], &dw.dims()[2..]), dy, &mut buf)?;
+    match input {
+        Some((params, dy)) => conv_backward_filter(stream, &dy, x, dw, &params),
+        None => fill(stream, dw, 0.0),
+    }
 }
 
 #[cfg(test)]
