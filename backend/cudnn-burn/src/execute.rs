@@ -21,7 +21,8 @@ use cudnn_backend_core::types::DataType;
 use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::layout::{contiguous, is_packed, numel, packed_view, to_i64};
-use crate::ordering::Orderings;
+use crate::provider::Shared;
+use crate::stats::Event;
 
 /// CubeCL's CUDA server, the type `Client::get_resource` names.
 type CudaServer = <CudaRuntime as Runtime>::Server;
@@ -47,7 +48,7 @@ pub fn cuda_ordinal(device: &CubeDevice) -> Option<usize> {
 
 /// Runs `claim` on the engine. On `Err` nothing of the context was consumed or registered
 /// and none of this call's work is left running, so the caller may run Burn's instead.
-pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings: &Orderings) -> Result<()> {
+pub(crate) fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, shared: &Shared) -> Result<()> {
     let op = claim.name();
     let dtype = claim.dtype().map_err(|d| Error::unsupported(op, format!("{d:?}")))?;
     // The context's tensors for the node's stream-relative ones (concrete ids and shapes).
@@ -137,7 +138,9 @@ pub fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, orderings
     let out_ptr = addr(&out)?;
     let pooled_ptr = pooled.as_ref().map(&mut addr).transpose()?;
 
-    let ordering = orderings.for_current_stream(ordinal, &client)?;
+    let ordering = shared
+        .orderings
+        .for_current_stream(ordinal, &client, || shared.counters.bump(Event::StreamOrdering))?;
     let mut ordering = ordering.lock().unwrap_or_else(|e| e.into_inner());
     let stream = &ordering.stream.clone();
     let ticket = ordering.before(&client)?;

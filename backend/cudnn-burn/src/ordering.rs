@@ -61,12 +61,19 @@ type StreamSlot = std::result::Result<Arc<Mutex<StreamOrdering>>, String>;
 
 impl Orderings {
     /// The ordering of the calling thread's current CubeCL stream on GPU `ordinal`, set up and
-    /// self-tested on first use. That is the stream `client` launches on: the clients of
-    /// Burn's tensor handles carry no fixed stream, so they launch on the current one.
-    pub fn for_current_stream(&self, ordinal: usize, client: &Client) -> Result<Arc<Mutex<StreamOrdering>>> {
+    /// self-tested on first use (then `on_set_up` runs). That is the stream `client` launches
+    /// on: the clients of Burn's tensor handles carry no fixed stream, so they launch on the
+    /// current one.
+    pub fn for_current_stream(
+        &self,
+        ordinal: usize,
+        client: &Client,
+        on_set_up: impl FnOnce(),
+    ) -> Result<Arc<Mutex<StreamOrdering>>> {
         let key = (ordinal, StreamId::current().value);
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         let slot = streams.entry(key).or_insert_with(|| {
+            on_set_up();
             StreamOrdering::new(ordinal, client)
                 .map(|o| Arc::new(Mutex::new(o)))
                 .map_err(|e| e.to_string())

@@ -155,7 +155,7 @@ impl FusedOperation for CudnnOperation {
             return;
         }
         let ran = match (&self.claim, &self.shared) {
-            (Some(claim), Some(shared)) => match execute(context, claim, &shared.orderings) {
+            (Some(claim), Some(shared)) => match execute(context, claim, shared) {
                 Ok(()) => {
                     shared.counters.bump(Event::Ran(claim.name()));
                     true

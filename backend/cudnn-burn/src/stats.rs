@@ -17,6 +17,7 @@ pub(crate) struct Counters {
     index_add: AtomicU64,
     pool_forward: AtomicU64,
     pool_backward: AtomicU64,
+    stream_orderings: AtomicU64,
 }
 
 /// A copy of the provider's counters at one moment (all counts since [`crate::register`]).
@@ -45,6 +46,10 @@ pub struct Stats {
     pub pool_forward: u64,
     /// Engine runs of pooling backward.
     pub pool_backward: u64,
+    /// CubeCL streams whose ordering with the engine's stream was set up (once per GPU and
+    /// CubeCL stream; each set-up compiles two small kernels through CubeCL and waits for a
+    /// self-test). A count that grows with the training steps means new streams per step.
+    pub stream_orderings: u64,
 }
 
 impl Stats {
@@ -62,6 +67,7 @@ impl Stats {
             index_add: self.index_add - earlier.index_add,
             pool_forward: self.pool_forward - earlier.pool_forward,
             pool_backward: self.pool_backward - earlier.pool_backward,
+            stream_orderings: self.stream_orderings - earlier.stream_orderings,
         }
     }
 }
@@ -72,6 +78,8 @@ pub(crate) enum Event {
     Offered,
     Claimed,
     Fallback,
+    /// A CubeCL stream's ordering was set up.
+    StreamOrdering,
     /// An engine run of the named operation (`Claim::name`).
     Ran(&'static str),
 }
@@ -85,6 +93,7 @@ impl Counters {
             Event::Offered => add(&self.offered),
             Event::Claimed => add(&self.claimed),
             Event::Fallback => add(&self.fallbacks),
+            Event::StreamOrdering => add(&self.stream_orderings),
             Event::Ran(op) => {
                 add(&self.engine_runs);
                 match op {
@@ -115,6 +124,7 @@ impl Counters {
             index_add: l(&self.index_add),
             pool_forward: l(&self.pool_forward),
             pool_backward: l(&self.pool_backward),
+            stream_orderings: l(&self.stream_orderings),
         }
     }
 }
@@ -132,8 +142,10 @@ mod tests {
         c.bump(Event::Ran("conv_backward_filter"));
         c.bump(Event::Ran("pool_backward"));
         c.bump(Event::Fallback);
+        c.bump(Event::StreamOrdering);
         let d = c.snapshot().since(before);
         assert_eq!((d.offered, d.claimed, d.engine_runs, d.fallbacks), (1, 1, 2, 1));
+        assert_eq!(d.stream_orderings, 1);
         assert_eq!((d.conv_backward_filter, d.pool_backward, d.conv_forward), (1, 1, 0));
     }
 }
