@@ -7,8 +7,8 @@
 # versions pinned by backend/cudnn-burn/Cargo.lock). Nothing of it is kept in this repository.
 #
 # Usage: scripts/burn-0.22-backend-tests.sh BURN_CHECKOUT [REV]
-#   REV: a tag or commit of the checkout (default: the newest v0.22 tag; a pre-release suite is
-#   adapted to the release by scripts/burn-backend-tests-adapt.py).
+#   REV: a tag or commit of the checkout (default: the newest v0.22 tag; the suite of a `-pre`
+#   tag, or any with BBT_ADAPT=1, is adapted to the release by scripts/burn-backend-tests-adapt.py).
 #   BBT_TESTS: the suite's test targets (default "tensor autodiff").
 #   BURN_022_PROFILE: cargo profile (default release).
 # Output: target/burn-0.22-backend-tests/{burn,registered}.txt, the executables of each build
@@ -97,9 +97,11 @@ hook="$suite/tests/common/backend.rs"
 grep -q '^fn init_device_settings() {$' "$hook" || { echo "no start-up hook in $hook" >&2; exit 1; }
 sed -i 's/^fn init_device_settings() {$/fn init_device_settings() {\n    #[cfg(feature = "cudnn-burn")]\n    cudnn_burn::register().expect("cudnn_burn::register");/' "$hook"
 
-# The suite of a pre-release, adapted to the release's API (pooling options; modules of APIs
-# the release lacks are emptied and listed).
-python3 "$root/scripts/burn-backend-tests-adapt.py" "$suite"
+# The suite of a pre-release (a `-pre` tag, or BBT_ADAPT=1 for another revision), adapted to
+# the release's API (pooling options; modules of APIs the release lacks are emptied and listed).
+if [[ $rev == *-pre* || ${BBT_ADAPT:-} == 1 ]]; then
+  python3 "$root/scripts/burn-backend-tests-adapt.py" "$suite"
+fi
 
 tests=()
 for t in ${BBT_TESTS:-tensor autodiff}; do tests+=(--test "$t"); done
