@@ -82,7 +82,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "train_cnn: {e}\nusage: train_cnn [--register] [--steps N] [--batch-size N] [--dtype f32|f16|bf16]"
+                "train_cnn: {e}\nusage: train_cnn [--register] [--steps N] [--batch-size N] [--dtype f32|f16|bf16] [--trace-step FILE]"
             );
             return ExitCode::from(2);
         }
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
     let x = Tensor::<4>::random([args.batch, 3, 32, 32], Distribution::Normal(0.0, 1.0), &device);
     let y = Tensor::<1, Int>::random([args.batch], Distribution::Uniform(0.0, 10.0), &device);
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
-    let mut run = common::Run::new(args.steps);
+    let mut run = common::Run::new(args.steps, args.trace_step.clone());
     for _ in 0..args.steps {
         let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &model);

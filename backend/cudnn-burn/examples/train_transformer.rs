@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "train_transformer: {e}\nusage: train_transformer [--register] [--steps N] [--batch-size N] [--dtype f32|f16|bf16]"
+                "train_transformer: {e}\nusage: train_transformer [--register] [--steps N] [--batch-size N] [--dtype f32|f16|bf16] [--trace-step FILE]"
             );
             return ExitCode::from(2);
         }
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
     let tokens = Tensor::<2, Int>::random([args.batch, SEQ], Distribution::Uniform(0.0, VOCAB as f64), &device);
     let labels = Tensor::<1, Int>::random([args.batch], Distribution::Uniform(0.0, CLASSES as f64), &device);
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
-    let mut run = common::Run::new(args.steps);
+    let mut run = common::Run::new(args.steps, args.trace_step.clone());
     for _ in 0..args.steps {
         let loss = loss_fn.forward(model.forward(tokens.clone()), labels.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &model);

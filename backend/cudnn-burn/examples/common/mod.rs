@@ -1,7 +1,14 @@
 //! What the Burn 0.22 trainers share: their flags, the device set-up (with or without
-//! `cudnn_burn::register()`), a progress bar, the loss curve and the closing JSON line.
+//! `cudnn_burn::register()`), a progress bar, the loss curve, the closing JSON line, and a
+//! trace of one step's fusion stream (`--trace-step FILE`).
 
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use burn_fusion::observer::{BlockOperations, FusionObservation, FusionObserver};
+use burn_ir::OperationIr;
 
 use burn::prelude::*;
 use burn::tensor::FloatDType;
@@ -17,15 +24,19 @@ pub struct Args {
     pub batch: usize,
     /// The device's default float dtype: parameters, activations and gradients.
     pub dtype: FloatDType,
+    /// Where to write the trace of the second step's fusion stream, if anywhere.
+    pub trace_step: Option<String>,
 }
 
-/// Parses `--register`, `--steps N`, `--batch-size N` and `--dtype f32|f16|bf16`.
+/// Parses `--register`, `--steps N`, `--batch-size N`, `--dtype f32|f16|bf16` and
+/// `--trace-step FILE`.
 pub fn parse_args(default_batch: usize) -> Result<Args, String> {
     let mut a = Args {
         register: false,
         steps: 30,
         batch: default_batch,
         dtype: FloatDType::F32,
+        trace_step: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -36,6 +47,7 @@ pub fn parse_args(default_batch: usize) -> Result<Args, String> {
             "--register" => a.register = true,
             "--steps" => a.steps = number(value()?)?.max(2),
             "--batch-size" => a.batch = number(value()?)?.max(1),
+            "--trace-step" => a.trace_step = Some(value()?.clone()),
             "--dtype" => {
                 a.dtype = match value()?.as_str() {
                     "f32" => FloatDType::F32,
@@ -69,11 +81,17 @@ pub struct Run {
     losses: Vec<f32>,
     timed_from: Option<Instant>,
     bar: ProgressBar,
+    /// `--trace-step`: the file, and the trace while it records (the second step).
+    trace: Option<(String, Option<Tracing>)>,
 }
 
+/// A step trace being recorded, and the guard that keeps its observer installed.
+type Tracing = (Arc<StepTrace>, FusionObservation);
+
 impl Run {
-    /// A run of `steps` steps, with a progress bar on standard error.
-    pub fn new(steps: usize) -> Self {
+    /// A run of `steps` steps, with a progress bar on standard error; with `trace_step`, the
+    /// fusion stream between the first and the second step's loss is written there.
+    pub fn new(steps: usize, trace_step: Option<String>) -> Self {
         let bar = ProgressBar::new(steps as u64);
         bar.set_style(
             ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {msg} [{elapsed_precise}]")
@@ -83,15 +101,34 @@ impl Run {
             losses: Vec::with_capacity(steps),
             timed_from: None,
             bar,
+            trace: trace_step.map(|path| (path, None)),
         }
     }
 
-    /// Records one step's loss (the first step ends when its loss is read).
+    /// Records one step's loss (the first step ends when its loss is read). With a trace,
+    /// observing starts after the first step and stops after the second: the traced step is
+    /// slowed by the trace and counts in the timing like the others.
     pub fn step(&mut self, loss: f32) {
         if self.losses.is_empty() {
             self.timed_from = Some(Instant::now());
         }
         self.losses.push(loss);
+        if let Some((path, observing)) = &mut self.trace {
+            match (self.losses.len(), observing.take()) {
+                (1, _) => {
+                    let trace = Arc::new(StepTrace::default());
+                    *observing = Some((trace.clone(), FusionObservation::new(trace)));
+                }
+                (2, Some((trace, observation))) => {
+                    drop(observation);
+                    match std::fs::write(&*path, trace.render()) {
+                        Ok(()) => self.bar.println(format!("fusion trace of step 2 written to {path}")),
+                        Err(e) => self.bar.println(format!("--trace-step {path}: {e}")),
+                    }
+                }
+                (_, kept) => *observing = kept,
+            }
+        }
         self.bar.set_message(format!("loss {loss:.4}"));
         self.bar.inc(1);
     }
@@ -115,6 +152,98 @@ impl Run {
             "{{\"model\":\"{model}\",\"variant\":\"{variant}\",\"dtype\":\"{:?}\",\"ms_per_step\":{ms_per_step:.3},\"loss_first\":{first:.5},\"loss_last\":{last:.5}}}",
             args.dtype
         );
+    }
+}
+
+/// What the fusion server did during the traced step: every operation it registered and the
+/// blocks it ran (the operations one fused kernel, one claimed node or one unfused operation
+/// covers). Formatting every operation costs host time, so only one step is traced.
+#[derive(Default)]
+struct StepTrace {
+    registered: Mutex<Vec<String>>,
+    blocks: Mutex<Vec<Vec<String>>>,
+    dropped: AtomicUsize,
+}
+
+impl FusionObserver for StepTrace {
+    fn registered(&self, operation: &OperationIr) {
+        match self.registered.lock() {
+            Ok(mut r) => r.push(format!("{operation:?}")),
+            Err(_) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn block_starts(&self, block: BlockOperations<'_>) {
+        let kinds = block.iter().map(op_kind).collect();
+        match self.blocks.lock() {
+            Ok(mut b) => b.push(kinds),
+            Err(_) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn block_ran(&self) {}
+}
+
+impl StepTrace {
+    /// The trace as text: a summary, the blocks by how often each sequence of operation kinds
+    /// ran, the blocks in order, then every registered operation in full.
+    fn render(&self) -> String {
+        let registered = self.registered.lock().map(|r| r.clone()).unwrap_or_default();
+        let blocks = self.blocks.lock().map(|b| b.clone()).unwrap_or_default();
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for b in &blocks {
+            let sig = b.join(" + ");
+            match counts.iter_mut().find(|(s, _)| *s == sig) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((sig, 1)),
+            }
+        }
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} operations registered, {} blocks run ({} of several operations), {} notifications lost",
+            registered.len(),
+            blocks.len(),
+            blocks.iter().filter(|b| b.len() > 1).count(),
+            self.dropped.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(out, "\n## blocks by kind (runs, operations)");
+        for (sig, n) in &counts {
+            let _ = writeln!(out, "{n:5}  {sig}");
+        }
+        let _ = writeln!(out, "\n## blocks in order");
+        for (i, b) in blocks.iter().enumerate() {
+            let _ = writeln!(out, "{i:5}  {}", b.join(" + "));
+        }
+        let _ = writeln!(out, "\n## registered operations in order");
+        for (i, r) in registered.iter().enumerate() {
+            let _ = writeln!(out, "{i:5}  {r}");
+        }
+        out
+    }
+}
+
+/// A short name of an operation's kind from its `Debug` form: the outer variant and the
+/// operation's own (`Module::Conv2d`, `NumericFloat::Add`, `BaseFloat::Reshape`); a leading
+/// dtype argument (`NumericFloat(F32, Add(..))`) is skipped.
+fn op_kind(op: &OperationIr) -> String {
+    kind_of(&format!("{op:?}"))
+}
+
+/// [`op_kind`] of an operation's `Debug` text.
+fn kind_of(text: &str) -> String {
+    let mut parts = text
+        .split(['(', '{'])
+        .map(|p| p.rsplit(", ").next().unwrap_or(p).trim());
+    let outer = parts.next().unwrap_or_default();
+    match parts.next().filter(|p| !p.is_empty()) {
+        Some(inner) => format!("{outer}::{inner}"),
+        None => outer.to_string(),
     }
 }
 
@@ -142,7 +271,22 @@ pub fn sparkline(values: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::sparkline;
+    use super::{kind_of, sparkline};
+
+    #[test]
+    fn operation_kinds_name_the_outer_and_inner_variant() {
+        assert_eq!(kind_of("Module(Conv2d(Conv2dOpIr { x: .. }))"), "Module::Conv2d");
+        assert_eq!(
+            kind_of("NumericFloat(F32, Add(BinaryOpIr { lhs: .. }))"),
+            "NumericFloat::Add"
+        );
+        assert_eq!(
+            kind_of("BaseFloat(Reshape(ShapeOpIr { input: .. }))"),
+            "BaseFloat::Reshape"
+        );
+        assert_eq!(kind_of("Drop(TensorIr { id: .. })"), "Drop::TensorIr");
+        assert_eq!(kind_of("Init"), "Init");
+    }
 
     #[test]
     fn sparkline_spans_lowest_to_highest_and_marks_non_finite_losses() {
