@@ -61,7 +61,7 @@ type StreamSlot = std::result::Result<Arc<Mutex<StreamOrdering>>, String>;
 
 impl Orderings {
     /// The ordering of the calling thread's current CubeCL stream on GPU `ordinal`, set up and
-    /// self-tested on first use (then `on_set_up` runs). That is the stream `client` launches
+    /// self-tested on first use (`on_set_up` runs when that succeeds). That is the stream `client` launches
     /// on: the clients of Burn's tensor handles carry no fixed stream, so they launch on the
     /// current one.
     pub fn for_current_stream(
@@ -73,10 +73,11 @@ impl Orderings {
         let key = (ordinal, StreamId::current().value);
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         let slot = streams.entry(key).or_insert_with(|| {
-            on_set_up();
-            StreamOrdering::new(ordinal, client)
-                .map(|o| Arc::new(Mutex::new(o)))
-                .map_err(|e| e.to_string())
+            let made = StreamOrdering::new(ordinal, client);
+            if made.is_ok() {
+                on_set_up();
+            }
+            made.map(|o| Arc::new(Mutex::new(o))).map_err(|e| e.to_string())
         });
         slot.clone().map_err(Error::Ordering)
     }

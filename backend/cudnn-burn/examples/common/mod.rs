@@ -2,8 +2,8 @@
 //! `cudnn_burn::register()`), a progress bar, the loss curve, the closing JSON line, and a
 //! trace of one step's fusion stream (`--trace-step FILE`).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -157,60 +157,53 @@ impl Run {
 
 /// What the fusion server did during the traced step: every operation it registered and the
 /// blocks it ran (the operations one fused kernel, one claimed node or one unfused operation
-/// covers). Formatting every operation costs host time, so only one step is traced.
+/// covers). The observer only clones operations on the server's thread; they are formatted
+/// when the trace is written.
 #[derive(Default)]
 struct StepTrace {
-    registered: Mutex<Vec<String>>,
-    blocks: Mutex<Vec<Vec<String>>>,
-    dropped: AtomicUsize,
+    registered: Mutex<Vec<OperationIr>>,
+    blocks: Mutex<Vec<Vec<OperationIr>>>,
 }
 
 impl FusionObserver for StepTrace {
     fn registered(&self, operation: &OperationIr) {
-        match self.registered.lock() {
-            Ok(mut r) => r.push(format!("{operation:?}")),
-            Err(_) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        lock(&self.registered).push(operation.clone());
     }
 
     fn block_starts(&self, block: BlockOperations<'_>) {
-        let kinds = block.iter().map(op_kind).collect();
-        match self.blocks.lock() {
-            Ok(mut b) => b.push(kinds),
-            Err(_) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        lock(&self.blocks).push(block.iter().cloned().collect());
     }
 
     fn block_ran(&self) {}
+}
+
+/// The guarded value, also after a panic elsewhere poisoned the lock (the trace is only read).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl StepTrace {
     /// The trace as text: a summary, the blocks by how often each sequence of operation kinds
     /// ran, the blocks in order, then every registered operation in full.
     fn render(&self) -> String {
-        let registered = self.registered.lock().map(|r| r.clone()).unwrap_or_default();
-        let blocks = self.blocks.lock().map(|b| b.clone()).unwrap_or_default();
-        let mut counts: Vec<(String, usize)> = Vec::new();
+        let registered = lock(&self.registered);
+        let blocks: Vec<String> = lock(&self.blocks)
+            .iter()
+            .map(|b| b.iter().map(op_kind).collect::<Vec<_>>().join(" + "))
+            .collect();
+        let mut counts: HashMap<&str, usize> = HashMap::new();
         for b in &blocks {
-            let sig = b.join(" + ");
-            match counts.iter_mut().find(|(s, _)| *s == sig) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((sig, 1)),
-            }
+            *counts.entry(b).or_default() += 1;
         }
-        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        let mut counts: Vec<(&str, usize)> = counts.into_iter().collect();
+        counts.sort_by_key(|&(sig, n)| (std::cmp::Reverse(n), sig));
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} operations registered, {} blocks run ({} of several operations), {} notifications lost",
+            "{} operations registered, {} blocks run ({} of several operations)",
             registered.len(),
             blocks.len(),
-            blocks.iter().filter(|b| b.len() > 1).count(),
-            self.dropped.load(Ordering::Relaxed)
+            blocks.iter().filter(|b| b.contains(" + ")).count()
         );
         let _ = writeln!(out, "\n## blocks by kind (runs, operations)");
         for (sig, n) in &counts {
@@ -218,11 +211,11 @@ impl StepTrace {
         }
         let _ = writeln!(out, "\n## blocks in order");
         for (i, b) in blocks.iter().enumerate() {
-            let _ = writeln!(out, "{i:5}  {}", b.join(" + "));
+            let _ = writeln!(out, "{i:5}  {b}");
         }
         let _ = writeln!(out, "\n## registered operations in order");
         for (i, r) in registered.iter().enumerate() {
-            let _ = writeln!(out, "{i:5}  {r}");
+            let _ = writeln!(out, "{i:5}  {r:?}");
         }
         out
     }
