@@ -20,7 +20,10 @@
 //! `BatchNorm`, `LayerNorm`, `MultiHeadAttention`, `Adam` and `AdamW`; default: this crate's
 //! drop-ins and `FusedAdam`/`FusedAdamW`), `--fusion` (`Autodiff<CudnnFusion>`: lazy fusion;
 //! default `Autodiff<Cudnn>`), `--benchmark` (cuDNN autotuning, like
-//! `torch.backends.cudnn.benchmark`), `--lr X` (default: the model's, above),
+//! `torch.backends.cudnn.benchmark`), `--checkpointing balanced` (burn-autodiff's
+//! `BalancedCheckpointing`: memory-bound results, such as a composed batch norm's
+//! intermediates, are recomputed in the backward pass, where the fusers join them to the
+//! operations that read them, instead of kept; default `none`), `--lr X` (default: the model's, above),
 //! `--profile-steps K` (an attached Nsight Compute run with `--profile-from-start off`
 //! profiles the last K steps only), `--variant NAME` (the name the result lines give the run;
 //! default from `--stock`/`--fusion`).
@@ -33,6 +36,7 @@
 
 use std::time::Instant;
 
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer};
@@ -96,6 +100,9 @@ struct Args {
     stock: bool,
     fusion: bool,
     benchmark: bool,
+    /// `--checkpointing balanced`: burn-autodiff's `BalancedCheckpointing` (memory-bound
+    /// results are recomputed in the backward pass instead of kept).
+    balanced: bool,
     lr: f64,
     profile_steps: usize,
     variant: Option<String>,
@@ -105,6 +112,7 @@ fn parse_args() -> Result<Args, String> {
     let (mut model_name, mut dtype, mut batch, mut lr) = ("resnet50".to_string(), FloatDType::F32, None, None);
     let (mut steps, mut epochs, mut data, mut profile_steps) = (30, 3, 4, 0);
     let (mut stock, mut fusion, mut benchmark, mut variant) = (false, false, false, None);
+    let mut balanced = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -122,10 +130,18 @@ fn parse_args() -> Result<Args, String> {
             "--stock" => stock = true,
             "--fusion" => fusion = true,
             "--benchmark" => benchmark = true,
+            "--checkpointing" => {
+                balanced = match value()?.as_str() {
+                    "balanced" => true,
+                    "none" => false,
+                    other => return Err(format!("--checkpointing {other}: use none or balanced")),
+                }
+            }
             "--help" | "-h" => {
                 return Err(
                     "flags: --model resnet50|gpt2|vit_b16|bert_base --dtype f32|f16|bf16 --batch-size N --steps N \
-                     --epochs N --data N --stock --fusion --benchmark --lr X --profile-steps K --variant NAME"
+                     --epochs N --data N --stock --fusion --benchmark --checkpointing none|balanced --lr X \
+                     --profile-steps K --variant NAME"
                         .into(),
                 )
             }
@@ -144,6 +160,7 @@ fn parse_args() -> Result<Args, String> {
         stock,
         fusion,
         benchmark,
+        balanced,
         lr: lr.unwrap_or(model.default_lr()),
         profile_steps,
         variant,
@@ -328,10 +345,11 @@ fn main() {
         policy.benchmark = true;
         cudnn_backend::plan::set_policy(policy);
     }
-    let result = if args.fusion {
-        run::<Autodiff<CudnnFusion>>(&args, started)
-    } else {
-        run::<Autodiff<Cudnn>>(&args, started)
+    let result = match (args.fusion, args.balanced) {
+        (true, false) => run::<Autodiff<CudnnFusion>>(&args, started),
+        (true, true) => run::<Autodiff<CudnnFusion, BalancedCheckpointing>>(&args, started),
+        (false, false) => run::<Autodiff<Cudnn>>(&args, started),
+        (false, true) => run::<Autodiff<Cudnn, BalancedCheckpointing>>(&args, started),
     };
     let r = match result {
         Ok(r) => r,
@@ -340,12 +358,18 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let variant = args.variant.as_deref().unwrap_or(match (args.stock, args.fusion) {
+    let default_variant = match (args.stock, args.fusion) {
         (true, true) => "stock-fusion",
         (false, true) => "fused-fusion",
         (true, false) => "stock",
         (false, false) => "fused",
-    });
+    };
+    let default_variant = if args.balanced {
+        format!("{default_variant}-balanced")
+    } else {
+        default_variant.to_string()
+    };
+    let variant = args.variant.as_deref().unwrap_or(&default_variant);
     let dtype = format!("{:?}", args.dtype).to_lowercase();
     r.print("train_models", &args.model_name, variant, &dtype, args.batch);
 }

@@ -9,7 +9,8 @@
 # this crate's Candle layers or candle-nn's);
 # a suffix +tf32 runs it with CUDNN_BACKEND_ALLOW_TF32=1 (TF32 f32 convolutions, as PyTorch's
 # default), +nhwc with CUDNN_BACKEND_CONV_LAYOUT=nhwc (channels-last convolutions), +nchw
-# with CUDNN_BACKEND_CONV_LAYOUT=nchw.
+# with CUDNN_BACKEND_CONV_LAYOUT=nchw, +balanced with `--checkpointing balanced` (burn-autodiff's
+# BalancedCheckpointing; Burn models only).
 # MODELS_BENCH_TORCH (default "default tuned compile"): PyTorch settings (see the script;
 # compile-ro adds mode="reduce-overhead").
 # MODELS_BENCH_REPEATS=R (default 3) rounds alternate PyTorch's eager settings and ours; the
@@ -64,6 +65,7 @@ for cfg in "${configs[@]}"; do
       [[ $v == *+tf32* ]] && v_env+=(CUDNN_BACKEND_ALLOW_TF32=1)
       [[ $v == *+nchw* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nchw)
       [[ $v == *+nhwc* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nhwc)
+      [[ $v == *+balanced* ]] && flags+=(--checkpointing balanced)
       case ${v%%+*} in
         stock) flags+=(--stock) ;;
         stock-fusion) flags+=(--stock --fusion) ;;

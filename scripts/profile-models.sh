@@ -4,7 +4,8 @@
 # PyTorch with its profiler (one step per setting). Run from the bundle:
 # .gpu/profile-models.sh LOG_DIR [MODEL DTYPE BATCH]
 # PROFILE_VARIANTS (default "stock-fusion fused-fusion"; a suffix +nhwc runs that variant with
-# channels-last convolutions, as in models-bench.sh; `candle` and `candle-stock` profile
+# channels-last convolutions and +balanced with `--checkpointing balanced`, as in
+# models-bench.sh; `candle` and `candle-stock` profile
 # train_candle_models from the Candle bundle) and PROFILE_TORCH (default "default
 # tuned"; "none" for no PyTorch run) pick the runs; PROFILE_ENV adds environment settings to ours. PROFILE_DETAIL=REGEX
 # adds, per variant, Nsight Compute's throughput, occupancy and launch sections for the first
@@ -23,6 +24,7 @@ for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
   bin=train_models
   v_env=("${ours_env[@]}")
   [[ $v == *+nhwc* ]] && v_env+=(CUDNN_BACKEND_CONV_LAYOUT=nhwc)
+  [[ $v == *+balanced* ]] && flags+=(--checkpointing balanced)
   case ${v%%+*} in
     stock) flags+=(--stock) ;;
     stock-fusion) flags+=(--stock --fusion) ;;
