@@ -13,7 +13,7 @@ use burn::tensor::module::{
     embedding, max_pool2d,
 };
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, ConvTransposeOptions, MaxPoolOptions};
-use burn::tensor::{bf16, FloatDType, TensorData};
+use burn::tensor::{bf16, DType, FloatDType, TensorData};
 use cudnn_backend_reference as reference;
 use cudnn_backend_reference::{rel_l2_error, ConvGeometry, PoolGeometry, SplitMix64};
 use cudnn_burn::Stats;
@@ -49,11 +49,15 @@ fn values(rng: &mut SplitMix64, n: usize, scale: f64, dtype: Dtype) -> Vec<f32> 
         .collect()
 }
 
+/// `v` on the device in `dtype`, uploaded as such: no cast operation precedes the node under
+/// test (a block of one element-wise operation and a pool stays Burn's: docs/burn-0.22.md).
 fn upload<const D: usize>(device: &Device, v: &[f32], shape: [usize; D], dtype: Dtype) -> Tensor<D> {
-    let t = Tensor::<D>::from_data(TensorData::new(v.to_vec(), shape), device);
     match dtype {
-        Dtype::F32 => t,
-        Dtype::Bf16 => t.cast(FloatDType::BF16),
+        Dtype::F32 => Tensor::<D>::from_data(TensorData::new(v.to_vec(), shape), device),
+        Dtype::Bf16 => {
+            let v: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+            Tensor::<D>::from_data(TensorData::new(v, shape), (device, DType::BF16))
+        }
     }
 }
 
