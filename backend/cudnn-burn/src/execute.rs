@@ -108,32 +108,20 @@ pub(crate) fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, sh
     }
 
     // The output (and max pooling's recomputed forward output), from CubeCL's allocator on
-    // the client's stream. Every allocation comes before the ordering's signal launch, so in
-    // CubeCL's stream order it precedes what the engine's stream waits for.
+    // the client's stream. Every allocation and address comes before the ordering's first
+    // launch, so in CubeCL's stream order it precedes what the engine's stream waits for.
     let out_dims: Vec<usize> = out_ir.shape.iter().copied().collect();
     let out = client.empty(numel(&out_dims) * dtype.size());
     let pooled = match claim {
         Claim::MaxPoolBackward { .. } => Some(client.empty(numel(&operands[1].dims) * dtype.size())),
         _ => None,
     };
-
-    let ordering = shared
-        .orderings
-        .for_current_stream(ordinal, &client, || shared.counters.bump(Event::StreamOrdering))?;
-    let mut ordering = ordering.lock().unwrap_or_else(|e| e.into_inner());
-    let stream = &ordering.stream.clone();
-    let ticket = ordering.before(&client)?;
-
-    // The addresses. Each `get_resource` is a blocking round trip through CubeCL's device
-    // thread, which handles submissions in order: the first one hands the signal kernel to
-    // the driver before the engine's stream can wait on it (no host wait below can then
-    // wait on a kernel still queued in CubeCL's channel). The guards keep each allocation
-    // alive and in place until this function returns.
     let get = |h: &Handle, what: &'static str| {
         client
             .get_resource::<CudaServer>(h.clone())
             .map_err(|e| Error::cubecl(what, e))
     };
+    // The guards keep each allocation alive and in place until this function returns.
     let mut guards = Vec::new();
     let mut addr = |h: &Handle| -> Result<u64> {
         let g = get(h, "client.get_resource")?;
@@ -141,25 +129,21 @@ pub(crate) fn execute(context: &mut Context<CubeFusionHandle>, claim: &Claim, sh
         guards.push(g);
         Ok(ptr)
     };
-    let addresses = (|| -> Result<_> {
-        let mut ptrs = Vec::with_capacity(operands.len());
-        for o in &operands {
-            let ptr = addr(&o.handle)?;
-            let staged = o.staging.as_ref().map(&mut addr).transpose()?;
-            ptrs.push((ptr, staged));
-        }
-        let out_ptr = addr(&out)?;
-        let pooled_ptr = pooled.as_ref().map(&mut addr).transpose()?;
-        Ok((ptrs, out_ptr, pooled_ptr))
-    })();
-    let (ptrs, out_ptr, pooled_ptr) = match addresses {
-        Ok(a) => a,
-        Err(e) => {
-            // Nothing was enqueued: `done` catches up with `issued`, no wait kernel.
-            let _ = ordering.after(&client, ticket, false);
-            return Err(e);
-        }
-    };
+    let mut ptrs = Vec::with_capacity(operands.len());
+    for o in &operands {
+        let ptr = addr(&o.handle)?;
+        let staged = o.staging.as_ref().map(&mut addr).transpose()?;
+        ptrs.push((ptr, staged));
+    }
+    let out_ptr = addr(&out)?;
+    let pooled_ptr = pooled.as_ref().map(&mut addr).transpose()?;
+
+    let ordering = shared
+        .orderings
+        .for_current_stream(ordinal, &client, || shared.counters.bump(Event::StreamOrdering))?;
+    let mut ordering = ordering.lock().unwrap_or_else(|e| e.into_inner());
+    let stream = &ordering.stream.clone();
+    let ticket = ordering.before(&client)?;
     // SAFETY: every address comes from a `get_resource` guard in `guards`, alive and in place
     // until this function returns, after the engine's work is enqueued and (on failure)
     // finished; dims and strides are the context's for these handles (operands: their

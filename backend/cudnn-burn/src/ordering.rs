@@ -159,15 +159,13 @@ impl StreamOrdering {
     }
 
     /// Orders the engine's stream after every launch CubeCL made so far on `client`'s stream.
-    ///
-    /// The signal launch is a submission to CubeCL's device thread: the caller makes a
-    /// blocking client call (a `get_resource`) before anything on the host waits for the
-    /// engine's stream, so the kernel reaches the driver first. No `client.flush()` here: on
-    /// CUDA it also waits for CubeCL's pending frees and returns memory to the driver, a
-    /// host stall per claimed node.
     pub fn before(&mut self, client: &Client) -> Result<Ticket> {
         let value = self.next_value();
         client.launch(Box::new(self.signal.clone()), one_cube(), KernelArguments::new());
+        // The launch is a submission to CubeCL's device thread; the flush hands it to the
+        // driver before the engine's stream waits for it, so no host wait inside the engine
+        // can wait on a kernel still queued behind it.
+        client.flush().map_err(|e| Error::cubecl("client.flush", e))?;
         self.stream_wait(value)?;
         Ok(Ticket { value })
     }
