@@ -41,11 +41,15 @@ def main():
         return
     h = rows[head]
     ki, vi, ui = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
+    mi = h.index("Metric Name") if "Metric Name" in h else None
     total = collections.defaultdict(float)
     count = collections.Counter()
     kinds = collections.defaultdict(float)
     for r in rows[head + 1:]:
         if len(r) <= vi or not r[vi]:
+            continue
+        # Only the durations count (a CSV may hold other metrics of each kernel too).
+        if mi is not None and r[mi] != "gpu__time_duration.sum":
             continue
         us = float(r[vi].replace(",", "")) * SCALE[r[ui]] / steps
         name = re.sub(r"\(.*", "", r[ki])[:110]

@@ -23,10 +23,12 @@
 //! `torch.backends.cudnn.benchmark`), `--checkpointing balanced` (burn-autodiff's
 //! `BalancedCheckpointing`: memory-bound results, such as a composed batch norm's
 //! intermediates, are recomputed in the backward pass, where the fusers join them to the
-//! operations that read them, instead of kept; default `none`), `--lr X` (default: the model's, above),
-//! `--profile-steps K` (an attached Nsight Compute run with `--profile-from-start off`
-//! profiles the last K steps only), `--variant NAME` (the name the result lines give the run;
-//! default from `--stock`/`--fusion`).
+//! operations that read them, instead of kept; default `none`), `--lr X` (default: the
+//! model's, above), `--profile-steps K` (an attached Nsight Compute run with
+//! `--profile-from-start off` profiles the last K steps only), `--kernel-log FILE` (the
+//! engine's kernel launch events, with markers where the profiled steps begin and end),
+//! `--variant NAME` (the name the result lines give the run; default from
+//! `--stock`/`--fusion`).
 //!
 //! The last lines are `train_models MODEL …: N images/s …` (tokens/s for the language models,
 //! counting every position of the padded sequences) and the same figures as one JSON object
@@ -44,6 +46,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, FloatDType, Tensor};
 use cudnn_backend::burn::optim::{FusedAdamConfig, FusedAdamWConfig};
 use cudnn_backend::burn::{Cudnn, CudnnDevice, CudnnFusion};
+use cudnn_backend::kernels::LAUNCH_LOG_TARGET;
 use examples::models::bert::{Bert, BertConfig};
 use examples::models::gpt::{Gpt, GptConfig};
 use examples::models::resnet::{ResNet, ResNetConfig};
@@ -106,6 +109,9 @@ struct Args {
     lr: f64,
     profile_steps: usize,
     variant: Option<String>,
+    /// `--kernel-log FILE`: the engine's kernel launch events, with markers around the
+    /// profiled steps.
+    kernel_log: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -113,6 +119,7 @@ fn parse_args() -> Result<Args, String> {
     let (mut steps, mut epochs, mut data, mut profile_steps) = (30, 3, 4, 0);
     let (mut stock, mut fusion, mut benchmark, mut variant) = (false, false, false, None);
     let mut balanced = false;
+    let mut kernel_log = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -126,6 +133,7 @@ fn parse_args() -> Result<Args, String> {
             "--data" => data = number(value()?)?,
             "--profile-steps" => profile_steps = number(value()?)?,
             "--variant" => variant = Some(value()?),
+            "--kernel-log" => kernel_log = Some(value()?),
             "--lr" => lr = Some(value()?.parse().map_err(|e| format!("--lr: {e}"))?),
             "--stock" => stock = true,
             "--fusion" => fusion = true,
@@ -141,7 +149,7 @@ fn parse_args() -> Result<Args, String> {
                 return Err(
                     "flags: --model resnet50|gpt2|vit_b16|bert_base --dtype f32|f16|bf16 --batch-size N --steps N \
                      --epochs N --data N --stock --fusion --benchmark --checkpointing none|balanced --lr X \
-                     --profile-steps K --variant NAME"
+                     --profile-steps K --variant NAME --kernel-log FILE"
                         .into(),
                 )
             }
@@ -164,6 +172,7 @@ fn parse_args() -> Result<Args, String> {
         lr: lr.unwrap_or(model.default_lr()),
         profile_steps,
         variant,
+        kernel_log,
     };
     if a.batch == 0 || a.steps == 0 || a.epochs == 0 || a.data == 0 {
         return Err("--batch-size, --steps, --epochs and --data must be positive".into());
@@ -211,6 +220,7 @@ where
             if profiled && step == args.steps - args.profile_steps {
                 B::sync(device).map_err(|e| e.to_string())?;
                 profile_collect(true)?;
+                tracing::debug!(target: LAUNCH_LOG_TARGET, marker = "profiled steps begin");
             }
             let i = ((epoch - 1) * args.steps + step) % args.data;
             let loss = model.loss(&batches[i]);
@@ -232,6 +242,7 @@ where
         B::sync(device).map_err(|e| e.to_string())?;
         if profiled {
             profile_collect(false)?;
+            tracing::debug!(target: LAUNCH_LOG_TARGET, marker = "profiled steps end");
         }
         let seconds = epoch_started.elapsed().as_secs_f64();
         let launches = cudnn_backend::runtime::launch_counts().since(&launches_before);
@@ -338,6 +349,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(path) = &args.kernel_log {
+        if let Err(e) = examples::cli::kernel_log(path) {
+            eprintln!("train_models: {e}");
+            std::process::exit(2);
+        }
+    }
     let device = CudnnDevice::default();
     examples::cli::use_gpu("train_models", Some(true), &device, args.dtype);
     if args.benchmark {

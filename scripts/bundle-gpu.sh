@@ -55,5 +55,5 @@ cp target/release/burn-app .gpu/burn-app
 strip .gpu/* 2>/dev/null || true
 cp scripts/run-gpu.sh scripts/sanitize-gpu.sh scripts/train-bench.sh scripts/profile-step.sh scripts/multi-gpu.sh \
   scripts/models-bench.sh scripts/profile-models.sh .gpu/
-cp bench/compare_torch.py bench/train_torch.py bench/train_models_torch.py bench/ncu_summary.py .gpu/
+cp bench/compare_torch.py bench/train_torch.py bench/train_models_torch.py bench/ncu_summary.py bench/kernel_table.py .gpu/
 du -sh .gpu && ls .gpu

@@ -11,12 +11,20 @@
 # adds, per variant, Nsight Compute's throughput, occupancy and launch sections for the first
 # PROFILE_DETAIL_COUNT (default 12) kernels of the profiled steps whose name matches REGEX
 # (ncu-VARIANT-detail.txt): why a kernel is slow, not only how long it takes. Writes ncu-VARIANT.csv,
-# ncu-VARIANT.txt (kernels by total time) and torch-SETTING.txt.
+# ncu-VARIANT.txt (kernels by total time) and torch-SETTING.txt. PROFILE_KERNEL_LOG=1 also
+# collects each kernel's DRAM bytes, registers and occupancy and train_models' --kernel-log,
+# joined into kernels-VARIANT.txt (bench/kernel_table.py): the fused kernels grouped by launch
+# signature, the groups with the most time above the memory bound first.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 logs="${1:?log dir}"; model="${2:-resnet50}"; dtype="${3:-bf16}"; batch="${4:-64}"
 mkdir -p "$logs"
 psteps="${PROFILE_STEPS:-2}"
+metrics="gpu__time_duration.sum"
+if [[ ${PROFILE_KERNEL_LOG:-0} == 1 ]]; then
+  metrics+=",dram__bytes_read.sum,dram__bytes_write.sum,launch__registers_per_thread"
+  metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"
+fi
 read -r -a ours_env <<<"${PROFILE_ENV:-}"
 failures=0
 for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
@@ -32,10 +40,14 @@ for v in ${PROFILE_VARIANTS:-stock-fusion fused-fusion}; do
     candle) bin=train_candle_models ;;
     candle-stock) bin=train_candle_models flags+=(--stock) ;;
   esac
-  env "${v_env[@]}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+  [[ ${PROFILE_KERNEL_LOG:-0} == 1 && $bin == train_models ]] && flags+=(--kernel-log "$logs/kernels-$v.log")
+  env "${v_env[@]}" ncu --profile-from-start off --clock-control none --metrics "$metrics" --csv \
     "$here/$bin" --model "$model" --dtype "$dtype" --batch-size "$batch" --steps $((psteps + 4)) --epochs 1 \
     --profile-steps "$psteps" "${flags[@]}" >"$logs/ncu-$v.csv" 2>"$logs/ncu-$v.err" || failures=$((failures + 1))
   python3 "$here/ncu_summary.py" "$logs/ncu-$v.csv" "$psteps" >"$logs/ncu-$v.txt"
+  if [[ -f $logs/kernels-$v.log ]]; then
+    python3 "$here/kernel_table.py" "$logs/ncu-$v.csv" "$logs/kernels-$v.log" >"$logs/kernels-$v.txt"
+  fi
   if [[ -n ${PROFILE_DETAIL:-} ]]; then
     env "${v_env[@]}" ncu --profile-from-start off --clock-control none --kernel-name "regex:$PROFILE_DETAIL" \
       --launch-count "${PROFILE_DETAIL_COUNT:-12}" --section SpeedOfLight --section Occupancy --section LaunchStats \

@@ -498,6 +498,24 @@ pub mod cli {
         }
         gpu
     }
+
+    /// Writes the engine's kernel launch events ([`cudnn_backend::kernels::LAUNCH_LOG_TARGET`],
+    /// debug level) to `path`, one line each, for the rest of the process (`--kernel-log FILE`).
+    pub fn kernel_log(path: &str) -> Result<(), String> {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::Layer as _;
+        let file = std::fs::File::create(path).map_err(|e| format!("--kernel-log {path}: {e}"))?;
+        let targets = tracing_subscriber::filter::Targets::new()
+            .with_target(cudnn_backend::kernels::LAUNCH_LOG_TARGET, tracing::Level::DEBUG);
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .without_time()
+            .with_level(false)
+            .with_target(false);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer.with_filter(targets)))
+            .map_err(|e| format!("--kernel-log {path}: {e}"))
+    }
 }
 
 /// `--host-profile FILE`: where the host (CPU) time of the timed training steps goes, from a

@@ -46,9 +46,8 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
     if groups == 0 {
         return Ok(());
     }
-    let blocks = groups.div_ceil(u64::from(THREADS)).min(MAX_BLOCKS) as u32;
     let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
+        grid_dim: (fused_grid(groups), 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -61,6 +60,12 @@ pub(crate) fn fused(stream: &CudaStream, f: &CudaFunction, args: &FusedArgs, gro
     // (`groups` steps of its width, which divides the innermost dim) are aligned.
     unsafe { b.launch_counted(cfg) }?;
     Ok(())
+}
+
+/// Blocks of a fused element-wise launch of `groups` thread steps (a grid-stride loop over at
+/// most `MAX_BLOCKS` blocks).
+pub(crate) fn fused_grid(groups: u64) -> u32 {
+    groups.div_ceil(u64::from(THREADS)).min(MAX_BLOCKS) as u32
 }
 
 /// Most values one fused reduction sums (each into its own result, over the same dims).

@@ -1109,6 +1109,26 @@ impl<'a> FusedLaunch<'a> {
         for v in &self.views {
             v.check_stream(stream, OP, "operands")?;
         }
+        if tracing::enabled!(target: super::LAUNCH_LOG_TARGET, tracing::Level::DEBUG) {
+            let rank = usize::from(self.variant.rank.max(1));
+            let strides: Vec<&[i64]> = (0..self.inputs)
+                .map(|k| super::dims(&self.args.in_layout[k].strides, rank))
+                .collect();
+            tracing::debug!(
+                target: super::LAUNCH_LOG_TARGET,
+                kernel = ENTRY,
+                kernels = u64::from(self.groups() > 0),
+                ops = program.ops.len(),
+                inputs = program.inputs.len(),
+                outputs = program.outputs.len(),
+                small_outputs = program.small_outputs,
+                shape = ?super::dims(&self.args.out_layout.shape, rank),
+                input_strides = ?strides,
+                vec = self.variant.vec,
+                wide = self.variant.wide,
+                grid = launch::fused_grid(self.groups()),
+            );
+        }
         if f_variant == self.variant {
             return launch::fused(stream, f, &self.args, self.groups());
         }

@@ -862,6 +862,8 @@ pub struct ReduceLaunch<'a> {
     epilogue: bool,
     /// The input the epilogue reads the result through, if any.
     result_input: Option<u8>,
+    /// Inputs, stored outputs and results (for the launch event).
+    operand_counts: [usize; 3],
     /// Held so the views outlive the launch.
     _views: Vec<TensorRef<'a>>,
 }
@@ -1045,6 +1047,7 @@ impl<'a> ReduceLaunch<'a> {
             block: split.block,
             epilogue: rp.epilogue.is_some(),
             result_input: rp.epilogue.and_then(|e| e.result_input),
+            operand_counts: [inputs.len(), outputs.len(), results.len()],
             _views: views,
         })
     }
@@ -1054,7 +1057,46 @@ impl<'a> ReduceLaunch<'a> {
         for v in &self._views {
             v.check_stream(stream, OP, "operands")?;
         }
+        if tracing::enabled!(target: super::LAUNCH_LOG_TARGET, tracing::Level::DEBUG) {
+            self.log_launch();
+        }
         launch::fused_reduce(stream, f, &self.args, self.grid, self.block, self.epilogue)
+    }
+
+    /// The launch event of [`super::LAUNCH_LOG_TARGET`]: the kernels `launch` makes (phase
+    /// 0, then phase 1 without arrival counters and phase 2 with an epilogue when the sums are
+    /// chunked), the iteration shape, the split and the program's operand counts.
+    fn log_launch(&self) {
+        let a = &self.args;
+        let rank = usize::try_from(a.full.rank).unwrap_or(0);
+        let chunked = a.chunks > 1;
+        let combine = chunked && a.ptr[ARRIVALS_SLOT] == crate::types::DeviceAddress::NULL;
+        let kernels = if a.kept == 0 {
+            0
+        } else {
+            1 + u32::from(combine) + u32::from(chunked && self.epilogue)
+        };
+        let [inputs, outputs, results] = self.operand_counts;
+        let strides: Vec<&[i64]> = (0..inputs)
+            .map(|k| super::dims(&a.in_layout[k].strides, rank))
+            .collect();
+        tracing::debug!(
+            target: super::LAUNCH_LOG_TARGET,
+            kernel = ENTRY,
+            kernels,
+            inputs,
+            outputs,
+            results,
+            shape = ?super::dims(&a.full.shape, rank),
+            input_strides = ?strides,
+            kept = a.kept,
+            reduced = a.red,
+            chunks = a.chunks,
+            warp_rows = a.warp_rows != 0,
+            grid = ?self.grid,
+            block = ?self.block,
+            epilogue = self.epilogue,
+        );
     }
 
     /// The pointer-free part of this launch, made over `operands` (see [`PackedReduce`]).
@@ -1125,6 +1167,7 @@ impl<'a> ReduceLaunch<'a> {
             block: packed.block,
             epilogue: packed.epilogue,
             result_input: packed.result_input,
+            operand_counts: [inputs.len(), outputs.len(), results.len()],
             _views: views,
         })
     }
