@@ -530,14 +530,18 @@ pub struct Variant {
     pub wide: bool,
 }
 
-/// Widest vector step for a program with `operands` inputs and outputs (more operands, more
-/// registers per element).
-pub(crate) fn max_vec(operands: usize) -> i64 {
-    match operands {
-        0..=4 => 8,
-        5..=10 => 4,
-        _ => 2,
-    }
+/// Widest vector step for a program with `operands` inputs and outputs whose widest element
+/// has `widest` bytes: each operand's step may hold 32 bytes with up to 4 operands, 16 with up
+/// to 10, 8 beyond (more operands, more registers per step), and at most 8 elements. A step's
+/// registers follow its bytes, so 16-bit programs move twice the elements of f32 ones: a
+/// memory-bound kernel keeps its bytes in flight per thread at any dtype.
+pub(crate) fn max_vec(operands: usize, widest: usize) -> i64 {
+    let bytes: i64 = match operands {
+        0..=4 => 32,
+        5..=10 => 16,
+        _ => 8,
+    };
+    (bytes / widest.max(1) as i64).clamp(1, 8)
 }
 
 /// Whether an operand of `strides` (innermost last), starting at byte address `addr`, with
@@ -554,9 +558,10 @@ pub(crate) fn vector_access_fits(strides: &[i64], addr: u64, size: usize, v: i64
 fn choose_variant(shape: &[i64], strides: &[Vec<i64>], addrs: &[u64], sizes: &[usize], n: i64) -> Variant {
     let rank = shape.len().max(1);
     let inner = shape.last().copied().unwrap_or(1);
+    let widest = sizes.iter().copied().max().unwrap_or(4);
     let vec = [8i64, 4, 2, 1]
         .into_iter()
-        .filter(|&v| v <= max_vec(strides.len()))
+        .filter(|&v| v <= max_vec(strides.len(), widest))
         .find(|&v| {
             inner % v == 0
                 && strides
@@ -1277,11 +1282,29 @@ mod tests {
         // A gathered (transposed) input needs no alignment; a row stride of 6 limits to 2.
         assert_eq!(v(&[8, 16], &[vec![1, 8], vec![16, 1]], &[2, 0], &[4, 4]), (2, 8));
         assert_eq!(v(&[8, 4], &[vec![6, 1], vec![4, 1]], &[0, 0], &[4, 4]), (2, 2));
-        // Many operands: at most 4, then 2.
+        // Many operands: 16 bytes per step, then 8 (f32: 4, then 2; 16-bit: 8, then 4; the
+        // widest operand decides).
         let six = vec![vec![1i64]; 6];
         assert_eq!(v(&[1024], &six, &[0; 6], &[4; 6]), (1, 4));
+        assert_eq!(v(&[1024], &six, &[0; 6], &[2; 6]), (1, 8));
+        assert_eq!(v(&[1024], &six, &[0; 6], &[2, 2, 2, 2, 2, 4]), (1, 4));
         let twelve = vec![vec![1i64]; 12];
         assert_eq!(v(&[1024], &twelve, &[0; 12], &[4; 12]), (1, 2));
+        assert_eq!(v(&[1024], &twelve, &[0; 12], &[2; 12]), (1, 4));
+        // Burn's batch-norm normalization in bf16 (x, mean, std, gamma, beta; x - mean, its
+        // quotient and the output stored): 8 per step, 16-byte accesses.
+        let bn = [
+            vec![802816, 12544, 1],
+            vec![0, 1, 0],
+            vec![0, 1, 0],
+            vec![0, 1, 0],
+            vec![0, 1, 0],
+        ];
+        let bn: Vec<Vec<i64>> = bn
+            .into_iter()
+            .chain(std::iter::repeat_n(vec![802816, 12544, 1], 3))
+            .collect();
+        assert_eq!(v(&[64, 64, 12544], &bn, &[0; 8], &[2; 8]), (3, 8));
         // 2^31 groups and more index in 64 bits.
         let c = choose_variant(&[1 << 32], &[vec![1], vec![1]], &[0, 0], &[1, 1], 1 << 32);
         assert_eq!((c.vec, c.wide), (8, false));

@@ -836,7 +836,9 @@ fn choose_vec(rp: &ReduceProgram, full: &[i64], inputs: &[TensorRef], strides: &
         .map(|d| d.size() as i64)
         .max()
         .unwrap_or(4);
-    let most = max_vec(p.inputs.len() + p.outputs.len());
+    // The widths of f32 elements whatever the dtype: a reduction holds two steps of every
+    // input in flight (its unroll), so wider 16-bit steps would cost registers it lacks.
+    let most = max_vec(p.inputs.len() + p.outputs.len(), 4);
     [8i64, 4, 2]
         .into_iter()
         .filter(|&v| v <= most && v * widest <= 16)
