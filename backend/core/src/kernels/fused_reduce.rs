@@ -864,10 +864,19 @@ pub struct ReduceLaunch<'a> {
     epilogue: bool,
     /// The input the epilogue reads the result through, if any.
     result_input: Option<u8>,
-    /// Inputs, stored outputs and results (for the launch event).
-    operand_counts: [usize; 3],
+    /// What the launch event tells of the program and operands.
+    summary: LaunchSummary,
     /// Held so the views outlive the launch.
     _views: Vec<TensorRef<'a>>,
+}
+
+/// The program's operation count and vector width, and the launch's input, stored-output and
+/// result counts: what a [`ReduceLaunch`]'s launch event prints besides its arguments.
+#[derive(Clone, Copy, Debug)]
+struct LaunchSummary {
+    ops: usize,
+    vec: u8,
+    operands: [usize; 3],
 }
 
 impl<'a> ReduceLaunch<'a> {
@@ -1049,7 +1058,11 @@ impl<'a> ReduceLaunch<'a> {
             block: split.block,
             epilogue: rp.epilogue.is_some(),
             result_input: rp.epilogue.and_then(|e| e.result_input),
-            operand_counts: [inputs.len(), outputs.len(), results.len()],
+            summary: LaunchSummary {
+                ops: p.ops.len(),
+                vec: rp.vec,
+                operands: [inputs.len(), outputs.len(), results.len()],
+            },
             _views: views,
         })
     }
@@ -1067,7 +1080,8 @@ impl<'a> ReduceLaunch<'a> {
 
     /// The launch event of [`super::LAUNCH_LOG_TARGET`]: the kernels `launch` makes (phase
     /// 0, then phase 1 without arrival counters and phase 2 with an epilogue when the sums are
-    /// chunked), the iteration shape, the split and the program's operand counts.
+    /// chunked), the program's size and vector width, the iteration shape (innermost dim in
+    /// groups of the vector width) and the split.
     fn log_launch(&self) {
         let a = &self.args;
         let rank = usize::try_from(a.full.rank).unwrap_or(0);
@@ -1078,7 +1092,8 @@ impl<'a> ReduceLaunch<'a> {
         } else {
             1 + u32::from(combine) + u32::from(chunked && self.epilogue)
         };
-        let [inputs, outputs, results] = self.operand_counts;
+        let LaunchSummary { ops, vec, operands } = self.summary;
+        let [inputs, outputs, results] = operands;
         let strides: Vec<&[i64]> = (0..inputs)
             .map(|k| super::dims(&a.in_layout[k].strides, rank))
             .collect();
@@ -1086,6 +1101,7 @@ impl<'a> ReduceLaunch<'a> {
             target: super::LAUNCH_LOG_TARGET,
             kernel = ENTRY,
             kernels,
+            ops,
             inputs,
             outputs,
             results,
@@ -1095,6 +1111,7 @@ impl<'a> ReduceLaunch<'a> {
             reduced = a.red,
             chunks = a.chunks,
             warp_rows = a.warp_rows != 0,
+            vec,
             grid = ?self.grid,
             block = ?self.block,
             epilogue = self.epilogue,
@@ -1113,6 +1130,7 @@ impl<'a> ReduceLaunch<'a> {
             block: self.block,
             epilogue: self.epilogue,
             result_input: self.result_input,
+            summary: self.summary,
             signature,
         }
     }
@@ -1169,7 +1187,10 @@ impl<'a> ReduceLaunch<'a> {
             block: packed.block,
             epilogue: packed.epilogue,
             result_input: packed.result_input,
-            operand_counts: [inputs.len(), outputs.len(), results.len()],
+            summary: LaunchSummary {
+                operands: [inputs.len(), outputs.len(), results.len()],
+                ..packed.summary
+            },
             _views: views,
         })
     }
@@ -1188,6 +1209,7 @@ pub struct PackedReduce {
     block: (u32, u32),
     epilogue: bool,
     result_input: Option<u8>,
+    summary: LaunchSummary,
     signature: Vec<i64>,
 }
 

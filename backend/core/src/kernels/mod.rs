@@ -39,17 +39,6 @@ pub mod load;
 pub(crate) mod warm;
 
 pub use load::{compile_stats, wait_for_background_compiles, CompileStats};
-
-/// The `tracing` target of the generated kernels' launch events (debug level): one event per
-/// fused element-wise or fused reduction launch, with its program's size, iteration shape,
-/// vector width and grid, in launch order. A profiler's per-kernel rows of the same run can be
-/// matched to them (`bench/kernel_table.py`).
-pub const LAUNCH_LOG_TARGET: &str = "cudnn_backend::launch";
-
-/// The first `rank` values of a kernel layout's shape or strides, as launch events print them.
-fn dims(values: &[i64], rank: usize) -> &[i64] {
-    &values[..rank.min(values.len())]
-}
 pub(crate) use load::{function, prefetch};
 
 pub(crate) mod batch_norm;
@@ -72,6 +61,17 @@ pub mod sort;
 
 use crate::error::Result;
 use crate::runtime::Device;
+
+/// The `tracing` target of the generated kernels' launch events (debug level): one event per
+/// fused element-wise or fused reduction launch, with its program's size, iteration shape,
+/// vector width and grid, in launch order. A profiler's per-kernel rows of the same run can be
+/// matched to them (`bench/kernel_table.py`).
+pub const LAUNCH_LOG_TARGET: &str = "cudnn_backend::launch";
+
+/// The first `rank` values of a kernel layout's shape or strides, as launch events print them.
+fn dims(values: &[i64], rank: usize) -> &[i64] {
+    &values[..rank.min(values.len())]
+}
 
 /// The kernels' part of the [`Engine`](crate::Engine): the loader (loaded modules,
 /// disk cache, compile pool and counters) and the sources generated for fused programs with
