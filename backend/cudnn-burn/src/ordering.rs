@@ -61,9 +61,9 @@ type StreamSlot = std::result::Result<Arc<Mutex<StreamOrdering>>, String>;
 
 impl Orderings {
     /// The ordering of the calling thread's current CubeCL stream on GPU `ordinal`, set up and
-    /// self-tested on first use (`on_set_up` runs when that succeeds). That is the stream `client` launches
-    /// on: the clients of Burn's tensor handles carry no fixed stream, so they launch on the
-    /// current one.
+    /// self-tested on first use (`on_set_up` runs when that succeeds). That is the stream
+    /// `client` launches on: the clients of Burn's tensor handles carry no fixed stream, so
+    /// they launch on the current one.
     pub fn for_current_stream(
         &self,
         ordinal: usize,

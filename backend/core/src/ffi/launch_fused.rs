@@ -154,15 +154,24 @@ pub(crate) fn fused_reduce(
         Ok(())
     };
     launch(0, grid, block)?;
-    if args.chunks > 1 {
-        if args.ptr[ARRIVALS_SLOT] == DeviceAddress::NULL {
-            let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
-            launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
-        }
-        if epilogue {
-            // The second pass of the epilogue, once the results are combined.
-            launch(2, grid, block)?;
-        }
+    let (combine, second_pass) = reduce_phases(args, epilogue);
+    if combine {
+        let blocks = (args.kept as u64).div_ceil(u64::from(REDUCE_THREADS)) as u32;
+        launch(1, (blocks, 1), (REDUCE_THREADS, 1))?;
+    }
+    if second_pass {
+        // The second pass of the epilogue, once the results are combined.
+        launch(2, grid, block)?;
     }
     Ok(())
+}
+
+/// Which launches [`fused_reduce`] makes after phase 0: phase 1 (chunked sums without arrival
+/// counters) and phase 2 (chunked sums of a program with an epilogue).
+pub(crate) fn reduce_phases(args: &ReduceArgs, epilogue: bool) -> (bool, bool) {
+    let chunked = args.chunks > 1;
+    (
+        chunked && args.ptr[ARRIVALS_SLOT] == DeviceAddress::NULL,
+        chunked && epilogue,
+    )
 }

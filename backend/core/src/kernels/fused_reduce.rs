@@ -1085,12 +1085,11 @@ impl<'a> ReduceLaunch<'a> {
     fn log_launch(&self) {
         let a = &self.args;
         let rank = usize::try_from(a.full.rank).unwrap_or(0);
-        let chunked = a.chunks > 1;
-        let combine = chunked && a.ptr[ARRIVALS_SLOT] == crate::types::DeviceAddress::NULL;
+        let (combine, second_pass) = launch::reduce_phases(a, self.epilogue);
         let kernels = if a.kept == 0 {
             0
         } else {
-            1 + u32::from(combine) + u32::from(chunked && self.epilogue)
+            1 + u32::from(combine) + u32::from(second_pass)
         };
         let LaunchSummary { ops, vec, operands } = self.summary;
         let [inputs, outputs, results] = operands;
